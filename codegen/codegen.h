@@ -1,0 +1,42 @@
+/* codegen.h -- per-rank Program to a standalone executable.
+ *
+ *   host.c   LLVM C API: build the rank's module (main, train loop, kernel and
+ *            collective calls, the embedded manifest), verify it, optimise it
+ *            with the new pass manager, emit an object file (and, on request,
+ *            textual IR)
+ *   link.c   link the object with rtlib (libnnsc_rt.a) into out/rankN
+ *   emit.c   out/launch and out/plan.txt
+ */
+#ifndef NNSC_CODEGEN_H
+#define NNSC_CODEGEN_H
+
+#include "ir.h"
+
+typedef struct cg_opts {
+    const char *cpu;        /* target CPU for rank code, e.g. "x86-64-v3" */
+    const char *features;   /* extra target features, "" for none */
+    int opt_level;          /* 0..3 */
+    int emit_llvm;          /* also write rankN.ll */
+} cg_opts;
+
+/* Build rank p's module and write OBJ_PATH (and LL_PATH if not NULL).
+ * Returns 0, or 1 after printing a message (LLVM failures). */
+int cg_host(const ir_prog *p, const cg_opts *o, const char *obj_path, const char *ll_path);
+
+/* Link obj into exe with rtlib.  rtlib_path: the static library.
+ * Returns 0, or 1 after printing a message. */
+int cg_link(const char *obj, const char *rtlib_path, const char *exe);
+
+/* Where libnnsc_rt.a is: $NNSC_RTLIB, else next to the running compiler. */
+const char *cg_rtlib_path(void);
+
+/* Kernel names by RT_K_* id (from rtlib/rt_kernels.h). */
+enum {
+#define RT_K(name, nbuf, nint, nflt) RT_K_##name,
+#include "rt_kernels.h"
+#undef RT_K
+    RT_K_COUNT
+};
+extern const char *const cg_kernel_names[RT_K_COUNT];
+
+#endif

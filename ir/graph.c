@@ -1,0 +1,351 @@
+/* graph.c -- the logical Graph: vTensors and ops, construction with shape
+ * inference from annotations, topological order, printer and verifier. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+const ir_opinfo ir_ops[IR_OP_COUNT] = {
+#define OP(e, name, anno, nin, nout, flags) {name, anno, nin, nout, flags},
+#include "ops.h"
+#undef OP
+};
+
+int ir_op_lookup(const char *name)
+{
+    for (int k = 0; k < IR_OP_COUNT; k++)
+        if (strcmp(ir_ops[k].name, name) == 0) return k;
+    return -1;
+}
+
+void ir_graph_init(ir_graph *g)
+{
+    memset(g, 0, sizeof *g);
+    g->seed = 1337;
+    g->train.loss = -1;
+    g->req.devices = 1;
+}
+
+void ir_graph_free(ir_graph *g)
+{
+    for (int i = 0; i < g->npool; i++) free(g->pool[i]);
+    free(g->pool);
+    free(g->t);
+    free(g->op);
+    free(g->blk);
+    memset(g, 0, sizeof *g);
+}
+
+const char *ir_str(ir_graph *g, const char *s)
+{
+    if (!s) return NULL;
+    char **slot = IR_PUSH(g->pool, g->npool, g->poolcap);
+    *slot = ir_xstrdup(s);
+    return *slot;
+}
+
+int ir_add_tensor(ir_graph *g, const char *name, ir_dtype dt, ir_tkind kind,
+                  int ndim, const int64_t *shape, int line)
+{
+    IR_ASSERT(ndim >= 0 && ndim <= IR_MAXDIM);
+    ir_tensor *t = IR_PUSH(g->t, g->nt, g->tcap);
+    memset(t, 0, sizeof *t);
+    t->name = ir_str(g, name);
+    t->dtype = dt;
+    t->kind = kind;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; i++) t->shape[i] = shape[i];
+    t->batch_dim = -1;
+    t->producer = -1;
+    t->grad = -1;
+    t->grad_of = -1;
+    t->opt_of = -1;
+    t->line = line;
+    return g->nt - 1;
+}
+
+int64_t ir_numel(const ir_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+/* Bind annotation identifiers to the inputs' extents; check they agree.
+ * ext[id] = extent. Returns 0 or 1 with err. */
+static int bind_ids(const ir_graph *g, const ir_anno *a, const int *in, int64_t *ext,
+                    char *err, size_t errsz)
+{
+    for (int i = 0; i < a->nid; i++) ext[i] = -1;
+    for (int k = 0; k < a->nin; k++) {
+        const ir_tensor *t = &g->t[in[k]];
+        for (int j = 0; j < a->ndim[k]; j++) {
+            const ir_adim *d = &a->dim[k][j];
+            int64_t e = t->shape[j];
+            if (d->id < 0) {
+                if (e != d->lit) {
+                    snprintf(err, errsz, "input %d ('%s') dim %d must be %lld, is %lld",
+                             k + 1, t->name, j, (long long)d->lit, (long long)e);
+                    return 1;
+                }
+                continue;
+            }
+            if (ext[d->id] < 0) { ext[d->id] = e; continue; }
+            if (ext[d->id] != e) {
+                /* name the first operand that bound it */
+                for (int k2 = 0; k2 <= k; k2++)
+                    for (int j2 = 0; j2 < a->ndim[k2]; j2++)
+                        if (a->dim[k2][j2].id == d->id) {
+                            const ir_tensor *t2 = &g->t[in[k2]];
+                            snprintf(err, errsz,
+                                     "shape mismatch: dim '%s' is %lld in input %d ('%s' dim %d) "
+                                     "but %lld in input %d ('%s' dim %d)",
+                                     a->idname[d->id], (long long)ext[d->id], k2 + 1, t2->name, j2,
+                                     (long long)e, k + 1, t->name, j);
+                            return 1;
+                        }
+                IR_ASSERT(0);
+            }
+        }
+    }
+    return 0;
+}
+
+/* The annotation identifier that carries the batch into this op, or -1.
+ * Fails when inputs carry the batch on different identifiers. */
+static int batch_id(const ir_graph *g, const ir_anno *a, const int *in, int *id,
+                    char *err, size_t errsz)
+{
+    *id = -1;
+    for (int k = 0; k < a->nin; k++) {
+        const ir_tensor *t = &g->t[in[k]];
+        if (t->batch_dim < 0) continue;
+        int b = a->dim[k][t->batch_dim].id;
+        if (b < 0 || a->id_frozen[b]) {
+            snprintf(err, errsz, "the batch dim of '%s' (dim %d) may not be split by this op",
+                     t->name, t->batch_dim);
+            return 1;
+        }
+        if (*id >= 0 && *id != b) {
+            snprintf(err, errsz, "inputs carry the batch on different dims ('%s' vs '%s')",
+                     a->idname[*id], a->idname[b]);
+            return 1;
+        }
+        *id = b;
+    }
+    return 0;
+}
+
+int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
+              const int *in, const char *const *out_names, int line,
+              char *err, size_t errsz)
+{
+    const ir_opinfo *oi = &ir_ops[kind];
+    if (nin != oi->nin) {
+        snprintf(err, errsz, "%s takes %d inputs, got %d", oi->name, oi->nin, nin);
+        return -1;
+    }
+    ir_op op;
+    memset(&op, 0, sizeof op);
+    int ndim[IR_MAXIO];
+    for (int k = 0; k < nin; k++) ndim[k] = g->t[in[k]].ndim;
+    if (ir_anno_parse(oi->anno, nin, ndim, &op.anno, err, errsz)) return -1;
+    int64_t ext[IR_MAXID];
+    if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
+    int bid;
+    if (batch_id(g, &op.anno, in, &bid, err, errsz)) return -1;
+    /* dtype rules: class targets are i32, everything else f32 */
+    for (int k = 0; k < nin; k++) {
+        ir_dtype want = (kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_BWD) && k == 1 ? IR_I32 : IR_F32;
+        if (g->t[in[k]].dtype != want) {
+            snprintf(err, errsz, "input %d ('%s') of %s must be %s, is %s", k + 1,
+                     g->t[in[k]].name, oi->name, ir_dtype_name(want), ir_dtype_name(g->t[in[k]].dtype));
+            return -1;
+        }
+    }
+    op.name = ir_str(g, name);
+    op.kind = kind;
+    op.nin = nin;
+    op.nout = oi->nout;
+    op.line = line;
+    op.block = -1;
+    op.rep = -1;
+    op.fwd = -1;
+    op.phase = (oi->flags & OPF_OPTIM) ? IR_PH_OPT : IR_PH_FWD;
+    for (int k = 0; k < nin; k++) op.in[k] = in[k];
+    int opid = g->nop;
+    for (int k = 0; k < op.nout; k++) {
+        const int ko = nin + k;
+        int64_t shape[IR_MAXDIM];
+        int bd = -1;
+        for (int j = 0; j < op.anno.ndim[ko]; j++) {
+            const ir_adim *d = &op.anno.dim[ko][j];
+            if (d->id < 0) { shape[j] = d->lit; continue; }
+            if (ext[d->id] < 0) {
+                snprintf(err, errsz, "output dim '%s' of %s is not bound by any input",
+                         op.anno.idname[d->id], oi->name);
+                return -1;
+            }
+            shape[j] = ext[d->id];
+            if (d->id == bid) bd = j;
+        }
+        ir_tkind tk = (oi->flags & OPF_LOSS) ? IR_T_LOSS : IR_T_ACT;
+        int t = ir_add_tensor(g, out_names[k], IR_F32, tk, op.anno.ndim[ko], shape, line);
+        g->t[t].producer = opid;
+        g->t[t].batch_dim = bd;
+        op.out[k] = t;
+    }
+    /* losses average: scale = 1 / number of averaged terms */
+    if (kind == IR_OP_MSE_LOSS) op.fattr[IR_FA_SCALE] = 1.0 / (double)ir_numel(&g->t[in[0]]);
+    if (kind == IR_OP_CROSS_ENTROPY) op.fattr[IR_FA_SCALE] = 1.0 / (double)ir_numel(&g->t[in[1]]);
+    *IR_PUSH(g->op, g->nop, g->opcap) = op;
+    return opid;
+}
+
+int ir_find_tensor(const ir_graph *g, const char *name)
+{
+    for (int i = 0; i < g->nt; i++)
+        if (strcmp(g->t[i].name, name) == 0) return i;
+    return -1;
+}
+
+int ir_find_op(const ir_graph *g, const char *name)
+{
+    for (int i = 0; i < g->nop; i++)
+        if (strcmp(g->op[i].name, name) == 0) return i;
+    return -1;
+}
+
+const char *ir_dtype_name(ir_dtype d)
+{
+    switch (d) {
+    case IR_F32: return "f32";
+    case IR_I32: return "i32";
+    }
+    return "?";
+}
+
+const char *ir_tkind_name(ir_tkind k)
+{
+    switch (k) {
+    case IR_T_INPUT: return "input";
+    case IR_T_PARAM: return "param";
+    case IR_T_ACT: return "act";
+    case IR_T_GRAD: return "grad";
+    case IR_T_OPTSTATE: return "optstate";
+    case IR_T_LOSS: return "loss";
+    }
+    return "?";
+}
+
+/* Kahn's algorithm, smallest op id first among the ready ones, so the order
+ * is deterministic and close to the order ops were added.  Optimizer ops
+ * read params that forward ops also read; they are ordered by data only. */
+int ir_topo(const ir_graph *g, int *order, int *cyc)
+{
+    int *indeg = ir_xcalloc((size_t)g->nop, sizeof *indeg);
+    int *done = ir_xcalloc((size_t)g->nop, sizeof *done);
+    for (int i = 0; i < g->nop; i++)
+        for (int k = 0; k < g->op[i].nin; k++)
+            if (g->t[g->op[i].in[k]].producer >= 0) indeg[i]++;
+    int n = 0;
+    while (n < g->nop) {
+        int pick = -1;
+        for (int i = 0; i < g->nop; i++)
+            if (!done[i] && indeg[i] == 0) { pick = i; break; }
+        if (pick < 0) break;
+        done[pick] = 1;
+        order[n++] = pick;
+        for (int i = 0; i < g->nop; i++)
+            for (int k = 0; k < g->op[i].nin; k++) {
+                int p = g->t[g->op[i].in[k]].producer;
+                if (p == pick) indeg[i]--;
+            }
+    }
+    int bad = n < g->nop;
+    if (bad && cyc)
+        for (int i = 0; i < g->nop; i++)
+            if (!done[i]) { *cyc = i; break; }
+    free(indeg);
+    free(done);
+    return bad;
+}
+
+static void print_shape(const ir_tensor *t, ir_buf *b)
+{
+    ir_bprintf(b, "[");
+    for (int i = 0; i < t->ndim; i++) ir_bprintf(b, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    ir_bprintf(b, "]");
+}
+
+void ir_graph_print(const ir_graph *g, ir_buf *b)
+{
+    ir_bprintf(b, "graph %s seed %llu devices %d\n", g->model ? g->model : "?",
+               (unsigned long long)g->seed, g->req.devices);
+    for (int i = 0; i < g->nt; i++) {
+        const ir_tensor *t = &g->t[i];
+        ir_bprintf(b, "  t%-3d %-9s %s %s", i, ir_tkind_name(t->kind), ir_dtype_name(t->dtype), t->name);
+        print_shape(t, b);
+        if (t->batch_dim >= 0) ir_bprintf(b, " batch=%d", t->batch_dim);
+        if (t->grad >= 0) ir_bprintf(b, " grad=t%d", t->grad);
+        if (t->kind == IR_T_PARAM) {
+            static const char *ik[] = {"none", "zeros", "ones", "const", "normal", "uniform"};
+            ir_bprintf(b, " init=%s", ik[t->init]);
+            if (t->init >= IR_INIT_CONST) ir_bprintf(b, ":%g", t->init_a);
+            if (t->init == IR_INIT_UNIFORM) ir_bprintf(b, ":%g", t->init_b);
+        }
+        if (t->kind == IR_T_INPUT) {
+            if (t->data == IR_DATA_INT) ir_bprintf(b, " data=int:%lld", (long long)t->data_range);
+            else ir_bprintf(b, " data=normal");
+        }
+        ir_bprintf(b, "\n");
+    }
+    static const char *ph[] = {"fwd", "bwd", "opt"};
+    for (int i = 0; i < g->nop; i++) {
+        const ir_op *o = &g->op[i];
+        ir_bprintf(b, "  op%-3d %s %s %s(", i, ph[o->phase], o->name, ir_ops[o->kind].name);
+        for (int k = 0; k < o->nin; k++) ir_bprintf(b, "%st%d", k ? ", " : "", o->in[k]);
+        ir_bprintf(b, ") ->");
+        for (int k = 0; k < o->nout; k++) ir_bprintf(b, " t%d", o->out[k]);
+        ir_bprintf(b, "  \"");
+        ir_anno_print(&o->anno, b);
+        ir_bprintf(b, "\"");
+        if (o->kind == IR_OP_MSE_LOSS || o->kind == IR_OP_CROSS_ENTROPY || o->kind == IR_OP_MSE_BWD ||
+            o->kind == IR_OP_XENT_BWD)
+            ir_bprintf(b, " scale=%g", o->fattr[IR_FA_SCALE]);
+        ir_bprintf(b, "\n");
+    }
+}
+
+void ir_graph_verify(const ir_graph *g)
+{
+    for (int i = 0; i < g->nt; i++) {
+        const ir_tensor *t = &g->t[i];
+        if (t->producer >= 0) {
+            IR_ASSERT(t->producer < g->nop);
+            const ir_op *o = &g->op[t->producer];
+            int found = 0;
+            for (int k = 0; k < o->nout; k++) found |= o->out[k] == i;
+            if (!found) ir_die(__FILE__, __LINE__, "tensor %s: producer %s does not list it", t->name, o->name);
+        }
+        if (t->batch_dim >= t->ndim) ir_die(__FILE__, __LINE__, "tensor %s: bad batch dim", t->name);
+        if (t->grad >= 0) IR_ASSERT(g->t[t->grad].kind == IR_T_GRAD);
+    }
+    for (int i = 0; i < g->nop; i++) {
+        const ir_op *o = &g->op[i];
+        IR_ASSERT(o->nin == ir_ops[o->kind].nin && o->nout == ir_ops[o->kind].nout);
+        for (int k = 0; k < o->nin; k++) IR_ASSERT(o->in[k] >= 0 && o->in[k] < g->nt);
+        for (int k = 0; k < o->nout; k++) IR_ASSERT(g->t[o->out[k]].producer == i);
+        /* operands agree with the annotation */
+        for (int k = 0; k < o->nin + o->nout; k++) {
+            const ir_tensor *t = &g->t[k < o->nin ? o->in[k] : o->out[k - o->nin]];
+            if (t->ndim != o->anno.ndim[k])
+                ir_die(__FILE__, __LINE__, "op %s operand %d: rank %d vs annotation %d", o->name, k,
+                       t->ndim, o->anno.ndim[k]);
+        }
+    }
+    int *order = ir_xmalloc(sizeof(int) * (size_t)(g->nop + 1));
+    int cyc = -1;
+    if (ir_topo(g, order, &cyc)) ir_die(__FILE__, __LINE__, "graph has a cycle at op %s", g->op[cyc].name);
+    free(order);
+}

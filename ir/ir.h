@@ -1,0 +1,445 @@
+/* ir.h -- the three IR levels of nnsc-aot and everything that works on them.
+ *
+ *   Graph      logical ops on vTensors (ir_graph)             ir/graph.c
+ *   DistGraph  sub-ops on devices over pTensors, comm ops     ir/dist.c
+ *   Program    per rank: instruction lists with arena offsets ir/prog.c
+ *
+ * Objects live in arrays owned by their graph and refer to each other by
+ * integer ids, so graphs copy, dump and diff deterministically.  Every
+ * string a graph holds is copied into the graph's string pool and freed with
+ * the graph.
+ */
+#ifndef NNSC_IR_H
+#define NNSC_IR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define IR_MAXDIM   8   /* most dimensions of a tensor */
+#define IR_MAXIO    6   /* most inputs (or outputs) of an op */
+#define IR_MAXID    16  /* most distinct identifiers in one annotation */
+#define IR_MAXSPLIT 4   /* most nested op-trans splits of one op */
+#define IR_MAXFATTR 6   /* float attributes of an op */
+#define IR_MAXIATTR 4   /* integer attributes of an op */
+
+/* ---------------------------------------------------------------- util.c */
+
+/* Broken invariant: print file:line and message, abort. */
+#define IR_ASSERT(c)                                                         \
+    do {                                                                     \
+        if (!(c)) ir_die(__FILE__, __LINE__, "assertion failed: %s", #c);    \
+    } while (0)
+_Noreturn void ir_die(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void *ir_xmalloc(size_t n);               /* malloc or die */
+void *ir_xcalloc(size_t n, size_t sz);    /* calloc or die */
+void *ir_xrealloc(void *p, size_t n);     /* realloc or die */
+char *ir_xstrdup(const char *s);          /* strdup or die */
+/* Grow *p (an array of *cap elements of size sz) to hold at least n. */
+void ir_grow(void **p, int *cap, int n, size_t sz);
+#define IR_PUSH(arr, n, cap) (ir_grow((void **)&(arr), &(cap), (n) + 1, sizeof *(arr)), &(arr)[(n)++])
+
+/* Checked 64-bit arithmetic: return 0 and set *r, or return 1 on overflow. */
+int ir_mul_ovf(int64_t a, int64_t b, int64_t *r);
+int ir_add_ovf(int64_t a, int64_t b, int64_t *r);
+
+/* A growable text buffer (dumps, plan.txt, manifests). */
+typedef struct ir_buf {
+    char *s;   /* NUL-terminated text */
+    size_t n;  /* length */
+    size_t cap;/* allocated bytes */
+} ir_buf;
+void ir_bprintf(ir_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ir_buf_free(ir_buf *b);
+
+/* ---------------------------------------------------------------- ops.h */
+
+/* Op flags, see ir/ops.h. */
+enum {
+    OPF_USER = 1,   /* usable in a spec */
+    OPF_LOSS = 2,   /* produces the loss */
+    OPF_OPTIM = 4,  /* optimizer update, in place, no outputs */
+    OPF_ELTW = 8,   /* elementwise */
+};
+
+typedef enum ir_opkind {
+#define OP(e, name, anno, nin, nout, flags) IR_OP_##e,
+#include "ops.h"
+#undef OP
+    IR_OP_COUNT
+} ir_opkind;
+
+typedef struct ir_opinfo {
+    const char *name;  /* spec name */
+    const char *anno;  /* annotation template (may hold `*`) */
+    int nin;           /* number of inputs */
+    int nout;          /* number of outputs */
+    int flags;         /* OPF_* */
+} ir_opinfo;
+extern const ir_opinfo ir_ops[IR_OP_COUNT];
+/* Op kind by spec name, or -1. */
+int ir_op_lookup(const char *name);
+
+/* ------------------------------------------------------------- dimops.c */
+
+/* One dimension of one operand in an instantiated annotation. */
+typedef struct ir_adim {
+    int id;          /* identifier index into ir_anno.idname, or -1: literal */
+    int64_t lit;     /* the literal size when id == -1 */
+    uint8_t reduce;  /* marked `+` */
+    uint8_t frozen;  /* marked `^` */
+} ir_adim;
+
+/* An annotation with `*` expanded for concrete operand ranks. */
+typedef struct ir_anno {
+    int nin, nout;                          /* operands: inputs then outputs */
+    int ndim[2 * IR_MAXIO];                 /* rank of each operand */
+    ir_adim dim[2 * IR_MAXIO][IR_MAXDIM];   /* dims of each operand */
+    int nid;                                /* number of identifiers */
+    char idname[IR_MAXID][8];               /* identifier names (`*` dims print as *0, *1 ...) */
+    uint8_t id_reduce[IR_MAXID];            /* identifier is a reduction (value-splits outputs) */
+    uint8_t id_frozen[IR_MAXID];            /* identifier must not be split */
+} ir_anno;
+
+/* Instantiate annotation text for operands of the given ranks (inputs only;
+ * output ranks follow).  Returns 0, or 1 with a message in err. */
+int ir_anno_parse(const char *text, int nin, const int *in_ndim, ir_anno *a,
+                  char *err, size_t errsz);
+/* Print an instantiated annotation ("*0 k+, k n -> *0 n"). */
+void ir_anno_print(const ir_anno *a, ir_buf *b);
+/* Identifier index by name, or -1. */
+int ir_anno_find(const ir_anno *a, const char *name);
+
+/* ------------------------------------------------------------- graph.c */
+
+typedef enum ir_dtype {
+    IR_F32,  /* 32-bit float */
+    IR_I32,  /* 32-bit signed integer (token ids, class targets) */
+} ir_dtype;
+
+typedef enum ir_tkind {
+    IR_T_INPUT,    /* data fed per step (synthetic or from a file) */
+    IR_T_PARAM,    /* trained weight */
+    IR_T_ACT,      /* activation (forward value) */
+    IR_T_GRAD,     /* gradient of a param or activation */
+    IR_T_OPTSTATE, /* optimizer state (AdamW moments) */
+    IR_T_LOSS,     /* the scalar loss */
+} ir_tkind;
+
+typedef enum ir_initkind {
+    IR_INIT_NONE,    /* not a parameter */
+    IR_INIT_ZEROS,   /* all 0 */
+    IR_INIT_ONES,    /* all 1 */
+    IR_INIT_CONST,   /* all a */
+    IR_INIT_NORMAL,  /* N(0, a^2) */
+    IR_INIT_UNIFORM, /* U[a, b) */
+} ir_initkind;
+
+/* Synthetic data distributions of inputs. */
+typedef enum ir_datakind {
+    IR_DATA_NORMAL,  /* f32 N(0, 1) */
+    IR_DATA_INT,     /* i32 uniform in [0, range) */
+} ir_datakind;
+
+/* A vTensor: a full logical tensor of the single-device model. */
+typedef struct ir_tensor {
+    const char *name;       /* spec name, or derived name (d.fc1.w for grads) */
+    ir_dtype dtype;         /* element type */
+    ir_tkind kind;          /* role */
+    int ndim;               /* rank (0..IR_MAXDIM) */
+    int64_t shape[IR_MAXDIM];
+    int batch_dim;          /* dim that carries the batch (split by dp, micro-batches), or -1 */
+    int producer;           /* op id, or -1 (inputs, params, opt state) */
+    int grad;               /* tensor id of its gradient, or -1 */
+    int grad_of;            /* for IR_T_GRAD: the tensor it is the gradient of, else -1 */
+    int opt_of;             /* for IR_T_OPTSTATE: the param it belongs to, else -1 */
+    ir_initkind init;       /* params: initialiser */
+    double init_a, init_b;  /* initialiser arguments */
+    ir_datakind data;       /* inputs: synthetic distribution */
+    int64_t data_range;     /* inputs with IR_DATA_INT: values in [0, range) */
+    int line;               /* spec line that declared it (0: derived) */
+} ir_tensor;
+
+/* A logical op. */
+typedef struct ir_op {
+    const char *name;       /* spec name, or derived (fc1.bwd0) */
+    ir_opkind kind;         /* row of ir_ops */
+    int nin, nout;          /* operand counts */
+    int in[IR_MAXIO];       /* input tensor ids */
+    int out[IR_MAXIO];      /* output tensor ids */
+    ir_anno anno;           /* annotation instantiated for these operands */
+    double fattr[IR_MAXFATTR]; /* float attributes (loss scale, lr ...) */
+    int64_t iattr[IR_MAXIATTR];/* integer attributes */
+    int phase;              /* IR_PH_* */
+    int block;              /* block id or -1 */
+    int rep;                /* repeat index within the block, or -1 */
+    int fwd;                /* for backward ops: the forward op id, else -1 */
+    int line;               /* spec line (0: derived) */
+} ir_op;
+
+enum {
+    IR_PH_FWD,   /* forward */
+    IR_PH_BWD,   /* backward */
+    IR_PH_OPT,   /* optimizer update */
+};
+
+/* Float attribute slots. */
+enum {
+    IR_FA_SCALE = 0,  /* loss ops and their backward: 1 / number of averaged terms */
+    IR_FA_LR = 0,     /* optimizers: learning rate */
+    IR_FA_WD = 1,     /* optimizers: weight decay */
+    IR_FA_BETA1 = 2,  /* adamw */
+    IR_FA_BETA2 = 3,  /* adamw */
+    IR_FA_EPS = 4,    /* adamw */
+};
+
+/* A repeated block of the spec (unrolled into ops tagged with it). */
+typedef struct ir_block {
+    const char *name;  /* block name (h) */
+    int repeat;        /* repeat count */
+    int line;          /* spec line */
+} ir_block;
+
+/* Training settings from [train]. */
+typedef struct ir_train {
+    int loss;                 /* tensor id of the loss */
+    int optimizer;            /* IR_OP_SGD or IR_OP_ADAMW */
+    double lr, weight_decay, beta1, beta2, eps;
+    int64_t steps;            /* optimizer steps */
+    int64_t micro_batches;    /* gradient accumulation steps per optimizer step */
+    int64_t data_period;      /* synthetic data: distinct batches, cycled */
+} ir_train;
+
+/* Plan request from [plan] and [cluster]. */
+typedef struct ir_planreq {
+    int devices;              /* world size */
+    const char *policy;       /* "dp" (more later) */
+} ir_planreq;
+
+typedef struct ir_graph {
+    const char *model;        /* model name */
+    const char *file;         /* spec path as given */
+    uint64_t seed;            /* RNG seed */
+    ir_tensor *t; int nt, tcap;
+    ir_op *op; int nop, opcap;
+    ir_block *blk; int nblk, blkcap;
+    ir_train train;
+    ir_planreq req;
+    char **pool; int npool, poolcap; /* owned strings */
+} ir_graph;
+
+void ir_graph_init(ir_graph *g);
+void ir_graph_free(ir_graph *g);
+/* Copy s into the graph's pool. */
+const char *ir_str(ir_graph *g, const char *s);
+/* Add a tensor (name copied); returns its id. */
+int ir_add_tensor(ir_graph *g, const char *name, ir_dtype dt, ir_tkind kind,
+                  int ndim, const int64_t *shape, int line);
+/* Add an op over existing input tensors; creates its outputs (named
+ * out_names[i], shapes inferred from the annotation).  Returns the op id, or
+ * -1 with a message in err when the annotation or shapes do not fit. */
+int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
+              const int *in, const char *const *out_names, int line,
+              char *err, size_t errsz);
+/* Tensor or op id by name, or -1. */
+int ir_find_tensor(const ir_graph *g, const char *name);
+int ir_find_op(const ir_graph *g, const char *name);
+int64_t ir_numel(const ir_tensor *t);
+const char *ir_dtype_name(ir_dtype d);
+const char *ir_tkind_name(ir_tkind k);
+/* Ops in a topological order (producers first); returns 0, or 1 when the
+ * graph has a cycle (then *cyc is an op on it). order must hold nop ints. */
+int ir_topo(const ir_graph *g, int *order, int *cyc);
+/* Print the graph in the dump format (golden files). */
+void ir_graph_print(const ir_graph *g, ir_buf *b);
+/* Check invariants; die on violation. */
+void ir_graph_verify(const ir_graph *g);
+
+/* -------------------------------------------------------------- dist.c */
+
+/* A box: per dimension a half-open index range [lo, hi). */
+typedef struct ir_box {
+    int64_t lo[IR_MAXDIM];
+    int64_t hi[IR_MAXDIM];
+} ir_box;
+
+/* A pTensor: the piece of a vTensor that one device holds. */
+typedef struct ir_ptensor {
+    int tensor;  /* vTensor id */
+    int dev;     /* device (rank) */
+    ir_box box;  /* index ranges held */
+    int vpart;   /* value split: this is part vpart ... */
+    int vn;      /* ... of vn parts whose sum is the value (vn == 1: full value) */
+} ir_ptensor;
+
+/* op-trans of one op: nested splits, then op-assign of each sub-op. */
+typedef struct ir_trans {
+    int nsplit;                 /* number of nested splits (0: one sub-op) */
+    int id[IR_MAXSPLIT];        /* identifier split (annotation index), -1: replicate */
+    int n[IR_MAXSPLIT];         /* parts of that split */
+    int nsub;                   /* product of n[] */
+    int devs;                   /* index into dg->ints: device of sub-op i is ints[devs + i] */
+    const char *why;            /* reason, shown in plan.txt */
+} ir_trans;
+
+/* A sub-op: one piece of an op placed on a device. */
+typedef struct ir_subop {
+    int op;                     /* op id */
+    int sub;                    /* index within the op's trans (0..nsub-1) */
+    int dev;                    /* device */
+    int in[IR_MAXIO];           /* pTensor ids consumed (box needed, full value) */
+    int out[IR_MAXIO];          /* pTensor ids produced */
+    int64_t ext[IR_MAXID];      /* extent of each annotation identifier in this sub-op */
+    int sec;                    /* section, set by schedule: IR_SEC_* */
+    int order;                  /* op-order on its device (schedule), -1 unset */
+} ir_subop;
+
+typedef enum ir_commkind {
+    IR_COMM_ALLREDUCE,      /* value split -> replicated (sum) */
+    IR_COMM_ALLGATHER,      /* dim split -> replicated */
+    IR_COMM_REDUCESCATTER,  /* value split -> dim split */
+    IR_COMM_ALLTOALL,       /* split on one dim -> split on another */
+    IR_COMM_BROADCAST,      /* one holder -> all */
+    IR_COMM_SENDRECV,       /* point to point (general fallback) */
+    IR_COMM_SLICE,          /* local: take a sub-box of a local pTensor (no bytes moved) */
+    IR_COMM_COUNT
+} ir_commkind;
+
+/* A communication op derived by passes/comm.c. */
+typedef struct ir_comm {
+    ir_commkind kind;
+    int tensor;        /* vTensor id */
+    int group;         /* group id (dg->groups) */
+    int in;            /* index into dg->ints: pTensor ids consumed, one per member */
+    int out;           /* index into dg->ints: pTensor ids produced, one per member */
+    int n;             /* members (= group size) */
+    int64_t bytes;     /* bytes each member sends per execution (cost model) */
+    int sec;           /* section, set by schedule */
+    const char *why;   /* reason, shown in dumps and plan.txt */
+} ir_comm;
+
+/* A device group used by collectives. */
+typedef struct ir_group {
+    int n;       /* members */
+    int devs;    /* index into dg->ints: ranks, ascending */
+} ir_group;
+
+/* Program sections (also DistGraph placement). */
+enum {
+    IR_SEC_PROLOGUE,  /* once, before training (param init) */
+    IR_SEC_PRE,       /* each step, before micro-batches (zero accumulators) */
+    IR_SEC_MB,        /* each micro-batch (forward, backward) */
+    IR_SEC_POST,      /* each step, after micro-batches (grad comm, optimizer) */
+    IR_SEC_EPILOGUE,  /* once, after training */
+    IR_SEC_COUNT
+};
+
+/* One step of the global schedule: a sub-op or a comm, in a section.  All
+ * devices follow the one global order, so every group sees its collectives
+ * in the same order. */
+typedef struct ir_item {
+    int sec;      /* IR_SEC_* */
+    int comm;     /* 1: id is a comm, 0: a sub-op */
+    int id;       /* sub-op or comm id */
+} ir_item;
+
+typedef struct ir_dist {
+    const ir_graph *g;         /* the logical graph (not owned) */
+    int ndev;                  /* devices */
+    ir_trans *trans;           /* per op (g->nop) */
+    ir_ptensor *pt; int npt, ptcap;
+    ir_subop *sop; int nsop, sopcap;
+    ir_comm *comm; int ncomm, commcap;
+    ir_group *grp; int ngrp, grpcap;
+    int *ints; int nints, intscap;   /* pool of int lists */
+    ir_item *seq; int nseq, seqcap; /* the schedule (schedule.c) */
+    char *accum;               /* per tensor: summed over the micro-batches of a step (schedule.c) */
+    int *store;                /* per param / opt-state tensor: index into ints of the
+                                  pTensors devices store it as, or -1 */
+    int *nstore;               /* per tensor: length of that list */
+    char **pool; int npool, poolcap; /* owned strings */
+} ir_dist;
+
+void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev);
+void ir_dist_free(ir_dist *d);
+const char *ir_dist_str(ir_dist *d, const char *s);
+/* Append n ints to the pool; returns the start index. */
+int ir_dist_ints(ir_dist *d, const int *v, int n);
+/* Find or add a pTensor; returns its id. */
+int ir_dist_pt(ir_dist *d, const ir_ptensor *p);
+/* Find or add a group over the given ascending ranks; returns its id. */
+int ir_dist_group(ir_dist *d, const int *devs, int n);
+int64_t ir_box_numel(const ir_box *b, int ndim);
+int ir_box_eq(const ir_box *a, const ir_box *b, int ndim);
+/* a contains b */
+int ir_box_contains(const ir_box *a, const ir_box *b, int ndim);
+/* The full box of a tensor. */
+ir_box ir_box_full(const ir_tensor *t);
+void ir_box_print(const ir_box *b, int ndim, ir_buf *buf);
+void ir_pt_print(const ir_dist *d, int pt, ir_buf *b);
+const char *ir_comm_name(ir_commkind k);
+void ir_dist_print(const ir_dist *d, ir_buf *b);
+void ir_dist_verify(const ir_dist *d);
+
+/* -------------------------------------------------------------- prog.c */
+
+#define PG_MAXBUF 8
+#define PG_MAXINT 24
+#define PG_MAXFLT 8
+
+/* An integer argument: value = c + step * s + mb * m (loop variables of the
+ * train loop), so data offsets and step counters stay loop-dependent. */
+typedef struct pg_int {
+    int64_t c;   /* constant part */
+    int64_t s;   /* coefficient of the step index */
+    int64_t m;   /* coefficient of the micro-batch index */
+} pg_int;
+
+/* One instruction: a call of an rtlib kernel rt_k_<name>(ctx, bufs, ints, flts). */
+typedef struct pg_instr {
+    int kernel;                 /* RT_K_* (rtlib/rt_kernels.h) */
+    int nbuf;
+    int64_t buf[PG_MAXBUF];     /* arena byte offsets of the buffer arguments */
+    int nint;
+    pg_int ints[PG_MAXINT];     /* integer arguments */
+    int nflt;
+    float flt[PG_MAXFLT];       /* float arguments */
+    const char *note;           /* what it does, for dumps and comments in rankN.ll */
+} pg_instr;
+
+/* A named region of the arena (for dumps and the memory report). */
+typedef struct pg_region {
+    const char *name;   /* pTensor description */
+    int64_t off;        /* byte offset */
+    int64_t bytes;      /* size */
+    int persistent;     /* lives across steps (params, grads, opt state) */
+} pg_region;
+
+/* The program of one rank. */
+typedef struct ir_prog {
+    int rank, world;
+    int64_t arena;                    /* arena bytes */
+    int64_t micro_batches;            /* trip count of the IR_SEC_MB loop */
+    int64_t steps;                    /* default step count */
+    int64_t loss_off;                 /* arena offset of the replicated loss, -1: none */
+    pg_instr *ins[IR_SEC_COUNT];      /* instructions per section */
+    int nins[IR_SEC_COUNT], inscap[IR_SEC_COUNT];
+    pg_region *reg; int nreg, regcap; /* arena map */
+    ir_buf manifest;                  /* text handed to rt_init (see rtlib/rt.h) */
+    int64_t comm_bytes[IR_COMM_COUNT];/* bytes this rank sends per step, by kind */
+    char **pool; int npool, poolcap;  /* owned strings */
+} ir_prog;
+
+void ir_prog_init(ir_prog *p, int rank, int world);
+void ir_prog_free(ir_prog *p);
+const char *ir_prog_str(ir_prog *p, const char *s);
+pg_instr *ir_prog_add(ir_prog *p, int sec, int kernel, const char *note);
+void pg_buf(pg_instr *in, int64_t off);
+void pg_i(pg_instr *in, int64_t c);
+void pg_iv(pg_instr *in, int64_t c, int64_t s, int64_t m);
+void pg_f(pg_instr *in, float f);
+void ir_prog_print(const ir_prog *p, ir_buf *b);
+void ir_prog_verify(const ir_prog *p);
+
+#endif

@@ -1,0 +1,42 @@
+/* ops.h -- the operator table, declared once.
+ *
+ * Each row: OP(ENUM, "name", "dimops annotation", nin, nout, flags)
+ *
+ * The annotation is the nnScaler-style einops form documented in
+ * docs/dimops.md: a plain identifier may be split (every operand holding it
+ * is split the same way), `+` marks a reduction dimension (splitting it
+ * leaves the outputs value-split: partial sums), `^` marks a dimension that
+ * must not be split, `*` stands for any number of leading dimensions (the
+ * same number in every operand that has it; `*+` makes them all reduction
+ * dimensions), a number is a fixed-size dimension that is never split.
+ * The annotation is also the shape rule: identifiers bind to the extents of
+ * the inputs, must agree, and give the output shapes.
+ *
+ * Flags:
+ *   OPF_USER   the op may be named in a model spec (`kind = name`)
+ *   OPF_LOSS   the op produces a scalar loss (root of autograd)
+ *   OPF_OPTIM  an optimizer update: writes its inputs 0 (param) and 2.. (state)
+ *              in place, has no outputs, runs once per step after all micro-batches
+ *   OPF_ELTW   elementwise over all dims (candidate for fusion)
+ *
+ * Forward ops name their backward rule in passes/autograd.c; the kernels
+ * they lower to are chosen in passes/lower.c; rtlib/rt_kernels.h lists those.
+ */
+/*  enum            name                 annotation                        in out flags */
+OP(MATMUL,        "matmul",            "* k+, k n -> * n",                2, 1, OPF_USER)              /* y = x @ w,  w: (K, N) */
+OP(MATMUL_NT,     "matmul_nt",         "* n+, k n -> * k",                2, 1, 0)                     /* dx = dy @ w^T */
+OP(MATMUL_TN,     "matmul_tn",         "*+ k, *+ n -> k n",               2, 1, 0)                     /* dw = x^T @ dy, summed over leading dims */
+OP(BIAS_ADD,      "bias_add",          "* n, n -> * n",                   2, 1, OPF_USER)              /* y = x + b (b broadcast over rows) */
+OP(BIAS_GRAD,     "bias_grad",         "*+ n -> n",                       1, 1, 0)                     /* db = column sums of dy */
+OP(ADD,           "add",               "*, * -> *",                       2, 1, OPF_USER | OPF_ELTW)   /* y = a + b */
+OP(COPY,          "copy",              "* -> *",                          1, 1, OPF_ELTW)              /* y = x */
+OP(RELU,          "relu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* y = max(x, 0) */
+OP(RELU_BWD,      "relu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* dx = dy * (y > 0); inputs dy, y */
+OP(GELU,          "gelu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* tanh approximation */
+OP(GELU_BWD,      "gelu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* inputs dy, x */
+OP(MSE_LOSS,      "mse_loss",          "*+, *+ -> 1",                     2, 1, OPF_USER | OPF_LOSS)   /* mean((p - t)^2) over all elements */
+OP(MSE_BWD,       "mse_bwd",           "*, * -> *",                       2, 1, OPF_ELTW)              /* dp = 2 (p - t) / numel; inputs p, t */
+OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, OPF_USER | OPF_LOSS)   /* mean over rows of -log softmax(logits)[target]; targets i32 */
+OP(XENT_BWD,      "cross_entropy_bwd", "* v^, * -> * v^",                 2, 1, 0)                     /* dlogits = (softmax - onehot) / rows */
+OP(SGD,           "sgd",               "*, * -> ",                        2, 0, OPF_OPTIM)             /* p -= lr (g + wd p); inputs p, g */
+OP(ADAMW,         "adamw",             "*, *, *, * -> ",                  4, 0, OPF_OPTIM)             /* inputs p, g, m, v */

@@ -1,0 +1,243 @@
+/* autograd.c -- append the backward pass and the optimizer to the Graph.
+ *
+ * Forward ops are visited in reverse topological order.  When an op is
+ * reached, every consumer of its outputs has already contributed to their
+ * gradients; several contributions are summed with add ops, a single one is
+ * used as is (an identity contribution, e.g. add's, is the same tensor).
+ * Each op kind's backward rule below appends the ops that produce the
+ * contributions to its inputs' gradients.  The loss has an implicit
+ * gradient of 1 (its backward ops carry the loss scale).
+ *
+ * Every param's gradient ends in a tensor of its own (kind grad, grad_of =
+ * the param), written by exactly one op, since it is accumulated over
+ * micro-batches; an identity contribution gets a copy op.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+typedef struct agctx {
+    ir_graph *g;
+    int **contrib;   /* per tensor: contribution tensor ids */
+    int *ncontrib;
+    int *uses;       /* per tensor: forward consumers that need its gradient */
+    char *needs;     /* per tensor: requires a gradient */
+    int *nmade;      /* per tensor: contributions made so far (names) */
+    int fwd;         /* forward op being differentiated */
+} agctx;
+
+static int add(agctx *c, const char *name, ir_opkind k, int nin, const int *in)
+{
+    char err[256];
+    const char *outs[1] = {name};
+    int o = ir_add_op(c->g, name, k, nin, in, outs, 0, err, sizeof err);
+    if (o < 0) ir_die(__FILE__, __LINE__, "autograd %s: %s", name, err);
+    ir_op *op = &c->g->op[o];
+    op->phase = IR_PH_BWD;
+    op->fwd = c->fwd;
+    op->block = c->g->op[c->fwd].block;
+    op->rep = c->g->op[c->fwd].rep;
+    return o;
+}
+
+/* Name of the next contribution to x's gradient. */
+static void cname(agctx *c, int x, char *buf, size_t n)
+{
+    const char *xn = c->g->t[x].name;
+    if (c->uses[x] <= 1) snprintf(buf, n, "d.%s", xn);
+    else snprintf(buf, n, "d.%s.%d", xn, ++c->nmade[x]);
+}
+
+static void push(agctx *c, int x, int t)
+{
+    c->contrib[x] = ir_xrealloc(c->contrib[x], sizeof(int) * (size_t)(c->ncontrib[x] + 1));
+    c->contrib[x][c->ncontrib[x]++] = t;
+}
+
+/* Append op k over in[] whose output contributes to x's gradient. */
+static void contribute(agctx *c, int x, ir_opkind k, int nin, const int *in)
+{
+    if (!c->needs[x]) return;
+    char nm[512];
+    cname(c, x, nm, sizeof nm);
+    int o = add(c, nm, k, nin, in);
+    int t = c->g->op[o].out[0];
+    c->g->t[t].kind = IR_T_GRAD;
+    push(c, x, t);
+}
+
+/* Gradient of output tensor y, summing its contributions (or -1). */
+static int final_grad(agctx *c, int y)
+{
+    ir_graph *g = c->g;
+    if (c->ncontrib[y] == 0) return -1;
+    int acc = c->contrib[y][0];
+    for (int i = 1; i < c->ncontrib[y]; i++) {
+        char nm[512];
+        if (i == c->ncontrib[y] - 1) snprintf(nm, sizeof nm, "d.%s", g->t[y].name);
+        else snprintf(nm, sizeof nm, "d.%s.sum%d", g->t[y].name, i);
+        int in[2] = {acc, c->contrib[y][i]};
+        int o = add(c, nm, IR_OP_ADD, 2, in);
+        acc = g->op[o].out[0];
+        g->t[acc].kind = IR_T_GRAD;
+    }
+    return acc;
+}
+
+/* Backward rule of one forward op. */
+static int backward(agctx *c, int oi)
+{
+    ir_graph *g = c->g;
+    const ir_op o = g->op[oi];   /* copy: g->op moves as ops are added */
+    c->fwd = oi;
+    int dy = -1;
+    if (!(ir_ops[o.kind].flags & OPF_LOSS)) {
+        dy = final_grad(c, o.out[0]);
+        if (dy < 0) return 0;    /* output does not reach the loss */
+        if (g->t[o.out[0]].grad < 0) {
+            g->t[o.out[0]].grad = dy;
+            if (g->t[dy].grad_of < 0) g->t[dy].grad_of = o.out[0];
+        }
+    }
+    int x = o.in[0], w = o.nin > 1 ? o.in[1] : -1;
+    int lossop = -1;
+    switch (o.kind) {
+    case IR_OP_MATMUL: {
+        int a[2] = {dy, w};
+        contribute(c, x, IR_OP_MATMUL_NT, 2, a);
+        int b[2] = {x, dy};
+        contribute(c, w, IR_OP_MATMUL_TN, 2, b);
+        break;
+    }
+    case IR_OP_BIAS_ADD:
+        if (c->needs[x]) push(c, x, dy);
+        contribute(c, w, IR_OP_BIAS_GRAD, 1, &dy);
+        break;
+    case IR_OP_ADD:
+        if (c->needs[x]) push(c, x, dy);
+        if (c->needs[w]) push(c, w, dy);
+        break;
+    case IR_OP_COPY:
+        if (c->needs[x]) push(c, x, dy);
+        break;
+    case IR_OP_RELU: {
+        int a[2] = {dy, o.out[0]};
+        contribute(c, x, IR_OP_RELU_BWD, 2, a);
+        break;
+    }
+    case IR_OP_GELU: {
+        int a[2] = {dy, x};
+        contribute(c, x, IR_OP_GELU_BWD, 2, a);
+        break;
+    }
+    case IR_OP_MSE_LOSS:
+    case IR_OP_CROSS_ENTROPY: {
+        if (c->needs[w])
+            return pass_error(g, o.line, "the second input (targets) must be data, not computed from params",
+                              "%s: gradients with respect to the targets are not supported",
+                              o.name);
+        int a[2] = {x, w};
+        int before = g->nop;
+        contribute(c, x, o.kind == IR_OP_MSE_LOSS ? IR_OP_MSE_BWD : IR_OP_XENT_BWD, 2, a);
+        if (g->nop > before) lossop = g->nop - 1;
+        break;
+    }
+    default:
+        ir_die(__FILE__, __LINE__, "no backward rule for %s", ir_ops[o.kind].name);
+    }
+    if (lossop >= 0) g->op[lossop].fattr[IR_FA_SCALE] = g->op[oi].fattr[IR_FA_SCALE];
+    return 0;
+}
+
+/* Give param p a gradient tensor of its own and an optimizer op. */
+static void optimizer(agctx *c, int p)
+{
+    ir_graph *g = c->g;
+    int gr = final_grad(c, p);
+    if (gr < 0) return;   /* param does not reach the loss: not trained */
+    char nm[512];
+    if (g->t[gr].grad_of >= 0 && g->t[gr].grad_of != p) {
+        /* an identity contribution that is another tensor's gradient */
+        snprintf(nm, sizeof nm, "d.%s", g->t[p].name);
+        c->fwd = g->t[gr].producer >= 0 ? g->op[g->t[gr].producer].fwd : 0;
+        int o = add(c, nm, IR_OP_COPY, 1, &gr);
+        gr = g->op[o].out[0];
+        g->t[gr].kind = IR_T_GRAD;
+    }
+    g->t[p].grad = gr;
+    g->t[gr].grad_of = p;
+    const ir_train *tr = &g->train;
+    int in[4] = {p, gr, -1, -1};
+    int nin = 2;
+    if (tr->optimizer == IR_OP_ADAMW) {
+        const ir_tensor *pt = &g->t[p];
+        int64_t shape[IR_MAXDIM];
+        memcpy(shape, pt->shape, sizeof shape);
+        snprintf(nm, sizeof nm, "opt.m.%s", pt->name);
+        in[2] = ir_add_tensor(g, nm, IR_F32, IR_T_OPTSTATE, g->t[p].ndim, shape, 0);
+        snprintf(nm, sizeof nm, "opt.v.%s", g->t[p].name);
+        in[3] = ir_add_tensor(g, nm, IR_F32, IR_T_OPTSTATE, g->t[p].ndim, shape, 0);
+        g->t[in[2]].opt_of = p;
+        g->t[in[3]].opt_of = p;
+        nin = 4;
+    }
+    snprintf(nm, sizeof nm, "opt.%s", g->t[p].name);
+    char err[256];
+    int o = ir_add_op(g, nm, (ir_opkind)tr->optimizer, nin, in, NULL, 0, err, sizeof err);
+    if (o < 0) ir_die(__FILE__, __LINE__, "optimizer %s: %s", nm, err);
+    ir_op *op = &g->op[o];
+    op->phase = IR_PH_OPT;
+    op->fattr[IR_FA_LR] = tr->lr;
+    /* decoupled weight decay on matrices only, not on biases and gains */
+    op->fattr[IR_FA_WD] = g->t[p].ndim >= 2 ? tr->weight_decay : 0.0;
+    op->fattr[IR_FA_BETA1] = tr->beta1;
+    op->fattr[IR_FA_BETA2] = tr->beta2;
+    op->fattr[IR_FA_EPS] = tr->eps;
+}
+
+int pass_autograd(ir_graph *g)
+{
+    IR_ASSERT(g->train.loss >= 0);
+    int nt0 = g->nt, nop0 = g->nop;
+    agctx c = {0};
+    c.g = g;
+    c.contrib = ir_xcalloc((size_t)nt0, sizeof *c.contrib);
+    c.ncontrib = ir_xcalloc((size_t)nt0, sizeof *c.ncontrib);
+    c.uses = ir_xcalloc((size_t)nt0, sizeof *c.uses);
+    c.needs = ir_xcalloc((size_t)nt0, 1);
+    c.nmade = ir_xcalloc((size_t)nt0, sizeof *c.nmade);
+    int *order = ir_xmalloc(sizeof(int) * (size_t)(nop0 + 1));
+    int cyc;
+    IR_ASSERT(!ir_topo(g, order, &cyc));
+    /* which tensors need a gradient: params and what is computed from them */
+    for (int i = 0; i < nt0; i++) c.needs[i] = g->t[i].kind == IR_T_PARAM;
+    for (int n = 0; n < nop0; n++) {
+        const ir_op *o = &g->op[order[n]];
+        int any = 0;
+        for (int k = 0; k < o->nin; k++) any |= c.needs[o->in[k]];
+        for (int k = 0; k < o->nout; k++) c.needs[o->out[k]] = (char)any;
+    }
+    for (int i = 0; i < nop0; i++) {
+        const ir_op *o = &g->op[i];
+        for (int k = 0; k < o->nin; k++) c.uses[o->in[k]]++;
+    }
+    int rc = 0;
+    for (int n = nop0 - 1; n >= 0 && !rc; n--) {
+        int oi = order[n];
+        /* only ops on a path to the loss: their outputs have contributions */
+        if (!(ir_ops[g->op[oi].kind].flags & OPF_LOSS) || g->op[oi].out[0] == g->train.loss)
+            rc = backward(&c, oi);
+    }
+    if (!rc)
+        for (int i = 0; i < nt0; i++)
+            if (g->t[i].kind == IR_T_PARAM) optimizer(&c, i);
+    for (int i = 0; i < nt0; i++) free(c.contrib[i]);
+    free(c.contrib);
+    free(c.ncontrib);
+    free(c.uses);
+    free(c.needs);
+    free(c.nmade);
+    free(order);
+    return rc;
+}

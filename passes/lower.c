@@ -1,0 +1,314 @@
+/* lower.c -- DistGraph + memory plan -> the Program of one rank.
+ *
+ * Walks the global schedule and keeps the items placed on the rank: each
+ * sub-op becomes one kernel call (the switch below maps op kinds to rtlib
+ * kernels and their arguments), each comm one collective call.  Around
+ * them: param initialisation (prologue), zeroing of accumulated tensors
+ * (pre), data loading before the first reader of an input (mb).  Integer
+ * arguments that depend on the step or micro-batch stay symbolic (pg_int).
+ * The manifest handed to rt_init describes params, inputs and groups.
+ */
+#include <string.h>
+
+#include "codegen.h"
+#include "passes.h"
+
+typedef struct lctx {
+    const ir_dist *d;
+    const pass_mem *m;
+    ir_prog *p;
+    int *pidx;       /* per pTensor: manifest param index, or -1 */
+    char *loaded;    /* per pTensor: data already loaded in the mb section */
+} lctx;
+
+static int64_t off(const lctx *c, int pt)
+{
+    IR_ASSERT(c->m->off[pt] >= 0);
+    return c->m->off[pt];
+}
+
+/* Product of the sub-op's extents over operand k's dims [from, to). */
+static int64_t ext_prod(const ir_op *o, const int64_t *ext, int k, int from, int to)
+{
+    int64_t n = 1;
+    for (int j = from; j < to; j++) {
+        const ir_adim *a = &o->anno.dim[k][j];
+        n *= a->id < 0 ? a->lit : ext[a->id];
+    }
+    return n;
+}
+
+/* Emit the data load of input pTensor pt (once per micro-batch body). */
+static void load_input(lctx *c, int pt)
+{
+    const ir_graph *g = c->d->g;
+    const ir_ptensor *p = &c->d->pt[pt];
+    const ir_tensor *t = &g->t[p->tensor];
+    if (c->loaded[pt]) return;
+    c->loaded[pt] = 1;
+    int idx = 0;
+    for (int i = 0; i < p->tensor; i++) idx += g->t[i].kind == IR_T_INPUT;
+    pg_instr *in = ir_prog_add(c->p, IR_SEC_MB, RT_K_data, ir_prog_str(c->p, t->name));
+    pg_buf(in, off(c, pt));
+    pg_i(in, idx);
+    pg_iv(in, 0, 1, 0);
+    pg_i(in, t->ndim);
+    for (int j = 0; j < t->ndim; j++) {
+        if (j == t->batch_dim) {
+            int64_t rows = (p->box.hi[j] - p->box.lo[j]) / g->train.micro_batches;
+            pg_iv(in, p->box.lo[j], 0, rows);
+            pg_iv(in, p->box.lo[j] + rows, 0, rows);
+        } else {
+            pg_i(in, p->box.lo[j]);
+            pg_i(in, p->box.hi[j]);
+        }
+    }
+}
+
+static void lower_subop(lctx *c, int si, int sec)
+{
+    const ir_graph *g = c->d->g;
+    const ir_subop *s = &c->d->sop[si];
+    const ir_op *o = &g->op[s->op];
+    int64_t ext[IR_MAXID];
+    memcpy(ext, s->ext, sizeof ext);
+    int b = pass_batch_id(g, s->op);
+    if (b >= 0 && sec == IR_SEC_MB) ext[b] /= g->train.micro_batches;
+    for (int k = 0; k < o->nin; k++)
+        if (g->t[o->in[k]].kind == IR_T_INPUT) load_input(c, s->in[k]);
+    int acc = o->nout && c->d->accum[o->out[0]];
+    int nd0 = o->anno.ndim[0];
+    int64_t rows = ext_prod(o, ext, 0, 0, nd0 - 1), last = nd0 ? ext_prod(o, ext, 0, nd0 - 1, nd0) : 1;
+    int64_t n0 = ext_prod(o, ext, 0, 0, nd0);
+    int kern;
+    switch (o->kind) {
+    case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN: kern = RT_K_matmul; break;
+    case IR_OP_BIAS_ADD: kern = RT_K_bias_add; break;
+    case IR_OP_BIAS_GRAD: kern = RT_K_bias_grad; break;
+    case IR_OP_ADD: kern = RT_K_add; break;
+    case IR_OP_COPY: kern = RT_K_copy; break;
+    case IR_OP_RELU: kern = RT_K_relu; break;
+    case IR_OP_RELU_BWD: kern = RT_K_relu_bwd; break;
+    case IR_OP_GELU: kern = RT_K_gelu; break;
+    case IR_OP_GELU_BWD: kern = RT_K_gelu_bwd; break;
+    case IR_OP_MSE_LOSS: kern = RT_K_mse_loss; break;
+    case IR_OP_MSE_BWD: kern = RT_K_mse_bwd; break;
+    case IR_OP_CROSS_ENTROPY: kern = RT_K_xent; break;
+    case IR_OP_XENT_BWD: kern = RT_K_xent_bwd; break;
+    case IR_OP_SGD: kern = RT_K_sgd; break;
+    case IR_OP_ADAMW: kern = RT_K_adamw; break;
+    default: ir_die(__FILE__, __LINE__, "no kernel for op kind %s", ir_ops[o->kind].name);
+    }
+    char note[300];
+    snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
+    pg_instr *in = ir_prog_add(c->p, sec, kern, ir_prog_str(c->p, note));
+    for (int k = 0; k < o->nin; k++) pg_buf(in, off(c, s->in[k]));
+    for (int k = 0; k < o->nout; k++) pg_buf(in, off(c, s->out[k]));
+    switch (o->kind) {
+    case IR_OP_MATMUL: /* x[*,k] w[k,n] */
+        pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 1, 2));
+        pg_i(in, 0); pg_i(in, 0); pg_i(in, acc);
+        break;
+    case IR_OP_MATMUL_NT: /* dy[*,n] w[k,n] -> dx[*,k] */
+        pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 0, 1));
+        pg_i(in, 0); pg_i(in, 1); pg_i(in, acc);
+        break;
+    case IR_OP_MATMUL_TN: /* x[*,k] dy[*,n] -> dw[k,n] */
+        pg_i(in, last); pg_i(in, rows); pg_i(in, ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
+        pg_i(in, 1); pg_i(in, 0); pg_i(in, acc);
+        break;
+    case IR_OP_BIAS_ADD:
+        pg_i(in, rows); pg_i(in, last);
+        break;
+    case IR_OP_BIAS_GRAD:
+    case IR_OP_CROSS_ENTROPY:
+    case IR_OP_XENT_BWD:
+        pg_i(in, rows); pg_i(in, last); pg_i(in, acc);
+        break;
+    case IR_OP_RELU: case IR_OP_GELU:
+        pg_i(in, n0);
+        break;
+    case IR_OP_SGD:
+        pg_i(in, n0);
+        break;
+    case IR_OP_ADAMW:
+        pg_i(in, n0); pg_iv(in, 1, 1, 0);
+        break;
+    default: /* elementwise with acc, losses */
+        pg_i(in, n0); pg_i(in, acc);
+        break;
+    }
+    switch (o->kind) {
+    case IR_OP_MSE_LOSS: case IR_OP_MSE_BWD: case IR_OP_CROSS_ENTROPY: case IR_OP_XENT_BWD:
+        pg_f(in, (float)o->fattr[IR_FA_SCALE]);
+        break;
+    case IR_OP_SGD:
+        pg_f(in, (float)o->fattr[IR_FA_LR]); pg_f(in, (float)o->fattr[IR_FA_WD]);
+        break;
+    case IR_OP_ADAMW:
+        for (int k = 0; k < 5; k++) pg_f(in, (float)o->fattr[k]);
+        break;
+    default:
+        break;
+    }
+}
+
+static void lower_comm(lctx *c, int ci, int sec)
+{
+    const ir_dist *d = c->d;
+    const ir_comm *cm = &d->comm[ci];
+    const ir_tensor *t = &d->g->t[cm->tensor];
+    int k = -1;
+    for (int i = 0; i < cm->n; i++)
+        if (d->pt[d->ints[cm->in + i]].dev == c->p->rank) k = i;
+    if (k < 0) return;
+    int pin = d->ints[cm->in + k], pout = d->ints[cm->out + k];
+    char note[300];
+    snprintf(note, sizeof note, "%s %s", ir_comm_name(cm->kind), t->name);
+    c->p->comm_bytes[cm->kind] += cm->bytes * (sec == IR_SEC_MB ? d->g->train.micro_batches : 1);
+    switch (cm->kind) {
+    case IR_COMM_ALLREDUCE: {
+        pg_instr *in = ir_prog_add(c->p, sec, RT_K_allreduce, ir_prog_str(c->p, note));
+        pg_buf(in, off(c, pin));
+        pg_i(in, c->m->bytes[pin] / pass_elsize(t));
+        pg_i(in, cm->group);
+        break;
+    }
+    case IR_COMM_SLICE: {
+        pg_instr *in = ir_prog_add(c->p, sec, RT_K_slice, ir_prog_str(c->p, note));
+        pg_buf(in, off(c, pin));
+        pg_buf(in, off(c, pout));
+        pg_i(in, t->ndim);
+        pg_i(in, 0);
+        const ir_box *a = &d->pt[pin].box, *b = &d->pt[pout].box;
+        for (int j = 0; j < t->ndim; j++) {
+            int64_t e = a->hi[j] - a->lo[j], lo = b->lo[j] - a->lo[j], hi = b->hi[j] - a->lo[j];
+            if (j == t->batch_dim && sec == IR_SEC_MB) {
+                IR_ASSERT(lo == 0 && hi == e);   /* micro-batches cut this dim */
+                e = hi /= d->g->train.micro_batches;
+            }
+            pg_i(in, e); pg_i(in, lo); pg_i(in, hi);
+        }
+        break;
+    }
+    default:
+        ir_die(__FILE__, __LINE__, "lowering of %s is not implemented", ir_comm_name(cm->kind));
+    }
+}
+
+/* Manifest records: header, groups, params this rank stores, inputs. */
+static void manifest(lctx *c)
+{
+    const ir_dist *d = c->d;
+    const ir_graph *g = d->g;
+    ir_prog *p = c->p;
+    ir_buf *b = &p->manifest;
+    static const char *ik[] = {"none", "zeros", "ones", "const", "normal", "uniform"};
+    ir_bprintf(b, "nnsc-manifest 1\nmodel %s\nrank %d world %d\narena %lld\nsteps %lld\nmicro_batches %lld\n",
+               g->model ? g->model : "model", p->rank, p->world, (long long)p->arena, (long long)g->train.steps,
+               (long long)g->train.micro_batches);
+    ir_bprintf(b, "seed %llu\nlr %.9g\n", (unsigned long long)g->seed, g->train.lr);
+    for (int i = 0; i < d->ngrp; i++) {
+        ir_bprintf(b, "group %d %d", i, d->grp[i].n);
+        for (int k = 0; k < d->grp[i].n; k++) ir_bprintf(b, " %d", d->ints[d->grp[i].devs + k]);
+        ir_bprintf(b, "\n");
+    }
+    int np = 0;
+    for (int t = 0; t < g->nt; t++) {
+        const ir_tensor *tt = &g->t[t];
+        if (tt->kind != IR_T_PARAM || d->store[t] < 0) continue;
+        int nst = d->nstore[t];
+        for (int s = 0; s < nst; s++) {
+            int pt = d->ints[d->store[t] + s];
+            const ir_ptensor *pp = &d->pt[pt];
+            if (pp->dev != p->rank) continue;
+            /* the lowest device holding this box writes it when saving */
+            int writer = 1;
+            for (int s2 = 0; s2 < nst; s2++) {
+                const ir_ptensor *q = &d->pt[d->ints[d->store[t] + s2]];
+                if (q->dev < pp->dev && ir_box_eq(&q->box, &pp->box, tt->ndim)) writer = 0;
+            }
+            c->pidx[pt] = np;
+            ir_bprintf(b, "param %d %s %s %d", np++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
+            for (int j = 0; j < tt->ndim; j++) ir_bprintf(b, " %lld", (long long)tt->shape[j]);
+            ir_bprintf(b, " box");
+            for (int j = 0; j < tt->ndim; j++)
+                ir_bprintf(b, " %lld %lld", (long long)pp->box.lo[j], (long long)pp->box.hi[j]);
+            ir_bprintf(b, " init %s %.9g %.9g off %lld writer %d\n", ik[tt->init], tt->init_a, tt->init_b,
+                       (long long)off(c, pt), writer);
+        }
+    }
+    int ni = 0;
+    for (int t = 0; t < g->nt; t++) {
+        const ir_tensor *tt = &g->t[t];
+        if (tt->kind != IR_T_INPUT) continue;
+        ir_bprintf(b, "input %d %s %s %d", ni++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
+        for (int j = 0; j < tt->ndim; j++) ir_bprintf(b, " %lld", (long long)tt->shape[j]);
+        if (tt->data == IR_DATA_INT) ir_bprintf(b, " dist int %lld", (long long)tt->data_range);
+        else ir_bprintf(b, " dist normal 0");
+        ir_bprintf(b, " period %lld\n", (long long)g->train.data_period);
+    }
+    ir_bprintf(b, "end\n");
+}
+
+void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
+{
+    const ir_graph *g = d->g;
+    lctx c = {d, m, p, ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), ir_xcalloc((size_t)d->npt + 1, 1)};
+    for (int i = 0; i < d->npt; i++) c.pidx[i] = -1;
+    p->arena = m->arena;
+    p->micro_batches = g->train.micro_batches;
+    p->steps = g->train.steps;
+    p->loss_off = -1;
+    manifest(&c);
+    /* prologue: params from the RNG, optimizer state zeroed */
+    for (int i = 0; i < d->npt; i++) {
+        if (m->off[i] < 0) continue;
+        const ir_tensor *t = &g->t[d->pt[i].tensor];
+        if (c.pidx[i] >= 0) {
+            pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_init_param, ir_prog_str(p, t->name));
+            pg_buf(in, m->off[i]);
+            pg_i(in, c.pidx[i]);
+        } else if (t->kind == IR_T_OPTSTATE) {
+            pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_zero, ir_prog_str(p, t->name));
+            pg_buf(in, m->off[i]);
+            pg_i(in, m->bytes[i] / pass_elsize(t));
+        }
+    }
+    /* pre: accumulators (what sub-ops produce of accumulated tensors) */
+    for (int i = 0; i < d->nsop; i++) {
+        const ir_subop *s = &d->sop[i];
+        if (s->dev != p->rank) continue;
+        const ir_op *o = &g->op[s->op];
+        for (int k = 0; k < o->nout; k++) {
+            if (!d->accum[o->out[k]]) continue;
+            const ir_tensor *t = &g->t[o->out[k]];
+            pg_instr *in = ir_prog_add(p, IR_SEC_PRE, RT_K_zero, ir_prog_str(p, t->name));
+            pg_buf(in, off(&c, s->out[k]));
+            pg_i(in, m->bytes[s->out[k]] / pass_elsize(t));
+        }
+    }
+    for (int n = 0; n < d->nseq; n++) {
+        const ir_item *it = &d->seq[n];
+        if (it->comm) lower_comm(&c, it->id, it->sec);
+        else if (d->sop[it->id].dev == p->rank) lower_subop(&c, it->id, it->sec);
+    }
+    /* the replicated loss this rank reports */
+    for (int i = 0; i < d->npt; i++)
+        if (d->pt[i].tensor == g->train.loss && d->pt[i].dev == p->rank && d->pt[i].vn == 1 && m->off[i] >= 0)
+            p->loss_off = m->off[i];
+    /* arena map */
+    for (int i = 0; i < d->npt; i++) {
+        if (m->off[i] < 0) continue;
+        ir_buf nb = {0};
+        ir_pt_print(d, i, &nb);
+        pg_region *r = IR_PUSH(p->reg, p->nreg, p->regcap);
+        r->name = ir_prog_str(p, nb.s);
+        r->off = m->off[i];
+        r->bytes = m->bytes[i];
+        r->persistent = m->off[i] < m->persistent;
+        ir_buf_free(&nb);
+    }
+    free(c.pidx);
+    free(c.loaded);
+}

@@ -1,0 +1,61 @@
+/* passes.h -- the passes that rewrite the IR, called in a straight line by
+ * the driver (frontend/main.c).  Each pass is one file.
+ *
+ *   autograd.c  Graph -> Graph: backward ops, gradient tensors, optimizer ops
+ *   plan.c      Graph -> DistGraph: op-trans (how each op is split) and
+ *               op-assign (which device runs each sub-op), by policy
+ *   split.c     DistGraph: materialise sub-ops and the pTensors they consume
+ *               and produce, from each op's annotation and trans
+ *   comm.c      DistGraph: derive communication from pTensor mismatches
+ *   schedule.c  DistGraph: sections (prologue / per step / per micro-batch)
+ *               and op-order on each device
+ *   memplan.c   per rank: a static arena offset for every buffer
+ *   lower.c     DistGraph + memory plan -> per-rank Program
+ *
+ * Passes report bad input (something the spec asks that cannot be done) as
+ * FILE:LINE: error: ... and return 2; broken invariants die.
+ */
+#ifndef NNSC_PASSES_H
+#define NNSC_PASSES_H
+
+#include "ir.h"
+
+/* autograd.c */
+int pass_autograd(ir_graph *g);
+
+/* plan.c */
+int pass_plan(ir_dist *d);
+
+/* split.c */
+void pass_split(ir_dist *d);
+
+/* comm.c */
+void pass_comm(ir_dist *d);
+
+/* schedule.c */
+void pass_schedule(ir_dist *d);
+
+/* memplan.c: buffer of each pTensor on one rank */
+typedef struct pass_mem {
+    int rank;
+    int64_t *off;        /* per pTensor id: arena byte offset, -1 if not on this rank */
+    int64_t *bytes;      /* per pTensor id: buffer bytes (per micro-batch for MB tensors) */
+    int64_t arena;       /* total bytes */
+    int64_t persistent;  /* bytes of buffers that live across steps */
+} pass_mem;
+void pass_memplan(const ir_dist *d, int rank, pass_mem *m);
+void pass_mem_free(pass_mem *m);
+
+/* lower.c */
+void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);
+
+/* Shared helpers (plan.c). */
+/* The annotation identifier of op that carries the batch, or -1. */
+int pass_batch_id(const ir_graph *g, int op);
+/* Bytes of one element. */
+int pass_elsize(const ir_tensor *t);
+/* Report bad input at the spec's line (0: none); returns 2. */
+int pass_error(const ir_graph *g, int line, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,92 @@
+/* schedule.c -- sections and op-order.
+ *
+ * Forward and backward sub-ops run once per micro-batch (section mb),
+ * optimizer sub-ops once per step after all micro-batches (post).  A tensor
+ * made in mb and read in post (a param's gradient), or the loss, is summed
+ * over the micro-batches of a step: it is "accumulated" (zeroed in pre, its
+ * producers add into it).  A comm runs in the section of its first
+ * consumer, just before it; comms nobody reads in mb (the loss) run in post.
+ *
+ * The schedule is ONE global order of sub-ops and comms; each device runs
+ * the items placed on it in that order, so the members of every group call
+ * their collectives in the same order (no deadlock by construction).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+typedef struct sctx {
+    ir_dist *d;
+    char *comm_done;  /* per comm: already placed */
+    int *maker;       /* per pTensor: comm that makes it, or -1 */
+} sctx;
+
+static void place(ir_dist *d, int sec, int comm, int id)
+{
+    ir_item *it = IR_PUSH(d->seq, d->nseq, d->seqcap);
+    it->sec = sec;
+    it->comm = comm;
+    it->id = id;
+}
+
+/* Place the comm making pTensor pt (and, first, the comms making its inputs). */
+static void place_maker(sctx *c, int pt, int sec)
+{
+    int ci = c->maker[pt];
+    if (ci < 0 || c->comm_done[ci]) return;
+    const ir_comm *cm = &c->d->comm[ci];
+    for (int k = 0; k < cm->n; k++) place_maker(c, c->d->ints[cm->in + k], sec);
+    c->comm_done[ci] = 1;
+    c->d->comm[ci].sec = sec;
+    place(c->d, sec, 1, ci);
+}
+
+void pass_schedule(ir_dist *d)
+{
+    const ir_graph *g = d->g;
+    sctx c = {d, ir_xcalloc((size_t)d->ncomm + 1, 1), ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1))};
+    for (int i = 0; i < d->npt; i++) c.maker[i] = -1;
+    for (int i = 0; i < d->ncomm; i++)
+        for (int k = 0; k < d->comm[i].n; k++) c.maker[d->ints[d->comm[i].out + k]] = i;
+    /* accumulated tensors: made per micro-batch, read per step */
+    for (int t = 0; t < g->nt; t++) {
+        int p = g->t[t].producer;
+        if (p < 0 || g->op[p].phase == IR_PH_OPT) continue;
+        int acc = t == g->train.loss;
+        for (int i = 0; i < g->nop; i++)
+            if (g->op[i].phase == IR_PH_OPT)
+                for (int k = 0; k < g->op[i].nin; k++) acc |= g->op[i].in[k] == t;
+        d->accum[t] = (char)acc;
+    }
+    int *order = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
+    int cyc;
+    IR_ASSERT(!ir_topo(g, order, &cyc));
+    /* mb: forward and backward in topological order */
+    for (int sec = IR_SEC_MB; sec <= IR_SEC_POST; sec += IR_SEC_POST - IR_SEC_MB) {
+        if (sec == IR_SEC_POST) {
+            /* the loss: reduced once per step, before the updates */
+            for (int i = 0; i < d->ncomm; i++)
+                if (!c.comm_done[i] && d->comm[i].tensor == g->train.loss)
+                    place_maker(&c, d->ints[d->comm[i].out], sec);
+        }
+        for (int n = 0; n < g->nop; n++) {
+            int op = order[n];
+            int opsec = g->op[op].phase == IR_PH_OPT ? IR_SEC_POST : IR_SEC_MB;
+            if (opsec != sec) continue;
+            for (int i = 0; i < d->nsop; i++) {
+                ir_subop *s = &d->sop[i];
+                if (s->op != op) continue;
+                for (int k = 0; k < g->op[op].nin; k++) place_maker(&c, s->in[k], sec);
+                s->sec = sec;
+                s->order = d->nseq;
+                place(d, sec, 0, i);
+            }
+        }
+    }
+    for (int i = 0; i < d->ncomm; i++)
+        if (!c.comm_done[i]) place_maker(&c, d->ints[d->comm[i].out], IR_SEC_POST);
+    free(order);
+    free(c.comm_done);
+    free(c.maker);
+}

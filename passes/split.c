@@ -1,0 +1,90 @@
+/* split.c -- op-trans and op-assign made concrete: for every op, its
+ * sub-ops, and for every sub-op the pTensors it consumes and produces.
+ *
+ * Sub-op s of an op with nested splits (id_j, n_j) has coordinates c_j (s in
+ * mixed radix, first split most significant).  Every operand dim holding
+ * id_j is cut into n_j equal parts and the sub-op takes part c_j (nested
+ * splits cut the part again).  When id_j is a reduction identifier, the
+ * outputs are value-split: part c_j of n_j.  A replicate split (-1) only
+ * changes the device.  Inputs are always needed as full values.
+ */
+#include <string.h>
+
+#include "passes.h"
+
+/* Coordinates of sub-op s. */
+static void coords(const ir_trans *tr, int s, int *c)
+{
+    for (int j = tr->nsplit - 1; j >= 0; j--) {
+        c[j] = s % tr->n[j];
+        s /= tr->n[j];
+    }
+}
+
+/* The pTensor of operand k of op for a sub-op at coordinates c on dev. */
+static int operand_pt(ir_dist *d, int op, int k, const int *c, int dev, int64_t *ext)
+{
+    const ir_graph *g = d->g;
+    const ir_op *o = &g->op[op];
+    const ir_trans *tr = &d->trans[op];
+    int t = k < o->nin ? o->in[k] : o->out[k - o->nin];
+    ir_ptensor p;
+    memset(&p, 0, sizeof p);
+    p.tensor = t;
+    p.dev = dev;
+    p.box = ir_box_full(&g->t[t]);
+    p.vpart = 0;
+    p.vn = 1;
+    for (int j = 0; j < tr->nsplit; j++) {
+        int id = tr->id[j];
+        if (id < 0) continue;
+        int hit = 0;
+        for (int q = 0; q < o->anno.ndim[k]; q++) {
+            if (o->anno.dim[k][q].id != id) continue;
+            int64_t len = p.box.hi[q] - p.box.lo[q];
+            IR_ASSERT(len % tr->n[j] == 0);
+            int64_t part = len / tr->n[j];
+            p.box.lo[q] += part * c[j];
+            p.box.hi[q] = p.box.lo[q] + part;
+            if (ext) ext[id] = part;
+            hit = 1;
+        }
+        if (!hit && k >= o->nin && o->anno.id_reduce[id]) {
+            p.vpart = p.vpart * tr->n[j] + c[j];
+            p.vn *= tr->n[j];
+        }
+    }
+    return ir_dist_pt(d, &p);
+}
+
+void pass_split(ir_dist *d)
+{
+    const ir_graph *g = d->g;
+    for (int i = 0; i < g->nop; i++) {
+        const ir_op *o = &g->op[i];
+        const ir_trans *tr = &d->trans[i];
+        IR_ASSERT(tr->nsub >= 1);
+        /* full extents of every identifier */
+        int64_t ext0[IR_MAXID];
+        for (int id = 0; id < o->anno.nid; id++) ext0[id] = 0;
+        for (int k = 0; k < o->nin + o->nout; k++) {
+            int t = k < o->nin ? o->in[k] : o->out[k - o->nin];
+            for (int q = 0; q < o->anno.ndim[k]; q++)
+                if (o->anno.dim[k][q].id >= 0) ext0[o->anno.dim[k][q].id] = g->t[t].shape[q];
+        }
+        for (int s = 0; s < tr->nsub; s++) {
+            int c[IR_MAXSPLIT] = {0};
+            coords(tr, s, c);
+            ir_subop so;
+            memset(&so, 0, sizeof so);
+            so.op = i;
+            so.sub = s;
+            so.dev = d->ints[tr->devs + s];
+            so.order = -1;
+            memcpy(so.ext, ext0, sizeof so.ext);
+            for (int k = 0; k < o->nin; k++) so.in[k] = operand_pt(d, i, k, c, so.dev, so.ext);
+            for (int k = 0; k < o->nout; k++) so.out[k] = operand_pt(d, i, o->nin + k, c, so.dev, so.ext);
+            *IR_PUSH(d->sop, d->nsop, d->sopcap) = so;
+        }
+    }
+}

@@ -1,0 +1,55 @@
+/* rt_kernels.h -- every entry point a generated rank program calls, declared once.
+ *
+ * Each row: RT_K(name, nbuf, nint, nflt)
+ * expands (in rt.h) to
+ *     void rt_k_<name>(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
+ * and (in the compiler) to the enum RT_K_<name> and the name table that
+ * codegen/host.c uses to declare and call the function.  nbuf/nint/nflt are
+ * the minimum counts; rows marked "var" take a count from an int argument.
+ *
+ * Conventions: b[] are arena pointers (float * unless stated), i[] are
+ * element counts and flags, f[] are float hyper-parameters.  `acc` = 0
+ * overwrites the output, 1 adds into it.  All matrices are row-major.
+ */
+/*    name            nbuf nint nflt   arguments */
+RT_K(init_param,      1,   1,   0)  /* b: dst.  i: param index in the manifest. Fills dst with the
+                                       rank's box of the param from the counter-based RNG. */
+RT_K(zero,            1,   1,   0)  /* b: dst.  i: n floats (or i32s).  dst[0..n) = 0 */
+RT_K(data,            1,   3,   0)  /* var. b: dst (f32 or i32).  i: input index in the manifest,
+                                       step, ndim, then ndim pairs lo, hi (the box, in logical
+                                       indices of the step's batch).  Fills dst with the box of
+                                       the input's logical batch for that step. */
+RT_K(matmul,          3,   6,   0)  /* b: A, B, C.  i: M, K, N, transA, transB, acc.
+                                       C[M,N] (+)= op(A)[M,K] op(B)[K,N]; A is stored (M,K), or
+                                       (K,M) when transA; B is (K,N), or (N,K) when transB. */
+RT_K(bias_add,        3,   2,   0)  /* b: X, bias, Y.  i: M, N.  Y[m,n] = X[m,n] + bias[n] (Y may be X) */
+RT_K(bias_grad,       2,   3,   0)  /* b: dY, db.  i: M, N, acc.  db[n] (+)= sum_m dY[m,n] */
+RT_K(add,             3,   2,   0)  /* b: A, B, Y.  i: n, acc.  Y (+)= A + B */
+RT_K(copy,            2,   2,   0)  /* b: X, Y.  i: n, acc.  Y (+)= X */
+RT_K(relu,            2,   1,   0)  /* b: X, Y.  i: n.  Y = max(X, 0) */
+RT_K(relu_bwd,        3,   2,   0)  /* b: dY, Y, dX.  i: n, acc.  dX (+)= dY * (Y > 0) */
+RT_K(gelu,            2,   1,   0)  /* b: X, Y.  i: n.  Y = 0.5 X (1 + tanh(sqrt(2/pi) (X + 0.044715 X^3))) */
+RT_K(gelu_bwd,        3,   2,   0)  /* b: dY, X, dX.  i: n, acc.  dX (+)= dY * gelu'(X) */
+RT_K(mse_loss,        3,   2,   1)  /* b: P, T, L.  i: n, acc.  f: scale.  L[0] (+)= scale * sum (P - T)^2 */
+RT_K(mse_bwd,         3,   2,   1)  /* b: P, T, dP.  i: n, acc.  f: scale.  dP (+)= 2 scale (P - T) */
+RT_K(xent,            3,   3,   1)  /* b: logits (M,V), targets (i32, M), L.  i: M, V, acc.  f: scale.
+                                       L[0] (+)= scale * sum_m (logsumexp(logits[m]) - logits[m, t_m]) */
+RT_K(xent_bwd,        3,   3,   1)  /* b: logits, targets, dlogits.  i: M, V, acc.  f: scale.
+                                       dlogits[m] (+)= scale * (softmax(logits[m]) - onehot(t_m)) */
+RT_K(sgd,             2,   1,   2)  /* b: P, G.  i: n.  f: lr, wd.  P -= lr * (G + wd * P) */
+RT_K(adamw,           4,   2,   5)  /* b: P, G, M, V.  i: n, t (1-based step).  f: lr, wd, beta1,
+                                       beta2, eps.  M = b1 M + (1-b1) G; V = b2 V + (1-b2) G^2;
+                                       P -= lr * (M/(1-b1^t) / (sqrt(V/(1-b2^t)) + eps) + wd P) */
+RT_K(allreduce,       1,   2,   0)  /* b: buf (f32, in place).  i: n, group.  Sum over the group;
+                                       every member gets bitwise the same result. */
+RT_K(allgather,       2,   2,   0)  /* b: send (n floats), recv (n * size floats).  i: n, group.
+                                       recv = concatenation of members' send in group order. */
+RT_K(reducescatter,   2,   2,   0)  /* b: send (n * size floats), recv (n floats).  i: n, group.
+                                       recv = member k's chunk k of the sum of all sends. */
+RT_K(broadcast,       1,   3,   0)  /* b: buf.  i: n, group, root (index within the group). */
+RT_K(sendrecv,        2,   4,   0)  /* b: send, recv.  i: n, group, peer_send, peer_recv (indices
+                                       within the group, -1: none).  Pairs with the peers' calls. */
+RT_K(alltoall,        2,   2,   0)  /* b: send (size chunks of n floats), recv (same).  i: n, group.
+                                       member k's recv chunk j = member j's send chunk k. */
+RT_K(slice,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per dim: src extent,
+                                       lo, hi.  dst (+)= src[lo:hi, ...] (dst contiguous). */
