@@ -27,6 +27,10 @@ int cg_host(const ir_prog *p, const cg_opts *o, const char *obj_path, const char
  * Returns 0, or 1 after printing a message. */
 int cg_link(const char *obj, const char *rtlib_path, const char *exe);
 
+/* emit.c: write DIR/launch (runs all ranks here, forwards their output,
+ * fails when any rank fails) and DIR/plan.txt.  Returns 0 or 1. */
+int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs);
+
 /* Where libnnsc_rt.a is: $NNSC_RTLIB, else next to the running compiler. */
 const char *cg_rtlib_path(void);
 

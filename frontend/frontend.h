@@ -61,4 +61,34 @@ int fe_lower(const fe_spec *s, ir_graph *g);
 /* fe_parse + fe_lower. */
 int fe_load(const char *path, const char *const *sets, int nset, ir_graph *g);
 
+/* The command line (cli.c), for compile and verify alike. */
+typedef struct fe_opts {
+    int verify;                /* the verify command */
+    const char *spec;          /* model spec path */
+    const char *out;           /* output directory, or NULL (dumps only) */
+    const char **sets;         /* --set overrides (--devices N becomes cluster.devices=N) */
+    int nset, setcap;
+    const char *dump;          /* comma-separated pass names to dump, or NULL */
+    int emit_llvm;             /* write rankN.ll */
+    const char *cpu;           /* target CPU of rank code */
+    int opt_level;             /* LLVM optimisation level */
+    int verbose;               /* per-pass timings on stderr */
+    int quiet;                 /* no progress lines */
+    int64_t steps;             /* verify: steps to run (0: the spec's) */
+    const char *keep;          /* verify: keep the builds in this directory */
+    double loss_tol;           /* verify: relative tolerance of per-step losses */
+    double weight_tol;         /* verify: relative tolerance of final weights */
+} fe_opts;
+/* Parse argv; returns 0, 3 for --help (printed), or 2 after a message. */
+int fe_cli(int argc, char **argv, fe_opts *o);
+void fe_opts_free(fe_opts *o);
+
+/* driver.c: one compile.  Returns 0, 1 (a tool or system failure, message
+ * printed) or 2 (bad input, message printed). */
+int fe_compile(const fe_opts *o);
+
+/* verify.c: build 1-device and N-device programs, run both, compare.
+ * Returns the exit status. */
+int fe_verify(const fe_opts *o);
+
 #endif

@@ -95,7 +95,9 @@ static int add_id(ir_anno *a, const char *name)
     int k = ir_anno_find(a, name);
     if (k >= 0) return k;
     if (a->nid == IR_MAXID) return -1;
-    snprintf(a->idname[a->nid], sizeof a->idname[0], "%s", name);
+    size_t n = strlen(name);
+    if (n >= sizeof a->idname[0]) return -1;
+    memcpy(a->idname[a->nid], name, n + 1);
     return a->nid++;
 }
 
@@ -120,8 +122,8 @@ static int expand(ir_anno *a, int k, const rawop *o, int nstar, char *err, size_
             d->reduce = r->reduce;
             d->frozen = r->frozen;
             if (r->name[0] == '\0') { d->id = -1; d->lit = r->lit; continue; }
-            char nm[8];
-            if (j == o->star) snprintf(nm, sizeof nm, "*%d", s);
+            char nm[16];
+            if (j == o->star) snprintf(nm, sizeof nm, "*%d", s % IR_MAXDIM);
             else snprintf(nm, sizeof nm, "%s", r->name);
             d->id = add_id(a, nm);
             if (d->id < 0) return fail(err, errsz, "more than %d identifiers", IR_MAXID);

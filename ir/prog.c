@@ -1,0 +1,364 @@
+/* prog.c -- the Program: per rank, instruction lists with arena offsets.
+ *
+ * A Program is what codegen/host.c turns into a rank's main(): five sections
+ * of rtlib kernel calls (prologue, per-step pre, per-micro-batch, per-step
+ * post, epilogue), each call with arena byte offsets, integer arguments that
+ * may depend on the step and micro-batch indices, and float constants.
+ * This file builds Programs, prints them (the `--dump=lower` and golden
+ * format) and checks them against the argument counts of rt_kernels.h.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+#include "codegen.h"   /* RT_K_* ids and cg_kernel_names */
+
+/* Minimum argument counts of each kernel (index RT_K_*), from rt_kernels.h. */
+static const struct pg_kinfo {
+    int nbuf;  /* buffer arguments */
+    int nint;  /* integer arguments */
+    int nflt;  /* float arguments */
+} pg_kinfo[RT_K_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt) {nbuf, nint, nflt},
+#include "rt_kernels.h"
+#undef RT_K
+};
+
+/* Section tags as printed at the start of each instruction line. */
+static const char *const pg_secname[IR_SEC_COUNT] = {"pro", "pre", "mb", "post", "epi"};
+
+/* Every element of every buffer argument is 4 bytes (f32 or i32). */
+#define PG_ELEM 4
+
+/* An empty Program of one rank: no loss, one micro-batch, no steps. */
+void ir_prog_init(ir_prog *p, int rank, int world) {
+    memset(p, 0, sizeof *p);
+    p->rank = rank;
+    p->world = world;
+    p->micro_batches = 1;
+    p->loss_off = -1;
+}
+
+/* Free everything the Program owns and leave it empty. */
+void ir_prog_free(ir_prog *p) {
+    for (int s = 0; s < IR_SEC_COUNT; s++) free(p->ins[s]);
+    free(p->reg);
+    ir_buf_free(&p->manifest);
+    for (int i = 0; i < p->npool; i++) free(p->pool[i]);
+    free(p->pool);
+    memset(p, 0, sizeof *p);
+}
+
+/* Copy s into the Program's string pool (NULL stays NULL). */
+const char *ir_prog_str(ir_prog *p, const char *s) {
+    if (!s) return NULL;
+    char **slot = IR_PUSH(p->pool, p->npool, p->poolcap);
+    *slot = ir_xstrdup(s);
+    return *slot;
+}
+
+/* Append an instruction calling kernel (RT_K_*) to section sec; the note is
+ * copied.  The pointer is valid until the next ir_prog_add on that section. */
+pg_instr *ir_prog_add(ir_prog *p, int sec, int kernel, const char *note) {
+    IR_ASSERT(sec >= 0 && sec < IR_SEC_COUNT);
+    IR_ASSERT(kernel >= 0 && kernel < RT_K_COUNT);
+    pg_instr *in = IR_PUSH(p->ins[sec], p->nins[sec], p->inscap[sec]);
+    memset(in, 0, sizeof *in);
+    in->kernel = kernel;
+    in->note = ir_prog_str(p, note);
+    return in;
+}
+
+/* Append a buffer argument (arena byte offset). */
+void pg_buf(pg_instr *in, int64_t off) {
+    IR_ASSERT(in->nbuf < PG_MAXBUF);
+    in->buf[in->nbuf++] = off;
+}
+
+/* Append a constant integer argument. */
+void pg_i(pg_instr *in, int64_t c) {
+    pg_iv(in, c, 0, 0);
+}
+
+/* Append the integer argument c + s * step + m * micro_batch. */
+void pg_iv(pg_instr *in, int64_t c, int64_t s, int64_t m) {
+    IR_ASSERT(in->nint < PG_MAXINT);
+    in->ints[in->nint++] = (pg_int){c, s, m};
+}
+
+/* Append a float argument. */
+void pg_f(pg_instr *in, float f) {
+    IR_ASSERT(in->nflt < PG_MAXFLT);
+    in->flt[in->nflt++] = f;
+}
+
+/* ------------------------------------------------------------- printing */
+
+/* One term `k` + name of a loop-dependent int: "+2s", "-m", "+s". */
+static void pg_print_term(ir_buf *b, int64_t k, char var, int first) {
+    if (k == 0) return;
+    if (k < 0) ir_bprintf(b, "-");
+    else if (!first) ir_bprintf(b, "+");
+    /* k == INT64_MIN has no positive counterpart; print its digits as is. */
+    if (k == INT64_MIN) ir_bprintf(b, "9223372036854775808");
+    else if (k != 1 && k != -1) ir_bprintf(b, "%" PRId64, k < 0 ? -k : k);
+    ir_bprintf(b, "%c", var);
+}
+
+/* An integer argument: "32", "s", "3+2s+8m", "-1+m". */
+static void pg_print_int(ir_buf *b, pg_int v) {
+    int lead = v.c != 0 || (v.s == 0 && v.m == 0);
+    if (lead) ir_bprintf(b, "%" PRId64, v.c);
+    pg_print_term(b, v.s, 's', !lead);
+    pg_print_term(b, v.m, 'm', !lead && v.s == 0);
+}
+
+/* A float in the shortest %g form that reads back as the same float, so
+ * dumps are both exact and readable (3e-4 prints as 0.0003). */
+static void pg_print_float(ir_buf *b, float f) {
+    char t[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(t, sizeof t, "%.*g", prec, (double)f);
+        if (f != f || strtof(t, NULL) == f) break;  /* NaN never reads back equal */
+    }
+    ir_bprintf(b, "%s", t);
+}
+
+/* One instruction line:
+ *   "  mb   matmul        b=[@0 @4096] i=[32 64 3+2s] f=[0.5]  ; note"
+ * (a kernel id out of range, which the verifier reports, prints as `?`). */
+static void pg_print_instr(ir_buf *b, int sec, const pg_instr *in) {
+    int known = in->kernel >= 0 && in->kernel < RT_K_COUNT;
+    ir_bprintf(b, "  %-4s %-13s b=[", pg_secname[sec], known ? cg_kernel_names[in->kernel] : "?");
+    /* Counts are clamped: the verifier prints instructions it rejects. */
+    for (int j = 0; j < in->nbuf && j < PG_MAXBUF; j++)
+        ir_bprintf(b, "%s@%" PRId64, j ? " " : "", in->buf[j]);
+    ir_bprintf(b, "] i=[");
+    for (int j = 0; j < in->nint && j < PG_MAXINT; j++) {
+        if (j) ir_bprintf(b, " ");
+        pg_print_int(b, in->ints[j]);
+    }
+    ir_bprintf(b, "] f=[");
+    for (int j = 0; j < in->nflt && j < PG_MAXFLT; j++) {
+        if (j) ir_bprintf(b, " ");
+        pg_print_float(b, in->flt[j]);
+    }
+    ir_bprintf(b, "]");
+    if (in->note && in->note[0]) ir_bprintf(b, "  ; %s", in->note);
+    ir_bprintf(b, "\n");
+}
+
+/* Print the Program in the dump format: a header, the communication volume,
+ * the arena map, the instructions of every section in order, the manifest. */
+void ir_prog_print(const ir_prog *p, ir_buf *b) {
+    ir_bprintf(b, "prog rank %d world %d arena %" PRId64 " steps %" PRId64
+                  " micro_batches %" PRId64 " loss ",
+               p->rank, p->world, p->arena, p->steps, p->micro_batches);
+    if (p->loss_off < 0) ir_bprintf(b, "none\n");
+    else ir_bprintf(b, "@%" PRId64 "\n", p->loss_off);
+    for (int k = 0; k < IR_COMM_COUNT; k++)
+        if (p->comm_bytes[k])
+            ir_bprintf(b, "comm %s %" PRId64 " bytes/step\n", ir_comm_name(k), p->comm_bytes[k]);
+    for (int r = 0; r < p->nreg; r++) {
+        const pg_region *g = &p->reg[r];
+        ir_bprintf(b, "region @%" PRId64 " +%" PRId64 " %s %s\n", g->off, g->bytes,
+                   g->persistent ? "persistent" : "temp", g->name ? g->name : "?");
+    }
+    for (int s = 0; s < IR_SEC_COUNT; s++)
+        for (int i = 0; i < p->nins[s]; i++) pg_print_instr(b, s, &p->ins[s][i]);
+    if (p->manifest.n) {
+        ir_bprintf(b, "manifest\n");
+        const char *line = p->manifest.s;
+        while (*line) {
+            size_t len = strcspn(line, "\n");
+            ir_bprintf(b, "  | %.*s\n", (int)len, line);
+            line += len + (line[len] == '\n');
+        }
+    }
+}
+
+/* ----------------------------------------------------------- verifying */
+
+/* Where a verifier failure points. */
+typedef struct pg_where {
+    const ir_prog *p;   /* the Program */
+    int sec;            /* section */
+    int idx;            /* instruction index in the section */
+} pg_where;
+
+/* Die with the failing instruction, printed, in the message. */
+#define PG_CHECK(w, cond, ...)                                              \
+    do {                                                                    \
+        if (!(cond)) pg_fail(__FILE__, __LINE__, (w), #cond, __VA_ARGS__);  \
+    } while (0)
+
+/* Report a failed PG_CHECK: the reason, the condition and the instruction
+ * it concerns (if any), through ir_die. */
+__attribute__((format(printf, 5, 6)))
+static _Noreturn void pg_fail(const char *file, int line, const pg_where *w,
+                              const char *cond, const char *fmt, ...) {
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    ir_buf ib = {0};
+    if (w->idx >= 0) {
+        pg_print_instr(&ib, w->sec, &w->p->ins[w->sec][w->idx]);
+        ib.s[--ib.n] = 0;  /* drop the newline */
+    }
+    ir_die(file, line, "program of rank %d is invalid: %s [%s]%s%s", w->p->rank, why, cond,
+           ib.s ? "\n" : "", ib.s ? ib.s : "");
+}
+
+/* Integer argument j when it is a constant: 1 and *v, else 0. */
+static int pg_const(const pg_instr *in, int j, int64_t *v) {
+    if (j >= in->nint || in->ints[j].s || in->ints[j].m) return 0;
+    *v = in->ints[j].c;
+    return 1;
+}
+
+/* The product of the constant ints at j0, j0 + stride, ... (cnt of them),
+ * or -1 when one is loop-dependent, negative or the product overflows. */
+static int64_t pg_prod(const pg_instr *in, int j0, int cnt, int stride) {
+    int64_t r = 1, v;
+    for (int k = 0; k < cnt; k++) {
+        if (!pg_const(in, j0 + k * stride, &v) || v < 0 || ir_mul_ovf(r, v, &r)) return -1;
+    }
+    return r;
+}
+
+/* Elements of a box given as ndim (lo, hi) int pairs, the pair of dim d at
+ * first + stride * d; -1 when one is loop-dependent, reversed or the
+ * product overflows. */
+static int64_t pg_box(const pg_instr *in, int first, int stride, int64_t ndim) {
+    int64_t r = 1, lo, hi;
+    for (int d = 0; d < ndim; d++) {
+        int at = first + stride * d;
+        if (!pg_const(in, at, &lo) || !pg_const(in, at + 1, &hi) || hi < lo ||
+            ir_mul_ovf(r, hi - lo, &r))
+            return -1;
+    }
+    return r;
+}
+
+/* Elements of buffer j that the kernel touches, as far as the ints tell
+ * (a lower bound where the size depends on a group's size or on the
+ * manifest), or -1 when unknown (loop-dependent sizes, buffers past the
+ * documented ones). */
+static int64_t pg_extent(const pg_instr *in, int j) {
+    int64_t n = pg_prod(in, 0, 1, 1), ndim;
+    if (j >= pg_kinfo[in->kernel].nbuf) return -1;
+    switch (in->kernel) {
+    case RT_K_init_param:
+        return -1;  /* the box size is in the manifest */
+    case RT_K_data:       /* input step ndim (lo hi)*: dst the box */
+        return pg_const(in, 2, &ndim) ? pg_box(in, 3, 2, ndim) : -1;
+    case RT_K_matmul: {  /* M K N: A M*K, B K*N, C M*N */
+        static const int a[3] = {0, 1, 0}, c[3] = {1, 2, 2};
+        int64_t x = pg_prod(in, a[j], 1, 1), y = pg_prod(in, c[j], 1, 1), r;
+        return x < 0 || y < 0 || ir_mul_ovf(x, y, &r) ? -1 : r;
+    }
+    case RT_K_bias_add:   /* M N: X and Y M*N, bias N */
+        return j == 1 ? pg_prod(in, 1, 1, 1) : pg_prod(in, 0, 2, 1);
+    case RT_K_bias_grad:  /* M N: dY M*N, db N */
+        return j == 1 ? pg_prod(in, 1, 1, 1) : pg_prod(in, 0, 2, 1);
+    case RT_K_mse_loss:   /* n: P, T n, L 1 */
+        return j == 2 ? 1 : n;
+    case RT_K_xent:       /* M V: logits M*V, targets M, L 1 */
+        return j == 0 ? pg_prod(in, 0, 2, 1) : j == 1 ? pg_prod(in, 0, 1, 1) : 1;
+    case RT_K_xent_bwd:   /* M V: logits and dlogits M*V, targets M */
+        return j == 1 ? pg_prod(in, 0, 1, 1) : pg_prod(in, 0, 2, 1);
+    case RT_K_slice:      /* ndim acc (extent lo hi)*: src prod extent, dst the box */
+        if (!pg_const(in, 0, &ndim)) return -1;
+        return j == 0 ? pg_prod(in, 2, (int)ndim, 3) : pg_box(in, 3, 3, ndim);
+    default:
+        /* Elementwise kernels and collectives: n elements per buffer
+         * (collectives' n * group-size buffers: n is a lower bound). */
+        return n;
+    }
+}
+
+/* Checks of the variable-length kernels (data, slice): the int count
+ * follows from ndim, and slice boxes lie inside their source. */
+static void pg_verify_var(const pg_where *w, const pg_instr *in) {
+    int64_t ndim, ext, lo, hi;
+    if (in->kernel == RT_K_data) {
+        PG_CHECK(w, pg_const(in, 2, &ndim), "data: ndim must be a constant");
+        PG_CHECK(w, ndim >= 0 && ndim <= IR_MAXDIM, "data: ndim %" PRId64 " out of range", ndim);
+        PG_CHECK(w, in->nint == 3 + 2 * ndim, "data: %d ints for ndim %" PRId64, in->nint, ndim);
+    } else if (in->kernel == RT_K_slice) {
+        PG_CHECK(w, pg_const(in, 0, &ndim), "slice: ndim must be a constant");
+        PG_CHECK(w, ndim >= 1 && ndim <= IR_MAXDIM, "slice: ndim %" PRId64 " out of range", ndim);
+        PG_CHECK(w, in->nint == 2 + 3 * ndim, "slice: %d ints for ndim %" PRId64, in->nint, ndim);
+        for (int d = 0; d < ndim; d++) {
+            if (!pg_const(in, 2 + 3 * d, &ext) || !pg_const(in, 3 + 3 * d, &lo) ||
+                !pg_const(in, 4 + 3 * d, &hi))
+                continue;
+            PG_CHECK(w, 0 <= lo && lo <= hi && hi <= ext,
+                     "slice: dim %d range [%" PRId64 ", %" PRId64 ") outside extent %" PRId64, d,
+                     lo, hi, ext);
+        }
+    }
+}
+
+/* Check one instruction of section sec. */
+static void pg_verify_instr(const pg_where *w, const pg_instr *in) {
+    const ir_prog *p = w->p;
+    PG_CHECK(w, in->kernel >= 0 && in->kernel < RT_K_COUNT, "kernel id %d", in->kernel);
+    const struct pg_kinfo *k = &pg_kinfo[in->kernel];
+    PG_CHECK(w, in->nbuf >= k->nbuf && in->nbuf <= PG_MAXBUF, "%d buffers, kernel takes %d",
+             in->nbuf, k->nbuf);
+    PG_CHECK(w, in->nint >= k->nint && in->nint <= PG_MAXINT, "%d ints, kernel takes %d",
+             in->nint, k->nint);
+    PG_CHECK(w, in->nflt >= k->nflt && in->nflt <= PG_MAXFLT, "%d floats, kernel takes %d",
+             in->nflt, k->nflt);
+    /* Loop variables exist only inside their loops. */
+    for (int j = 0; j < in->nint; j++) {
+        int has_step = w->sec != IR_SEC_PROLOGUE && w->sec != IR_SEC_EPILOGUE;
+        PG_CHECK(w, has_step || in->ints[j].s == 0, "int %d uses the step outside the step loop", j);
+        PG_CHECK(w, w->sec == IR_SEC_MB || in->ints[j].m == 0,
+                 "int %d uses the micro-batch outside the micro-batch loop", j);
+    }
+    pg_verify_var(w, in);
+    for (int j = 0; j < in->nbuf; j++) {
+        int64_t off = in->buf[j], n = pg_extent(in, j), end;
+        PG_CHECK(w, off >= 0 && off < p->arena, "buffer %d at @%" PRId64 " outside the arena of %"
+                 PRId64 " bytes", j, off, p->arena);
+        PG_CHECK(w, off % PG_ELEM == 0, "buffer %d at @%" PRId64 " not %d-byte aligned", j, off,
+                 PG_ELEM);
+        if (n < 0) continue;
+        PG_CHECK(w, !ir_mul_ovf(n, PG_ELEM, &end) && !ir_add_ovf(end, off, &end) &&
+                     end <= p->arena,
+                 "buffer %d: %" PRId64 " elements at @%" PRId64 " run past the arena of %" PRId64
+                 " bytes", j, n, off, p->arena);
+    }
+}
+
+/* Check the Program's invariants; die on violation. */
+void ir_prog_verify(const ir_prog *p) {
+    pg_where w = {p, 0, -1};
+    PG_CHECK(&w, p->world >= 1 && p->rank >= 0 && p->rank < p->world, "rank %d of world %d",
+             p->rank, p->world);
+    PG_CHECK(&w, p->arena >= 0, "arena of %" PRId64 " bytes", p->arena);
+    PG_CHECK(&w, p->micro_batches >= 1, "%" PRId64 " micro-batches", p->micro_batches);
+    PG_CHECK(&w, p->steps >= 0, "%" PRId64 " steps", p->steps);
+    PG_CHECK(&w, p->loss_off == -1 || (p->loss_off >= 0 && p->loss_off % PG_ELEM == 0 &&
+                                       p->loss_off <= p->arena - PG_ELEM),
+             "loss at @%" PRId64 " outside the arena", p->loss_off);
+    PG_CHECK(&w, p->manifest.n == 0 || strlen(p->manifest.s) == p->manifest.n,
+             "manifest holds a NUL byte");
+    for (int r = 0; r < p->nreg; r++) {
+        const pg_region *g = &p->reg[r];
+        PG_CHECK(&w, g->off >= 0 && g->bytes >= 0 && g->off <= p->arena - g->bytes,
+                 "region %s [@%" PRId64 " +%" PRId64 ") outside the arena", g->name, g->off,
+                 g->bytes);
+    }
+    for (w.sec = 0; w.sec < IR_SEC_COUNT; w.sec++) {
+        PG_CHECK(&w, p->nins[w.sec] == 0 || p->ins[w.sec], "section %d has no array", w.sec);
+        for (w.idx = 0; w.idx < p->nins[w.sec]; w.idx++) pg_verify_instr(&w, &p->ins[w.sec][w.idx]);
+        w.idx = -1;
+    }
+}

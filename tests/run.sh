@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# tests/run.sh BUILD_DIR -- run every test of nnsc-aot against one build.
+#
+#   unit      every BUILD_DIR/tests/test_* program (C unit tests per layer)
+#   golden    golden/*.ini: IR dumps diffed against golden/*.out (tests/golden.sh)
+#   cli       the command line, determinism, launch failure handling (tests/cli.sh)
+#   equiv     nnsc-aot verify: N-device plans train like 1 device (tests/equiv.sh)
+#
+# Prints one line per test and closes with "N passed, M failed"; exits 1 if
+# anything failed.  TESTS="unit golden" runs a subset.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$top/build}" && pwd)
+export NNSC_BUILD=$build
+export NNSC_TOP=$top
+log=$(mktemp -d "${TMPDIR:-/tmp}/nnsc-tests-XXXXXX")
+pass=0
+fail=0
+failed=()
+
+# run NAME CMD...: one test, output kept in the log dir, shown on failure
+run() {
+  local name=$1
+  shift
+  local t0=$SECONDS
+  if "$@" >"$log/$name.log" 2>&1; then
+    pass=$((pass + 1))
+    printf 'PASS  %-40s %3ds\n' "$name" $((SECONDS - t0))
+  else
+    fail=$((fail + 1))
+    failed+=("$name")
+    printf 'FAIL  %-40s %3ds\n' "$name" $((SECONDS - t0))
+    tail -n 30 "$log/$name.log" | sed 's/^/      | /'
+  fi
+}
+
+want() { [[ -z "${TESTS:-}" || " $TESTS " == *" $1 "* ]]; }
+
+if want unit; then
+  for t in "$build"/tests/test_*; do
+    [[ -x $t ]] || continue
+    run "unit/$(basename "$t")" "$t" "$top/tests"
+  done
+fi
+if want golden; then
+  for f in "$top"/golden/*.ini; do
+    run "golden/$(basename "$f" .ini)" "$top/tests/golden.sh" "$f"
+  done
+fi
+want cli && run "cli" "$top/tests/cli.sh"
+if want equiv; then
+  while read -r spec devs extra; do
+    [[ -z $spec || $spec == \#* ]] && continue
+    # shellcheck disable=SC2086
+    run "equiv/$(basename "$spec" .ini)-$devs${extra:+-${extra//[^a-z0-9]/_}}" \
+      "$build/nnsc-aot" verify "$top/$spec" --devices "$devs" $extra
+  done <"$top/tests/equiv.list"
+fi
+
+echo
+((fail)) && echo "failed: ${failed[*]} (logs in $log)"
+((fail)) || rm -rf "$log"
+echo "$pass passed, $fail failed"
+((fail == 0))

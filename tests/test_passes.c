@@ -1,0 +1,191 @@
+/* test_passes.c -- unit tests of the IR and the passes on graphs built
+ * through the IR API (no spec file): annotations, autograd, the dp plan,
+ * communication derived from pTensors, schedule, memory plan, lowering. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "codegen.h"
+#include "passes.h"
+
+static void test_anno(void)
+{
+    ir_anno a;
+    char err[256];
+    int r32[2] = {3, 2};
+    CHECK(ir_anno_parse("* k+, k n -> * n", 2, r32, &a, err, sizeof err) == 0, "matmul annotation parses");
+    ir_buf b = {0};
+    ir_anno_print(&a, &b);
+    CHECK(strcmp(b.s, "*0 *1 k+, k n -> *0 *1 n") == 0, "expanded for rank 3: '%s'", b.s);
+    ir_buf_free(&b);
+    CHECK(a.id_reduce[ir_anno_find(&a, "k")] && !a.id_reduce[ir_anno_find(&a, "n")], "k is a reduction, n is not");
+    int r2[1] = {2};
+    CHECK(ir_anno_parse("*+ v^, *+ -> 1", 1, r2, &a, err, sizeof err) != 0, "wrong input count rejected: %s", err);
+    int r11[2] = {1, 1};
+    CHECK(ir_anno_parse("a b, b -> a", 2, r11, &a, err, sizeof err) != 0, "wrong rank rejected: %s", err);
+    int r22[2] = {2, 2};
+    CHECK(ir_anno_parse("a k+, k b -> a k", 2, r22, &a, err, sizeof err) != 0, "reduction in output rejected: %s", err);
+    CHECK(ir_anno_parse("a b$, b -> a", 2, r22, &a, err, sizeof err) != 0, "bad character rejected: %s", err);
+    int r1[1] = {2};
+    CHECK(ir_anno_parse("*, * -> ", 1, r1, &a, err, sizeof err) != 0, "operand count mismatch rejected");
+    int r2b[2] = {2, 2};
+    CHECK(ir_anno_parse("*, * -> ", 2, r2b, &a, err, sizeof err) == 0 && a.nout == 0, "no outputs (optimizer)");
+}
+
+/* x[B,D] -> matmul w1 -> bias b1 -> relu -> matmul w2 -> mse(y) */
+static void mlp(ir_graph *g, int64_t B, int mbs)
+{
+    char err[256];
+    ir_graph_init(g);
+    g->model = ir_str(g, "t");
+    g->file = ir_str(g, "t.ini");
+    int64_t sx[2] = {B, 4}, sw1[2] = {4, 6}, sb1[1] = {6}, sw2[2] = {6, 3}, sy[2] = {B, 3};
+    int x = ir_add_tensor(g, "x", IR_F32, IR_T_INPUT, 2, sx, 1);
+    int y = ir_add_tensor(g, "y", IR_F32, IR_T_INPUT, 2, sy, 2);
+    g->t[x].batch_dim = g->t[y].batch_dim = 0;
+    int w1 = ir_add_tensor(g, "w1", IR_F32, IR_T_PARAM, 2, sw1, 3);
+    int b1 = ir_add_tensor(g, "b1", IR_F32, IR_T_PARAM, 1, sb1, 4);
+    int w2 = ir_add_tensor(g, "w2", IR_F32, IR_T_PARAM, 2, sw2, 5);
+    const char *o1[] = {"h"}, *o2[] = {"hb"}, *o3[] = {"a"}, *o4[] = {"p"}, *o5[] = {"loss"};
+    int in1[2] = {x, w1};
+    int op = ir_add_op(g, "fc1", IR_OP_MATMUL, 2, in1, o1, 6, err, sizeof err);
+    int in2[2] = {g->op[op].out[0], b1};
+    op = ir_add_op(g, "bias1", IR_OP_BIAS_ADD, 2, in2, o2, 7, err, sizeof err);
+    int in3[1] = {g->op[op].out[0]};
+    op = ir_add_op(g, "act", IR_OP_RELU, 1, in3, o3, 8, err, sizeof err);
+    int in4[2] = {g->op[op].out[0], w2};
+    op = ir_add_op(g, "fc2", IR_OP_MATMUL, 2, in4, o4, 9, err, sizeof err);
+    int in5[2] = {g->op[op].out[0], y};
+    op = ir_add_op(g, "mse", IR_OP_MSE_LOSS, 2, in5, o5, 10, err, sizeof err);
+    g->train.loss = g->op[op].out[0];
+    g->train.optimizer = IR_OP_ADAMW;
+    g->train.lr = 1e-3;
+    g->train.beta1 = 0.9;
+    g->train.beta2 = 0.999;
+    g->train.eps = 1e-8;
+    g->train.steps = 3;
+    g->train.micro_batches = mbs;
+    g->train.data_period = 1;
+}
+
+static void test_graph(void)
+{
+    ir_graph g;
+    mlp(&g, 8, 1);
+    char err[256];
+    int t = ir_find_tensor(&g, "p");
+    CHECK(t >= 0 && g.t[t].shape[0] == 8 && g.t[t].shape[1] == 3 && g.t[t].batch_dim == 0,
+          "shapes and batch dim inferred through two matmuls");
+    int bad[2] = {ir_find_tensor(&g, "x"), ir_find_tensor(&g, "w2")};
+    const char *on[] = {"bad"};
+    CHECK(ir_add_op(&g, "bad", IR_OP_MATMUL, 2, bad, on, 11, err, sizeof err) < 0 && strstr(err, "shape mismatch"),
+          "inner dim mismatch: %s", err);
+    CHECK(g.op[ir_find_op(&g, "mse")].fattr[IR_FA_SCALE] == 1.0 / 24, "mse scale is 1/numel");
+    CHECK(pass_autograd(&g) == 0, "autograd");
+    ir_graph_verify(&g);
+    int dw1 = ir_find_tensor(&g, "d.w1"), db1 = ir_find_tensor(&g, "d.b1"), dx = ir_find_tensor(&g, "d.x");
+    CHECK(dw1 >= 0 && g.t[dw1].grad_of == ir_find_tensor(&g, "w1") && g.t[dw1].batch_dim == -1,
+          "d.w1 is w1's gradient, batch reduced");
+    CHECK(db1 >= 0 && g.op[g.t[db1].producer].kind == IR_OP_BIAS_GRAD, "d.b1 from bias_grad");
+    CHECK(dx < 0, "no gradient for data");
+    int nopt = 0;
+    for (int i = 0; i < g.nop; i++) nopt += g.op[i].phase == IR_PH_OPT;
+    CHECK(nopt == 3, "one optimizer op per param (%d)", nopt);
+    CHECK(g.op[ir_find_op(&g, "opt.b1")].fattr[IR_FA_WD] == 0, "no weight decay on 1-d params");
+    ir_graph_free(&g);
+}
+
+static int count_comm(const ir_dist *d, ir_commkind k)
+{
+    int n = 0;
+    for (int i = 0; i < d->ncomm; i++) n += d->comm[i].kind == k;
+    return n;
+}
+
+static void test_dp(int ndev, int mbs)
+{
+    ir_graph g;
+    mlp(&g, 8, mbs);
+    g.req.devices = ndev;
+    pass_autograd(&g);
+    ir_dist d;
+    ir_dist_init(&d, &g, ndev);
+    CHECK(pass_plan(&d) == 0, "dp plan on %d devices", ndev);
+    pass_split(&d);
+    ir_dist_verify(&d);
+    pass_comm(&d);
+    ir_dist_verify(&d);
+    pass_schedule(&d);
+    int nar = count_comm(&d, IR_COMM_ALLREDUCE);
+    /* three param gradients and the loss are sums over the devices */
+    CHECK(nar == (ndev > 1 ? 4 : 0), "%d devices: %d all-reduces derived (3 grads + loss)", ndev, nar);
+    int ok = 1;
+    for (int i = 0; i < d.ncomm; i++)
+        if (d.comm[i].kind == IR_COMM_ALLREDUCE)
+            ok &= d.grp[d.comm[i].group].n == ndev && d.comm[i].sec == IR_SEC_POST;
+    CHECK(ok, "all-reduces over all %d devices, once per step after the micro-batches", ndev);
+    /* forward matmul on device k takes rows [k*8/n, (k+1)*8/n) */
+    int fc1 = ir_find_op(&g, "fc1"), rows = 1;
+    for (int i = 0; i < d.nsop; i++)
+        if (d.sop[i].op == fc1) {
+            const ir_ptensor *p = &d.pt[d.sop[i].in[0]];
+            rows &= p->box.lo[0] == d.sop[i].dev * 8 / ndev && p->box.hi[0] == (d.sop[i].dev + 1) * 8 / ndev &&
+                    p->dev == d.sop[i].dev;
+        }
+    CHECK(rows, "fc1 sub-ops take their device's rows");
+    /* memory plan: live buffers never overlap */
+    for (int r = 0; r < ndev; r++) {
+        pass_mem m;
+        pass_memplan(&d, r, &m);
+        int overlap = 0;
+        for (int i = 0; i < d.npt; i++)
+            for (int j = i + 1; j < d.npt; j++) {
+                if (m.off[i] < 0 || m.off[j] < 0 || m.off[i] == m.off[j]) continue;
+                /* persistent buffers must never share */
+                if (m.off[i] < m.persistent && m.off[j] < m.persistent)
+                    overlap |= m.off[i] < m.off[j] + m.bytes[j] && m.off[j] < m.off[i] + m.bytes[i];
+            }
+        CHECK(!overlap && m.arena >= m.persistent, "rank %d: persistent buffers disjoint, arena %lld", r,
+              (long long)m.arena);
+        ir_prog p;
+        ir_prog_init(&p, r, ndev);
+        pass_lower(&d, &m, &p);
+        ir_prog_verify(&p);
+        int nmm = 0, nar2 = 0;
+        for (int i = 0; i < p.nins[IR_SEC_MB]; i++) nmm += p.ins[IR_SEC_MB][i].kernel == RT_K_matmul;
+        for (int i = 0; i < p.nins[IR_SEC_POST]; i++) nar2 += p.ins[IR_SEC_POST][i].kernel == RT_K_allreduce;
+        CHECK(nmm == 5, "rank %d: 5 matmuls per micro-batch (2 fwd, 1 dx, 2 dw), got %d", r, nmm);
+        CHECK(nar2 == (ndev > 1 ? 4 : 0), "rank %d: %d all-reduce calls after the micro-batches", r, nar2);
+        CHECK(p.loss_off >= 0, "rank %d reports the loss", r);
+        CHECK(strstr(p.manifest.s, "param 0 w1 f32 2 4 6 box 0 4 0 6 init") != NULL, "manifest lists w1's box");
+        ir_prog_free(&p);
+        pass_mem_free(&m);
+    }
+    ir_dist_free(&d);
+    ir_graph_free(&g);
+}
+
+static void test_batch_divides(void)
+{
+    ir_graph g;
+    mlp(&g, 6, 1);
+    g.req.devices = 4;
+    pass_autograd(&g);
+    ir_dist d;
+    ir_dist_init(&d, &g, 4);
+    fflush(stdout);
+    CHECK(pass_plan(&d) == 2, "batch 6 on 4 devices is bad input (exit 2)");
+    ir_dist_free(&d);
+    ir_graph_free(&g);
+}
+
+int main(void)
+{
+    test_anno();
+    test_graph();
+    test_dp(1, 1);
+    test_dp(2, 1);
+    test_dp(4, 2);
+    test_batch_divides();
+    return check_done();
+}
