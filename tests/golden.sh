@@ -9,7 +9,7 @@
 # reviewed decision: commit the new .out with the change that explains it).
 set -u
 spec=$1
-build=${NNSC_BUILD:-$(dirname "$0")/../build}
+build=$(cd "${NNSC_BUILD:-$(dirname "$0")/../build}" && pwd)
 exp=${spec%.ini}.out
 opts=$(sed -n '1s/^; *golden: *//p' "$spec")
 if [[ -z $opts ]]; then
