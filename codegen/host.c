@@ -1,0 +1,498 @@
+/* host.c -- a rank's Program to an LLVM module, then to an object file.
+ *
+ * The module holds one function, main(), which is in C terms exactly the
+ * program sketched in rtlib/rt.h: rt_init with the embedded manifest, the
+ * prologue kernels, the step loop (pre kernels, the micro-batch loop, post
+ * kernels, rt_step_end with the loss), the epilogue kernels, rt_finish.
+ * Each Program instruction becomes one call rt_k_<name>(ctx, bufs, ints,
+ * flts): bufs and ints are stack arrays filled right before the call, flts a
+ * constant global.  The instruction's note names those arrays and is
+ * attached to the call as !nnsc.note metadata, so rankN.ll reads like the
+ * `--dump=lower` output.
+ *
+ * The output depends only on the Program and the options: the module and
+ * its source file are named rankN, nothing records paths, times or pointers,
+ * and the target is the portable CPU named in the options, not the host's
+ * (unless the options ask for "native").
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+
+#include "codegen.h"
+
+/* Target CPU when the options name none: a portable x86-64 level, so the
+ * executables run on any machine of the cluster, not just the build host. */
+#define CG_DEFAULT_CPU "x86-64-v3"
+
+/* Longest prefix of a note used in value names. */
+#define CG_NAME_MAX 48
+
+/* ------------------------------------------------------------ LLVM errors */
+
+/* The one check for LLVM calls that can fail: when failed, print file:line,
+ * what was attempted and LLVM's message *msg.  Frees *msg (an
+ * LLVMDisposeMessage string or NULL) either way; returns failed. */
+static int cg_check(const char *file, int line, const char *what, int failed, char **msg) {
+    if (failed)
+        fprintf(stderr, "%s:%d: LLVM: %s failed: %s\n", file, line, what,
+                *msg && (*msg)[0] ? *msg : "(no message)");
+    if (*msg) LLVMDisposeMessage(*msg);
+    *msg = NULL;
+    return failed;
+}
+
+/* Run call, which reports failure as non-zero and may set the char *
+ * variable msg to LLVM's message, and check it.  msg is cleared first and
+ * read only after the call (so the order of argument evaluation is moot). */
+#define CG_CHECK(what, call, msg) \
+    cg_check(__FILE__, __LINE__, (what), ((msg) = NULL, (call)) != 0, &(msg))
+
+/* The same for calls that return an LLVMErrorRef (consumed here). */
+static int cg_check_err(const char *file, int line, const char *what, LLVMErrorRef err) {
+    char *msg = NULL;
+    if (err) {
+        char *m = LLVMGetErrorMessage(err);
+        msg = LLVMCreateMessage(m);
+        LLVMDisposeErrorMessage(m);
+    }
+    return cg_check(file, line, what, err != NULL, &msg);
+}
+#define CG_CHECK_ERR(what, call) cg_check_err(__FILE__, __LINE__, (what), (call))
+
+/* ------------------------------------------------------- module building */
+
+/* The rtlib entry points main() calls around the kernels. */
+enum {
+    CG_RT_INIT,        /* rt_ctx *rt_init(int, char **, const char *) */
+    CG_RT_ARENA,       /* char *rt_arena(rt_ctx *) */
+    CG_RT_FIRST_STEP,  /* int64_t rt_first_step(rt_ctx *) */
+    CG_RT_STEPS,       /* int64_t rt_steps(rt_ctx *) */
+    CG_RT_STEP_BEGIN,  /* void rt_step_begin(rt_ctx *, int64_t) */
+    CG_RT_STEP_END,    /* void rt_step_end(rt_ctx *, int64_t, const float *) */
+    CG_RT_FINISH,      /* int rt_finish(rt_ctx *) */
+    CG_RT_COUNT
+};
+
+/* State while building one rank's module. */
+typedef struct cg_host_ctx {
+    const ir_prog *p;              /* the Program */
+    LLVMContextRef c;              /* LLVM context (owned) */
+    LLVMModuleRef m;               /* module rankN */
+    LLVMTargetDataRef td;          /* data layout of the target (owned) */
+    LLVMBuilderRef b;              /* builder at the current point of main */
+    LLVMBuilderRef ab;             /* builder at the end of main's entry block (allocas) */
+    LLVMTypeRef i8, i32, i64, f32, ptr, vd;  /* types used throughout */
+    LLVMTypeRef kty;               /* void (ptr, ptr, ptr, ptr): every rt_k_* */
+    LLVMValueRef kfn[RT_K_COUNT];  /* rt_k_* declarations, NULL until first used */
+    LLVMTypeRef rty[CG_RT_COUNT];  /* types of the CG_RT_* functions */
+    LLVMValueRef rfn[CG_RT_COUNT]; /* their declarations */
+    LLVMTypeRef life_ty;           /* type of llvm.lifetime.start/end */
+    LLVMValueRef life[2];          /* llvm.lifetime.start, llvm.lifetime.end */
+    unsigned md_note;              /* metadata kind "nnsc.note" */
+    LLVMValueRef ctx;              /* main's rt_ctx * */
+    LLVMValueRef arena;            /* main's arena base (char *) */
+    LLVMValueRef step;             /* the step index, or NULL outside the step loop */
+    LLVMValueRef mb;               /* the micro-batch index, or NULL outside its loop */
+} cg_host_ctx;
+
+/* Declare an external function, marked nounwind (rtlib is plain C). */
+static LLVMValueRef cg_declare(cg_host_ctx *h, const char *name, LLVMTypeRef ty) {
+    LLVMValueRef f = LLVMAddFunction(h->m, name, ty);
+    unsigned k = LLVMGetEnumAttributeKindForName("nounwind", 8);
+    LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(h->c, k, 0));
+    return f;
+}
+
+/* Declare the rtlib entry points and the lifetime intrinsics. */
+static void cg_declare_runtime(cg_host_ctx *h) {
+    static const char *const names[CG_RT_COUNT] = {
+        "rt_init", "rt_arena", "rt_first_step", "rt_steps",
+        "rt_step_begin", "rt_step_end", "rt_finish",
+    };
+    LLVMTypeRef p1[] = {h->ptr}, init[] = {h->i32, h->ptr, h->ptr};
+    LLVMTypeRef begin[] = {h->ptr, h->i64}, end[] = {h->ptr, h->i64, h->ptr};
+    h->rty[CG_RT_INIT] = LLVMFunctionType(h->ptr, init, 3, 0);
+    h->rty[CG_RT_ARENA] = LLVMFunctionType(h->ptr, p1, 1, 0);
+    h->rty[CG_RT_FIRST_STEP] = LLVMFunctionType(h->i64, p1, 1, 0);
+    h->rty[CG_RT_STEPS] = LLVMFunctionType(h->i64, p1, 1, 0);
+    h->rty[CG_RT_STEP_BEGIN] = LLVMFunctionType(h->vd, begin, 2, 0);
+    h->rty[CG_RT_STEP_END] = LLVMFunctionType(h->vd, end, 3, 0);
+    h->rty[CG_RT_FINISH] = LLVMFunctionType(h->i32, p1, 1, 0);
+    for (int k = 0; k < CG_RT_COUNT; k++) h->rfn[k] = cg_declare(h, names[k], h->rty[k]);
+
+    LLVMTypeRef kargs[] = {h->ptr, h->ptr, h->ptr, h->ptr};
+    h->kty = LLVMFunctionType(h->vd, kargs, 4, 0);
+
+    static const char *const life[2] = {"llvm.lifetime.start", "llvm.lifetime.end"};
+    for (int k = 0; k < 2; k++) {
+        unsigned id = LLVMLookupIntrinsicID(life[k], strlen(life[k]));
+        h->life[k] = LLVMGetIntrinsicDeclaration(h->m, id, &h->ptr, 1);
+        h->life_ty = LLVMIntrinsicGetType(h->c, id, &h->ptr, 1);
+    }
+}
+
+/* Call a CG_RT_* function. */
+static LLVMValueRef cg_call_rt(cg_host_ctx *h, int k, LLVMValueRef *args, unsigned n,
+                               const char *name) {
+    return LLVMBuildCall2(h->b, h->rty[k], h->rfn[k], args, n, name);
+}
+
+/* The declaration of rt_k_<name>, added on first use. */
+static LLVMValueRef cg_kernel(cg_host_ctx *h, int kernel) {
+    if (!h->kfn[kernel]) {
+        char name[64];
+        snprintf(name, sizeof name, "rt_k_%s", cg_kernel_names[kernel]);
+        h->kfn[kernel] = cg_declare(h, name, h->kty);
+    }
+    return h->kfn[kernel];
+}
+
+/* A value-name stem for an instruction: its note with characters outside
+ * [A-Za-z0-9_.] turned into '_', cut short; the kernel name if it has none. */
+static void cg_stem(const pg_instr *in, char *out, size_t cap) {
+    const char *s = in->note && in->note[0] ? in->note : cg_kernel_names[in->kernel];
+    size_t n = 0;
+    for (; s[n] && n + 1 < cap && n < CG_NAME_MAX; n++) {
+        char ch = s[n];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '_' || ch == '.';
+        out[n] = ok ? ch : '_';
+    }
+    out[n] = 0;
+}
+
+/* A stack array of n elements of type el in main's entry block, its
+ * lifetime started here; *size gets its size in bytes. */
+static LLVMValueRef cg_stack_array(cg_host_ctx *h, LLVMTypeRef el, unsigned n, const char *name,
+                                   LLVMValueRef *size) {
+    LLVMTypeRef at = LLVMArrayType2(el, n);
+    LLVMValueRef a = LLVMBuildAlloca(h->ab, at, name);
+    LLVMSetAlignment(a, 8);
+    *size = LLVMConstInt(h->i64, LLVMABISizeOfType(h->td, at), 0);
+    LLVMValueRef args[2] = {*size, a};
+    LLVMBuildCall2(h->b, h->life_ty, h->life[0], args, 2, "");
+    return a;
+}
+
+/* End the lifetime of a stack array from cg_stack_array. */
+static void cg_stack_end(cg_host_ctx *h, LLVMValueRef a, LLVMValueRef size) {
+    LLVMValueRef args[2] = {size, a};
+    LLVMBuildCall2(h->b, h->life_ty, h->life[1], args, 2, "");
+}
+
+/* Store v into element j of the stack array a of type [n x el]. */
+static void cg_store_elem(cg_host_ctx *h, LLVMValueRef a, LLVMTypeRef el, unsigned n, unsigned j,
+                          LLVMValueRef v) {
+    LLVMValueRef idx[2] = {LLVMConstInt(h->i64, 0, 0), LLVMConstInt(h->i64, j, 0)};
+    LLVMValueRef slot = LLVMBuildInBoundsGEP2(h->b, LLVMArrayType2(el, n), a, idx, 2, "");
+    LLVMBuildStore(h->b, v, slot);
+}
+
+/* The value of an integer argument: c + s * step + m * mb. */
+static LLVMValueRef cg_int_value(cg_host_ctx *h, pg_int v) {
+    LLVMValueRef r = NULL;
+    if (v.s) {
+        IR_ASSERT(h->step);
+        r = LLVMBuildMul(h->b, h->step, LLVMConstInt(h->i64, (unsigned long long)v.s, 1), "");
+    }
+    if (v.m) {
+        IR_ASSERT(h->mb);
+        LLVMValueRef t = LLVMBuildMul(h->b, h->mb, LLVMConstInt(h->i64, (unsigned long long)v.m, 1), "");
+        r = r ? LLVMBuildAdd(h->b, r, t, "") : t;
+    }
+    LLVMValueRef c = LLVMConstInt(h->i64, (unsigned long long)v.c, 1);
+    if (!r) return c;
+    return v.c ? LLVMBuildAdd(h->b, r, c, "") : r;
+}
+
+/* A private constant array of the instruction's floats. */
+static LLVMValueRef cg_float_array(cg_host_ctx *h, const pg_instr *in, const char *name) {
+    LLVMValueRef v[PG_MAXFLT];
+    for (int j = 0; j < in->nflt; j++) v[j] = LLVMConstReal(h->f32, (double)in->flt[j]);
+    LLVMValueRef init = LLVMConstArray2(h->f32, v, (uint64_t)in->nflt);
+    LLVMValueRef g = LLVMAddGlobal(h->m, LLVMTypeOf(init), name);
+    LLVMSetInitializer(g, init);
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, LLVMPrivateLinkage);
+    LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
+    LLVMSetAlignment(g, 4);
+    return g;
+}
+
+/* One instruction: fill its argument arrays and call rt_k_<name>. */
+static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
+    char stem[CG_NAME_MAX + 1], name[CG_NAME_MAX + 8];
+    cg_stem(in, stem, sizeof stem);
+    LLVMValueRef null = LLVMConstNull(h->ptr);
+    LLVMValueRef args[4] = {h->ctx, null, null, null};
+    LLVMValueRef size[2] = {NULL, NULL};
+
+    if (in->nbuf) {  /* void *b[nbuf] = {A + off, ...} */
+        snprintf(name, sizeof name, "%s.b", stem);
+        args[1] = cg_stack_array(h, h->ptr, (unsigned)in->nbuf, name, &size[0]);
+        for (int j = 0; j < in->nbuf; j++) {
+            LLVMValueRef off = LLVMConstInt(h->i64, (unsigned long long)in->buf[j], 1);
+            LLVMValueRef ptr = LLVMBuildInBoundsGEP2(h->b, h->i8, h->arena, &off, 1, "");
+            cg_store_elem(h, args[1], h->ptr, (unsigned)in->nbuf, (unsigned)j, ptr);
+        }
+    }
+    if (in->nint) {  /* int64_t i[nint] = {c + s * step + m * mb, ...} */
+        snprintf(name, sizeof name, "%s.i", stem);
+        args[2] = cg_stack_array(h, h->i64, (unsigned)in->nint, name, &size[1]);
+        for (int j = 0; j < in->nint; j++)
+            cg_store_elem(h, args[2], h->i64, (unsigned)in->nint, (unsigned)j,
+                          cg_int_value(h, in->ints[j]));
+    }
+    if (in->nflt) {  /* static const float f[nflt] = {...} */
+        snprintf(name, sizeof name, "%s.f", stem);
+        args[3] = cg_float_array(h, in, name);
+    }
+
+    LLVMValueRef call = LLVMBuildCall2(h->b, h->kty, cg_kernel(h, in->kernel), args, 4, "");
+    if (in->note && in->note[0]) {
+        LLVMMetadataRef s = LLVMMDStringInContext2(h->c, in->note, strlen(in->note));
+        LLVMSetMetadata(call, h->md_note, LLVMMetadataAsValue(h->c, LLVMMDNodeInContext2(h->c, &s, 1)));
+    }
+    if (size[0]) cg_stack_end(h, args[1], size[0]);
+    if (size[1]) cg_stack_end(h, args[2], size[1]);
+}
+
+/* All instructions of one section, in order. */
+static void cg_section(cg_host_ctx *h, int sec) {
+    for (int i = 0; i < h->p->nins[sec]; i++) cg_instr(h, &h->p->ins[sec][i]);
+}
+
+/* A new block of main, appended at the end. */
+static LLVMBasicBlockRef cg_block(cg_host_ctx *h, LLVMValueRef fn, const char *name) {
+    return LLVMAppendBasicBlockInContext(h->c, fn, name);
+}
+
+/* The manifest as a private constant NUL-terminated string. */
+static LLVMValueRef cg_manifest(cg_host_ctx *h) {
+    const char *s = h->p->manifest.s ? h->p->manifest.s : "";
+    LLVMValueRef init = LLVMConstStringInContext2(h->c, s, strlen(s), 0);
+    LLVMValueRef g = LLVMAddGlobal(h->m, LLVMTypeOf(init), "manifest");
+    LLVMSetInitializer(g, init);
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, LLVMPrivateLinkage);
+    LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
+    return g;
+}
+
+/* int main(int argc, char **argv): the rank program of rtlib/rt.h. */
+static void cg_main(cg_host_ctx *h, const char *cpu, const char *features) {
+    const ir_prog *p = h->p;
+    LLVMTypeRef margs[2] = {h->i32, h->ptr};
+    LLVMValueRef fn = LLVMAddFunction(h->m, "main", LLVMFunctionType(h->i32, margs, 2, 0));
+    /* Unwind tables (async, as C compilers emit them) keep debuggers' and
+     * profilers' backtraces through main() working. */
+    unsigned uw = LLVMGetEnumAttributeKindForName("uwtable", 7);
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(h->c, uw, 2));
+    LLVMAddTargetDependentFunctionAttr(fn, "target-cpu", cpu);
+    if (features[0]) LLVMAddTargetDependentFunctionAttr(fn, "target-features", features);
+    LLVMValueRef argc = LLVMGetParam(fn, 0), argv = LLVMGetParam(fn, 1);
+    LLVMSetValueName2(argc, "argc", 4);
+    LLVMSetValueName2(argv, "argv", 4);
+
+    LLVMBasicBlockRef entry = cg_block(h, fn, "entry"), init = cg_block(h, fn, "init");
+    LLVMBasicBlockRef step_cond = cg_block(h, fn, "step.cond"), step_body = cg_block(h, fn, "step.body");
+    LLVMBasicBlockRef mb_cond = cg_block(h, fn, "mb.cond"), mb_body = cg_block(h, fn, "mb.body");
+    LLVMBasicBlockRef mb_exit = cg_block(h, fn, "mb.exit"), step_exit = cg_block(h, fn, "step.exit");
+    LLVMPositionBuilderAtEnd(h->ab, entry);
+
+    /* rt_ctx *ctx = rt_init(argc, argv, MANIFEST); char *A = rt_arena(ctx); prologue */
+    LLVMPositionBuilderAtEnd(h->b, init);
+    LLVMValueRef a3[3] = {argc, argv, cg_manifest(h)};
+    h->ctx = cg_call_rt(h, CG_RT_INIT, a3, 3, "ctx");
+    h->arena = cg_call_rt(h, CG_RT_ARENA, &h->ctx, 1, "arena");
+    cg_section(h, IR_SEC_PROLOGUE);
+    LLVMValueRef first = cg_call_rt(h, CG_RT_FIRST_STEP, &h->ctx, 1, "first");
+    LLVMBasicBlockRef pro_end = LLVMGetInsertBlock(h->b);
+    LLVMBuildBr(h->b, step_cond);
+
+    /* for (int64_t s = first; s < rt_steps(ctx); s++) */
+    LLVMPositionBuilderAtEnd(h->b, step_cond);
+    h->step = LLVMBuildPhi(h->b, h->i64, "s");
+    LLVMValueRef nsteps = cg_call_rt(h, CG_RT_STEPS, &h->ctx, 1, "steps");
+    LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntSLT, h->step, nsteps, "more"), step_body, step_exit);
+
+    /* rt_step_begin(ctx, s); pre */
+    LLVMPositionBuilderAtEnd(h->b, step_body);
+    LLVMValueRef a2[2] = {h->ctx, h->step};
+    cg_call_rt(h, CG_RT_STEP_BEGIN, a2, 2, "");
+    cg_section(h, IR_SEC_PRE);
+    LLVMBasicBlockRef pre_end = LLVMGetInsertBlock(h->b);
+    LLVMBuildBr(h->b, mb_cond);
+
+    /* for (int64_t mb = 0; mb < MICRO_BATCHES; mb++) { mb section } */
+    LLVMPositionBuilderAtEnd(h->b, mb_cond);
+    h->mb = LLVMBuildPhi(h->b, h->i64, "mb");
+    LLVMValueRef mb_more = LLVMBuildICmp(h->b, LLVMIntSLT, h->mb,
+                                         LLVMConstInt(h->i64, (unsigned long long)p->micro_batches, 1), "mb.more");
+    LLVMBuildCondBr(h->b, mb_more, mb_body, mb_exit);
+    LLVMPositionBuilderAtEnd(h->b, mb_body);
+    cg_section(h, IR_SEC_MB);
+    LLVMValueRef mb_next = LLVMBuildNSWAdd(h->b, h->mb, LLVMConstInt(h->i64, 1, 0), "mb.next");
+    LLVMBasicBlockRef mb_end = LLVMGetInsertBlock(h->b);
+    LLVMBuildBr(h->b, mb_cond);
+    LLVMValueRef mb_in[2] = {LLVMConstInt(h->i64, 0, 0), mb_next};
+    LLVMBasicBlockRef mb_from[2] = {pre_end, mb_end};
+    LLVMAddIncoming(h->mb, mb_in, mb_from, 2);
+    h->mb = NULL;
+
+    /* post; rt_step_end(ctx, s, (float *)(A + LOSS_OFF) or NULL) */
+    LLVMPositionBuilderAtEnd(h->b, mb_exit);
+    cg_section(h, IR_SEC_POST);
+    LLVMValueRef loss = LLVMConstNull(h->ptr);
+    if (p->loss_off >= 0) {
+        LLVMValueRef off = LLVMConstInt(h->i64, (unsigned long long)p->loss_off, 1);
+        loss = LLVMBuildInBoundsGEP2(h->b, h->i8, h->arena, &off, 1, "loss");
+    }
+    LLVMValueRef a3e[3] = {h->ctx, h->step, loss};
+    cg_call_rt(h, CG_RT_STEP_END, a3e, 3, "");
+    LLVMValueRef s_next = LLVMBuildNSWAdd(h->b, h->step, LLVMConstInt(h->i64, 1, 0), "s.next");
+    LLVMBasicBlockRef post_end = LLVMGetInsertBlock(h->b);
+    LLVMBuildBr(h->b, step_cond);
+    LLVMValueRef s_in[2] = {first, s_next};
+    LLVMBasicBlockRef s_from[2] = {pro_end, post_end};
+    LLVMAddIncoming(h->step, s_in, s_from, 2);
+    h->step = NULL;
+
+    /* epilogue; return rt_finish(ctx) */
+    LLVMPositionBuilderAtEnd(h->b, step_exit);
+    cg_section(h, IR_SEC_EPILOGUE);
+    LLVMBuildRet(h->b, cg_call_rt(h, CG_RT_FINISH, &h->ctx, 1, "rc"));
+
+    /* The entry block holds the argument arrays; it ends by entering init. */
+    LLVMBuildBr(h->ab, init);
+}
+
+/* ------------------------------------------------------------ the target */
+
+/* What the rank code is compiled for; every string is LLVM-allocated
+ * (LLVMDisposeMessage). */
+typedef struct cg_target {
+    char *triple;    /* the host's target triple */
+    char *cpu;       /* CPU name (the build host's for "native") */
+    char *features;  /* target features, "" for the CPU's own */
+} cg_target;
+
+/* Resolve the options' CPU and features: the default CPU when none is
+ * named, and the build host's CPU and features for "native" (the options'
+ * features then come after the host's, so they can override them). */
+static void cg_target_init(cg_target *t, const cg_opts *o) {
+    const char *cpu = o->cpu && o->cpu[0] ? o->cpu : CG_DEFAULT_CPU;
+    const char *features = o->features ? o->features : "";
+    t->triple = LLVMGetDefaultTargetTriple();
+    if (strcmp(cpu, "native") != 0) {
+        t->cpu = LLVMCreateMessage(cpu);
+        t->features = LLVMCreateMessage(features);
+        return;
+    }
+    t->cpu = LLVMGetHostCPUName();
+    char *host = LLVMGetHostCPUFeatures();
+    ir_buf b = {0};
+    ir_bprintf(&b, "%s%s%s", host, host[0] && features[0] ? "," : "", features);
+    t->features = LLVMCreateMessage(b.s);
+    ir_buf_free(&b);
+    LLVMDisposeMessage(host);
+}
+
+/* Free what cg_target_init made. */
+static void cg_target_free(cg_target *t) {
+    LLVMDisposeMessage(t->triple);
+    LLVMDisposeMessage(t->cpu);
+    LLVMDisposeMessage(t->features);
+}
+
+/* A PIC target machine for t at the options' level; NULL after printing a
+ * message. */
+static LLVMTargetMachineRef cg_target_machine(const cg_target *t, int opt_level) {
+    static const LLVMCodeGenOptLevel levels[4] = {
+        LLVMCodeGenLevelNone, LLVMCodeGenLevelLess, LLVMCodeGenLevelDefault, LLVMCodeGenLevelAggressive,
+    };
+    char *msg;
+    if (CG_CHECK("native target initialisation", LLVMInitializeNativeTarget(), msg) ||
+        CG_CHECK("native asm printer initialisation", LLVMInitializeNativeAsmPrinter(), msg))
+        return NULL;
+    LLVMTargetRef target;
+    if (CG_CHECK("target lookup", LLVMGetTargetFromTriple(t->triple, &target, &msg), msg))
+        return NULL;
+    LLVMTargetMachineRef tm;
+    CG_CHECK("target machine creation",
+             !(tm = LLVMCreateTargetMachine(target, t->triple, t->cpu, t->features, levels[opt_level],
+                                            LLVMRelocPIC, LLVMCodeModelDefault)),
+             msg);
+    return tm;
+}
+
+/* Default options: the portable CPU, no extra features, -O2. */
+static const cg_opts cg_default_opts = {CG_DEFAULT_CPU, "", 2, 0};
+
+/* Build rank p's module and write obj_path (and ll_path if not NULL). */
+int cg_host(const ir_prog *p, const cg_opts *o, const char *obj_path, const char *ll_path) {
+    if (!o) o = &cg_default_opts;
+    IR_ASSERT(o->opt_level >= 0 && o->opt_level <= 3);
+    ir_prog_verify(p);
+    cg_target t;
+    cg_target_init(&t, o);
+    LLVMTargetMachineRef tm = cg_target_machine(&t, o->opt_level);
+    if (!tm) {
+        cg_target_free(&t);
+        return 1;
+    }
+
+    cg_host_ctx h = {.p = p};
+    char modname[32];
+    snprintf(modname, sizeof modname, "rank%d", p->rank);
+    h.c = LLVMContextCreate();
+    h.m = LLVMModuleCreateWithNameInContext(modname, h.c);
+    LLVMSetSourceFileName(h.m, modname, strlen(modname));
+    LLVMSetTarget(h.m, t.triple);
+    h.td = LLVMCreateTargetDataLayout(tm);
+    LLVMSetModuleDataLayout(h.m, h.td);
+    h.b = LLVMCreateBuilderInContext(h.c);
+    h.ab = LLVMCreateBuilderInContext(h.c);
+    h.i8 = LLVMInt8TypeInContext(h.c);
+    h.i32 = LLVMInt32TypeInContext(h.c);
+    h.i64 = LLVMInt64TypeInContext(h.c);
+    h.f32 = LLVMFloatTypeInContext(h.c);
+    h.ptr = LLVMPointerTypeInContext(h.c, 0);
+    h.vd = LLVMVoidTypeInContext(h.c);
+    h.md_note = LLVMGetMDKindIDInContext(h.c, "nnsc.note", 9);
+    cg_declare_runtime(&h);
+    cg_main(&h, t.cpu, t.features);
+    LLVMDisposeBuilder(h.b);
+    LLVMDisposeBuilder(h.ab);
+
+    int rc = 1;
+    char *msg, pipeline[32], what[48];
+    snprintf(pipeline, sizeof pipeline, "default<O%d>", o->opt_level);
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    if (CG_CHECK("module verification", LLVMVerifyModule(h.m, LLVMReturnStatusAction, &msg), msg))
+        goto done;
+    if (CG_CHECK_ERR(pipeline, LLVMRunPasses(h.m, pipeline, tm, po))) goto done;
+    /* Textual IR before code generation, which rewrites the module. */
+    snprintf(what, sizeof what, "writing %s.ll", modname);
+    if (ll_path && CG_CHECK(what, LLVMPrintModuleToFile(h.m, ll_path, &msg), msg)) goto done;
+    snprintf(what, sizeof what, "writing %s.o", modname);
+    if (CG_CHECK(what, LLVMTargetMachineEmitToFile(tm, h.m, (char *)obj_path, LLVMObjectFile, &msg), msg))
+        goto done;
+    rc = 0;
+
+done:
+    LLVMDisposePassBuilderOptions(po);
+    LLVMDisposeModule(h.m);
+    LLVMDisposeTargetData(h.td);
+    LLVMContextDispose(h.c);
+    LLVMDisposeTargetMachine(tm);
+    cg_target_free(&t);
+    return rc;
+}

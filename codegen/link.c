@@ -1,0 +1,93 @@
+/* link.c -- link a rank's object file with rtlib into an executable.
+ *
+ * The system C compiler driver does the linking (it knows the C runtime
+ * start files and libc), started with posix_spawn, never through a shell:
+ *
+ *     $NNSC_CC -o EXE OBJ RTLIB -lm -lpthread -lrt
+ *
+ * where $NNSC_CC defaults to cc.  The result needs nothing but libc.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "codegen.h"
+
+extern char **environ;
+
+/* Kernel names by RT_K_* id, from rtlib/rt_kernels.h. */
+const char *const cg_kernel_names[RT_K_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt) #name,
+#include "rt_kernels.h"
+#undef RT_K
+};
+
+/* The link command line, for messages. */
+static void cg_print_cmd(char *const *argv) {
+    for (int i = 0; argv[i]; i++) fprintf(stderr, "%s%s", i ? " " : "", argv[i]);
+    fprintf(stderr, "\n");
+}
+
+/* Link obj into exe with rtlib; 0, or 1 after printing a message. */
+int cg_link(const char *obj, const char *rtlib_path, const char *exe) {
+    const char *cc = getenv("NNSC_CC");
+    if (!cc || !cc[0]) cc = "cc";
+    if (access(rtlib_path, R_OK) != 0) {
+        fprintf(stderr, "nnsc-aot: cannot read the runtime library %s: %s\n"
+                        "  hint: build it (cmake --build build --target nnsc_rt) or set NNSC_RTLIB\n",
+                rtlib_path, strerror(errno));
+        return 1;
+    }
+    char *argv[] = {
+        (char *)cc, "-o", (char *)exe, (char *)obj, (char *)rtlib_path,
+#ifdef NNSC_SANITIZE
+        /* A sanitized build's rtlib calls into the sanitizer runtimes. */
+        "-fsanitize=address,undefined",
+#endif
+        "-lm", "-lpthread", "-lrt", NULL,
+    };
+    pid_t pid;
+    int err = posix_spawnp(&pid, cc, NULL, NULL, argv, environ);
+    if (err) {
+        fprintf(stderr, "nnsc-aot: cannot run the C compiler driver '%s': %s\n"
+                        "  hint: install cc or set NNSC_CC to a C compiler driver\n",
+                cc, strerror(err));
+        return 1;
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            fprintf(stderr, "nnsc-aot: waiting for '%s': %s\n", cc, strerror(errno));
+            return 1;
+        }
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    if (WIFEXITED(status))
+        fprintf(stderr, "nnsc-aot: linking %s failed (%s exited with status %d):\n  ", exe, cc,
+                WEXITSTATUS(status));
+    else
+        fprintf(stderr, "nnsc-aot: linking %s failed (%s killed by signal %d):\n  ", exe, cc,
+                WTERMSIG(status));
+    cg_print_cmd(argv);
+    return 1;
+}
+
+/* Where libnnsc_rt.a is: $NNSC_RTLIB, else the directory of the running
+ * compiler (build/ holds both nnsc-aot and libnnsc_rt.a). */
+const char *cg_rtlib_path(void) {
+    static char path[PATH_MAX + 32];
+    const char *env = getenv("NNSC_RTLIB");
+    if (env && env[0]) return env;
+    ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
+    if (n <= 0) return "libnnsc_rt.a";
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    slash = slash ? slash + 1 : path;
+    strcpy(slash, "libnnsc_rt.a");
+    return path;
+}
