@@ -33,7 +33,10 @@ grep -q "mlp.ini:[0-9]*: error: batch dim" "$tmp/err" && ok "divisibility messag
 
 # every bad spec of the corpus: exit 2 from the binary, with file:line
 for f in "$top"/tests/bad/*.ini; do
-  "$nn" "$f" -o "$tmp/bad" >"$tmp/out" 2>"$tmp/err"
+  sets=()
+  set_line=$(sed -n 's/^; set: *//p' "$f")
+  [[ -n $set_line ]] && sets=(--set "$set_line")
+  "$nn" "$f" -o "$tmp/bad" "${sets[@]}" >"$tmp/out" 2>"$tmp/err"
   rc=$?
   if [[ $rc == 2 ]] && grep -q "error:" "$tmp/err"; then ok "bad/$(basename "$f"): exit 2"; else no "bad/$(basename "$f"): exit $rc"; cat "$tmp/err"; fi
 done

@@ -22,15 +22,15 @@ failed=()
 run() {
   local name=$1
   shift
-  local t0=$SECONDS
-  if "$@" >"$log/$name.log" 2>&1; then
+  local t0=$SECONDS lf="$log/${name//\//_}.log"
+  if "$@" >"$lf" 2>&1; then
     pass=$((pass + 1))
     printf 'PASS  %-40s %3ds\n' "$name" $((SECONDS - t0))
   else
     fail=$((fail + 1))
     failed+=("$name")
     printf 'FAIL  %-40s %3ds\n' "$name" $((SECONDS - t0))
-    tail -n 30 "$log/$name.log" | sed 's/^/      | /'
+    tail -n 30 "$lf" | sed 's/^/      | /'
   fi
 }
 
