@@ -34,13 +34,7 @@ int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *
 /* Where libnnsc_rt.a is: $NNSC_RTLIB, else next to the running compiler. */
 const char *cg_rtlib_path(void);
 
-/* Kernel names by RT_K_* id (from rtlib/rt_kernels.h). */
-enum {
-#define RT_K(name, nbuf, nint, nflt) RT_K_##name,
-#include "rt_kernels.h"
-#undef RT_K
-    RT_K_COUNT
-};
+/* Kernel names by RT_K_* id (ir.h, from rtlib/rt_kernels.h). */
 extern const char *const cg_kernel_names[RT_K_COUNT];
 
 #endif

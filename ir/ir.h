@@ -385,8 +385,16 @@ void ir_dist_verify(const ir_dist *d);
 /* -------------------------------------------------------------- prog.c */
 
 #define PG_MAXBUF 8
-#define PG_MAXINT 24
+#define PG_MAXINT 32
 #define PG_MAXFLT 8
+
+/* rtlib entry points, RT_K_<name> (rtlib/rt_kernels.h is the one list). */
+enum {
+#define RT_K(name, nbuf, nint, nflt) RT_K_##name,
+#include "rt_kernels.h"
+#undef RT_K
+    RT_K_COUNT
+};
 
 /* An integer argument: value = c + step * s + mb * m (loop variables of the
  * train loop), so data offsets and step counters stay loop-dependent. */

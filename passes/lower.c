@@ -8,6 +8,7 @@
  * arguments that depend on the step or micro-batch stay symbolic (pg_int).
  * The manifest handed to rt_init describes params, inputs and groups.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen.h"
@@ -48,7 +49,7 @@ static void load_input(lctx *c, int pt)
     c->loaded[pt] = 1;
     int idx = 0;
     for (int i = 0; i < p->tensor; i++) idx += g->t[i].kind == IR_T_INPUT;
-    pg_instr *in = ir_prog_add(c->p, IR_SEC_MB, RT_K_data, ir_prog_str(c->p, t->name));
+    pg_instr *in = ir_prog_add(c->p, IR_SEC_MB, RT_K_data, t->name);
     pg_buf(in, off(c, pt));
     pg_i(in, idx);
     pg_iv(in, 0, 1, 0);
@@ -97,11 +98,11 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_XENT_BWD: kern = RT_K_xent_bwd; break;
     case IR_OP_SGD: kern = RT_K_sgd; break;
     case IR_OP_ADAMW: kern = RT_K_adamw; break;
-    default: ir_die(__FILE__, __LINE__, "no kernel for op kind %s", ir_ops[o->kind].name);
+    default: ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
     }
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
-    pg_instr *in = ir_prog_add(c->p, sec, kern, ir_prog_str(c->p, note));
+    pg_instr *in = ir_prog_add(c->p, sec, kern, note);
     for (int k = 0; k < o->nin; k++) pg_buf(in, off(c, s->in[k]));
     for (int k = 0; k < o->nout; k++) pg_buf(in, off(c, s->out[k]));
     switch (o->kind) {
@@ -168,14 +169,14 @@ static void lower_comm(lctx *c, int ci, int sec)
     c->p->comm_bytes[cm->kind] += cm->bytes * (sec == IR_SEC_MB ? d->g->train.micro_batches : 1);
     switch (cm->kind) {
     case IR_COMM_ALLREDUCE: {
-        pg_instr *in = ir_prog_add(c->p, sec, RT_K_allreduce, ir_prog_str(c->p, note));
+        pg_instr *in = ir_prog_add(c->p, sec, RT_K_allreduce, note);
         pg_buf(in, off(c, pin));
         pg_i(in, c->m->bytes[pin] / pass_elsize(t));
         pg_i(in, cm->group);
         break;
     }
     case IR_COMM_SLICE: {
-        pg_instr *in = ir_prog_add(c->p, sec, RT_K_slice, ir_prog_str(c->p, note));
+        pg_instr *in = ir_prog_add(c->p, sec, RT_K_slice, note);
         pg_buf(in, off(c, pin));
         pg_buf(in, off(c, pout));
         pg_i(in, t->ndim);
@@ -266,11 +267,11 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
         if (m->off[i] < 0) continue;
         const ir_tensor *t = &g->t[d->pt[i].tensor];
         if (c.pidx[i] >= 0) {
-            pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_init_param, ir_prog_str(p, t->name));
+            pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_init_param, t->name);
             pg_buf(in, m->off[i]);
             pg_i(in, c.pidx[i]);
         } else if (t->kind == IR_T_OPTSTATE) {
-            pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_zero, ir_prog_str(p, t->name));
+            pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_zero, t->name);
             pg_buf(in, m->off[i]);
             pg_i(in, m->bytes[i] / pass_elsize(t));
         }
@@ -283,7 +284,7 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
         for (int k = 0; k < o->nout; k++) {
             if (!d->accum[o->out[k]]) continue;
             const ir_tensor *t = &g->t[o->out[k]];
-            pg_instr *in = ir_prog_add(p, IR_SEC_PRE, RT_K_zero, ir_prog_str(p, t->name));
+            pg_instr *in = ir_prog_add(p, IR_SEC_PRE, RT_K_zero, t->name);
             pg_buf(in, off(&c, s->out[k]));
             pg_i(in, m->bytes[s->out[k]] / pass_elsize(t));
         }

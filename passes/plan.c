@@ -9,6 +9,7 @@
  * derives the all-reduce from that.
  */
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
@@ -55,7 +56,7 @@ static void set_trans(ir_dist *d, int op, int id, int n, const char *why)
 {
     ir_trans *tr = &d->trans[op];
     memset(tr, 0, sizeof *tr);
-    int devs[n];
+    int *devs = ir_xmalloc(sizeof(int) * (size_t)n);
     for (int i = 0; i < n; i++) devs[i] = i;
     if (n > 1 || id >= 0) {
         tr->nsplit = 1;
@@ -64,6 +65,7 @@ static void set_trans(ir_dist *d, int op, int id, int n, const char *why)
     }
     tr->nsub = n;
     tr->devs = ir_dist_ints(d, devs, n);
+    free(devs);
     tr->why = why ? ir_dist_str(d, why) : NULL;
 }
 
