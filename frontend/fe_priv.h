@@ -1,0 +1,63 @@
+/* fe_priv.h -- declarations shared by the frontend's own files (spec.c,
+ * lower.c, expr.c).  Not part of the frontend's interface: nothing outside
+ * frontend/ includes it. */
+#ifndef NNSC_FE_PRIV_H
+#define NNSC_FE_PRIV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frontend.h"
+
+/* ---------------------------------------------------------------- spec.c */
+
+/* Report bad input in the value of kv (a key of sec).  A kv that came from
+ * --set is reported as "<command line>: error: --set SEC.KEY=VAL: MESSAGE".
+ * Returns 2. */
+int fe_kv_error(const fe_spec *s, const fe_section *sec, const fe_kv *kv,
+                const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* The header text of a section without brackets: "train", "param fc1.w". */
+const char *fe_title(const fe_section *sec, char *buf, size_t bufsz);
+
+/* 1 when s is a name: [A-Za-z_][A-Za-z0-9_.]* */
+int fe_is_name(const char *s);
+
+/* Text cut for quoting inside a message: at most about 60 bytes, "..."
+ * appended when cut, never splitting a UTF-8 sequence. */
+const char *fe_clip(const char *text, char *buf, size_t bufsz);
+
+/* "did you mean 'X'?" for the candidate closest to word (small edit
+ * distance), written into buf; NULL when none is close. */
+const char *fe_suggest(const char *word, const char *const *cand, int ncand,
+                       char *buf, size_t bufsz);
+
+/* ---------------------------------------------------------------- expr.c */
+
+/* A named size of [dims]. */
+typedef struct fe_dim {
+    const char *name;  /* the key in [dims] */
+    int64_t val;       /* its value (>= 1) */
+    int line;          /* line of its definition, 0 for --set */
+} fe_dim;
+
+/* Evaluate an integer expression over literals and dims[0..nvis) (the
+ * dims defined so far; dims[nvis..nall) are defined later and only named in
+ * hints).  The result must be >= 1.  Returns 0, or 1 with a message in err
+ * and a hint (possibly empty) in hint. */
+int fe_eval(const char *text, const fe_dim *dims, int nvis, int nall,
+            int64_t *val, char *err, size_t errsz, char *hint, size_t hintsz);
+
+/* A decimal integer (digits only) in [min, max].  Returns 0, or 1 with a
+ * message in err. */
+int fe_parse_int(const char *text, int64_t min, int64_t max, int64_t *val,
+                 char *err, size_t errsz);
+
+/* A decimal unsigned 64-bit integer (digits only). */
+int fe_parse_u64(const char *text, uint64_t *val, char *err, size_t errsz);
+
+/* A finite floating-point number (strtod syntax, the whole text). */
+int fe_parse_float(const char *text, double *val, char *err, size_t errsz);
+
+#endif

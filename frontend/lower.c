@@ -1,0 +1,1100 @@
+/* lower.c -- a checked fe_spec to the forward Graph.
+ *
+ * In order: [model]; [dims] (each an expression over the dims above it);
+ * [block]s; [op] declarations (kind, in, out); the tensor names every
+ * section defines (each defined once); inputs and params (block params once
+ * per repeat); op instances (block ops once per repeat, names rewritten as
+ * below); the instances added to the graph in dependency order, their shapes
+ * inferred by ir_add_op; [train], [cluster], [plan].
+ *
+ * Block unrolling, for block h with repeat L and repeat r:
+ *     h.X   ->  h.r.X                  params, ops and op outputs of the block
+ *     h.in  ->  the block's `in` tensor (r = 0), h.(r-1).out (r > 0)
+ *     OUT   ->  h.(L-1).out            OUT is the block's `out`, used after it
+ */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fe_priv.h"
+
+#define FE_MAX_REPEAT 100000    /* most repeats of one block */
+#define FE_MAX_INST   1000000   /* most ops after unrolling */
+#define FE_MAX_DEVICES 65536    /* most devices in [cluster] */
+
+/* ---------------------------------------------------------------- string map */
+
+/* A string -> int map (open addressing, linear probing); keys not copied. */
+typedef struct fe_map {
+    const char **key;  /* slots; NULL: empty */
+    int *val;          /* value of each slot */
+    int cap;           /* number of slots, a power of two (0: none yet) */
+    int n;             /* keys held */
+} fe_map;
+
+/* FNV-1a hash of a string. */
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Value of key k, or -1. */
+static int map_get(const fe_map *m, const char *k)
+{
+    if (!m->cap) return -1;
+    for (size_t i = hash_str(k) & (size_t)(m->cap - 1);; i = (i + 1) & (size_t)(m->cap - 1)) {
+        if (!m->key[i]) return -1;
+        if (strcmp(m->key[i], k) == 0) return m->val[i];
+    }
+}
+
+/* Set key k to v (k must outlive the map); grows at half full. */
+static void map_put(fe_map *m, const char *k, int v)
+{
+    if (2 * (m->n + 1) > m->cap) {
+        fe_map big = {NULL, NULL, m->cap ? 2 * m->cap : 64, 0};
+        big.key = ir_xcalloc((size_t)big.cap, sizeof *big.key);
+        big.val = ir_xcalloc((size_t)big.cap, sizeof *big.val);
+        for (int i = 0; i < m->cap; i++)
+            if (m->key[i]) map_put(&big, m->key[i], m->val[i]);
+        free(m->key);
+        free(m->val);
+        *m = big;
+    }
+    size_t i = hash_str(k) & (size_t)(m->cap - 1);
+    while (m->key[i] && strcmp(m->key[i], k) != 0) i = (i + 1) & (size_t)(m->cap - 1);
+    if (!m->key[i]) m->n++;
+    m->key[i] = k;
+    m->val[i] = v;
+}
+
+static void map_free(fe_map *m)
+{
+    free(m->key);
+    free(m->val);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---------------------------------------------------------------- state */
+
+/* A [block NAME], checked. */
+typedef struct fe_blk {
+    const fe_section *sec;  /* its section */
+    const char *name;       /* NAME */
+    size_t len;             /* strlen(name) */
+    int repeat;             /* repeat count */
+    const fe_kv *in;        /* `in`: tensor fed to repeat 0 */
+    const fe_kv *out;       /* `out`: name of the last repeat's output */
+    int has_out;            /* an op of the block writes NAME.out */
+    int id;                 /* index in g->blk */
+} fe_blk;
+
+/* An [op NAME], checked. */
+typedef struct fe_opdecl {
+    const fe_section *sec;     /* its section */
+    ir_opkind kind;            /* row of ir_ops */
+    int nin, nout;             /* operand counts */
+    char *in[IR_MAXIO];        /* input names as written */
+    char *out[IR_MAXIO];       /* output names as written */
+    const fe_kv *in_kv;        /* the `in` key (messages point at it) */
+    const fe_kv *out_kv;       /* the `out` key */
+    int block;                 /* block it belongs to (index into blk), or -1 */
+} fe_opdecl;
+
+/* One op to add: an [op], or one repeat of a block's op. */
+typedef struct fe_inst {
+    int decl;                  /* index into ops */
+    int rep;                   /* repeat index, or -1 */
+    char *name;                /* op name in the graph */
+    char *in[IR_MAXIO];        /* input tensor names in the graph */
+    char *out[IR_MAXIO];       /* output tensor names in the graph */
+    int wait;                  /* inputs whose producer is not added yet */
+    int done;                  /* added to the graph */
+} fe_inst;
+
+/* A tensor name the spec defines (before unrolling). */
+typedef struct fe_name {
+    const char *name;          /* as written */
+    const char *what;          /* "input", "param", "output of op X" ... */
+    int line;                  /* defining line (0: --set) */
+    int block;                 /* block it belongs to, or -1 */
+} fe_name;
+
+/* Lowering state. */
+typedef struct fe_lw {
+    const fe_spec *s;          /* the spec */
+    ir_graph *g;               /* the graph being built */
+    fe_dim *dims; int ndims, dimcap;          /* [dims] in order */
+    fe_blk *blk; int nblk, blkcap;            /* [block]s in file order */
+    fe_opdecl *ops; int nops, opcap;          /* [op]s in file order */
+    fe_inst *inst; int ninst, instcap;        /* op instances */
+    fe_name *names; int nnames, namecap;      /* tensor names as written */
+    fe_map name_idx;           /* name as written -> names[] */
+    fe_map alias;              /* block out name -> blk[] */
+    fe_map tensor;             /* graph tensor name -> tensor id */
+    fe_map producer;           /* graph tensor name -> inst[] producing it */
+    char **strs; int nstrs, strcap;           /* strings owned by the lowering */
+} fe_lw;
+
+/* Keep s until the lowering ends; returns it. */
+static char *own(fe_lw *L, char *s)
+{
+    *IR_PUSH(L->strs, L->nstrs, L->strcap) = s;
+    return s;
+}
+
+/* printf into a string owned by the lowering. */
+static char *fmt(fe_lw *L, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static char *fmt(fe_lw *L, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int n = vsnprintf(NULL, 0, f, ap);
+    va_end(ap);
+    char *p = ir_xmalloc((size_t)n + 1);
+    va_start(ap, f);
+    vsnprintf(p, (size_t)n + 1, f, ap);
+    va_end(ap);
+    return own(L, p);
+}
+
+/* The section is a [kind ...]. */
+static int is_kind(const fe_section *sec, const char *kind) { return strcmp(sec->kind, kind) == 0; }
+
+/* The first (for unnamed kinds: the only) section of a kind, or NULL. */
+static const fe_section *section(const fe_spec *s, const char *kind)
+{
+    for (int i = 0; i < s->nsec; i++)
+        if (is_kind(&s->sec[i], kind)) return &s->sec[i];
+    return NULL;
+}
+
+/* The block name is a member of (its name starts with "BLOCK."), or -1. */
+static int block_of(const fe_lw *L, const char *name)
+{
+    for (int b = 0; b < L->nblk; b++)
+        if (strncmp(name, L->blk[b].name, L->blk[b].len) == 0 && name[L->blk[b].len] == '.') return b;
+    return -1;
+}
+
+/* Copy the next blank-separated word of *p into w (wsz bytes); returns its
+ * length (>= wsz: too long, w holds a prefix), 0 at the end. */
+static size_t next_word(const char **p, char *w, size_t wsz)
+{
+    const char *q = *p;
+    while (*q == ' ' || *q == '\t') q++;
+    const char *e = q;
+    while (*e && *e != ' ' && *e != '\t') e++;
+    size_t n = (size_t)(e - q);
+    snprintf(w, wsz, "%.*s", (int)(n < wsz ? n : wsz - 1), q);
+    *p = e;
+    return n;
+}
+
+/* ---------------------------------------------------------------- values */
+
+/* Integer key in [min, max], default def when absent. */
+static int get_int(fe_lw *L, const fe_section *sec, const char *key, int64_t def,
+                   int64_t min, int64_t max, int64_t *v)
+{
+    const fe_kv *kv = sec ? fe_get(sec, key) : NULL;
+    *v = def;
+    if (!kv) return 0;
+    char err[256], hint[128];
+    if (fe_parse_int(kv->val, min, max, v, err, sizeof err)) {
+        if (max == INT64_MAX) snprintf(hint, sizeof hint, "%s is a whole number >= %lld", key, (long long)min);
+        else snprintf(hint, sizeof hint, "%s is a whole number from %lld to %lld", key, (long long)min, (long long)max);
+        return fe_kv_error(L->s, sec, kv, hint, "%s: %s", key, err);
+    }
+    return 0;
+}
+
+/* Rules for float keys. */
+enum { FE_ANY, FE_POS, FE_NONNEG, FE_UNIT };
+
+/* Float key obeying rule, default def when absent. */
+static int get_float(fe_lw *L, const fe_section *sec, const char *key, double def, int rule, double *v)
+{
+    const fe_kv *kv = sec ? fe_get(sec, key) : NULL;
+    *v = def;
+    if (!kv) return 0;
+    char err[256];
+    if (fe_parse_float(kv->val, v, err, sizeof err))
+        return fe_kv_error(L->s, sec, kv, "write a decimal number such as 0.001 or 1e-3", "%s: %s", key, err);
+    static const char *const need[] = {"", "> 0", ">= 0", "in [0, 1)"};
+    int bad = (rule == FE_POS && !(*v > 0)) || (rule == FE_NONNEG && !(*v >= 0)) ||
+              (rule == FE_UNIT && !(*v >= 0 && *v < 1));
+    if (bad) return fe_kv_error(L->s, sec, kv, NULL, "%s must be %s, is %g", key, need[rule], *v);
+    return 0;
+}
+
+/* Key whose value must be one of the NULL-terminated words; *v = index. */
+static int get_choice(fe_lw *L, const fe_section *sec, const char *key, const char *const *words,
+                      int def, int *v)
+{
+    const fe_kv *kv = sec ? fe_get(sec, key) : NULL;
+    *v = def;
+    if (!kv) return 0;
+    char hint[256], clip[96];
+    size_t used = 0;
+    hint[0] = '\0';
+    for (int i = 0; words[i]; i++) {
+        if (strcmp(words[i], kv->val) == 0) {
+            *v = i;
+            return 0;
+        }
+        used += (size_t)snprintf(hint + used, sizeof hint - used, "%s%s", i ? " | " : "", words[i]);
+    }
+    char msg[300];
+    snprintf(msg, sizeof msg, "%s is %s (the only value for now)", key, hint);
+    if (words[1]) snprintf(msg, sizeof msg, "%s is one of: %s", key, hint);
+    return fe_kv_error(L->s, sec, kv, msg, "unknown %s '%s'", key, fe_clip(kv->val, clip, sizeof clip));
+}
+
+/* shape := SIZE (BLANK SIZE)*     SIZE := an expression (expr.c); blanks
+ * inside parentheses belong to the SIZE. */
+static int parse_shape(fe_lw *L, const fe_section *sec, int *ndim, int64_t *shape)
+{
+    const fe_kv *kv = fe_get(sec, "shape");
+    static const char blanks[] = "a shape lists sizes separated by blanks; write each without blanks, e.g. shape = B 4*C";
+    char err[256], hint[256], tok[256], clip[96];
+    *ndim = 0;
+    const char *p = kv->val;
+    for (;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        if (!*p) break;
+        const char *start = p;
+        int depth = 0;
+        while (*p && (depth > 0 || (*p != ' ' && *p != '\t'))) {
+            depth += (*p == '(') - (*p == ')');
+            p++;
+        }
+        if (*ndim == IR_MAXDIM)
+            return fe_kv_error(L->s, sec, kv, NULL, "shape has more than %d dims", IR_MAXDIM);
+        size_t n = (size_t)(p - start);
+        char *t = n < sizeof tok ? tok : ir_xmalloc(n + 1);
+        memcpy(t, start, n);
+        t[n] = '\0';
+        int64_t v;
+        int bad = fe_eval(t, L->dims, L->ndims, L->ndims, &v, err, sizeof err, hint, sizeof hint);
+        int lone = bad && (strchr("+*/", t[0]) || strchr("+-*/", t[n - 1]));
+        if (t != tok) free(t);
+        if (bad) return fe_kv_error(L->s, sec, kv, lone || !hint[0] ? blanks : hint, "shape: %s", err);
+        shape[(*ndim)++] = v;
+    }
+    if (*ndim == 0)
+        return fe_kv_error(L->s, sec, kv, "e.g. shape = B D", "empty shape");
+    int64_t numel = 1;
+    for (int i = 0; i < *ndim; i++)
+        if (__builtin_mul_overflow(numel, shape[i], &numel) || numel > INT64_MAX / 16)
+            return fe_kv_error(L->s, sec, kv, NULL, "tensor %s is too large (elements overflow 64 bits)",
+                               fe_clip(sec->name, clip, sizeof clip));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- [model] [dims] */
+
+/* [model]  name = NAME (default: the file's base name), seed = U64 */
+static int lower_model(fe_lw *L)
+{
+    const fe_section *sec = section(L->s, "model");
+    const fe_kv *kv = sec ? fe_get(sec, "name") : NULL;
+    char clip[96];
+    if (kv) {
+        const char *n = kv->val;
+        int ok = isalpha((unsigned char)*n) || *n == '_';
+        for (const char *q = n; *q && ok; q++) ok = isalnum((unsigned char)*q) || strchr("_.-", *q);
+        if (!ok)
+            return fe_kv_error(L->s, sec, kv, "a model name is letters, digits, '_', '.' and '-', starting with a letter or '_'",
+                               "bad model name '%s'", fe_clip(n, clip, sizeof clip));
+        L->g->model = ir_str(L->g, n);
+    } else {
+        const char *base = strrchr(L->s->file, '/');
+        base = base ? base + 1 : L->s->file;
+        char *n = fmt(L, "m_%s", base);
+        char *dot = strrchr(n, '.');
+        if (dot && dot > n + 2) *dot = '\0';
+        for (char *q = n + 2; *q; q++)
+            if (!(isalnum((unsigned char)*q) || strchr("_.-", *q))) *q = '_';
+        /* drop the "m_" unless the base name starts with a digit or is empty */
+        int keep = !(isalpha((unsigned char)n[2]) || n[2] == '_');
+        L->g->model = ir_str(L->g, keep ? n : n + 2);
+    }
+    kv = sec ? fe_get(sec, "seed") : NULL;
+    if (kv) {
+        char err[256];
+        if (fe_parse_u64(kv->val, &L->g->seed, err, sizeof err))
+            return fe_kv_error(L->s, sec, kv, "seed is a whole number from 0 to 2^64-1", "seed: %s", err);
+    }
+    return 0;
+}
+
+/* [dims]  NAME = EXPR   (each over literals and the dims above it) */
+static int lower_dims(fe_lw *L)
+{
+    const fe_section *sec = section(L->s, "dims");
+    if (!sec) return 0;
+    for (int i = 0; i < sec->nkv; i++) {
+        fe_dim *d = IR_PUSH(L->dims, L->ndims, L->dimcap);
+        d->name = sec->kv[i].key;
+        d->line = sec->kv[i].line;
+    }
+    char err[256], hint[256];
+    for (int i = 0; i < sec->nkv; i++) {
+        if (fe_eval(sec->kv[i].val, L->dims, i, L->ndims, &L->dims[i].val, err, sizeof err, hint, sizeof hint))
+            return fe_kv_error(L->s, sec, &sec->kv[i], hint[0] ? hint : NULL, "dim %s: %s", sec->kv[i].key, err);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- [block] [op] */
+
+/* A single tensor name (block in/out). */
+static int one_name(fe_lw *L, const fe_section *sec, const fe_kv *kv)
+{
+    char clip[96];
+    if (!fe_is_name(kv->val))
+        return fe_kv_error(L->s, sec, kv, "a block has one input and one output, each a tensor name",
+                           "'%s' is not a tensor name", fe_clip(kv->val, clip, sizeof clip));
+    return 0;
+}
+
+/* [block NAME]  repeat = EXPR, in = TENSOR, out = NEWNAME */
+static int lower_blocks(fe_lw *L)
+{
+    char err[256], hint[256], clip[96], clip2[96];
+    for (int i = 0; i < L->s->nsec; i++) {
+        const fe_section *sec = &L->s->sec[i];
+        if (!is_kind(sec, "block")) continue;
+        size_t len = strlen(sec->name);
+        for (int b = 0; b < L->nblk; b++) {
+            const fe_blk *o = &L->blk[b];
+            size_t m = len < o->len ? len : o->len;
+            const char *longer = len < o->len ? o->name : sec->name;
+            if (strncmp(o->name, sec->name, m) == 0 && longer[m] == '.') {
+                snprintf(hint, sizeof hint, "blocks do not nest; [block %s] is at line %d",
+                         fe_clip(o->name, clip, sizeof clip), o->sec->line);
+                return fe_error(L->s, sec->line, hint, "block '%s' overlaps block '%s'",
+                                fe_clip(sec->name, clip, sizeof clip), fe_clip(o->name, clip2, sizeof clip2));
+            }
+        }
+        fe_blk *b = IR_PUSH(L->blk, L->nblk, L->blkcap);
+        b->sec = sec;
+        b->name = sec->name;
+        b->len = len;
+        b->in = fe_get(sec, "in");
+        b->out = fe_get(sec, "out");
+        const fe_kv *rep = fe_get(sec, "repeat");
+        int64_t v;
+        if (fe_eval(rep->val, L->dims, L->ndims, L->ndims, &v, err, sizeof err, hint, sizeof hint))
+            return fe_kv_error(L->s, sec, rep, hint[0] ? hint : NULL, "repeat: %s", err);
+        if (v > FE_MAX_REPEAT)
+            return fe_kv_error(L->s, sec, rep, NULL, "repeat is %lld; at most %d", (long long)v, FE_MAX_REPEAT);
+        b->repeat = (int)v;
+        if (one_name(L, sec, b->in) || one_name(L, sec, b->out)) return 2;
+        const fe_kv *io[2] = {b->in, b->out};
+        for (int k = 0; k < 2; k++)
+            if (strncmp(io[k]->val, b->name, len) == 0 && io[k]->val[len] == '.') {
+                snprintf(hint, sizeof hint, "inside the block its input is %s.in and its result %s.out; "
+                         "`in` and `out` of [block] name tensors outside it", b->name, b->name);
+                return fe_kv_error(L->s, sec, io[k], hint, "'%s' is a name inside block %s",
+                                   fe_clip(io[k]->val, clip, sizeof clip), b->name);
+            }
+        ir_block *gb = IR_PUSH(L->g->blk, L->g->nblk, L->g->blkcap);
+        gb->name = ir_str(L->g, b->name);
+        gb->repeat = b->repeat;
+        gb->line = sec->line;
+        b->id = L->g->nblk - 1;
+    }
+    return 0;
+}
+
+/* list := NAME (',' NAME)*    with exactly want names. */
+static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, char **names, int want,
+                      const char *what, int *got)
+{
+    const ir_opinfo *oi = &ir_ops[ir_op_lookup(fe_get(sec, "kind")->val)];
+    char clip[96], hint[256];
+    int n = 0;
+    const char *p = kv->val;
+    for (;;) {
+        const char *e = p + strcspn(p, ",");
+        while (*p == ' ' || *p == '\t') p++;
+        const char *t = e;
+        while (t > p && (t[-1] == ' ' || t[-1] == '\t')) t--;
+        char *name = ir_xmalloc((size_t)(t - p) + 1);
+        memcpy(name, p, (size_t)(t - p));
+        name[t - p] = '\0';
+        own(L, name);
+        if (!*name)
+            return fe_kv_error(L->s, sec, kv, "write names separated by commas, e.g. in = x, fc1.w",
+                               "empty name in the %s list", what);
+        if (!fe_is_name(name))
+            return fe_kv_error(L->s, sec, kv, "names are letters, digits, '_' and '.', starting with a letter or '_'; separate them with commas",
+                               "'%s' is not a tensor name", fe_clip(name, clip, sizeof clip));
+        if (n < IR_MAXIO) names[n] = name;
+        n++;
+        if (!*e) break;
+        p = e + 1;
+    }
+    if (n != want) {
+        snprintf(hint, sizeof hint, "%s takes %d input%s and makes %d output%s; its annotation is `%s`",
+                 oi->name, oi->nin, oi->nin == 1 ? "" : "s", oi->nout, oi->nout == 1 ? "" : "s", oi->anno);
+        return fe_kv_error(L->s, sec, kv, hint, "op '%s' (%s) takes %d %s%s, got %d",
+                           fe_clip(sec->name, clip, sizeof clip), oi->name, want, what, want == 1 ? "" : "s", n);
+    }
+    *got = n;
+    return 0;
+}
+
+/* [op NAME]  kind = KIND, in = NAME, ..., out = NAME, ... */
+static int lower_opdecls(fe_lw *L)
+{
+    char hint[512], clip[96], clip2[96];
+    for (int i = 0; i < L->s->nsec; i++) {
+        const fe_section *sec = &L->s->sec[i];
+        if (!is_kind(sec, "op")) continue;
+        const fe_kv *kkv = fe_get(sec, "kind");
+        int k = ir_op_lookup(kkv->val);
+        if (k < 0 || !(ir_ops[k].flags & OPF_USER)) {
+            const char *cand[IR_OP_COUNT];
+            int nc = 0;
+            for (int j = 0; j < IR_OP_COUNT; j++)
+                if (ir_ops[j].flags & OPF_USER) cand[nc++] = ir_ops[j].name;
+            size_t used = 0;
+            if (fe_suggest(kkv->val, cand, nc, hint, sizeof hint)) used = strlen(hint);
+            used += (size_t)snprintf(hint + used, sizeof hint - used, "%sop kinds:", used ? " " : "");
+            for (int j = 0; j < nc && used < sizeof hint; j++)
+                used += (size_t)snprintf(hint + used, sizeof hint - used, " %s", cand[j]);
+            return fe_kv_error(L->s, sec, kkv, hint, "unknown op kind '%s'", fe_clip(kkv->val, clip, sizeof clip));
+        }
+        fe_opdecl *d = IR_PUSH(L->ops, L->nops, L->opcap);
+        d->sec = sec;
+        d->kind = (ir_opkind)k;
+        d->in_kv = fe_get(sec, "in");
+        d->out_kv = fe_get(sec, "out");
+        d->block = block_of(L, sec->name);
+        if (parse_list(L, sec, d->in_kv, d->in, ir_ops[k].nin, "input", &d->nin) ||
+            parse_list(L, sec, d->out_kv, d->out, ir_ops[k].nout, "output", &d->nout))
+            return 2;
+        for (int o = 0; o < d->nout; o++) {
+            const char *n = d->out[o];
+            int b = block_of(L, n);
+            if (d->block >= 0) {
+                const fe_blk *B = &L->blk[d->block];
+                if (b != d->block || strcmp(n + B->len, ".in") == 0) {
+                    snprintf(hint, sizeof hint, "outputs of the ops of block %s are named %s.NAME "
+                             "(%s.out is the result of a repeat; %s.in is its input)", B->name, B->name, B->name, B->name);
+                    return fe_kv_error(L->s, sec, d->out_kv, hint, "op '%s' of block %s cannot write '%s'",
+                                       fe_clip(sec->name, clip, sizeof clip), B->name, fe_clip(n, clip2, sizeof clip2));
+                }
+                if (strcmp(n + B->len, ".out") == 0) L->blk[d->block].has_out = 1;
+            } else if (b >= 0) {
+                snprintf(hint, sizeof hint, "names %s.* belong to block %s: its [op %s.NAME] and [param %s.NAME] sections",
+                         L->blk[b].name, L->blk[b].name, L->blk[b].name, L->blk[b].name);
+                return fe_kv_error(L->s, sec, d->out_kv, hint, "name '%s' is reserved for block %s",
+                                   fe_clip(n, clip, sizeof clip), L->blk[b].name);
+            }
+        }
+    }
+    for (int b = 0; b < L->nblk; b++)
+        if (!L->blk[b].has_out) {
+            const char *n = L->blk[b].name;
+            snprintf(hint, sizeof hint, "one op of the block must write its result to %s.out (the next repeat reads it as %s.in)", n, n);
+            return fe_error(L->s, L->blk[b].sec->line, hint, "block '%s' has no op with out = %s.out", n, n);
+        }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- names */
+
+/* Define a tensor name (as written); a second definition is an error. */
+static int define(fe_lw *L, const fe_section *sec, const fe_kv *kv, const char *name, const char *what, int line)
+{
+    char hint[384], clip[96];
+    int old = map_get(&L->name_idx, name);
+    if (old >= 0) {
+        const fe_name *o = &L->names[old];
+        if (o->line) snprintf(hint, sizeof hint, "it is first defined at line %d (%s); tensor names are unique", o->line, o->what);
+        else snprintf(hint, sizeof hint, "it is first defined by --set (%s); tensor names are unique", o->what);
+        if (kv) return fe_kv_error(L->s, sec, kv, hint, "name '%s' defined twice", fe_clip(name, clip, sizeof clip));
+        return fe_error(L->s, line, hint, "name '%s' defined twice", fe_clip(name, clip, sizeof clip));
+    }
+    fe_name *n = IR_PUSH(L->names, L->nnames, L->namecap);
+    n->name = name;
+    n->what = what;
+    n->line = line;
+    n->block = block_of(L, name);
+    map_put(&L->name_idx, name, L->nnames - 1);
+    return 0;
+}
+
+/* Every tensor name an input, param, op output or block out defines, in
+ * file order; block rules for inputs and params. */
+static int lower_names(fe_lw *L)
+{
+    char hint[384], clip[96];
+    for (int i = 0; i < L->s->nsec; i++) {
+        const fe_section *sec = &L->s->sec[i];
+        int in = is_kind(sec, "input"), pa = is_kind(sec, "param");
+        if (in || pa) {
+            int b = block_of(L, sec->name);
+            if (b >= 0 && in) {
+                snprintf(hint, sizeof hint, "declare inputs outside blocks; inside block %s use %s.in or a name defined outside",
+                         L->blk[b].name, L->blk[b].name);
+                return fe_error(L->s, sec->line, hint, "input '%s' cannot belong to block %s",
+                                fe_clip(sec->name, clip, sizeof clip), L->blk[b].name);
+            }
+            if (b >= 0 && (strcmp(sec->name + L->blk[b].len, ".in") == 0 || strcmp(sec->name + L->blk[b].len, ".out") == 0))
+                return fe_error(L->s, sec->line, "NAME.in and NAME.out of a block are its input and result",
+                                "param name '%s' is reserved", fe_clip(sec->name, clip, sizeof clip));
+            if (define(L, sec, NULL, sec->name, fmt(L, "[%s %s]", sec->kind, sec->name), sec->line)) return 2;
+        } else if (is_kind(sec, "op")) {
+            const fe_opdecl *d = NULL;
+            for (int k = 0; k < L->nops && !d; k++)
+                if (L->ops[k].sec == sec) d = &L->ops[k];
+            for (int o = 0; o < d->nout; o++)
+                if (define(L, sec, d->out_kv, d->out[o], fmt(L, "output of [op %s]", sec->name), d->out_kv->line))
+                    return 2;
+        } else if (is_kind(sec, "block")) {
+            const fe_kv *out = fe_get(sec, "out");
+            if (define(L, sec, out, out->val, fmt(L, "out of [block %s]", sec->name), out->line)) return 2;
+            map_put(&L->alias, out->val, block_of(L, fmt(L, "%s.", sec->name)));
+        }
+    }
+    return 0;
+}
+
+/* Hint for an unknown tensor name used in block `block` (or -1). */
+static const char *unknown_hint(fe_lw *L, const char *name, int block, char *buf, size_t bufsz)
+{
+    char clip[96];
+    int b = block_of(L, name);
+    if (b >= 0 && b != block) {
+        snprintf(buf, bufsz, "'%s' is inside block %s; outside it, use the block's out name '%s'",
+                 fe_clip(name, clip, sizeof clip), L->blk[b].name, L->blk[b].out->val);
+        return buf;
+    }
+    const char **cand = ir_xmalloc(sizeof *cand * (size_t)(L->nnames + 1));
+    int nc = 0;
+    for (int i = 0; i < L->nnames; i++)
+        if (L->names[i].block < 0 || L->names[i].block == block) cand[nc++] = L->names[i].name;
+    if (block >= 0) cand[nc++] = fmt(L, "%s.in", L->blk[block].name);
+    const char *sug = fe_suggest(name, cand, nc, buf, bufsz);
+    free(cand);
+    if (!sug) snprintf(buf, bufsz, "define it with [input NAME], [param NAME] or as an op output");
+    return buf;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+static const char *const fe_dtypes[] = {"f32", "i32", NULL};
+
+/* [input NAME]  shape = SHAPE, dtype = f32|i32, data = normal | int EXPR,
+ *               batch_dim = INT */
+static int lower_input(fe_lw *L, const fe_section *sec)
+{
+    int ndim, dt;
+    int64_t shape[IR_MAXDIM];
+    char err[256], hint[256], w[128], clip[96];
+    if (parse_shape(L, sec, &ndim, shape) || get_choice(L, sec, "dtype", fe_dtypes, 0, &dt)) return 2;
+    int id = ir_add_tensor(L->g, sec->name, dt ? IR_I32 : IR_F32, IR_T_INPUT, ndim, shape, sec->line);
+    map_put(&L->tensor, L->g->t[id].name, id);
+    ir_tensor *t = &L->g->t[id];
+    const fe_kv *kv = fe_get(sec, "data");
+    if (!kv) {
+        if (dt)
+            return fe_error(L->s, sec->line, "write data = int RANGE: values in [0, RANGE), e.g. data = int V",
+                            "i32 input '%s' needs `data = int RANGE`", fe_clip(sec->name, clip, sizeof clip));
+        t->data = IR_DATA_NORMAL;
+    } else {
+        const char *p = kv->val;
+        next_word(&p, w, sizeof w);
+        if (strcmp(w, "normal") == 0) {
+            if (dt) return fe_kv_error(L->s, sec, kv, "i32 inputs take data = int RANGE", "data = normal needs dtype = f32");
+            if (*p) return fe_kv_error(L->s, sec, kv, "write data = normal", "data = normal takes no arguments");
+            t->data = IR_DATA_NORMAL;
+        } else if (strcmp(w, "int") == 0) {
+            if (!dt) return fe_kv_error(L->s, sec, kv, "add dtype = i32, or use data = normal", "data = int needs dtype = i32");
+            if (fe_eval(p, L->dims, L->ndims, L->ndims, &t->data_range, err, sizeof err, hint, sizeof hint))
+                return fe_kv_error(L->s, sec, kv, hint[0] ? hint : "write data = int RANGE, e.g. data = int V",
+                                   "data range: %s", err);
+            t->data = IR_DATA_INT;
+        } else {
+            return fe_kv_error(L->s, sec, kv, "data is normal (f32) or int RANGE (i32)", "unknown data '%s'",
+                               fe_clip(kv->val, clip, sizeof clip));
+        }
+    }
+    int64_t bd;
+    if (get_int(L, sec, "batch_dim", 0, 0, ndim - 1, &bd)) return 2;
+    t->batch_dim = (int)bd;
+    return 0;
+}
+
+/* init := zeros | ones | const V | normal STD | uniform LO HI */
+static int parse_init(fe_lw *L, const fe_section *sec, ir_tensor *t)
+{
+    static const char hint[] = "init is zeros | ones | const V | normal STD | uniform LO HI";
+    const fe_kv *kv = fe_get(sec, "init");
+    t->init = IR_INIT_NORMAL;
+    t->init_a = 0.02;
+    t->init_b = 0;
+    if (!kv) return 0;
+    static const struct { const char *w; ir_initkind k; int nargs; } forms[] = {
+        {"zeros", IR_INIT_ZEROS, 0}, {"ones", IR_INIT_ONES, 0}, {"const", IR_INIT_CONST, 1},
+        {"normal", IR_INIT_NORMAL, 1}, {"uniform", IR_INIT_UNIFORM, 2},
+    };
+    char w[128], err[256], clip[96];
+    const char *p = kv->val;
+    next_word(&p, w, sizeof w);
+    for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+        if (strcmp(w, forms[f].w) != 0) continue;
+        double a[3] = {0, 0, 0};
+        int n = 0;
+        for (size_t len; (len = next_word(&p, w, sizeof w)) > 0; n++) {
+            if (n == forms[f].nargs)
+                return fe_kv_error(L->s, sec, kv, hint, "init %s takes %d argument%s", forms[f].w, forms[f].nargs,
+                                   forms[f].nargs == 1 ? "" : "s");
+            if (len >= sizeof w) snprintf(w, sizeof w, "%s", "?");
+            if (fe_parse_float(w, &a[n], err, sizeof err)) return fe_kv_error(L->s, sec, kv, hint, "init: %s", err);
+        }
+        if (n != forms[f].nargs)
+            return fe_kv_error(L->s, sec, kv, hint, "init %s takes %d argument%s", forms[f].w, forms[f].nargs,
+                               forms[f].nargs == 1 ? "" : "s");
+        if (forms[f].k == IR_INIT_NORMAL && a[0] < 0)
+            return fe_kv_error(L->s, sec, kv, NULL, "init normal: the standard deviation must be >= 0");
+        if (forms[f].k == IR_INIT_UNIFORM && !(a[0] < a[1]))
+            return fe_kv_error(L->s, sec, kv, NULL, "init uniform LO HI needs LO < HI");
+        t->init = forms[f].k;
+        t->init_a = a[0];
+        t->init_b = a[1];
+        return 0;
+    }
+    return fe_kv_error(L->s, sec, kv, hint, "unknown init '%s'", fe_clip(kv->val, clip, sizeof clip));
+}
+
+/* [param NAME]  shape = SHAPE, init = INIT, dtype = f32.  A block's param
+ * becomes one tensor per repeat. */
+static int lower_param(fe_lw *L, const fe_section *sec)
+{
+    int ndim, dt;
+    int64_t shape[IR_MAXDIM];
+    if (parse_shape(L, sec, &ndim, shape) || get_choice(L, sec, "dtype", fe_dtypes, 0, &dt)) return 2;
+    if (dt) return fe_kv_error(L->s, sec, fe_get(sec, "dtype"), "params are trained, so f32", "params must be f32");
+    ir_tensor proto;
+    memset(&proto, 0, sizeof proto);
+    if (parse_init(L, sec, &proto)) return 2;
+    int b = block_of(L, sec->name);
+    int nrep = b < 0 ? 1 : L->blk[b].repeat;
+    for (int r = 0; r < nrep; r++) {
+        const char *name = b < 0 ? sec->name : fmt(L, "%s.%d.%s", L->blk[b].name, r, sec->name + L->blk[b].len + 1);
+        int id = ir_add_tensor(L->g, name, IR_F32, IR_T_PARAM, ndim, shape, sec->line);
+        ir_tensor *t = &L->g->t[id];
+        t->init = proto.init;
+        t->init_a = proto.init_a;
+        t->init_b = proto.init_b;
+        map_put(&L->tensor, t->name, id);
+    }
+    return 0;
+}
+
+/* Inputs and params in file order; a block's params (repeat-major) where
+ * its [block] section is. */
+static int lower_tensors(fe_lw *L)
+{
+    int64_t total = 0;
+    for (int i = 0; i < L->s->nsec; i++) {
+        const fe_section *sec = &L->s->sec[i];
+        if (is_kind(sec, "input")) {
+            if (lower_input(L, sec)) return 2;
+        } else if (is_kind(sec, "param") && block_of(L, sec->name) < 0) {
+            if (lower_param(L, sec)) return 2;
+        } else if (is_kind(sec, "block")) {
+            int b = block_of(L, fmt(L, "%s.", sec->name));
+            for (int j = 0; j < L->s->nsec; j++)
+                if (is_kind(&L->s->sec[j], "param") && block_of(L, L->s->sec[j].name) == b) {
+                    total += L->blk[b].repeat;
+                    if (total > FE_MAX_INST)
+                        return fe_error(L->s, sec->line, NULL, "more than %d params after unrolling blocks", FE_MAX_INST);
+                    if (lower_param(L, &L->s->sec[j])) return 2;
+                }
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+/* Graph name of a tensor named `name` in repeat rep of block (or -1). */
+static char *resolve(fe_lw *L, int block, int rep, const char *name)
+{
+    if (block >= 0) {
+        const fe_blk *B = &L->blk[block];
+        if (strncmp(name, B->name, B->len) == 0 && name[B->len] == '.') {
+            const char *x = name + B->len + 1;
+            if (strcmp(x, "in") == 0)
+                return rep == 0 ? resolve(L, -1, -1, B->in->val) : fmt(L, "%s.%d.out", B->name, rep - 1);
+            return fmt(L, "%s.%d.%s", B->name, rep, x);
+        }
+    }
+    int a = map_get(&L->alias, name);
+    if (a >= 0) return fmt(L, "%s.%d.out", L->blk[a].name, L->blk[a].repeat - 1);
+    return fmt(L, "%s", name);
+}
+
+/* Add the instance of op decl for repeat rep (-1: not in a block); its
+ * outputs become known producers. */
+static void add_inst(fe_lw *L, int decl, int rep)
+{
+    const fe_opdecl *d = &L->ops[decl];
+    fe_inst *in = IR_PUSH(L->inst, L->ninst, L->instcap);
+    memset(in, 0, sizeof *in);
+    in->decl = decl;
+    in->rep = rep;
+    in->name = resolve(L, d->block, rep, d->sec->name);
+    for (int o = 0; o < d->nout; o++) {
+        in->out[o] = resolve(L, d->block, rep, d->out[o]);
+        map_put(&L->producer, in->out[o], L->ninst - 1);
+    }
+}
+
+/* A model has ops; say so plainly when the file is empty. */
+static int lower_complete(fe_lw *L)
+{
+    if (L->nops > 0) return 0;
+    int blank = 1;
+    for (int i = 0; i < L->s->nlines && blank; i++) {
+        const char *p = L->s->lines[i];
+        while (*p == ' ' || *p == '\t') p++;
+        blank = !*p || *p == ';' || *p == '#';
+    }
+    return fe_error(L->s, -1, "a model is [input NAME], [param NAME] and [op NAME] sections and a [train] section; see docs/model-spec.md",
+                    "no [op] sections%s", blank ? " (the file is empty)" : "");
+}
+
+/* Op instances in file order (a block's, repeat-major, where its [block]
+ * is); inputs resolved; unknown names reported. */
+static int lower_insts(fe_lw *L)
+{
+    char hint[384], clip[96];
+    int64_t total = 0;
+    for (int b = 0; b < L->nblk; b++) {
+        int n = 0;
+        for (int k = 0; k < L->nops; k++) n += L->ops[k].block == b;
+        total += (int64_t)n * L->blk[b].repeat;
+    }
+    if (total + L->nops > FE_MAX_INST)
+        return fe_error(L->s, -1, "lower the repeat counts", "more than %d ops after unrolling blocks", FE_MAX_INST);
+    for (int i = 0; i < L->s->nsec; i++) {
+        const fe_section *sec = &L->s->sec[i];
+        if (is_kind(sec, "op")) {
+            for (int k = 0; k < L->nops; k++)
+                if (L->ops[k].sec == sec && L->ops[k].block < 0) add_inst(L, k, -1);
+        } else if (is_kind(sec, "block")) {
+            int b = block_of(L, fmt(L, "%s.", sec->name));
+            for (int r = 0; r < L->blk[b].repeat; r++)
+                for (int k = 0; k < L->nops; k++)
+                    if (L->ops[k].block == b) add_inst(L, k, r);
+        }
+    }
+    /* a block's `in` must exist even when no op reads NAME.in */
+    for (int b = 0; b < L->nblk; b++) {
+        const char *n = L->blk[b].in->val;
+        int ni = map_get(&L->name_idx, n);
+        if (ni < 0 || L->names[ni].block >= 0)
+            return fe_kv_error(L->s, L->blk[b].sec, L->blk[b].in, unknown_hint(L, n, -1, hint, sizeof hint),
+                               "unknown tensor '%s'", fe_clip(n, clip, sizeof clip));
+    }
+    for (int i = 0; i < L->ninst; i++) {
+        fe_inst *in = &L->inst[i];
+        const fe_opdecl *d = &L->ops[in->decl];
+        for (int k = 0; k < d->nin; k++) {
+            in->in[k] = resolve(L, d->block, in->rep, d->in[k]);
+            if (map_get(&L->tensor, in->in[k]) >= 0) continue;
+            if (map_get(&L->producer, in->in[k]) >= 0) {
+                in->wait++;
+                continue;
+            }
+            return fe_kv_error(L->s, d->sec, d->in_kv, unknown_hint(L, d->in[k], d->block, hint, sizeof hint),
+                               "unknown tensor '%s'", fe_clip(d->in[k], clip, sizeof clip));
+        }
+    }
+    return 0;
+}
+
+/* Min-heap of instance indices: ready ops, the earliest in the spec first. */
+typedef struct fe_heap {
+    int *v;    /* elements */
+    int n;     /* count */
+    int cap;   /* allocated */
+} fe_heap;
+
+/* Add x to the heap. */
+static void heap_push(fe_heap *h, int x)
+{
+    int i = h->n;
+    *IR_PUSH(h->v, h->n, h->cap) = x;
+    while (i > 0 && h->v[(i - 1) / 2] > h->v[i]) {
+        int p = (i - 1) / 2, t = h->v[p];
+        h->v[p] = h->v[i];
+        h->v[i] = t;
+        i = p;
+    }
+}
+
+/* Remove and return the smallest element (the heap is not empty). */
+static int heap_pop(fe_heap *h)
+{
+    int top = h->v[0];
+    h->v[0] = h->v[--h->n];
+    for (int i = 0;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && h->v[l] < h->v[m]) m = l;
+        if (r < h->n && h->v[r] < h->v[m]) m = r;
+        if (m == i) break;
+        int t = h->v[m];
+        h->v[m] = h->v[i];
+        h->v[i] = t;
+        i = m;
+    }
+    return top;
+}
+
+/* Some ops are left and none is ready: report a cycle among them. */
+static int report_cycle(fe_lw *L)
+{
+    int start = 0;
+    while (L->inst[start].done) start++;
+    int *seen = ir_xcalloc((size_t)L->ninst, sizeof *seen);
+    int *path = ir_xmalloc(sizeof *path * (size_t)L->ninst);
+    int n = 0, cur = start;
+    while (!seen[cur]) {
+        seen[cur] = ++n;
+        path[n - 1] = cur;
+        const fe_inst *in = &L->inst[cur];
+        int next = -1;
+        for (int k = 0; k < L->ops[in->decl].nin && next < 0; k++) {
+            int p = map_get(&L->producer, in->in[k]);
+            if (p >= 0 && !L->inst[p].done) next = p;
+        }
+        IR_ASSERT(next >= 0);
+        cur = next;
+    }
+    /* path[seen[cur]-1 .. n-1] is the cycle, each op reading the next one's
+     * output; print it the other way (producer -> consumer), from its
+     * earliest op */
+    int first = seen[cur] - 1, len = n - first, lo = first;
+    for (int j = first; j < n; j++)
+        if (path[j] < path[lo]) lo = j;
+    ir_buf b = {0};
+    for (int j = 0; j <= len; j++) {
+        int idx = first + ((lo - first) - j + len) % len;
+        if (j > 8 && j < len) {
+            ir_bprintf(&b, " -> ...");
+            j = len - 1;
+            continue;
+        }
+        ir_bprintf(&b, "%s%s", j ? " -> " : "", L->inst[path[idx]].name);
+    }
+    const fe_opdecl *d = &L->ops[L->inst[path[lo]].decl];
+    fe_kv_error(L->s, d->sec, d->in_kv, "each op's output feeds the next; one of these inputs must come from elsewhere",
+                "ops form a cycle: %s", b.s);
+    ir_buf_free(&b);
+    free(seen);
+    free(path);
+    return 2;
+}
+
+/* ir_add_op failed for instance i: report it at the op's `in`. */
+static int report_shapes(fe_lw *L, const fe_inst *in, const int *ids, const char *err)
+{
+    const fe_opdecl *d = &L->ops[in->decl];
+    const ir_opinfo *oi = &ir_ops[d->kind];
+    ir_buf b = {0};
+    char clip[96];
+    ir_bprintf(&b, "inputs:");
+    for (int k = 0; k < d->nin; k++) {
+        const ir_tensor *t = &L->g->t[ids[k]];
+        ir_bprintf(&b, "%s %s %s[", k ? "," : "", fe_clip(t->name, clip, sizeof clip), ir_dtype_name(t->dtype));
+        for (int j = 0; j < t->ndim; j++) ir_bprintf(&b, "%s%lld", j ? "," : "", (long long)t->shape[j]);
+        ir_bprintf(&b, "]");
+    }
+    ir_bprintf(&b, "; %s is `%s`", oi->name, oi->anno);
+    fe_kv_error(L->s, d->sec, d->in_kv, b.s, "op '%s' (%s): %s", fe_clip(in->name, clip, sizeof clip), oi->name, err);
+    ir_buf_free(&b);
+    return 2;
+}
+
+/* Add the instances to the graph in dependency order (Kahn's algorithm,
+ * earliest in the spec first among the ready ones). */
+static int lower_order(fe_lw *L)
+{
+    /* consumers of each instance, as a CSR list */
+    int *cnt = ir_xcalloc((size_t)L->ninst + 1, sizeof *cnt);
+    for (int i = 0; i < L->ninst; i++)
+        for (int k = 0; k < L->ops[L->inst[i].decl].nin; k++) {
+            int p = map_get(&L->producer, L->inst[i].in[k]);
+            if (p >= 0 && map_get(&L->tensor, L->inst[i].in[k]) < 0) cnt[p + 1]++;
+        }
+    for (int i = 0; i < L->ninst; i++) cnt[i + 1] += cnt[i];
+    int *use = ir_xmalloc(sizeof *use * (size_t)(cnt[L->ninst] + 1));
+    int *fill = ir_xcalloc((size_t)L->ninst + 1, sizeof *fill);
+    for (int i = 0; i < L->ninst; i++)
+        for (int k = 0; k < L->ops[L->inst[i].decl].nin; k++) {
+            int p = map_get(&L->producer, L->inst[i].in[k]);
+            if (p >= 0 && map_get(&L->tensor, L->inst[i].in[k]) < 0) use[cnt[p] + fill[p]++] = i;
+        }
+    fe_heap h = {0};
+    for (int i = 0; i < L->ninst; i++)
+        if (L->inst[i].wait == 0) heap_push(&h, i);
+    int added = 0, rc = 0;
+    char err[512];
+    while (h.n > 0 && !rc) {
+        int i = heap_pop(&h);
+        fe_inst *in = &L->inst[i];
+        const fe_opdecl *d = &L->ops[in->decl];
+        int ids[IR_MAXIO];
+        for (int k = 0; k < d->nin; k++) ids[k] = map_get(&L->tensor, in->in[k]);
+        err[0] = '\0';
+        int op = ir_add_op(L->g, in->name, d->kind, d->nin, ids, (const char *const *)in->out, d->sec->line,
+                           err, sizeof err);
+        if (op < 0) {
+            rc = report_shapes(L, in, ids, err[0] ? err : "the inputs do not fit the op");
+            break;
+        }
+        ir_op *o = &L->g->op[op];
+        o->block = d->block >= 0 ? L->blk[d->block].id : -1;
+        o->rep = in->rep;
+        for (int k = 0; k < o->nout; k++) map_put(&L->tensor, L->g->t[o->out[k]].name, o->out[k]);
+        in->done = 1;
+        added++;
+        for (int u = cnt[i]; u < cnt[i + 1]; u++)
+            if (--L->inst[use[u]].wait == 0) heap_push(&h, use[u]);
+    }
+    if (!rc && added < L->ninst) rc = report_cycle(L);
+    free(h.v);
+    free(cnt);
+    free(use);
+    free(fill);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- [train] [cluster] [plan] */
+
+/* [train]  loss = TENSOR, optimizer = sgd|adamw, lr, weight_decay, beta1,
+ *          beta2, eps, steps, micro_batches, data = synthetic, data_period */
+static int lower_train(fe_lw *L)
+{
+    const fe_section *sec = section(L->s, "train");
+    ir_train *tr = &L->g->train;
+    char hint[512], clip[96];
+    if (!sec)
+        return fe_error(L->s, -1, "add a [train] section with `loss = TENSOR` naming the output of a loss op",
+                        "missing [train] section");
+    const fe_kv *kv = fe_get(sec, "loss");
+    int id = -1;
+    if (fe_is_name(kv->val)) {
+        char *real = resolve(L, -1, -1, kv->val);
+        id = map_get(&L->tensor, real);
+    }
+    if (id < 0)
+        return fe_kv_error(L->s, sec, kv, unknown_hint(L, kv->val, -1, hint, sizeof hint), "unknown tensor '%s'",
+                           fe_clip(kv->val, clip, sizeof clip));
+    const ir_tensor *t = &L->g->t[id];
+    if (t->producer < 0 || !(ir_ops[L->g->op[t->producer].kind].flags & OPF_LOSS)) {
+        size_t used = (size_t)snprintf(hint, sizeof hint, "name the output of a loss op (");
+        for (int k = 0, n = 0; k < IR_OP_COUNT; k++)
+            if ((ir_ops[k].flags & OPF_LOSS) && (ir_ops[k].flags & OPF_USER))
+                used += (size_t)snprintf(hint + used, sizeof hint - used, "%s%s", n++ ? ", " : "", ir_ops[k].name);
+        used += (size_t)snprintf(hint + used, sizeof hint - used, ")");
+        if (t->producer >= 0)
+            snprintf(hint + used, sizeof hint - used, "; '%s' comes from op '%s' (%s)", fe_clip(kv->val, clip, sizeof clip),
+                     L->g->op[t->producer].name, ir_ops[L->g->op[t->producer].kind].name);
+        return fe_kv_error(L->s, sec, kv, hint, "loss '%s' is not the output of a loss op", fe_clip(kv->val, clip, sizeof clip));
+    }
+    tr->loss = id;
+    static const char *const optims[] = {"sgd", "adamw", NULL};
+    static const char *const datas[] = {"synthetic", NULL};
+    int opt, data;
+    if (get_choice(L, sec, "optimizer", optims, 1, &opt)) return 2;
+    tr->optimizer = opt ? IR_OP_ADAMW : IR_OP_SGD;
+    if (get_float(L, sec, "lr", 1e-3, FE_POS, &tr->lr) ||
+        get_float(L, sec, "weight_decay", 0, FE_NONNEG, &tr->weight_decay) ||
+        get_float(L, sec, "beta1", 0.9, FE_UNIT, &tr->beta1) ||
+        get_float(L, sec, "beta2", 0.999, FE_UNIT, &tr->beta2) ||
+        get_float(L, sec, "eps", 1e-8, FE_POS, &tr->eps) ||
+        get_int(L, sec, "steps", 10, 1, INT64_MAX, &tr->steps) ||
+        get_int(L, sec, "micro_batches", 1, 1, INT64_MAX, &tr->micro_batches) ||
+        get_choice(L, sec, "data", datas, 0, &data) ||
+        get_int(L, sec, "data_period", 4, 1, INT64_MAX, &tr->data_period))
+        return 2;
+    return 0;
+}
+
+/* [cluster] devices = INT, device = cpu;  [plan] policy = dp */
+static int lower_cluster(fe_lw *L)
+{
+    const fe_section *cl = section(L->s, "cluster"), *pl = section(L->s, "plan");
+    static const char *const devs[] = {"cpu", NULL};
+    static const char *const pols[] = {"dp", NULL};
+    int64_t n;
+    int dev, pol;
+    if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) || get_choice(L, cl, "device", devs, 0, &dev) ||
+        get_choice(L, pl, "policy", pols, 0, &pol))
+        return 2;
+    L->g->req.devices = (int)n;
+    L->g->req.policy = ir_str(L->g, pols[pol]);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+/* Free what the lowering owns (not the graph). */
+static void lower_free(fe_lw *L)
+{
+    for (int i = 0; i < L->nstrs; i++) free(L->strs[i]);
+    free(L->strs);
+    free(L->dims);
+    free(L->blk);
+    free(L->ops);
+    free(L->inst);
+    free(L->names);
+    map_free(&L->name_idx);
+    map_free(&L->alias);
+    map_free(&L->tensor);
+    map_free(&L->producer);
+}
+
+/* g is (re)initialised here; on failure it is freed again, so the caller
+ * has nothing to clean up either way but ir_graph_free after success. */
+int fe_lower(const fe_spec *s, ir_graph *g)
+{
+    fe_lw L;
+    memset(&L, 0, sizeof L);
+    L.s = s;
+    L.g = g;
+    ir_graph_init(g);
+    g->file = ir_str(g, s->file);
+    int bad = lower_model(&L) || lower_dims(&L) || lower_blocks(&L) || lower_opdecls(&L) ||
+              lower_names(&L) || lower_tensors(&L) || lower_complete(&L) || lower_insts(&L) || lower_order(&L) ||
+              lower_train(&L) || lower_cluster(&L);
+    lower_free(&L);
+    if (bad) {
+        ir_graph_free(g);
+        return 2;
+    }
+    return 0;
+}
+
+int fe_load(const char *path, const char *const *sets, int nset, ir_graph *g)
+{
+    fe_spec s;
+    ir_graph_init(g);
+    if (fe_parse(path, sets, nset, &s)) return 2;
+    int rc = fe_lower(&s, g);
+    fe_spec_free(&s);
+    return rc;
+}

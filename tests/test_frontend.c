@@ -1,0 +1,414 @@
+/* test_frontend.c -- the model spec frontend: every malformed spec in
+ * tests/bad/ must fail with status 2 and the message its first line
+ * expects; valid specs must lower to the expected Graph.
+ *
+ * usage: test_frontend TESTS_DIR [EXAMPLES_DIR]
+ *        (EXAMPLES_DIR defaults to TESTS_DIR/../examples)
+ *
+ * A file in tests/bad/ starts with `; expect: TEXT` (a substring of what
+ * nnsc-aot prints on stderr) and may add `; set: SECTION.KEY=VALUE` lines:
+ * --set overrides to apply.  Prints one line per check and a summary
+ * "N passed, M failed"; exits 1 on any failure.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "frontend.h"
+#include "ir.h"
+
+static char tmpdir[256];   /* scratch files of this run */
+
+/* fe_load with stderr captured into err (NUL-terminated). */
+static int load_capture(const char *path, const char *const *sets, int nset, ir_graph *g,
+                        char *err, size_t errsz)
+{
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    if (!tmp) {
+        perror("tmpfile");
+        exit(1);
+    }
+    int saved = dup(2);
+    dup2(fileno(tmp), 2);
+    int rc = fe_load(path, sets, nset, g);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(err, 1, errsz - 1, tmp);
+    err[n] = '\0';
+    fclose(tmp);
+    return rc;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = '\0';
+    fclose(f);
+    return b;
+}
+
+static void spit(const char *path, const char *text, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fwrite(text, 1, n, f);
+    fclose(f);
+}
+
+/* A scratch file named name holding text; returns its path (static). */
+static const char *scratch(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    spit(path, text, strlen(text));
+    return path;
+}
+
+/* Expect fe_load(path, sets) to fail with status 2 and a message holding want. */
+static void expect_error(const char *label, const char *path, const char *const *sets, int nset,
+                         const char *want)
+{
+    static char err[1 << 16];
+    ir_graph g;
+    int rc = load_capture(path, sets, nset, &g, err, sizeof err);
+    int ok = rc == 2 && strstr(err, want) && strstr(err, "error: ");
+    CHECK(ok, "%s: %s", label, want);
+    if (!ok) fprintf(stdout, "      status %d, stderr:\n%s\n", rc, err);
+    ir_graph_free(&g);
+}
+
+/* ---------------------------------------------------------------- bad specs */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every .ini file in tests/bad: status 2 and the expected text. */
+static void test_bad_dir(const char *tests)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/bad", tests);
+    DIR *d = opendir(dir);
+    if (!d) {
+        CHECK(0, "open %s", dir);
+        return;
+    }
+    char *names[512];
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < 512;) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && strcmp(e->d_name + len - 4, ".ini") == 0) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    CHECK(n >= 20, "tests/bad has %d specs (>= 20)", n);
+    for (int i = 0; i < n; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        char *text = slurp(path);
+        char want[512] = "";
+        const char *sets[8];
+        char setbuf[8][256];
+        int nset = 0;
+        for (char *ln = text; ln && *ln == ';';) {
+            char *nl = strchr(ln, '\n');
+            int len = nl ? (int)(nl - ln) : (int)strlen(ln);
+            if (strncmp(ln, "; expect: ", 10) == 0) snprintf(want, sizeof want, "%.*s", len - 10, ln + 10);
+            if (strncmp(ln, "; set: ", 7) == 0 && nset < 8) {
+                snprintf(setbuf[nset], sizeof setbuf[nset], "%.*s", len - 7, ln + 7);
+                sets[nset] = setbuf[nset];
+                nset++;
+            }
+            ln = nl ? nl + 1 : NULL;
+        }
+        if (!want[0]) CHECK(0, "%s: no `; expect:` line", names[i]);
+        else expect_error(names[i], path, sets, nset, want);
+        free(text);
+        free(names[i]);
+    }
+}
+
+/* Bad inputs made at run time: binary, bad UTF-8, huge line, empty, missing. */
+static void test_bad_generated(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/binary.ini", tmpdir);
+    static const char bin[] = "[dims]\nB = 8\n\x7f" "ELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x03\0>\0";
+    spit(path, bin, sizeof bin - 1);
+    expect_error("binary file (NUL bytes)", path, NULL, 0, ":3: error: binary data (NUL byte)");
+
+    spit(path, "[dims]\nB = 8\nC = \xff\xfe\n", 18);
+    expect_error("invalid UTF-8", path, NULL, 0, ":3: error: invalid UTF-8 (byte 0xff)");
+
+    spit(path, "[dims]\nB = 8\x1b[0m\n", 16);
+    expect_error("control character", path, NULL, 0, ":2: error: control character 0x1b");
+
+    spit(path, "", 0);
+    expect_error("empty file", path, NULL, 0, "binary.ini: error: no [op] sections (the file is empty)");
+
+    snprintf(path, sizeof path, "%s/no-such-dir/model.ini", tmpdir);
+    expect_error("missing file", path, NULL, 0, "model.ini: error: cannot open the model spec: No such file or directory");
+
+    expect_error("a directory", tmpdir, NULL, 0, "error: cannot read the model spec: Is a directory");
+
+    /* a 100 KB bad value: reported at its line, the quote cut to 200 bytes */
+    size_t big = 100 * 1024;
+    char *text = malloc(big + 64);
+    int off = sprintf(text, "[dims]\nB = 8\nC = ");
+    memset(text + off, 'Q', big);
+    strcpy(text + off + big, "!\n");
+    const char *p = scratch("long-bad.ini", text);
+    static char err[1 << 16];
+    ir_graph g;
+    int rc = load_capture(p, NULL, 0, &g, err, sizeof err);
+    char *quote = strstr(err, "\n  C = QQQ");
+    char *dots = quote ? strstr(quote, "...\n") : NULL;
+    CHECK(rc == 2 && strstr(err, ":3: error: dim C: unknown dim 'QQQQ") && quote && dots &&
+              dots - (quote + 3) == 200 && strlen(err) < 2000,
+          "100 KB bad line: error at :3, quoted line cut to 200 bytes + \"...\"");
+    ir_graph_free(&g);
+    free(text);
+
+    const char *bad_sets[] = {"train.steps=5", "train.steps"};
+    p = scratch("set-ok.ini", "[dims]\nB = 8\n");
+    expect_error("--set without '='", p, bad_sets, 2, "<command line>: error: --set train.steps: expected SECTION.KEY=VALUE");
+}
+
+/* ---------------------------------------------------------------- good specs */
+
+static int tid(const ir_graph *g, const char *name) { return ir_find_tensor(g, name); }
+
+static int shape_is(const ir_graph *g, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+    int t = tid(g, name);
+    if (t < 0 || g->t[t].ndim != ndim) return 0;
+    return g->t[t].shape[0] == d0 && (ndim < 2 || g->t[t].shape[1] == d1);
+}
+
+/* Load path (sets) expecting success; prints stderr on failure. */
+static int load_ok(const char *label, const char *path, const char *const *sets, int nset, ir_graph *g)
+{
+    static char err[1 << 16];
+    int rc = load_capture(path, sets, nset, g, err, sizeof err);
+    CHECK(rc == 0 && err[0] == '\0', "%s loads", label);
+    if (rc) printf("      status %d, stderr:\n%s\n", rc, err);
+    return rc == 0;
+}
+
+static void test_mlp(const char *examples)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/mlp.ini", examples);
+    ir_graph g;
+    if (!load_ok("examples/mlp.ini", path, NULL, 0, &g)) return;
+    CHECK(strcmp(g.model, "mlp") == 0 && g.seed == 1337, "mlp: model name and seed");
+    CHECK(g.nop == 9 && tid(&g, "x") == 0 && tid(&g, "fc1.w") == 2, "mlp: 9 ops, tensors in file order");
+    CHECK(shape_is(&g, "h1", 2, 32, 128) && shape_is(&g, "pred", 2, 32, 16) && shape_is(&g, "loss", 1, 1, 0),
+          "mlp: shapes inferred (h1 [32,128], pred [32,16], loss [1])");
+    int pred = tid(&g, "pred"), x = tid(&g, "x");
+    CHECK(g.t[x].batch_dim == 0 && g.t[pred].batch_dim == 0 && g.t[x].data == IR_DATA_NORMAL,
+          "mlp: batch dim 0 on x and propagated to pred");
+    int w3 = tid(&g, "fc3.w"), b1 = tid(&g, "fc1.b"), w2 = tid(&g, "fc2.w");
+    CHECK(g.t[w3].init == IR_INIT_UNIFORM && g.t[w3].init_a == -0.05 && g.t[w3].init_b == 0.05 &&
+              g.t[b1].init == IR_INIT_ZEROS && g.t[w2].init == IR_INIT_NORMAL && g.t[w2].init_a == 0.02,
+          "mlp: param initialisers (uniform, zeros, default normal 0.02)");
+    const ir_train *t = &g.train;
+    CHECK(t->loss == tid(&g, "loss") && g.t[t->loss].kind == IR_T_LOSS && t->optimizer == IR_OP_ADAMW &&
+              t->lr == 1e-3 && t->beta1 == 0.9 && t->beta2 == 0.999 && t->eps == 1e-8 && t->steps == 20 &&
+              t->micro_batches == 2 && t->data_period == 2 && t->weight_decay == 0,
+          "mlp: [train] settings");
+    CHECK(g.req.devices == 1 && strcmp(g.req.policy, "dp") == 0 && strcmp(g.file, path) == 0,
+          "mlp: [cluster] and [plan]");
+    ir_graph_verify(&g);
+    ir_graph_free(&g);
+}
+
+static void test_mlp_block(const char *examples)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/mlp-block.ini", examples);
+    ir_graph g;
+    if (!load_ok("examples/mlp-block.ini", path, NULL, 0, &g)) return;
+    CHECK(g.nblk == 1 && strcmp(g.blk[0].name, "h") == 0 && g.blk[0].repeat == 3, "block: one block h, repeat 3");
+    int w0 = tid(&g, "h.0.w"), w1 = tid(&g, "h.1.w"), w2 = tid(&g, "h.2.w");
+    CHECK(w0 >= 0 && w1 >= 0 && w2 >= 0 && w0 != w1 && tid(&g, "h.w") < 0 && tid(&g, "h.3.w") < 0 &&
+              shape_is(&g, "h.1.w", 2, 128, 128) && g.t[tid(&g, "h.2.b")].init == IR_INIT_ZEROS,
+          "block: params unrolled h.0.w h.1.w h.2.w (h.w gone)");
+    int f0 = ir_find_op(&g, "h.0.fc"), f1 = ir_find_op(&g, "h.1.fc"), r2 = ir_find_op(&g, "h.2.res");
+    CHECK(f0 >= 0 && f1 >= 0 && r2 >= 0 && g.op[f0].in[0] == tid(&g, "x0") && g.op[f1].in[0] == tid(&g, "h.0.out") &&
+              g.op[f1].in[1] == w1 && g.op[r2].in[0] == tid(&g, "h.1.out"),
+          "block: h.in is x0 for repeat 0, h.(r-1).out after");
+    int head = ir_find_op(&g, "head");
+    CHECK(head >= 0 && g.op[head].in[0] == tid(&g, "h.2.out") && tid(&g, "xL") < 0,
+          "block: out name xL resolves to h.2.out");
+    CHECK(g.op[f1].block == 0 && g.op[f1].rep == 1 && g.op[r2].rep == 2 && g.op[head].block == -1 &&
+              g.op[head].rep == -1 && g.nop == 3 + 4 * 3,
+          "block: ops carry block and repeat");
+    ir_graph_verify(&g);
+    ir_graph_free(&g);
+}
+
+static const char small[] =
+    "; a small spec for the positive tests\n"
+    "[dims]\n"
+    "B = 8\n"
+    "C = (B+4)*2/3      ; 8\n"
+    "D = 2*C - 1        ; 15\n"
+    "V = 7\n"
+    "[op loss]\n"               /* ops in any order */
+    "kind = cross_entropy\n"
+    "in = logits, tok\n"
+    "out = loss\n"
+    "[input x]\n"
+    "shape = B (C + 1)\n"
+    "[input tok]\n"
+    "shape = B\n"
+    "dtype = i32\n"
+    "data = int V*2\n"
+    "[param w]\n"
+    "shape = (C + 1) V\n"
+    "init = const 0.5\n"
+    "[op fc]\n"
+    "kind = matmul\n"
+    "in = h, w\n"
+    "out = logits\n"
+    "[op act]\n"
+    "kind = relu\n"
+    "in = x\n"
+    "out = h\n"
+    "[train]\n"
+    "loss = loss\n"
+    "optimizer = sgd\n";
+
+static void test_small(void)
+{
+    const char *p = scratch("small.ini", small);
+    ir_graph g;
+    if (!load_ok("small spec", p, NULL, 0, &g)) return;
+    CHECK(shape_is(&g, "x", 2, 8, 9) && shape_is(&g, "w", 2, 9, 7) && shape_is(&g, "logits", 2, 8, 7),
+          "dims: C = (B+4)*2/3 = 8; shapes with (C + 1)");
+    int tok = tid(&g, "tok");
+    CHECK(g.t[tok].dtype == IR_I32 && g.t[tok].data == IR_DATA_INT && g.t[tok].data_range == 14,
+          "i32 input: data = int V*2 gives range 14");
+    CHECK(g.nop == 3 && strcmp(g.op[0].name, "act") == 0 && strcmp(g.op[1].name, "fc") == 0 &&
+              strcmp(g.op[2].name, "loss") == 0,
+          "ops listed out of order are added in dependency order");
+    CHECK(strcmp(g.model, "small") == 0 && g.t[tid(&g, "w")].init == IR_INIT_CONST && g.t[tid(&g, "w")].init_a == 0.5 &&
+              g.train.optimizer == IR_OP_SGD && g.train.steps == 10 && g.train.data_period == 4,
+          "defaults: model name from the file, steps 10, data_period 4; init const");
+    ir_graph_free(&g);
+
+    const char *sets[] = {"dims.B=14", "train.steps = 7", "param w.init=uniform -1 1",
+                          "cluster.devices=4", "model.name=over", "train.lr=0.5"};
+    if (!load_ok("small spec with --set", p, sets, 6, &g)) return;
+    int w = tid(&g, "w");
+    CHECK(shape_is(&g, "x", 2, 14, 13) && g.train.steps == 7 && g.t[w].init == IR_INIT_UNIFORM &&
+              g.t[w].init_a == -1 && g.t[w].init_b == 1 && g.req.devices == 4 && strcmp(g.model, "over") == 0 &&
+              g.train.lr == 0.5,
+          "--set: dims, train, param (named section), new [cluster] and [model]");
+    ir_graph_free(&g);
+}
+
+/* The exact message format. */
+static void test_format(void)
+{
+    const char *p = scratch("format.ini", "[dims]\nB = 8\n\t C = B +  Z   ; a comment\n");
+    static char err[4096];
+    ir_graph g;
+    load_capture(p, NULL, 0, &g, err, sizeof err);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "%s:3: error: dim C: unknown dim 'Z'\n"
+             "  C = B +  Z   ; a comment\n"
+             "  hint: define it in [dims] before it is used, e.g. Z = 64\n", p);
+    CHECK(strcmp(err, want) == 0, "message format: FILE:LINE: error: / quoted line / hint");
+    if (strcmp(err, want) != 0) printf("      got:\n%s      want:\n%s", err, want);
+    ir_graph_free(&g);
+}
+
+/* Long lines, CR LF, a BOM, and line numbers after them. */
+static void test_lines(void)
+{
+    size_t big = 100 * 1024;
+    size_t n = strlen(small);
+    char *text = malloc(n + 3 * big + 256);
+    char *q = text;
+    q += sprintf(q, "; ");
+    memset(q, 'c', big);       /* a 100 KB comment */
+    q += big;
+    q += sprintf(q, "\n[model]\nname = long");
+    q += sprintf(q, " ; ");
+    memset(q, 'k', big);       /* a value followed by a 100 KB comment */
+    q += big;
+    q += sprintf(q, "\n");
+    memcpy(q, small, n + 1);
+    const char *p = scratch("long.ini", text);
+    ir_graph g;
+    if (load_ok("100 KB lines", p, NULL, 0, &g)) {
+        CHECK(strcmp(g.model, "long") == 0 && g.nop == 3, "100 KB lines: values and comments read right");
+        ir_graph_free(&g);
+    }
+    /* an error after the long lines still points at the right line */
+    strcpy(q, "[dims]\nB = 8\n\nC = B/0\n");
+    p = scratch("long2.ini", text);
+    expect_error("line count after 100 KB lines", p, NULL, 0, "long2.ini:7: error: dim C: division by zero");
+
+    /* CR LF line ends and a UTF-8 BOM */
+    char *crlf = malloc(2 * n + 8), *c = crlf;
+    c += sprintf(c, "\xEF\xBB\xBF");
+    for (const char *s = small; *s; s++) {
+        if (*s == '\n') *c++ = '\r';
+        *c++ = *s;
+    }
+    *c = '\0';
+    p = scratch("crlf.ini", crlf);
+    if (load_ok("CR LF and BOM", p, NULL, 0, &g)) ir_graph_free(&g);
+    /* the continuation diagnosis and the line number under CR LF */
+    strcpy(crlf, "[dims]\r\nB = 8\r\nC = 4 +\r\n    B\r\n");
+    p = scratch("crlf2.ini", crlf);
+    expect_error("CR LF continuation line", p, NULL, 0, "crlf2.ini:4: error: continuation lines are not supported");
+    free(crlf);
+    free(text);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s TESTS_DIR [EXAMPLES_DIR]\n", argv[0]);
+        return 2;
+    }
+    const char *tests = argv[1];
+    char examples[512];
+    if (argc > 2) snprintf(examples, sizeof examples, "%s", argv[2]);
+    else snprintf(examples, sizeof examples, "%s/../examples", tests);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/test_frontend.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_bad_dir(tests);
+    test_bad_generated();
+    test_mlp(examples);
+    test_mlp_block(examples);
+    test_small();
+    test_format();
+    test_lines();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return check_done();
+}
