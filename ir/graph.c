@@ -113,7 +113,7 @@ static int bind_ids(const ir_graph *g, const ir_anno *a, const int *in, int64_t 
 
 /* The annotation identifier that carries the batch into this op, or -1.
  * Fails when inputs carry the batch on different identifiers. */
-static int batch_id(const ir_graph *g, const ir_anno *a, const int *in, int *id,
+static int batch_id(const ir_graph *g, ir_opkind kind, const ir_anno *a, const int *in, int *id,
                     char *err, size_t errsz)
 {
     *id = -1;
@@ -124,6 +124,13 @@ static int batch_id(const ir_graph *g, const ir_anno *a, const int *in, int *id,
         if (b < 0 || a->id_frozen[b]) {
             snprintf(err, errsz, "the batch dim of '%s' (dim %d) may not be split by this op",
                      t->name, t->batch_dim);
+            return 1;
+        }
+        /* a user op may not sum over the batch (only losses reduce it) */
+        int fl = ir_ops[kind].flags;
+        if (a->id_reduce[b] && (fl & OPF_USER) && !(fl & OPF_LOSS)) {
+            snprintf(err, errsz, "the batch dim of '%s' (dim %d) would be summed over by %s; the batch must stay "
+                     "a dim of its own (check batch_dim of the inputs)", t->name, t->batch_dim, ir_ops[kind].name);
             return 1;
         }
         if (*id >= 0 && *id != b) {
@@ -153,7 +160,7 @@ int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
     int64_t ext[IR_MAXID];
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
     int bid;
-    if (batch_id(g, &op.anno, in, &bid, err, errsz)) return -1;
+    if (batch_id(g, kind, &op.anno, in, &bid, err, errsz)) return -1;
     /* dtype rules: class targets are i32, everything else f32 */
     for (int k = 0; k < nin; k++) {
         ir_dtype want = (kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_BWD) && k == 1 ? IR_I32 : IR_F32;
