@@ -1,0 +1,976 @@
+/* comm_shm.c -- collectives between the rank processes of one host, over a
+ * POSIX shared-memory segment.
+ *
+ * Segment layout (one per job, named /nnsc-<NNSC_JOB>):
+ *
+ *   shm_hdr                       magic, sizes, abort flag
+ *   shm_rank[world]               pid and state of each rank (one cache line each)
+ *   shm_ctr[sum of slot sizes]    barrier counters: one per (slot, member)
+ *   shm_pair[world * world]       send/ack sequence numbers per ordered rank pair
+ *   staging[world][2][half]       each rank's two staging halves
+ *
+ * Slot 0 is the internal group of all ranks; manifest group g is slot g+1.
+ * A barrier on a slot: member m stores its next epoch into its counter
+ * (release) and waits until every member's counter reaches it (acquire), so
+ * what a member wrote to its staging before the barrier is visible to all
+ * after it.  A rank is in one collective at a time, in program order, so its
+ * staging belongs to that collective; every group collective ends with a
+ * barrier, after which no member reads anyone's staging any more.
+ *
+ * Data moves in chunks through the staging halves, so any n works with a
+ * bounded segment.  Reductions add the members' values in member order
+ * (((m0 + m1) + m2) + ...) whoever computes them, so all members get bitwise
+ * the same sums, and reducescatter gives the same bits as allreduce.
+ *
+ * Nothing waits forever: every wait has a deadline (--timeout), watches the
+ * peer's pid (kill(pid, 0), and /proc for zombies), and the segment's abort
+ * flag, which a rank that fails sets before it exits.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+#define SHM_MAGIC UINT64_C(0x6e6e73632d73686d)   /* "nnsc-shm" */
+#define SHM_VERSION 1
+#define SHM_DEFAULT_HALF (INT64_C(2) << 20)       /* 2 MiB per staging half */
+
+/* States of a rank in the segment. */
+enum {
+    SHM_UNATTACHED = 0,  /* has not opened the segment yet */
+    SHM_RUNNING = 1,     /* attached and working */
+    SHM_FINISHED = 2,    /* passed rt_finish's last barrier */
+    SHM_GONE = 3,        /* failed, or exited without rt_finish */
+};
+
+/* The segment header (written by rank 0 before it publishes magic). */
+typedef struct shm_hdr {
+    _Atomic uint64_t magic;        /* SHM_MAGIC once the segment is ready */
+    uint32_t version;              /* SHM_VERSION */
+    int32_t world;                 /* number of ranks */
+    int32_t nslots;                /* 1 + number of manifest groups */
+    int32_t pad0;                  /* (alignment) */
+    uint64_t groups_hash;          /* hash of the group table: all manifests must agree */
+    uint64_t total;                /* segment bytes */
+    int64_t half;                  /* bytes per staging half */
+    _Atomic uint64_t abort;        /* 0, or the first rank that gave up (low 32 bits,
+                                      plus 1) and the peer it blamed (high 32 bits,
+                                      plus 1; 0 if it failed by itself) */
+} shm_hdr;
+
+/* Per-rank record, one cache line. */
+typedef struct shm_rank {
+    _Atomic int32_t pid;           /* process id once attached, else 0 */
+    _Atomic int32_t state;         /* SHM_* */
+    char pad[56];                  /* keep ranks on separate lines */
+} shm_rank;
+
+/* A barrier counter, one cache line. */
+typedef struct shm_ctr {
+    _Atomic uint64_t v;            /* last epoch the member reached */
+    char pad[56];                  /* keep counters on separate lines */
+} shm_ctr;
+
+/* Point-to-point state of one ordered pair (src -> dst). */
+typedef struct shm_pair {
+    _Atomic uint64_t sent;         /* chunks src has posted to dst, ever (written by src) */
+    _Atomic uint64_t ack;          /* chunks dst has copied out, ever (written by dst) */
+    _Atomic int64_t n;             /* floats in src's current transfer (checked by dst) */
+    int64_t pad;                   /* (32 bytes) */
+} shm_pair;
+
+/* One process's view of the segment. */
+struct rt_comm {
+    int rank;                      /* this process's rank */
+    char name[NAME_MAX];           /* shm name, "/nnsc-..." */
+    int linked;                    /* rank 0: the name still exists */
+    void *base;                    /* mapping */
+    size_t size;                   /* mapping bytes */
+    shm_hdr *hdr;                  /* header */
+    shm_rank *ranks;               /* [world] */
+    shm_ctr *ctr;                  /* barrier counters */
+    shm_pair *pairs;               /* [world * world] */
+    char *stage;                   /* staging, [world][2][half] */
+    int64_t half;                  /* bytes per staging half */
+    int nslots;                    /* 1 + manifest groups */
+    int *slot_n;                   /* members per slot */
+    const int **slot_ranks;        /* member ranks per slot */
+    int *slot_me;                  /* this rank's index in each slot, or -1 */
+    int64_t *slot_ctr;             /* first counter of each slot */
+    uint64_t *epoch;               /* barriers passed, per slot */
+    uint64_t *sent, *recvd;        /* chunks sent to / received from each rank */
+    int *world_ranks;              /* 0..world-1, the members of slot 0 */
+};
+
+/* The communicator of this process, for the exit hook. */
+static rt_comm *shm_live;
+
+/* ---- small helpers */
+
+/* A pause for spin loops. */
+static inline void shm_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static const char *shm_coll_name(int what)
+{
+    switch (what) {
+    case RT_COLL_INIT: return "startup";
+    case RT_COLL_ALLREDUCE: return "allreduce";
+    case RT_COLL_ALLGATHER: return "allgather";
+    case RT_COLL_REDUCESCATTER: return "reducescatter";
+    case RT_COLL_BROADCAST: return "broadcast";
+    case RT_COLL_SENDRECV: return "sendrecv";
+    case RT_COLL_ALLTOALL: return "alltoall";
+    case RT_COLL_BARRIER: return "barrier";
+    case RT_COLL_SAVE: return "save";
+    case RT_COLL_FINISH: return "finish";
+    }
+    return "?";
+}
+
+/* "group 3" or "world". */
+static const char *shm_group_name(int g, char *buf, size_t len)
+{
+    if (g == RT_GROUP_WORLD)
+        snprintf(buf, len, "the world group");
+    else
+        snprintf(buf, len, "group %d", g);
+    return buf;
+}
+
+/* Staging half h of rank r. */
+static inline char *shm_stage(const rt_comm *c, int r, int h)
+{
+    return c->stage + ((int64_t)r * 2 + h) * c->half;
+}
+
+/* ---- failure */
+
+/* Record that this rank gives up (blaming culprit, or -1), if nobody did yet. */
+static void shm_set_abort(rt_comm *c, int me, int culprit)
+{
+    uint64_t expect = 0;
+    uint64_t word = (uint64_t)(uint32_t)(me + 1) | (uint64_t)(uint32_t)(culprit + 1) << 32;
+    atomic_compare_exchange_strong(&c->hdr->abort, &expect, word);
+}
+
+/* A wait failed: tell the peers, print the one-line reason, exit 1. */
+static void shm_fail(rt_ctx *ctx, int culprit, const char *how, int what, int g)
+    __attribute__((noreturn));
+static void shm_fail(rt_ctx *ctx, int culprit, const char *how, int what, int g)
+{
+    char gb[32];
+    shm_set_abort(ctx->comm, ctx->rank, culprit);
+    rt_fatal(ctx, 1, "peer rank %d %s in %s on %s", culprit, how, shm_coll_name(what),
+             shm_group_name(g, gb, sizeof gb));
+}
+
+/* Another rank gave up first (abort word ab): follow it. */
+static void shm_follow_abort(rt_ctx *ctx, uint64_t ab, int what, int g) __attribute__((noreturn));
+static void shm_follow_abort(rt_ctx *ctx, uint64_t ab, int what, int g)
+{
+    char gb[32];
+    int who = (int)(uint32_t)ab - 1;
+    int culprit = (int)(uint32_t)(ab >> 32) - 1;
+    if (culprit < 0 || culprit == ctx->rank)
+        culprit = who;
+    rt_fatal(ctx, 1, "peer rank %d died in %s on %s (reported by rank %d)", culprit,
+             shm_coll_name(what), shm_group_name(g, gb, sizeof gb), who);
+}
+
+/* 1 if rank r has exited (or is a zombie, or marked itself gone). */
+static int shm_rank_dead(const rt_comm *c, int r)
+{
+    int st = atomic_load(&c->ranks[r].state);
+    if (st == SHM_GONE)
+        return 1;
+    pid_t pid = atomic_load(&c->ranks[r].pid);
+    if (pid <= 0)
+        return 0;   /* not attached yet: only the deadline applies */
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    /* an exited child whose parent has not reaped it still answers kill() */
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    const char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* ---- waiting */
+
+/* State of one bounded wait. */
+typedef struct shm_waiter {
+    rt_ctx *ctx;         /* the rank */
+    int what;            /* rt_coll, for messages */
+    int g;               /* group, for messages */
+    double deadline;     /* give up after this (rt_now seconds) */
+    double next_check;   /* next liveness check */
+    unsigned iter;       /* rounds waited so far */
+} shm_waiter;
+
+/* Start a wait that may last ctx->timeout seconds. */
+static void shm_waiter_init(shm_waiter *w, rt_ctx *ctx, int what, int g)
+{
+    double now = rt_now();
+    w->ctx = ctx;
+    w->what = what;
+    w->g = g;
+    w->deadline = now + ctx->timeout;
+    w->next_check = now + 0.02;
+    w->iter = 0;
+}
+
+/* Progress was made: restart the deadline. */
+static void shm_waiter_progress(shm_waiter *w)
+{
+    w->iter = 0;
+    w->deadline = rt_now() + w->ctx->timeout;
+}
+
+/* One round of waiting for peers a and b (-1: none): spin, then yield, then
+ * sleep; check the abort flag, the peers' liveness and the deadline. */
+static void shm_pause(shm_waiter *w, int a, int b)
+{
+    rt_comm *c = w->ctx->comm;
+    w->iter++;
+    if (w->iter < 64) {
+        shm_relax();
+        return;
+    }
+    uint64_t ab = atomic_load_explicit(&c->hdr->abort, memory_order_relaxed);
+    if (ab && (int)(uint32_t)ab - 1 != w->ctx->rank)
+        shm_follow_abort(w->ctx, ab, w->what, w->g);
+    if (w->iter < 4096) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    if ((w->iter & 15) == 0) {
+        double now = rt_now();
+        if (now >= w->next_check) {
+            w->next_check = now + 0.05;
+            if (a >= 0 && shm_rank_dead(c, a))
+                shm_fail(w->ctx, a, "died", w->what, w->g);
+            if (b >= 0 && shm_rank_dead(c, b))
+                shm_fail(w->ctx, b, "died", w->what, w->g);
+        }
+        if (now > w->deadline)
+            shm_fail(w->ctx, a >= 0 ? a : b, "timed out", w->what, w->g);
+    }
+}
+
+/* Wait until *v >= target; owner is the rank that advances it. */
+static void shm_wait_ge(shm_waiter *w, _Atomic uint64_t *v, uint64_t target, int owner)
+{
+    w->iter = 0;
+    while (atomic_load_explicit(v, memory_order_acquire) < target)
+        shm_pause(w, owner, -1);
+}
+
+/* ---- groups and barriers */
+
+/* A collective's view of its group. */
+typedef struct shm_grp {
+    int slot;            /* slot in the segment (0 = world) */
+    int n;               /* members */
+    int me;              /* this rank's member index */
+    const int *ranks;    /* member ranks */
+} shm_grp;
+
+/* Resolve group g for this rank (a manifest id or RT_GROUP_WORLD); exits
+ * when g is unknown or this rank is not in it (a code generation bug). */
+static shm_grp shm_group(rt_ctx *ctx, int64_t g, int what)
+{
+    static const int rank0[1] = {0};
+    shm_grp r;
+    if (g != RT_GROUP_WORLD && (g < 0 || g >= ctx->man.ngroups))
+        rt_fatal(ctx, 1, "%s on group %lld, but the manifest has %d groups", shm_coll_name(what),
+                 (long long)g, ctx->man.ngroups);
+    r.slot = (int)g + 1;
+    if (!ctx->comm) {             /* world == 1: every group is {0} */
+        r.n = 1;
+        r.me = 0;
+        r.ranks = rank0;
+    } else {
+        r.n = ctx->comm->slot_n[r.slot];
+        r.me = ctx->comm->slot_me[r.slot];
+        r.ranks = ctx->comm->slot_ranks[r.slot];
+    }
+    if (!ctx->comm && g != RT_GROUP_WORLD && ctx->man.groups[g].n != 1)
+        rt_fatal(ctx, 1, "%s on group %lld of %d ranks, but the world has one rank",
+                 shm_coll_name(what), (long long)g, ctx->man.groups[g].n);
+    if (r.me < 0)
+        rt_fatal(ctx, 1, "%s on group %lld, which does not contain rank %d", shm_coll_name(what),
+                 (long long)g, ctx->rank);
+    return r;
+}
+
+/* Barrier over the members of gr. */
+static void shm_barrier(rt_ctx *ctx, const shm_grp *gr, int what, int g)
+{
+    if (gr->n == 1)
+        return;
+    rt_comm *c = ctx->comm;
+    shm_ctr *ctr = &c->ctr[c->slot_ctr[gr->slot]];
+    uint64_t e = ++c->epoch[gr->slot];
+    atomic_store_explicit(&ctr[gr->me].v, e, memory_order_release);
+    shm_waiter w;
+    shm_waiter_init(&w, ctx, what, g);
+    for (int j = 0; j < gr->n; j++)
+        if (j != gr->me)
+            shm_wait_ge(&w, &ctr[j].v, e, gr->ranks[j]);
+}
+
+void rt_comm_barrier(rt_ctx *ctx, int g, rt_coll what)
+{
+    shm_grp gr = shm_group(ctx, g, what);
+    shm_barrier(ctx, &gr, what, g);
+}
+
+/* ---- set-up and tear-down */
+
+/* Bytes from the start of the segment to each array, and the total. */
+typedef struct shm_layout {
+    size_t ranks, ctr, pairs, stage, total;   /* offsets and size */
+    int64_t nctr;                             /* barrier counters */
+} shm_layout;
+
+static size_t shm_align(size_t x)
+{
+    return (x + 4095) & ~(size_t)4095;
+}
+
+static shm_layout shm_compute_layout(const rt_manifest *m, int64_t half)
+{
+    shm_layout l;
+    l.nctr = m->world;
+    for (int g = 0; g < m->ngroups; g++)
+        l.nctr += m->groups[g].n;
+    l.ranks = shm_align(sizeof(shm_hdr));
+    l.ctr = shm_align(l.ranks + (size_t)m->world * sizeof(shm_rank));
+    l.pairs = shm_align(l.ctr + (size_t)l.nctr * sizeof(shm_ctr));
+    l.stage = shm_align(l.pairs + (size_t)m->world * (size_t)m->world * sizeof(shm_pair));
+    l.total = shm_align(l.stage + (size_t)m->world * 2 * (size_t)half);
+    return l;
+}
+
+/* Hash of the group table: every rank's manifest must list the same groups. */
+static uint64_t shm_groups_hash(const rt_manifest *m)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    int64_t words[2] = {m->world, m->ngroups};
+    for (int k = 0; k < 2; k++)
+        h = (h ^ (uint64_t)words[k]) * UINT64_C(0x100000001b3);
+    for (int g = 0; g < m->ngroups; g++) {
+        h = (h ^ (uint64_t)m->groups[g].n) * UINT64_C(0x100000001b3);
+        for (int j = 0; j < m->groups[g].n; j++)
+            h = (h ^ (uint64_t)m->groups[g].ranks[j]) * UINT64_C(0x100000001b3);
+    }
+    return h;
+}
+
+/* The segment name from NNSC_JOB (or the Slurm job and step); exits 2 if none. */
+static void shm_name(rt_ctx *ctx, char *out, size_t len)
+{
+    char job[200];
+    const char *j = getenv("NNSC_JOB");
+    const char *sj = getenv("SLURM_JOB_ID"), *ss = getenv("SLURM_STEP_ID");
+    if (j && *j)
+        snprintf(job, sizeof job, "%s", j);
+    else if (sj && *sj)
+        snprintf(job, sizeof job, "slurm-%s-%s", sj, ss ? ss : "0");
+    else
+        rt_fatal(ctx, 2, "NNSC_JOB is not set: with %d ranks the ranks meet in shared memory "
+                         "named after it (the generated launch script sets it; set it to a "
+                         "string unique to this run, the same for all ranks)", ctx->world);
+    char *o = out;
+    o += snprintf(out, len, "/nnsc-");
+    for (const char *p = job; *p && o < out + len - 1; p++)
+        *o++ = (char)((p[0] >= 'a' && p[0] <= 'z') || (p[0] >= 'A' && p[0] <= 'Z') ||
+                              (p[0] >= '0' && p[0] <= '9') || p[0] == '-' || p[0] == '_' ||
+                              p[0] == '.'
+                          ? p[0]
+                          : '_');
+    *o = 0;
+}
+
+/* Exit hook: a rank that leaves without rt_finish is marked gone, so its
+ * peers stop waiting for it at once. */
+static void shm_atexit(void)
+{
+    rt_comm *c = shm_live;
+    if (!c || atomic_load(&c->ranks[c->rank].pid) != (int32_t)getpid())
+        return;   /* none, or a forked child that never attached */
+    if (atomic_load(&c->ranks[c->rank].state) == SHM_RUNNING) {
+        atomic_store(&c->ranks[c->rank].state, SHM_GONE);
+        shm_set_abort(c, c->rank, -1);
+    }
+    if (c->linked)
+        shm_unlink(c->name);
+}
+
+/* Map fd (size bytes) or exit. */
+static void *shm_map(rt_ctx *ctx, int fd, size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        rt_fatal(ctx, 1, "mmap of %zu bytes of shared memory failed: %s", size, strerror(errno));
+    return p;
+}
+
+/* Rank 0: create and initialise the segment (replacing a stale one). */
+static void shm_create(rt_ctx *ctx, rt_comm *c, const shm_layout *l)
+{
+    int fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno == EEXIST) {   /* left by a crashed run of the same job name */
+        shm_unlink(c->name);
+        fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    }
+    if (fd < 0)
+        rt_fatal(ctx, 1, "cannot create shared memory %s: %s", c->name, strerror(errno));
+    c->linked = 1;
+    if (ftruncate(fd, (off_t)l->total) != 0) {
+        int e = errno;
+        shm_unlink(c->name);
+        c->linked = 0;
+        rt_fatal(ctx, 1, "cannot size shared memory %s to %zu bytes: %s", c->name, l->total,
+                 strerror(e));
+    }
+    c->base = shm_map(ctx, fd, l->total);
+    c->size = l->total;
+    close(fd);
+    shm_hdr *h = c->base;
+    h->version = SHM_VERSION;
+    h->world = ctx->world;
+    h->nslots = c->nslots;
+    h->groups_hash = shm_groups_hash(&ctx->man);
+    h->total = l->total;
+    h->half = c->half;
+    atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
+}
+
+/* Other ranks: open the segment rank 0 made, retrying until the deadline. */
+static void shm_open_peer(rt_ctx *ctx, rt_comm *c, const rt_manifest *m)
+{
+    double deadline = rt_now() + ctx->timeout;
+    for (unsigned tries = 0;; tries++) {
+        if (rt_now() > deadline)
+            rt_fatal(ctx, 1, "peer rank 0 timed out in startup: shared memory %s did not "
+                             "appear within %g s (is rank 0 running with the same NNSC_JOB?)",
+                     c->name, ctx->timeout);
+        if (tries) {
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+        int fd = shm_open(c->name, O_RDWR, 0);
+        if (fd < 0)
+            continue;
+        struct stat st;
+        if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(shm_hdr)) {
+            close(fd);
+            continue;
+        }
+        void *p = shm_map(ctx, fd, (size_t)st.st_size);
+        close(fd);
+        shm_hdr *h = p;
+        while (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_MAGIC &&
+               rt_now() < deadline)
+            sched_yield();
+        shm_rank *ranks = (shm_rank *)((char *)p + shm_align(sizeof(shm_hdr)));
+        pid_t pid0 = atomic_load(&ranks[0].pid);
+        if (atomic_load(&h->magic) != SHM_MAGIC ||
+            (pid0 > 0 && kill(pid0, 0) != 0 && errno == ESRCH)) {
+            munmap(p, (size_t)st.st_size);   /* stale segment of an earlier run: retry */
+            continue;
+        }
+        if (h->version != SHM_VERSION || h->world != ctx->world || h->nslots != c->nslots ||
+            h->groups_hash != shm_groups_hash(m)) {
+            uint64_t expect = 0;   /* tell rank 0 not to wait for us */
+            atomic_compare_exchange_strong(&h->abort, &expect, (uint64_t)(ctx->rank + 1));
+            rt_fatal(ctx, 2, "rank 0's manifest lists different groups or world size than "
+                             "this rank's (were all rank executables built by the same "
+                             "compile?)");
+        }
+        c->half = h->half;
+        shm_layout l = shm_compute_layout(m, c->half);
+        if (l.total != h->total || l.total != (size_t)st.st_size)
+            rt_fatal(ctx, 2, "shared memory %s has an unexpected size", c->name);
+        c->base = p;
+        c->size = l.total;
+        return;
+    }
+}
+
+/* Point the array pointers into the mapping and set up the slot tables. */
+static void shm_setup_views(rt_ctx *ctx, rt_comm *c)
+{
+    const rt_manifest *m = &ctx->man;
+    shm_layout l = shm_compute_layout(m, c->half);
+    char *b = c->base;
+    c->hdr = (shm_hdr *)b;
+    c->ranks = (shm_rank *)(b + l.ranks);
+    c->ctr = (shm_ctr *)(b + l.ctr);
+    c->pairs = (shm_pair *)(b + l.pairs);
+    c->stage = b + l.stage;
+    int64_t next = 0;
+    for (int s = 0; s < c->nslots; s++) {
+        c->slot_n[s] = s == 0 ? m->world : m->groups[s - 1].n;
+        c->slot_ranks[s] = s == 0 ? c->world_ranks : m->groups[s - 1].ranks;
+        c->slot_ctr[s] = next;
+        next += c->slot_n[s];
+        c->slot_me[s] = -1;
+        for (int j = 0; j < c->slot_n[s]; j++)
+            if (c->slot_ranks[s][j] == ctx->rank)
+                c->slot_me[s] = j;
+    }
+}
+
+/* Staging half size: $NNSC_SHM_STAGE_KB (tests), else 2 MiB; at least 64 B per rank. */
+static int64_t shm_half_bytes(rt_ctx *ctx)
+{
+    int64_t half = SHM_DEFAULT_HALF;
+    const char *e = getenv("NNSC_SHM_STAGE_KB");
+    if (e && *e) {
+        char *end;
+        long long kb = strtoll(e, &end, 10);
+        if (*end || kb < 1 || kb > (1 << 20))
+            rt_fatal(ctx, 2, "NNSC_SHM_STAGE_KB must be 1..1048576, not '%s'", e);
+        half = kb * 1024;
+    }
+    if (half < (int64_t)ctx->world * 64)
+        half = (int64_t)ctx->world * 64;
+    return half;
+}
+
+void rt_comm_init(rt_ctx *ctx)
+{
+    static int hooked;
+    rt_comm *c = calloc(1, sizeof *c);
+    const rt_manifest *m = &ctx->man;
+    if (!c)
+        rt_fatal(ctx, 1, "out of memory");
+    c->nslots = 1 + m->ngroups;
+    c->slot_n = calloc((size_t)c->nslots, sizeof *c->slot_n);
+    c->slot_ranks = calloc((size_t)c->nslots, sizeof *c->slot_ranks);
+    c->slot_me = calloc((size_t)c->nslots, sizeof *c->slot_me);
+    c->slot_ctr = calloc((size_t)c->nslots, sizeof *c->slot_ctr);
+    c->epoch = calloc((size_t)c->nslots, sizeof *c->epoch);
+    c->sent = calloc((size_t)ctx->world, sizeof *c->sent);
+    c->recvd = calloc((size_t)ctx->world, sizeof *c->recvd);
+    c->world_ranks = calloc((size_t)ctx->world, sizeof *c->world_ranks);
+    if (!c->slot_n || !c->slot_ranks || !c->slot_me || !c->slot_ctr || !c->epoch || !c->sent ||
+        !c->recvd || !c->world_ranks)
+        rt_fatal(ctx, 1, "out of memory");
+    for (int r = 0; r < ctx->world; r++)
+        c->world_ranks[r] = r;
+    c->rank = ctx->rank;
+    shm_name(ctx, c->name, sizeof c->name);
+    if (ctx->rank == 0) {
+        c->half = shm_half_bytes(ctx);
+        shm_layout l = shm_compute_layout(m, c->half);
+        shm_create(ctx, c, &l);
+    } else {
+        shm_open_peer(ctx, c, m);
+    }
+    shm_setup_views(ctx, c);
+    ctx->comm = c;
+    shm_live = c;
+    if (!hooked) {
+        hooked = 1;
+        atexit(shm_atexit);
+    }
+    atomic_store(&c->ranks[ctx->rank].pid, (int32_t)getpid());
+    atomic_store(&c->ranks[ctx->rank].state, SHM_RUNNING);
+    /* everyone attached: the name is no longer needed, so a crash from here
+     * on leaves nothing behind in /dev/shm */
+    rt_comm_barrier(ctx, RT_GROUP_WORLD, RT_COLL_INIT);
+    if (ctx->rank == 0) {
+        shm_unlink(c->name);
+        c->linked = 0;
+    }
+}
+
+void rt_comm_free(rt_ctx *ctx, int failed)
+{
+    rt_comm *c = ctx->comm;
+    if (!c)
+        return;
+    ctx->comm = NULL;
+    if (c->hdr) {
+        if (failed)
+            shm_set_abort(c, ctx->rank, -1);
+        atomic_store(&c->ranks[ctx->rank].state, failed ? SHM_GONE : SHM_FINISHED);
+    }
+    if (c->linked)
+        shm_unlink(c->name);
+    if (shm_live == c)
+        shm_live = NULL;
+    if (c->base)
+        munmap(c->base, c->size);
+    free(c->slot_n);
+    free(c->slot_ranks);
+    free(c->slot_me);
+    free(c->slot_ctr);
+    free(c->epoch);
+    free(c->sent);
+    free(c->recvd);
+    free(c->world_ranks);
+    free(c);
+}
+
+int64_t rt_comm_stage_bytes(const rt_ctx *ctx)
+{
+    return ctx->comm ? ctx->comm->half : 0;
+}
+
+/* ---- reductions */
+
+/* dst[t] = src[0][t] + src[1][t] + ... in member order (bitwise reproducible). */
+static void shm_reduce(float *dst, const float *const *src, int p, int64_t cnt)
+{
+    const float *s0 = src[0];
+    for (int64_t t = 0; t < cnt; t++)
+        dst[t] = s0[t];
+    for (int j = 1; j < p; j++) {
+        const float *s = src[j];
+        for (int64_t t = 0; t < cnt; t++)
+            dst[t] += s[t];
+    }
+}
+
+/* Start of member j's share of a chunk of cnt floats (16-float aligned cuts). */
+static inline int64_t shm_cut(int64_t cnt, int p, int j)
+{
+    if (j >= p)
+        return cnt;
+    return (cnt * j / p) & ~(int64_t)15;
+}
+
+/* Most members in any group: bounds the small per-call pointer arrays. */
+#define SHM_PTRS 64
+
+/* Pointers to the members' staging (half h, plus byte offset off) for shm_reduce;
+ * uses the caller's array when the group is small, else malloc. */
+static const float **shm_srcs(const rt_comm *c, const shm_grp *gr, int h, int64_t off,
+                              const float **small)
+{
+    const float **s = gr->n <= SHM_PTRS ? small : malloc((size_t)gr->n * sizeof *s);
+    RT_ASSERT(s);
+    for (int j = 0; j < gr->n; j++)
+        s[j] = (const float *)(shm_stage(c, gr->ranks[j], h) + off);
+    return s;
+}
+
+void rt_comm_allreduce(rt_ctx *ctx, float *buf, int64_t n, int g, int fast)
+{
+    shm_grp gr = shm_group(ctx, g, RT_COLL_ALLREDUCE);
+    if (gr.n == 1 || n <= 0)
+        return;
+    rt_comm *c = ctx->comm;
+    const int w = RT_COLL_ALLREDUCE;
+    int64_t chunk = c->half / 4;
+    const float *small[SHM_PTRS];
+    for (int64_t o = 0; o < n; o += chunk) {
+        int64_t cnt = n - o < chunk ? n - o : chunk;
+        memcpy(shm_stage(c, ctx->rank, 0), buf + o, (size_t)cnt * 4);
+        shm_barrier(ctx, &gr, w, g);
+        if (fast) {
+            /* each member sums its share into its half 1; then all copy all shares */
+            int64_t a = shm_cut(cnt, gr.n, gr.me), b = shm_cut(cnt, gr.n, gr.me + 1);
+            const float **src = shm_srcs(c, &gr, 0, a * 4, small);
+            shm_reduce((float *)shm_stage(c, ctx->rank, 1) + a, src, gr.n, b - a);
+            if (src != small)
+                free(src);
+            shm_barrier(ctx, &gr, w, g);
+            for (int j = 0; j < gr.n; j++) {
+                int64_t aj = shm_cut(cnt, gr.n, j), bj = shm_cut(cnt, gr.n, j + 1);
+                memcpy(buf + o + aj, (float *)shm_stage(c, gr.ranks[j], 1) + aj,
+                       (size_t)(bj - aj) * 4);
+            }
+        } else {
+            /* reference: every member sums the whole chunk itself */
+            const float **src = shm_srcs(c, &gr, 0, 0, small);
+            shm_reduce(buf + o, src, gr.n, cnt);
+            if (src != small)
+                free(src);
+            shm_barrier(ctx, &gr, w, g);
+        }
+    }
+    shm_barrier(ctx, &gr, w, g);
+}
+
+void rt_comm_reducescatter(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g,
+                           int fast)
+{
+    shm_grp gr = shm_group(ctx, g, RT_COLL_REDUCESCATTER);
+    if (n <= 0)
+        return;
+    if (gr.n == 1) {
+        memmove(recv, send, (size_t)n * 4);
+        return;
+    }
+    rt_comm *c = ctx->comm;
+    const int w = RT_COLL_REDUCESCATTER;
+    const float *small[SHM_PTRS];
+    if (fast) {
+        /* each piece: every member posts its p destination pieces side by side,
+         * then sums the column that is its own; halves alternate */
+        int64_t piece = c->half / 4 / gr.n, k = 0;
+        for (int64_t o = 0; o < n; o += piece, k++) {
+            int64_t cnt = n - o < piece ? n - o : piece;
+            int h = (int)(k & 1);
+            float *mine = (float *)shm_stage(c, ctx->rank, h);
+            for (int d = 0; d < gr.n; d++)
+                memcpy(mine + d * cnt, send + (int64_t)d * n + o, (size_t)cnt * 4);
+            shm_barrier(ctx, &gr, w, g);
+            const float **src = shm_srcs(c, &gr, h, gr.me * cnt * 4, small);
+            shm_reduce(recv + o, src, gr.n, cnt);
+            if (src != small)
+                free(src);
+        }
+    } else {
+        /* reference: one reduction per destination, everyone posting its chunk */
+        int64_t chunk = c->half / 4;
+        for (int d = 0; d < gr.n; d++)
+            for (int64_t o = 0; o < n; o += chunk) {
+                int64_t cnt = n - o < chunk ? n - o : chunk;
+                memcpy(shm_stage(c, ctx->rank, 0), send + (int64_t)d * n + o, (size_t)cnt * 4);
+                shm_barrier(ctx, &gr, w, g);
+                if (d == gr.me) {
+                    const float **src = shm_srcs(c, &gr, 0, 0, small);
+                    shm_reduce(recv + o, src, gr.n, cnt);
+                    if (src != small)
+                        free(src);
+                }
+                shm_barrier(ctx, &gr, w, g);
+            }
+    }
+    shm_barrier(ctx, &gr, w, g);
+}
+
+/* ---- data movement */
+
+void rt_comm_allgather(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast)
+{
+    shm_grp gr = shm_group(ctx, g, RT_COLL_ALLGATHER);
+    if (n <= 0)
+        return;
+    if (gr.n == 1) {
+        memmove(recv, send, (size_t)n * 4);
+        return;
+    }
+    rt_comm *c = ctx->comm;
+    const int w = RT_COLL_ALLGATHER;
+    int64_t chunk = c->half / 4, k = 0;
+    for (int64_t o = 0; o < n; o += chunk, k++) {
+        int64_t cnt = n - o < chunk ? n - o : chunk;
+        int h = fast ? (int)(k & 1) : 0;   /* fast: alternate halves, one barrier a chunk */
+        memcpy(shm_stage(c, ctx->rank, h), send + o, (size_t)cnt * 4);
+        shm_barrier(ctx, &gr, w, g);
+        for (int j = 0; j < gr.n; j++) {
+            float *dst = recv + (int64_t)j * n + o;
+            if (j == gr.me)
+                memmove(dst, send + o, (size_t)cnt * 4);
+            else
+                memcpy(dst, shm_stage(c, gr.ranks[j], h), (size_t)cnt * 4);
+        }
+        if (!fast)
+            shm_barrier(ctx, &gr, w, g);
+    }
+    shm_barrier(ctx, &gr, w, g);
+}
+
+void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, int fast)
+{
+    shm_grp gr = shm_group(ctx, g, RT_COLL_BROADCAST);
+    if (root < 0 || root >= gr.n)
+        rt_fatal(ctx, 1, "broadcast on group %d: root %d is not a member index (group has %d)",
+                 g, root, gr.n);
+    if (gr.n == 1 || bytes <= 0)
+        return;
+    rt_comm *c = ctx->comm;
+    const int w = RT_COLL_BROADCAST;
+    int64_t k = 0;
+    for (int64_t o = 0; o < bytes; o += c->half, k++) {
+        int64_t cnt = bytes - o < c->half ? bytes - o : c->half;
+        int h = fast ? (int)(k & 1) : 0;
+        if (gr.me == root)
+            memcpy(shm_stage(c, ctx->rank, h), (char *)buf + o, (size_t)cnt);
+        shm_barrier(ctx, &gr, w, g);
+        if (gr.me != root)
+            memcpy((char *)buf + o, shm_stage(c, gr.ranks[root], h), (size_t)cnt);
+        if (!fast)
+            shm_barrier(ctx, &gr, w, g);
+    }
+    shm_barrier(ctx, &gr, w, g);
+}
+
+void rt_comm_alltoall(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast)
+{
+    shm_grp gr = shm_group(ctx, g, RT_COLL_ALLTOALL);
+    if (n <= 0)
+        return;
+    if (gr.n == 1) {
+        memmove(recv, send, (size_t)n * 4);
+        return;
+    }
+    rt_comm *c = ctx->comm;
+    const int w = RT_COLL_ALLTOALL;
+    int64_t piece = c->half / 4 / gr.n, k = 0;
+    for (int64_t o = 0; o < n; o += piece, k++) {
+        int64_t cnt = n - o < piece ? n - o : piece;
+        int h = fast ? (int)(k & 1) : 0;
+        float *mine = (float *)shm_stage(c, ctx->rank, h);
+        for (int d = 0; d < gr.n; d++)   /* piece for member d at column d */
+            memcpy(mine + d * cnt, send + (int64_t)d * n + o, (size_t)cnt * 4);
+        shm_barrier(ctx, &gr, w, g);
+        for (int j = 0; j < gr.n; j++)
+            memcpy(recv + (int64_t)j * n + o,
+                   (float *)shm_stage(c, gr.ranks[j], h) + gr.me * cnt, (size_t)cnt * 4);
+        if (!fast)
+            shm_barrier(ctx, &gr, w, g);
+    }
+    shm_barrier(ctx, &gr, w, g);
+}
+
+/* sendrecv: post chunks to one peer and take chunks from another, each pair
+ * of ranks synchronising on its own sequence numbers (members of the group
+ * that take no part do not wait).  fast: two chunks in flight. */
+void rt_comm_sendrecv(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g,
+                      int peer_send, int peer_recv, int fast)
+{
+    const int w = RT_COLL_SENDRECV;
+    shm_grp gr = shm_group(ctx, g, w);
+    if (peer_send < -1 || peer_send >= gr.n || peer_recv < -1 || peer_recv >= gr.n)
+        rt_fatal(ctx, 1, "sendrecv on group %d: peers %d/%d are not member indices "
+                         "(group has %d)", g, peer_send, peer_recv, gr.n);
+    if ((peer_send == gr.me) != (peer_recv == gr.me))
+        rt_fatal(ctx, 1, "sendrecv on group %d: a send to itself needs a receive from itself",
+                 g);
+    if (n <= 0 || (peer_send < 0 && peer_recv < 0))
+        return;
+    if (peer_send == gr.me) {
+        memmove(recv, send, (size_t)n * 4);
+        return;
+    }
+    rt_comm *c = ctx->comm;
+    int dst = peer_send >= 0 ? gr.ranks[peer_send] : -1;
+    int src = peer_recv >= 0 ? gr.ranks[peer_recv] : -1;
+    int64_t chunk = c->half / 4;
+    int64_t nchunks = (n + chunk - 1) / chunk;
+    int64_t ns = dst >= 0 ? nchunks : 0, nr = src >= 0 ? nchunks : 0;
+    int64_t is = 0, ir = 0;          /* chunks posted / taken in this call */
+    uint64_t base_s = dst >= 0 ? c->sent[dst] : 0, base_r = src >= 0 ? c->recvd[src] : 0;
+    shm_pair *out = dst >= 0 ? &c->pairs[(int64_t)ctx->rank * ctx->world + dst] : NULL;
+    shm_pair *in = src >= 0 ? &c->pairs[(int64_t)src * ctx->world + ctx->rank] : NULL;
+    int depth = fast ? 2 : 1;        /* chunks that may be posted but not yet taken */
+    shm_waiter wt;
+    shm_waiter_init(&wt, ctx, w, g);
+    if (out)
+        atomic_store_explicit(&out->n, n, memory_order_relaxed);
+    for (;;) {
+        int progress = 0;
+        /* post the next chunk once the half it reuses has been taken */
+        if (is < ns && atomic_load_explicit(&out->ack, memory_order_acquire) + (uint64_t)depth >=
+                           base_s + (uint64_t)is + 1) {
+            int64_t o = is * chunk, cnt = n - o < chunk ? n - o : chunk;
+            memcpy(shm_stage(c, ctx->rank, (int)(is % depth)), send + o, (size_t)cnt * 4);
+            atomic_store_explicit(&out->sent, base_s + (uint64_t)is + 1, memory_order_release);
+            is++;
+            progress = 1;
+        }
+        /* take the next chunk once it is posted */
+        if (ir < nr && atomic_load_explicit(&in->sent, memory_order_acquire) >=
+                           base_r + (uint64_t)ir + 1) {
+            int64_t theirs = atomic_load_explicit(&in->n, memory_order_relaxed);
+            if (theirs != n)
+                rt_fatal(ctx, 1, "sendrecv on group %d: rank %d sends %lld floats, this rank "
+                                 "expects %lld", g, src, (long long)theirs, (long long)n);
+            int64_t o = ir * chunk, cnt = n - o < chunk ? n - o : chunk;
+            memcpy(recv + o, shm_stage(c, src, (int)(ir % depth)), (size_t)cnt * 4);
+            atomic_store_explicit(&in->ack, base_r + (uint64_t)ir + 1, memory_order_release);
+            ir++;
+            progress = 1;
+        }
+        int sends_done = is == ns &&
+                         (!out || atomic_load_explicit(&out->ack, memory_order_acquire) >=
+                                      base_s + (uint64_t)ns);
+        if (sends_done && ir == nr)
+            break;
+        if (progress)
+            shm_waiter_progress(&wt);
+        else
+            shm_pause(&wt, is < ns || !sends_done ? dst : src, ir < nr ? src : -1);
+    }
+    if (dst >= 0)
+        c->sent[dst] = base_s + (uint64_t)ns;
+    if (src >= 0)
+        c->recvd[src] = base_r + (uint64_t)nr;
+}
+
+/* ---- helpers for the runtime itself (save) */
+
+char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens)
+{
+    int world = ctx->world;
+    for (int r = 0; r < world; r++) {
+        lens[r] = r == ctx->rank ? len : 0;
+        if (ctx->comm)
+            rt_comm_broadcast(ctx, &lens[r], sizeof lens[r], RT_GROUP_WORLD, r, 1);
+    }
+    int64_t total = 0;
+    for (int r = 0; r < world; r++)
+        total += lens[r];
+    char *all = malloc((size_t)total + 1);
+    if (!all)
+        rt_fatal(ctx, 1, "out of memory");
+    int64_t at = 0;
+    for (int r = 0; r < world; r++) {
+        if (r == ctx->rank && len > 0)
+            memcpy(all + at, mine, (size_t)len);
+        if (ctx->comm)
+            rt_comm_broadcast(ctx, all + at, lens[r], RT_GROUP_WORLD, r, 1);
+        at += lens[r];
+    }
+    all[total] = 0;
+    return all;
+}
+
+int rt_comm_any(rt_ctx *ctx, int flag, rt_coll what)
+{
+    (void)what;
+    if (!ctx->comm)
+        return flag != 0;
+    int64_t *lens = calloc((size_t)ctx->world, sizeof *lens);
+    unsigned char f = flag != 0;
+    if (!lens)
+        rt_fatal(ctx, 1, "out of memory");
+    char *all = rt_comm_allgatherv_bytes(ctx, &f, 1, lens);
+    int any = 0;
+    for (int r = 0; r < ctx->world; r++)
+        any |= all[r];
+    free(all);
+    free(lens);
+    return any;
+}

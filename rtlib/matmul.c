@@ -1,0 +1,329 @@
+/* matmul.c -- C[M,N] (+)= op(A)[M,K] op(B)[K,N], blocked for the caches,
+ * with a SIMD register-blocked micro-kernel chosen at run time.
+ *
+ * The classic Goto/BLIS structure, single-threaded:
+ *
+ *   for jc in N by NC:                  B panel of NC columns
+ *     for pc in K by KC:                pack op(B)[pc.., jc..] into NR-wide slivers (L3/L2)
+ *       for ic in M by MC:              pack op(A)[ic.., pc..] into MR-tall slivers (L2)
+ *         for jr in NC by NR:           one B sliver (KC x NR, stays in L1)
+ *           for ir in MC by MR:         micro-kernel: an MR x NR tile of C in registers
+ *
+ * Packing reads A and B in whichever of the four transpose layouts they come
+ * in and writes the one layout the micro-kernel wants, zero-padding partial
+ * slivers, so the kernel never sees a transpose or an edge.  Edge tiles of C
+ * (fewer than MR rows or NR columns) go through a small buffer.
+ *
+ * Micro-kernels: AVX-512F 14x32 (28 zmm accumulators), AVX2+FMA 6x16 (12 ymm
+ * accumulators), and a portable C one; __builtin_cpu_supports picks the best
+ * the CPU has, $NNSC_MATMUL=avx512|avx2|scalar overrides it.  The pack
+ * buffers are static: no allocation per call (rtlib kernels run on one thread
+ * per rank process).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define RT_HAVE_X86 1
+#endif
+
+#include "rt_internal.h"
+
+/* Register tile and cache blocks of one micro-kernel. */
+typedef struct mm_isa {
+    const char *name;   /* "avx512", "avx2", "scalar" */
+    int mr, nr;         /* register tile: rows, columns */
+    int64_t mc, kc, nc; /* cache blocks: rows of A, depth, columns of B */
+    /* c[0..mr, 0..nr) (+)= a-sliver (kc x mr) times b-sliver (kc x nr); ldc: row stride */
+    void (*kernel)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int load_c);
+} mm_isa;
+
+#define MM_MAX_MR 16
+#define MM_MAX_NR 32
+#define MM_MAX_MC 336
+#define MM_MAX_KC 384
+#define MM_MAX_NC 3072
+
+/* Pack buffers, 64-byte aligned for aligned SIMD loads. */
+static float mm_apack[MM_MAX_MC * MM_MAX_KC] __attribute__((aligned(64)));
+static float mm_bpack[MM_MAX_KC * (MM_MAX_NC + MM_MAX_NR)] __attribute__((aligned(64)));
+
+/* ---- micro-kernels */
+
+/* Portable 4x8 kernel (the compiler may vectorise it for the baseline ISA). */
+static void mm_kernel_scalar(int64_t kc, const float *restrict a, const float *restrict b,
+                             float *restrict c, int64_t ldc, int load_c)
+{
+    float acc[4][8] = {{0}};
+    for (int64_t p = 0; p < kc; p++) {
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++)
+                acc[i][j] += a[i] * b[j];
+        a += 4;
+        b += 8;
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++)
+            c[i * ldc + j] = (load_c ? c[i * ldc + j] : 0.0f) + acc[i][j];
+}
+
+#ifdef RT_HAVE_X86
+
+/* AVX2 + FMA: a 6x16 tile in 12 ymm registers. */
+__attribute__((target("avx2,fma"))) static void
+mm_kernel_avx2(int64_t kc, const float *restrict a, const float *restrict b, float *restrict c,
+               int64_t ldc, int load_c)
+{
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
+    __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
+    __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
+    __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
+    __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+    for (int64_t p = 0; p < kc; p++) {
+        __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+        __m256 x;
+#define MM_ROW2(i)                               \
+    x = _mm256_broadcast_ss(a + i);              \
+    c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0);   \
+    c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);
+        MM_ROW2(0) MM_ROW2(1) MM_ROW2(2) MM_ROW2(3) MM_ROW2(4) MM_ROW2(5)
+#undef MM_ROW2
+        a += 6;
+        b += 16;
+    }
+#define MM_ST2(i)                                                                       \
+    {                                                                                   \
+        float *r = c + i * ldc;                                                         \
+        if (load_c) {                                                                   \
+            c##i##0 = _mm256_add_ps(c##i##0, _mm256_loadu_ps(r));                       \
+            c##i##1 = _mm256_add_ps(c##i##1, _mm256_loadu_ps(r + 8));                   \
+        }                                                                               \
+        _mm256_storeu_ps(r, c##i##0);                                                   \
+        _mm256_storeu_ps(r + 8, c##i##1);                                               \
+    }
+    MM_ST2(0) MM_ST2(1) MM_ST2(2) MM_ST2(3) MM_ST2(4) MM_ST2(5)
+#undef MM_ST2
+}
+
+/* AVX-512F: a 14x32 tile in 28 zmm registers; A is broadcast from memory. */
+__attribute__((target("avx512f"))) static void
+mm_kernel_avx512(int64_t kc, const float *restrict a, const float *restrict b,
+                 float *restrict c, int64_t ldc, int load_c)
+{
+#define MM_Z(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+    MM_Z(0) MM_Z(1) MM_Z(2) MM_Z(3) MM_Z(4) MM_Z(5) MM_Z(6)
+    MM_Z(7) MM_Z(8) MM_Z(9) MM_Z(10) MM_Z(11) MM_Z(12) MM_Z(13)
+#undef MM_Z
+    for (int i = 0; i < 14; i++)
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+    for (int64_t p = 0; p < kc; p++) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        __m512 x;
+#define MM_ROW(i)                                \
+    x = _mm512_set1_ps(a[i]);                    \
+    c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);   \
+    c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);
+        MM_ROW(0) MM_ROW(1) MM_ROW(2) MM_ROW(3) MM_ROW(4) MM_ROW(5) MM_ROW(6)
+        MM_ROW(7) MM_ROW(8) MM_ROW(9) MM_ROW(10) MM_ROW(11) MM_ROW(12) MM_ROW(13)
+#undef MM_ROW
+        a += 14;
+        b += 32;
+    }
+#define MM_ST(i)                                                                        \
+    {                                                                                   \
+        float *r = c + i * ldc;                                                         \
+        if (load_c) {                                                                   \
+            c##i##0 = _mm512_add_ps(c##i##0, _mm512_loadu_ps(r));                       \
+            c##i##1 = _mm512_add_ps(c##i##1, _mm512_loadu_ps(r + 16));                  \
+        }                                                                               \
+        _mm512_storeu_ps(r, c##i##0);                                                   \
+        _mm512_storeu_ps(r + 16, c##i##1);                                              \
+    }
+    MM_ST(0) MM_ST(1) MM_ST(2) MM_ST(3) MM_ST(4) MM_ST(5) MM_ST(6)
+    MM_ST(7) MM_ST(8) MM_ST(9) MM_ST(10) MM_ST(11) MM_ST(12) MM_ST(13)
+#undef MM_ST
+}
+
+#endif /* RT_HAVE_X86 */
+
+/* The kernels this build knows, best first. */
+static const mm_isa mm_isas[] = {
+#ifdef RT_HAVE_X86
+    {"avx512", 14, 32, 14 * 12, 384, 3072, mm_kernel_avx512},
+    {"avx2", 6, 16, 6 * 24, 256, 3072, mm_kernel_avx2},
+#endif
+    {"scalar", 4, 8, 4 * 32, 256, 1024, mm_kernel_scalar},
+};
+#define MM_NISA ((int)(sizeof mm_isas / sizeof mm_isas[0]))
+
+/* 1 if this CPU (and OS) can run the named kernel. */
+static int mm_supported(const char *name)
+{
+#ifdef RT_HAVE_X86
+    __builtin_cpu_init();
+    if (!strcmp(name, "avx512"))
+        return __builtin_cpu_supports("avx512f");
+    if (!strcmp(name, "avx2"))
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    return !strcmp(name, "scalar");
+}
+
+/* The kernel in use (chosen on first call). */
+static const mm_isa *mm_cur;
+
+/* Index of a kernel by name, or -1. */
+static int mm_find(const char *name)
+{
+    for (int k = 0; k < MM_NISA; k++)
+        if (!strcmp(mm_isas[k].name, name))
+            return k;
+    return -1;
+}
+
+/* Choose the kernel: $NNSC_MATMUL if set and supported, else the best supported. */
+static const mm_isa *mm_choose(void)
+{
+    if (!mm_cur) {
+        const char *e = getenv("NNSC_MATMUL");
+        int k = e ? mm_find(e) : -1;
+        if (k >= 0 && mm_supported(e))
+            mm_cur = &mm_isas[k];
+        for (k = 0; !mm_cur && k < MM_NISA; k++)
+            if (mm_supported(mm_isas[k].name))
+                mm_cur = &mm_isas[k];
+        RT_ASSERT(mm_cur && mm_cur->mr <= MM_MAX_MR && mm_cur->nr <= MM_MAX_NR &&
+                  mm_cur->mc <= MM_MAX_MC && mm_cur->kc <= MM_MAX_KC && mm_cur->nc <= MM_MAX_NC);
+    }
+    return mm_cur;
+}
+
+const char *rt_matmul_isa(void)
+{
+    return mm_choose()->name;
+}
+
+int rt_matmul_force_isa(const char *isa)
+{
+    if (!isa) {
+        mm_cur = NULL;
+        unsetenv("NNSC_MATMUL");
+        mm_choose();
+        return 0;
+    }
+    int k = mm_find(isa);
+    if (k < 0 || !mm_supported(isa))
+        return -1;
+    mm_cur = &mm_isas[k];
+    return 0;
+}
+
+/* ---- packing */
+
+/* Pack op(B)[pc..pc+kc, jc..jc+nc) as nr-wide slivers: sliver s holds
+ * columns s*nr.., row p at dst[s*kc*nr + p*nr], zero beyond nc. */
+static void mm_pack_b(const float *B, int transB, int64_t K, int64_t N, int64_t pc, int64_t kc,
+                      int64_t jc, int64_t nc, int nr, float *dst)
+{
+    for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
+        int64_t w = nc - j0 < nr ? nc - j0 : nr;
+        if (!transB) {
+            const float *src = B + pc * N + jc + j0;
+            for (int64_t p = 0; p < kc; p++) {
+                memcpy(dst + p * nr, src + p * N, (size_t)w * 4);
+                for (int64_t j = w; j < nr; j++)
+                    dst[p * nr + j] = 0.0f;
+            }
+        } else {
+            for (int64_t j = 0; j < w; j++) {
+                const float *src = B + (jc + j0 + j) * K + pc;   /* B stored (N, K) */
+                for (int64_t p = 0; p < kc; p++)
+                    dst[p * nr + j] = src[p];
+            }
+            for (int64_t j = w; j < nr; j++)
+                for (int64_t p = 0; p < kc; p++)
+                    dst[p * nr + j] = 0.0f;
+        }
+    }
+}
+
+/* Pack op(A)[ic..ic+mc, pc..pc+kc) as mr-tall slivers: sliver s holds rows
+ * s*mr.., column p at dst[s*kc*mr + p*mr], zero beyond mc. */
+static void mm_pack_a(const float *A, int transA, int64_t M, int64_t K, int64_t ic, int64_t mc,
+                      int64_t pc, int64_t kc, int mr, float *dst)
+{
+    for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
+        int64_t h = mc - i0 < mr ? mc - i0 : mr;
+        if (transA) {
+            const float *src = A + pc * M + ic + i0;   /* A stored (K, M) */
+            for (int64_t p = 0; p < kc; p++) {
+                memcpy(dst + p * mr, src + p * M, (size_t)h * 4);
+                for (int64_t i = h; i < mr; i++)
+                    dst[p * mr + i] = 0.0f;
+            }
+        } else {
+            for (int64_t i = 0; i < h; i++) {
+                const float *src = A + (ic + i0 + i) * K + pc;
+                for (int64_t p = 0; p < kc; p++)
+                    dst[p * mr + i] = src[p];
+            }
+            for (int64_t i = h; i < mr; i++)
+                for (int64_t p = 0; p < kc; p++)
+                    dst[p * mr + i] = 0.0f;
+        }
+    }
+}
+
+/* ---- driver */
+
+/* One packed block: C[ic.., jc..] (+)= Apack Bpack over depth kc. */
+static void mm_block(const mm_isa *k, int64_t mc, int64_t nc, int64_t kc, const float *ap,
+                     const float *bp, float *C, int64_t ldc, int load_c)
+{
+    float tile[MM_MAX_MR * MM_MAX_NR] __attribute__((aligned(64)));
+    for (int64_t jr = 0; jr < nc; jr += k->nr) {
+        int64_t w = nc - jr < k->nr ? nc - jr : k->nr;
+        const float *b = bp + (jr / k->nr) * kc * k->nr;
+        for (int64_t ir = 0; ir < mc; ir += k->mr) {
+            int64_t h = mc - ir < k->mr ? mc - ir : k->mr;
+            const float *a = ap + (ir / k->mr) * kc * k->mr;
+            float *c = C + ir * ldc + jr;
+            if (h == k->mr && w == k->nr) {
+                k->kernel(kc, a, b, c, ldc, load_c);
+                continue;
+            }
+            k->kernel(kc, a, b, tile, k->nr, 0);   /* edge tile: through a buffer */
+            for (int64_t i = 0; i < h; i++)
+                for (int64_t j = 0; j < w; j++)
+                    c[i * ldc + j] = (load_c ? c[i * ldc + j] : 0.0f) + tile[i * k->nr + j];
+        }
+    }
+}
+
+void rt_matmul(int64_t M, int64_t K, int64_t N, const float *A, int transA, const float *B,
+               int transB, float *C, int acc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) {
+        if (!acc)
+            memset(C, 0, (size_t)(M * N) * 4);
+        return;
+    }
+    const mm_isa *k = mm_choose();
+    for (int64_t jc = 0; jc < N; jc += k->nc) {
+        int64_t nc = N - jc < k->nc ? N - jc : k->nc;
+        for (int64_t pc = 0; pc < K; pc += k->kc) {
+            int64_t kc = K - pc < k->kc ? K - pc : k->kc;
+            int load_c = acc || pc > 0;
+            mm_pack_b(B, transB, K, N, pc, kc, jc, nc, k->nr, mm_bpack);
+            for (int64_t ic = 0; ic < M; ic += k->mc) {
+                int64_t mc = M - ic < k->mc ? M - ic : k->mc;
+                mm_pack_a(A, transA, M, K, ic, mc, pc, kc, k->mr, mm_apack);
+                mm_block(k, mc, nc, kc, mm_apack, mm_bpack, C + ic * N + jc, N, load_c);
+            }
+        }
+    }
+}

@@ -1,0 +1,267 @@
+/* rt_internal.h -- what the files of rtlib share with each other and with
+ * their tests (tests/test_rt_*.c).  Generated rank programs never include
+ * this header: their whole interface is rt.h.
+ *
+ *   runtime.c      rt_init / rt_finish, flags, environment, arena, step log
+ *   manifest.c     the MANIFEST text -> rt_manifest
+ *   rng.c          counter-based RNG, param init, synthetic data
+ *   kernels.c      the rt_k_* entry points (dispatch to fast or reference)
+ *   kernels_ref.c  rt_ref_*: plain scalar reference of every kernel
+ *   matmul.c       blocked SIMD matmul with run-time ISA dispatch
+ *   comm_shm.c     collectives between rank processes over POSIX shm
+ *   safetensors.c  --save writer and a validating reader
+ */
+#ifndef NNSC_RT_INTERNAL_H
+#define NNSC_RT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rt.h"
+
+#define RT_MAXDIM 8          /* most dimensions a param or input may have */
+#define RT_NAME_MAX 256      /* longest tensor or model name in a manifest */
+
+/* Element type of a param or input. */
+typedef enum rt_dtype {
+    RT_F32,   /* 32-bit float */
+    RT_I32,   /* 32-bit signed integer */
+} rt_dtype;
+
+/* How a param is initialised (manifest `init KIND A B`). */
+typedef enum rt_init_kind {
+    RT_INIT_ZEROS,    /* 0 */
+    RT_INIT_ONES,     /* 1 */
+    RT_INIT_CONST,    /* A */
+    RT_INIT_NORMAL,   /* N(0, A^2); B is ignored */
+    RT_INIT_UNIFORM,  /* uniform in [A, B) */
+} rt_init_kind;
+
+/* How a synthetic input is drawn (manifest `dist KIND`). */
+typedef enum rt_dist_kind {
+    RT_DIST_NORMAL,   /* f32, N(0, 1) */
+    RT_DIST_INT,      /* i32, uniform in [0, RANGE) */
+} rt_dist_kind;
+
+/* One `param` line: a box of a param that this rank holds. */
+typedef struct rt_param {
+    char name[RT_NAME_MAX];     /* logical tensor name */
+    uint64_t key;               /* fnv1a64(name) */
+    rt_dtype dtype;             /* element type */
+    int ndim;                   /* number of dimensions, 0..RT_MAXDIM */
+    int64_t shape[RT_MAXDIM];   /* full logical shape */
+    int64_t lo[RT_MAXDIM];      /* box held: first index per dimension */
+    int64_t hi[RT_MAXDIM];      /* box held: one past the last index */
+    rt_init_kind init;          /* initialiser */
+    double a, b;                /* initialiser arguments */
+    int64_t off;                /* arena byte offset of the box (row-major, contiguous) */
+    int writer;                 /* 1: this rank writes the box when saving */
+} rt_param;
+
+/* One `input` line: a synthetic data input. */
+typedef struct rt_input {
+    char name[RT_NAME_MAX];     /* logical tensor name */
+    uint64_t key;               /* fnv1a64(name) */
+    rt_dtype dtype;             /* f32 for normal, i32 for int */
+    int ndim;                   /* number of dimensions */
+    int64_t shape[RT_MAXDIM];   /* logical shape of one step's global batch */
+    rt_dist_kind dist;          /* distribution */
+    int64_t range;              /* RT_DIST_INT: values in [0, range) */
+    int64_t period;             /* distinct batches before the stream repeats */
+} rt_input;
+
+/* One `group` line: a set of ranks that run collectives together. */
+typedef struct rt_group {
+    int n;          /* number of members */
+    int *ranks;     /* member ranks, ascending */
+} rt_group;
+
+/* The parsed MANIFEST. */
+typedef struct rt_manifest {
+    char model[RT_NAME_MAX];    /* model name */
+    int rank, world;            /* the rank this program was built for, and the world size */
+    int64_t arena;              /* arena bytes */
+    int64_t steps;              /* default optimizer steps */
+    int64_t micro_batches;      /* micro-batches per step */
+    uint64_t seed;              /* RNG seed */
+    double lr;                  /* learning rate (informational) */
+    rt_group *groups; int ngroups;   /* groups, by id */
+    rt_param *params; int nparams;   /* param boxes, by index */
+    rt_input *inputs; int ninputs;   /* inputs, by index */
+} rt_manifest;
+
+/* One process's view of the shared-memory communicator (comm_shm.c). */
+typedef struct rt_comm rt_comm;
+
+/* The runtime context of one rank. */
+struct rt_ctx {
+    rt_manifest man;            /* the embedded manifest, parsed */
+    int rank, world;            /* from the environment (equal to the manifest's) */
+    int64_t steps;              /* steps to run (manifest or --steps) */
+    const char *save_path;      /* --save FILE, or NULL */
+    int quiet;                  /* --quiet: no step log */
+    double timeout;             /* seconds any collective may wait */
+    char *arena;                /* the arena: 64-byte aligned, zeroed */
+    double step_t0;             /* monotonic seconds at rt_step_begin */
+    rt_comm *comm;              /* shm communicator, NULL when world == 1 */
+};
+
+/* ---- runtime.c */
+
+/* Monotonic clock in seconds. */
+double rt_now(void);
+/* Print "nnsc rank R: <fmt>" to stderr and exit with status code. */
+void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+/* A broken invariant inside rtlib (a caller bug): message with file:line, abort. */
+#define RT_ASSERT(cond) \
+    do { if (!(cond)) rt_assert_fail(__FILE__, __LINE__, #cond); } while (0)
+void rt_assert_fail(const char *file, int line, const char *what) __attribute__((noreturn));
+
+/* ---- manifest.c */
+
+/* Parse text into m.  Returns 0, or 1 after writing "line N: what" to err. */
+int rt_manifest_parse(const char *text, rt_manifest *m, char *err, size_t errlen);
+void rt_manifest_free(rt_manifest *m);
+/* Number of elements of a box / of a shape. */
+int64_t rt_box_numel(int ndim, const int64_t *lo, const int64_t *hi);
+int64_t rt_shape_numel(int ndim, const int64_t *shape);
+
+/* Walks a box of a row-major tensor as runs of logically contiguous
+ * elements (the trailing full dimensions merged into each run). */
+typedef struct rt_box_iter {
+    int ndim;                   /* dimensions */
+    int cut;                    /* dims [0, cut) are stepped one index at a time */
+    int64_t lo[RT_MAXDIM];      /* box start */
+    int64_t hi[RT_MAXDIM];      /* box end */
+    int64_t stride[RT_MAXDIM];  /* row-major strides of the full shape */
+    int64_t idx[RT_MAXDIM];     /* current index in the stepped dims */
+    int64_t run;                /* elements per run */
+    int64_t start;              /* logical index of the current run's first element */
+    int64_t pos;                /* box-local index of the current run's first element */
+    int state;                  /* 0 before the first run, 1 inside, 2 done */
+} rt_box_iter;
+
+/* Start walking box [lo, hi) of shape. */
+void rt_box_iter_init(rt_box_iter *it, int ndim, const int64_t *shape, const int64_t *lo,
+                      const int64_t *hi);
+/* Advance to the next run; 0 when there is none. */
+int rt_box_iter_next(rt_box_iter *it);
+
+/* ---- rng.c */
+
+/* FNV-1a 64-bit hash of a string. */
+uint64_t rt_fnv1a64(const char *s);
+/* Stream key of a tensor: a function of (seed, name hash). */
+uint64_t rt_rng_key(uint64_t seed, uint64_t name_hash);
+/* 64 random bits for counter k of the stream key. */
+uint64_t rt_rng_bits(uint64_t key, uint64_t k);
+/* Uniform float in [0, 1) from the 24 high bits of rt_rng_bits(key, k). */
+float rt_rng_uniform(uint64_t key, uint64_t k);
+/* Standard normal of element k: Box-Muller over uniforms at 2k and 2k+1 (double). */
+double rt_rng_normal(uint64_t key, uint64_t k);
+/* Value of element k of a param under its initialiser (before rounding to the dtype). */
+double rt_param_value(const rt_param *p, uint64_t key, uint64_t k);
+/* Fast rt_k_init_param: fill dst with the box of param i. */
+void rt_init_param_box(rt_ctx *ctx, void *dst, int64_t i);
+/* Fast rt_k_data: i as for rt_k_data. */
+void rt_data_box(rt_ctx *ctx, void *dst, const int64_t *i);
+
+/* ---- matmul.c */
+
+/* The fast matmul behind rt_k_matmul: C[M,N] (+)= op(A) op(B). */
+void rt_matmul(int64_t M, int64_t K, int64_t N, const float *A, int transA,
+               const float *B, int transB, float *C, int acc);
+/* Which path rt_matmul takes: "avx512", "avx2", or "scalar". */
+const char *rt_matmul_isa(void);
+/* Force a path for tests and benchmarks ("avx512", "avx2", "scalar", or NULL
+ * for the best the CPU supports).  Returns 0, or -1 if the CPU lacks it. */
+int rt_matmul_force_isa(const char *isa);
+
+/* ---- kernels_ref.c: the scalar reference of every kernel */
+
+#define RT_K(name, nbuf, nint, nflt) \
+    void rt_ref_##name(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
+#include "rt_kernels.h"
+#undef RT_K
+
+/* ---- comm_shm.c */
+
+/* Which collective a wait belongs to (for error messages). */
+typedef enum rt_coll {
+    RT_COLL_INIT,           /* attaching in rt_init */
+    RT_COLL_ALLREDUCE,      /* rt_k_allreduce */
+    RT_COLL_ALLGATHER,      /* rt_k_allgather */
+    RT_COLL_REDUCESCATTER,  /* rt_k_reducescatter */
+    RT_COLL_BROADCAST,      /* rt_k_broadcast */
+    RT_COLL_SENDRECV,       /* rt_k_sendrecv */
+    RT_COLL_ALLTOALL,       /* rt_k_alltoall */
+    RT_COLL_BARRIER,        /* internal barrier */
+    RT_COLL_SAVE,           /* --save */
+    RT_COLL_FINISH,         /* rt_finish */
+} rt_coll;
+
+/* The internal group of all ranks (manifest groups are 0..G-1). */
+#define RT_GROUP_WORLD (-1)
+
+/* Create or attach the job's segment (world > 1); exits on failure. */
+void rt_comm_init(rt_ctx *ctx);
+/* Detach from the segment (rank 0 also unlinks it if that is still
+ * pending).  failed = 1 on an error path: peers are told to give up. */
+void rt_comm_free(rt_ctx *ctx, int failed);
+/* Staging bytes per rank in use (for tests). */
+int64_t rt_comm_stage_bytes(const rt_ctx *ctx);
+
+/* Collectives over group g (a manifest group id or RT_GROUP_WORLD).
+ * fast = 0 selects the simple reference algorithm (rt_ref_*); both give
+ * bitwise the same results. */
+void rt_comm_allreduce(rt_ctx *ctx, float *buf, int64_t n, int g, int fast);
+void rt_comm_allgather(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast);
+void rt_comm_reducescatter(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast);
+void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, int fast);
+void rt_comm_sendrecv(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g,
+                      int peer_send, int peer_recv, int fast);
+void rt_comm_alltoall(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast);
+/* Barrier over group g. */
+void rt_comm_barrier(rt_ctx *ctx, int g, rt_coll what);
+/* Byte allgather over the world with per-rank lengths: every rank gets all
+ * blobs.  Returns a malloc'ed concatenation (rank order); lens[world] filled. */
+char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens);
+/* Logical-or of flag over the world (used to agree on failure). */
+int rt_comm_any(rt_ctx *ctx, int flag, rt_coll what);
+
+/* ---- safetensors.c */
+
+/* Write the full logical params of all ranks to path (every rank calls). */
+void rt_save(rt_ctx *ctx, const char *path);
+
+/* One tensor of a safetensors file read by rt_st_open. */
+typedef struct rt_st_tensor {
+    char *name;                 /* tensor name (decoded) */
+    char dtype[8];              /* "F32", "I32", ... */
+    int elem;                   /* bytes per element */
+    int ndim;                   /* number of dimensions */
+    int64_t shape[RT_MAXDIM];   /* shape */
+    int64_t begin, end;         /* data_offsets, relative to the data section */
+    const void *data;           /* points into the file's bytes */
+} rt_st_tensor;
+
+/* A safetensors file, validated and held in memory. */
+typedef struct rt_st_file {
+    unsigned char *bytes;       /* the whole file */
+    int64_t size;               /* its size */
+    int64_t header_len;         /* JSON header length */
+    rt_st_tensor *t; int nt;    /* tensors, in header order */
+} rt_st_file;
+
+/* Read and validate a file.  Returns 0, or 1 with a message in err (and
+ * nothing left to free).  Tensor data may be unaligned: read it with memcpy. */
+int rt_st_open(const char *path, rt_st_file *f, char *err, size_t errlen);
+/* Validate a malloc'ed file image (takes ownership of bytes, freed on failure). */
+int rt_st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err, size_t errlen);
+/* The tensor called name, or NULL. */
+const rt_st_tensor *rt_st_find(const rt_st_file *f, const char *name);
+void rt_st_free(rt_st_file *f);
+
+#endif

@@ -1,0 +1,282 @@
+/* runtime.c -- rt_init / rt_finish: flags, environment, the arena, the step log.
+ *
+ * Errors in what the user gave (flags, environment, a manifest that does not
+ * match the environment) print one line and exit with status 2; failures at
+ * run time (a dead peer, a write that fails) exit with status 1.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rt_internal.h"
+
+double rt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
+{
+    va_list ap;
+    fflush(stdout);
+    if (ctx && ctx->rank >= 0)
+        fprintf(stderr, "rank %d: ", ctx->rank);
+    else
+        fprintf(stderr, "nnsc: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (ctx && ctx->comm)
+        rt_comm_free(ctx, 1);
+    exit(code);
+}
+
+void rt_assert_fail(const char *file, int line, const char *what)
+{
+    fflush(stdout);
+    fprintf(stderr, "%s:%d: rtlib internal error: %s\n", file, line, what);
+    abort();
+}
+
+/* The flags, for --help and for the unknown-flag message. */
+static void rt_usage(FILE *f, const char *prog, const rt_manifest *m)
+{
+    fprintf(f,
+            "usage: %s [flags]\n"
+            "  rank %d of %d of model '%s', built by nnsc-aot\n"
+            "flags:\n"
+            "  --steps N       run N optimizer steps (default %lld, from the build)\n"
+            "  --save FILE     write the final weights to FILE (safetensors, full tensors)\n"
+            "  --quiet         do not print the per-step loss line\n"
+            "  --timeout SEC   longest wait for a peer in a collective (default 60,\n"
+            "                  or $NNSC_TIMEOUT); then the rank exits with status 1\n"
+            "  --help          print this and exit\n"
+            "environment:\n"
+            "  NNSC_RANK/NNSC_WORLD, else RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,\n"
+            "  else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (default rank 0 of 1);\n"
+            "  NNSC_JOB: a string unique to the run, the same for all its ranks (world > 1)\n",
+            prog, m->rank, m->world, m->model, (long long)m->steps);
+}
+
+/* Parse a flag's value as a non-negative integer, or exit 2. */
+static int64_t rt_flag_int(const char *flag, const char *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < 0) {
+        fprintf(stderr, "nnsc: %s needs a non-negative integer, not '%s'\n", flag, v);
+        exit(2);
+    }
+    return x;
+}
+
+/* Parse a timeout in seconds (> 0), or exit 2.  what names its source. */
+static double rt_parse_timeout(const char *what, const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x > 0) || !isfinite(x)) {
+        fprintf(stderr, "nnsc: %s needs a positive number of seconds, not '%s'\n", what, v);
+        exit(2);
+    }
+    return x;
+}
+
+/* Read the command line into ctx; exits 0 on --help and 2 on a bad flag. */
+static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
+{
+    const char *prog = argc > 0 && argv[0] ? argv[0] : "rank";
+    int have_timeout = 0;
+    for (int a = 1; a < argc; a++) {
+        const char *arg = argv[a];
+        const char *val = NULL;
+        char name[32];
+        const char *eq = strchr(arg, '=');
+        size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (nlen >= sizeof name)
+            nlen = sizeof name - 1;
+        memcpy(name, arg, nlen);
+        name[nlen] = 0;
+        int takes_value = !strcmp(name, "--steps") || !strcmp(name, "--save") ||
+                          !strcmp(name, "--timeout");
+        if (takes_value) {
+            if (eq)
+                val = eq + 1;
+            else if (a + 1 < argc)
+                val = argv[++a];
+            else {
+                fprintf(stderr, "nnsc: %s needs a value (try --help)\n", name);
+                exit(2);
+            }
+        } else if (eq && strncmp(arg, "--", 2) == 0) {
+            fprintf(stderr, "nnsc: %s takes no value (try --help)\n", name);
+            exit(2);
+        }
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            rt_usage(stdout, prog, &ctx->man);
+            exit(0);
+        } else if (!strcmp(arg, "--quiet")) {
+            ctx->quiet = 1;
+        } else if (!strcmp(name, "--steps")) {
+            ctx->steps = rt_flag_int("--steps", val);
+        } else if (!strcmp(name, "--save")) {
+            if (!*val) {
+                fprintf(stderr, "nnsc: --save needs a file name\n");
+                exit(2);
+            }
+            ctx->save_path = val;
+        } else if (!strcmp(name, "--timeout")) {
+            ctx->timeout = rt_parse_timeout("--timeout", val);
+            have_timeout = 1;
+        } else {
+            fprintf(stderr, "nnsc: unknown %s '%s' (flags: --steps N --save FILE --quiet "
+                            "--timeout SEC --help)\n",
+                    arg[0] == '-' ? "flag" : "argument", arg);
+            exit(2);
+        }
+    }
+    if (!have_timeout) {
+        const char *t = getenv("NNSC_TIMEOUT");
+        ctx->timeout = t && *t ? rt_parse_timeout("NNSC_TIMEOUT", t) : 60.0;
+    }
+}
+
+/* Read one rank/world pair of environment variables.  Returns 1 if set
+ * (r, w filled), 0 if neither is set; exits 2 when only one is, or bad. */
+static int rt_env_pair(const char *rname, const char *wname, int *r, int *w)
+{
+    const char *rs = getenv(rname), *ws = getenv(wname);
+    if (!rs && !ws)
+        return 0;
+    if (!rs || !ws) {
+        fprintf(stderr, "nnsc: %s is set but %s is not; set both or neither\n",
+                rs ? rname : wname, rs ? wname : rname);
+        exit(2);
+    }
+    char *e1, *e2;
+    errno = 0;
+    long rv = strtol(rs, &e1, 10), wv = strtol(ws, &e2, 10);
+    if (errno || e1 == rs || *e1 || e2 == ws || *e2 || wv < 1 || wv > INT32_MAX || rv < 0 ||
+        rv >= wv) {
+        fprintf(stderr, "nnsc: bad rank/world in the environment: %s=%s %s=%s "
+                        "(need 0 <= rank < world)\n", rname, rs, wname, ws);
+        exit(2);
+    }
+    *r = (int)rv;
+    *w = (int)wv;
+    return 1;
+}
+
+/* Rank and world from the first launcher convention present; exits 2 when
+ * they disagree with the manifest this program was built with. */
+static void rt_rank_from_env(rt_ctx *ctx)
+{
+    static const char *const pairs[][2] = {
+        {"NNSC_RANK", "NNSC_WORLD"},
+        {"RANK", "WORLD_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    };
+    int r = 0, w = 1;
+    const char *src = "default (no rank variables set)";
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
+        if (rt_env_pair(pairs[k][0], pairs[k][1], &r, &w)) {
+            src = pairs[k][0];
+            break;
+        }
+    if (r != ctx->man.rank || w != ctx->man.world) {
+        fprintf(stderr, "nnsc: this program is rank %d of %d (model '%s'), but the "
+                        "environment says rank %d of %d (%s): run the rank%d executable "
+                        "for rank %d\n", ctx->man.rank, ctx->man.world, ctx->man.model, r, w,
+                src, r, r);
+        exit(2);
+    }
+    ctx->rank = r;
+    ctx->world = w;
+}
+
+rt_ctx *rt_init(int argc, char **argv, const char *manifest)
+{
+    rt_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fprintf(stderr, "nnsc: out of memory\n");
+        exit(1);
+    }
+    ctx->rank = -1;
+    char err[768];
+    if (rt_manifest_parse(manifest, &ctx->man, err, sizeof err)) {
+        fprintf(stderr, "nnsc: bad embedded manifest: %s\n", err);
+        exit(2);
+    }
+    ctx->steps = ctx->man.steps;
+    rt_parse_flags(ctx, argc, argv);
+    rt_rank_from_env(ctx);
+
+    /* the arena: one zeroed, 64-byte aligned block for the whole run */
+    size_t bytes = ((size_t)ctx->man.arena + 63) / 64 * 64;
+    if (bytes == 0)
+        bytes = 64;
+    ctx->arena = aligned_alloc(64, bytes);
+    if (!ctx->arena)
+        rt_fatal(ctx, 1, "cannot allocate the %lld-byte arena", (long long)ctx->man.arena);
+    memset(ctx->arena, 0, bytes);
+
+    if (ctx->world > 1)
+        rt_comm_init(ctx);
+    ctx->step_t0 = rt_now();
+    return ctx;
+}
+
+char *rt_arena(rt_ctx *ctx)
+{
+    return ctx->arena;
+}
+
+int64_t rt_first_step(rt_ctx *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+int64_t rt_steps(rt_ctx *ctx)
+{
+    return ctx->steps;
+}
+
+void rt_step_begin(rt_ctx *ctx, int64_t step)
+{
+    (void)step;
+    ctx->step_t0 = rt_now();
+}
+
+void rt_step_end(rt_ctx *ctx, int64_t step, const float *loss)
+{
+    double ms = (rt_now() - ctx->step_t0) * 1e3;
+    if (ctx->rank != 0 || ctx->quiet)
+        return;
+    /* keep this format: `nnsc-aot verify` parses it */
+    printf("step %lld/%lld loss %.9g ms %.1f\n", (long long)step + 1, (long long)ctx->steps,
+           loss ? (double)loss[0] : (double)NAN, ms);
+    fflush(stdout);
+}
+
+int rt_finish(rt_ctx *ctx)
+{
+    if (ctx->save_path)
+        rt_save(ctx, ctx->save_path);
+    if (ctx->comm) {
+        rt_comm_barrier(ctx, RT_GROUP_WORLD, RT_COLL_FINISH);
+        rt_comm_free(ctx, 0);
+    }
+    free(ctx->arena);
+    rt_manifest_free(&ctx->man);
+    free(ctx);
+    return 0;
+}

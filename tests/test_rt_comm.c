@@ -1,0 +1,626 @@
+/* test_rt_comm.c -- the shared-memory collectives, with real rank processes.
+ *
+ * Each scenario forks W children; child r sets NNSC_RANK/NNSC_WORLD/NNSC_JOB,
+ * calls rt_init with a manifest built for rank r (groups included), runs
+ * collectives, and writes "CHECK <name> <0|1>" lines to its stdout (a file).
+ * The parent merges the lines of all ranks (a check passes when every rank
+ * that ran it passed) and prints one line per check.  Expected values are
+ * computed locally, summing in member order, and compared bit for bit.
+ *
+ * Failure scenarios: a peer that dies, one that exits without rt_finish,
+ * one that never arrives (timeout), and manifests that disagree on groups;
+ * the surviving ranks must exit 1 with a message naming the peer within a
+ * few seconds, and nothing may be left in /dev/shm.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+static int n_pass, n_fail;
+
+/* Print one check's result. */
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
+}
+
+/* ---- inside a rank process */
+
+static int child_fails;   /* failed CHECK lines written by this rank */
+
+/* Report one check from a rank (merged by the parent). */
+static void rcheck(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rcheck(int ok, const char *fmt, ...)
+{
+    char name[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    for (char *p = name; *p; p++)
+        if (*p == ' ')
+            *p = '_';
+    printf("CHECK %s %d\n", name, ok);
+    if (!ok)
+        child_fails++;
+}
+
+/* Test data: element k of rank r's buffer; magnitudes differ per rank so
+ * that float sums depend on their order. */
+static float val(int r, int64_t k, int salt)
+{
+    static const float scale[3] = {0.1f, 1.0f, 10.0f};
+    uint64_t h = (uint64_t)k * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(r * 131 + salt) << 40;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    return ((float)(h >> 40) * (1.0f / 16777216.0f) - 0.5f) * scale[r % 3];
+}
+
+/* Group of the scenario as the test sees it. */
+typedef struct tgroup {
+    int n;              /* members */
+    int ranks[8];       /* member ranks */
+} tgroup;
+
+/* Scenario description shared by parent and children. */
+typedef struct scen {
+    const char *name;       /* label */
+    int world;              /* ranks */
+    int ngroups;            /* groups */
+    tgroup groups[8];       /* the manifest's groups */
+    const char *stage_kb;   /* NNSC_SHM_STAGE_KB, or NULL for the default */
+    const char *timeout;    /* --timeout */
+    int64_t sizes[6];       /* n values to test (0 ends) */
+    int kind;               /* what the children do (SC_*) */
+} scen;
+
+enum {
+    SC_ALL,          /* every collective on every group */
+    SC_DIE,          /* rank world-1 _exits after rt_init; others allreduce */
+    SC_EXIT,         /* rank 1 calls exit() without rt_finish; others allgather */
+    SC_HANG,         /* rank world-1 sleeps; others allreduce (timeout) */
+    SC_BADGROUPS,    /* rank 1's manifest has other groups */
+    SC_BIG,          /* large n on the world group only */
+};
+
+/* Index of rank r in g, or -1. */
+static int member(const tgroup *g, int r)
+{
+    for (int j = 0; j < g->n; j++)
+        if (g->ranks[j] == r)
+            return j;
+    return -1;
+}
+
+/* malloc'ed n floats plus 4 guard floats of a NaN pattern. */
+static float *gbuf(int64_t n)
+{
+    float *p = malloc((size_t)(n + 4) * 4);
+    for (int k = 0; k < 4; k++)
+        memcpy(&p[n + k], &(uint32_t){0x7fc0beef}, 4);
+    return p;
+}
+
+static int guard_ok(const float *p, int64_t n)
+{
+    for (int k = 0; k < 4; k++) {
+        uint32_t g;
+        memcpy(&g, &p[n + k], 4);
+        if (g != 0x7fc0beef)
+            return 0;
+    }
+    return 1;
+}
+
+/* Bitwise equality of n floats. */
+static int same(const float *a, const float *b, int64_t n)
+{
+    return memcmp(a, b, (size_t)n * 4) == 0;
+}
+
+typedef void kfn(rt_ctx *, void *const *, const int64_t *, const float *);
+
+/* allreduce, fast and reference: bitwise the member-order sum. */
+static void t_allreduce(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
+{
+    float *want = gbuf(n);
+    for (int64_t k = 0; k < n; k++) {   /* ((m0 + m1) + m2) + ... */
+        float s = val(g->ranks[0], k, gi);
+        for (int j = 1; j < g->n; j++)
+            s += val(g->ranks[j], k, gi);
+        want[k] = s;
+    }
+    for (int fast = 1; fast >= 0; fast--) {
+        float *buf = gbuf(n);
+        for (int64_t k = 0; k < n; k++)
+            buf[k] = val(me_rank, k, gi);
+        int64_t ints[2] = {n, gi};
+        void *b[1] = {buf};
+        (fast ? rt_k_allreduce : rt_ref_allreduce)(ctx, b, ints, NULL);
+        rcheck(same(buf, want, n) && guard_ok(buf, n), "allreduce %s group %d n=%lld",
+               fast ? "fast" : "ref", gi, (long long)n);
+        free(buf);
+    }
+    free(want);
+}
+
+/* reducescatter (also in place): member k gets chunk k of the member-order sum. */
+static void t_reducescatter(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
+{
+    int me = member(g, me_rank), p = g->n;
+    float *want = gbuf(n);
+    for (int64_t k = 0; k < n; k++) {
+        float s = val(g->ranks[0], me * n + k, gi);
+        for (int j = 1; j < p; j++)
+            s += val(g->ranks[j], me * n + k, gi);
+        want[k] = s;
+    }
+    for (int mode = 0; mode < 3; mode++) {   /* fast, reference, fast in place */
+        float *send = gbuf(n * p), *recv = gbuf(n);
+        for (int64_t k = 0; k < n * p; k++)
+            send[k] = val(me_rank, k, gi);
+        int64_t ints[2] = {n, gi};
+        void *b[2] = {send, mode == 2 ? send + me * n : recv};
+        (mode == 1 ? rt_ref_reducescatter : rt_k_reducescatter)(ctx, b, ints, NULL);
+        const float *got = mode == 2 ? send + me * n : recv;
+        rcheck(same(got, want, n) && guard_ok(recv, n) && guard_ok(send, n * p),
+               "reducescatter %s group %d n=%lld",
+               mode == 0 ? "fast" : mode == 1 ? "ref" : "in-place", gi, (long long)n);
+        free(send);
+        free(recv);
+    }
+    free(want);
+}
+
+/* allgather (also in place): recv = members' sends in member order. */
+static void t_allgather(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
+{
+    int me = member(g, me_rank), p = g->n;
+    for (int mode = 0; mode < 3; mode++) {
+        float *send = gbuf(n), *recv = gbuf(n * p);
+        for (int64_t k = 0; k < n; k++)
+            send[k] = val(me_rank, k, gi + 10);
+        if (mode == 2)
+            memcpy(recv + me * n, send, (size_t)n * 4);
+        int64_t ints[2] = {n, gi};
+        void *b[2] = {mode == 2 ? recv + me * n : send, recv};
+        (mode == 1 ? rt_ref_allgather : rt_k_allgather)(ctx, b, ints, NULL);
+        int ok = guard_ok(recv, n * p);
+        for (int j = 0; j < p; j++)
+            for (int64_t k = 0; k < n && ok; k++)
+                ok = recv[j * n + k] == val(g->ranks[j], k, gi + 10);
+        rcheck(ok, "allgather %s group %d n=%lld",
+               mode == 0 ? "fast" : mode == 1 ? "ref" : "in-place", gi, (long long)n);
+        free(send);
+        free(recv);
+    }
+}
+
+/* broadcast from every root in turn. */
+static void t_broadcast(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
+{
+    int me = member(g, me_rank);
+    for (int fast = 1; fast >= 0; fast--) {
+        int ok = 1;
+        for (int root = 0; root < g->n; root++) {
+            float *buf = gbuf(n);
+            for (int64_t k = 0; k < n; k++)
+                buf[k] = me == root ? val(me_rank, k, gi + 20) : -1.0f;
+            int64_t ints[3] = {n, gi, root};
+            void *b[1] = {buf};
+            (fast ? rt_k_broadcast : rt_ref_broadcast)(ctx, b, ints, NULL);
+            for (int64_t k = 0; k < n && ok; k++)
+                ok = buf[k] == val(g->ranks[root], k, gi + 20);
+            ok &= guard_ok(buf, n);
+            free(buf);
+        }
+        rcheck(ok, "broadcast %s every root group %d n=%lld", fast ? "fast" : "ref", gi,
+               (long long)n);
+    }
+}
+
+/* alltoall (also in place): my recv chunk j = member j's send chunk me. */
+static void t_alltoall(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
+{
+    int me = member(g, me_rank), p = g->n;
+    for (int mode = 0; mode < 3; mode++) {
+        float *send = gbuf(n * p), *recv = gbuf(n * p);
+        for (int64_t k = 0; k < n * p; k++)
+            send[k] = val(me_rank, k, gi + 30);
+        int64_t ints[2] = {n, gi};
+        void *b[2] = {send, mode == 2 ? send : recv};
+        (mode == 1 ? rt_ref_alltoall : rt_k_alltoall)(ctx, b, ints, NULL);
+        const float *got = mode == 2 ? send : recv;
+        int ok = guard_ok(recv, n * p) && guard_ok(send, n * p);
+        for (int j = 0; j < p; j++)
+            for (int64_t k = 0; k < n && ok; k++)
+                ok = got[j * n + k] == val(g->ranks[j], me * n + k, gi + 30);
+        rcheck(ok, "alltoall %s group %d n=%lld",
+               mode == 0 ? "fast" : mode == 1 ? "ref" : "in-place", gi, (long long)n);
+        free(send);
+        free(recv);
+    }
+}
+
+/* sendrecv: a ring over the group, then a one-way pipeline. */
+static void t_sendrecv(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
+{
+    int me = member(g, me_rank), p = g->n;
+    for (int fast = 1; fast >= 0; fast--) {
+        kfn *f = fast ? rt_k_sendrecv : rt_ref_sendrecv;
+        float *send = gbuf(n), *recv = gbuf(n);
+        for (int64_t k = 0; k < n; k++) {
+            send[k] = val(me_rank, k, gi + 40);
+            recv[k] = -7.0f;
+        }
+        int from = (me - 1 + p) % p;
+        int64_t ring[4] = {n, gi, (me + 1) % p, from};
+        void *b[2] = {send, recv};
+        f(ctx, b, ring, NULL);
+        int ok = guard_ok(recv, n);
+        for (int64_t k = 0; k < n && ok; k++)
+            ok = recv[k] == val(g->ranks[from], k, gi + 40);
+        rcheck(ok, "sendrecv %s ring group %d n=%lld", fast ? "fast" : "ref", gi, (long long)n);
+        if (p > 1) {
+            for (int64_t k = 0; k < n; k++)
+                recv[k] = -7.0f;
+            int64_t pipe[4] = {n, gi, me < p - 1 ? me + 1 : -1, me > 0 ? me - 1 : -1};
+            f(ctx, b, pipe, NULL);
+            ok = guard_ok(recv, n);
+            for (int64_t k = 0; k < n && ok; k++)
+                ok = recv[k] == (me > 0 ? val(g->ranks[me - 1], k, gi + 40) : -7.0f);
+            rcheck(ok, "sendrecv %s pipeline group %d n=%lld", fast ? "fast" : "ref", gi,
+                   (long long)n);
+        }
+        free(send);
+        free(recv);
+    }
+}
+
+/* Every collective on every group this rank is in, in one global order, so
+ * collectives on different groups interleave. */
+static void run_all(rt_ctx *ctx, int rank, const scen *s)
+{
+    for (int si = 0; si < 6 && s->sizes[si]; si++) {
+        int64_t n = s->sizes[si];
+        typedef void tfn(rt_ctx *, int, const tgroup *, int, int64_t);
+        static tfn *const tests[] = {t_allreduce, t_reducescatter, t_allgather,
+                                     t_broadcast, t_alltoall,      t_sendrecv};
+        for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++)
+            for (int gi = 0; gi < s->ngroups; gi++)
+                if (member(&s->groups[gi], rank) >= 0)
+                    tests[t](ctx, rank, &s->groups[gi], gi, n);
+    }
+}
+
+/* The manifest of rank r in scenario s. */
+static void build_manifest(const scen *s, int r, char *out, size_t len)
+{
+    int o = snprintf(out, len, "nnsc-manifest 1\nmodel commtest\nrank %d world %d\narena 4096\n"
+                               "steps 1\nmicro_batches 1\nseed 7\n", r, s->world);
+    for (int g = 0; g < s->ngroups; g++) {
+        tgroup gr = s->groups[g];
+        if (s->kind == SC_BADGROUPS && r == 1 && g == s->ngroups - 1)
+            gr.ranks[0] = 0;   /* {1} becomes {0}: disagrees with rank 0 */
+        o += snprintf(out + o, len - (size_t)o, "group %d %d", g, gr.n);
+        for (int j = 0; j < gr.n; j++)
+            o += snprintf(out + o, len - (size_t)o, " %d", gr.ranks[j]);
+        o += snprintf(out + o, len - (size_t)o, "\n");
+    }
+    snprintf(out + o, len - (size_t)o, "end\n");
+}
+
+/* Body of rank r: never returns. */
+static void child(const scen *s, int r, const char *job)
+{
+    char man[4096], rs[16], ws[16];
+    snprintf(rs, sizeof rs, "%d", r);
+    snprintf(ws, sizeof ws, "%d", s->world);
+    setenv("NNSC_RANK", rs, 1);
+    setenv("NNSC_WORLD", ws, 1);
+    setenv("NNSC_JOB", job, 1);
+    if (s->stage_kb)
+        setenv("NNSC_SHM_STAGE_KB", s->stage_kb, 1);
+    else
+        unsetenv("NNSC_SHM_STAGE_KB");
+    build_manifest(s, r, man, sizeof man);
+    char *argv[] = {"test_rt_comm", "--quiet", "--timeout", (char *)s->timeout, NULL};
+    rt_ctx *ctx = rt_init(4, argv, man);
+    if (ctx->rank != r || ctx->world != s->world)
+        _exit(9);
+    switch (s->kind) {
+    case SC_ALL:
+    case SC_BIG:
+        run_all(ctx, r, s);
+        break;
+    case SC_DIE:
+    case SC_HANG:
+        if (r == s->world - 1) {
+            if (s->kind == SC_HANG)
+                sleep(30);   /* killed by the parent */
+            _exit(7);        /* dies: no atexit hooks, no rt_finish */
+        }
+        t_allreduce(ctx, r, &s->groups[0], 0, 1000);
+        break;
+    case SC_EXIT:
+        if (r == 1)
+            exit(3);         /* leaves without rt_finish; atexit marks it gone */
+        t_allgather(ctx, r, &s->groups[0], 0, 10);
+        break;
+    }
+    rt_finish(ctx);
+    fflush(stdout);
+    _exit(child_fails ? 1 : 0);
+}
+
+/* ---- the parent */
+
+/* Result of one rank process. */
+typedef struct rank_out {
+    pid_t pid;          /* process */
+    int status;         /* wait status */
+    double t_exit;      /* seconds after the start when it was reaped */
+    char out[64];       /* stdout file */
+    char err[64];       /* stderr file */
+} rank_out;
+
+/* Read a whole small file (malloc'ed, NUL-terminated). */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)len + 1);
+    if (fread(s, 1, (size_t)len, f) != (size_t)len)
+        s[0] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Fork the ranks of s, wait (at most limit seconds, then SIGKILL; a rank
+ * given as sleeper is killed once the others are done). */
+static void run_scen(const scen *s, const char *job, rank_out *ro, double limit, int sleeper)
+{
+    double t0 = rt_now();
+    fflush(stdout);
+    for (int r = 0; r < s->world; r++) {
+        snprintf(ro[r].out, sizeof ro[r].out, "/tmp/rtcomm-%d-%d.out", (int)getpid(), r);
+        snprintf(ro[r].err, sizeof ro[r].err, "/tmp/rtcomm-%d-%d.err", (int)getpid(), r);
+        ro[r].status = -1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen(ro[r].out, "w", stdout) || !freopen(ro[r].err, "w", stderr))
+                _exit(8);
+            child(s, r, job);
+        }
+        ro[r].pid = pid;
+    }
+    int left = s->world;
+    while (left > 0) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid > 0) {
+            for (int r = 0; r < s->world; r++)
+                if (ro[r].pid == pid) {
+                    ro[r].status = st;
+                    ro[r].t_exit = rt_now() - t0;
+                    left--;
+                }
+            continue;
+        }
+        int others_done = 1;
+        for (int r = 0; r < s->world; r++)
+            if (r != sleeper && ro[r].status == -1)
+                others_done = 0;
+        if (rt_now() - t0 > limit || (sleeper >= 0 && others_done)) {
+            for (int r = 0; r < s->world; r++)
+                if (ro[r].status == -1)
+                    kill(ro[r].pid, SIGKILL);
+            if (rt_now() - t0 > limit)
+                printf("     %s: still running after %.0f s: killed (a hang)\n", s->name, limit);
+        }
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* 1 if rank exited normally with code. */
+static int exited_with(const rank_out *r, int code)
+{
+    return r->status != -1 && WIFEXITED(r->status) && WEXITSTATUS(r->status) == code;
+}
+
+/* 1 if the job's segment is gone from /dev/shm. */
+static int shm_clean(const char *job)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/dev/shm/nnsc-%s", job);
+    return access(path, F_OK) != 0;
+}
+
+/* Merge the ranks' CHECK lines into one line per check. */
+static void merge_checks(const scen *s, rank_out *ro)
+{
+    char *names[4096];
+    int fails[4096], nn = 0;
+    for (int r = 0; r < s->world; r++) {
+        char *text = slurp(ro[r].out), *save = NULL;
+        for (char *ln = strtok_r(text, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+            char nm[200];
+            int ok;
+            if (sscanf(ln, "CHECK %199s %d", nm, &ok) != 2)
+                continue;
+            int k = 0;
+            while (k < nn && strcmp(names[k], nm))
+                k++;
+            if (k == nn && nn < 4096) {
+                names[nn] = strdup(nm);
+                fails[nn++] = 0;
+            }
+            if (k < nn)
+                fails[k] += !ok;
+        }
+        free(text);
+    }
+    for (int k = 0; k < nn; k++) {
+        for (char *p = names[k]; *p; p++)
+            if (*p == '_')
+                *p = ' ';
+        check(!fails[k], "%s: %s%s", s->name, names[k], fails[k] ? " (some rank differs)" : "");
+        free(names[k]);
+    }
+}
+
+/* Show a rank's stderr (on failures). */
+static void show_err(const rank_out *r, int rank)
+{
+    char *e = slurp(r->err);
+    if (*e)
+        printf("     rank %d stderr: %s", rank, e);
+    free(e);
+}
+
+/* Remove the ranks' output files. */
+static void cleanup(const scen *s, rank_out *ro)
+{
+    for (int r = 0; r < s->world; r++) {
+        unlink(ro[r].out);
+        unlink(ro[r].err);
+    }
+}
+
+/* Run one scenario where every rank must succeed. */
+static void scen_ok(const scen *s, int idx)
+{
+    char job[64];
+    rank_out ro[8];
+    snprintf(job, sizeof job, "test-comm-%d-%d", (int)getpid(), idx);
+    double t0 = rt_now();
+    run_scen(s, job, ro, 60, -1);
+    merge_checks(s, ro);
+    int ok = 1;
+    for (int r = 0; r < s->world; r++)
+        ok &= exited_with(&ro[r], 0);
+    check(ok, "%s: all %d ranks exited 0 (%.2f s)", s->name, s->world, rt_now() - t0);
+    if (!ok)
+        for (int r = 0; r < s->world; r++)
+            show_err(&ro[r], r);
+    check(shm_clean(job), "%s: nothing left in /dev/shm", s->name);
+    cleanup(s, ro);
+}
+
+/* Run a failure scenario: the ranks in `fails` must exit with code in time,
+ * one of them saying want in stderr. */
+static void scen_fail(const scen *s, int idx, int culprit, int code, const char *want,
+                      double within, int sleeper)
+{
+    char job[64];
+    rank_out ro[8];
+    snprintf(job, sizeof job, "test-comm-%d-%d", (int)getpid(), idx);
+    run_scen(s, job, ro, 30, sleeper);
+    int ok = 1, said = 0;
+    double worst = 0;
+    for (int r = 0; r < s->world; r++) {
+        if (r == culprit)
+            continue;
+        ok &= exited_with(&ro[r], code);
+        worst = ro[r].t_exit > worst ? ro[r].t_exit : worst;
+        char *e = slurp(ro[r].err);
+        said |= strstr(e, want) != NULL;
+        free(e);
+    }
+    check(ok && said && worst < within,
+          "%s: the other ranks exit %d in %.2f s (< %.0f s), saying \"%s\"", s->name, code,
+          worst, within, want);
+    if (!(ok && said && worst < within))
+        for (int r = 0; r < s->world; r++)
+            show_err(&ro[r], r);
+    check(shm_clean(job), "%s: nothing left in /dev/shm", s->name);
+    cleanup(s, ro);
+}
+
+/* world == 1: no shared memory, collectives are copies or no-ops. */
+static void test_world1(void)
+{
+    const char *man = "nnsc-manifest 1\nmodel one\nrank 0 world 1\narena 64\nsteps 1\n"
+                      "micro_batches 1\nseed 1\ngroup 0 1 0\nend\n";
+    unsetenv("NNSC_JOB");
+    setenv("NNSC_RANK", "0", 1);
+    setenv("NNSC_WORLD", "1", 1);
+    char *argv[] = {"t", "--quiet", NULL};
+    rt_ctx *ctx = rt_init(2, argv, man);
+    float a[5] = {1, 2, 3, 4, 5}, b[5] = {0};
+    int64_t i2[2] = {5, 0}, i3[3] = {5, 0, 0}, i4[4] = {5, 0, 0, 0};
+    void *b1[1] = {a}, *b2[2] = {a, b};
+    rt_k_allreduce(ctx, b1, i2, NULL);
+    rt_k_broadcast(ctx, b1, i3, NULL);
+    int ok = a[0] == 1 && a[4] == 5;
+    rt_k_allgather(ctx, b2, i2, NULL);
+    ok &= same(a, b, 5);
+    memset(b, 0, sizeof b);
+    rt_k_reducescatter(ctx, b2, i2, NULL);
+    ok &= same(a, b, 5);
+    memset(b, 0, sizeof b);
+    rt_k_alltoall(ctx, b2, i2, NULL);
+    ok &= same(a, b, 5);
+    memset(b, 0, sizeof b);
+    rt_k_sendrecv(ctx, b2, i4, NULL);
+    ok &= same(a, b, 5);
+    check(ok && ctx->comm == NULL, "world 1: no shared memory; collectives copy or do nothing");
+    rt_finish(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    int idx = 0;
+    test_world1();
+    /* groups: everyone, sub-groups that skip ranks, and size-1 groups */
+    scen s2 = {"world 2", 2, 3, {{2, {0, 1}}, {1, {1}}, {1, {0}}}, "4", "20",
+               {1, 3, 1000, 4099, 0}, SC_ALL};
+    scen s3 = {"world 3", 3, 3, {{3, {0, 1, 2}}, {2, {0, 2}}, {1, {1}}}, "4", "20",
+               {1, 1000, 3001, 0}, SC_ALL};
+    scen s4 = {"world 4", 4, 5, {{4, {0, 1, 2, 3}}, {2, {1, 3}}, {2, {0, 2}}, {3, {0, 1, 2}},
+               {1, {3}}}, "4", "20", {1, 257, 5000, 0}, SC_ALL};
+    scen big = {"world 4 big", 4, 1, {{4, {0, 1, 2, 3}}}, NULL, "20",
+                {(INT64_C(5) << 18) + 3, 0}, SC_BIG};
+    scen_ok(&s2, idx++);
+    scen_ok(&s3, idx++);
+    scen_ok(&s4, idx++);
+    scen_ok(&big, idx++);
+
+    scen die = {"dead peer", 3, 1, {{3, {0, 1, 2}}}, NULL, "5", {0}, SC_DIE};
+    scen_fail(&die, idx++, 2, 1, "peer rank 2 died in allreduce on group 0", 4.0, -1);
+    scen ex = {"exit without rt_finish", 3, 1, {{3, {0, 1, 2}}}, NULL, "5", {0}, SC_EXIT};
+    scen_fail(&ex, idx++, 1, 1, "peer rank 1 died in allgather on group 0", 4.0, -1);
+    scen hang = {"peer never arrives", 3, 1, {{3, {0, 1, 2}}}, NULL, "1.5", {0}, SC_HANG};
+    scen_fail(&hang, idx++, 2, 1, "peer rank 2 timed out in allreduce on group 0", 5.0, 2);
+    scen bad = {"groups differ", 2, 2, {{2, {0, 1}}, {1, {1}}}, NULL, "5", {0}, SC_BADGROUPS};
+    scen_fail(&bad, idx++, 0, 2, "lists different groups", 5.0, -1);
+    (void)argc;
+    (void)argv;
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail != 0;
+}

@@ -1,0 +1,335 @@
+/* test_rt_init.c -- rt_init and the step log: flags, rank/world from the
+ * environment, the manifest parser's errors, the arena, and the exact
+ * format of the per-step line that `nnsc-aot verify` parses.
+ *
+ * Every case runs in a forked child with its stdout and stderr captured,
+ * so cases that must exit (status 2 on bad input) can be checked.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+static int n_pass, n_fail;
+
+/* Print one check's result. */
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok)
+        n_pass++;
+    else
+        n_fail++;
+}
+
+static const char *good_manifest =
+    "nnsc-manifest 1\n"
+    "model m\n"
+    "rank 0 world 1\n"
+    "arena 1000\n"
+    "steps 4\n"
+    "micro_batches 2\n"
+    "seed 9\n"
+    "lr 0.001\n"
+    "group 0 1 0\n"
+    "param 0 w f32 2 3 4 box 0 3 0 4 init normal 0.02 0 off 64 writer 1\n"
+    "input 0 x f32 2 2 3 dist normal period 1\n"
+    "end\n";
+
+/* What a child did. */
+typedef struct result {
+    int code;           /* exit status (-1 if killed) */
+    char out[4096];     /* stdout */
+    char err[4096];     /* stderr */
+} result;
+
+/* How a child starts: environment pairs (name, value or NULL to unset),
+ * argv, manifest, and what it does after rt_init. */
+typedef struct job {
+    const char *env[12];      /* name, value, name, value, ... NULL */
+    const char *argv[8];      /* argv, NULL-terminated (argv[0] included) */
+    const char *manifest;     /* text */
+    int action;               /* ACT_* */
+} job;
+
+enum {
+    ACT_NONE,       /* rt_init, rt_finish */
+    ACT_STEPS,      /* log rt_steps() steps with known losses */
+    ACT_ARENA,      /* exit 0 if the arena is aligned and zeroed, else 5 */
+    ACT_PRINT,      /* print rank, world, steps, timeout */
+};
+
+/* Read a file into buf (NUL-terminated). */
+static void slurp(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, len - 1, f) : 0;
+    buf[n] = 0;
+    if (f)
+        fclose(f);
+}
+
+/* Run one job in a child. */
+static result run(const job *j)
+{
+    static const char *const rank_vars[] = {"NNSC_RANK", "NNSC_WORLD", "RANK", "WORLD_SIZE",
+                                            "SLURM_PROCID", "SLURM_NTASKS",
+                                            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                            "NNSC_TIMEOUT", "NNSC_JOB"};
+    result r;
+    char po[64], pe[64];
+    snprintf(po, sizeof po, "/tmp/rtinit-%d.out", (int)getpid());
+    snprintf(pe, sizeof pe, "/tmp/rtinit-%d.err", (int)getpid());
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(po, "w", stdout) || !freopen(pe, "w", stderr))
+            _exit(99);
+        for (size_t k = 0; k < sizeof rank_vars / sizeof rank_vars[0]; k++)
+            unsetenv(rank_vars[k]);
+        for (int k = 0; j->env[k]; k += 2)
+            if (j->env[k + 1])
+                setenv(j->env[k], j->env[k + 1], 1);
+            else
+                unsetenv(j->env[k]);
+        int argc = 0;
+        while (j->argv[argc])
+            argc++;
+        rt_ctx *ctx = rt_init(argc, (char **)j->argv, j->manifest);
+        if (j->action == ACT_STEPS) {
+            for (int64_t s = rt_first_step(ctx); s < rt_steps(ctx); s++) {
+                float loss = 2.0f / (float)(s + 3);
+                rt_step_begin(ctx, s);
+                rt_step_end(ctx, s, &loss);
+            }
+        } else if (j->action == ACT_ARENA) {
+            char *a = rt_arena(ctx);
+            int ok = ((uintptr_t)a % 64) == 0;
+            for (int k = 0; k < ctx->man.arena; k++)
+                ok &= a[k] == 0;
+            fflush(stdout);
+            _exit(ok ? 0 : 5);
+        } else if (j->action == ACT_PRINT) {
+            printf("rank %d world %d steps %lld timeout %g quiet %d\n", ctx->rank, ctx->world,
+                   (long long)rt_steps(ctx), ctx->timeout, ctx->quiet);
+        }
+        int rc = rt_finish(ctx);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    slurp(po, r.out, sizeof r.out);
+    slurp(pe, r.err, sizeof r.err);
+    unlink(po);
+    unlink(pe);
+    return r;
+}
+
+/* A job with flags only. */
+static result run_flags(const char *a1, const char *a2, const char *a3)
+{
+    job j = {{NULL}, {"rank0", a1, a2, a3, NULL}, good_manifest, ACT_PRINT};
+    return run(&j);
+}
+
+static void test_flags(void)
+{
+    result r = run_flags("--help", NULL, NULL);
+    check(r.code == 0 && strstr(r.out, "--steps") && strstr(r.out, "--save") &&
+          strstr(r.out, "--quiet") && strstr(r.out, "--timeout") && strstr(r.out, "--help"),
+          "--help lists the flags and exits 0");
+    r = run_flags("--frobnicate", NULL, NULL);
+    check(r.code == 2 && strstr(r.err, "--frobnicate"), "unknown flag: exit 2 naming it (%s)",
+          strtok(r.err, "\n"));
+    r = run_flags("extra", NULL, NULL);
+    check(r.code == 2, "a stray argument: exit 2");
+    r = run_flags("--steps", "x7", NULL);
+    check(r.code == 2 && strstr(r.err, "--steps"), "--steps x7: exit 2");
+    r = run_flags("--steps", NULL, NULL);
+    check(r.code == 2, "--steps without a value: exit 2");
+    r = run_flags("--timeout", "0", NULL);
+    check(r.code == 2, "--timeout 0: exit 2");
+    r = run_flags("--steps", "7", "--quiet");
+    check(r.code == 0 && strstr(r.out, "steps 7 ") && strstr(r.out, "quiet 1"),
+          "--steps 7 --quiet are taken");
+    r = run_flags("--steps=3", "--timeout=2.5", NULL);
+    check(r.code == 0 && strstr(r.out, "steps 3 ") && strstr(r.out, "timeout 2.5"),
+          "--steps=3 --timeout=2.5 (the = form)");
+    r = run_flags(NULL, NULL, NULL);
+    check(r.code == 0 && strstr(r.out, "rank 0 world 1 steps 4 timeout 60"),
+          "defaults: rank 0 of 1, the manifest's steps, timeout 60 s");
+    job j = {{"NNSC_TIMEOUT", "7", NULL}, {"rank0", NULL}, good_manifest, ACT_PRINT};
+    r = run(&j);
+    check(r.code == 0 && strstr(r.out, "timeout 7"), "NNSC_TIMEOUT=7 sets the timeout");
+    job jt = {{"NNSC_TIMEOUT", "7", NULL}, {"rank0", "--timeout", "3", NULL}, good_manifest,
+              ACT_PRINT};
+    r = run(&jt);
+    check(r.code == 0 && strstr(r.out, "timeout 3"), "--timeout overrides NNSC_TIMEOUT");
+    job jb = {{"NNSC_TIMEOUT", "soon", NULL}, {"rank0", NULL}, good_manifest, ACT_PRINT};
+    r = run(&jb);
+    check(r.code == 2, "NNSC_TIMEOUT=soon: exit 2");
+}
+
+/* The manifest of rank r of w (no groups). */
+static void manifest_rank(char *buf, size_t len, int r, int w)
+{
+    snprintf(buf, len, "nnsc-manifest 1\nmodel m\nrank %d world %d\narena 64\nsteps 1\n"
+                       "micro_batches 1\nseed 1\nend\n", r, w);
+}
+
+static void test_env(void)
+{
+    char m01[256], m12[256], m02[256];
+    manifest_rank(m01, sizeof m01, 0, 1);
+    manifest_rank(m12, sizeof m12, 1, 2);
+    manifest_rank(m02, sizeof m02, 0, 2);
+    struct {
+        const char *what;
+        const char *env[8];
+        const char *man;
+        int code;
+        const char *say;
+    } cases[] = {
+        {"NNSC_RANK=1 NNSC_WORLD=2 for a rank-0 build", {"NNSC_RANK", "1", "NNSC_WORLD", "2"},
+         m02, 2, "rank 0 of 2"},
+        {"RANK/WORLD_SIZE used when NNSC_* are unset", {"RANK", "1", "WORLD_SIZE", "2"}, m02, 2,
+         "RANK"},
+        {"SLURM_PROCID/SLURM_NTASKS", {"SLURM_PROCID", "1", "SLURM_NTASKS", "2"}, m02, 2,
+         "SLURM_PROCID"},
+        {"OMPI_COMM_WORLD_RANK/SIZE", {"OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2"},
+         m02, 2, "OMPI_COMM_WORLD_RANK"},
+        {"NNSC_* take precedence over RANK", {"NNSC_RANK", "0", "NNSC_WORLD", "1", "RANK", "1",
+         "WORLD_SIZE", "2"}, m01, 0, NULL},
+        {"only NNSC_RANK set", {"NNSC_RANK", "0"}, m01, 2, "NNSC_WORLD"},
+        {"rank not below world", {"NNSC_RANK", "2", "NNSC_WORLD", "2"}, m12, 2, "rank"},
+        {"rank not a number", {"RANK", "one", "WORLD_SIZE", "2"}, m12, 2, "RANK"},
+        {"no variables: rank 0 of 1", {NULL}, m01, 0, NULL},
+        {"no variables for a rank-1 build", {NULL}, m12, 2, "rank 1 of 2"},
+        {"world 2 without NNSC_JOB", {"NNSC_RANK", "1", "NNSC_WORLD", "2"}, m12, 2, "NNSC_JOB"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        job j = {{NULL}, {"rank", "--quiet", "--timeout", "1", NULL}, cases[k].man, ACT_NONE};
+        for (int e = 0; e < 8 && cases[k].env[e]; e++)
+            j.env[e] = cases[k].env[e];
+        result r = run(&j);
+        int ok = r.code == cases[k].code && (!cases[k].say || strstr(r.err, cases[k].say));
+        check(ok, "env: %s -> exit %d%s%.120s", cases[k].what, r.code, r.err[0] ? ": " : "",
+              strtok(r.err, "\n") ? r.err : "");
+    }
+}
+
+static void test_manifest_errors(void)
+{
+    static const char *const head = "nnsc-manifest 1\nmodel m\nrank 0 world 1\narena 100\n"
+                                    "steps 1\nmicro_batches 1\nseed 1\n";
+    struct {
+        const char *what;   /* description */
+        const char *body;   /* records after head (or a whole text if head is skipped) */
+        int whole;          /* 1: body is the whole manifest */
+        const char *say;    /* expected in the message */
+    } cases[] = {
+        {"empty text", "", 1, "empty manifest"},
+        {"no header line", "model m\nend\n", 1, "first line"},
+        {"version 2", "nnsc-manifest 2\nend\n", 1, "version 2"},
+        {"no end (truncated)", "", 0, "missing 'end'"},
+        {"unknown record", "colour blue\nend\n", 0, "unknown record 'colour'"},
+        {"missing seed", "nnsc-manifest 1\nmodel m\nrank 0 world 1\narena 1\nsteps 1\n"
+         "micro_batches 1\nend\n", 1, "missing 'seed'"},
+        {"seed twice", "seed 2\nend\n", 0, "given twice"},
+        {"text after end", "end\nsteps 3\n", 0, "after 'end'"},
+        {"steps not a number", "nnsc-manifest 1\nsteps many\nend\n", 1, "not an integer"},
+        {"group id out of order", "group 1 1 0\nend\n", 0, "out of order"},
+        {"group member >= world", "group 0 1 3\nend\n", 0, "group member"},
+        {"group members not ascending", "nnsc-manifest 1\nrank 0 world 3\ngroup 0 2 2 1\nend\n",
+         1, "ascending"},
+        {"param box past the shape", "param 0 w f32 1 4 box 0 5 init zeros 0 0 off 0 writer 1\n"
+         "end\n", 0, "box hi"},
+        {"param past the arena", "param 0 w f32 1 40 box 0 40 init zeros 0 0 off 0 writer 1\n"
+         "end\n", 0, "overruns"},
+        {"param index out of order", "param 1 w f32 1 4 box 0 4 init zeros 0 0 off 0 writer 1\n"
+         "end\n", 0, "out of order"},
+        {"unknown init", "param 0 w f32 1 4 box 0 4 init gauss 0 0 off 0 writer 1\nend\n", 0,
+         "unknown init"},
+        {"missing init arguments", "param 0 w f32 1 4 box 0 4 init zeros off 0 writer 1\nend\n",
+         0, "init argument"},
+        {"bad dtype", "param 0 w f64 1 4 box 0 4 init zeros 0 0 off 0 writer 1\nend\n", 0,
+         "unknown dtype"},
+        {"unaligned offset", "param 0 w f32 1 4 box 0 4 init zeros 0 0 off 2 writer 1\nend\n", 0,
+         "aligned"},
+        {"trailing field", "param 0 w f32 1 4 box 0 4 init zeros 0 0 off 0 writer 1 x\nend\n", 0,
+         "unexpected 'x'"},
+        {"int input with f32", "input 0 t f32 1 4 dist int 10 period 1\nend\n", 0, "dtype i32"},
+        {"int input without range", "input 0 t i32 1 4 dist int period 1\nend\n", 0, "range"},
+        {"input period 0", "input 0 x f32 1 4 dist normal period 0\nend\n", 0, "period"},
+        {"rank not below world", "nnsc-manifest 1\nrank 2 world 2\nend\n", 1, "not below"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[1024];
+        snprintf(text, sizeof text, "%s%s", cases[k].whole ? "" : head, cases[k].body);
+        job j = {{NULL}, {"rank", NULL}, text, ACT_NONE};
+        result r = run(&j);
+        char *first = strtok(r.err, "\n");
+        check(r.code == 2 && first && strstr(first, "bad embedded manifest") &&
+              strstr(first, cases[k].say),
+              "manifest %s: exit %d: %.150s", cases[k].what, r.code, first ? first : "");
+    }
+    job j = {{NULL}, {"rank", NULL}, good_manifest, ACT_NONE};
+    result r = run(&j);
+    check(r.code == 0 && !r.err[0], "a good manifest with every record kind is accepted");
+}
+
+static void test_steps_and_arena(void)
+{
+    job j = {{NULL}, {"rank0", NULL}, good_manifest, ACT_STEPS};
+    result r = run(&j);
+    int ok = r.code == 0, lines = 0;
+    for (char *ln = strtok(r.out, "\n"); ln; ln = strtok(NULL, "\n")) {
+        long long s, n;
+        char lossbuf[64], want[64];
+        double ms;
+        int used = 0;
+        if (sscanf(ln, "step %lld/%lld loss %63s ms %lf%n", &s, &n, lossbuf, &ms, &used) != 4 ||
+            ln[used] != 0) {
+            ok = 0;
+            continue;
+        }
+        snprintf(want, sizeof want, "%.9g", (double)(2.0f / (float)(s - 1 + 3)));
+        const char *dot = strrchr(ln, '.');
+        ok &= s == lines + 1 && n == 4 && !strcmp(lossbuf, want) && ms >= 0 && dot &&
+              strlen(dot) == 2;
+        lines++;
+    }
+    check(ok && lines == 4, "step log: 4 lines 'step S/N loss %%.9g ms %%.1f', S 1-based");
+    job jq = {{NULL}, {"rank0", "--quiet", NULL}, good_manifest, ACT_STEPS};
+    r = run(&jq);
+    check(r.code == 0 && !r.out[0], "--quiet: no step lines");
+    job js = {{NULL}, {"rank0", "--steps", "2", NULL}, good_manifest, ACT_STEPS};
+    r = run(&js);
+    check(r.code == 0 && strstr(r.out, "step 2/2 ") && !strstr(r.out, "step 3"),
+          "--steps 2: two lines, N = 2");
+    job ja = {{NULL}, {"rank0", NULL}, good_manifest, ACT_ARENA};
+    r = run(&ja);
+    check(r.code == 0, "arena: 64-byte aligned and zeroed");
+}
+
+int main(void)
+{
+    test_flags();
+    test_env();
+    test_manifest_errors();
+    test_steps_and_arena();
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail != 0;
+}
