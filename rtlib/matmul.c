@@ -20,6 +20,7 @@
  * buffers are static: no allocation per call (rtlib kernels run on one thread
  * per rank process).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,8 @@ typedef struct mm_isa {
     int64_t mc, kc, nc; /* cache blocks: rows of A, depth, columns of B */
     /* c[0..mr, 0..nr) (+)= a-sliver (kc x mr) times b-sliver (kc x nr); ldc: row stride */
     void (*kernel)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int load_c);
+    /* optional: dst[p*width + r] = src[r*ld + p] for r < rows (0 for rows <= r < width) */
+    void (*gather)(const float *src, int64_t ld, int64_t rows, int64_t kc, int width, float *dst);
 } mm_isa;
 
 #define MM_MAX_MR 16
@@ -146,15 +149,40 @@ mm_kernel_avx512(int64_t kc, const float *restrict a, const float *restrict b,
 #undef MM_ST
 }
 
+/* Packing of the two strided layouts with AVX-512 gathers: a sliver column
+ * (one k, mr rows of A stored (M, K); or nr columns of B stored (N, K)) is
+ * one masked gather; masked-off lanes read nothing and become 0. */
+__attribute__((target("avx512f"))) static void
+mm_gather_avx512(const float *src, int64_t ld, int64_t rows, int64_t kc, int width,
+                 float *dst)
+{
+    __m512i lo = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4,
+                                                     3, 2, 1, 0), _mm512_set1_epi32((int)ld));
+    __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32((int)(16 * ld)));
+    __mmask16 m0 = (__mmask16)(rows >= 16 ? 0xffff : (1u << rows) - 1);
+    __mmask16 m1 = (__mmask16)(rows <= 16 ? 0 : rows >= 32 ? 0xffff : (1u << (rows - 16)) - 1);
+    __mmask16 st0 = (__mmask16)(width >= 16 ? 0xffff : (1u << width) - 1);
+    __mmask16 st1 = (__mmask16)(width <= 16 ? 0 : (1u << (width - 16)) - 1);
+    __m512 z = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kc; p++, dst += width) {
+        __m512 v0 = _mm512_mask_i32gather_ps(z, m0, lo, src + p, 4);
+        _mm512_mask_storeu_ps(dst, st0, v0);
+        if (width > 16) {
+            __m512 v1 = _mm512_mask_i32gather_ps(z, m1, hi, src + p, 4);
+            _mm512_mask_storeu_ps(dst + 16, st1, v1);
+        }
+    }
+}
+
 #endif /* RT_HAVE_X86 */
 
 /* The kernels this build knows, best first. */
 static const mm_isa mm_isas[] = {
 #ifdef RT_HAVE_X86
-    {"avx512", 14, 32, 14 * 12, 384, 3072, mm_kernel_avx512},
-    {"avx2", 6, 16, 6 * 24, 256, 3072, mm_kernel_avx2},
+    {"avx512", 14, 32, 14 * 12, 384, 3072, mm_kernel_avx512, mm_gather_avx512},
+    {"avx2", 6, 16, 6 * 24, 256, 3072, mm_kernel_avx2, NULL},
 #endif
-    {"scalar", 4, 8, 4 * 32, 256, 1024, mm_kernel_scalar},
+    {"scalar", 4, 8, 4 * 32, 256, 1024, mm_kernel_scalar, NULL},
 };
 #define MM_NISA ((int)(sizeof mm_isas / sizeof mm_isas[0]))
 
@@ -224,12 +252,15 @@ int rt_matmul_force_isa(const char *isa)
 
 /* Pack op(B)[pc..pc+kc, jc..jc+nc) as nr-wide slivers: sliver s holds
  * columns s*nr.., row p at dst[s*kc*nr + p*nr], zero beyond nc. */
-static void mm_pack_b(const float *B, int transB, int64_t K, int64_t N, int64_t pc, int64_t kc,
-                      int64_t jc, int64_t nc, int nr, float *dst)
+static void mm_pack_b(const mm_isa *k, const float *B, int transB, int64_t K, int64_t N,
+                      int64_t pc, int64_t kc, int64_t jc, int64_t nc, float *dst)
 {
+    int nr = k->nr;
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
         int64_t w = nc - j0 < nr ? nc - j0 : nr;
-        if (!transB) {
+        if (transB && k->gather && K * nr < INT32_MAX) {
+            k->gather(B + (jc + j0) * K + pc, K, w, kc, nr, dst);
+        } else if (!transB) {
             const float *src = B + pc * N + jc + j0;
             for (int64_t p = 0; p < kc; p++) {
                 memcpy(dst + p * nr, src + p * N, (size_t)w * 4);
@@ -251,12 +282,15 @@ static void mm_pack_b(const float *B, int transB, int64_t K, int64_t N, int64_t 
 
 /* Pack op(A)[ic..ic+mc, pc..pc+kc) as mr-tall slivers: sliver s holds rows
  * s*mr.., column p at dst[s*kc*mr + p*mr], zero beyond mc. */
-static void mm_pack_a(const float *A, int transA, int64_t M, int64_t K, int64_t ic, int64_t mc,
-                      int64_t pc, int64_t kc, int mr, float *dst)
+static void mm_pack_a(const mm_isa *k, const float *A, int transA, int64_t M, int64_t K,
+                      int64_t ic, int64_t mc, int64_t pc, int64_t kc, float *dst)
 {
+    int mr = k->mr;
     for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
         int64_t h = mc - i0 < mr ? mc - i0 : mr;
-        if (transA) {
+        if (!transA && k->gather && K * mr < INT32_MAX) {
+            k->gather(A + (ic + i0) * K + pc, K, h, kc, mr, dst);
+        } else if (transA) {
             const float *src = A + pc * M + ic + i0;   /* A stored (K, M) */
             for (int64_t p = 0; p < kc; p++) {
                 memcpy(dst + p * mr, src + p * M, (size_t)h * 4);
@@ -318,10 +352,10 @@ void rt_matmul(int64_t M, int64_t K, int64_t N, const float *A, int transA, cons
         for (int64_t pc = 0; pc < K; pc += k->kc) {
             int64_t kc = K - pc < k->kc ? K - pc : k->kc;
             int load_c = acc || pc > 0;
-            mm_pack_b(B, transB, K, N, pc, kc, jc, nc, k->nr, mm_bpack);
+            mm_pack_b(k, B, transB, K, N, pc, kc, jc, nc, mm_bpack);
             for (int64_t ic = 0; ic < M; ic += k->mc) {
                 int64_t mc = M - ic < k->mc ? M - ic : k->mc;
-                mm_pack_a(A, transA, M, K, ic, mc, pc, kc, k->mr, mm_apack);
+                mm_pack_a(k, A, transA, M, K, ic, mc, pc, kc, mm_apack);
                 mm_block(k, mc, nc, kc, mm_apack, mm_bpack, C + ic * N + jc, N, load_c);
             }
         }

@@ -101,6 +101,7 @@ enum {
     SC_HANG,         /* rank world-1 sleeps; others allreduce (timeout) */
     SC_BADGROUPS,    /* rank 1's manifest has other groups */
     SC_BIG,          /* large n on the world group only */
+    SC_BENCH,        /* timings only (--bench) */
 };
 
 /* Index of rank r in g, or -1. */
@@ -313,6 +314,31 @@ static void run_all(rt_ctx *ctx, int rank, const scen *s)
     }
 }
 
+/* --bench: time allreduce, allgather and barriers; rank 0 prints "BENCH" lines. */
+static void run_bench(rt_ctx *ctx, int rank, const scen *s)
+{
+    static const int64_t sizes[] = {1, 1024, 262144, 4194304};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int64_t n = sizes[k];
+        float *buf = calloc((size_t)n * s->world, 4);
+        int reps = n < 4096 ? 2000 : n < 1000000 ? 50 : 5;
+        int64_t ints[2] = {n, 0};
+        void *b1[1] = {buf}, *b2[2] = {buf, buf};
+        for (int what = 0; what < 2; what++) {
+            rt_comm_barrier(ctx, RT_GROUP_WORLD, RT_COLL_BARRIER);
+            double t0 = rt_now();
+            for (int r = 0; r < reps; r++)
+                (what ? rt_k_allgather : rt_k_allreduce)(ctx, what ? b2 : b1, ints, NULL);
+            double t = (rt_now() - t0) / reps;
+            if (rank == 0)
+                printf("BENCH world %d %-9s n=%-8lld %10.1f us  %7.2f GB/s of buffer\n",
+                       s->world, what ? "allgather" : "allreduce", (long long)n, t * 1e6,
+                       (double)n * 4 * (what ? s->world : 1) / t * 1e-9);
+        }
+        free(buf);
+    }
+}
+
 /* The manifest of rank r in scenario s. */
 static void build_manifest(const scen *s, int r, char *out, size_t len)
 {
@@ -352,6 +378,9 @@ static void child(const scen *s, int r, const char *job)
     case SC_ALL:
     case SC_BIG:
         run_all(ctx, r, s);
+        break;
+    case SC_BENCH:
+        run_bench(ctx, r, s);
         break;
     case SC_DIE:
     case SC_HANG:
@@ -596,6 +625,21 @@ static void test_world1(void)
 int main(int argc, char **argv)
 {
     int idx = 0;
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {
+        for (int w = 2; w <= 4; w += 2) {
+            scen b = {"bench", w, 1, {{w, {0, 1, 2, 3}}}, getenv("NNSC_SHM_STAGE_KB"), "60",
+                      {0}, SC_BENCH};
+            rank_out ro[8];
+            char job[64];
+            snprintf(job, sizeof job, "test-comm-bench-%d-%d", (int)getpid(), w);
+            run_scen(&b, job, ro, 120, -1);
+            char *out = slurp(ro[0].out);
+            fputs(out, stdout);
+            free(out);
+            cleanup(&b, ro);
+        }
+        return 0;
+    }
     test_world1();
     /* groups: everyone, sub-groups that skip ranks, and size-1 groups */
     scen s2 = {"world 2", 2, 3, {{2, {0, 1}}, {1, {1}}, {1, {0}}}, "4", "20",
