@@ -3,8 +3,9 @@
  * Each is a thin wrapper: it unpacks the argument arrays (conventions in
  * rt_kernels.h) and runs the fast version of the kernel.  Fast versions work
  * in float with loops the compiler vectorises (restrict pointers, no
- * loop-carried dependences except explicit reductions); matmul has its own
- * file; the scalar references are in kernels_ref.c.
+ * loop-carried dependences except explicit reductions); matmul (matmul.c)
+ * and the exp-based kernels (vmath.c: gelu, the softmax of xent) have
+ * explicit SIMD code; the scalar references are in kernels_ref.c.
  */
 #include <math.h>
 #include <string.h>
@@ -105,31 +106,14 @@ void rt_k_relu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
             dx[k] = y[k] > 0.0f ? dy[k] : 0.0f;
 }
 
-#define RT_GELU_C 0.7978845608f   /* sqrt(2 / pi) */
-#define RT_GELU_A 0.044715f
-
 void rt_k_gelu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    const float *x = b[0];
-    float *y = b[1];
-    for (int64_t k = 0; k < i[0]; k++) {
-        float v = x[k];
-        y[k] = 0.5f * v * (1.0f + tanhf(RT_GELU_C * (v + RT_GELU_A * v * v * v)));
-    }
+    rt_vgelu(b[0], b[1], i[0]);
 }
 
 void rt_k_gelu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    const float *dy = b[0], *x = b[1];
-    float *dx = b[2];
-    int acc = (int)i[1];
-    for (int64_t k = 0; k < i[0]; k++) {
-        float v = x[k];
-        float t = tanhf(RT_GELU_C * (v + RT_GELU_A * v * v * v));
-        float d = 0.5f * (1.0f + t) +
-                  0.5f * v * (1.0f - t * t) * RT_GELU_C * (1.0f + 3.0f * RT_GELU_A * v * v);
-        dx[k] = (acc ? dx[k] : 0.0f) + dy[k] * d;
-    }
+    rt_vgelu_bwd(b[0], b[1], b[2], i[0], (int)i[1]);
 }
 
 void rt_k_mse_loss(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
@@ -158,16 +142,11 @@ void rt_k_mse_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 }
 
 /* Max and log-sum-exp of a row (max subtracted before exp: no overflow). */
-static void rt_row_lse(const float *restrict row, int64_t V, float *mx_out, double *lse_out)
+static void rt_row_lse(const float *row, int64_t V, float *mx_out, double *lse_out)
 {
-    float mx = row[0];
-    for (int64_t v = 1; v < V; v++)
-        mx = row[v] > mx ? row[v] : mx;
-    float s = 0.0f;
-    for (int64_t v = 0; v < V; v++)
-        s += expf(row[v] - mx);
+    float mx = rt_vmax(row, V);
     *mx_out = mx;
-    *lse_out = (double)mx + log((double)s);
+    *lse_out = (double)mx + log(rt_vexp_sum(row, mx, V));
 }
 
 /* A class index outside [0, V) is bad data, not something to index with. */
@@ -206,16 +185,11 @@ void rt_k_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
         float mx;
         double lse;
         rt_check_target(ctx, t[m], m, V);
-        const float *restrict row = x + m * V;
-        float *restrict d = dx + m * V;
+        const float *row = x + m * V;
+        float *d = dx + m * V;
         rt_row_lse(row, V, &mx, &lse);
-        float shift = (float)(lse - mx);   /* softmax = exp(row - mx - shift) */
-        if (i[2])
-            for (int64_t v = 0; v < V; v++)
-                d[v] += scale * expf(row[v] - mx - shift);
-        else
-            for (int64_t v = 0; v < V; v++)
-                d[v] = scale * expf(row[v] - mx - shift);
+        /* softmax = exp((row - mx) - shift): row - mx is exact, shift is small */
+        rt_vexp_scale(row, mx, (float)(lse - mx), scale, d, V, (int)i[2]);
         d[t[m]] -= scale;
     }
 }

@@ -15,8 +15,8 @@
  * (fewer than MR rows or NR columns) go through a small buffer.
  *
  * Micro-kernels: AVX-512F 14x32 (28 zmm accumulators), AVX2+FMA 6x16 (12 ymm
- * accumulators), and a portable C one; __builtin_cpu_supports picks the best
- * the CPU has, $NNSC_MATMUL=avx512|avx2|scalar overrides it.  The pack
+ * accumulators), and a portable C one; isa.c picks the best the CPU has
+ * ($NNSC_ISA=avx512|avx2|scalar asks for a lower one).  The pack
  * buffers are static: no allocation per call (rtlib kernels run on one thread
  * per rank process).
  */
@@ -186,66 +186,28 @@ static const mm_isa mm_isas[] = {
 };
 #define MM_NISA ((int)(sizeof mm_isas / sizeof mm_isas[0]))
 
-/* 1 if this CPU (and OS) can run the named kernel. */
-static int mm_supported(const char *name)
-{
-#ifdef RT_HAVE_X86
-    __builtin_cpu_init();
-    if (!strcmp(name, "avx512"))
-        return __builtin_cpu_supports("avx512f");
-    if (!strcmp(name, "avx2"))
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
-    return !strcmp(name, "scalar");
-}
-
 /* The kernel in use (chosen on first call). */
 static const mm_isa *mm_cur;
 
-/* Index of a kernel by name, or -1. */
-static int mm_find(const char *name)
-{
-    for (int k = 0; k < MM_NISA; k++)
-        if (!strcmp(mm_isas[k].name, name))
-            return k;
-    return -1;
-}
-
-/* Choose the kernel: $NNSC_MATMUL if set and supported, else the best supported. */
+/* The kernel of the ISA rt_isa_name picks (the portable one if this build lacks it). */
 static const mm_isa *mm_choose(void)
 {
     if (!mm_cur) {
-        const char *e = getenv("NNSC_MATMUL");
-        int k = e ? mm_find(e) : -1;
-        if (k >= 0 && mm_supported(e))
-            mm_cur = &mm_isas[k];
-        for (k = 0; !mm_cur && k < MM_NISA; k++)
-            if (mm_supported(mm_isas[k].name))
+        const char *name = rt_isa_name();
+        for (int k = 0; k < MM_NISA && !mm_cur; k++)
+            if (!strcmp(mm_isas[k].name, name))
                 mm_cur = &mm_isas[k];
-        RT_ASSERT(mm_cur && mm_cur->mr <= MM_MAX_MR && mm_cur->nr <= MM_MAX_NR &&
+        if (!mm_cur)
+            mm_cur = &mm_isas[MM_NISA - 1];
+        RT_ASSERT(mm_cur->mr <= MM_MAX_MR && mm_cur->nr <= MM_MAX_NR &&
                   mm_cur->mc <= MM_MAX_MC && mm_cur->kc <= MM_MAX_KC && mm_cur->nc <= MM_MAX_NC);
     }
     return mm_cur;
 }
 
-const char *rt_matmul_isa(void)
+void rt_matmul_reset(void)
 {
-    return mm_choose()->name;
-}
-
-int rt_matmul_force_isa(const char *isa)
-{
-    if (!isa) {
-        mm_cur = NULL;
-        unsetenv("NNSC_MATMUL");
-        mm_choose();
-        return 0;
-    }
-    int k = mm_find(isa);
-    if (k < 0 || !mm_supported(isa))
-        return -1;
-    mm_cur = &mm_isas[k];
-    return 0;
+    mm_cur = NULL;
 }
 
 /* ---- packing */

@@ -173,11 +173,33 @@ void rt_data_box(rt_ctx *ctx, void *dst, const int64_t *i);
 /* The fast matmul behind rt_k_matmul: C[M,N] (+)= op(A) op(B). */
 void rt_matmul(int64_t M, int64_t K, int64_t N, const float *A, int transA,
                const float *B, int transB, float *C, int acc);
-/* Which path rt_matmul takes: "avx512", "avx2", or "scalar". */
-const char *rt_matmul_isa(void);
-/* Force a path for tests and benchmarks ("avx512", "avx2", "scalar", or NULL
- * for the best the CPU supports).  Returns 0, or -1 if the CPU lacks it. */
-int rt_matmul_force_isa(const char *isa);
+/* Forget the chosen kernel (after rt_isa_force). */
+void rt_matmul_reset(void);
+
+/* ---- isa.c */
+
+/* 1 if this CPU and OS can run "avx512", "avx2" or "scalar" code. */
+int rt_isa_supported(const char *name);
+/* The ISA the fast kernels use: $NNSC_ISA if set and supported, else the best. */
+const char *rt_isa_name(void);
+/* Use isa (or NULL: choose again) from now on.  -1 if this CPU lacks it. */
+int rt_isa_force(const char *isa);
+
+/* ---- vmath.c: vectorised exp-based kernels (same ISA choice) */
+
+/* y = gelu(x) (tanh approximation). */
+void rt_vgelu(const float *x, float *y, int64_t n);
+/* dx (+)= dy * gelu'(x). */
+void rt_vgelu_bwd(const float *dy, const float *x, float *dx, int64_t n, int acc);
+/* max of x[0..n), n >= 1. */
+float rt_vmax(const float *x, int64_t n);
+/* sum of exp(x - mx). */
+double rt_vexp_sum(const float *x, float mx, int64_t n);
+/* y (+)= scale * exp((x - mx) - shift). */
+void rt_vexp_scale(const float *x, float mx, float shift, float scale, float *y, int64_t n,
+                   int acc);
+/* Forget the chosen implementation (after rt_isa_force). */
+void rt_vmath_reset(void);
 
 /* ---- kernels_ref.c: the scalar reference of every kernel */
 

@@ -161,6 +161,28 @@ static void test_elementwise(void)
     int64_t ia[2] = {n, 4}, s4[4] = {n, n, n, n};
     cmp_kernel("adamw", rt_k_adamw, rt_ref_adamw, 4, s4, 0, ia, adf, 0, 1, 1e-6);
 
+    /* gelu and gelu_bwd far out and near 0 */
+    static const float ext[] = {-1e4f, -80.0f, -10.0f, -3.0f, -1e-3f, -1e-6f, 0.0f, 1e-6f, 1e-3f,
+                                0.5f, 3.0f, 10.0f, 80.0f, 1e4f, 2.5f, -2.5f, 7.0f};
+    int64_t ne = (int64_t)(sizeof ext / sizeof ext[0]), ie[2] = {ne, 0};
+    float gy[32], gr[32], dy1[32], gd[32], gdr[32];
+    for (int64_t k = 0; k < ne; k++)
+        dy1[k] = 1.0f;
+    void *bg[2] = {(void *)ext, gy}, *bgr[2] = {(void *)ext, gr};
+    void *bd[3] = {dy1, (void *)ext, gd}, *bdr[3] = {dy1, (void *)ext, gdr};
+    rt_k_gelu(NULL, bg, ie, NULL);
+    rt_ref_gelu(NULL, bgr, ie, NULL);
+    rt_k_gelu_bwd(NULL, bd, ie, NULL);
+    rt_ref_gelu_bwd(NULL, bdr, ie, NULL);
+    double worst = 0;
+    for (int64_t k = 0; k < ne; k++) {
+        worst = fmax(worst, fabs(gy[k] - gr[k]) / fmax(1.0, fabs(gr[k])));
+        worst = fmax(worst, fabs(gd[k] - gdr[k]));
+        if (!isfinite(gy[k]) || !isfinite(gd[k]))
+            worst = INFINITY;
+    }
+    check(worst < 1e-6, "gelu and gelu_bwd at -1e4 .. 1e4: finite, err %.2e", worst);
+
     /* bias_add in place (Y is X) */
     float *x = fbuf(M * N, -1, 1), *bias = fbuf(N, -1, 1), *y = fdup(x, M * N);
     void *bi[3] = {x, bias, x}, *br[3] = {y, bias, y};
@@ -198,6 +220,25 @@ static void test_xent(void)
         free(l1);
         free(l2);
         free(t);
+    }
+    /* rows spanning [-90, 0]: exp underflows for some entries */
+    {
+        float wide[2 * 50], g1[100], g2[100], l1[1], l2[1];
+        for (int k = 0; k < 100; k++)
+            wide[k] = -90.0f * (float)((k * 37) % 50) / 49.0f;
+        int32_t tw[2] = {3, 49};
+        int64_t iw[3] = {2, 50, 0};
+        float sw[1] = {0.5f};
+        void *a1[3] = {wide, tw, l1}, *a2[3] = {wide, tw, l2};
+        void *d1[3] = {wide, tw, g1}, *d2[3] = {wide, tw, g2};
+        rt_k_xent(NULL, a1, iw, sw);
+        rt_ref_xent(NULL, a2, iw, sw);
+        rt_k_xent_bwd(NULL, d1, iw, sw);
+        rt_ref_xent_bwd(NULL, d2, iw, sw);
+        double e = nerr(g1, g2, 100, 1e-6);
+        check(fabs(l1[0] - l2[0]) < 1e-5 * fabs(l2[0]) && e < 1e-5,
+              "xent, xent_bwd with logits spread over [-90, 0]: loss %.7g vs %.7g, grad err %.2e",
+              l1[0], l2[0], e);
     }
     /* logits around 1e4: a naive exp overflows */
     float row[3 * 2] = {1e4f, 1e4f + 1, 1e4f - 2, -1e4f, -1e4f + 3, -1e4f + 1};
@@ -275,7 +316,7 @@ static void test_matmul(void)
         {1, 257, 257}, {257, 1, 257}, {100, 100, 100}, {33, 7, 257}, {15, 33, 31}, {14, 256, 32},
     };
     for (int s = 0; s < 3; s++) {
-        if (rt_matmul_force_isa(isas[s]) != 0) {
+        if (rt_isa_force(isas[s]) != 0) {
             printf("skip matmul on %s: this CPU lacks it\n", isas[s]);
             continue;
         }
@@ -310,7 +351,7 @@ static void test_matmul(void)
         check(!bigbad, "matmul %-6s: 171x400x40 and 15x40x3080 (cross MC, KC, NC), 4 "
               "transposes each: err %.2e", isas[s], bw);
     }
-    rt_matmul_force_isa(NULL);
+    rt_isa_force(NULL);
     /* K = 0: C is zeroed (acc = 0) or left alone (acc = 1) */
     float C[4] = {1, 2, 3, 4};
     int64_t i0[6] = {2, 0, 2, 0, 0, 1};
@@ -532,7 +573,7 @@ static int bench(int argc, char **argv)
             memcpy(sh[ns], dflt[ns], sizeof sh[ns]);
     static const char *const isas[] = {"avx512", "avx2", "scalar"};
     for (int s = 0; s < 3; s++) {
-        if (rt_matmul_force_isa(isas[s]) != 0)
+        if (rt_isa_force(isas[s]) != 0)
             continue;
         for (int k = 0; k < ns; k++)
             for (int combo = 0; combo < 4; combo++) {
@@ -558,6 +599,39 @@ static int bench(int argc, char **argv)
                 free(C);
             }
     }
+    for (int s = 0; s < 3; s++) {   /* the exp-based kernels, 2^20 elements */
+        if (rt_isa_force(isas[s]) != 0)
+            continue;
+        const int64_t n = 1 << 20, V = 1024;
+        float *x = fbuf(n, -4, 4), *y = fbuf(n, 0, 1), *d = fbuf(n, 0, 1), l[1];
+        int32_t *t = calloc((size_t)(n / V), sizeof *t);
+        int64_t i1[2] = {n, 0}, ix[3] = {n / V, V, 0};
+        float sc[1] = {1.0f};
+        void *bg[2] = {x, y}, *bb[3] = {y, x, d}, *bx[3] = {x, t, l}, *bxd[3] = {x, t, d};
+        const char *names[4] = {"gelu", "gelu_bwd", "xent", "xent_bwd"};
+        for (int w = 0; w < 4; w++) {
+            double best = 1e30;
+            for (int r = 0; r < 5; r++) {
+                double t0 = rt_now();
+                if (w == 0)
+                    rt_k_gelu(NULL, bg, i1, NULL);
+                else if (w == 1)
+                    rt_k_gelu_bwd(NULL, bb, i1, NULL);
+                else if (w == 2)
+                    rt_k_xent(NULL, bx, ix, sc);
+                else
+                    rt_k_xent_bwd(NULL, bxd, ix, sc);
+                best = fmin(best, rt_now() - t0);
+            }
+            printf("%-8s %-6s 2^20 elements  %7.3f ms  %6.2f ns/element\n", names[w], isas[s],
+                   best * 1e3, best * 1e9 / n);
+        }
+        free(x);
+        free(y);
+        free(d);
+        free(t);
+    }
+    rt_isa_force(NULL);
     return 0;
 }
 
@@ -565,9 +639,18 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--bench"))
         return bench(argc, argv);
-    printf("matmul ISA: %s\n", rt_matmul_isa());
-    test_elementwise();
-    test_xent();
+    printf("ISA: %s\n", rt_isa_name());
+    static const char *const isas[] = {"avx512", "avx2", "scalar"};
+    for (int s = 0; s < 3; s++) {   /* the exp-based kernels have a version per ISA */
+        if (rt_isa_force(isas[s]) != 0) {
+            printf("skip %s: this CPU lacks it\n", isas[s]);
+            continue;
+        }
+        printf("-- elementwise kernels, %s\n", isas[s]);
+        test_elementwise();
+        test_xent();
+    }
+    rt_isa_force(NULL);
     test_slice();
     test_matmul();
     fd_activation("relu_bwd", rt_k_relu, rt_k_relu_bwd, 1);
