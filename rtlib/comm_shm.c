@@ -186,8 +186,9 @@ static void shm_follow_abort(rt_ctx *ctx, uint64_t ab, int what, int g)
     char gb[32];
     int who = (int)(uint32_t)ab - 1;
     int culprit = (int)(uint32_t)(ab >> 32) - 1;
-    if (culprit < 0 || culprit == ctx->rank)
-        culprit = who;
+    if (culprit < 0 || culprit == ctx->rank || culprit == who)   /* it failed by itself */
+        rt_fatal(ctx, 1, "peer rank %d died in %s on %s (it exited or failed)", who,
+                 shm_coll_name(what), shm_group_name(g, gb, sizeof gb));
     rt_fatal(ctx, 1, "peer rank %d died in %s on %s (reported by rank %d)", culprit,
              shm_coll_name(what), shm_group_name(g, gb, sizeof gb), who);
 }
