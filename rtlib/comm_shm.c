@@ -125,6 +125,7 @@ static inline void shm_relax(void)
 #endif
 }
 
+/* Name of a collective, for messages. */
 static const char *shm_coll_name(int what)
 {
     switch (what) {
@@ -357,11 +358,13 @@ typedef struct shm_layout {
     int64_t nctr;                             /* barrier counters */
 } shm_layout;
 
+/* Round up to a page. */
 static size_t shm_align(size_t x)
 {
     return (x + 4095) & ~(size_t)4095;
 }
 
+/* Where each array lives for this manifest and staging size. */
 static shm_layout shm_compute_layout(const rt_manifest *m, int64_t half)
 {
     shm_layout l;

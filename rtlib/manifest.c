@@ -193,10 +193,10 @@ static int man_end_of_line(man_parser *ps)
     return 0;
 }
 
-/* Grow an array of elem-byte records to hold n+1. */
+/* Grow an array of n elem-byte records to hold n+1 (capacity 4, 8, 16, ...). */
 static void *man_grow(void *p, int n, size_t elem)
 {
-    if ((n & (n - 1)) == 0 || n == 0) {   /* n is 0 or a power of two: double */
+    if (n == 0 || (n >= 4 && (n & (n - 1)) == 0)) {   /* full: double */
         size_t cap = n ? (size_t)n * 2 : 4;
         p = realloc(p, cap * elem);
         if (!p) {

@@ -386,6 +386,7 @@ static int st_fail(st_json *j, const char *base, const char *what)
     return 1;
 }
 
+/* Skip JSON whitespace. */
 static void st_ws(st_json *j)
 {
     while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))

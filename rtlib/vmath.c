@@ -39,6 +39,7 @@ typedef struct vm_isa {
 
 /* ---- portable versions (libm) */
 
+/* y = gelu(x) with libm's tanhf. */
 static void vm_gelu_scalar(const float *x, float *y, int64_t n)
 {
     for (int64_t k = 0; k < n; k++) {
@@ -47,6 +48,7 @@ static void vm_gelu_scalar(const float *x, float *y, int64_t n)
     }
 }
 
+/* dx (+)= dy * gelu'(x) with libm's tanhf. */
 static void vm_gelu_bwd_scalar(const float *dy, const float *x, float *dx, int64_t n, int acc)
 {
     for (int64_t k = 0; k < n; k++) {
@@ -58,6 +60,7 @@ static void vm_gelu_bwd_scalar(const float *dy, const float *x, float *dx, int64
     }
 }
 
+/* max of x[0..n). */
 static float vm_max_scalar(const float *x, int64_t n)
 {
     float m = x[0];
@@ -66,6 +69,7 @@ static float vm_max_scalar(const float *x, int64_t n)
     return m;
 }
 
+/* sum of exp(x - mx). */
 static double vm_exp_sum_scalar(const float *x, float mx, int64_t n)
 {
     float s = 0.0f;
@@ -74,6 +78,7 @@ static double vm_exp_sum_scalar(const float *x, float mx, int64_t n)
     return s;
 }
 
+/* y (+)= scale * exp((x - mx) - shift). */
 static void vm_exp_scale_scalar(const float *x, float mx, float shift, float scale, float *y,
                                 int64_t n, int acc)
 {
@@ -118,6 +123,7 @@ static inline __mmask16 vm_mask16(int64_t n)
     return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
 }
 
+/* The same five with 16 lanes; the tail is a masked load/store. */
 __attribute__((target("avx512f"))) static void vm_gelu_avx512(const float *x, float *y,
                                                               int64_t n)
 {
@@ -279,6 +285,7 @@ __attribute__((target("avx2,fma"))) static inline void vm_store8(float *y, int64
     memcpy(y + k, t, (size_t)(n - k) * 4);
 }
 
+/* The same with 8 lanes (max stays scalar). */
 __attribute__((target("avx2,fma"))) static void vm_gelu_avx2(const float *x, float *y, int64_t n)
 {
     for (int64_t k = 0; k < n; k += 8)
