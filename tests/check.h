@@ -4,9 +4,24 @@
 #ifndef NNSC_CHECK_H
 #define NNSC_CHECK_H
 
+#include <stdarg.h>
 #include <stdio.h>
 
 static int check_pass, check_fail;
+
+/* One check as a function (for tests that compute the condition first). */
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3), unused));
+static void check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s  ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok) check_pass++;
+    else check_fail++;
+}
 
 #define CHECK(cond, ...)                                              \
     do {                                                              \

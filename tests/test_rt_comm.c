@@ -23,25 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "rt_internal.h"
 
-static int n_pass, n_fail;
-
-/* Print one check's result. */
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        n_pass++;
-    else
-        n_fail++;
-}
 
 /* ---- inside a rank process */
 
@@ -665,6 +649,5 @@ int main(int argc, char **argv)
     scen_fail(&bad, idx++, 0, 2, "lists different groups", 5.0, -1);
     (void)argc;
     (void)argv;
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }

@@ -12,25 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "rt_internal.h"
 
-static int n_pass, n_fail;
-
-/* Print one check's result. */
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        n_pass++;
-    else
-        n_fail++;
-}
 
 static const char *good_manifest =
     "nnsc-manifest 1\n"
@@ -330,6 +314,5 @@ int main(void)
     test_env();
     test_manifest_errors();
     test_steps_and_arena();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }

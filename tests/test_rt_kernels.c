@@ -12,25 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "rt_internal.h"
 
-static int n_pass, n_fail;
-
-/* Print one check's result. */
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        n_pass++;
-    else
-        n_fail++;
-}
 
 /* ---- data helpers */
 
@@ -658,6 +642,5 @@ int main(int argc, char **argv)
     fd_losses();
     fd_matmul();
     test_optimizers();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }

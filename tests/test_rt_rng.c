@@ -14,25 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "rt_internal.h"
 
-static int n_pass, n_fail;
-
-/* Print one check's result. */
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        n_pass++;
-    else
-        n_fail++;
-}
 
 /* Params: a full tensor (index 0) and pieces of it; arena offsets in bytes. */
 static const char *manifest =
@@ -270,6 +254,5 @@ int main(void)
     test_params(ctx);
     test_data(ctx);
     rt_finish(ctx);
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail != 0;
+    return check_done();
 }
