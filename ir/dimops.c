@@ -3,7 +3,8 @@
  *   anno     = side "->" side
  *   side     = [ operand { "," operand } ]
  *   operand  = dim { " " dim }
- *   dim      = ( ident | "*" ) [ "+" | "^" ] | number
+ *   dim      = atom | "(" atom atom { atom } ")"     a merged dim: outer first
+ *   atom     = ( ident | "*" ) [ "+" | "^" ] | number
  *
  * An annotation is instantiated for concrete input ranks: each `*` expands
  * into as many identifiers (*0, *1, ...) as the operand's rank leaves over.
@@ -20,6 +21,9 @@ typedef struct rawdim {
     int64_t lit;    /* literal value */
     uint8_t reduce; /* `+` */
     uint8_t frozen; /* `^` */
+    int nsub;       /* merged inner identifiers */
+    char sub[2][8]; /* their names */
+    uint8_t subfl[2]; /* their flags: 1 reduce, 2 frozen */
 } rawdim;
 
 typedef struct rawop {
@@ -35,6 +39,24 @@ static int fail(char *err, size_t errsz, const char *fmt, ...)
     vsnprintf(err, errsz, fmt, ap);
     va_end(ap);
     return 1;
+}
+
+/* ident = letter { letter | digit | "_" }, at most 6 characters, then [+^]. */
+static int parse_ident(const char **pp, char *name, uint8_t *flags, char *err, size_t errsz)
+{
+    const char *p = *pp;
+    int k = 0;
+    if (!(isalpha((unsigned char)*p) || *p == '_')) return fail(err, errsz, "expected an identifier at '%s'", p);
+    while (isalnum((unsigned char)*p) || *p == '_') {
+        if (k == 6) return fail(err, errsz, "identifier longer than 6 characters");
+        name[k++] = *p++;
+    }
+    name[k] = '\0';
+    *flags = 0;
+    if (*p == '+') *flags = 1, p++;
+    else if (*p == '^') *flags = 2, p++;
+    *pp = p;
+    return 0;
 }
 
 /* side = [ operand { "," operand } ]; parses up to the end of text or "->". */
@@ -67,13 +89,31 @@ static int parse_side(const char **pp, rawop *ops, int *nops, char *err, size_t 
                 o->star = o->n;
                 strcpy(d->name, "*");
                 p++;
-            } else if (isalpha((unsigned char)*p) || *p == '_') {
-                int k = 0;
-                while (isalnum((unsigned char)*p) || *p == '_') {
-                    if (k == 6) return fail(err, errsz, "identifier longer than 6 characters");
-                    d->name[k++] = *p++;
+            } else if (*p == '(') {
+                /* a merged dim: the outer identifier, then inner ones */
+                uint8_t fl;
+                p++;
+                if (parse_ident(&p, d->name, &fl, err, errsz)) return 1;
+                d->reduce = fl == 1;
+                d->frozen = fl == 2;
+                while (*p == ' ') p++;
+                while (*p != ')') {
+                    if (d->nsub == 2) return fail(err, errsz, "more than 3 identifiers in a merged dim");
+                    if (parse_ident(&p, d->sub[d->nsub], &d->subfl[d->nsub], err, errsz)) return 1;
+                    d->nsub++;
+                    while (*p == ' ') p++;
                 }
-                d->name[k] = '\0';
+                if (d->nsub == 0) return fail(err, errsz, "a merged dim needs at least two identifiers");
+                p++;
+                o->n++;
+                continue;
+            } else if (isalpha((unsigned char)*p) || *p == '_') {
+                uint8_t fl;
+                if (parse_ident(&p, d->name, &fl, err, errsz)) return 1;
+                d->reduce = fl == 1;
+                d->frozen = fl == 2;
+                o->n++;
+                continue;
             } else {
                 return fail(err, errsz, "unexpected character '%c'", *p);
             }
@@ -127,6 +167,14 @@ static int expand(ir_anno *a, int k, const rawop *o, int nstar, char *err, size_
             else snprintf(nm, sizeof nm, "%s", r->name);
             d->id = add_id(a, nm);
             if (d->id < 0) return fail(err, errsz, "more than %d identifiers", IR_MAXID);
+            d->nsub = r->nsub;
+            for (int q = 0; q < r->nsub; q++) {
+                d->sub[q] = add_id(a, r->sub[q]);
+                if (d->sub[q] < 0) return fail(err, errsz, "more than %d identifiers", IR_MAXID);
+                a->id_inner[d->sub[q]] = 1;
+                if (r->subfl[q] == 1) a->id_reduce[d->sub[q]] = 1;
+                if (r->subfl[q] == 2) a->id_frozen[d->sub[q]] = 1;
+            }
         }
     }
     a->ndim[k] = nd;
@@ -184,6 +232,10 @@ int ir_anno_parse(const char *text, int nin, const int *in_ndim, ir_anno *a,
             int id = a->dim[k][j].id;
             if (id >= 0 && a->id_reduce[id])
                 return fail(err, errsz, "reduction dim '%s' appears in an output", a->idname[id]);
+            for (int q = 0; q < a->dim[k][j].nsub; q++)
+                if (a->id_reduce[a->dim[k][j].sub[q]])
+                    return fail(err, errsz, "reduction dim '%s' appears in an output",
+                                a->idname[a->dim[k][j].sub[q]]);
         }
     return 0;
 }
@@ -196,9 +248,24 @@ void ir_anno_print(const ir_anno *a, ir_buf *b)
         for (int j = 0; j < a->ndim[k]; j++) {
             const ir_adim *d = &a->dim[k][j];
             ir_bprintf(b, (k == 0 && j == 0) ? "" : " ");
-            if (d->id < 0) ir_bprintf(b, "%lld", (long long)d->lit);
-            else ir_bprintf(b, "%s%s", a->idname[d->id], d->reduce ? "+" : d->frozen ? "^" : "");
+            if (d->id < 0) {
+                ir_bprintf(b, "%lld", (long long)d->lit);
+                continue;
+            }
+            ir_bprintf(b, "%s%s%s", d->nsub ? "(" : "", a->idname[d->id], d->reduce ? "+" : d->frozen ? "^" : "");
+            for (int q = 0; q < d->nsub; q++)
+                ir_bprintf(b, " %s%s", a->idname[d->sub[q]],
+                           a->id_reduce[d->sub[q]] ? "+" : a->id_frozen[d->sub[q]] ? "^" : "");
+            if (d->nsub) ir_bprintf(b, ")");
         }
     }
     if (a->nout == 0) ir_bprintf(b, " ->");
+}
+
+int64_t ir_adim_extent(const ir_adim *d, const int64_t *ext)
+{
+    if (d->id < 0) return d->lit;
+    int64_t e = ext[d->id];
+    for (int q = 0; q < d->nsub; q++) e *= ext[d->sub[q]];
+    return e;
 }

@@ -1,5 +1,6 @@
 /* graph.c -- the logical Graph: vTensors and ops, construction with shape
  * inference from annotations, topological order, printer and verifier. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,42 +73,58 @@ int64_t ir_numel(const ir_tensor *t)
 }
 
 /* Bind annotation identifiers to the inputs' extents; check they agree.
- * ext[id] = extent. Returns 0 or 1 with err. */
+ * ext[id] = extent (or -1 where unbound; ext may come pre-bound from
+ * attributes).  Plain dims bind first, then merged dims "(h d)" bind their
+ * one unknown member.  Returns 0 or 1 with err. */
 static int bind_ids(const ir_graph *g, const ir_anno *a, const int *in, int64_t *ext,
                     char *err, size_t errsz)
 {
-    for (int i = 0; i < a->nid; i++) ext[i] = -1;
-    for (int k = 0; k < a->nin; k++) {
-        const ir_tensor *t = &g->t[in[k]];
-        for (int j = 0; j < a->ndim[k]; j++) {
-            const ir_adim *d = &a->dim[k][j];
-            int64_t e = t->shape[j];
-            if (d->id < 0) {
-                if (e != d->lit) {
-                    snprintf(err, errsz, "input %d ('%s') dim %d must be %lld, is %lld",
-                             k + 1, t->name, j, (long long)d->lit, (long long)e);
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < a->nin; k++) {
+            const ir_tensor *t = &g->t[in[k]];
+            for (int j = 0; j < a->ndim[k]; j++) {
+                const ir_adim *d = &a->dim[k][j];
+                int64_t e = t->shape[j];
+                if (d->id < 0) {
+                    if (pass == 0 && e != d->lit) {
+                        snprintf(err, errsz, "input %d ('%s') dim %d must be %lld, is %lld",
+                                 k + 1, t->name, j, (long long)d->lit, (long long)e);
+                        return 1;
+                    }
+                    continue;
+                }
+                if (d->nsub) {
+                    if (pass == 0) continue;
+                    /* a merged dim: at most one unknown member */
+                    int ids[3] = {d->id, d->sub[0], d->nsub > 1 ? d->sub[1] : -1};
+                    int unk = -1, nunk = 0;
+                    int64_t known = 1;
+                    for (int q = 0; q <= d->nsub; q++) {
+                        if (ext[ids[q]] < 0) unk = ids[q], nunk++;
+                        else known *= ext[ids[q]];
+                    }
+                    if (nunk > 1) {
+                        snprintf(err, errsz, "cannot split dim %d of '%s' (%lld) into the merged dims of the "
+                                 "annotation: give the size of '%s'", j, t->name, (long long)e, a->idname[d->id]);
+                        return 1;
+                    }
+                    if (nunk == 1 && known > 0 && e % known == 0) ext[unk] = e / known, known = e;
+                    if (known != e) {
+                        snprintf(err, errsz, "dim %d of '%s' (%lld) does not split into '%s' x ... = %lld", j,
+                                 t->name, (long long)e, a->idname[d->id], (long long)known);
+                        return 1;
+                    }
+                    continue;
+                }
+                if (pass == 1) continue;
+                if (ext[d->id] < 0) { ext[d->id] = e; continue; }
+                if (ext[d->id] != e) {
+                    snprintf(err, errsz, "shape mismatch: dim '%s' is %lld, but dim %d of input %d ('%s') is %lld",
+                             a->idname[d->id], (long long)ext[d->id], j, k + 1, t->name, (long long)e);
                     return 1;
                 }
-                continue;
-            }
-            if (ext[d->id] < 0) { ext[d->id] = e; continue; }
-            if (ext[d->id] != e) {
-                /* name the first operand that bound it */
-                for (int k2 = 0; k2 <= k; k2++)
-                    for (int j2 = 0; j2 < a->ndim[k2]; j2++)
-                        if (a->dim[k2][j2].id == d->id) {
-                            const ir_tensor *t2 = &g->t[in[k2]];
-                            snprintf(err, errsz,
-                                     "shape mismatch: dim '%s' is %lld in input %d ('%s' dim %d) "
-                                     "but %lld in input %d ('%s' dim %d)",
-                                     a->idname[d->id], (long long)ext[d->id], k2 + 1, t2->name, j2,
-                                     (long long)e, k + 1, t->name, j);
-                            return 1;
-                        }
-                IR_ASSERT(0);
             }
         }
-    }
     return 0;
 }
 
@@ -147,6 +164,13 @@ int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
               const int *in, const char *const *out_names, int line,
               char *err, size_t errsz)
 {
+    return ir_add_op_attr(g, name, kind, nin, in, out_names, NULL, NULL, line, err, errsz);
+}
+
+int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
+                   const int *in, const char *const *out_names, const int64_t *iattr,
+                   const double *fattr, int line, char *err, size_t errsz)
+{
     const ir_opinfo *oi = &ir_ops[kind];
     if (nin != oi->nin) {
         snprintf(err, errsz, "%s takes %d inputs, got %d", oi->name, oi->nin, nin);
@@ -157,13 +181,26 @@ int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
     int ndim[IR_MAXIO];
     for (int k = 0; k < nin; k++) ndim[k] = g->t[in[k]].ndim;
     if (ir_anno_parse(oi->anno, nin, ndim, &op.anno, err, errsz)) return -1;
+    if (iattr) memcpy(op.iattr, iattr, sizeof op.iattr);
+    if (fattr) memcpy(op.fattr, fattr, sizeof op.fattr);
     int64_t ext[IR_MAXID];
+    for (int i = 0; i < IR_MAXID; i++) ext[i] = -1;
+    int h = ir_anno_find(&op.anno, "h");
+    if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD) && h >= 0) {
+        if (op.iattr[IR_IA_HEADS] < 1) {
+            snprintf(err, errsz, "%s needs heads >= 1", oi->name);
+            return -1;
+        }
+        ext[h] = op.iattr[IR_IA_HEADS];
+    }
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
     int bid;
     if (batch_id(g, kind, &op.anno, in, &bid, err, errsz)) return -1;
     /* dtype rules: class targets are i32, everything else f32 */
     for (int k = 0; k < nin; k++) {
-        ir_dtype want = (kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_BWD) && k == 1 ? IR_I32 : IR_F32;
+        int ints = ((kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_BWD) && k == 1) ||
+                   ((kind == IR_OP_EMBEDDING || kind == IR_OP_EMBEDDING_BWD) && k == 0);
+        ir_dtype want = ints ? IR_I32 : IR_F32;
         if (g->t[in[k]].dtype != want) {
             snprintf(err, errsz, "input %d ('%s') of %s must be %s, is %s", k + 1,
                      g->t[in[k]].name, oi->name, ir_dtype_name(want), ir_dtype_name(g->t[in[k]].dtype));
@@ -188,12 +225,14 @@ int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
         for (int j = 0; j < op.anno.ndim[ko]; j++) {
             const ir_adim *d = &op.anno.dim[ko][j];
             if (d->id < 0) { shape[j] = d->lit; continue; }
-            if (ext[d->id] < 0) {
+            int unbound = ext[d->id] < 0;
+            for (int q = 0; q < d->nsub; q++) unbound |= ext[d->sub[q]] < 0;
+            if (unbound) {
                 snprintf(err, errsz, "output dim '%s' of %s is not bound by any input",
                          op.anno.idname[d->id], oi->name);
                 return -1;
             }
-            shape[j] = ext[d->id];
+            shape[j] = ir_adim_extent(d, ext);
             if (d->id == bid) bd = j;
         }
         ir_tkind tk = (oi->flags & OPF_LOSS) ? IR_T_LOSS : IR_T_ACT;
@@ -204,7 +243,18 @@ int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
     }
     /* losses average: scale = 1 / number of averaged terms */
     if (kind == IR_OP_MSE_LOSS) op.fattr[IR_FA_SCALE] = 1.0 / (double)ir_numel(&g->t[in[0]]);
-    if (kind == IR_OP_CROSS_ENTROPY) op.fattr[IR_FA_SCALE] = 1.0 / (double)ir_numel(&g->t[in[1]]);
+    if (kind == IR_OP_CROSS_ENTROPY) {
+        op.fattr[IR_FA_SCALE] = 1.0 / (double)ir_numel(&g->t[in[1]]);
+        int64_t v = g->t[in[0]].shape[g->t[in[0]].ndim - 1];
+        if (op.iattr[IR_IA_VOCAB] == 0) op.iattr[IR_IA_VOCAB] = v;
+        if (op.iattr[IR_IA_VOCAB] < 1 || op.iattr[IR_IA_VOCAB] > v) {
+            snprintf(err, errsz, "vocab = %lld must be between 1 and the logits' last dim (%lld)",
+                     (long long)op.iattr[IR_IA_VOCAB], (long long)v);
+            return -1;
+        }
+    }
+    if (kind == IR_OP_ATTENTION) op.fattr[IR_FA_SCALE] = 1.0 / sqrt((double)ext[ir_anno_find(&op.anno, "d")]);
+    if (kind == IR_OP_LAYERNORM && op.fattr[IR_FA_LN_EPS] == 0) op.fattr[IR_FA_LN_EPS] = 1e-5;
     *IR_PUSH(g->op, g->nop, g->opcap) = op;
     return opid;
 }

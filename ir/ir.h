@@ -61,6 +61,7 @@ enum {
     OPF_LOSS = 2,   /* produces the loss */
     OPF_OPTIM = 4,  /* optimizer update, in place, no outputs */
     OPF_ELTW = 8,   /* elementwise */
+    OPF_LINEAR = 16,/* linear in every input: may consume value-split inputs (partial sums) */
 };
 
 typedef enum ir_opkind {
@@ -83,12 +84,16 @@ int ir_op_lookup(const char *name);
 
 /* ------------------------------------------------------------- dimops.c */
 
-/* One dimension of one operand in an instantiated annotation. */
+/* One dimension of one operand in an instantiated annotation.  A merged
+ * dimension "(h d)" has id = h (the outer identifier) and sub = {d}: its
+ * extent is ext[h] * ext[d], and splitting h cuts it into contiguous blocks. */
 typedef struct ir_adim {
     int id;          /* identifier index into ir_anno.idname, or -1: literal */
     int64_t lit;     /* the literal size when id == -1 */
     uint8_t reduce;  /* marked `+` */
     uint8_t frozen;  /* marked `^` */
+    int nsub;        /* inner identifiers merged into this dim (0: a plain dim) */
+    int sub[2];      /* their identifier indices, outer to inner */
 } ir_adim;
 
 /* An annotation with `*` expanded for concrete operand ranks. */
@@ -100,6 +105,7 @@ typedef struct ir_anno {
     char idname[IR_MAXID][8];               /* identifier names (`*` dims print as *0, *1 ...) */
     uint8_t id_reduce[IR_MAXID];            /* identifier is a reduction (value-splits outputs) */
     uint8_t id_frozen[IR_MAXID];            /* identifier must not be split */
+    uint8_t id_inner[IR_MAXID];             /* inner member of a merged dim: not split */
 } ir_anno;
 
 /* Instantiate annotation text for operands of the given ranks (inputs only;
@@ -184,6 +190,13 @@ enum {
     IR_PH_OPT,   /* optimizer update */
 };
 
+/* Integer attribute slots. */
+enum {
+    IR_IA_HEADS = 0,  /* attention: number of heads (binds identifier h) */
+    IR_IA_CAUSAL = 1, /* attention: 1 = causal mask */
+    IR_IA_VOCAB = 2,  /* cross_entropy: real vocabulary size (columns past it are padding) */
+};
+
 /* Float attribute slots. */
 enum {
     IR_FA_SCALE = 0,  /* loss ops and their backward: 1 / number of averaged terms */
@@ -192,6 +205,7 @@ enum {
     IR_FA_BETA1 = 2,  /* adamw */
     IR_FA_BETA2 = 3,  /* adamw */
     IR_FA_EPS = 4,    /* adamw */
+    IR_FA_LN_EPS = 1, /* layernorm: variance epsilon */
 };
 
 /* A repeated block of the spec (unrolled into ops tagged with it). */
@@ -242,6 +256,13 @@ int ir_add_tensor(ir_graph *g, const char *name, ir_dtype dt, ir_tkind kind,
 int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
               const int *in, const char *const *out_names, int line,
               char *err, size_t errsz);
+/* The same with attributes (IR_IA_* / IR_FA_* slots; NULL: none), which
+ * may bind annotation identifiers (heads binds h). */
+int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
+                   const int *in, const char *const *out_names, const int64_t *iattr,
+                   const double *fattr, int line, char *err, size_t errsz);
+/* Extent of annotation dim d given identifier extents (merged dims multiply). */
+int64_t ir_adim_extent(const ir_adim *d, const int64_t *ext);
 /* Tensor or op id by name, or -1. */
 int ir_find_tensor(const ir_graph *g, const char *name);
 int ir_find_op(const ir_graph *g, const char *name);
@@ -384,7 +405,7 @@ void ir_dist_verify(const ir_dist *d);
 
 /* -------------------------------------------------------------- prog.c */
 
-#define PG_MAXBUF 8
+#define PG_MAXBUF 12
 #define PG_MAXINT 32
 #define PG_MAXFLT 8
 

@@ -18,25 +18,38 @@
  *   OPF_OPTIM  an optimizer update: writes its inputs 0 (param) and 2.. (state)
  *              in place, has no outputs, runs once per step after all micro-batches
  *   OPF_ELTW   elementwise over all dims (candidate for fusion)
+ *   OPF_LINEAR linear in every input: a sub-op may take value-split inputs
+ *              (partial sums) and give a value-split output
  *
  * Forward ops name their backward rule in passes/autograd.c; the kernels
  * they lower to are chosen in passes/lower.c; rtlib/rt_kernels.h lists those.
  */
 /*  enum            name                 annotation                        in out flags */
 OP(MATMUL,        "matmul",            "* k+, k n -> * n",                2, 1, OPF_USER)              /* y = x @ w,  w: (K, N) */
-OP(MATMUL_NT,     "matmul_nt",         "* n+, k n -> * k",                2, 1, 0)                     /* dx = dy @ w^T */
+OP(MATMUL_NT,     "matmul_nt",         "* n+, k n -> * k",                2, 1, OPF_USER)              /* y = x @ w^T (dx = dy @ w^T; tied lm head) */
 OP(MATMUL_TN,     "matmul_tn",         "*+ k, *+ n -> k n",               2, 1, 0)                     /* dw = x^T @ dy, summed over leading dims */
 OP(BIAS_ADD,      "bias_add",          "* n, n -> * n",                   2, 1, OPF_USER)              /* y = x + b (b broadcast over rows) */
 OP(BIAS_GRAD,     "bias_grad",         "*+ n -> n",                       1, 1, 0)                     /* db = column sums of dy */
-OP(ADD,           "add",               "*, * -> *",                       2, 1, OPF_USER | OPF_ELTW)   /* y = a + b */
-OP(COPY,          "copy",              "* -> *",                          1, 1, OPF_ELTW)              /* y = x */
+OP(ADD,           "add",               "*, * -> *",                       2, 1, OPF_USER | OPF_ELTW | OPF_LINEAR) /* y = a + b */
+OP(COPY,          "copy",              "* -> *",                          1, 1, OPF_ELTW | OPF_LINEAR) /* y = x */
+OP(ADD_BCAST,     "add_bcast",         "* t c, t c -> * t c",             2, 1, OPF_USER)              /* y = x + p, p broadcast over leading dims (positions) */
+OP(SUM_LEAD,      "sum_lead",          "*+ t c -> t c",                   1, 1, 0)                     /* dp = sum of dy over leading dims */
+OP(EMBEDDING,     "embedding",         "*, v+ c -> * c",                  2, 1, OPF_USER)              /* y = table[tokens]; tokens i32; a v split gives partial rows */
+OP(EMBEDDING_BWD, "embedding_bwd",     "*+, *+ c, v c -> v c",            3, 1, 0)                     /* dtable[tok] += dy; inputs tokens, dy, table (shape) */
+OP(LAYERNORM,     "layernorm",         "* c^, c^, c^ -> * c^, *, *",      3, 3, OPF_USER)              /* y, mean, rstd = layernorm(x, w, b) over the last dim */
+OP(LAYERNORM_BWD, "layernorm_bwd",     "* c^, * c^, c^, *, * -> * c^",    5, 1, 0)                     /* dx; inputs dy, x, w, mean, rstd */
+OP(LAYERNORM_WGRAD, "layernorm_wgrad", "*+ c^, *+ c^, *+, *+ -> c^, c^",  4, 2, 0)                     /* dw, db; inputs dy, x, mean, rstd */
+OP(SOFTMAX,       "softmax",           "* n^ -> * n^",                    1, 1, OPF_USER)              /* over the last dim */
+OP(SOFTMAX_BWD,   "softmax_bwd",       "* n^, * n^ -> * n^",              2, 1, 0)                     /* inputs dy, y */
+OP(ATTENTION,     "attention",         "* t^ (h d^), * t^ (h d^), * t^ (h d^) -> * t^ (h d^), * h t^", 3, 2, OPF_USER) /* causal multi-head attention; q, k, v -> y, lse; heads binds h */
+OP(ATTENTION_BWD, "attention_bwd",     "* t^ (h d^), * t^ (h d^), * t^ (h d^), * t^ (h d^), * t^ (h d^), * h t^ -> * t^ (h d^), * t^ (h d^), * t^ (h d^)", 6, 3, 0) /* dy, q, k, v, y, lse -> dq, dk, dv */
 OP(RELU,          "relu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* y = max(x, 0) */
 OP(RELU_BWD,      "relu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* dx = dy * (y > 0); inputs dy, y */
 OP(GELU,          "gelu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* tanh approximation */
 OP(GELU_BWD,      "gelu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* inputs dy, x */
 OP(MSE_LOSS,      "mse_loss",          "*+, *+ -> 1",                     2, 1, OPF_USER | OPF_LOSS)   /* mean((p - t)^2) over all elements */
 OP(MSE_BWD,       "mse_bwd",           "*, * -> *",                       2, 1, OPF_ELTW)              /* dp = 2 (p - t) / numel; inputs p, t */
-OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, OPF_USER | OPF_LOSS)   /* mean over rows of -log softmax(logits)[target]; targets i32 */
+OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, OPF_USER | OPF_LOSS)   /* mean over rows of -log softmax(logits[:vocab])[target]; targets i32 */
 OP(XENT_BWD,      "cross_entropy_bwd", "* v^, * -> * v^",                 2, 1, 0)                     /* dlogits = (softmax - onehot) / rows */
 OP(SGD,           "sgd",               "*, * -> ",                        2, 0, OPF_OPTIM)             /* p -= lr (g + wd p); inputs p, g */
 OP(ADAMW,         "adamw",             "*, *, *, * -> ",                  4, 0, OPF_OPTIM)             /* inputs p, g, m, v */

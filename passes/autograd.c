@@ -27,11 +27,18 @@ typedef struct agctx {
     int fwd;         /* forward op being differentiated */
 } agctx;
 
-static int add(agctx *c, const char *name, ir_opkind k, int nin, const int *in)
+/* Append backward op k (outputs named outs[], or name when outs is NULL),
+ * with the forward op's attributes (heads, scale, vocab, eps). */
+static int add_n(agctx *c, const char *name, ir_opkind k, int nin, const int *in, const char *const *outs)
 {
     char err[256];
-    const char *outs[1] = {name};
-    int o = ir_add_op(c->g, name, k, nin, in, outs, 0, err, sizeof err);
+    const char *one[1] = {name};
+    const ir_op *f = &c->g->op[c->fwd];
+    int64_t ia[IR_MAXIATTR];
+    double fa[IR_MAXFATTR];
+    memcpy(ia, f->iattr, sizeof ia);
+    memcpy(fa, f->fattr, sizeof fa);
+    int o = ir_add_op_attr(c->g, name, k, nin, in, outs ? outs : one, ia, fa, 0, err, sizeof err);
     if (o < 0) ir_die(__FILE__, __LINE__, "autograd %s: %s", name, err);
     ir_op *op = &c->g->op[o];
     op->phase = IR_PH_BWD;
@@ -39,6 +46,11 @@ static int add(agctx *c, const char *name, ir_opkind k, int nin, const int *in)
     op->block = c->g->op[c->fwd].block;
     op->rep = c->g->op[c->fwd].rep;
     return o;
+}
+
+static int add(agctx *c, const char *name, ir_opkind k, int nin, const int *in)
+{
+    return add_n(c, name, k, nin, in, NULL);
 }
 
 /* Name of the next contribution to x's gradient. */
@@ -65,6 +77,28 @@ static void contribute(agctx *c, int x, ir_opkind k, int nin, const int *in)
     int t = c->g->op[o].out[0];
     c->g->t[t].kind = IR_T_GRAD;
     push(c, x, t);
+}
+
+/* Append op k over in[] with one output per xs[j], each a contribution to
+ * xs[j]'s gradient (outputs for inputs that need none are computed and unused). */
+static void contribute_n(agctx *c, int n, const int *xs, ir_opkind k, int nin, const int *in)
+{
+    char nm[3][512];
+    const char *outs[3];
+    int any = 0;
+    for (int j = 0; j < n; j++) {
+        any |= c->needs[xs[j]];
+        if (c->needs[xs[j]]) cname(c, xs[j], nm[j], sizeof nm[j]);
+        else snprintf(nm[j], sizeof nm[j], "d.%s.unused", c->g->t[xs[j]].name);
+        outs[j] = nm[j];
+    }
+    if (!any) return;
+    int o = add_n(c, nm[0], k, nin, in, outs);
+    for (int j = 0; j < n; j++) {
+        int t = c->g->op[o].out[j];
+        c->g->t[t].kind = IR_T_GRAD;
+        if (c->needs[xs[j]]) push(c, xs[j], t);
+    }
 }
 
 /* Gradient of output tensor y, summing its contributions (or -1). */
@@ -101,7 +135,6 @@ static int backward(agctx *c, int oi)
         }
     }
     int x = o.in[0], w = o.nin > 1 ? o.in[1] : -1;
-    int lossop = -1;
     switch (o.kind) {
     case IR_OP_MATMUL: {
         int a[2] = {dy, w};
@@ -110,10 +143,44 @@ static int backward(agctx *c, int oi)
         contribute(c, w, IR_OP_MATMUL_TN, 2, b);
         break;
     }
+    case IR_OP_MATMUL_NT: { /* y[*,k] = x[*,n] w[k,n]^T */
+        int a[2] = {dy, w};
+        contribute(c, x, IR_OP_MATMUL, 2, a);
+        int b[2] = {dy, x};
+        contribute(c, w, IR_OP_MATMUL_TN, 2, b);
+        break;
+    }
     case IR_OP_BIAS_ADD:
         if (c->needs[x]) push(c, x, dy);
         contribute(c, w, IR_OP_BIAS_GRAD, 1, &dy);
         break;
+    case IR_OP_ADD_BCAST:
+        if (c->needs[x]) push(c, x, dy);
+        contribute(c, w, IR_OP_SUM_LEAD, 1, &dy);
+        break;
+    case IR_OP_EMBEDDING: {
+        int a[3] = {x, dy, w};
+        contribute(c, w, IR_OP_EMBEDDING_BWD, 3, a);
+        break;
+    }
+    case IR_OP_LAYERNORM: {
+        int a[5] = {dy, x, w, o.out[1], o.out[2]};
+        contribute(c, x, IR_OP_LAYERNORM_BWD, 5, a);
+        int b[4] = {dy, x, o.out[1], o.out[2]};
+        int wb[2] = {w, o.in[2]};
+        contribute_n(c, 2, wb, IR_OP_LAYERNORM_WGRAD, 4, b);
+        break;
+    }
+    case IR_OP_SOFTMAX: {
+        int a[2] = {dy, o.out[0]};
+        contribute(c, x, IR_OP_SOFTMAX_BWD, 2, a);
+        break;
+    }
+    case IR_OP_ATTENTION: {
+        int a[6] = {dy, o.in[0], o.in[1], o.in[2], o.out[0], o.out[1]};
+        contribute_n(c, 3, o.in, IR_OP_ATTENTION_BWD, 6, a);
+        break;
+    }
     case IR_OP_ADD:
         if (c->needs[x]) push(c, x, dy);
         if (c->needs[w]) push(c, w, dy);
@@ -138,15 +205,12 @@ static int backward(agctx *c, int oi)
                               "%s: gradients with respect to the targets are not supported",
                               o.name);
         int a[2] = {x, w};
-        int before = g->nop;
         contribute(c, x, o.kind == IR_OP_MSE_LOSS ? IR_OP_MSE_BWD : IR_OP_XENT_BWD, 2, a);
-        if (g->nop > before) lossop = g->nop - 1;
         break;
     }
     default:
         ir_die(__FILE__, __LINE__, "no backward rule for %s", ir_ops[o.kind].name);
     }
-    if (lossop >= 0) g->op[lossop].fattr[IR_FA_SCALE] = g->op[oi].fattr[IR_FA_SCALE];
     return 0;
 }
 

@@ -33,8 +33,7 @@ static int64_t ext_prod(const ir_op *o, const int64_t *ext, int k, int from, int
 {
     int64_t n = 1;
     for (int j = from; j < to; j++) {
-        const ir_adim *a = &o->anno.dim[k][j];
-        n *= a->id < 0 ? a->lit : ext[a->id];
+        n *= ir_adim_extent(&o->anno.dim[k][j], ext);
     }
     return n;
 }
@@ -56,9 +55,11 @@ static void load_input(lctx *c, int pt)
     pg_i(in, t->ndim);
     for (int j = 0; j < t->ndim; j++) {
         if (j == t->batch_dim) {
-            int64_t rows = (p->box.hi[j] - p->box.lo[j]) / g->train.micro_batches;
-            pg_iv(in, p->box.lo[j], 0, rows);
-            pg_iv(in, p->box.lo[j] + rows, 0, rows);
+            /* micro-batch mb is rows [mb B/m, (mb+1) B/m) of the step's batch; a
+               device's box splits each micro-batch the same way it splits the batch */
+            int64_t m = g->train.micro_batches, bm = t->shape[j] / m;
+            pg_iv(in, p->box.lo[j] / m, 0, bm);
+            pg_iv(in, p->box.hi[j] / m, 0, bm);
         } else {
             pg_i(in, p->box.lo[j]);
             pg_i(in, p->box.hi[j]);
@@ -96,6 +97,17 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_MSE_BWD: kern = RT_K_mse_bwd; break;
     case IR_OP_CROSS_ENTROPY: kern = RT_K_xent; break;
     case IR_OP_XENT_BWD: kern = RT_K_xent_bwd; break;
+    case IR_OP_ADD_BCAST: kern = RT_K_bias_add; break;
+    case IR_OP_SUM_LEAD: kern = RT_K_bias_grad; break;
+    case IR_OP_EMBEDDING: kern = RT_K_embedding; break;
+    case IR_OP_EMBEDDING_BWD: kern = RT_K_embedding_bwd; break;
+    case IR_OP_LAYERNORM: kern = RT_K_layernorm; break;
+    case IR_OP_LAYERNORM_BWD: kern = RT_K_layernorm_bwd; break;
+    case IR_OP_LAYERNORM_WGRAD: kern = RT_K_layernorm_wgrad; break;
+    case IR_OP_SOFTMAX: kern = RT_K_softmax; break;
+    case IR_OP_SOFTMAX_BWD: kern = RT_K_softmax_bwd; break;
+    case IR_OP_ATTENTION: kern = RT_K_attention; break;
+    case IR_OP_ATTENTION_BWD: kern = RT_K_attention_bwd; break;
     case IR_OP_SGD: kern = RT_K_sgd; break;
     case IR_OP_ADAMW: kern = RT_K_adamw; break;
     default: ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
@@ -103,8 +115,13 @@ static void lower_subop(lctx *c, int si, int sec)
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
     pg_instr *in = ir_prog_add(c->p, sec, kern, note);
-    for (int k = 0; k < o->nin; k++) pg_buf(in, off(c, s->in[k]));
-    for (int k = 0; k < o->nout; k++) pg_buf(in, off(c, s->out[k]));
+    for (int k = 0; k < o->nin; k++)
+        if (!(o->kind == IR_OP_EMBEDDING_BWD && k == 2)) pg_buf(in, off(c, s->in[k]));   /* table: shape only */
+    for (int k = 0; k < o->nout; k++) {
+        pg_buf(in, off(c, s->out[k]));
+        if (c->d->accum[o->out[k]] != acc)
+            ir_die(__FILE__, __LINE__, "op %s: outputs disagree on accumulation", o->name);
+    }
     switch (o->kind) {
     case IR_OP_MATMUL: /* x[*,k] w[k,n] */
         pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 1, 2));
@@ -119,13 +136,42 @@ static void lower_subop(lctx *c, int si, int sec)
         pg_i(in, 1); pg_i(in, 0); pg_i(in, acc);
         break;
     case IR_OP_BIAS_ADD:
+    case IR_OP_LAYERNORM:
+    case IR_OP_SOFTMAX:
         pg_i(in, rows); pg_i(in, last);
         break;
     case IR_OP_BIAS_GRAD:
-    case IR_OP_CROSS_ENTROPY:
-    case IR_OP_XENT_BWD:
+    case IR_OP_LAYERNORM_BWD:
+    case IR_OP_LAYERNORM_WGRAD:
+    case IR_OP_SOFTMAX_BWD:
         pg_i(in, rows); pg_i(in, last); pg_i(in, acc);
         break;
+    case IR_OP_CROSS_ENTROPY:
+    case IR_OP_XENT_BWD:
+        pg_i(in, rows); pg_i(in, last); pg_i(in, acc); pg_i(in, o->iattr[IR_IA_VOCAB]);
+        break;
+    case IR_OP_ADD_BCAST: /* x[*,t,c] + p[t,c]: rows of t*c */
+        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0));
+        break;
+    case IR_OP_SUM_LEAD:
+        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0)); pg_i(in, acc);
+        break;
+    case IR_OP_EMBEDDING: /* tokens[*], table[v, c]: the table shard starts at row Vlo */
+        pg_i(in, n0); pg_i(in, c->d->pt[s->in[1]].box.lo[0]); pg_i(in, ext_prod(o, ext, 1, 0, 1));
+        pg_i(in, ext_prod(o, ext, 1, 1, 2)); pg_i(in, acc);
+        break;
+    case IR_OP_EMBEDDING_BWD: /* tokens[*], dy[*, c], table[v, c] -> dtable[v, c] */
+        pg_i(in, n0); pg_i(in, c->d->pt[s->out[0]].box.lo[0]); pg_i(in, ext_prod(o, ext, 2, 0, 1));
+        pg_i(in, ext_prod(o, ext, 2, 1, 2)); pg_i(in, acc);
+        break;
+    case IR_OP_ATTENTION:
+    case IR_OP_ATTENTION_BWD: { /* q[*, t, (h d)] */
+        const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
+        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0 - 1));
+        pg_i(in, ext[hd->id]); pg_i(in, ext[hd->sub[0]]); pg_i(in, o->iattr[IR_IA_CAUSAL]);
+        if (o->kind == IR_OP_ATTENTION_BWD) pg_i(in, acc);
+        break;
+    }
     case IR_OP_RELU: case IR_OP_GELU:
         pg_i(in, n0);
         break;
@@ -141,7 +187,11 @@ static void lower_subop(lctx *c, int si, int sec)
     }
     switch (o->kind) {
     case IR_OP_MSE_LOSS: case IR_OP_MSE_BWD: case IR_OP_CROSS_ENTROPY: case IR_OP_XENT_BWD:
+    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD:
         pg_f(in, (float)o->fattr[IR_FA_SCALE]);
+        break;
+    case IR_OP_LAYERNORM:
+        pg_f(in, (float)o->fattr[IR_FA_LN_EPS]);
         break;
     case IR_OP_SGD:
         pg_f(in, (float)o->fattr[IR_FA_LR]); pg_f(in, (float)o->fattr[IR_FA_WD]);

@@ -32,10 +32,12 @@ RT_K(gelu,            2,   1,   0)  /* b: X, Y.  i: n.  Y = 0.5 X (1 + tanh(sqrt
 RT_K(gelu_bwd,        3,   2,   0)  /* b: dY, X, dX.  i: n, acc.  dX (+)= dY * gelu'(X) */
 RT_K(mse_loss,        3,   2,   1)  /* b: P, T, L.  i: n, acc.  f: scale.  L[0] (+)= scale * sum (P - T)^2 */
 RT_K(mse_bwd,         3,   2,   1)  /* b: P, T, dP.  i: n, acc.  f: scale.  dP (+)= 2 scale (P - T) */
-RT_K(xent,            3,   3,   1)  /* b: logits (M,V), targets (i32, M), L.  i: M, V, acc.  f: scale.
-                                       L[0] (+)= scale * sum_m (logsumexp(logits[m]) - logits[m, t_m]) */
-RT_K(xent_bwd,        3,   3,   1)  /* b: logits, targets, dlogits.  i: M, V, acc.  f: scale.
-                                       dlogits[m] (+)= scale * (softmax(logits[m]) - onehot(t_m)) */
+RT_K(xent,            3,   4,   1)  /* b: logits (M,V), targets (i32, M), L.  i: M, V, acc, Vreal.  f: scale.
+                                       L[0] (+)= scale * sum_m (logsumexp(logits[m, :Vreal]) - logits[m, t_m]);
+                                       columns >= Vreal (vocabulary padding) are ignored */
+RT_K(xent_bwd,        3,   4,   1)  /* b: logits, targets, dlogits.  i: M, V, acc, Vreal.  f: scale.
+                                       dlogits[m, :Vreal] (+)= scale * (softmax(logits[m, :Vreal]) - onehot(t_m));
+                                       dlogits[m, Vreal:] (+)= 0 */
 RT_K(sgd,             2,   1,   2)  /* b: P, G.  i: n.  f: lr, wd.  P -= lr * (G + wd * P) */
 RT_K(adamw,           4,   2,   5)  /* b: P, G, M, V.  i: n, t (1-based step).  f: lr, wd, beta1,
                                        beta2, eps.  M = b1 M + (1-b1) G; V = b2 V + (1-b2) G^2;
@@ -51,5 +53,26 @@ RT_K(sendrecv,        2,   4,   0)  /* b: send, recv.  i: n, group, peer_send, p
                                        within the group, -1: none).  Pairs with the peers' calls. */
 RT_K(alltoall,        2,   2,   0)  /* b: send (size chunks of n floats), recv (same).  i: n, group.
                                        member k's recv chunk j = member j's send chunk k. */
+RT_K(embedding,       3,   5,   0)  /* b: tokens (i32, R), table (Vext, C), Y (R, C).  i: R, Vlo, Vext, C, acc.
+                                       Y[r] (+)= table[tok_r - Vlo] if Vlo <= tok_r < Vlo + Vext, else (+)= 0
+                                       (a vocabulary shard: out-of-shard rows give 0) */
+RT_K(embedding_bwd,   3,   5,   0)  /* b: tokens (i32, R), dY (R, C), dtable (Vext, C).  i: R, Vlo, Vext, C, acc.
+                                       acc = 0: dtable = 0 first; then dtable[tok_r - Vlo] += dY[r] for in-shard
+                                       tokens (rows summed in order r = 0..R-1: deterministic) */
+RT_K(layernorm,       6,   2,   1)  /* b: X (R, C), w (C), bias (C), Y (R, C), mean (R), rstd (R).  i: R, C.
+                                       f: eps.  mean, rstd = 1/sqrt(var + eps) (biased var); Y = (X-mean) rstd w + bias */
+RT_K(layernorm_bwd,   6,   3,   0)  /* b: dY, X, w, mean, rstd, dX.  i: R, C, acc.  dX (+)= layernorm input grad */
+RT_K(layernorm_wgrad, 6,   3,   0)  /* b: dY, X, mean, rstd, dw, dbias.  i: R, C, acc.
+                                       dw (+)= sum_r dY (X-mean) rstd; dbias (+)= sum_r dY */
+RT_K(softmax,         2,   2,   0)  /* b: X (R, N), Y.  i: R, N.  Y = softmax over the last dim (stable) */
+RT_K(softmax_bwd,     3,   3,   0)  /* b: dY, Y, dX.  i: R, N, acc.  dX (+)= Y (dY - sum(dY Y)) */
+RT_K(attention,       5,   5,   1)  /* b: q, k, v (B, T, H, D), Y (B, T, H, D), lse (B, H, T).  i: B, T, H, D,
+                                       causal.  f: scale (1/sqrt(D)).  Multi-head attention per (b, h):
+                                       S = scale q k^T (masked to s <= t when causal), P = softmax(S),
+                                       Y = P v, lse = logsumexp of S's rows.  Rows of q/k/v/Y are H*D floats. */
+RT_K(attention_bwd,   9,   6,   1)  /* b: dY, q, k, v, Y, lse, dq, dk, dv.  i: B, T, H, D, causal, acc.
+                                       f: scale.  Gradients of attention (P recomputed from q, k, lse). */
+RT_K(place,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per dim: dst extent, lo, hi.
+                                       dst[lo:hi, ...] (+)= src (src contiguous); the inverse of slice */
 RT_K(slice,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per dim: src extent,
                                        lo, hi.  dst (+)= src[lo:hi, ...] (dst contiguous). */
