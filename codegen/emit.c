@@ -77,7 +77,8 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         ir_bprintf(b, "  %-28s %-18s ", o->name, ir_ops[o->kind].name);
         if (tr->nsplit == 0) ir_bprintf(b, "whole");
         for (int j = 0; j < tr->nsplit; j++) {
-            if (tr->id[j] < 0) ir_bprintf(b, "%sreplicate x%d", j ? " * " : "", tr->n[j]);
+            if (tr->id[j] == IR_VALUE) ir_bprintf(b, "%svalue x%d", j ? " * " : "", tr->n[j]);
+            else if (tr->id[j] < 0) ir_bprintf(b, "%sreplicate x%d", j ? " * " : "", tr->n[j]);
             else ir_bprintf(b, "%ssplit %s /%d", j ? " * " : "", o->anno.idname[tr->id[j]], tr->n[j]);
         }
         ir_bprintf(b, " on");

@@ -102,6 +102,8 @@ typedef struct fe_opdecl {
     const fe_kv *in_kv;        /* the `in` key (messages point at it) */
     const fe_kv *out_kv;       /* the `out` key */
     int block;                 /* block it belongs to (index into blk), or -1 */
+    int64_t iattr[IR_MAXIATTR];/* attributes (heads, causal, vocab) */
+    double fattr[IR_MAXFATTR]; /* attributes (eps) */
 } fe_opdecl;
 
 /* One op to add: an [op], or one repeat of a block's op. */
@@ -451,6 +453,47 @@ static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, char **n
 }
 
 /* [op NAME]  kind = KIND, in = NAME, ..., out = NAME, ... */
+/* Op attributes: heads = EXPR and causal = true|false (attention), vocab =
+ * EXPR (cross_entropy: the real vocabulary; logits past it are padding),
+ * eps = FLOAT (layernorm).  A key that does not belong to the op's kind is
+ * an error. */
+static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
+{
+    static const struct { const char *key; ir_opkind kind; } own[] = {
+        {"heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION}, {"vocab", IR_OP_CROSS_ENTROPY},
+        {"eps", IR_OP_LAYERNORM}};
+    char err[256], hint[256], clip[96];
+    for (size_t a = 0; a < sizeof own / sizeof own[0]; a++) {
+        const fe_kv *kv = fe_get(sec, own[a].key);
+        if (!kv) continue;
+        if (d->kind != own[a].kind) {
+            snprintf(hint, sizeof hint, "%s is a key of %s ops only", own[a].key, ir_ops[own[a].kind].name);
+            return fe_kv_error(L->s, sec, kv, hint, "op '%s' (%s) has no key '%s'", fe_clip(sec->name, clip, sizeof clip),
+                               ir_ops[d->kind].name, own[a].key);
+        }
+    }
+    const fe_kv *kv;
+    d->iattr[IR_IA_CAUSAL] = 1;
+    if ((kv = fe_get(sec, "causal"))) {
+        int v;
+        static const char *const tf[] = {"true", "false", NULL};
+        if (get_choice(L, sec, "causal", tf, 0, &v)) return 2;
+        d->iattr[IR_IA_CAUSAL] = v == 0;
+    }
+    static const char *const ik[] = {"heads", "vocab"};
+    static const int slot[] = {IR_IA_HEADS, IR_IA_VOCAB};
+    for (int a = 0; a < 2; a++) {
+        if (!(kv = fe_get(sec, ik[a]))) continue;
+        if (fe_eval(kv->val, L->dims, L->ndims, L->ndims, &d->iattr[slot[a]], err, sizeof err, hint, sizeof hint))
+            return fe_kv_error(L->s, sec, kv, hint[0] ? hint : NULL, "%s: %s", ik[a], err);
+    }
+    if (d->kind == IR_OP_ATTENTION && !fe_get(sec, "heads"))
+        return fe_error(L->s, sec->line, "add `heads = N`: the last dim of q, k and v is heads x head size",
+                        "attention op '%s' needs heads", fe_clip(sec->name, clip, sizeof clip));
+    if (get_float(L, sec, "eps", 1e-5, FE_POS, &d->fattr[IR_FA_LN_EPS])) return 2;
+    return 0;
+}
+
 static int lower_opdecls(fe_lw *L)
 {
     char hint[512], clip[96], clip2[96];
@@ -477,6 +520,7 @@ static int lower_opdecls(fe_lw *L)
         d->in_kv = fe_get(sec, "in");
         d->out_kv = fe_get(sec, "out");
         d->block = block_of(L, sec->name);
+        if (op_attrs(L, sec, d)) return 2;
         if (parse_list(L, sec, d->in_kv, d->in, ir_ops[k].nin, "input", &d->nin) ||
             parse_list(L, sec, d->out_kv, d->out, ir_ops[k].nout, "output", &d->nout))
             return 2;
@@ -959,8 +1003,8 @@ static int lower_order(fe_lw *L)
         int ids[IR_MAXIO];
         for (int k = 0; k < d->nin; k++) ids[k] = map_get(&L->tensor, in->in[k]);
         err[0] = '\0';
-        int op = ir_add_op(L->g, in->name, d->kind, d->nin, ids, (const char *const *)in->out, d->sec->line,
-                           err, sizeof err);
+        int op = ir_add_op_attr(L->g, in->name, d->kind, d->nin, ids, (const char *const *)in->out, d->iattr,
+                                d->fattr, d->sec->line, err, sizeof err);
         if (op < 0) {
             rc = report_shapes(L, in, ids, err[0] ? err : "the inputs do not fit the op");
             break;
@@ -1034,19 +1078,32 @@ static int lower_train(fe_lw *L)
     return 0;
 }
 
-/* [cluster] devices = INT, device = cpu;  [plan] policy = dp */
+/* [cluster] devices = INT, device = cpu;
+ * [plan] policy = dp|tp|hybrid, dp = INT, tp = INT, trans = CONSTRAINT {, CONSTRAINT}
+ * (the constraints are checked by the planner, which knows the annotations) */
 static int lower_cluster(fe_lw *L)
 {
     const fe_section *cl = section(L->s, "cluster"), *pl = section(L->s, "plan");
     static const char *const devs[] = {"cpu", NULL};
-    static const char *const pols[] = {"dp", NULL};
-    int64_t n;
+    static const char *const pols[] = {"dp", "tp", "hybrid", NULL};
+    int64_t n, dp, tp;
     int dev, pol;
     if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) || get_choice(L, cl, "device", devs, 0, &dev) ||
-        get_choice(L, pl, "policy", pols, 0, &pol))
+        get_choice(L, pl, "policy", pols, 0, &pol) || get_int(L, pl, "dp", 0, 1, FE_MAX_DEVICES, &dp) ||
+        get_int(L, pl, "tp", 0, 1, FE_MAX_DEVICES, &tp))
         return 2;
-    L->g->req.devices = (int)n;
-    L->g->req.policy = ir_str(L->g, pols[pol]);
+    ir_planreq *r = &L->g->req;
+    r->devices = (int)n;
+    r->policy = ir_str(L->g, pols[pol]);
+    r->dp = (int)dp;
+    r->tp = (int)tp;
+    const fe_kv *kv = pl ? fe_get(pl, "trans") : NULL;
+    if (kv) {
+        r->trans = ir_str(L->g, kv->val);
+        r->trans_line = kv->line;
+    }
+    const fe_kv *pk = pl ? fe_get(pl, "policy") : NULL;
+    if (pk) r->policy_line = pk->line;
     return 0;
 }
 

@@ -40,12 +40,12 @@ static const fe_schema fe_schemas[] = {
     {"dims", 0, 1, {NULL}, {NULL}},
     {"input", 1, 0, {"shape", "dtype", "data", "batch_dim"}, {"shape"}},
     {"param", 1, 0, {"shape", "init", "dtype"}, {"shape"}},
-    {"op", 1, 0, {"kind", "in", "out"}, {"kind", "in", "out"}},
+    {"op", 1, 0, {"kind", "in", "out", "heads", "causal", "vocab", "eps"}, {"kind", "in", "out"}},
     {"block", 1, 0, {"repeat", "in", "out"}, {"repeat", "in", "out"}},
     {"train", 0, 0, {"loss", "optimizer", "lr", "weight_decay", "beta1", "beta2", "eps", "steps",
                      "micro_batches", "data", "data_period"}, {"loss"}},
     {"cluster", 0, 0, {"devices", "device"}, {NULL}},
-    {"plan", 0, 0, {"policy"}, {NULL}},
+    {"plan", 0, 0, {"policy", "dp", "tp", "trans"}, {NULL}},
 };
 #define FE_NSCHEMA ((int)(sizeof fe_schemas / sizeof fe_schemas[0]))
 

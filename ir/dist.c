@@ -99,6 +99,17 @@ int ir_box_contains(const ir_box *a, const ir_box *b, int ndim)
     return 1;
 }
 
+int ir_box_and(const ir_box *a, const ir_box *b, int ndim, ir_box *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < ndim; i++) {
+        o->lo[i] = a->lo[i] > b->lo[i] ? a->lo[i] : b->lo[i];
+        o->hi[i] = a->hi[i] < b->hi[i] ? a->hi[i] : b->hi[i];
+        if (o->lo[i] >= o->hi[i]) return 0;
+    }
+    return 1;
+}
+
 ir_box ir_box_full(const ir_tensor *t)
 {
     ir_box b;
@@ -129,7 +140,7 @@ void ir_pt_print(const ir_dist *d, int pt, ir_buf *b)
 const char *ir_comm_name(ir_commkind k)
 {
     static const char *n[IR_COMM_COUNT] = {"allreduce", "allgather", "reducescatter", "alltoall",
-                                           "broadcast", "sendrecv", "slice"};
+                                           "broadcast", "sendrecv", "slice", "copy", "zero"};
     return (unsigned)k < IR_COMM_COUNT ? n[k] : "?";
 }
 
@@ -145,7 +156,8 @@ static void print_trans(const ir_dist *d, int op, ir_buf *b)
     const ir_op *o = &d->g->op[op];
     if (tr->nsplit == 0) ir_bprintf(b, "whole");
     for (int j = 0; j < tr->nsplit; j++) {
-        if (tr->id[j] < 0) ir_bprintf(b, "%sreplicate %d", j ? " x " : "", tr->n[j]);
+        if (tr->id[j] == IR_VALUE) ir_bprintf(b, "%svalue %d", j ? " x " : "", tr->n[j]);
+        else if (tr->id[j] < 0) ir_bprintf(b, "%sreplicate %d", j ? " x " : "", tr->n[j]);
         else ir_bprintf(b, "%ssplit %s %d", j ? " x " : "", o->anno.idname[tr->id[j]], tr->n[j]);
     }
     ir_bprintf(b, " on devs");
@@ -188,11 +200,19 @@ void ir_dist_print(const ir_dist *d, ir_buf *b)
         const ir_comm *c = &d->comm[i];
         ir_bprintf(b, "  c%d %s %s g%d %s bytes %lld:", i, ir_comm_name(c->kind), g->t[c->tensor].name, c->group,
                    sec_name(c->sec), (long long)c->bytes);
+        if (c->kind == IR_COMM_BROADCAST || c->kind == IR_COMM_SENDRECV || c->kind == IR_COMM_COPY) {
+            ir_bprintf(b, " region ");
+            ir_box_print(&c->region, g->t[c->tensor].ndim, b);
+            if (c->acc) ir_bprintf(b, " acc");
+        }
         for (int k = 0; k < c->n; k++) {
+            int pi = d->ints[c->in + k], po = d->ints[c->out + k];
             ir_bprintf(b, " ");
-            ir_pt_print(d, d->ints[c->in + k], b);
+            if (pi >= 0) ir_pt_print(d, pi, b);
+            else ir_bprintf(b, "-");
             ir_bprintf(b, " => ");
-            ir_pt_print(d, d->ints[c->out + k], b);
+            if (po >= 0) ir_pt_print(d, po, b);
+            else ir_bprintf(b, "-");
             ir_bprintf(b, k + 1 < c->n ? ";" : "");
         }
         if (c->why) ir_bprintf(b, "  ; %s", c->why);
@@ -219,16 +239,21 @@ void ir_dist_verify(const ir_dist *d)
         for (int k = 0; k < o->nin; k++) {
             const ir_ptensor *p = &d->pt[s->in[k]];
             IR_ASSERT(p->tensor == o->in[k] && p->dev == s->dev);
-            if (p->vn != 1) ir_die(__FILE__, __LINE__, "sub-op s%d (%s) consumes a partial value", i, o->name);
+            int valsplit = 0;
+            for (int j = 0; j < d->trans[s->op].nsplit; j++) valsplit |= d->trans[s->op].id[j] == IR_VALUE;
+            if (p->vn != 1 && !((ir_ops[o->kind].flags & OPF_LINEAR) && valsplit))
+                ir_die(__FILE__, __LINE__, "sub-op s%d (%s) consumes a partial value", i, o->name);
         }
         for (int k = 0; k < o->nout; k++) IR_ASSERT(d->pt[s->out[k]].tensor == o->out[k]);
     }
     for (int i = 0; i < d->ncomm; i++) {
         const ir_comm *c = &d->comm[i];
         IR_ASSERT(c->group >= 0 && c->group < d->ngrp && d->grp[c->group].n == c->n);
+        const int *devs = d->ints + d->grp[c->group].devs;
         for (int k = 0; k < c->n; k++) {
-            IR_ASSERT(d->pt[d->ints[c->in + k]].tensor == c->tensor);
-            IR_ASSERT(d->pt[d->ints[c->out + k]].tensor == c->tensor);
+            int pi = d->ints[c->in + k], po = d->ints[c->out + k];
+            IR_ASSERT(pi < 0 || (d->pt[pi].tensor == c->tensor && d->pt[pi].dev == devs[k]));
+            IR_ASSERT(po < 0 || (d->pt[po].tensor == c->tensor && d->pt[po].dev == devs[k]));
         }
     }
 }

@@ -194,6 +194,7 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         ext[h] = op.iattr[IR_IA_HEADS];
     }
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
+    memcpy(op.ext, ext, sizeof op.ext);
     int bid;
     if (batch_id(g, kind, &op.anno, in, &bid, err, errsz)) return -1;
     /* dtype rules: class targets are i32, everything else f32 */

@@ -175,6 +175,7 @@ typedef struct ir_op {
     int in[IR_MAXIO];       /* input tensor ids */
     int out[IR_MAXIO];      /* output tensor ids */
     ir_anno anno;           /* annotation instantiated for these operands */
+    int64_t ext[IR_MAXID];  /* extent of each annotation identifier */
     double fattr[IR_MAXFATTR]; /* float attributes (loss scale, lr ...) */
     int64_t iattr[IR_MAXIATTR];/* integer attributes */
     int phase;              /* IR_PH_* */
@@ -228,7 +229,11 @@ typedef struct ir_train {
 /* Plan request from [plan] and [cluster]. */
 typedef struct ir_planreq {
     int devices;              /* world size */
-    const char *policy;       /* "dp" (more later) */
+    const char *policy;       /* "dp", "tp" or "hybrid" */
+    int policy_line;          /* spec line of policy (0: default or --set) */
+    int dp, tp;               /* hybrid degrees (0: not given) */
+    const char *trans;        /* user op-trans constraints, as written, or NULL */
+    int trans_line;           /* spec line of trans */
 } ir_planreq;
 
 typedef struct ir_graph {
@@ -294,10 +299,13 @@ typedef struct ir_ptensor {
     int vn;      /* ... of vn parts whose sum is the value (vn == 1: full value) */
 } ir_ptensor;
 
+enum { IR_REPLICATE = -1, IR_VALUE = -2 };
+
 /* op-trans of one op: nested splits, then op-assign of each sub-op. */
 typedef struct ir_trans {
     int nsplit;                 /* number of nested splits (0: one sub-op) */
-    int id[IR_MAXSPLIT];        /* identifier split (annotation index), -1: replicate */
+    int id[IR_MAXSPLIT];        /* identifier split (annotation index), IR_REPLICATE or
+                                   IR_VALUE (OPF_LINEAR ops: inputs and outputs value-split) */
     int n[IR_MAXSPLIT];         /* parts of that split */
     int nsub;                   /* product of n[] */
     int devs;                   /* index into dg->ints: device of sub-op i is ints[devs + i] */
@@ -317,25 +325,42 @@ typedef struct ir_subop {
 } ir_subop;
 
 typedef enum ir_commkind {
-    IR_COMM_ALLREDUCE,      /* value split -> replicated (sum) */
-    IR_COMM_ALLGATHER,      /* dim split -> replicated */
-    IR_COMM_REDUCESCATTER,  /* value split -> dim split */
-    IR_COMM_ALLTOALL,       /* split on one dim -> split on another */
-    IR_COMM_BROADCAST,      /* one holder -> all */
-    IR_COMM_SENDRECV,       /* point to point (general fallback) */
-    IR_COMM_SLICE,          /* local: take a sub-box of a local pTensor (no bytes moved) */
+    IR_COMM_ALLREDUCE,      /* value parts of one box -> the full value on every member */
+    IR_COMM_ALLGATHER,      /* pieces tiling a box along one dim -> the box on every member */
+    IR_COMM_REDUCESCATTER,  /* value parts of one box -> member k: the full value of its piece */
+    IR_COMM_ALLTOALL,       /* a box tiled along dim a -> the same box tiled along dim b */
+    IR_COMM_BROADCAST,      /* the root's piece -> the region on every other member */
+    IR_COMM_SENDRECV,       /* point to point: the root's region -> the other member (general fallback) */
+    IR_COMM_SLICE,          /* local: a sub-box of a local piece (no bytes moved) */
+    IR_COMM_COPY,           /* local: the region of a local piece into a local buffer (assembly) */
+    IR_COMM_ZERO,           /* local: zero a buffer before pieces are added into it */
     IR_COMM_COUNT
 } ir_commkind;
 
-/* A communication op derived by passes/comm.c. */
+/* A communication op derived by passes/comm.c.  Member k of the group
+ * contributes pTensor in[k] and writes pTensor out[k] (-1: none).
+ * Semantics, per kind (boxes are the pTensors'):
+ *   ALLREDUCE      out[k] = sum_j in[j]                 (all the same box; in place)
+ *   ALLGATHER      out[k][box of in[j]] = in[j] for all j
+ *   REDUCESCATTER  out[k] = (sum_j in[j])[box of out[k]]
+ *   ALLTOALL       out[k][box in[j] & box out[k]] = in[j][same] for all j
+ *   BROADCAST      out[k][region] = in[root][region] for k != root
+ *   SENDRECV       out[1-root][region] (+)= in[root][region]   (a 2-member group)
+ *   SLICE          out[0] = in[0][box of out[0]]
+ *   COPY           out[0][region] (+)= in[0][region]
+ *   ZERO           out[0] = 0
+ * (+)= adds when acc is set. */
 typedef struct ir_comm {
     ir_commkind kind;
     int tensor;        /* vTensor id */
     int group;         /* group id (dg->groups) */
-    int in;            /* index into dg->ints: pTensor ids consumed, one per member */
-    int out;           /* index into dg->ints: pTensor ids produced, one per member */
+    int in;            /* index into dg->ints: pTensor consumed by each member, or -1 */
+    int out;           /* index into dg->ints: pTensor produced by each member, or -1 */
     int n;             /* members (= group size) */
-    int64_t bytes;     /* bytes each member sends per execution (cost model) */
+    ir_box region;     /* BROADCAST, SENDRECV, COPY: the box moved */
+    int root;          /* BROADCAST, SENDRECV: member index of the sender */
+    int acc;           /* SENDRECV, COPY: add into the output */
+    int64_t bytes;     /* bytes the busiest member sends per execution (cost model) */
     int sec;           /* section, set by schedule */
     const char *why;   /* reason, shown in dumps and plan.txt */
 } ir_comm;
@@ -395,6 +420,8 @@ int64_t ir_box_numel(const ir_box *b, int ndim);
 int ir_box_eq(const ir_box *a, const ir_box *b, int ndim);
 /* a contains b */
 int ir_box_contains(const ir_box *a, const ir_box *b, int ndim);
+/* a & b -> *o; returns 0 when they do not meet. */
+int ir_box_and(const ir_box *a, const ir_box *b, int ndim, ir_box *o);
 /* The full box of a tensor. */
 ir_box ir_box_full(const ir_tensor *t);
 void ir_box_print(const ir_box *b, int ndim, ir_buf *buf);

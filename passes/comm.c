@@ -1,19 +1,24 @@
 /* comm.c -- derive communication from pTensor mismatches.
  *
  * For every vTensor, the pTensors its producers made (or, for params and
- * optimizer state, the pieces each device stores) are compared with the
- * pTensors each consumer needs (a box, as a full value, on its device):
+ * optimizer state, the pieces devices store, i.e. what the optimizer updates)
+ * are the sources; the pTensors sub-ops consume are the needs (a box, as a
+ * full value, on a device).  For each need not already there, the cheapest
+ * rule that applies makes it (docs/comm.md has the table and byte costs):
  *
- *   - the same pTensor is there                 -> nothing
- *   - a full-value pTensor on the same device
- *     covers the box                            -> slice (local, no bytes)
- *   - the box is held as value parts 0..k-1 on
- *     k devices including the consumer's        -> all-reduce over them
+ *   slice          a full-value local piece covers the box          0 bytes
+ *   all-reduce     the box exists as value parts 0..V-1, one per member
+ *   reduce-scatter value parts of a larger box; members need its tiles
+ *   all-gather     tiles of the box (one per member) -> every member
+ *   all-to-all     a box tiled along dim a -> the same box tiled along dim b
+ *   broadcast      one holder, several devices need the same box
+ *   send/recv      general fallback: the box is covered cell by cell from
+ *                  the nearest holders (local copies first), value parts summed
  *
- * Rules for the other transitions (all-gather, reduce-scatter, all-to-all,
- * broadcast, send/recv) come with the policies that need them; a transition
- * without a rule is a planner error, never a silent wrong program.
- * docs/comm.md lists the rules and their byte costs.
+ * Replicated holders are matched by replica index (the r-th holder of every
+ * piece forms group r), so data-parallel replicas of a tensor-parallel
+ * layout all-reduce in their own groups.  Every rule checks the exact
+ * coverage it needs; a need no rule can make is a planner error.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,93 +36,524 @@ static void lpush(list *l, int x)
     *IR_PUSH(l->v, l->n, l->cap) = x;
 }
 
-/* Add a comm op; returns its id. */
-static int add_comm(ir_dist *d, ir_commkind k, int t, const int *devs, int n, const int *in,
-                    const int *out, int64_t bytes, const char *why)
+/* Per-tensor state of the pass. */
+typedef struct cctx {
+    ir_dist *d;
+    int t;            /* the tensor */
+    int nd;           /* its rank */
+    list src;         /* source pTensors */
+    list need;        /* needed pTensors */
+    char *made;       /* per pTensor id: made by a comm */
+    int madecap;
+    int64_t *sent;    /* per device: bytes sent by fallback transfers (load balance) */
+} cctx;
+
+static int is_made(const cctx *c, int pt) { return pt < c->madecap && c->made[pt]; }
+
+static void mark(cctx *c, int pt)
 {
-    ir_comm c;
-    memset(&c, 0, sizeof c);
-    c.kind = k;
-    c.tensor = t;
-    c.group = ir_dist_group(d, devs, n);
-    c.n = n;
-    c.in = ir_dist_ints(d, in, n);
-    c.out = ir_dist_ints(d, out, n);
-    c.bytes = bytes;
-    c.sec = -1;
-    c.why = why ? ir_dist_str(d, why) : NULL;
-    *IR_PUSH(d->comm, d->ncomm, d->commcap) = c;
-    return d->ncomm - 1;
+    if (pt < 0) return;
+    if (pt >= c->madecap) ir_grow((void **)&c->made, &c->madecap, pt + 1, 1);
+    c->made[pt] = 1;
 }
 
-/* Has a comm already made pTensor pt? */
-static int made(const ir_dist *d, int pt)
+static const ir_ptensor *P(const cctx *c, int pt) { return &c->d->pt[pt]; }
+static int64_t bytes_of(const cctx *c, const ir_box *b)
 {
-    for (int i = 0; i < d->ncomm; i++)
-        for (int k = 0; k < d->comm[i].n; k++)
-            if (d->ints[d->comm[i].out + k] == pt) return 1;
-    return 0;
+    return ir_box_numel(b, c->nd) * pass_elsize(&c->d->g->t[c->t]);
 }
 
 static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-/* All-reduce of the value parts in src that hold exactly need's box. */
-static int try_allreduce(ir_dist *d, const list *src, int need)
+/* Add a comm over members devs[0..n) (any order: sorted here, with their
+ * in/out pTensors); returns its id.  root is a device (or -1). */
+static int add_comm(cctx *c, ir_commkind k, int n, const int *devs, const int *in, const int *out,
+                    const ir_box *region, int root, int acc, int64_t bytes, const char *why)
 {
-    const ir_ptensor nn = d->pt[need];   /* a copy: d->pt moves as pTensors are added */
-    const ir_ptensor *n = &nn;
-    const ir_tensor *t = &d->g->t[n->tensor];
-    int *parts = ir_xmalloc(sizeof(int) * 4 * ((size_t)src->n + 1));
-    int *devs = parts + src->n + 1, *in = devs + src->n + 1, *out = in + src->n + 1;
-    int k = 0, vn = 0, ok = 1, mine = 0;
-    for (int i = 0; i < src->n && ok; i++) {
-        const ir_ptensor *s = &d->pt[src->v[i]];
-        if (s->vn == 1 || !ir_box_eq(&s->box, &n->box, t->ndim)) continue;
-        ok = !vn || s->vn == vn;
-        vn = s->vn;
-        parts[k++] = src->v[i];
+    ir_dist *d = c->d;
+    int *sd = ir_xmalloc(sizeof(int) * 3 * (size_t)n), *si = sd + n, *so = si + n;
+    memcpy(sd, devs, sizeof(int) * (size_t)n);
+    qsort(sd, (size_t)n, sizeof *sd, cmp_int);
+    ir_comm cm;
+    memset(&cm, 0, sizeof cm);
+    cm.root = -1;
+    for (int i = 0; i < n; i++) {
+        IR_ASSERT(i == 0 || sd[i] != sd[i - 1]);
+        for (int j = 0; j < n; j++)
+            if (devs[j] == sd[i]) si[i] = in ? in[j] : -1, so[i] = out ? out[j] : -1;
+        if (sd[i] == root) cm.root = i;
     }
-    ok = ok && k > 0 && k == vn;
-    /* one part per device, and the consumer's device among them */
-    for (int i = 0; i < k; i++) devs[i] = d->pt[parts[i]].dev;
-    qsort(devs, (size_t)k, sizeof devs[0], cmp_int);
-    for (int i = 0; i < k && ok; i++) {
-        ok = !(i && devs[i] == devs[i - 1]);
-        mine |= devs[i] == n->dev;
-    }
-    ok = ok && mine;
-    if (ok) {
-        for (int i = 0; i < k; i++) {
-            for (int j = 0; j < k; j++)
-                if (d->pt[parts[j]].dev == devs[i]) in[i] = parts[j];
-            ir_ptensor full = d->pt[in[i]];
-            full.vpart = 0;
-            full.vn = 1;
-            out[i] = ir_dist_pt(d, &full);
+    cm.kind = k;
+    cm.tensor = c->t;
+    cm.group = ir_dist_group(d, sd, n);
+    cm.n = n;
+    cm.in = ir_dist_ints(d, si, n);
+    cm.out = ir_dist_ints(d, so, n);
+    if (region) cm.region = *region;
+    cm.acc = acc;
+    cm.bytes = bytes;
+    cm.sec = -1;
+    cm.why = why ? ir_dist_str(d, why) : NULL;
+    *IR_PUSH(d->comm, d->ncomm, d->commcap) = cm;
+    for (int i = 0; i < n; i++) mark(c, so[i]);
+    free(sd);
+    return d->ncomm - 1;
+}
+
+/* The full-value pTensor with pt's box on device dev. */
+static int full_pt(cctx *c, int pt, int dev)
+{
+    ir_ptensor p = *P(c, pt);
+    p.vpart = 0;
+    p.vn = 1;
+    p.dev = dev;
+    return ir_dist_pt(c->d, &p);
+}
+
+/* The one dim where box a differs from box b (-1: none or several). */
+static int diff_dim(const ir_box *a, const ir_box *b, int nd)
+{
+    int j = -1;
+    for (int i = 0; i < nd; i++)
+        if (a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i]) {
+            if (j >= 0) return -1;
+            j = i;
         }
-        if (!made(d, out[0])) {
-            int64_t bytes = ir_box_numel(&n->box, t->ndim) * pass_elsize(t) * 2 * (k - 1) / k;
-            char why[200];
-            snprintf(why, sizeof why, "%s is a sum of %d partial values; consumers need the full value",
-                     t->name, k);
-            add_comm(d, IR_COMM_ALLREDUCE, n->tensor, devs, k, in, out, bytes, why);
+    return j;
+}
+
+/* Pieces: distinct boxes, each with its holders (pTensors, by device). */
+typedef struct piece {
+    ir_box box;
+    int n;          /* holders */
+    int pt[64];     /* holder pTensors, ascending device */
+} piece;
+
+/* Collect sources matching (vn, vpart or -1 for any, full) into distinct-box pieces. */
+static int pieces_of(const cctx *c, int vn, int vpart, piece **out)
+{
+    int np = 0, cap = 0;
+    *out = NULL;
+    for (int i = 0; i < c->src.n; i++) {
+        const ir_ptensor *s = P(c, c->src.v[i]);
+        if (s->vn != vn || (vpart >= 0 && s->vpart != vpart)) continue;
+        int k = 0;
+        while (k < np && !ir_box_eq(&(*out)[k].box, &s->box, c->nd)) k++;
+        if (k == np) {
+            piece *p = IR_PUSH(*out, np, cap);
+            memset(p, 0, sizeof *p);
+            p->box = s->box;
         }
+        piece *p = &(*out)[k];
+        if (p->n == 64) continue;
+        int at = p->n++;
+        while (at > 0 && P(c, p->pt[at - 1])->dev > s->dev) p->pt[at] = p->pt[at - 1], at--;
+        p->pt[at] = c->src.v[i];
     }
-    free(parts);
+    return np;
+}
+
+/* Replica matching: chunks[i] (i < k) are pieces with the same number of
+ * holders R; dev is the r-th holder of one of them; grp[i] = the r-th holder
+ * pTensor of chunk i.  Returns 1 on success. */
+static int match(const cctx *c, piece *const *chunks, int k, int dev, int *grp)
+{
+    int R = chunks[0]->n, r = -1;
+    for (int i = 0; i < k; i++) {
+        if (chunks[i]->n != R) return 0;
+        for (int q = 0; q < R; q++)
+            if (P(c, chunks[i]->pt[q])->dev == dev) r = q;
+    }
+    if (r < 0) return 0;
+    for (int i = 0; i < k; i++) {
+        grp[i] = chunks[i]->pt[r];
+        for (int j = 0; j < i; j++)
+            if (P(c, grp[j])->dev == P(c, grp[i])->dev) return 0;
+    }
+    return 1;
+}
+
+/* Do boxes tile whole along dim j into equal consecutive ranges?  order[i]
+ * = index of the box holding range i. */
+static int tiles(const ir_box *const *bx, int k, const ir_box *whole, int j, int nd, int *order)
+{
+    int64_t len = whole->hi[j] - whole->lo[j];
+    if (k < 2 || len % k) return 0;
+    int64_t part = len / k;
+    for (int i = 0; i < k; i++) order[i] = -1;
+    for (int i = 0; i < k; i++) {
+        for (int q = 0; q < nd; q++)
+            if (q != j && (bx[i]->lo[q] != whole->lo[q] || bx[i]->hi[q] != whole->hi[q])) return 0;
+        int64_t off = bx[i]->lo[j] - whole->lo[j];
+        if (off < 0 || off % part || bx[i]->hi[j] - bx[i]->lo[j] != part) return 0;
+        if (order[off / part] >= 0) return 0;
+        order[off / part] = i;
+    }
+    return 1;
+}
+
+/* A full-value need on dev with this box, not yet made, or -1. */
+static int need_on(const cctx *c, int dev, const ir_box *box)
+{
+    for (int i = 0; i < c->need.n; i++) {
+        const ir_ptensor *n = P(c, c->need.v[i]);
+        if (n->dev == dev && n->vn == 1 && ir_box_eq(&n->box, box, c->nd)) return c->need.v[i];
+    }
+    return -1;
+}
+
+static int have(const cctx *c, int pt)
+{
+    for (int i = 0; i < c->src.n; i++)
+        if (c->src.v[i] == pt) return 1;
+    return is_made(c, pt);
+}
+
+/* ---------------------------------------------------------------- rules */
+
+/* A full-value local piece covers the need: slice it. */
+static int rule_slice(cctx *c, int need)
+{
+    const ir_ptensor n = *P(c, need);
+    for (int i = 0; i < c->src.n; i++) {
+        const ir_ptensor *s = P(c, c->src.v[i]);
+        if (s->dev != n.dev || s->vn != 1 || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
+        int in = c->src.v[i];
+        add_comm(c, IR_COMM_SLICE, 1, &n.dev, &in, &need, NULL, -1, 0, 0, "a sub-box of a local piece");
+        return 1;
+    }
+    return 0;
+}
+
+/* Value parts 0..V-1 of the need's box, one per member: all-reduce. */
+static int rule_allreduce(cctx *c, int need)
+{
+    const ir_ptensor n = *P(c, need);
+    int ok = 0;
+    for (int i = 0; i < c->src.n && !ok; i++) {
+        const ir_ptensor *s = P(c, c->src.v[i]);
+        if (s->vn == 1 || !ir_box_eq(&s->box, &n.box, c->nd)) continue;
+        int V = s->vn;
+        piece **ch = ir_xmalloc(sizeof(piece *) * (size_t)V);
+        piece *all[64];
+        int grp[64], devs[64], out[64], good = V <= 64;
+        for (int j = 0; j < V && good; j++) {
+            piece *ps;
+            int np = pieces_of(c, V, j, &ps);
+            all[j] = ps;
+            ch[j] = NULL;
+            for (int q = 0; q < np; q++)
+                if (ir_box_eq(&ps[q].box, &n.box, c->nd)) ch[j] = &ps[q];
+            good = ch[j] != NULL;
+            if (!good) V = j + 1;
+        }
+        if (good && match(c, ch, V, n.dev, grp)) {
+            for (int j = 0; j < V; j++) {
+                devs[j] = P(c, grp[j])->dev;
+                out[j] = full_pt(c, grp[j], devs[j]);
+            }
+            char why[160];
+            snprintf(why, sizeof why, "sum of %d partial values", V);
+            add_comm(c, IR_COMM_ALLREDUCE, V, devs, grp, out, NULL, -1, 0, bytes_of(c, &n.box) * 2 * (V - 1) / V,
+                     why);
+            ok = 1;
+        }
+        for (int j = 0; j < V && j < 64; j++) free(all[j]);
+        free(ch);
+        break;
+    }
     return ok;
 }
 
-/* Local slice from a full-value pTensor on the consumer's device. */
-static int try_slice(ir_dist *d, const list *src, int need)
+/* Value parts of a larger box whose members need its tiles: reduce-scatter. */
+static int rule_reducescatter(cctx *c, int need)
 {
-    const ir_ptensor *n = &d->pt[need];
-    const ir_tensor *t = &d->g->t[n->tensor];
-    for (int i = 0; i < src->n; i++) {
-        const ir_ptensor *s = &d->pt[src->v[i]];
-        if (s->dev != n->dev || s->vn != 1 || !ir_box_contains(&s->box, &n->box, t->ndim)) continue;
-        if (made(d, need)) return 1;
-        int dev = n->dev, in = src->v[i];
-        add_comm(d, IR_COMM_SLICE, n->tensor, &dev, 1, &in, &need, 0, "consumer needs a sub-box of a local piece");
+    const ir_ptensor n = *P(c, need);
+    int ok = 0;
+    for (int i = 0; i < c->src.n && !ok; i++) {
+        const ir_ptensor s = *P(c, c->src.v[i]);
+        if (s.vn == 1 || s.vn > 64 || ir_box_eq(&s.box, &n.box, c->nd) || !ir_box_contains(&s.box, &n.box, c->nd))
+            continue;
+        int V = s.vn, good = 1, grp[64], devs[64], out[64], order[64];
+        piece *all[64], *ch[64];
+        for (int j = 0; j < V; j++) {
+            int np = pieces_of(c, V, j, &all[j]);
+            ch[j] = NULL;
+            for (int q = 0; q < np; q++)
+                if (ir_box_eq(&all[j][q].box, &s.box, c->nd)) ch[j] = &all[j][q];
+            good &= ch[j] != NULL;
+        }
+        if (good && match(c, ch, V, n.dev, grp)) {
+            int dim = diff_dim(&s.box, &n.box, c->nd);
+            const ir_box *bx[64];
+            for (int j = 0; j < V && good; j++) {
+                devs[j] = P(c, grp[j])->dev;
+                out[j] = -1;
+                /* member j's need: a tile of the box along dim */
+                for (int q = 0; q < c->need.n && out[j] < 0; q++) {
+                    const ir_ptensor *m = P(c, c->need.v[q]);
+                    if (m->dev == devs[j] && m->vn == 1 && ir_box_contains(&s.box, &m->box, c->nd) &&
+                        diff_dim(&s.box, &m->box, c->nd) == dim && !have(c, c->need.v[q]))
+                        out[j] = c->need.v[q];
+                }
+                good = out[j] >= 0;
+                if (good) bx[j] = &P(c, out[j])->box;
+            }
+            if (good && dim >= 0 && tiles(bx, V, &s.box, dim, c->nd, order)) {
+                char why[160];
+                snprintf(why, sizeof why, "sum of %d partial values, each member needs one tile (dim %d)", V, dim);
+                add_comm(c, IR_COMM_REDUCESCATTER, V, devs, grp, out, NULL, -1, 0,
+                         bytes_of(c, &s.box) * (V - 1) / V, why);
+                ok = 1;
+            }
+        }
+        for (int j = 0; j < V; j++) free(all[j]);
+    }
+    return ok;
+}
+
+/* Tiles of the need's box, one per member, all members need the box: all-gather. */
+static int rule_allgather(cctx *c, int need)
+{
+    const ir_ptensor n = *P(c, need);
+    piece *ps;
+    int np = pieces_of(c, 1, -1, &ps), ok = 0;
+    piece *ch[64];
+    const ir_box *bx[64];
+    int k = 0, dim = -1;
+    for (int q = 0; q < np && k < 64; q++) {
+        if (!ir_box_contains(&n.box, &ps[q].box, c->nd) || ir_box_eq(&n.box, &ps[q].box, c->nd)) continue;
+        int j = diff_dim(&n.box, &ps[q].box, c->nd);
+        if (j < 0 || (dim >= 0 && j != dim)) continue;
+        dim = j;
+        ch[k] = &ps[q];
+        bx[k++] = &ps[q].box;
+    }
+    int order[64], grp[64], devs[64], out[64];
+    if (k >= 2 && tiles(bx, k, &n.box, dim, c->nd, order) && match(c, ch, k, n.dev, grp)) {
+        ok = 1;
+        for (int j = 0; j < k && ok; j++) {
+            devs[j] = P(c, grp[j])->dev;
+            out[j] = need_on(c, devs[j], &n.box);
+            ok = out[j] >= 0 && !have(c, out[j]);
+        }
+        if (ok) {
+            char why[160];
+            snprintf(why, sizeof why, "%d tiles along dim %d; every member needs the whole box", k, dim);
+            add_comm(c, IR_COMM_ALLGATHER, k, devs, grp, out, NULL, -1, 0, bytes_of(c, bx[0]) * (k - 1), why);
+        }
+    }
+    free(ps);
+    return ok;
+}
+
+/* A box tiled along dim a on the members, needed tiled along dim b: all-to-all. */
+static int rule_alltoall(cctx *c, int need)
+{
+    const ir_ptensor n = *P(c, need);
+    piece *ps;
+    int np = pieces_of(c, 1, -1, &ps), ok = 0;
+    /* the member's own piece: the one on n.dev that meets the need */
+    for (int q = 0; q < np && !ok; q++) {
+        const ir_box *mine = &ps[q].box;
+        int on = 0;
+        for (int r = 0; r < ps[q].n; r++) on |= P(c, ps[q].pt[r])->dev == n.dev;
+        ir_box x;
+        if (!on || !ir_box_and(mine, &n.box, c->nd, &x)) continue;
+        /* the whole box: the need's extent in every dim but b, the piece's in dim b */
+        ir_box whole = n.box;
+        int a = -1, b = -1;
+        for (int i = 0; i < c->nd; i++) {
+            int pn = mine->lo[i] == n.box.lo[i] && mine->hi[i] == n.box.hi[i];
+            if (pn) continue;
+            if (mine->lo[i] >= n.box.lo[i] && mine->hi[i] <= n.box.hi[i]) {
+                if (a >= 0) a = -2;
+                else a = i;   /* the piece is a tile of the need along a */
+            } else if (n.box.lo[i] >= mine->lo[i] && n.box.hi[i] <= mine->hi[i]) {
+                if (b >= 0) b = -2;
+                else b = i, whole.lo[i] = mine->lo[i], whole.hi[i] = mine->hi[i];
+            } else {
+                a = -2;
+            }
+        }
+        if (a < 0 || b < 0) continue;
+        piece *ch[64];
+        const ir_box *bx[64], *nb[64];
+        int k = 0, order[64], grp[64], devs[64], out[64], norder[64];
+        for (int p = 0; p < np && k < 64; p++)
+            if (ir_box_contains(&whole, &ps[p].box, c->nd) && diff_dim(&whole, &ps[p].box, c->nd) == a)
+                ch[k] = &ps[p], bx[k] = &ps[p].box, k++;
+        if (k < 2 || !tiles(bx, k, &whole, a, c->nd, order) || !match(c, ch, k, n.dev, grp)) continue;
+        int good = 1;
+        for (int j = 0; j < k && good; j++) {
+            devs[j] = P(c, grp[j])->dev;
+            out[j] = -1;
+            for (int q2 = 0; q2 < c->need.n && out[j] < 0; q2++) {
+                const ir_ptensor *m = P(c, c->need.v[q2]);
+                if (m->dev == devs[j] && m->vn == 1 && ir_box_contains(&whole, &m->box, c->nd) &&
+                    diff_dim(&whole, &m->box, c->nd) == b && !have(c, c->need.v[q2]))
+                    out[j] = c->need.v[q2];
+            }
+            good = out[j] >= 0;
+            if (good) nb[j] = &P(c, out[j])->box;
+        }
+        if (good && tiles(nb, k, &whole, b, c->nd, norder)) {
+            char why[160];
+            snprintf(why, sizeof why, "tiles along dim %d become tiles along dim %d", a, b);
+            add_comm(c, IR_COMM_ALLTOALL, k, devs, grp, out, NULL, -1, 0, bytes_of(c, bx[0]) * (k - 1) / k, why);
+            ok = 1;
+        }
+    }
+    free(ps);
+    return ok;
+}
+
+/* One holder of the box, several devices need it: broadcast. */
+static int rule_broadcast(cctx *c, int need)
+{
+    const ir_ptensor n = *P(c, need);
+    int root = -1, rpt = -1;
+    for (int i = 0; i < c->src.n; i++) {
+        const ir_ptensor *s = P(c, c->src.v[i]);
+        if (s->vn != 1 || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
+        if (s->dev == n.dev) return 0;   /* local: a slice does it */
+        if (root < 0 || s->dev < root) root = s->dev, rpt = c->src.v[i];
+    }
+    if (root < 0) return 0;
+    int devs[65], in[65], out[65], k = 1;
+    devs[0] = root, in[0] = rpt, out[0] = -1;
+    for (int i = 0; i < c->need.n && k < 65; i++) {
+        int q = c->need.v[i];
+        const ir_ptensor *m = P(c, q);
+        if (m->vn != 1 || !ir_box_eq(&m->box, &n.box, c->nd) || have(c, q) || m->dev == root) continue;
+        int local = 0;
+        for (int s = 0; s < c->src.n; s++) {
+            const ir_ptensor *sp = P(c, c->src.v[s]);
+            local |= sp->dev == m->dev && sp->vn == 1 && ir_box_contains(&sp->box, &m->box, c->nd);
+        }
+        if (local) continue;
+        int dup = 0;
+        for (int j = 0; j < k; j++) dup |= devs[j] == m->dev;
+        if (dup) continue;
+        devs[k] = m->dev, in[k] = -1, out[k] = q, k++;
+    }
+    if (k < 3) return 0;   /* one receiver: send/recv is as cheap */
+    char why[160];
+    snprintf(why, sizeof why, "rank %d holds the box; %d others need it", root, k - 1);
+    add_comm(c, IR_COMM_BROADCAST, k, devs, in, out, &n.box, root, 0, bytes_of(c, &n.box), why);
+    return 1;
+}
+
+/* Sorted unique cut points of pieces within [lo, hi) along dim j. */
+static int cuts(const piece *ps, int np, const ir_box *b, int j, int64_t *cut)
+{
+    int n = 0;
+    cut[n++] = b->lo[j];
+    cut[n++] = b->hi[j];
+    for (int q = 0; q < np && n < 62; q++) {
+        if (ps[q].box.lo[j] > b->lo[j] && ps[q].box.lo[j] < b->hi[j]) cut[n++] = ps[q].box.lo[j];
+        if (ps[q].box.hi[j] > b->lo[j] && ps[q].box.hi[j] < b->hi[j]) cut[n++] = ps[q].box.hi[j];
+    }
+    for (int i = 1; i < n; i++)
+        for (int k = i; k > 0 && cut[k - 1] > cut[k]; k--) {
+            int64_t t = cut[k];
+            cut[k] = cut[k - 1];
+            cut[k - 1] = t;
+        }
+    int u = 0;
+    for (int i = 0; i < n; i++)
+        if (!u || cut[u - 1] != cut[i]) cut[u++] = cut[i];
+    return u;
+}
+
+/* Cover the need cell by cell from pieces (one value part, or full values),
+ * local holders first, else the least-loaded holder.  Returns 0 if some
+ * cell is not covered. */
+static int cover(cctx *c, int need, const piece *ps, int np, int acc, const char *why)
+{
+    const ir_ptensor n = *P(c, need);
+    int64_t cut[IR_MAXDIM][64];
+    int nc[IR_MAXDIM], idx[IR_MAXDIM] = {0};
+    int64_t ncell = 1;
+    for (int j = 0; j < c->nd; j++) {
+        nc[j] = cuts(ps, np, &n.box, j, cut[j]) - 1;
+        ncell *= nc[j];
+    }
+    if (ncell > 4096) return 0;
+    for (int64_t cell = 0; cell < ncell; cell++) {
+        ir_box b;
+        memset(&b, 0, sizeof b);
+        for (int j = 0; j < c->nd; j++) b.lo[j] = cut[j][idx[j]], b.hi[j] = cut[j][idx[j] + 1];
+        int best = -1, bdev = -1;
+        for (int q = 0; q < np; q++) {
+            if (!ir_box_contains(&ps[q].box, &b, c->nd)) continue;
+            for (int r = 0; r < ps[q].n; r++) {
+                int dv = P(c, ps[q].pt[r])->dev;
+                int better = best < 0 || dv == n.dev ||
+                             (bdev != n.dev && c->sent[dv] < c->sent[bdev]);
+                if (better) best = ps[q].pt[r], bdev = dv;
+            }
+        }
+        if (best < 0) return 0;
+        if (bdev == n.dev) {
+            add_comm(c, IR_COMM_COPY, 1, &n.dev, &best, &need, &b, -1, acc, 0, why);
+        } else {
+            int devs[2] = {bdev, n.dev}, in[2] = {best, -1}, out[2] = {-1, need};
+            c->sent[bdev] += bytes_of(c, &b);
+            add_comm(c, IR_COMM_SENDRECV, 2, devs, in, out, &b, bdev, acc, bytes_of(c, &b), why);
+        }
+        for (int j = c->nd - 1; j >= 0; j--) {
+            if (++idx[j] < nc[j]) break;
+            idx[j] = 0;
+        }
+    }
+    return 1;
+}
+
+/* General fallback: assemble the need from full pieces, or sum value parts. */
+static int rule_fallback(cctx *c, int need)
+{
+    const ir_ptensor n = *P(c, need);
+    piece *ps;
+    int np = pieces_of(c, 1, -1, &ps), ok = 0;
+    /* full values: one covering remote piece needs no zeroing */
+    int single = 0;
+    for (int q = 0; q < np; q++) single |= ir_box_contains(&ps[q].box, &n.box, c->nd);
+    int ncomm0 = c->d->ncomm;
+    if (np) {
+        int zero = !single;
+        if (zero) add_comm(c, IR_COMM_ZERO, 1, &n.dev, NULL, &need, NULL, -1, 0, 0, "assembled from pieces");
+        ok = cover(c, need, ps, np, zero, "assembled from the pieces that hold it");
+        if (!ok) c->d->ncomm = ncomm0;   /* drop the partial assembly; try value parts */
+    }
+    free(ps);
+    if (ok) return 1;
+    /* value parts: zero, then add every part's pieces */
+    int V = 0;
+    for (int i = 0; i < c->src.n; i++)
+        if (P(c, c->src.v[i])->vn > 1) V = P(c, c->src.v[i])->vn;
+    if (!V) return 0;
+    add_comm(c, IR_COMM_ZERO, 1, &n.dev, NULL, &need, NULL, -1, 0, 0, "sum of partial values");
+    for (int j = 0; j < V; j++) {
+        np = pieces_of(c, V, j, &ps);
+        ok = cover(c, need, ps, np, 1, "sum of the partial values that hold it");
+        free(ps);
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* A value-split need (a linear op's input): part 0 from a local full
+ * value, the other parts zero. */
+static int rule_partial(cctx *c, int need)
+{
+    const ir_ptensor n = *P(c, need);
+    for (int i = 0; i < c->src.n; i++) {
+        const ir_ptensor *s = P(c, c->src.v[i]);
+        if (s->dev != n.dev || s->vn != 1 || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
+        int in = c->src.v[i];
+        if (n.vpart == 0) add_comm(c, IR_COMM_COPY, 1, &n.dev, &in, &need, &n.box, -1, 0, 0, "part 0 of a full value");
+        else add_comm(c, IR_COMM_ZERO, 1, &n.dev, NULL, &need, NULL, -1, 0, 0, "part > 0 of a full value");
         return 1;
     }
     return 0;
@@ -156,40 +592,46 @@ static void sources(ir_dist *d, int t, list *src)
 void pass_comm(ir_dist *d)
 {
     const ir_graph *g = d->g;
-    list src = {0}, need = {0};
+    cctx c;
+    memset(&c, 0, sizeof c);
+    c.d = d;
+    c.sent = ir_xcalloc((size_t)d->ndev + 1, sizeof *c.sent);
     for (int t = 0; t < g->nt; t++) {
-        src.n = need.n = 0;
-        sources(d, t, &src);
+        c.t = t;
+        c.nd = g->t[t].ndim;
+        c.src.n = c.need.n = 0;
+        sources(d, t, &c.src);
         if (g->t[t].kind == IR_T_PARAM || g->t[t].kind == IR_T_OPTSTATE) {
-            d->store[t] = ir_dist_ints(d, src.v, src.n);
-            d->nstore[t] = src.n;
+            d->store[t] = ir_dist_ints(d, c.src.v, c.src.n);
+            d->nstore[t] = c.src.n;
         }
         for (int i = 0; i < d->nsop; i++) {
             const ir_subop *s = &d->sop[i];
             const ir_op *o = &g->op[s->op];
             for (int k = 0; k < o->nin; k++)
-                if (o->in[k] == t) lpush(&need, s->in[k]);
+                if (o->in[k] == t) lpush(&c.need, s->in[k]);
         }
         /* the loss is reported by every device that holds a part of it */
         if (t == g->train.loss)
-            for (int i = 0; i < src.n; i++) {
-                ir_ptensor full = d->pt[src.v[i]];
-                full.vpart = 0;
-                full.vn = 1;
-                lpush(&need, ir_dist_pt(d, &full));
+            for (int i = 0; i < c.src.n; i++) lpush(&c.need, full_pt(&c, c.src.v[i], P(&c, c.src.v[i])->dev));
+        if (g->t[t].kind == IR_T_INPUT) continue;   /* data is loaded where it is needed */
+        for (int i = 0; i < c.need.n; i++) {
+            int nd = c.need.v[i];
+            if (have(&c, nd)) continue;
+            int ok = P(&c, nd)->vn > 1 ? rule_partial(&c, nd)
+                                       : rule_slice(&c, nd) || rule_allreduce(&c, nd) || rule_reducescatter(&c, nd) ||
+                                             rule_allgather(&c, nd) || rule_alltoall(&c, nd) ||
+                                             rule_broadcast(&c, nd) || rule_fallback(&c, nd);
+            if (!ok) {
+                ir_buf b = {0};
+                ir_pt_print(d, nd, &b);
+                ir_die(__FILE__, __LINE__, "no communication rule produces %s from the pieces of %s", b.s,
+                       g->t[t].name);
             }
-        for (int i = 0; i < need.n; i++) {
-            int nd = need.v[i];
-            int have = 0;
-            for (int j = 0; j < src.n; j++) have |= src.v[j] == nd;
-            if (have || g->t[t].kind == IR_T_INPUT) continue;
-            if (try_slice(d, &src, nd) || try_allreduce(d, &src, nd)) continue;
-            ir_buf b = {0};
-            ir_pt_print(d, nd, &b);
-            ir_die(__FILE__, __LINE__, "no communication rule produces %s from the pieces of %s", b.s,
-                   g->t[t].name);
         }
     }
-    free(src.v);
-    free(need.v);
+    free(c.src.v);
+    free(c.need.v);
+    free(c.made);
+    free(c.sent);
 }

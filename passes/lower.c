@@ -204,47 +204,216 @@ static void lower_subop(lctx *c, int si, int sec)
     }
 }
 
+ir_box pass_mbbox(const ir_dist *d, int tensor, const ir_box *b, int sec)
+{
+    ir_box r = *b;
+    const ir_tensor *t = &d->g->t[tensor];
+    if (sec == IR_SEC_MB && t->batch_dim >= 0) {
+        int64_t m = d->g->train.micro_batches;
+        IR_ASSERT(r.lo[t->batch_dim] % m == 0 && r.hi[t->batch_dim] % m == 0);
+        r.lo[t->batch_dim] /= m;
+        r.hi[t->batch_dim] /= m;
+    }
+    return r;
+}
+
+int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank)
+{
+    const ir_comm *cm = &d->comm[ci];
+    const ir_tensor *t = &d->g->t[cm->tensor];
+    int member = 0;
+    for (int k = 0; k < cm->n; k++) member |= d->ints[d->grp[cm->group].devs + k] == rank;
+    if (!member || cm->kind == IR_COMM_ALLREDUCE || cm->kind == IR_COMM_SLICE || cm->kind == IR_COMM_ZERO) return 0;
+    /* two buffers of the largest box involved (per step: an upper bound of a micro-batch's) */
+    int64_t big = ir_box_numel(&cm->region, t->ndim);
+    for (int k = 0; k < cm->n; k++) {
+        int pi = d->ints[cm->in + k], po = d->ints[cm->out + k];
+        if (pi >= 0 && ir_box_numel(&d->pt[pi].box, t->ndim) > big) big = ir_box_numel(&d->pt[pi].box, t->ndim);
+        if (po >= 0 && ir_box_numel(&d->pt[po].box, t->ndim) > big) big = ir_box_numel(&d->pt[po].box, t->ndim);
+    }
+    return 2 * big * pass_elsize(t);
+}
+
+/* slice (dir 0: dst = src[region]) or place (dir 1: dst[region] = src) of a
+ * region given in tensor coordinates, relative to the box of the full buffer. */
+static void emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const ir_box *full, const ir_box *region,
+                     int nd, int acc, const char *note)
+{
+    pg_instr *in = ir_prog_add(c->p, sec, dir ? RT_K_place : RT_K_slice, note);
+    pg_buf(in, src);
+    pg_buf(in, dst);
+    pg_i(in, nd);
+    pg_i(in, acc);
+    for (int j = 0; j < nd; j++) {
+        pg_i(in, full->hi[j] - full->lo[j]);
+        pg_i(in, region->lo[j] - full->lo[j]);
+        pg_i(in, region->hi[j] - full->lo[j]);
+    }
+}
+
+/* Are the tiles (in member order) consecutive blocks of whole's row-major
+ * buffer?  True when they tile one dim j in order and every dim before j
+ * has extent 1. */
+static int direct_tiles(const ir_box *whole, const ir_box *const *tile, int k, int nd)
+{
+    int j = 0;
+    while (j < nd && whole->hi[j] - whole->lo[j] == 1) j++;
+    if (j == nd) return k == 1;
+    int64_t part = (whole->hi[j] - whole->lo[j]) / k;
+    for (int i = 0; i < k; i++) {
+        if (tile[i]->lo[j] != whole->lo[j] + i * part || tile[i]->hi[j] != whole->lo[j] + (i + 1) * part) return 0;
+        for (int q = j + 1; q < nd; q++)
+            if (tile[i]->lo[q] != whole->lo[q] || tile[i]->hi[q] != whole->hi[q]) return 0;
+    }
+    return 1;
+}
+
 static void lower_comm(lctx *c, int ci, int sec)
 {
     const ir_dist *d = c->d;
     const ir_comm *cm = &d->comm[ci];
     const ir_tensor *t = &d->g->t[cm->tensor];
+    const int nd = t->ndim, es = pass_elsize(t), K = cm->n;
+    const int *devs = d->ints + d->grp[cm->group].devs;
     int k = -1;
-    for (int i = 0; i < cm->n; i++)
-        if (d->pt[d->ints[cm->in + i]].dev == c->p->rank) k = i;
+    for (int i = 0; i < K; i++)
+        if (devs[i] == c->p->rank) k = i;
     if (k < 0) return;
     int pin = d->ints[cm->in + k], pout = d->ints[cm->out + k];
+    ir_box ib[64], ob[64];   /* every member's in / out boxes, per micro-batch */
+    IR_ASSERT(K <= 64);
+    for (int i = 0; i < K; i++) {
+        int a = d->ints[cm->in + i], b = d->ints[cm->out + i];
+        memset(&ib[i], 0, sizeof ib[i]);
+        memset(&ob[i], 0, sizeof ob[i]);
+        if (a >= 0) ib[i] = pass_mbbox(d, cm->tensor, &d->pt[a].box, sec);
+        if (b >= 0) ob[i] = pass_mbbox(d, cm->tensor, &d->pt[b].box, sec);
+    }
+    ir_box reg = pass_mbbox(d, cm->tensor, &cm->region, sec);
+    int64_t S = c->m->scratch, sent = 0, execs = sec == IR_SEC_MB ? d->g->train.micro_batches : 1;
     char note[300];
     snprintf(note, sizeof note, "%s %s", ir_comm_name(cm->kind), t->name);
-    c->p->comm_bytes[cm->kind] += cm->bytes * (sec == IR_SEC_MB ? d->g->train.micro_batches : 1);
+    const char *nt = ir_prog_str(c->p, note);
+    pg_instr *in;
     switch (cm->kind) {
-    case IR_COMM_ALLREDUCE: {
-        pg_instr *in = ir_prog_add(c->p, sec, RT_K_allreduce, note);
+    case IR_COMM_ALLREDUCE:
+        in = ir_prog_add(c->p, sec, RT_K_allreduce, nt);
         pg_buf(in, off(c, pin));
-        pg_i(in, c->m->bytes[pin] / pass_elsize(t));
+        pg_i(in, ir_box_numel(&ib[k], nd) * es / 4);
         pg_i(in, cm->group);
+        sent = ir_box_numel(&ib[k], nd) * es * 2 * (K - 1) / K;
+        break;
+    case IR_COMM_SLICE:
+        emit_box(c, sec, 0, off(c, pin), off(c, pout), &ib[k], &ob[k], nd, 0, nt);
+        break;
+    case IR_COMM_ZERO:
+        in = ir_prog_add(c->p, sec, RT_K_zero, nt);
+        pg_buf(in, off(c, pout));
+        pg_i(in, ir_box_numel(&ob[k], nd) * es / 4);
+        break;
+    case IR_COMM_COPY:
+        if (ir_box_eq(&reg, &ob[k], nd)) {
+            emit_box(c, sec, 0, off(c, pin), off(c, pout), &ib[k], &reg, nd, cm->acc, nt);
+        } else if (ir_box_eq(&reg, &ib[k], nd)) {
+            emit_box(c, sec, 1, off(c, pin), off(c, pout), &ob[k], &reg, nd, cm->acc, nt);
+        } else {
+            emit_box(c, sec, 0, off(c, pin), S, &ib[k], &reg, nd, 0, nt);
+            emit_box(c, sec, 1, S, off(c, pout), &ob[k], &reg, nd, cm->acc, nt);
+        }
+        break;
+    case IR_COMM_SENDRECV: {
+        int64_t n = ir_box_numel(&reg, nd) * es / 4;
+        int other = 1 - cm->root;
+        int64_t sbuf = S, rbuf = S;
+        if (k == cm->root) {
+            if (ir_box_eq(&reg, &ib[k], nd)) sbuf = off(c, pin);
+            else emit_box(c, sec, 0, off(c, pin), S, &ib[k], &reg, nd, 0, nt);
+            sent = n * 4;
+        } else if (ir_box_eq(&reg, &ob[k], nd) && !cm->acc) {
+            rbuf = off(c, pout);
+        }
+        in = ir_prog_add(c->p, sec, RT_K_sendrecv, nt);
+        pg_buf(in, sbuf);
+        pg_buf(in, rbuf);
+        pg_i(in, n);
+        pg_i(in, cm->group);
+        pg_i(in, k == cm->root ? other : -1);
+        pg_i(in, k == cm->root ? -1 : cm->root);
+        if (k != cm->root && rbuf == S) emit_box(c, sec, 1, S, off(c, pout), &ob[k], &reg, nd, cm->acc, nt);
         break;
     }
-    case IR_COMM_SLICE: {
-        pg_instr *in = ir_prog_add(c->p, sec, RT_K_slice, note);
-        pg_buf(in, off(c, pin));
-        pg_buf(in, off(c, pout));
-        pg_i(in, t->ndim);
-        pg_i(in, 0);
-        const ir_box *a = &d->pt[pin].box, *b = &d->pt[pout].box;
-        for (int j = 0; j < t->ndim; j++) {
-            int64_t e = a->hi[j] - a->lo[j], lo = b->lo[j] - a->lo[j], hi = b->hi[j] - a->lo[j];
-            if (j == t->batch_dim && sec == IR_SEC_MB) {
-                IR_ASSERT(lo == 0 && hi == e);   /* micro-batches cut this dim */
-                e = hi /= d->g->train.micro_batches;
-            }
-            pg_i(in, e); pg_i(in, lo); pg_i(in, hi);
+    case IR_COMM_BROADCAST: {
+        int64_t n = ir_box_numel(&reg, nd) * es / 4, buf;
+        if (k == cm->root) {
+            buf = ir_box_eq(&reg, &ib[k], nd) ? off(c, pin) : S;
+            if (buf == S) emit_box(c, sec, 0, off(c, pin), S, &ib[k], &reg, nd, 0, nt);
+            sent = n * 4;
+        } else {
+            IR_ASSERT(ir_box_eq(&reg, &ob[k], nd));
+            buf = off(c, pout);
         }
+        in = ir_prog_add(c->p, sec, RT_K_broadcast, nt);
+        pg_buf(in, buf);
+        pg_i(in, n);
+        pg_i(in, cm->group);
+        pg_i(in, cm->root);
+        break;
+    }
+    case IR_COMM_ALLGATHER: {
+        int64_t n = ir_box_numel(&ib[k], nd) * es / 4;
+        const ir_box *tl[64];
+        for (int i = 0; i < K; i++) tl[i] = &ib[i];
+        int direct = direct_tiles(&ob[k], tl, K, nd);
+        in = ir_prog_add(c->p, sec, RT_K_allgather, nt);
+        pg_buf(in, off(c, pin));
+        pg_buf(in, direct ? off(c, pout) : S);
+        pg_i(in, n);
+        pg_i(in, cm->group);
+        if (!direct)
+            for (int i = 0; i < K; i++) emit_box(c, sec, 1, S + i * n * 4, off(c, pout), &ob[k], &ib[i], nd, 0, nt);
+        sent = n * 4 * (K - 1);
+        break;
+    }
+    case IR_COMM_REDUCESCATTER: {
+        int64_t n = ir_box_numel(&ob[k], nd) * es / 4;
+        const ir_box *tl[64];
+        for (int i = 0; i < K; i++) tl[i] = &ob[i];
+        int direct = direct_tiles(&ib[k], tl, K, nd);
+        if (!direct)
+            for (int i = 0; i < K; i++) emit_box(c, sec, 0, off(c, pin), S + i * n * 4, &ib[k], &ob[i], nd, 0, nt);
+        in = ir_prog_add(c->p, sec, RT_K_reducescatter, nt);
+        pg_buf(in, direct ? off(c, pin) : S);
+        pg_buf(in, off(c, pout));
+        pg_i(in, n);
+        pg_i(in, cm->group);
+        sent = n * 4 * (K - 1);
+        break;
+    }
+    case IR_COMM_ALLTOALL: {
+        /* chunk j of my piece goes to member j; chunk i from member i lands in my box */
+        ir_box x;
+        IR_ASSERT(ir_box_and(&ib[k], &ob[0], nd, &x));
+        int64_t n = ir_box_numel(&x, nd) * es / 4, R = S + K * n * 4;
+        for (int j = 0; j < K; j++) {
+            IR_ASSERT(ir_box_and(&ib[k], &ob[j], nd, &x));
+            emit_box(c, sec, 0, off(c, pin), S + j * n * 4, &ib[k], &x, nd, 0, nt);
+        }
+        in = ir_prog_add(c->p, sec, RT_K_alltoall, nt);
+        pg_buf(in, S);
+        pg_buf(in, R);
+        pg_i(in, n);
+        pg_i(in, cm->group);
+        for (int i = 0; i < K; i++) {
+            IR_ASSERT(ir_box_and(&ib[i], &ob[k], nd, &x));
+            emit_box(c, sec, 1, R + i * n * 4, off(c, pout), &ob[k], &x, nd, 0, nt);
+        }
+        sent = n * 4 * (K - 1);
         break;
     }
     default:
         ir_die(__FILE__, __LINE__, "lowering of %s is not implemented", ir_comm_name(cm->kind));
     }
+    c->p->comm_bytes[cm->kind] += sent * execs;
 }
 
 /* Manifest records: header, groups, params this rank stores, inputs. */

@@ -60,12 +60,15 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             const ir_comm *c = &d->comm[it->id];
             for (int k = 0; k < c->n; k++) {
                 int in = d->ints[c->in + k], out = d->ints[c->out + k];
-                if (d->pt[in].dev != rank) continue;
-                use(first, last, in, n);
-                use(first, last, out, n);
+                if (d->ints[d->grp[c->group].devs + k] != rank) continue;
+                if (in >= 0) use(first, last, in, n);
+                if (out >= 0) use(first, last, out, n);
                 if (c->kind == IR_COMM_ALLREDUCE) alias[out] = in;
-                if (post) pers[in] = pers[out] = 1;
+                if (post && in >= 0) pers[in] = 1;
+                if (post && out >= 0) pers[out] = 1;
             }
+            int64_t sb = pass_comm_scratch(d, it->id, rank);
+            if (sb > m->scratch_bytes) m->scratch_bytes = sb;
         } else {
             const ir_subop *s = &d->sop[it->id];
             if (s->dev != rank) continue;
@@ -106,6 +109,10 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             m->off[i] = top;
             top += align_up(m->bytes[i]);
         }
+    if (m->scratch_bytes) {
+        m->scratch = top;
+        top += align_up(m->scratch_bytes);
+    }
     m->persistent = top;
     /* transient buffers: first fit by size */
     buf *bs = ir_xmalloc(sizeof(buf) * ((size_t)d->npt + 1));

@@ -42,12 +42,19 @@ typedef struct pass_mem {
     int64_t *bytes;      /* per pTensor id: buffer bytes (per micro-batch for MB tensors) */
     int64_t arena;       /* total bytes */
     int64_t persistent;  /* bytes of buffers that live across steps */
+    int64_t scratch;     /* offset of the scratch area comms pack into (see lower.c) */
+    int64_t scratch_bytes; /* its size (0: no comm needs one) */
 } pass_mem;
 void pass_memplan(const ir_dist *d, int rank, pass_mem *m);
 void pass_mem_free(pass_mem *m);
 
 /* lower.c */
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);
+/* A box in the coordinates of one micro-batch when sec is IR_SEC_MB (the
+ * batch dim divided by micro_batches). */
+ir_box pass_mbbox(const ir_dist *d, int tensor, const ir_box *b, int sec);
+/* Upper bound of the scratch bytes comm ci needs on rank. */
+int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank);
 
 /* Shared helpers (plan.c). */
 /* The annotation identifier of op that carries the batch, or -1. */

@@ -1,13 +1,30 @@
 /* plan.c -- choose op-trans and op-assign for every op, by policy.
  *
- * Policy dp: every op that carries the batch is split on the annotation
- * identifier of its batch dimension into one part per device, sub-op i on
- * device i; ops that do not carry the batch (optimizer updates) are
- * replicated on every device.  Nothing here knows about gradients or
- * all-reduces: the split of a weight-gradient matmul on its reduction
- * dimension makes its output a value-split pTensor, and passes/comm.c
- * derives the all-reduce from that.
+ * The devices form a mesh dp x tp (device = i_dp * tp + i_tp).  Every op gets
+ * at most two nested splits, one per mesh axis:
+ *
+ *   dp axis: the annotation identifier at the op's batch dim, or replicate.
+ *   tp axis (policy tp / hybrid): chosen by layout propagation in
+ *            topological order, which reproduces Megatron-LM's layout from
+ *            annotations alone:
+ *     - a matmul (or matmul_nt) with a param weight whose input is
+ *       replicated splits the weight's output-feature identifier (column
+ *       parallel); whose input is split on its last dim splits the
+ *       contracted identifier (row parallel: the output is a partial sum);
+ *     - an embedding splits the vocabulary (a reduction: partial rows);
+ *     - attention splits heads when q arrives split on its last dim;
+ *     - other ops follow a split input on the same identifier; linear ops
+ *       (add, copy) whose inputs are all partial sums stay partial (value
+ *       split); ops whose split dims are frozen (layernorm, softmax,
+ *       cross-entropy) are replicated;
+ *     - a backward op splits the identifier of the same name as its forward
+ *       op; an optimizer update splits the dim its param is split on.
+ *
+ * User constraints ([plan] trans = PATTERN SPLIT..., docs/plans.md) override
+ * the choice for the ops they match, as a complete op-trans over all
+ * devices.  Nothing here inserts communication: passes/comm.c derives it.
  */
+#include <fnmatch.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,41 +56,47 @@ int pass_batch_id(const ir_graph *g, int op)
     return -1;
 }
 
-/* Extent of identifier id in op (from its operands). */
+/* Extent of identifier id in op, or -1. */
 static int64_t id_extent(const ir_graph *g, int op, int id)
 {
-    const ir_op *o = &g->op[op];
-    for (int k = 0; k < o->nin + o->nout; k++) {
-        const ir_tensor *t = &g->t[k < o->nin ? o->in[k] : o->out[k - o->nin]];
-        for (int j = 0; j < o->anno.ndim[k]; j++)
-            if (o->anno.dim[k][j].id == id) return t->shape[j];
-    }
-    return -1;
+    return id >= 0 ? g->op[op].ext[id] : -1;
 }
 
-/* Set op's trans to one split (id, or -1 to replicate) over devices 0..n-1. */
-static void set_trans(ir_dist *d, int op, int id, int n, const char *why)
+/* Planner state: the mesh and each tensor's layout on the tp axis. */
+enum { LAY_REP = -1, LAY_PARTIAL = -2 };
+
+typedef struct planctx {
+    ir_dist *d;
+    int dp, tp;         /* mesh */
+    int *lay;           /* per tensor: dim split on the tp axis, LAY_REP or LAY_PARTIAL */
+    int *tpid;          /* per op: identifier split on the tp axis, IR_REPLICATE, IR_VALUE */
+    char *fixed;        /* per op: set by a user constraint */
+} planctx;
+
+/* Set op's trans: nsplit splits (id[j], n[j]), sub-op s on device s. */
+static void set_trans(ir_dist *d, int op, int nsplit, const int *id, const int *n, const char *why)
 {
     ir_trans *tr = &d->trans[op];
     memset(tr, 0, sizeof *tr);
-    int *devs = ir_xmalloc(sizeof(int) * (size_t)n);
-    for (int i = 0; i < n; i++) devs[i] = i;
-    if (n > 1 || id >= 0) {
-        tr->nsplit = 1;
-        tr->id[0] = id;
-        tr->n[0] = n;
+    tr->nsub = 1;
+    for (int j = 0; j < nsplit; j++) {
+        if (n[j] == 1 && id[j] == IR_REPLICATE) continue;
+        tr->id[tr->nsplit] = id[j];
+        tr->n[tr->nsplit++] = n[j];
+        tr->nsub *= n[j];
     }
-    tr->nsub = n;
-    tr->devs = ir_dist_ints(d, devs, n);
+    int *devs = ir_xmalloc(sizeof(int) * (size_t)tr->nsub);
+    for (int i = 0; i < tr->nsub; i++) devs[i] = i;
+    tr->devs = ir_dist_ints(d, devs, tr->nsub);
     free(devs);
     tr->why = why ? ir_dist_str(d, why) : NULL;
 }
 
 /* Inputs' batch dims must divide by devices x micro-batches. */
-static int check_batch(ir_dist *d)
+static int check_batch(ir_dist *d, int dp)
 {
     const ir_graph *g = d->g;
-    int64_t parts = (int64_t)d->ndev * g->train.micro_batches;
+    int64_t parts = (int64_t)dp * g->train.micro_batches;
     for (int i = 0; i < g->nt; i++) {
         const ir_tensor *t = &g->t[i];
         if (t->kind != IR_T_INPUT || t->batch_dim < 0) continue;
@@ -81,43 +104,312 @@ static int check_batch(ir_dist *d)
         if (b % parts == 0) continue;
         char hint[256];
         snprintf(hint, sizeof hint,
-                 "make the batch a multiple of %lld, or use a device count and micro_batches whose product divides %lld",
-                 (long long)parts, (long long)b);
+                 "make the batch a multiple of %lld, or use a data-parallel degree and micro_batches whose product "
+                 "divides %lld", (long long)parts, (long long)b);
         return pass_error(g, t->line, hint,
-                          "batch dim %d of input '%s' (%lld) does not divide by devices x micro_batches = %d x %lld",
-                          t->batch_dim, t->name, (long long)b, d->ndev, (long long)g->train.micro_batches);
+                          "batch dim %d of input '%s' (%lld) does not divide by data-parallel devices x micro_batches "
+                          "= %d x %lld", t->batch_dim, t->name, (long long)b, dp, (long long)g->train.micro_batches);
     }
     return 0;
 }
 
-/* dp: split on the batch identifier, else replicate. */
-static void plan_dp(ir_dist *d)
+/* The identifier at dim j of operand k (outer of a merged dim), or -1. */
+static int id_at(const ir_op *o, int k, int j)
 {
-    const ir_graph *g = d->g;
-    for (int i = 0; i < g->nop; i++) {
-        int b = pass_batch_id(g, i);
-        char why[160];
-        if (b >= 0) {
-            snprintf(why, sizeof why, "dp: batch dim '%s' (%lld) split %d ways%s", g->op[i].anno.idname[b],
-                     (long long)id_extent(g, i, b), d->ndev,
-                     g->op[i].anno.id_reduce[b] && d->ndev > 1 ? ", a reduction: outputs are partial sums" : "");
-            set_trans(d, i, b, d->ndev, why);
-        } else {
-            snprintf(why, sizeof why, "dp: no batch dim, replicated on all %d devices", d->ndev);
-            set_trans(d, i, -1, d->ndev, why);
+    return j >= 0 && j < o->anno.ndim[k] ? o->anno.dim[k][j].id : -1;
+}
+
+/* May identifier id of op be split into n parts? */
+static int splittable(const ir_graph *g, int op, int id, int n)
+{
+    const ir_anno *a = &g->op[op].anno;
+    if (id < 0 || a->id_frozen[id] || a->id_inner[id]) return 0;
+    int64_t e = id_extent(g, op, id);
+    return e > 0 && e % n == 0;
+}
+
+/* The tp-axis choice for op by the rules in the header comment. */
+static int choose_tp(planctx *c, int op, char *why, size_t whysz)
+{
+    const ir_graph *g = c->d->g;
+    const ir_op *o = &g->op[op];
+    const int tp = c->tp;
+    int fl = ir_ops[o->kind].flags;
+    if (o->phase == IR_PH_OPT) {
+        int j = c->lay[o->in[0]];
+        int id = j >= 0 ? id_at(o, 0, j) : -1;
+        if (splittable(g, op, id, tp)) {
+            snprintf(why, whysz, "update the param's tp shard (dim %d)", j);
+            return id;
+        }
+        snprintf(why, whysz, "param replicated on the tp axis");
+        return IR_REPLICATE;
+    }
+    if (o->phase == IR_PH_BWD && !(fl & OPF_LINEAR) && o->fwd >= 0) {
+        int fid = c->tpid[o->fwd];
+        if (fid >= 0) {
+            int id = ir_anno_find(&o->anno, g->op[o->fwd].anno.idname[fid]);
+            if (splittable(g, op, id, tp)) {
+                snprintf(why, whysz, "backward of %s: split '%s' like the forward", g->op[o->fwd].name,
+                         o->anno.idname[id]);
+                return id;
+            }
         }
     }
+    int x = o->in[0];
+    if ((o->kind == IR_OP_MATMUL || o->kind == IR_OP_MATMUL_NT) && o->phase == IR_PH_FWD &&
+        g->t[o->in[1]].kind == IR_T_PARAM) {
+        int last = g->t[x].ndim - 1;
+        if (c->lay[x] == last) {
+            int id = id_at(o, 0, last);
+            if (splittable(g, op, id, tp)) {
+                snprintf(why, whysz, "row parallel: input arrives split on '%s'; output is a partial sum",
+                         o->anno.idname[id]);
+                return id;
+            }
+        }
+        int id = id_at(o, 2, g->t[o->out[0]].ndim - 1);
+        if (splittable(g, op, id, tp)) {
+            snprintf(why, whysz, "column parallel: split output features '%s'", o->anno.idname[id]);
+            return id;
+        }
+    }
+    if (o->kind == IR_OP_EMBEDDING && g->t[o->in[1]].kind == IR_T_PARAM) {
+        int id = ir_anno_find(&o->anno, "v");
+        if (splittable(g, op, id, tp)) {
+            snprintf(why, whysz, "vocabulary parallel: each shard looks up its rows; output is a partial sum");
+            return id;
+        }
+    }
+    if (fl & OPF_LINEAR) {
+        int all = 1;
+        for (int k = 0; k < o->nin; k++) all &= c->lay[o->in[k]] == LAY_PARTIAL;
+        if (all) {
+            snprintf(why, whysz, "linear op over partial sums: stays partial");
+            return IR_VALUE;
+        }
+    }
+    /* follow an input split on the tp axis */
+    for (int k = 0; k < o->nin; k++) {
+        int j = c->lay[o->in[k]];
+        int id = id_at(o, k, j);
+        if (j >= 0 && splittable(g, op, id, tp)) {
+            snprintf(why, whysz, "follows '%s' split on '%s'", g->t[o->in[k]].name, o->anno.idname[id]);
+            return id;
+        }
+    }
+    snprintf(why, whysz, "replicated on the tp axis");
+    return IR_REPLICATE;
+}
+
+/* Record the tp layout of op's outputs (and of params it reads) under its trans. */
+static void record_layout(planctx *c, int op)
+{
+    const ir_graph *g = c->d->g;
+    const ir_op *o = &g->op[op];
+    const ir_trans *tr = &c->d->trans[op];
+    int b = pass_batch_id(g, op);
+    /* the tp identifier: the last non-batch split of the trans */
+    int id = IR_REPLICATE;
+    for (int j = 0; j < tr->nsplit; j++)
+        if (tr->id[j] != b || tr->id[j] < 0) id = tr->id[j];
+    c->tpid[op] = id;
+    for (int k = 0; k < o->nin + o->nout; k++) {
+        int t = k < o->nin ? o->in[k] : o->out[k - o->nin];
+        int lay = LAY_REP;
+        if (id == IR_VALUE) lay = LAY_PARTIAL;
+        for (int j = 0; j < o->anno.ndim[k] && id >= 0; j++)
+            if (o->anno.dim[k][j].id == id) lay = j;
+        if (k >= o->nin && id >= 0 && o->anno.id_reduce[id]) lay = LAY_PARTIAL;
+        if (k >= o->nin) c->lay[t] = lay;
+        else if (g->t[t].kind == IR_T_PARAM && c->lay[t] == LAY_REP && lay >= 0 && o->phase == IR_PH_FWD &&
+                 !c->fixed[op])
+            c->lay[t] = lay;   /* a param is stored as its first reader splits it */
+    }
+}
+
+/* ---- user constraints: PATTERN SPLIT {SPLIT} {, ...}; SPLIT = IDENT N | replicate N | value N */
+
+typedef struct ucons {
+    char pat[256];       /* op name pattern (fnmatch), or a block-generic name (h.fc) */
+    int n;               /* splits */
+    char id[IR_MAXSPLIT][16];
+    int parts[IR_MAXSPLIT];
+} ucons;
+
+/* Does pattern p match op name (or its name with the repeat index removed)? */
+static int matches(const ir_graph *g, const ir_op *o, const char *p)
+{
+    if (fnmatch(p, o->name, 0) == 0) return 1;
+    if (o->block < 0 || o->rep < 0) return 0;
+    /* h.3.fc -> h.fc */
+    char generic[512], rep[32];
+    const char *bn = g->blk[o->block].name;
+    size_t bl = strlen(bn);
+    snprintf(rep, sizeof rep, ".%d.", o->rep);
+    if (strncmp(o->name, bn, bl) != 0 || strncmp(o->name + bl, rep, strlen(rep)) != 0) return 0;
+    snprintf(generic, sizeof generic, "%s.%s", bn, o->name + bl + strlen(rep));
+    return fnmatch(p, generic, 0) == 0;
+}
+
+/* Parse the constraint list; returns the count or -1 after a message. */
+static int parse_cons(const ir_graph *g, ucons **out)
+{
+    const char *s = g->req.trans;
+    int n = 0, cap = 0;
+    *out = NULL;
+    static const char hint[] = "write trans = OPS IDENT N [IDENT N]..., e.g. trans = h.fc n 4, h.proj k 4 "
+                               "(IDENT: a name of the op's annotation, or replicate / value)";
+    while (s && *s) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char item[1024];
+        if (len >= sizeof item) return pass_error(g, g->req.trans_line, hint, "[plan] trans: constraint too long"), -1;
+        memcpy(item, s, len);
+        item[len] = '\0';
+        ucons *u = IR_PUSH(*out, n, cap);
+        memset(u, 0, sizeof *u);
+        char *save, *tok = strtok_r(item, " \t", &save);
+        if (!tok) return pass_error(g, g->req.trans_line, hint, "[plan] trans: empty constraint"), -1;
+        snprintf(u->pat, sizeof u->pat, "%s", tok);
+        while ((tok = strtok_r(NULL, " \t", &save))) {
+            char *num = strtok_r(NULL, " \t", &save);
+            char *end;
+            long v = num ? strtol(num, &end, 10) : 0;
+            if (!num || *end || v < 1 || u->n == IR_MAXSPLIT)
+                return pass_error(g, g->req.trans_line, hint, "[plan] trans: bad split '%s %s' for %s", tok,
+                                  num ? num : "", u->pat), -1;
+            snprintf(u->id[u->n], sizeof u->id[0], "%s", tok);
+            u->parts[u->n++] = (int)v;
+        }
+        if (u->n == 0) return pass_error(g, g->req.trans_line, hint, "[plan] trans: '%s' has no split", u->pat), -1;
+        s += len + (e != NULL);
+    }
+    return n;
+}
+
+/* Apply constraint u to op; returns 0 or 2 after a message. */
+static int apply_cons(planctx *c, int op, const ucons *u)
+{
+    const ir_graph *g = c->d->g;
+    const ir_op *o = &g->op[op];
+    int ids[IR_MAXSPLIT], total = 1;
+    char why[300];
+    for (int j = 0; j < u->n; j++) {
+        total *= u->parts[j];
+        if (strcmp(u->id[j], "replicate") == 0) ids[j] = IR_REPLICATE;
+        else if (strcmp(u->id[j], "value") == 0) {
+            if (!(ir_ops[o->kind].flags & OPF_LINEAR))
+                return pass_error(g, g->req.trans_line, "value splits apply to linear ops (add, copy)",
+                                  "[plan] trans: op %s (%s) cannot be value-split", o->name, ir_ops[o->kind].name);
+            ids[j] = IR_VALUE;
+        } else {
+            ids[j] = ir_anno_find(&o->anno, u->id[j]);
+            ir_buf b = {0};
+            ir_anno_print(&o->anno, &b);
+            char hint[600];
+            snprintf(hint, sizeof hint, "%s is `%s`; split a plain or `+` identifier whose size divides", o->name, b.s);
+            ir_buf_free(&b);
+            if (ids[j] < 0)
+                return pass_error(g, g->req.trans_line, hint, "[plan] trans: op %s has no dim '%s'", o->name, u->id[j]);
+            int64_t e = id_extent(g, op, ids[j]);
+            if (o->anno.id_frozen[ids[j]] || o->anno.id_inner[ids[j]])
+                return pass_error(g, g->req.trans_line, hint, "[plan] trans: dim '%s' of op %s may not be split",
+                                  u->id[j], o->name);
+            if (e % u->parts[j])
+                return pass_error(g, g->req.trans_line, hint, "[plan] trans: dim '%s' of op %s (%lld) does not "
+                                  "divide into %d", u->id[j], o->name, (long long)e, u->parts[j]);
+        }
+    }
+    if (total != c->d->ndev)
+        return pass_error(g, g->req.trans_line, "the product of a constraint's parts is the device count",
+                          "[plan] trans: the splits for %s make %d sub-ops, but there are %d devices", o->name,
+                          total, c->d->ndev);
+    snprintf(why, sizeof why, "user constraint '%s'", u->pat);
+    set_trans(c->d, op, u->n, ids, u->parts, why);
+    c->fixed[op] = 1;
+    return 0;
+}
+
+/* The mesh from the policy; returns 0 or 2. */
+static int mesh(ir_dist *d, int *dp, int *tp)
+{
+    const ir_graph *g = d->g;
+    const ir_planreq *r = &g->req;
+    const char *pol = r->policy ? r->policy : "dp";
+    int n = d->ndev;
+    if (strcmp(pol, "dp") == 0) *dp = n, *tp = 1;
+    else if (strcmp(pol, "tp") == 0) *dp = 1, *tp = n;
+    else {
+        *dp = r->dp ? r->dp : (r->tp ? n / r->tp : 1);
+        *tp = r->tp ? r->tp : n / *dp;
+    }
+    if (*dp * *tp != n || (r->dp && r->dp != *dp) || (r->tp && r->tp != *tp)) {
+        char hint[200];
+        snprintf(hint, sizeof hint, "with %d devices give dp and tp whose product is %d", n, n);
+        return pass_error(g, r->policy_line, hint, "[plan] %s: dp %d x tp %d does not make %d devices", pol,
+                          r->dp ? r->dp : *dp, r->tp ? r->tp : *tp, n);
+    }
+    return 0;
 }
 
 int pass_plan(ir_dist *d)
 {
     const ir_graph *g = d->g;
-    int rc = check_batch(d);
-    if (rc) return rc;
-    const char *pol = g->req.policy ? g->req.policy : "dp";
-    if (strcmp(pol, "dp") == 0) {
-        plan_dp(d);
-        return 0;
+    int dp, tp, rc;
+    if ((rc = mesh(d, &dp, &tp)) || (rc = check_batch(d, dp))) return rc;
+    ucons *cons;
+    int ncons = parse_cons(g, &cons);
+    if (ncons < 0) return 2;
+    planctx c = {d, dp, tp, ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1)),
+                 ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), ir_xcalloc((size_t)g->nop + 1, 1)};
+    for (int i = 0; i < g->nt; i++) c.lay[i] = LAY_REP;
+    int *order = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
+    int cyc;
+    IR_ASSERT(!ir_topo(g, order, &cyc));
+    int *used = ir_xcalloc((size_t)ncons + 1, sizeof(int));
+    for (int n = 0; n < g->nop && !rc; n++) {
+        int op = order[n];
+        const ir_op *o = &g->op[op];
+        int u = -1;
+        for (int i = 0; i < ncons && u < 0; i++)
+            if (matches(g, o, cons[i].pat)) u = i;
+        if (u >= 0) {
+            used[u] = 1;
+            rc = apply_cons(&c, op, &cons[u]);
+            record_layout(&c, op);
+            continue;
+        }
+        char why[300], tw[200] = "";
+        int b = pass_batch_id(g, op);
+        int ids[2] = {b >= 0 && dp > 1 ? b : IR_REPLICATE, IR_REPLICATE}, parts[2] = {dp, tp};
+        if (tp > 1) ids[1] = choose_tp(&c, op, tw, sizeof tw);
+        if (ids[1] >= 0 && ids[1] == ids[0]) {
+            ids[1] = IR_REPLICATE;   /* the batch is already split on the dp axis */
+            snprintf(tw, sizeof tw, "replicated on the tp axis");
+        }
+        if (b >= 0 && dp > 1)
+            snprintf(why, sizeof why, "dp: batch dim '%s' (%lld) split %d ways%s%s%s", o->anno.idname[b],
+                     (long long)id_extent(g, op, b), dp,
+                     o->anno.id_reduce[b] ? ", a reduction: outputs are partial sums" : "", tp > 1 ? "; tp: " : "", tw);
+        else if (dp > 1)
+            snprintf(why, sizeof why, "dp: no batch dim, replicated on all %d devices%s%s", dp, tp > 1 ? "; tp: " : "",
+                     tw);
+        else
+            snprintf(why, sizeof why, "%s%s", tp > 1 ? "tp: " : "single device", tw);
+        set_trans(d, op, 2, ids, parts, why);
+        record_layout(&c, op);
     }
-    return pass_error(g, 0, "use policy = dp", "plan policy '%s' is not supported", pol);
+    for (int i = 0; i < ncons && !rc; i++)
+        if (!used[i])
+            rc = pass_error(g, g->req.trans_line, "patterns match op names (h.fc matches every repeat h.N.fc; * and ? "
+                            "are wildcards); --dump=graph lists the ops", "[plan] trans: no op matches '%s'",
+                            cons[i].pat);
+    free(used);
+    free(order);
+    free(cons);
+    free(c.lay);
+    free(c.tpid);
+    free(c.fixed);
+    return rc;
 }

@@ -19,7 +19,8 @@
 typedef struct sctx {
     ir_dist *d;
     char *comm_done;  /* per comm: already placed */
-    int *maker;       /* per pTensor: comm that makes it, or -1 */
+    int *first;       /* per pTensor + 1: CSR start of the comms that write it */
+    int *makers;      /* comm ids, in creation order */
 } sctx;
 
 static void place(ir_dist *d, int sec, int comm, int id)
@@ -30,25 +31,39 @@ static void place(ir_dist *d, int sec, int comm, int id)
     it->id = id;
 }
 
-/* Place the comm making pTensor pt (and, first, the comms making its inputs). */
+/* Place the comms writing pTensor pt, in creation order (and, first, the
+ * comms making their inputs). */
 static void place_maker(sctx *c, int pt, int sec)
 {
-    int ci = c->maker[pt];
-    if (ci < 0 || c->comm_done[ci]) return;
-    const ir_comm *cm = &c->d->comm[ci];
-    for (int k = 0; k < cm->n; k++) place_maker(c, c->d->ints[cm->in + k], sec);
-    c->comm_done[ci] = 1;
-    c->d->comm[ci].sec = sec;
-    place(c->d, sec, 1, ci);
+    if (pt < 0) return;
+    for (int m = c->first[pt]; m < c->first[pt + 1]; m++) {
+        int ci = c->makers[m];
+        if (c->comm_done[ci]) continue;
+        c->comm_done[ci] = 1;
+        const ir_comm *cm = &c->d->comm[ci];
+        for (int k = 0; k < cm->n; k++) place_maker(c, c->d->ints[cm->in + k], sec);
+        c->d->comm[ci].sec = sec;
+        place(c->d, sec, 1, ci);
+    }
 }
 
 void pass_schedule(ir_dist *d)
 {
     const ir_graph *g = d->g;
-    sctx c = {d, ir_xcalloc((size_t)d->ncomm + 1, 1), ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1))};
-    for (int i = 0; i < d->npt; i++) c.maker[i] = -1;
+    sctx c = {d, ir_xcalloc((size_t)d->ncomm + 1, 1), ir_xcalloc((size_t)d->npt + 2, sizeof(int)), NULL};
+    int nw = 0;
     for (int i = 0; i < d->ncomm; i++)
-        for (int k = 0; k < d->comm[i].n; k++) c.maker[d->ints[d->comm[i].out + k]] = i;
+        for (int k = 0; k < d->comm[i].n; k++)
+            if (d->ints[d->comm[i].out + k] >= 0) c.first[d->ints[d->comm[i].out + k] + 1]++, nw++;
+    for (int i = 0; i < d->npt; i++) c.first[i + 1] += c.first[i];
+    c.makers = ir_xmalloc(sizeof(int) * ((size_t)nw + 1));
+    int *fill = ir_xcalloc((size_t)d->npt + 1, sizeof(int));
+    for (int i = 0; i < d->ncomm; i++)
+        for (int k = 0; k < d->comm[i].n; k++) {
+            int o = d->ints[d->comm[i].out + k];
+            if (o >= 0) c.makers[c.first[o] + fill[o]++] = i;   /* members write distinct pTensors */
+        }
+    free(fill);
     /* accumulated tensors: made per micro-batch, read per step */
     for (int t = 0; t < g->nt; t++) {
         int p = g->t[t].producer;
@@ -68,7 +83,7 @@ void pass_schedule(ir_dist *d)
             /* the loss: reduced once per step, before the updates */
             for (int i = 0; i < d->ncomm; i++)
                 if (!c.comm_done[i] && d->comm[i].tensor == g->train.loss)
-                    place_maker(&c, d->ints[d->comm[i].out], sec);
+                    for (int k = 0; k < d->comm[i].n; k++) place_maker(&c, d->ints[d->comm[i].out + k], sec);
         }
         for (int n = 0; n < g->nop; n++) {
             int op = order[n];
@@ -85,8 +100,9 @@ void pass_schedule(ir_dist *d)
         }
     }
     for (int i = 0; i < d->ncomm; i++)
-        if (!c.comm_done[i]) place_maker(&c, d->ints[d->comm[i].out], IR_SEC_POST);
+        for (int k = 0; k < d->comm[i].n && !c.comm_done[i]; k++) place_maker(&c, d->ints[d->comm[i].out + k], IR_SEC_POST);
     free(order);
     free(c.comm_done);
-    free(c.maker);
+    free(c.first);
+    free(c.makers);
 }

@@ -22,7 +22,7 @@ static void coords(const ir_trans *tr, int s, int *c)
 }
 
 /* The pTensor of operand k of op for a sub-op at coordinates c on dev. */
-static int operand_pt(ir_dist *d, int op, int k, const int *c, int dev, int64_t *ext)
+static int operand_pt(ir_dist *d, int op, int k, const int *c, int dev)
 {
     const ir_graph *g = d->g;
     const ir_op *o = &g->op[op];
@@ -37,16 +37,21 @@ static int operand_pt(ir_dist *d, int op, int k, const int *c, int dev, int64_t 
     p.vn = 1;
     for (int j = 0; j < tr->nsplit; j++) {
         int id = tr->id[j];
+        if (id == IR_VALUE) {
+            p.vpart = p.vpart * tr->n[j] + c[j];
+            p.vn *= tr->n[j];
+            continue;
+        }
         if (id < 0) continue;
         int hit = 0;
         for (int q = 0; q < o->anno.ndim[k]; q++) {
             if (o->anno.dim[k][q].id != id) continue;
+            /* a merged dim "(h d)" split on h: contiguous blocks of h/n * d */
             int64_t len = p.box.hi[q] - p.box.lo[q];
             IR_ASSERT(len % tr->n[j] == 0);
             int64_t part = len / tr->n[j];
             p.box.lo[q] += part * c[j];
             p.box.hi[q] = p.box.lo[q] + part;
-            if (ext) ext[id] = part;
             hit = 1;
         }
         if (!hit && k >= o->nin && o->anno.id_reduce[id]) {
@@ -64,14 +69,11 @@ void pass_split(ir_dist *d)
         const ir_op *o = &g->op[i];
         const ir_trans *tr = &d->trans[i];
         IR_ASSERT(tr->nsub >= 1);
-        /* full extents of every identifier */
+        /* extents of every identifier in a sub-op: split ones divided */
         int64_t ext0[IR_MAXID];
-        for (int id = 0; id < o->anno.nid; id++) ext0[id] = 0;
-        for (int k = 0; k < o->nin + o->nout; k++) {
-            int t = k < o->nin ? o->in[k] : o->out[k - o->nin];
-            for (int q = 0; q < o->anno.ndim[k]; q++)
-                if (o->anno.dim[k][q].id >= 0) ext0[o->anno.dim[k][q].id] = g->t[t].shape[q];
-        }
+        memcpy(ext0, o->ext, sizeof ext0);
+        for (int j = 0; j < tr->nsplit; j++)
+            if (tr->id[j] >= 0) ext0[tr->id[j]] /= tr->n[j];
         for (int s = 0; s < tr->nsub; s++) {
             int c[IR_MAXSPLIT] = {0};
             coords(tr, s, c);
@@ -82,8 +84,8 @@ void pass_split(ir_dist *d)
             so.dev = d->ints[tr->devs + s];
             so.order = -1;
             memcpy(so.ext, ext0, sizeof so.ext);
-            for (int k = 0; k < o->nin; k++) so.in[k] = operand_pt(d, i, k, c, so.dev, so.ext);
-            for (int k = 0; k < o->nout; k++) so.out[k] = operand_pt(d, i, o->nin + k, c, so.dev, so.ext);
+            for (int k = 0; k < o->nin; k++) so.in[k] = operand_pt(d, i, k, c, so.dev);
+            for (int k = 0; k < o->nout; k++) so.out[k] = operand_pt(d, i, o->nin + k, c, so.dev);
             *IR_PUSH(d->sop, d->nsop, d->sopcap) = so;
         }
     }
