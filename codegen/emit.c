@@ -86,7 +86,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         if (tr->why) ir_bprintf(b, "   ; %s", tr->why);
         ir_bprintf(b, "\n");
     }
-    ir_bprintf(b, "\ncommunication (derived from pTensor mismatches)\n");
+    ir_bprintf(b, "\ncommunication (derived from pTensor mismatches; bytes: sent by the busiest member)\n");
     int any = 0;
     for (int i = 0; i < d->ncomm; i++) {
         const ir_comm *c = &d->comm[i];
@@ -94,10 +94,35 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         any = 1;
         ir_bprintf(b, "  %-13s %-28s group {", ir_comm_name(c->kind), g->t[c->tensor].name);
         for (int k = 0; k < c->n; k++) ir_bprintf(b, "%s%d", k ? "," : "", d->ints[d->grp[c->group].devs + k]);
-        ir_bprintf(b, "} %s, %lld bytes sent per member%s\n", c->sec == IR_SEC_MB ? "each micro-batch" : "each step",
-                   (long long)c->bytes, c->why ? "" : "");
+        ir_bprintf(b, "} %s, %lld bytes per step%s%s\n", c->sec == IR_SEC_MB ? "in each micro-batch" : "once a step",
+                   (long long)c->bytes, c->why ? "; " : "", c->why ? c->why : "");
     }
     if (!any) ir_bprintf(b, "  none\n");
+    /* per layer: the collectives of one repeat of each block (rank 0's view) */
+    for (int bl = 0; bl < g->nblk; bl++) {
+        int64_t cnt[IR_COMM_COUNT] = {0}, byt[IR_COMM_COUNT] = {0};
+        for (int i = 0; i < d->ncomm; i++) {
+            const ir_comm *c = &d->comm[i];
+            int p = g->t[c->tensor].producer;
+            if (p < 0 || g->op[p].block != bl || g->op[p].rep != 0 || c->kind >= IR_COMM_SLICE) continue;
+            int member = 0;
+            for (int k = 0; k < c->n; k++) member |= d->ints[d->grp[c->group].devs + k] == 0;
+            if (!member) continue;
+            int64_t ex = c->sec == IR_SEC_MB ? g->train.micro_batches : 1;
+            cnt[c->kind] += ex;
+            byt[c->kind] += c->bytes;
+        }
+        ir_bprintf(b, "\nper layer (block %s, one repeat, rank 0, per step):", g->blk[bl].name);
+        int some = 0;
+        for (int k = 0; k < IR_COMM_SLICE; k++)
+            if (cnt[k]) {
+                ir_bprintf(b, " %s %lld calls %lld bytes;", ir_comm_name((ir_commkind)k), (long long)cnt[k],
+                           (long long)byt[k]);
+                some = 1;
+            }
+        if (!some) ir_bprintf(b, " none");
+        ir_bprintf(b, "\n");
+    }
     ir_bprintf(b, "\nper rank: arena (persistent + per-micro-batch), bytes sent per step by collective\n");
     for (int r = 0; r < d->ndev; r++) {
         const ir_prog *p = &progs[r];

@@ -356,10 +356,12 @@ static int mesh(ir_dist *d, int *dp, int *tp)
 int pass_plan(ir_dist *d)
 {
     const ir_graph *g = d->g;
-    int dp, tp, rc;
-    if ((rc = mesh(d, &dp, &tp)) || (rc = check_batch(d, dp))) return rc;
-    ucons *cons;
-    int ncons = parse_cons(g, &cons);
+    int dp = 1, tp = 1, rc;
+    /* one device has one plan: every op whole (verify builds its reference so) */
+    if (d->ndev > 1 && (rc = mesh(d, &dp, &tp))) return rc;
+    if ((rc = check_batch(d, dp))) return rc;
+    ucons *cons = NULL;
+    int ncons = d->ndev > 1 ? parse_cons(g, &cons) : 0;
     if (ncons < 0) return 2;
     planctx c = {d, dp, tp, ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1)),
                  ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), ir_xcalloc((size_t)g->nop + 1, 1)};
