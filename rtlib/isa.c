@@ -54,3 +54,10 @@ int rt_isa_force(const char *name)
     rt_vmath_reset();
     return 0;
 }
+
+void rt_isa_ready(void)
+{
+    rt_isa_name();
+    rt_matmul_isa();
+    rt_vmath_isa();
+}

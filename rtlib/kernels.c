@@ -1,25 +1,43 @@
-/* kernels.c -- the rt_k_* entry points that generated rank programs call.
+/* kernels.c -- the rt_k_* entry points that generated rank programs call:
+ * elementwise kernels, losses, optimizers, copies, collectives.  (Row-wise
+ * kernels are in rows.c, attention in attention.c, matmul in matmul.c.)
  *
- * Each is a thin wrapper: it unpacks the argument arrays (conventions in
- * rt_kernels.h) and runs the fast version of the kernel.  Fast versions work
- * in float with loops the compiler vectorises (restrict pointers, no
- * loop-carried dependences except explicit reductions); matmul (matmul.c)
- * and the exp-based kernels (vmath.c: gelu, the softmax of xent) have
- * explicit SIMD code; the scalar references are in kernels_ref.c.
+ * Each unpacks the argument arrays (conventions in rt_kernels.h) and runs
+ * the fast version of the kernel.  Fast versions work in float with loops
+ * the compiler vectorises (restrict pointers, no loop-carried dependences
+ * except explicit reductions); the exp-based ones (vmath.c) have explicit
+ * SIMD code.  Elementwise kernels on more than RT_EW_GRAIN elements are cut
+ * into one contiguous piece per pool thread (pool.c); an element's value
+ * does not depend on the cut.  The scalar references are in kernels_ref.c.
  */
 #include <math.h>
 #include <string.h>
 
 #include "rt_internal.h"
 
+/* Run body(args, lo, hi, t) over [0, n) on the pool, elementwise-sized pieces. */
+static void rt_ew(rt_range_fn *body, rt_ctx *ctx, void *const *b, const int64_t *i,
+                  const float *f, int64_t n)
+{
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(body, &a, n, RT_EW_UNIT, RT_EW_GRAIN);
+}
+
 void rt_k_init_param(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_init_param_box(ctx, b[0], i[0]);
 }
 
+/* zero on [lo, hi). */
+static void rt_zero_range(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    memset((uint32_t *)a->b[0] + lo, 0, (size_t)(hi - lo) * 4);
+}
+
 void rt_k_zero(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    memset(b[0], 0, (size_t)i[0] * 4);
+    rt_ew(rt_zero_range, ctx, b, i, f, i[0]);
 }
 
 void rt_k_data(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
@@ -32,13 +50,15 @@ void rt_k_matmul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
     rt_matmul(i[0], i[1], i[2], b[0], (int)i[3], b[1], (int)i[4], b[2], (int)i[5]);
 }
 
-void rt_k_bias_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* bias_add on rows [lo, hi). */
+static void rt_bias_add_rows(const void *p, int64_t lo, int64_t hi, int t)
 {
-    const float *x = b[0];
-    const float *restrict bias = b[1];
-    float *y = b[2];   /* may be x: rows are read before they are written */
-    int64_t M = i[0], N = i[1];
-    for (int64_t m = 0; m < M; m++) {
+    const rt_kargs *a = p;
+    const float *x = a->b[0];
+    const float *restrict bias = a->b[1];
+    float *y = a->b[2];   /* may be x: rows are read before they are written */
+    int64_t N = a->i[1];
+    for (int64_t m = lo; m < hi; m++) {
         const float *xr = x + m * N;
         float *yr = y + m * N;
         for (int64_t n = 0; n < N; n++)
@@ -46,37 +66,59 @@ void rt_k_bias_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
     }
 }
 
-void rt_k_bias_grad(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+void rt_k_bias_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    const float *restrict dy = b[0];
-    float *restrict db = b[1];
-    int64_t M = i[0], N = i[1];
-    if (!i[2])
-        memset(db, 0, (size_t)N * 4);
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rt_bias_add_rows, &a, i[0], 1, RT_EW_GRAIN / (i[1] > 0 ? i[1] : 1) + 1);
+}
+
+/* bias_grad on columns [lo, hi): each column summed over rows in order, so
+ * the result does not depend on the cut. */
+static void rt_bias_grad_cols(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *restrict dy = a->b[0];
+    float *restrict db = a->b[1];
+    int64_t M = a->i[0], N = a->i[1];
+    if (!a->i[2])
+        memset(db + lo, 0, (size_t)(hi - lo) * 4);
     for (int64_t m = 0; m < M; m++) {   /* row by row: unit stride, vectorised over n */
         const float *r = dy + m * N;
-        for (int64_t n = 0; n < N; n++)
+        for (int64_t n = lo; n < hi; n++)
             db[n] += r[n];
     }
 }
 
-void rt_k_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+void rt_k_bias_grad(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    const float *x = b[0], *z = b[1];
-    float *y = b[2];   /* may alias x or z (elementwise) */
-    int64_t n = i[0];
-    if (i[1])
-        for (int64_t k = 0; k < n; k++)
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rt_bias_grad_cols, &a, i[1], RT_EW_UNIT,
+                    RT_EW_GRAIN / (i[0] > 0 ? i[0] : 1) + 1);
+}
+
+/* add on [lo, hi). */
+static void rt_add_range(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *x = a->b[0], *z = a->b[1];
+    float *y = a->b[2];   /* may alias x or z (elementwise) */
+    if (a->i[1])
+        for (int64_t k = lo; k < hi; k++)
             y[k] += x[k] + z[k];
     else
-        for (int64_t k = 0; k < n; k++)
+        for (int64_t k = lo; k < hi; k++)
             y[k] = x[k] + z[k];
+}
+
+void rt_k_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ew(rt_add_range, ctx, b, i, f, i[0]);
 }
 
 void rt_k_copy(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     if (!i[1]) {
-        memmove(b[1], b[0], (size_t)i[0] * 4);   /* any 4-byte dtype */
+        memmove(b[1], b[0], (size_t)i[0] * 4);   /* any 4-byte dtype; may overlap */
         return;
     }
     const float *restrict x = b[0];
@@ -106,14 +148,29 @@ void rt_k_relu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
             dx[k] = y[k] > 0.0f ? dy[k] : 0.0f;
 }
 
+/* gelu on [lo, hi). */
+static void rt_gelu_range(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    rt_vgelu((const float *)a->b[0] + lo, (float *)a->b[1] + lo, hi - lo);
+}
+
 void rt_k_gelu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_vgelu(b[0], b[1], i[0]);
+    rt_ew(rt_gelu_range, ctx, b, i, f, i[0]);
+}
+
+/* gelu_bwd on [lo, hi). */
+static void rt_gelu_bwd_range(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    rt_vgelu_bwd((const float *)a->b[0] + lo, (const float *)a->b[1] + lo, (float *)a->b[2] + lo,
+                 hi - lo, (int)a->i[1]);
 }
 
 void rt_k_gelu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_vgelu_bwd(b[0], b[1], b[2], i[0], (int)i[1]);
+    rt_ew(rt_gelu_bwd_range, ctx, b, i, f, i[0]);
 }
 
 void rt_k_mse_loss(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
@@ -141,83 +198,44 @@ void rt_k_mse_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
             dp[k] = s2 * (p[k] - t[k]);
 }
 
-/* Max and log-sum-exp of a row (max subtracted before exp: no overflow). */
-static void rt_row_lse(const float *row, int64_t V, float *mx_out, double *lse_out)
+/* sgd on [lo, hi). */
+static void rt_sgd_range(const void *q, int64_t lo, int64_t hi, int t)
 {
-    float mx = rt_vmax(row, V);
-    *mx_out = mx;
-    *lse_out = (double)mx + log(rt_vexp_sum(row, mx, V));
-}
-
-/* A class index outside [0, V) is bad data, not something to index with. */
-static void rt_check_target(rt_ctx *ctx, int32_t t, int64_t m, int64_t V)
-{
-    if (t < 0 || t >= V)
-        rt_fatal(ctx, 1, "xent: target %d of row %lld is outside [0, %lld)", t, (long long)m,
-                 (long long)V);
-}
-
-void rt_k_xent(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0];
-    const int32_t *t = b[1];
-    float *l = b[2];
-    int64_t M = i[0], V = i[1];
-    double s = 0;
-    for (int64_t m = 0; m < M; m++) {
-        float mx;
-        double lse;
-        rt_check_target(ctx, t[m], m, V);
-        rt_row_lse(x + m * V, V, &mx, &lse);
-        s += lse - x[m * V + t[m]];
-    }
-    l[0] = (float)((i[2] ? l[0] : 0.0) + f[0] * s);
-}
-
-void rt_k_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0];
-    const int32_t *t = b[1];
-    float *dx = b[2];
-    int64_t M = i[0], V = i[1];
-    float scale = f[0];
-    for (int64_t m = 0; m < M; m++) {
-        float mx;
-        double lse;
-        rt_check_target(ctx, t[m], m, V);
-        const float *row = x + m * V;
-        float *d = dx + m * V;
-        rt_row_lse(row, V, &mx, &lse);
-        /* softmax = exp((row - mx) - shift): row - mx is exact, shift is small */
-        rt_vexp_scale(row, mx, (float)(lse - mx), scale, d, V, (int)i[2]);
-        d[t[m]] -= scale;
-    }
+    const rt_kargs *a = q;
+    float *restrict p = a->b[0];
+    const float *restrict g = a->b[1];
+    float lr = a->f[0], wd = a->f[1];
+    for (int64_t k = lo; k < hi; k++)
+        p[k] -= lr * (g[k] + wd * p[k]);
 }
 
 void rt_k_sgd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    float *restrict p = b[0];
-    const float *restrict g = b[1];
-    float lr = f[0], wd = f[1];
-    for (int64_t k = 0; k < i[0]; k++)
-        p[k] -= lr * (g[k] + wd * p[k]);
+    rt_ew(rt_sgd_range, ctx, b, i, f, i[0]);
 }
 
-void rt_k_adamw(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* adamw on [lo, hi). */
+static void rt_adamw_range(const void *q, int64_t lo, int64_t hi, int t)
 {
-    float *restrict p = b[0], *restrict m = b[2], *restrict v = b[3];
-    const float *restrict g = b[1];
-    float lr = f[0], wd = f[1], b1 = f[2], b2 = f[3], eps = f[4];
+    const rt_kargs *a = q;
+    float *restrict p = a->b[0], *restrict m = a->b[2], *restrict v = a->b[3];
+    const float *restrict g = a->b[1];
+    float lr = a->f[0], wd = a->f[1], b1 = a->f[2], b2 = a->f[3], eps = a->f[4];
     /* bias corrections in double: 1 - b^t loses digits in float for small t */
-    float ic1 = (float)(1.0 / (1.0 - pow(b1, (double)i[1])));
-    float ic2 = (float)(1.0 / (1.0 - pow(b2, (double)i[1])));
-    for (int64_t k = 0; k < i[0]; k++) {
+    float ic1 = (float)(1.0 / (1.0 - pow(b1, (double)a->i[1])));
+    float ic2 = (float)(1.0 / (1.0 - pow(b2, (double)a->i[1])));
+    for (int64_t k = lo; k < hi; k++) {
         float mk = b1 * m[k] + (1.0f - b1) * g[k];
         float vk = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
         m[k] = mk;
         v[k] = vk;
         p[k] -= lr * ((mk * ic1) / (sqrtf(vk * ic2) + eps) + wd * p[k]);
     }
+}
+
+void rt_k_adamw(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ew(rt_adamw_range, ctx, b, i, f, i[0]);
 }
 
 void rt_k_allreduce(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
@@ -250,31 +268,53 @@ void rt_k_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
     rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 1);
 }
 
-void rt_k_slice(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* Read the per-dim triples (extent, lo, hi) of slice or place into shape,
+ * lo, hi; exits 1 on a box outside the tensor. */
+static int rt_box_args(rt_ctx *ctx, const char *what, const int64_t *i, int64_t *shape,
+                       int64_t *lo, int64_t *hi)
 {
     int nd = (int)i[0];
-    int64_t shape[RT_MAXDIM], lo[RT_MAXDIM], hi[RT_MAXDIM];
     if (nd < 0 || nd > RT_MAXDIM)
-        rt_fatal(ctx, 1, "slice: ndim %d outside [0, %d]", nd, RT_MAXDIM);
+        rt_fatal(ctx, 1, "%s: ndim %d outside [0, %d]", what, nd, RT_MAXDIM);
     for (int d = 0; d < nd; d++) {
         shape[d] = i[2 + 3 * d];
         lo[d] = i[3 + 3 * d];
         hi[d] = i[4 + 3 * d];
         if (lo[d] < 0 || hi[d] <= lo[d] || hi[d] > shape[d])
-            rt_fatal(ctx, 1, "slice: dim %d range [%lld, %lld) outside [0, %lld)", d,
+            rt_fatal(ctx, 1, "%s: dim %d range [%lld, %lld) outside [0, %lld)", what, d,
                      (long long)lo[d], (long long)hi[d], (long long)shape[d]);
     }
+    return nd;
+}
+
+/* dst (+)= src[box] (slice, to_box = 0) or dst[box] (+)= src (place, to_box = 1):
+ * the box is walked as runs of contiguous elements of the big tensor. */
+static void rt_box_move(rt_ctx *ctx, const char *what, void *const *b, const int64_t *i,
+                        int to_box)
+{
+    int64_t shape[RT_MAXDIM], lo[RT_MAXDIM], hi[RT_MAXDIM];
+    int nd = rt_box_args(ctx, what, i, shape, lo, hi);
     rt_box_iter it;
     rt_box_iter_init(&it, nd, shape, lo, hi);
     while (rt_box_iter_next(&it)) {
+        int64_t from = to_box ? it.pos : it.start, to = to_box ? it.start : it.pos;
         if (!i[1]) {
-            memcpy((uint32_t *)b[1] + it.pos, (const uint32_t *)b[0] + it.start,
-                   (size_t)it.run * 4);
+            memcpy((uint32_t *)b[1] + to, (const uint32_t *)b[0] + from, (size_t)it.run * 4);
         } else {
-            const float *restrict s = (const float *)b[0] + it.start;
-            float *restrict d = (float *)b[1] + it.pos;
-            for (int64_t t = 0; t < it.run; t++)
-                d[t] += s[t];
+            const float *restrict s = (const float *)b[0] + from;
+            float *restrict d = (float *)b[1] + to;
+            for (int64_t k = 0; k < it.run; k++)
+                d[k] += s[k];
         }
     }
+}
+
+void rt_k_slice(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_box_move(ctx, "slice", b, i, 0);
+}
+
+void rt_k_place(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_box_move(ctx, "place", b, i, 1);
 }

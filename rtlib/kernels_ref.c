@@ -155,6 +155,15 @@ void rt_ref_mse_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *
         dp[k] = (float)((i[1] ? dp[k] : 0.0) + 2.0 * f[0] * ((double)p[k] - t[k]));
 }
 
+/* Vreal (the real vocabulary, i[3]) must be in [1, V]; a target must be below it. */
+static int64_t rt_ref_vreal(rt_ctx *ctx, const int64_t *i)
+{
+    if (i[3] < 1 || i[3] > i[1])
+        rt_fatal(ctx, 1, "xent: Vreal %lld outside [1, V = %lld]", (long long)i[3],
+                 (long long)i[1]);
+    return i[3];
+}
+
 /* Check target t of row m is a class index; a bad one is a data bug. */
 static void rt_ref_check_target(rt_ctx *ctx, int32_t t, int64_t m, int64_t V)
 {
@@ -163,47 +172,48 @@ static void rt_ref_check_target(rt_ctx *ctx, int32_t t, int64_t m, int64_t V)
                  (long long)V);
 }
 
-/* log sum exp of a row, stable (max subtracted), in double. */
-static double rt_ref_logsumexp(const float *row, int64_t V)
+/* log sum exp of row[0..n), stable (max subtracted), in double. */
+static double rt_ref_logsumexp(const float *row, int64_t n)
 {
     double mx = row[0];
-    for (int64_t v = 1; v < V; v++)
+    for (int64_t v = 1; v < n; v++)
         if (row[v] > mx)
             mx = row[v];
     double s = 0;
-    for (int64_t v = 0; v < V; v++)
+    for (int64_t v = 0; v < n; v++)
         s += exp(row[v] - mx);
     return mx + log(s);
 }
 
-/* L[0] (+)= scale * sum_m (logsumexp(logits[m]) - logits[m, t_m]). */
+/* L[0] (+)= scale * sum_m (logsumexp(logits[m, :Vreal]) - logits[m, t_m]). */
 void rt_ref_xent(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     const float *x = b[0];
     const int32_t *t = b[1];
     float *l = b[2];
-    int64_t M = i[0], V = i[1];
+    int64_t M = i[0], V = i[1], Vr = rt_ref_vreal(ctx, i);
     double s = 0;
     for (int64_t m = 0; m < M; m++) {
-        rt_ref_check_target(ctx, t[m], m, V);
-        s += rt_ref_logsumexp(x + m * V, V) - x[m * V + t[m]];
+        rt_ref_check_target(ctx, t[m], m, Vr);
+        s += rt_ref_logsumexp(x + m * V, Vr) - x[m * V + t[m]];
     }
     l[0] = (float)((i[2] ? l[0] : 0.0) + f[0] * s);
 }
 
-/* dlogits[m] (+)= scale * (softmax(logits[m]) - onehot(t_m)). */
+/* dlogits[m, :Vreal] (+)= scale * (softmax(logits[m, :Vreal]) - onehot(t_m));
+ * dlogits[m, Vreal:] (+)= 0. */
 void rt_ref_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     const float *x = b[0];
     const int32_t *t = b[1];
     float *dx = b[2];
-    int64_t M = i[0], V = i[1];
+    int64_t M = i[0], V = i[1], Vr = rt_ref_vreal(ctx, i);
     for (int64_t m = 0; m < M; m++) {
-        rt_ref_check_target(ctx, t[m], m, V);
+        rt_ref_check_target(ctx, t[m], m, Vr);
         const float *row = x + m * V;
-        double lse = rt_ref_logsumexp(row, V);
+        double lse = rt_ref_logsumexp(row, Vr);
         for (int64_t v = 0; v < V; v++) {
-            double g = f[0] * (exp(row[v] - lse) - (v == t[m] ? 1.0 : 0.0));
+            double g = v < Vr ? f[0] * (exp(row[v] - lse) - (v == t[m] ? 1.0 : 0.0)) : 0.0;
             dx[m * V + v] = (float)((i[2] ? dx[m * V + v] : 0.0) + g);
         }
     }
@@ -287,4 +297,252 @@ void rt_ref_slice(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
         else
             ((uint32_t *)b[1])[q] = ((const uint32_t *)b[0])[src];
     }
+}
+
+/* dst[lo:hi, ...] (+)= src (src contiguous): slice's index arithmetic, the other way. */
+void rt_ref_place(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    int nd = (int)i[0];
+    int acc = (int)i[1];
+    const int64_t *dim = i + 2;   /* per dim: dst extent, lo, hi */
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++)
+        n *= dim[3 * d + 2] - dim[3 * d + 1];
+    for (int64_t q = 0; q < n; q++) {
+        int64_t rest = q, dst = 0, stride = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            int64_t ext = dim[3 * d + 2] - dim[3 * d + 1];
+            dst += (dim[3 * d + 1] + rest % ext) * stride;
+            rest /= ext;
+            stride *= dim[3 * d];
+        }
+        if (acc)
+            ((float *)b[1])[dst] += ((const float *)b[0])[q];
+        else
+            ((uint32_t *)b[1])[dst] = ((const uint32_t *)b[0])[q];
+    }
+}
+
+/* Y[r] (+)= table[tok_r - Vlo] when Vlo <= tok_r < Vlo + Vext, else (+)= 0. */
+void rt_ref_embedding(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const int32_t *tok = b[0];
+    const float *tab = b[1];
+    float *y = b[2];
+    int64_t R = i[0], Vlo = i[1], Vext = i[2], C = i[3];
+    for (int64_t r = 0; r < R; r++) {
+        int64_t row = (int64_t)tok[r] - Vlo;
+        int in = row >= 0 && row < Vext;
+        for (int64_t c = 0; c < C; c++)
+            y[r * C + c] = (i[4] ? y[r * C + c] : 0.0f) + (in ? tab[row * C + c] : 0.0f);
+    }
+}
+
+/* dtable[v] (+)= sum of dY[r] over the rows r (in order) whose token is Vlo + v. */
+void rt_ref_embedding_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const int32_t *tok = b[0];
+    const float *dy = b[1];
+    float *dt = b[2];
+    int64_t R = i[0], Vlo = i[1], Vext = i[2], C = i[3];
+    for (int64_t v = 0; v < Vext; v++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t r = 0; r < R; r++)
+                if ((int64_t)tok[r] - Vlo == v)
+                    s += dy[r * C + c];
+            dt[v * C + c] = (float)((i[4] ? dt[v * C + c] : 0.0) + s);
+        }
+}
+
+/* Per row: mean, biased variance, rstd = 1/sqrt(var + eps); Y = (X - mean) rstd w + bias. */
+void rt_ref_layernorm(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0], *w = b[1], *bias = b[2];
+    float *y = b[3], *mean = b[4], *rstd = b[5];
+    int64_t R = i[0], C = i[1];
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * C;
+        double mu = 0, var = 0;
+        for (int64_t c = 0; c < C; c++)
+            mu += xr[c];
+        mu /= (double)C;
+        for (int64_t c = 0; c < C; c++)
+            var += (xr[c] - mu) * (xr[c] - mu);
+        var /= (double)C;
+        double rs = 1.0 / sqrt(var + f[0]);
+        mean[r] = (float)mu;
+        rstd[r] = (float)rs;
+        for (int64_t c = 0; c < C; c++)
+            y[r * C + c] = (float)((xr[c] - mu) * rs * w[c] + bias[c]);
+    }
+}
+
+/* With xhat = (X - mean) rstd and g = dY w (the saved mean, rstd):
+ * dX (+)= rstd (g - mean_c(g) - xhat mean_c(g xhat)). */
+void rt_ref_layernorm_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *dy = b[0], *x = b[1], *w = b[2], *mean = b[3], *rstd = b[4];
+    float *dx = b[5];
+    int64_t R = i[0], C = i[1];
+    for (int64_t r = 0; r < R; r++) {
+        double sg = 0, sgx = 0;
+        for (int64_t c = 0; c < C; c++) {
+            double xhat = ((double)x[r * C + c] - mean[r]) * rstd[r];
+            double g = (double)dy[r * C + c] * w[c];
+            sg += g;
+            sgx += g * xhat;
+        }
+        sg /= (double)C;
+        sgx /= (double)C;
+        for (int64_t c = 0; c < C; c++) {
+            double xhat = ((double)x[r * C + c] - mean[r]) * rstd[r];
+            double g = (double)dy[r * C + c] * w[c];
+            double d = rstd[r] * (g - sg - xhat * sgx);
+            dx[r * C + c] = (float)((i[2] ? dx[r * C + c] : 0.0) + d);
+        }
+    }
+}
+
+/* dw (+)= sum_r dY (X - mean) rstd; dbias (+)= sum_r dY. */
+void rt_ref_layernorm_wgrad(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *dy = b[0], *x = b[1], *mean = b[2], *rstd = b[3];
+    float *dw = b[4], *db = b[5];
+    int64_t R = i[0], C = i[1];
+    for (int64_t c = 0; c < C; c++) {
+        double sw = 0, sb = 0;
+        for (int64_t r = 0; r < R; r++) {
+            sw += (double)dy[r * C + c] * (((double)x[r * C + c] - mean[r]) * rstd[r]);
+            sb += dy[r * C + c];
+        }
+        dw[c] = (float)((i[2] ? dw[c] : 0.0) + sw);
+        db[c] = (float)((i[2] ? db[c] : 0.0) + sb);
+    }
+}
+
+/* Y = softmax of each row of X (max subtracted). */
+void rt_ref_softmax(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0];
+    float *y = b[1];
+    int64_t R = i[0], N = i[1];
+    for (int64_t r = 0; r < R; r++) {
+        double lse = rt_ref_logsumexp(x + r * N, N);
+        for (int64_t n = 0; n < N; n++)
+            y[r * N + n] = (float)exp(x[r * N + n] - lse);
+    }
+}
+
+/* dX (+)= Y (dY - sum(dY Y)), per row. */
+void rt_ref_softmax_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *dy = b[0], *y = b[1];
+    float *dx = b[2];
+    int64_t R = i[0], N = i[1];
+    for (int64_t r = 0; r < R; r++) {
+        double s = 0;
+        for (int64_t n = 0; n < N; n++)
+            s += (double)dy[r * N + n] * y[r * N + n];
+        for (int64_t n = 0; n < N; n++) {
+            double d = (double)y[r * N + n] * (dy[r * N + n] - s);
+            dx[r * N + n] = (float)((i[2] ? dx[r * N + n] : 0.0) + d);
+        }
+    }
+}
+
+/* The shape of an attention call: i = B, T, H, D, causal; f[0] = scale. */
+typedef struct rt_ref_att {
+    int64_t B, T, H, D;   /* batch, sequence, heads, head size */
+    int causal;           /* 1: query t sees keys s <= t */
+    double scale;         /* multiplies q . k */
+} rt_ref_att;
+
+/* Index of element (b, t, h, d) of a (B, T, H, D) tensor. */
+static int64_t rt_ref_bthd(const rt_ref_att *a, int64_t b, int64_t t, int64_t h, int64_t d)
+{
+    return ((b * a->T + t) * a->H + h) * a->D + d;
+}
+
+/* sum_d x[b, t, h, d] y[b, s, h, d] in double. */
+static double rt_ref_rowdot(const rt_ref_att *a, const float *x, const float *y, int64_t b,
+                            int64_t t, int64_t s, int64_t h)
+{
+    double r = 0;
+    for (int64_t d = 0; d < a->D; d++)
+        r += (double)x[rt_ref_bthd(a, b, t, h, d)] * y[rt_ref_bthd(a, b, s, h, d)];
+    return r;
+}
+
+/* Softmax weight P[t, s] of head (b, h): exp(scale q_t . k_s - lse_t), 0 when masked. */
+static double rt_ref_prob(const rt_ref_att *a, const float *q, const float *k, double lse,
+                          int64_t b, int64_t t, int64_t s, int64_t h)
+{
+    if (a->causal && s > t)
+        return 0.0;
+    return exp(a->scale * rt_ref_rowdot(a, q, k, b, t, s, h) - lse);
+}
+
+/* Per (b, h): S = scale q k^T (s <= t when causal), lse = logsumexp of S's rows,
+ * Y = softmax(S) v. */
+void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *q = b[0], *k = b[1], *v = b[2];
+    float *y = b[3], *lse = b[4];
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0]};
+    for (int64_t bb = 0; bb < a.B; bb++)
+        for (int64_t h = 0; h < a.H; h++)
+            for (int64_t t = 0; t < a.T; t++) {
+                int64_t ns = a.causal ? t + 1 : a.T;   /* visible keys */
+                double mx = -INFINITY, sum = 0;
+                for (int64_t s = 0; s < ns; s++)
+                    mx = fmax(mx, a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h));
+                for (int64_t s = 0; s < ns; s++)
+                    sum += exp(a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h) - mx);
+                double l = mx + log(sum);
+                lse[(bb * a.H + h) * a.T + t] = (float)l;
+                for (int64_t d = 0; d < a.D; d++) {
+                    double o = 0;
+                    for (int64_t s = 0; s < ns; s++)
+                        o += rt_ref_prob(&a, q, k, l, bb, t, s, h) * v[rt_ref_bthd(&a, bb, s, h, d)];
+                    y[rt_ref_bthd(&a, bb, t, h, d)] = (float)o;
+                }
+            }
+}
+
+/* dS[t, s] = P[t, s] (dP[t, s] - Drow[t]) with dP = dY_t . v_s and Drow = dY_t . Y_t. */
+static double rt_ref_dscore(const rt_ref_att *a, void *const *b, int64_t bb, int64_t t,
+                            int64_t s, int64_t h)
+{
+    const float *dy = b[0], *q = b[1], *k = b[2], *v = b[3], *y = b[4], *lse = b[5];
+    double p = rt_ref_prob(a, q, k, lse[(bb * a->H + h) * a->T + t], bb, t, s, h);
+    if (p == 0.0)
+        return 0.0;
+    return p * (rt_ref_rowdot(a, dy, v, bb, t, s, h) - rt_ref_rowdot(a, dy, y, bb, t, t, h));
+}
+
+/* Gradients of attention with P = exp(scale q k^T - lse) (masked):
+ * dv = P^T dY, dq = scale dS k, dk = scale dS^T q. */
+void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *dy = b[0], *q = b[1], *k = b[2], *lse = b[5];
+    float *dq = b[6], *dk = b[7], *dv = b[8];
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0]};
+    int acc = (int)i[5];
+    for (int64_t bb = 0; bb < a.B; bb++)
+        for (int64_t h = 0; h < a.H; h++)
+            for (int64_t t = 0; t < a.T; t++)   /* t: this row's position */
+                for (int64_t d = 0; d < a.D; d++) {
+                    double gq = 0, gk = 0, gv = 0;
+                    for (int64_t s = 0; s < a.T; s++) {   /* s: the other position */
+                        gq += rt_ref_dscore(&a, b, bb, t, s, h) * k[rt_ref_bthd(&a, bb, s, h, d)];
+                        gk += rt_ref_dscore(&a, b, bb, s, t, h) * q[rt_ref_bthd(&a, bb, s, h, d)];
+                        gv += rt_ref_prob(&a, q, k, lse[(bb * a.H + h) * a.T + s], bb, s, t, h) *
+                              dy[rt_ref_bthd(&a, bb, s, h, d)];
+                    }
+                    int64_t o = rt_ref_bthd(&a, bb, t, h, d);
+                    dq[o] = (float)((acc ? dq[o] : 0.0) + a.scale * gq);
+                    dk[o] = (float)((acc ? dk[o] : 0.0) + a.scale * gk);
+                    dv[o] = (float)((acc ? dv[o] : 0.0) + gv);
+                }
 }

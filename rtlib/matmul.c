@@ -1,7 +1,7 @@
 /* matmul.c -- C[M,N] (+)= op(A)[M,K] op(B)[K,N], blocked for the caches,
  * with a SIMD register-blocked micro-kernel chosen at run time.
  *
- * The classic Goto/BLIS structure, single-threaded:
+ * The classic Goto/BLIS structure, on one thread (rt_gemm):
  *
  *   for jc in N by NC:                  B panel of NC columns
  *     for pc in K by KC:                pack op(B)[pc.., jc..] into NR-wide slivers (L3/L2)
@@ -17,8 +17,14 @@
  * Micro-kernels: AVX-512F 14x32 (28 zmm accumulators), AVX2+FMA 6x16 (12 ymm
  * accumulators), and a portable C one; isa.c picks the best the CPU has
  * ($NNSC_ISA=avx512|avx2|scalar asks for a lower one).  The pack
- * buffers are static: no allocation per call (rtlib kernels run on one thread
- * per rank process).
+ * buffers are the calling thread's scratch (pool.c): no allocation per call.
+ *
+ * rt_matmul (the rt_k_matmul kernel) splits C into a grid of blocks, one per
+ * pool thread (rows in multiples of MR, columns in multiples of NR), and
+ * each thread runs rt_gemm on its block: every element of C is computed by
+ * one thread, in the same order whatever the number of threads, so results
+ * are bitwise the same for any thread count.  rt_gemm also takes row
+ * strides, so attention (attention.c) runs it on tiles of its heads.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -47,10 +53,10 @@ typedef struct mm_isa {
 #define MM_MAX_MC 336
 #define MM_MAX_KC 384
 #define MM_MAX_NC 3072
-
-/* Pack buffers, 64-byte aligned for aligned SIMD loads. */
-static float mm_apack[MM_MAX_MC * MM_MAX_KC] __attribute__((aligned(64)));
-static float mm_bpack[MM_MAX_KC * (MM_MAX_NC + MM_MAX_NR)] __attribute__((aligned(64)));
+#define MM_APACK_FLOATS (MM_MAX_MC * MM_MAX_KC)
+#define MM_BPACK_FLOATS (MM_MAX_KC * (MM_MAX_NC + MM_MAX_NR))
+_Static_assert(MM_APACK_FLOATS + MM_BPACK_FLOATS <= RT_MM_SCRATCH_FLOATS,
+               "matmul pack buffers must fit the scratch");
 
 /* ---- micro-kernels */
 
@@ -210,28 +216,34 @@ void rt_matmul_reset(void)
     mm_cur = NULL;
 }
 
+const char *rt_matmul_isa(void)
+{
+    return mm_choose()->name;
+}
+
 /* ---- packing */
 
 /* Pack op(B)[pc..pc+kc, jc..jc+nc) as nr-wide slivers: sliver s holds
- * columns s*nr.., row p at dst[s*kc*nr + p*nr], zero beyond nc. */
-static void mm_pack_b(const mm_isa *k, const float *B, int transB, int64_t K, int64_t N,
-                      int64_t pc, int64_t kc, int64_t jc, int64_t nc, float *dst)
+ * columns s*nr.., row p at dst[s*kc*nr + p*nr], zero beyond nc.  B's rows
+ * are ldb floats apart (B stored (K, N), or (N, K) when transB). */
+static void mm_pack_b(const mm_isa *k, const float *B, int64_t ldb, int transB, int64_t pc,
+                      int64_t kc, int64_t jc, int64_t nc, float *dst)
 {
     int nr = k->nr;
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
         int64_t w = nc - j0 < nr ? nc - j0 : nr;
-        if (transB && k->gather && K * nr < INT32_MAX) {
-            k->gather(B + (jc + j0) * K + pc, K, w, kc, nr, dst);
+        if (transB && k->gather && ldb * nr < INT32_MAX) {
+            k->gather(B + (jc + j0) * ldb + pc, ldb, w, kc, nr, dst);
         } else if (!transB) {
-            const float *src = B + pc * N + jc + j0;
+            const float *src = B + pc * ldb + jc + j0;
             for (int64_t p = 0; p < kc; p++) {
-                memcpy(dst + p * nr, src + p * N, (size_t)w * 4);
+                memcpy(dst + p * nr, src + p * ldb, (size_t)w * 4);
                 for (int64_t j = w; j < nr; j++)
                     dst[p * nr + j] = 0.0f;
             }
         } else {
             for (int64_t j = 0; j < w; j++) {
-                const float *src = B + (jc + j0 + j) * K + pc;   /* B stored (N, K) */
+                const float *src = B + (jc + j0 + j) * ldb + pc;   /* B stored (N, K) */
                 for (int64_t p = 0; p < kc; p++)
                     dst[p * nr + j] = src[p];
             }
@@ -242,26 +254,27 @@ static void mm_pack_b(const mm_isa *k, const float *B, int transB, int64_t K, in
     }
 }
 
-/* Pack op(A)[ic..ic+mc, pc..pc+kc) as mr-tall slivers: sliver s holds rows
- * s*mr.., column p at dst[s*kc*mr + p*mr], zero beyond mc. */
-static void mm_pack_a(const mm_isa *k, const float *A, int transA, int64_t M, int64_t K,
-                      int64_t ic, int64_t mc, int64_t pc, int64_t kc, float *dst)
+/* Pack op(A)[ic..ic+mc, pc..pc+kc) as mr-tall slivers: sliver s holds
+ * rows s*mr.., column p at dst[s*kc*mr + p*mr], zero beyond mc.  A's rows
+ * are lda floats apart (A stored (M, K), or (K, M) when transA). */
+static void mm_pack_a(const mm_isa *k, const float *A, int64_t lda, int transA, int64_t ic,
+                      int64_t mc, int64_t pc, int64_t kc, float *dst)
 {
     int mr = k->mr;
     for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
         int64_t h = mc - i0 < mr ? mc - i0 : mr;
-        if (!transA && k->gather && K * mr < INT32_MAX) {
-            k->gather(A + (ic + i0) * K + pc, K, h, kc, mr, dst);
+        if (!transA && k->gather && lda * mr < INT32_MAX) {
+            k->gather(A + (ic + i0) * lda + pc, lda, h, kc, mr, dst);
         } else if (transA) {
-            const float *src = A + pc * M + ic + i0;   /* A stored (K, M) */
+            const float *src = A + pc * lda + ic + i0;   /* A stored (K, M) */
             for (int64_t p = 0; p < kc; p++) {
-                memcpy(dst + p * mr, src + p * M, (size_t)h * 4);
+                memcpy(dst + p * mr, src + p * lda, (size_t)h * 4);
                 for (int64_t i = h; i < mr; i++)
                     dst[p * mr + i] = 0.0f;
             }
         } else {
             for (int64_t i = 0; i < h; i++) {
-                const float *src = A + (ic + i0 + i) * K + pc;
+                const float *src = A + (ic + i0 + i) * lda + pc;
                 for (int64_t p = 0; p < kc; p++)
                     dst[p * mr + i] = src[p];
             }
@@ -298,28 +311,85 @@ static void mm_block(const mm_isa *k, int64_t mc, int64_t nc, int64_t kc, const 
     }
 }
 
-void rt_matmul(int64_t M, int64_t K, int64_t N, const float *A, int transA, const float *B,
-               int transB, float *C, int acc)
+void rt_gemm(int64_t M, int64_t K, int64_t N, const float *A, int64_t lda, int transA,
+             const float *B, int64_t ldb, int transB, float *C, int64_t ldc, int acc,
+             float *scratch)
 {
     if (M <= 0 || N <= 0)
         return;
     if (K <= 0) {
-        if (!acc)
-            memset(C, 0, (size_t)(M * N) * 4);
+        for (int64_t m = 0; m < M && !acc; m++)
+            memset(C + m * ldc, 0, (size_t)N * 4);
         return;
     }
     const mm_isa *k = mm_choose();
+    float *apack = scratch, *bpack = scratch + MM_APACK_FLOATS;
     for (int64_t jc = 0; jc < N; jc += k->nc) {
         int64_t nc = N - jc < k->nc ? N - jc : k->nc;
         for (int64_t pc = 0; pc < K; pc += k->kc) {
             int64_t kc = K - pc < k->kc ? K - pc : k->kc;
             int load_c = acc || pc > 0;
-            mm_pack_b(k, B, transB, K, N, pc, kc, jc, nc, mm_bpack);
+            mm_pack_b(k, B, ldb, transB, pc, kc, jc, nc, bpack);
             for (int64_t ic = 0; ic < M; ic += k->mc) {
                 int64_t mc = M - ic < k->mc ? M - ic : k->mc;
-                mm_pack_a(k, A, transA, M, K, ic, mc, pc, kc, mm_apack);
-                mm_block(k, mc, nc, kc, mm_apack, mm_bpack, C + ic * N + jc, N, load_c);
+                mm_pack_a(k, A, lda, transA, ic, mc, pc, kc, apack);
+                mm_block(k, mc, nc, kc, apack, bpack, C + ic * ldc + jc, ldc, load_c);
             }
         }
     }
+}
+
+/* A threaded matmul: the operands and the thread grid. */
+typedef struct mm_job {
+    int64_t M, K, N;        /* C[M,N] (+)= op(A)[M,K] op(B)[K,N] */
+    const float *A, *B;     /* operands, stored as rt_matmul documents */
+    int transA, transB;     /* layouts */
+    float *C;               /* result */
+    int acc;                /* 1: add into C */
+    int tm, tn;             /* grid: tm row blocks x tn column blocks */
+    int64_t mu, nu;         /* split granularity: MR rows, NR columns */
+} mm_job;
+
+/* Thread t's block of the grid: rt_gemm on a sub-matrix of C. */
+static void mm_task(void *p, int t, int nt)
+{
+    const mm_job *j = p;
+    int64_t m0, m1, n0, n1;
+    rt_split(j->M, t / j->tn, j->tm, j->mu, &m0, &m1);
+    rt_split(j->N, t % j->tn, j->tn, j->nu, &n0, &n1);
+    if (m0 >= m1 || n0 >= n1)
+        return;
+    const float *A = j->transA ? j->A + m0 : j->A + m0 * j->K;
+    const float *B = j->transB ? j->B + n0 * j->K : j->B + n0;
+    rt_gemm(m1 - m0, j->K, n1 - n0, A, j->transA ? j->M : j->K, j->transA, B,
+            j->transB ? j->K : j->N, j->transB, j->C + m0 * j->N + n0, j->N, j->acc,
+            rt_scratch(t));
+}
+
+/* Products below this many multiply-adds run on one thread. */
+#define MM_PAR_GRAIN (1 << 18)
+
+void rt_matmul(int64_t M, int64_t K, int64_t N, const float *A, int transA, const float *B,
+               int transB, float *C, int acc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    const mm_isa *k = mm_choose();
+    mm_job j = {M, K, N, A, B, transA, transB, C, acc, 1, 1, k->mr, k->nr};
+    int nt = rt_threads_for(M * N * (K > 0 ? K : 1), MM_PAR_GRAIN);
+    /* the grid tm x tn = nt that packs least: each thread packs its rows of
+     * A (M/tm x K) and its columns of B (K x N/tn); blocks keep >= 1 tile */
+    double best = -1;
+    for (int tm = 1; tm <= nt; tm++) {
+        int tn = nt / tm;
+        if (tm * tn != nt || (tm > 1 && M < tm * k->mr) || (tn > 1 && N < tn * k->nr))
+            continue;
+        double cost = (double)M / tm + (double)N / tn;
+        if (best < 0 || cost < best) {
+            best = cost;
+            j.tm = tm;
+            j.tn = tn;
+        }
+    }
+    rt_parallel(mm_task, &j, j.tm * j.tn);
 }

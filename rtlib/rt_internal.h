@@ -5,9 +5,14 @@
  *   runtime.c      rt_init / rt_finish, flags, environment, arena, step log
  *   manifest.c     the MANIFEST text -> rt_manifest
  *   rng.c          counter-based RNG, param init, synthetic data
- *   kernels.c      the rt_k_* entry points (dispatch to fast or reference)
+ *   pool.c         the rank's threads (fork-join pool) and per-thread scratch
+ *   kernels.c      the rt_k_* entry points: elementwise, optimizers, copies
+ *   rows.c         row-wise kernels: xent, softmax, layernorm, embedding
+ *   attention.c    causal multi-head attention, forward and backward
  *   kernels_ref.c  rt_ref_*: plain scalar reference of every kernel
  *   matmul.c       blocked SIMD matmul with run-time ISA dispatch
+ *   vmath.c        vectorised exp and the kernels built on it
+ *   isa.c          the run-time choice of instruction set
  *   comm_shm.c     collectives between rank processes over POSIX shm
  *   safetensors.c  --save writer and a validating reader
  */
@@ -101,6 +106,7 @@ struct rt_ctx {
     int64_t steps;              /* steps to run (manifest or --steps) */
     const char *save_path;      /* --save FILE, or NULL */
     int quiet;                  /* --quiet: no step log */
+    int threads;                /* kernel threads (--threads, $NNSC_THREADS, or the default) */
     double timeout;             /* seconds any collective may wait */
     char *arena;                /* the arena: 64-byte aligned, zeroed */
     double step_t0;             /* monotonic seconds at rt_step_begin */
@@ -168,13 +174,73 @@ void rt_init_param_box(rt_ctx *ctx, void *dst, int64_t i);
 /* Fast rt_k_data: i as for rt_k_data. */
 void rt_data_box(rt_ctx *ctx, void *dst, const int64_t *i);
 
+/* ---- pool.c: the rank's threads */
+
+#define RT_MAX_THREADS 1024   /* most threads a rank may use */
+
+/* Per-thread scratch: matmul's pack buffers, then attention's tiles. */
+#define RT_MM_SCRATCH_FLOATS (336 * 384 + 384 * (3072 + 32))
+#define RT_ATT_QB 28          /* attention tile: query rows (2 matmul row slivers) */
+#define RT_ATT_KB 64          /* attention tile: keys (2 matmul column slivers) */
+#define RT_SCRATCH_FLOATS (RT_MM_SCRATCH_FLOATS + 2 * RT_ATT_QB * RT_ATT_KB)
+
+/* Thread t's part of a parallel region of nt threads. */
+typedef void rt_task(void *arg, int t, int nt);
+/* The body of rt_parallel_for on [lo, hi), run by thread t. */
+typedef void rt_range_fn(const void *arg, int64_t lo, int64_t hi, int t);
+
+/* (Re)start the pool with n threads in all (the caller is thread 0; 1: none). */
+void rt_pool_init(int n);
+/* Stop and join the workers; back to one thread. */
+void rt_pool_free(void);
+/* Threads in the pool (1 without one). */
+int rt_pool_size(void);
+/* How many regions have run on more than one thread (tests, benchmarks). */
+int64_t rt_pool_split_regions(void);
+/* Run task(arg, t, nt) on t = 0 .. nt-1, nt = min(want, pool size); returns when
+ * all have finished.  Thread 0 is the caller.  Regions do not nest. */
+void rt_parallel(rt_task *task, void *arg, int want);
+/* fn(arg, lo, hi, t) over [0, n) cut in nt near-equal parts of whole units,
+ * nt = rt_threads_for(n, grain). */
+void rt_parallel_for(rt_range_fn *fn, const void *arg, int64_t n, int64_t unit, int64_t grain);
+/* Threads worth using for `work` items at `grain` items per thread at least (>= 1). */
+int rt_threads_for(int64_t work, int64_t grain);
+/* Part t of nt of [0, n), cut at multiples of unit: [*lo, *hi). */
+void rt_split(int64_t n, int t, int nt, int64_t unit, int64_t *lo, int64_t *hi);
+/* Thread t's scratch: RT_SCRATCH_FLOATS floats, 64-byte aligned. */
+float *rt_scratch(int t);
+/* Default thread count: CPUs this process may run on (sched_getaffinity)
+ * divided by $NNSC_LOCAL_WORLD, or else by world; at least 1. */
+int rt_default_threads(int world);
+
+/* A kernel call's arguments, for the bodies that rt_parallel_for runs. */
+typedef struct rt_kargs {
+    rt_ctx *ctx;            /* the rank (may be NULL in tests) */
+    void *const *b;         /* buffers */
+    const int64_t *i;       /* ints */
+    const float *f;         /* floats */
+} rt_kargs;
+
+/* Elementwise kernels split across threads in pieces of at least this many
+ * elements (smaller ones run on the caller alone), cut at cache lines. */
+#define RT_EW_GRAIN (1 << 15)
+#define RT_EW_UNIT 16
+
 /* ---- matmul.c */
 
-/* The fast matmul behind rt_k_matmul: C[M,N] (+)= op(A) op(B). */
+/* The fast matmul behind rt_k_matmul: C[M,N] (+)= op(A) op(B), on the pool. */
 void rt_matmul(int64_t M, int64_t K, int64_t N, const float *A, int transA,
                const float *B, int transB, float *C, int acc);
+/* The same on the calling thread with row strides lda, ldb, ldc (A stored
+ * (M, lda) or, transA, (K, lda); B (K, ldb) or, transB, (N, ldb); C (M, ldc));
+ * scratch: the thread's rt_scratch. */
+void rt_gemm(int64_t M, int64_t K, int64_t N, const float *A, int64_t lda, int transA,
+             const float *B, int64_t ldb, int transB, float *C, int64_t ldc, int acc,
+             float *scratch);
 /* Forget the chosen kernel (after rt_isa_force). */
 void rt_matmul_reset(void);
+/* Name of the micro-kernel in use (choosing it if needed). */
+const char *rt_matmul_isa(void);
 
 /* ---- isa.c */
 
@@ -184,6 +250,8 @@ int rt_isa_supported(const char *name);
 const char *rt_isa_name(void);
 /* Use isa (or NULL: choose again) from now on.  -1 if this CPU lacks it. */
 int rt_isa_force(const char *isa);
+/* Make every kernel choice now (before threads use them). */
+void rt_isa_ready(void);
 
 /* ---- vmath.c: vectorised exp-based kernels (same ISA choice) */
 
@@ -198,8 +266,12 @@ double rt_vexp_sum(const float *x, float mx, int64_t n);
 /* y (+)= scale * exp((x - mx) - shift). */
 void rt_vexp_scale(const float *x, float mx, float shift, float scale, float *y, int64_t n,
                    int acc);
+/* y = exp(a x - c); returns sum of y. */
+double rt_vexp_affine(const float *x, float a, float c, float *y, int64_t n);
 /* Forget the chosen implementation (after rt_isa_force). */
 void rt_vmath_reset(void);
+/* Name of the implementation in use (choosing it if needed). */
+const char *rt_vmath_isa(void);
 
 /* ---- kernels_ref.c: the scalar reference of every kernel */
 

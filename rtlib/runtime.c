@@ -2,7 +2,8 @@
  *
  * Errors in what the user gave (flags, environment, a manifest that does not
  * match the environment) print one line and exit with status 2; failures at
- * run time (a dead peer, a write that fails) exit with status 1.
+ * run time (a dead peer, a write that fails) exit with status 1.  rt_init
+ * also starts the kernel threads (pool.c); rt_finish stops them.
  */
 #include <errno.h>
 #include <math.h>
@@ -56,11 +57,15 @@ static void rt_usage(FILE *f, const char *prog, const rt_manifest *m)
             "  --quiet         do not print the per-step loss line\n"
             "  --timeout SEC   longest wait for a peer in a collective (default 60,\n"
             "                  or $NNSC_TIMEOUT); then the rank exits with status 1\n"
+            "  --threads N     threads for the kernels (default $NNSC_THREADS, else the\n"
+            "                  CPUs this process may use divided by $NNSC_LOCAL_WORLD,\n"
+            "                  else by the world size; at least 1)\n"
             "  --help          print this and exit\n"
             "environment:\n"
             "  NNSC_RANK/NNSC_WORLD, else RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,\n"
             "  else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (default rank 0 of 1);\n"
-            "  NNSC_JOB: a string unique to the run, the same for all its ranks (world > 1)\n",
+            "  NNSC_JOB: a string unique to the run, the same for all its ranks (world > 1);\n"
+            "  NNSC_THREADS, NNSC_LOCAL_WORLD (ranks on this host): see --threads\n",
             prog, m->rank, m->world, m->model, (long long)m->steps);
 }
 
@@ -75,6 +80,20 @@ static int64_t rt_flag_int(const char *flag, const char *v)
         exit(2);
     }
     return x;
+}
+
+/* Parse a thread count in [1, RT_MAX_THREADS], or exit 2.  what names its source. */
+static int rt_parse_threads(const char *what, const char *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < 1 || x > RT_MAX_THREADS) {
+        fprintf(stderr, "nnsc: %s needs a whole number of threads in [1, %d], not '%s'\n", what,
+                RT_MAX_THREADS, v);
+        exit(2);
+    }
+    return (int)x;
 }
 
 /* Parse a timeout in seconds (> 0), or exit 2.  what names its source. */
@@ -105,7 +124,7 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
         memcpy(name, arg, nlen);
         name[nlen] = 0;
         int takes_value = !strcmp(name, "--steps") || !strcmp(name, "--save") ||
-                          !strcmp(name, "--timeout");
+                          !strcmp(name, "--timeout") || !strcmp(name, "--threads");
         if (takes_value) {
             if (eq)
                 val = eq + 1;
@@ -135,9 +154,11 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
         } else if (!strcmp(name, "--timeout")) {
             ctx->timeout = rt_parse_timeout("--timeout", val);
             have_timeout = 1;
+        } else if (!strcmp(name, "--threads")) {
+            ctx->threads = rt_parse_threads("--threads", val);
         } else {
             fprintf(stderr, "nnsc: unknown %s '%s' (flags: --steps N --save FILE --quiet "
-                            "--timeout SEC --help)\n",
+                            "--timeout SEC --threads N --help)\n",
                     arg[0] == '-' ? "flag" : "argument", arg);
             exit(2);
         }
@@ -145,6 +166,11 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
     if (!have_timeout) {
         const char *t = getenv("NNSC_TIMEOUT");
         ctx->timeout = t && *t ? rt_parse_timeout("NNSC_TIMEOUT", t) : 60.0;
+    }
+    if (!ctx->threads) {   /* 0: no flag; the default needs the world size (later) */
+        const char *t = getenv("NNSC_THREADS");
+        if (t && *t)
+            ctx->threads = rt_parse_threads("NNSC_THREADS", t);
     }
 }
 
@@ -228,6 +254,10 @@ rt_ctx *rt_init(int argc, char **argv, const char *manifest)
         rt_fatal(ctx, 1, "cannot allocate the %lld-byte arena", (long long)ctx->man.arena);
     memset(ctx->arena, 0, bytes);
 
+    if (!ctx->threads)
+        ctx->threads = rt_default_threads(ctx->world);
+    rt_pool_init(ctx->threads);
+
     if (ctx->world > 1)
         rt_comm_init(ctx);
     ctx->step_t0 = rt_now();
@@ -275,6 +305,7 @@ int rt_finish(rt_ctx *ctx)
         rt_comm_barrier(ctx, RT_GROUP_WORLD, RT_COLL_FINISH);
         rt_comm_free(ctx, 0);
     }
+    rt_pool_free();
     free(ctx->arena);
     rt_manifest_free(&ctx->man);
     free(ctx);

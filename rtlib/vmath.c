@@ -1,5 +1,6 @@
 /* vmath.c -- vectorised exp and the kernels built on it (gelu, gelu_bwd,
- * the softmax sums of xent), with the same run-time ISA choice as matmul.
+ * the softmax sums of xent, softmax and attention's exp), with the same
+ * run-time ISA choice as matmul.
  *
  * exp(x) = 2^n * e^r with n = round(x log2 e) and r = x - n ln 2 (ln 2 split
  * in a high and a low part, so r is exact to a few ulp), |r| <= ln2 / 2, and
@@ -35,6 +36,7 @@ typedef struct vm_isa {
     double (*exp_sum)(const float *x, float mx, int64_t n);
     void (*exp_scale)(const float *x, float mx, float shift, float scale, float *y, int64_t n,
                       int acc);
+    double (*exp_affine)(const float *x, float a, float c, float *y, int64_t n);
 } vm_isa;
 
 /* ---- portable versions (libm) */
@@ -84,6 +86,17 @@ static void vm_exp_scale_scalar(const float *x, float mx, float shift, float sca
 {
     for (int64_t k = 0; k < n; k++)
         y[k] = (acc ? y[k] : 0.0f) + scale * expf((x[k] - mx) - shift);
+}
+
+/* y = exp(a x - c); returns the sum of y. */
+static double vm_exp_affine_scalar(const float *x, float a, float c, float *y, int64_t n)
+{
+    float s = 0.0f;
+    for (int64_t k = 0; k < n; k++) {
+        y[k] = expf(a * x[k] - c);
+        s += y[k];
+    }
+    return s;
 }
 
 #ifdef RT_HAVE_X86
@@ -199,6 +212,19 @@ vm_exp_scale_avx512(const float *x, float mx, float shift, float scale, float *y
                        : _mm512_mul_ps(vsc, e);
         _mm512_mask_storeu_ps(y + k, m, r);
     }
+}
+
+__attribute__((target("avx512f"))) static double
+vm_exp_affine_avx512(const float *x, float a, float c, float *y, int64_t n)
+{
+    __m512 s = _mm512_setzero_ps(), va = _mm512_set1_ps(a), vc = _mm512_set1_ps(c);
+    for (int64_t k = 0; k < n; k += 16) {
+        __mmask16 m = vm_mask16(n - k);
+        __m512 e = vm_exp512(_mm512_fmsub_ps(va, _mm512_maskz_loadu_ps(m, x + k), vc));
+        _mm512_mask_storeu_ps(y + k, m, e);
+        s = _mm512_mask_add_ps(s, m, s, e);
+    }
+    return _mm512_reduce_add_ps(s);
 }
 
 /* ---- AVX2 + FMA (tails go through a zero-padded 8-float buffer) */
@@ -332,17 +358,40 @@ vm_exp_scale_avx2(const float *x, float mx, float shift, float scale, float *y, 
     }
 }
 
+__attribute__((target("avx2,fma"))) static double
+vm_exp_affine_avx2(const float *x, float a, float c, float *y, int64_t n)
+{
+    __m256 s = _mm256_setzero_ps(), va = _mm256_set1_ps(a), vc = _mm256_set1_ps(c);
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 e = vm_exp256(_mm256_fmsub_ps(va, _mm256_loadu_ps(x + k), vc));
+        _mm256_storeu_ps(y + k, e);
+        s = _mm256_add_ps(s, e);
+    }
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    double r = 0;
+    for (int j = 0; j < 8; j++)
+        r += t[j];
+    for (; k < n; k++) {
+        y[k] = expf(a * x[k] - c);
+        r += y[k];
+    }
+    return r;
+}
+
 #endif /* RT_HAVE_X86 */
 
 /* The implementations, best first. */
 static const vm_isa vm_isas[] = {
 #ifdef RT_HAVE_X86
     {"avx512", vm_gelu_avx512, vm_gelu_bwd_avx512, vm_max_avx512, vm_exp_sum_avx512,
-     vm_exp_scale_avx512},
-    {"avx2", vm_gelu_avx2, vm_gelu_bwd_avx2, vm_max_scalar, vm_exp_sum_avx2, vm_exp_scale_avx2},
+     vm_exp_scale_avx512, vm_exp_affine_avx512},
+    {"avx2", vm_gelu_avx2, vm_gelu_bwd_avx2, vm_max_scalar, vm_exp_sum_avx2, vm_exp_scale_avx2,
+     vm_exp_affine_avx2},
 #endif
     {"scalar", vm_gelu_scalar, vm_gelu_bwd_scalar, vm_max_scalar, vm_exp_sum_scalar,
-     vm_exp_scale_scalar},
+     vm_exp_scale_scalar, vm_exp_affine_scalar},
 };
 
 /* The implementation in use (chosen on first call). */
@@ -365,6 +414,11 @@ static const vm_isa *vm(void)
 void rt_vmath_reset(void)
 {
     vm_cur = NULL;
+}
+
+const char *rt_vmath_isa(void)
+{
+    return vm()->name;
 }
 
 void rt_vgelu(const float *x, float *y, int64_t n)
@@ -394,4 +448,9 @@ void rt_vexp_scale(const float *x, float mx, float shift, float scale, float *y,
 {
     if (n > 0)
         vm()->exp_scale(x, mx, shift, scale, y, n, acc);
+}
+
+double rt_vexp_affine(const float *x, float a, float c, float *y, int64_t n)
+{
+    return n > 0 ? vm()->exp_affine(x, a, c, y, n) : 0.0;
 }

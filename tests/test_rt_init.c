@@ -5,6 +5,8 @@
  * Every case runs in a forked child with its stdout and stderr captured,
  * so cases that must exit (status 2 on bad input) can be checked.
  */
+#define _GNU_SOURCE   /* sched_getaffinity */
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +71,8 @@ static result run(const job *j)
     static const char *const rank_vars[] = {"NNSC_RANK", "NNSC_WORLD", "RANK", "WORLD_SIZE",
                                             "SLURM_PROCID", "SLURM_NTASKS",
                                             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                            "NNSC_TIMEOUT", "NNSC_JOB"};
+                                            "NNSC_TIMEOUT", "NNSC_JOB", "NNSC_THREADS",
+                                            "NNSC_LOCAL_WORLD"};
     result r;
     char po[64], pe[64];
     snprintf(po, sizeof po, "/tmp/rtinit-%d.out", (int)getpid());
@@ -104,8 +107,9 @@ static result run(const job *j)
             fflush(stdout);
             _exit(ok ? 0 : 5);
         } else if (j->action == ACT_PRINT) {
-            printf("rank %d world %d steps %lld timeout %g quiet %d\n", ctx->rank, ctx->world,
-                   (long long)rt_steps(ctx), ctx->timeout, ctx->quiet);
+            printf("rank %d world %d steps %lld timeout %g quiet %d threads %d pool %d\n",
+                   ctx->rank, ctx->world, (long long)rt_steps(ctx), ctx->timeout, ctx->quiet,
+                   ctx->threads, rt_pool_size());
         }
         int rc = rt_finish(ctx);
         fflush(stdout);
@@ -164,6 +168,56 @@ static void test_flags(void)
     job jb = {{"NNSC_TIMEOUT", "soon", NULL}, {"rank0", NULL}, good_manifest, ACT_PRINT};
     r = run(&jb);
     check(r.code == 2, "NNSC_TIMEOUT=soon: exit 2");
+}
+
+/* "threads N pool N" as the child prints it. */
+static int has_threads(const result *r, int n)
+{
+    char want[48];
+    snprintf(want, sizeof want, "threads %d pool %d\n", n, n);
+    return r->code == 0 && strstr(r->out, want) != NULL;
+}
+
+/* --threads, NNSC_THREADS, NNSC_LOCAL_WORLD and the default. */
+static void test_threads(void)
+{
+    cpu_set_t set;
+    int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    result r = run_flags("--help", NULL, NULL);
+    check(r.code == 0 && strstr(r.out, "--threads") && strstr(r.out, "NNSC_THREADS") &&
+          strstr(r.out, "NNSC_LOCAL_WORLD"), "--help lists --threads and its variables");
+    r = run_flags(NULL, NULL, NULL);
+    check(has_threads(&r, ncpu), "default: one thread per CPU of the affinity mask (%d)", ncpu);
+    r = run_flags("--threads", "3", NULL);
+    check(has_threads(&r, 3), "--threads 3 starts a pool of 3");
+    r = run_flags("--threads=1", NULL, NULL);
+    check(has_threads(&r, 1), "--threads=1: no workers");
+    static const char *const bad[] = {"0", "-2", "two", "", "100000"};
+    int ok = 1;
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        r = run_flags("--threads", bad[k], NULL);
+        ok &= r.code == 2 && strstr(r.err, "--threads") != NULL;
+    }
+    check(ok, "--threads 0, -2, two, '', 100000: exit 2 naming the flag");
+    job je = {{"NNSC_THREADS", "2", NULL}, {"rank0", NULL}, good_manifest, ACT_PRINT};
+    r = run(&je);
+    check(has_threads(&r, 2), "NNSC_THREADS=2 sets the threads");
+    job jo = {{"NNSC_THREADS", "2", NULL}, {"rank0", "--threads", "1", NULL}, good_manifest,
+              ACT_PRINT};
+    r = run(&jo);
+    check(has_threads(&r, 1), "--threads overrides NNSC_THREADS");
+    job jb = {{"NNSC_THREADS", "many", NULL}, {"rank0", NULL}, good_manifest, ACT_PRINT};
+    r = run(&jb);
+    check(r.code == 2 && strstr(r.err, "NNSC_THREADS"), "NNSC_THREADS=many: exit 2");
+    job jl = {{"NNSC_LOCAL_WORLD", "2", NULL}, {"rank0", NULL}, good_manifest, ACT_PRINT};
+    r = run(&jl);
+    check(has_threads(&r, ncpu / 2 > 1 ? ncpu / 2 : 1), "NNSC_LOCAL_WORLD=2: CPUs / 2 threads");
+    job jL = {{"NNSC_LOCAL_WORLD", "1000", NULL}, {"rank0", NULL}, good_manifest, ACT_PRINT};
+    r = run(&jL);
+    check(has_threads(&r, 1), "NNSC_LOCAL_WORLD=1000: at least 1 thread");
+    job j0 = {{"NNSC_LOCAL_WORLD", "0", NULL}, {"rank0", NULL}, good_manifest, ACT_PRINT};
+    r = run(&j0);
+    check(r.code == 2 && strstr(r.err, "NNSC_LOCAL_WORLD"), "NNSC_LOCAL_WORLD=0: exit 2");
 }
 
 /* The manifest of rank r of w (no groups). */
@@ -311,6 +365,7 @@ static void test_steps_and_arena(void)
 int main(void)
 {
     test_flags();
+    test_threads();
     test_env();
     test_manifest_errors();
     test_steps_and_arena();

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "rt_internal.h"
@@ -188,7 +190,7 @@ static void test_xent(void)
         for (int64_t m = 0; m < M; m++)
             t[m] = (int32_t)((m * 97 + 5) % V);
         l2 = fdup(l1, M * V);
-        int64_t ints[3] = {M, V, acc};
+        int64_t ints[4] = {M, V, acc, V};
         float sc[1] = {1.0f / M};
         void *bf[3] = {lg, t, l1}, *br[3] = {lg, t, l2};
         rt_k_xent(NULL, bf, ints, sc);
@@ -211,7 +213,7 @@ static void test_xent(void)
         for (int k = 0; k < 100; k++)
             wide[k] = -90.0f * (float)((k * 37) % 50) / 49.0f;
         int32_t tw[2] = {3, 49};
-        int64_t iw[3] = {2, 50, 0};
+        int64_t iw[4] = {2, 50, 0, 50};
         float sw[1] = {0.5f};
         void *a1[3] = {wide, tw, l1}, *a2[3] = {wide, tw, l2};
         void *d1[3] = {wide, tw, g1}, *d2[3] = {wide, tw, g2};
@@ -228,7 +230,7 @@ static void test_xent(void)
     float row[3 * 2] = {1e4f, 1e4f + 1, 1e4f - 2, -1e4f, -1e4f + 3, -1e4f + 1};
     int32_t tg[2] = {1, 0};
     float loss[1], d[6];
-    int64_t ints[3] = {2, 3, 0};
+    int64_t ints[4] = {2, 3, 0, 3};
     float sc[1] = {1.0f};
     void *b1[3] = {row, tg, loss}, *b2[3] = {row, tg, d};
     rt_k_xent(NULL, b1, ints, sc);
@@ -269,6 +271,350 @@ static void test_slice(void)
             snprintf(nm, sizeof nm, "slice case %d acc=%d", c, acc);
             cmp_kernel(nm, rt_k_slice, rt_ref_slice, 2, sz, 1, cases[c], NULL, -1, 1, 0);
         }
+}
+
+/* ---- kernels with several buffers: fast and reference on copies */
+
+#define KC_MAXB 10
+
+/* One kernel call prepared twice, for the fast kernel and the reference:
+ * buffers of random floats with guard words after each. */
+typedef struct kcall {
+    int nb;                     /* buffers */
+    int64_t sz[KC_MAXB];        /* floats (or i32s) per buffer */
+    float *f[KC_MAXB];          /* the fast kernel's copies */
+    float *r[KC_MAXB];          /* the reference's copies */
+} kcall;
+
+/* nb buffers of sz[k] floats in [lo, hi), the same in both copies. */
+static void kc_make(kcall *c, int nb, const int64_t *sz, float lo, float hi)
+{
+    c->nb = nb;
+    for (int k = 0; k < nb; k++) {
+        c->sz[k] = sz[k];
+        c->f[k] = fbuf(sz[k], lo, hi);
+        c->r[k] = fdup(c->f[k], sz[k]);
+    }
+}
+
+/* Buffer k (both copies) := n i32 values in [lo, hi). */
+static void kc_tokens(kcall *c, int k, int64_t lo, int64_t hi)
+{
+    for (int64_t q = 0; q < c->sz[k]; q++) {
+        int32_t v = (int32_t)(lo + (int64_t)frand(0, (float)(hi - lo)));
+        v = v >= hi ? (int32_t)(hi - 1) : v;
+        memcpy(&c->f[k][q], &v, 4);
+        memcpy(&c->r[k][q], &v, 4);
+    }
+}
+
+/* Buffer k (both copies) := src. */
+static void kc_set(kcall *c, int k, const float *src)
+{
+    memcpy(c->f[k], src, (size_t)c->sz[k] * 4);
+    memcpy(c->r[k], src, (size_t)c->sz[k] * 4);
+}
+
+/* Run the fast kernel on f and the reference on r. */
+static void kc_run(kcall *c, kfn *fast, kfn *ref, const int64_t *ints, const float *flts)
+{
+    fast(NULL, (void *const *)c->f, ints, flts);
+    ref(NULL, (void *const *)c->r, ints, flts);
+}
+
+/* 1 if no guard word of the fast copies was overwritten. */
+static int kc_guards(const kcall *c)
+{
+    int g = 1;
+    for (int k = 0; k < c->nb; k++)
+        g &= guard_ok(c->f[k], c->sz[k]);
+    return g;
+}
+
+/* Check outputs outs[0..nout) (buffer indices) within tol, and the guards:
+ * the error is max |fast - ref| over all of them divided by the largest
+ * |ref| of all of them (an output that should be 0 is judged on the scale
+ * of its siblings, e.g. dq of a one-position attention). */
+static void kc_check(const kcall *c, const char *name, const int *outs, int nout, double tol)
+{
+    double md = 0, mb = 1e-6;
+    for (int k = 0; k < nout; k++) {
+        const float *a = c->f[outs[k]], *b = c->r[outs[k]];
+        for (int64_t q = 0; q < c->sz[outs[k]]; q++) {
+            double d = fabs((double)a[q] - b[q]);
+            if (!(d <= md))
+                md = d;   /* NaN propagates as a failure */
+            mb = fmax(mb, fabs(b[q]));
+        }
+    }
+    double e = md / mb;
+    int g = kc_guards(c);
+    check(e <= tol && g, "%-36s fast vs reference: err %.2e (tol %.0e)%s", name, e, tol,
+          g ? "" : ", GUARD OVERWRITTEN");
+}
+
+static void kc_free(kcall *c)
+{
+    for (int k = 0; k < c->nb; k++) {
+        free(c->f[k]);
+        free(c->r[k]);
+    }
+}
+
+/* embedding, embedding_bwd, layernorm (3), softmax (2) vs reference, odd shapes. */
+static void test_rows(void)
+{
+    const int64_t R = 37, C = 53, Vlo = 5, Vext = 11;
+    char nm[64];
+    for (int acc = 0; acc < 2; acc++) {
+        kcall c;
+        /* tokens in [0, 20): some below Vlo, some past the shard */
+        int64_t ie[5] = {R, Vlo, Vext, C, acc}, se[3] = {R, Vext * C, R * C};
+        kc_make(&c, 3, se, -1, 1);
+        kc_tokens(&c, 0, 0, 20);
+        kc_run(&c, rt_k_embedding, rt_ref_embedding, ie, NULL);
+        snprintf(nm, sizeof nm, "embedding acc=%d", acc);
+        kc_check(&c, nm, (int[]){2}, 1, 1e-7);
+        kc_free(&c);
+
+        int64_t sb[3] = {R, R * C, Vext * C};
+        kc_make(&c, 3, sb, -1, 1);
+        kc_tokens(&c, 0, 0, 20);
+        kc_run(&c, rt_k_embedding_bwd, rt_ref_embedding_bwd, ie, NULL);
+        snprintf(nm, sizeof nm, "embedding_bwd acc=%d", acc);
+        kc_check(&c, nm, (int[]){2}, 1, 1e-6);
+        kc_free(&c);
+
+        /* layernorm_bwd: dY, X, w, mean, rstd, dX (any mean, rstd > 0) */
+        int64_t il[3] = {R, C, acc}, sl[6] = {R * C, R * C, C, R, R, R * C};
+        kc_make(&c, 6, sl, -1, 1);
+        for (int64_t r = 0; r < R; r++)
+            c.f[4][r] = c.r[4][r] = 0.5f + fabsf(c.f[4][r]);
+        kc_run(&c, rt_k_layernorm_bwd, rt_ref_layernorm_bwd, il, NULL);
+        snprintf(nm, sizeof nm, "layernorm_bwd acc=%d", acc);
+        kc_check(&c, nm, (int[]){5}, 1, 1e-5);
+        kc_free(&c);
+
+        /* layernorm_wgrad: dY, X, mean, rstd, dw, dbias */
+        int64_t sw[6] = {R * C, R * C, R, R, C, C};
+        kc_make(&c, 6, sw, -1, 1);
+        kc_run(&c, rt_k_layernorm_wgrad, rt_ref_layernorm_wgrad, il, NULL);
+        snprintf(nm, sizeof nm, "layernorm_wgrad acc=%d", acc);
+        kc_check(&c, nm, (int[]){4, 5}, 2, 1e-5);
+        kc_free(&c);
+
+        /* softmax_bwd: dY, Y, dX */
+        int64_t ss[3] = {R * C, R * C, R * C};
+        kc_make(&c, 3, ss, 0, 1);
+        kc_run(&c, rt_k_softmax_bwd, rt_ref_softmax_bwd, il, NULL);
+        snprintf(nm, sizeof nm, "softmax_bwd acc=%d", acc);
+        kc_check(&c, nm, (int[]){2}, 1, 1e-5);
+        kc_free(&c);
+    }
+    /* layernorm: rows offset by 3 (a large mean) and C = 1 (var 0) */
+    static const int64_t cols[2] = {53, 1};
+    for (int s = 0; s < 2; s++) {
+        kcall c;
+        int64_t Cs = cols[s], il[2] = {R, Cs}, sl[6] = {R * Cs, Cs, Cs, R * Cs, R, R};
+        kc_make(&c, 6, sl, 2, 4);
+        float eps[1] = {1e-5f};
+        kc_run(&c, rt_k_layernorm, rt_ref_layernorm, il, eps);
+        snprintf(nm, sizeof nm, "layernorm C=%lld", (long long)Cs);
+        kc_check(&c, nm, (int[]){3, 4, 5}, 3, s ? 1e-5 : 2e-5);
+        kc_free(&c);
+    }
+    /* softmax with a row of large values and one of length 1 */
+    for (int s = 0; s < 2; s++) {
+        kcall c;
+        int64_t N = s ? 1 : C, is[2] = {R, N}, ss[2] = {R * N, R * N};
+        kc_make(&c, 2, ss, -30, 30);
+        for (int64_t n = 0; n < N; n++)
+            c.f[0][n] = c.r[0][n] = 1e4f + (float)n;
+        kc_run(&c, rt_k_softmax, rt_ref_softmax, is, NULL);
+        snprintf(nm, sizeof nm, "softmax N=%lld (a row near 1e4)", (long long)N);
+        kc_check(&c, nm, (int[]){1}, 1, 1e-6);
+        kc_free(&c);
+    }
+}
+
+/* place vs reference, and place(slice(x)) puts the box back. */
+static void test_place(void)
+{
+    /* dst (5, 7, 9); boxes [1:4, 0:7, 2:8] and [2:3, 1:7, 0:9] */
+    int64_t cases[2][11] = {
+        {3, 0, 5, 1, 4, 7, 0, 7, 9, 2, 8},
+        {3, 0, 5, 2, 3, 7, 1, 7, 9, 0, 9},
+    };
+    for (int c = 0; c < 2; c++) {
+        int64_t n = 1;
+        for (int d = 0; d < 3; d++)
+            n *= cases[c][4 + 3 * d] - cases[c][3 + 3 * d];
+        for (int acc = 0; acc < 2; acc++) {
+            cases[c][1] = acc;
+            int64_t sz[2] = {n, 5 * 7 * 9};
+            char nm[48];
+            snprintf(nm, sizeof nm, "place case %d acc=%d", c, acc);
+            cmp_kernel(nm, rt_k_place, rt_ref_place, 2, sz, 1, cases[c], NULL, -1, 1, 0);
+        }
+        cases[c][1] = 0;
+        float *x = fbuf(5 * 7 * 9, -1, 1), *box = fbuf(n, 0, 1), *y = fbuf(5 * 7 * 9, 0, 0);
+        void *bs[2] = {x, box}, *bp[2] = {box, y};
+        rt_k_slice(NULL, bs, cases[c], NULL);
+        rt_k_place(NULL, bp, cases[c], NULL);
+        int ok = 1;
+        for (int64_t a = 0; a < 5; a++)
+            for (int64_t bb = 0; bb < 7; bb++)
+                for (int64_t d = 0; d < 9; d++) {
+                    int64_t q = (a * 7 + bb) * 9 + d;
+                    int in = a >= cases[c][3] && a < cases[c][4] && bb >= cases[c][6] &&
+                             bb < cases[c][7] && d >= cases[c][9] && d < cases[c][10];
+                    ok &= y[q] == (in ? x[q] : 0.0f);
+                }
+        check(ok && guard_ok(y, 5 * 7 * 9), "place case %d: place(slice(x)) is x on the box, "
+              "0 elsewhere", c);
+        free(x);
+        free(box);
+        free(y);
+    }
+}
+
+/* Forward and backward of one attention shape vs reference (backward
+ * inputs Y and lse from the fast forward, so they are consistent). */
+static void att_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int accs)
+{
+    int64_t n = B * T * H * D, nl = B * H * T;
+    float sc[1] = {1.0f / sqrtf((float)D)};
+    char nm[96];
+    kcall c;
+    int64_t sf[5] = {n, n, n, n, nl}, ifw[5] = {B, T, H, D, causal};
+    kc_make(&c, 5, sf, -2, 2);
+    kc_run(&c, rt_k_attention, rt_ref_attention, ifw, sc);
+    snprintf(nm, sizeof nm, "attention B%lld T%lld H%lld D%lld causal=%d", (long long)B,
+             (long long)T, (long long)H, (long long)D, causal);
+    kc_check(&c, nm, (int[]){3, 4}, 2, 2e-5);
+    float *q = fdup(c.f[0], n), *k = fdup(c.f[1], n), *v = fdup(c.f[2], n);
+    float *y = fdup(c.f[3], n), *lse = fdup(c.f[4], nl);
+    kc_free(&c);
+    for (int acc = 0; acc < accs; acc++) {
+        int64_t sb[9] = {n, n, n, n, n, nl, n, n, n}, ib[6] = {B, T, H, D, causal, acc};
+        kc_make(&c, 9, sb, -1, 1);
+        kc_set(&c, 1, q);
+        kc_set(&c, 2, k);
+        kc_set(&c, 3, v);
+        kc_set(&c, 4, y);
+        kc_set(&c, 5, lse);
+        kc_run(&c, rt_k_attention_bwd, rt_ref_attention_bwd, ib, sc);
+        snprintf(nm, sizeof nm, "attention_bwd B%lld T%lld H%lld D%lld causal=%d acc=%d",
+                 (long long)B, (long long)T, (long long)H, (long long)D, causal, acc);
+        kc_check(&c, nm, (int[]){6, 7, 8}, 3, 5e-5);
+        kc_free(&c);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(y);
+    free(lse);
+}
+
+static void test_attention(void)
+{
+    for (int causal = 0; causal < 2; causal++) {
+        att_case(2, 37, 3, 16, causal, 2);   /* odd T: partial query tiles */
+        att_case(1, 150, 2, 8, causal, 1);   /* several query and key tiles */
+        att_case(1, 64, 1, 32, causal, 1);   /* a GPT-2-like tile */
+        att_case(3, 1, 2, 5, causal, 1);     /* one position */
+        att_case(1, 29, 1, 1, causal, 1);    /* head size 1 */
+    }
+}
+
+/* xent with Vreal < V: the padding columns change nothing and get gradient 0. */
+static void test_xent_vreal(void)
+{
+    const int64_t M = 7, V = 41, Vr = 33;
+    float *pad = fbuf(M * V, -4, 4), *cmp = fbuf(M * Vr, 0, 1);
+    for (int64_t m = 0; m < M; m++) {
+        memcpy(cmp + m * Vr, pad + m * V, (size_t)Vr * 4);
+        for (int64_t v = Vr; v < V; v++)   /* what no kernel may look at */
+            pad[m * V + v] = (v % 3 == 0) ? NAN : (v % 3 == 1) ? 1e30f : -INFINITY;
+    }
+    int32_t tg[7] = {0, 32, 5, 17, 32, 1, 20};
+    float sc[1] = {1.0f / M}, lp[1], lc[1], lr[1];
+    int64_t ip[4] = {M, V, 0, Vr}, ic[4] = {M, Vr, 0, Vr};
+    void *bp[3] = {pad, tg, lp}, *bc[3] = {cmp, tg, lc}, *br[3] = {pad, tg, lr};
+    rt_k_xent(NULL, bp, ip, sc);
+    rt_k_xent(NULL, bc, ic, sc);
+    rt_ref_xent(NULL, br, ip, sc);
+    check(lp[0] == lc[0] && fabs(lp[0] - lr[0]) < 1e-6 * fabs(lr[0]),
+          "xent Vreal=%lld of V=%lld: loss %.7g, same as without padding (%.7g), reference %.7g",
+          (long long)Vr, (long long)V, lp[0], lc[0], lr[0]);
+    for (int acc = 0; acc < 2; acc++) {
+        float *gp = fbuf(M * V, -1, 1), *gc = fbuf(M * Vr, 0, 1), *gr = fdup(gp, M * V);
+        float *g0 = fdup(gp, M * V);
+        for (int64_t m = 0; m < M; m++)
+            memcpy(gc + m * Vr, gp + m * V, (size_t)Vr * 4);
+        ip[2] = ic[2] = acc;
+        void *dp[3] = {pad, tg, gp}, *dc[3] = {cmp, tg, gc}, *dr[3] = {pad, tg, gr};
+        rt_k_xent_bwd(NULL, dp, ip, sc);
+        rt_k_xent_bwd(NULL, dc, ic, sc);
+        rt_ref_xent_bwd(NULL, dr, ip, sc);
+        int same = 1, padok = 1;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t v = 0; v < V; v++) {
+                float g = gp[m * V + v];
+                if (v < Vr)
+                    same &= g == gc[m * Vr + v];
+                else
+                    padok &= acc ? g == g0[m * V + v] : g == 0.0f;
+            }
+        double e = nerr(gp, gr, M * V, 1e-6);
+        check(same && padok && e < 1e-5 && guard_ok(gp, M * V),
+              "xent_bwd Vreal acc=%d: real columns as without padding, padding %s, err vs "
+              "reference %.2e", acc, acc ? "unchanged" : "0", e);
+        free(gp);
+        free(gc);
+        free(gr);
+        free(g0);
+    }
+    free(pad);
+    free(cmp);
+}
+
+/* Exit status of fn(arg) run in a child process (its stderr discarded). */
+static int exit_status(void (*fn)(const int64_t *), const int64_t *arg)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(98);
+        fn(arg);
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* xent on a 2 x 4 matrix with ints i (M, V, acc, Vreal) and targets {i[4], 0}. */
+static void xent_child(const int64_t *i)
+{
+    float lg[8] = {0}, l[1];
+    int32_t t[2] = {(int32_t)i[4], 0};
+    void *b[3] = {lg, t, l};
+    float sc[1] = {1.0f};
+    rt_k_xent(NULL, b, i, sc);
+}
+
+/* Bad Vreal or a target in the padding: exit status 1. */
+static void test_xent_errors(void)
+{
+    int64_t bad[3][5] = {{2, 4, 0, 5, 0}, {2, 4, 0, 0, 0}, {2, 4, 0, 3, 3}};
+    int ok = 1;
+    for (int k = 0; k < 3; k++)
+        ok &= exit_status(xent_child, bad[k]) == 1;
+    int64_t good[5] = {2, 4, 0, 3, 2};
+    check(ok && exit_status(xent_child, good) == 0,
+          "xent: Vreal > V, Vreal = 0, target >= Vreal exit 1; a good call exits 0");
 }
 
 /* ---- matmul */
@@ -419,7 +765,7 @@ static void fd_losses(void)
 
     float *lg = fbuf(M * V, -3, 3), *dl = fbuf(M * V, 0, 1);
     int32_t tg[4] = {3, 0, 8, 5};
-    int64_t i3[3] = {M, V, 0};
+    int64_t i3[4] = {M, V, 0, V};
     float s2[1] = {1.0f / M};
     void *bx[3] = {lg, tg, l}, *bxd[3] = {lg, tg, dl};
     rt_k_xent_bwd(NULL, bxd, i3, s2);
@@ -489,6 +835,126 @@ static void fd_matmul(void)
     free(dA);
     free(dB);
     free(db);
+}
+
+/* Max |central difference of L = sum W y - grad| over x[0..nx), with y the
+ * output (ny floats) of fwd(b, ints, flts), which reads x. */
+static double fd_check(kfn *fwd, void *const *b, const int64_t *ints, const float *flts,
+                       float *x, int64_t nx, const float *grad, const float *W, const float *y,
+                       int64_t ny)
+{
+    const float h = 1e-2f;
+    double worst = 0;
+    for (int64_t k = 0; k < nx; k++) {
+        float keep = x[k];
+        x[k] = keep + h;
+        fwd(NULL, b, ints, flts);
+        double lp = dot(W, y, ny);
+        x[k] = keep - h;
+        fwd(NULL, b, ints, flts);
+        double lm = dot(W, y, ny);
+        x[k] = keep;
+        worst = fmax(worst, fabs((lp - lm) / (2 * h) - grad[k]));
+    }
+    fwd(NULL, b, ints, flts);   /* leave y as it was */
+    return worst;
+}
+
+/* attention_bwd's dq, dk, dv vs central differences of L = sum W Y. */
+static void fd_attention(int causal)
+{
+    const int64_t B = 2, T = 5, H = 2, D = 3, n = B * T * H * D;
+    float *q = fbuf(n, -1, 1), *k = fbuf(n, -1, 1), *v = fbuf(n, -1, 1), *W = fbuf(n, -1, 1);
+    float *y = fbuf(n, 0, 1), *lse = fbuf(B * H * T, 0, 1);
+    float *dq = fbuf(n, 0, 1), *dk = fbuf(n, 0, 1), *dv = fbuf(n, 0, 1);
+    float sc[1] = {0.7f};
+    int64_t ifw[5] = {B, T, H, D, causal}, ib[6] = {B, T, H, D, causal, 0};
+    void *bf[5] = {q, k, v, y, lse}, *bb[9] = {W, q, k, v, y, lse, dq, dk, dv};
+    rt_k_attention(NULL, bf, ifw, sc);
+    rt_k_attention_bwd(NULL, bb, ib, sc);
+    double eq = fd_check(rt_k_attention, bf, ifw, sc, q, n, dq, W, y, n);
+    double ek = fd_check(rt_k_attention, bf, ifw, sc, k, n, dk, W, y, n);
+    double ev = fd_check(rt_k_attention, bf, ifw, sc, v, n, dv, W, y, n);
+    check(fmax(eq, fmax(ek, ev)) < 2e-3, "attention_bwd causal=%d vs central differences: dq "
+          "%.2e, dk %.2e, dv %.2e", causal, eq, ek, ev);
+    float *all[9] = {q, k, v, W, y, lse, dq, dk, dv};
+    for (int a = 0; a < 9; a++)
+        free(all[a]);
+}
+
+/* layernorm_bwd (dX) and layernorm_wgrad (dw, dbias) vs central differences. */
+static void fd_layernorm(void)
+{
+    const int64_t R = 4, C = 7;
+    float *x = fbuf(R * C, -1, 1), *w = fbuf(C, 0.5f, 1.5f), *bias = fbuf(C, -1, 1);
+    float *W = fbuf(R * C, -1, 1), *y = fbuf(R * C, 0, 1), *mean = fbuf(R, 0, 1);
+    float *rstd = fbuf(R, 0, 1), *dx = fbuf(R * C, 0, 1), *dw = fbuf(C, 0, 1);
+    float *db = fbuf(C, 0, 1), eps[1] = {1e-5f};
+    int64_t ifw[2] = {R, C}, ib[3] = {R, C, 0};
+    void *bf[6] = {x, w, bias, y, mean, rstd};
+    void *bb[6] = {W, x, w, mean, rstd, dx}, *bw[6] = {W, x, mean, rstd, dw, db};
+    rt_k_layernorm(NULL, bf, ifw, eps);
+    rt_k_layernorm_bwd(NULL, bb, ib, NULL);
+    rt_k_layernorm_wgrad(NULL, bw, ib, NULL);
+    double ex = fd_check(rt_k_layernorm, bf, ifw, eps, x, R * C, dx, W, y, R * C);
+    double ew = fd_check(rt_k_layernorm, bf, ifw, eps, w, C, dw, W, y, R * C);
+    double eb = fd_check(rt_k_layernorm, bf, ifw, eps, bias, C, db, W, y, R * C);
+    check(fmax(ex, fmax(ew, eb)) < 2e-3, "layernorm_bwd, layernorm_wgrad vs central "
+          "differences: dx %.2e, dw %.2e, dbias %.2e", ex, ew, eb);
+    float *all[10] = {x, w, bias, W, y, mean, rstd, dx, dw, db};
+    for (int a = 0; a < 10; a++)
+        free(all[a]);
+}
+
+/* softmax_bwd and embedding_bwd vs central differences. */
+static void fd_softmax_embedding(void)
+{
+    const int64_t R = 3, N = 6;
+    float *x = fbuf(R * N, -2, 2), *y = fbuf(R * N, 0, 1), *W = fbuf(R * N, -1, 1);
+    float *dx = fbuf(R * N, 0, 1);
+    int64_t is[2] = {R, N}, ib[3] = {R, N, 0};
+    void *bf[2] = {x, y}, *bb[3] = {W, y, dx};
+    rt_k_softmax(NULL, bf, is, NULL);
+    rt_k_softmax_bwd(NULL, bb, ib, NULL);
+    double e = fd_check(rt_k_softmax, bf, is, NULL, x, R * N, dx, W, y, R * N);
+    check(e < 2e-3, "softmax_bwd vs central differences: max err %.2e", e);
+    free(x);
+    free(y);
+    free(W);
+    free(dx);
+
+    /* tokens repeat and leave the shard [2, 6) */
+    const int64_t Rt = 9, Vlo = 2, Vext = 4, C = 3;
+    int32_t tok[9] = {2, 5, 3, 2, 0, 7, 5, 5, 4};
+    float *tab = fbuf(Vext * C, -1, 1), *emb = fbuf(Rt * C, 0, 1), *We = fbuf(Rt * C, -1, 1);
+    float *dt = fbuf(Vext * C, 0, 1);
+    int64_t ie[5] = {Rt, Vlo, Vext, C, 0};
+    void *ef[3] = {tok, tab, emb}, *eb[3] = {tok, We, dt};
+    rt_k_embedding(NULL, ef, ie, NULL);
+    rt_k_embedding_bwd(NULL, eb, ie, NULL);
+    e = fd_check(rt_k_embedding, ef, ie, NULL, tab, Vext * C, dt, We, emb, Rt * C);
+    check(e < 1e-4, "embedding_bwd vs central differences: max err %.2e", e);
+    free(tab);
+    free(emb);
+    free(We);
+    free(dt);
+}
+
+/* xent_bwd with Vreal < V vs central differences of xent, all V columns. */
+static void fd_xent_vreal(void)
+{
+    const int64_t M = 4, V = 9, Vr = 6;
+    float *lg = fbuf(M * V, -3, 3), *dl = fbuf(M * V, 0, 1), l[1];
+    int32_t tg[4] = {3, 0, 5, 5};
+    int64_t ints[4] = {M, V, 0, Vr};
+    float sc[1] = {1.0f / M}, one[1] = {1.0f};
+    void *bx[3] = {lg, tg, l}, *bd[3] = {lg, tg, dl};
+    rt_k_xent_bwd(NULL, bd, ints, sc);
+    double e = fd_check(rt_k_xent, bx, ints, sc, lg, M * V, dl, one, l, 1);
+    check(e < 2e-3, "xent_bwd Vreal=%lld of V=%lld vs central differences: max err %.2e",
+          (long long)Vr, (long long)V, e);
+    free(lg);
+    free(dl);
 }
 
 /* ---- optimizers vs their formulas */
@@ -589,7 +1055,7 @@ static int bench(int argc, char **argv)
         const int64_t n = 1 << 20, V = 1024;
         float *x = fbuf(n, -4, 4), *y = fbuf(n, 0, 1), *d = fbuf(n, 0, 1), l[1];
         int32_t *t = calloc((size_t)(n / V), sizeof *t);
-        int64_t i1[2] = {n, 0}, ix[3] = {n / V, V, 0};
+        int64_t i1[2] = {n, 0}, ix[4] = {n / V, V, 0, V};
         float sc[1] = {1.0f};
         void *bg[2] = {x, y}, *bb[3] = {y, x, d}, *bx[3] = {x, t, l}, *bxd[3] = {x, t, d};
         const char *names[4] = {"gelu", "gelu_bwd", "xent", "xent_bwd"};
@@ -633,14 +1099,24 @@ int main(int argc, char **argv)
         printf("-- elementwise kernels, %s\n", isas[s]);
         test_elementwise();
         test_xent();
+        test_xent_vreal();
+        test_rows();
+        test_attention();
     }
     rt_isa_force(NULL);
+    test_xent_errors();
     test_slice();
+    test_place();
     test_matmul();
     fd_activation("relu_bwd", rt_k_relu, rt_k_relu_bwd, 1);
     fd_activation("gelu_bwd", rt_k_gelu, rt_k_gelu_bwd, 0);
     fd_losses();
+    fd_xent_vreal();
     fd_matmul();
+    for (int causal = 0; causal < 2; causal++)
+        fd_attention(causal);
+    fd_layernorm();
+    fd_softmax_embedding();
     test_optimizers();
     return check_done();
 }

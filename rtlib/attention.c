@@ -1,0 +1,226 @@
+/* attention.c -- multi-head attention (optionally causal), forward and
+ * backward, flash-attention style.
+ *
+ * Tensors q, k, v, Y, dY, dq, dk, dv are (B, T, H, D): head (b, h) is a
+ * T x D matrix whose rows are H*D floats apart, which rt_gemm (matmul.c)
+ * takes as it is.  lse is (B, H, T).  Per head, with S = scale q k^T
+ * (entries s > t masked out when causal) and P = softmax(S):
+ *
+ *   forward:  for each block of RT_ATT_QB query rows, for each block of
+ *             RT_ATT_KB keys (only up to the diagonal when causal):
+ *             S tile = q k^T (rt_gemm), online softmax (running row max m
+ *             and sum l; earlier output rescaled by exp(m_old - m_new)),
+ *             Y rows (+)= P v (rt_gemm into Y itself); at the end
+ *             Y /= l and lse = m + log l.
+ *   backward: P = exp(scale q k^T - lse) is recomputed tile by tile from the
+ *             saved lse, Drow = rowsum(dY * Y), dP = dY v^T,
+ *             dS = scale P (dP - Drow); dv += P^T dY, dk += dS^T q,
+ *             dq += dS k (all rt_gemm).
+ *
+ * No T x T matrix is ever stored: the tiles live in the calling thread's
+ * scratch (rt_scratch, after matmul's pack buffers).  Heads are independent
+ * and split across the pool's threads; each head is computed the same way
+ * whatever the thread count.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "rt_internal.h"
+
+/* One attention call. */
+typedef struct at_job {
+    int64_t B, T, H, D;     /* batch, sequence, heads, head size */
+    int causal;             /* 1: query t sees keys s <= t */
+    int acc;                /* backward: 1 adds into dq, dk, dv */
+    float scale;            /* multiplies q . k */
+    void *const *b;         /* the kernel's buffers */
+} at_job;
+
+/* A head's view: its rows are ld floats apart. */
+typedef struct at_head {
+    int64_t T, D, ld;       /* rows, columns, row stride (H*D) */
+    int64_t off;            /* offset of row 0 of the head in a (B, T, H, D) tensor */
+    int64_t loff;           /* offset of the head's lse (T floats) */
+} at_head;
+
+/* Head number bh = b*H + h of job j. */
+static at_head at_head_of(const at_job *j, int64_t bh)
+{
+    int64_t b = bh / j->H, h = bh % j->H, ld = j->H * j->D;
+    return (at_head){j->T, j->D, ld, b * j->T * ld + h * j->D, bh * j->T};
+}
+
+/* Keys of block [s0, s0 + kb) that query t sees. */
+static int64_t at_visible(const at_job *j, int64_t t, int64_t s0, int64_t kb)
+{
+    if (!j->causal)
+        return kb;
+    int64_t n = t - s0 + 1;
+    return n < 0 ? 0 : n < kb ? n : kb;
+}
+
+/* y[0..D) *= c (one row of a head). */
+static void at_scale_row(float *restrict y, int64_t D, float c)
+{
+    for (int64_t d = 0; d < D; d++)
+        y[d] *= c;
+}
+
+/* Forward of one head. */
+static void at_fwd_head(const at_job *j, int64_t bh, float *scratch)
+{
+    at_head hd = at_head_of(j, bh);
+    const float *q = (const float *)j->b[0] + hd.off, *k = (const float *)j->b[1] + hd.off;
+    const float *v = (const float *)j->b[2] + hd.off;
+    float *y = (float *)j->b[3] + hd.off, *lse = (float *)j->b[4] + hd.loff;
+    float *S = scratch + RT_MM_SCRATCH_FLOATS;   /* RT_ATT_QB x RT_ATT_KB */
+    int64_t T = hd.T, D = hd.D, ld = hd.ld;
+    for (int64_t t0 = 0; t0 < T; t0 += RT_ATT_QB) {
+        int64_t qb = T - t0 < RT_ATT_QB ? T - t0 : RT_ATT_QB;
+        int64_t kend = j->causal ? t0 + qb : T;
+        float m[RT_ATT_QB], l[RT_ATT_QB];   /* running row max and sum of exp */
+        for (int64_t s0 = 0; s0 < kend; s0 += RT_ATT_KB) {
+            int64_t kb = kend - s0 < RT_ATT_KB ? kend - s0 : RT_ATT_KB;
+            rt_gemm(qb, D, kb, q + t0 * ld, ld, 0, k + s0 * ld, ld, 1, S, RT_ATT_KB, 0, scratch);
+            for (int64_t r = 0; r < qb; r++) {
+                float *sr = S + r * RT_ATT_KB;
+                int64_t nv = at_visible(j, t0 + r, s0, kb);
+                if (nv == 0) {   /* no key of this block is visible: P row 0 */
+                    memset(sr, 0, (size_t)kb * 4);
+                    continue;
+                }
+                for (int64_t c = 0; c < nv; c++)
+                    sr[c] *= j->scale;
+                float bm = rt_vmax(sr, nv);
+                float mnew = s0 == 0 || bm > m[r] ? bm : m[r];
+                float sum = (float)rt_vexp_affine(sr, 1.0f, mnew, sr, nv);
+                memset(sr + nv, 0, (size_t)(kb - nv) * 4);
+                if (s0 == 0) {
+                    l[r] = sum;
+                } else {
+                    float corr = expf(m[r] - mnew);
+                    l[r] = l[r] * corr + sum;
+                    if (corr != 1.0f)
+                        at_scale_row(y + (t0 + r) * ld, D, corr);
+                }
+                m[r] = mnew;
+            }
+            rt_gemm(qb, kb, D, S, RT_ATT_KB, 0, v + s0 * ld, ld, 0, y + t0 * ld, ld, s0 > 0,
+                    scratch);
+        }
+        for (int64_t r = 0; r < qb; r++) {
+            at_scale_row(y + (t0 + r) * ld, D, 1.0f / l[r]);
+            lse[t0 + r] = m[r] + logf(l[r]);
+        }
+    }
+}
+
+/* sum_d x[d] y[d], 16 partial sums. */
+static float at_dot(const float *restrict x, const float *restrict y, int64_t n)
+{
+    float acc[16] = {0};
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        for (int j = 0; j < 16; j++)
+            acc[j] += x[k + j] * y[k + j];
+    for (int j = 0; k + j < n; j++)
+        acc[j] += x[k + j] * y[k + j];
+    float s = 0;
+    for (int j = 0; j < 16; j++)
+        s += acc[j];
+    return s;
+}
+
+/* Backward of one head. */
+static void at_bwd_head(const at_job *j, int64_t bh, float *scratch)
+{
+    at_head hd = at_head_of(j, bh);
+    const float *dy = (const float *)j->b[0] + hd.off, *q = (const float *)j->b[1] + hd.off;
+    const float *k = (const float *)j->b[2] + hd.off, *v = (const float *)j->b[3] + hd.off;
+    const float *y = (const float *)j->b[4] + hd.off, *lse = (const float *)j->b[5] + hd.loff;
+    float *dq = (float *)j->b[6] + hd.off, *dk = (float *)j->b[7] + hd.off;
+    float *dv = (float *)j->b[8] + hd.off;
+    float *P = scratch + RT_MM_SCRATCH_FLOATS, *dS = P + RT_ATT_QB * RT_ATT_KB;
+    int64_t T = hd.T, D = hd.D, ld = hd.ld;
+    if (!j->acc)
+        for (int64_t t = 0; t < T; t++) {
+            memset(dq + t * ld, 0, (size_t)D * 4);
+            memset(dk + t * ld, 0, (size_t)D * 4);
+            memset(dv + t * ld, 0, (size_t)D * 4);
+        }
+    for (int64_t t0 = 0; t0 < T; t0 += RT_ATT_QB) {
+        int64_t qb = T - t0 < RT_ATT_QB ? T - t0 : RT_ATT_QB;
+        int64_t kend = j->causal ? t0 + qb : T;
+        float drow[RT_ATT_QB];   /* sum_d dY Y = sum_s P dP, per query row */
+        for (int64_t r = 0; r < qb; r++)
+            drow[r] = at_dot(dy + (t0 + r) * ld, y + (t0 + r) * ld, D);
+        for (int64_t s0 = 0; s0 < kend; s0 += RT_ATT_KB) {
+            int64_t kb = kend - s0 < RT_ATT_KB ? kend - s0 : RT_ATT_KB;
+            rt_gemm(qb, D, kb, q + t0 * ld, ld, 0, k + s0 * ld, ld, 1, P, RT_ATT_KB, 0, scratch);
+            rt_gemm(qb, D, kb, dy + t0 * ld, ld, 0, v + s0 * ld, ld, 1, dS, RT_ATT_KB, 0,
+                    scratch);
+            for (int64_t r = 0; r < qb; r++) {
+                float *pr = P + r * RT_ATT_KB, *dr = dS + r * RT_ATT_KB;
+                int64_t nv = at_visible(j, t0 + r, s0, kb);
+                rt_vexp_affine(pr, j->scale, lse[t0 + r], pr, nv);
+                for (int64_t c = 0; c < nv; c++)
+                    dr[c] = j->scale * pr[c] * (dr[c] - drow[r]);
+                memset(pr + nv, 0, (size_t)(kb - nv) * 4);
+                memset(dr + nv, 0, (size_t)(kb - nv) * 4);
+            }
+            rt_gemm(kb, qb, D, P, RT_ATT_KB, 1, dy + t0 * ld, ld, 0, dv + s0 * ld, ld, 1, scratch);
+            rt_gemm(kb, qb, D, dS, RT_ATT_KB, 1, q + t0 * ld, ld, 0, dk + s0 * ld, ld, 1, scratch);
+            rt_gemm(qb, kb, D, dS, RT_ATT_KB, 0, k + s0 * ld, ld, 0, dq + t0 * ld, ld, 1, scratch);
+        }
+    }
+}
+
+/* Thread t's heads (a contiguous range of b*H + h). */
+static void at_task(void *p, int t, int nt, int bwd)
+{
+    const at_job *j = p;
+    int64_t lo, hi;
+    rt_split(j->B * j->H, t, nt, 1, &lo, &hi);
+    float *scratch = rt_scratch(t);
+    for (int64_t bh = lo; bh < hi; bh++) {
+        if (bwd)
+            at_bwd_head(j, bh, scratch);
+        else
+            at_fwd_head(j, bh, scratch);
+    }
+}
+
+/* Forward task. */
+static void at_fwd_task(void *p, int t, int nt)
+{
+    at_task(p, t, nt, 0);
+}
+
+/* Backward task. */
+static void at_bwd_task(void *p, int t, int nt)
+{
+    at_task(p, t, nt, 1);
+}
+
+/* Validate the shape arguments. */
+static void at_check(rt_ctx *ctx, const char *what, const int64_t *i)
+{
+    if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1))
+        rt_fatal(ctx, 1, "%s: bad B %lld T %lld H %lld D %lld causal %lld", what,
+                 (long long)i[0], (long long)i[1], (long long)i[2], (long long)i[3],
+                 (long long)i[4]);
+}
+
+void rt_k_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_check(ctx, "attention", i);
+    at_job j = {i[0], i[1], i[2], i[3], (int)i[4], 0, f[0], b};
+    rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
+}
+
+void rt_k_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_check(ctx, "attention_bwd", i);
+    at_job j = {i[0], i[1], i[2], i[3], (int)i[4], (int)i[5], f[0], b};
+    rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.H, 1));
+}

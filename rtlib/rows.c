@@ -1,0 +1,399 @@
+/* rows.c -- the row-wise kernels: xent, softmax, layernorm, embedding.
+ *
+ * Each works on the rows of a (R, C) matrix and is cut across the pool's
+ * threads by rows (forward and input gradients) or by columns (weight
+ * gradients: layernorm_wgrad and embedding_bwd sum over rows, so a thread
+ * owns a range of columns and sums every row of it in order; their results
+ * do not depend on the number of threads).  xent's loss is a sum over rows:
+ * each thread sums its rows in order and the partial sums are added in
+ * thread order, so the loss is deterministic for a given thread count.
+ *
+ * Row reductions keep 16 partial sums (one per lane of the widest vector;
+ * the compiler vectorises the lane loop at any ISA), so results do not
+ * depend on the ISA either; the exp-based kernels use vmath.c.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "rt_internal.h"
+
+#define RW_LANES 16   /* partial sums per row reduction */
+
+/* sum_k x[k] in float with RW_LANES partial sums. */
+static float rw_sum(const float *restrict x, int64_t n)
+{
+    float acc[RW_LANES] = {0};
+    int64_t k = 0;
+    for (; k + RW_LANES <= n; k += RW_LANES)
+        for (int j = 0; j < RW_LANES; j++)
+            acc[j] += x[k + j];
+    for (int j = 0; k + j < n; j++)
+        acc[j] += x[k + j];
+    double s = 0;
+    for (int j = 0; j < RW_LANES; j++)
+        s += acc[j];
+    return (float)s;
+}
+
+/* sum_k x[k] y[k] in float with RW_LANES partial sums. */
+static float rw_dot(const float *restrict x, const float *restrict y, int64_t n)
+{
+    float acc[RW_LANES] = {0};
+    int64_t k = 0;
+    for (; k + RW_LANES <= n; k += RW_LANES)
+        for (int j = 0; j < RW_LANES; j++)
+            acc[j] += x[k + j] * y[k + j];
+    for (int j = 0; k + j < n; j++)
+        acc[j] += x[k + j] * y[k + j];
+    double s = 0;
+    for (int j = 0; j < RW_LANES; j++)
+        s += acc[j];
+    return (float)s;
+}
+
+/* sum_k (x[k] - m)^2 in float with RW_LANES partial sums. */
+static float rw_sumsq_dev(const float *restrict x, float m, int64_t n)
+{
+    float acc[RW_LANES] = {0};
+    int64_t k = 0;
+    for (; k + RW_LANES <= n; k += RW_LANES)
+        for (int j = 0; j < RW_LANES; j++)
+            acc[j] += (x[k + j] - m) * (x[k + j] - m);
+    for (int j = 0; k + j < n; j++)
+        acc[j] += (x[k + j] - m) * (x[k + j] - m);
+    double s = 0;
+    for (int j = 0; j < RW_LANES; j++)
+        s += acc[j];
+    return (float)s;
+}
+
+/* Rows per thread at least, for rows of n floats: about RT_EW_GRAIN floats. */
+static int64_t rw_grain(int64_t n)
+{
+    return RT_EW_GRAIN / (n > 0 ? n : 1) + 1;
+}
+
+/* ---- xent */
+
+/* Vreal (i[3]) must be in [1, V]; returns it. */
+static int64_t rw_vreal(rt_ctx *ctx, const int64_t *i)
+{
+    if (i[3] < 1 || i[3] > i[1])
+        rt_fatal(ctx, 1, "xent: Vreal %lld outside [1, V = %lld]", (long long)i[3],
+                 (long long)i[1]);
+    return i[3];
+}
+
+/* Every target must be a real class: a bad one is a data bug (checked on
+ * the calling thread, before any work is split). */
+static void rw_check_targets(rt_ctx *ctx, const int32_t *t, int64_t M, int64_t Vr)
+{
+    for (int64_t m = 0; m < M; m++)
+        if (t[m] < 0 || t[m] >= Vr)
+            rt_fatal(ctx, 1, "xent: target %d of row %lld is outside [0, %lld)", t[m],
+                     (long long)m, (long long)Vr);
+}
+
+/* Max and log-sum-exp of row[0..n) (max subtracted before exp: no overflow). */
+static void rw_row_lse(const float *row, int64_t n, float *mx_out, double *lse_out)
+{
+    float mx = rt_vmax(row, n);
+    *mx_out = mx;
+    *lse_out = (double)mx + log(rt_vexp_sum(row, mx, n));
+}
+
+/* xent's per-thread loss sums (thread order) and arguments. */
+typedef struct rw_xent {
+    rt_kargs a;                     /* the kernel's arguments */
+    double part[RT_MAX_THREADS];    /* sum over thread t's rows */
+} rw_xent;
+
+/* Loss of rows [lo, hi) into part[t]. */
+static void rw_xent_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    rw_xent *x = (rw_xent *)p;
+    const float *lg = x->a.b[0];
+    const int32_t *tg = x->a.b[1];
+    int64_t V = x->a.i[1], Vr = x->a.i[3];
+    double s = 0;
+    for (int64_t m = lo; m < hi; m++) {
+        float mx;
+        double lse;
+        rw_row_lse(lg + m * V, Vr, &mx, &lse);
+        s += lse - lg[m * V + tg[m]];
+    }
+    x->part[t] = s;
+}
+
+void rt_k_xent(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    int64_t M = i[0], Vr = rw_vreal(ctx, i);
+    rw_check_targets(ctx, b[1], M, Vr);
+    static rw_xent x;   /* kernels run on thread 0 only: one at a time */
+    x.a = (rt_kargs){ctx, b, i, f};
+    int nt = rt_threads_for(M, rw_grain(Vr));
+    memset(x.part, 0, sizeof x.part[0] * (size_t)nt);
+    rt_parallel_for(rw_xent_rows, &x, M, 1, rw_grain(Vr));
+    double s = 0;
+    for (int t = 0; t < nt; t++)
+        s += x.part[t];
+    float *l = b[2];
+    l[0] = (float)((i[2] ? l[0] : 0.0) + f[0] * s);
+}
+
+/* xent_bwd on rows [lo, hi). */
+static void rw_xent_bwd_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *lg = a->b[0];
+    const int32_t *tg = a->b[1];
+    float *dx = a->b[2];
+    int64_t V = a->i[1], Vr = a->i[3];
+    int acc = (int)a->i[2];
+    float scale = a->f[0];
+    for (int64_t m = lo; m < hi; m++) {
+        const float *row = lg + m * V;
+        float *d = dx + m * V, mx;
+        double lse;
+        rw_row_lse(row, Vr, &mx, &lse);
+        /* softmax = exp((row - mx) - shift): row - mx is exact, shift is small */
+        rt_vexp_scale(row, mx, (float)(lse - mx), scale, d, Vr, acc);
+        d[tg[m]] -= scale;
+        if (!acc && Vr < V)
+            memset(d + Vr, 0, (size_t)(V - Vr) * 4);   /* padding columns: gradient 0 */
+    }
+}
+
+void rt_k_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    int64_t Vr = rw_vreal(ctx, i);
+    rw_check_targets(ctx, b[1], i[0], Vr);
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_xent_bwd_rows, &a, i[0], 1, rw_grain(i[1]));
+}
+
+/* ---- softmax */
+
+/* softmax on rows [lo, hi). */
+static void rw_softmax_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *x = a->b[0];
+    float *y = a->b[1];
+    int64_t N = a->i[1];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *xr = x + r * N;
+        float *yr = y + r * N;
+        float mx = rt_vmax(xr, N);
+        float inv = (float)(1.0 / rt_vexp_affine(xr, 1.0f, mx, yr, N));
+        for (int64_t n = 0; n < N; n++)
+            yr[n] *= inv;
+    }
+}
+
+void rt_k_softmax(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    if (i[1] <= 0)
+        return;
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_softmax_rows, &a, i[0], 1, rw_grain(i[1]));
+}
+
+/* softmax_bwd on rows [lo, hi). */
+static void rw_softmax_bwd_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *dy = a->b[0], *y = a->b[1];
+    float *dx = a->b[2];
+    int64_t N = a->i[1];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict dyr = dy + r * N, *restrict yr = y + r * N;
+        float *restrict dxr = dx + r * N;
+        float s = rw_dot(dyr, yr, N);
+        if (a->i[2])
+            for (int64_t n = 0; n < N; n++)
+                dxr[n] += yr[n] * (dyr[n] - s);
+        else
+            for (int64_t n = 0; n < N; n++)
+                dxr[n] = yr[n] * (dyr[n] - s);
+    }
+}
+
+void rt_k_softmax_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_softmax_bwd_rows, &a, i[0], 1, rw_grain(i[1]));
+}
+
+/* ---- layernorm */
+
+/* layernorm on rows [lo, hi): two passes (mean, then the centred sum of squares). */
+static void rw_layernorm_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *x = a->b[0], *restrict w = a->b[1], *restrict bias = a->b[2];
+    float *y = a->b[3], *mean = a->b[4], *rstd = a->b[5];
+    int64_t C = a->i[1];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict xr = x + r * C;
+        float *restrict yr = y + r * C;
+        float mu = rw_sum(xr, C) / (float)C;
+        float var = rw_sumsq_dev(xr, mu, C) / (float)C;
+        float rs = 1.0f / sqrtf(var + a->f[0]);
+        mean[r] = mu;
+        rstd[r] = rs;
+        for (int64_t c = 0; c < C; c++)
+            yr[c] = (xr[c] - mu) * rs * w[c] + bias[c];
+    }
+}
+
+void rt_k_layernorm(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    if (i[1] <= 0)
+        return;
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_layernorm_rows, &a, i[0], 1, rw_grain(i[1]));
+}
+
+/* layernorm_bwd on rows [lo, hi): with xhat = (x - mean) rstd and g = dy w,
+ * dx = rstd (g - mean(g) - xhat mean(g xhat)). */
+static void rw_layernorm_bwd_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *dy = a->b[0], *x = a->b[1], *restrict w = a->b[2];
+    const float *mean = a->b[3], *rstd = a->b[4];
+    float *dx = a->b[5];
+    int64_t C = a->i[1];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict dyr = dy + r * C, *restrict xr = x + r * C;
+        float *restrict dxr = dx + r * C;
+        float mu = mean[r], rs = rstd[r];
+        float ag[RW_LANES] = {0}, agx[RW_LANES] = {0};   /* sum g, sum g xhat */
+        int64_t c = 0;
+        for (; c + RW_LANES <= C; c += RW_LANES)
+            for (int j = 0; j < RW_LANES; j++) {
+                float g = dyr[c + j] * w[c + j];
+                ag[j] += g;
+                agx[j] += g * ((xr[c + j] - mu) * rs);
+            }
+        for (int j = 0; c + j < C; j++) {
+            float g = dyr[c + j] * w[c + j];
+            ag[j] += g;
+            agx[j] += g * ((xr[c + j] - mu) * rs);
+        }
+        double sg = 0, sgx = 0;
+        for (int j = 0; j < RW_LANES; j++) {
+            sg += ag[j];
+            sgx += agx[j];
+        }
+        float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
+        if (a->i[2])
+            for (c = 0; c < C; c++)
+                dxr[c] += rs * (dyr[c] * w[c] - mg - (xr[c] - mu) * rs * mgx);
+        else
+            for (c = 0; c < C; c++)
+                dxr[c] = rs * (dyr[c] * w[c] - mg - (xr[c] - mu) * rs * mgx);
+    }
+}
+
+void rt_k_layernorm_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    if (i[1] <= 0)
+        return;
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_layernorm_bwd_rows, &a, i[0], 1, rw_grain(i[1]));
+}
+
+/* layernorm_wgrad on columns [lo, hi), every row in order. */
+static void rw_layernorm_wgrad_cols(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *dy = a->b[0], *x = a->b[1], *mean = a->b[2], *rstd = a->b[3];
+    float *restrict dw = a->b[4], *restrict db = a->b[5];
+    int64_t R = a->i[0], C = a->i[1];
+    if (!a->i[2]) {
+        memset(dw + lo, 0, (size_t)(hi - lo) * 4);
+        memset(db + lo, 0, (size_t)(hi - lo) * 4);
+    }
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict dyr = dy + r * C, *restrict xr = x + r * C;
+        float mu = mean[r], rs = rstd[r];
+        for (int64_t c = lo; c < hi; c++) {
+            dw[c] += dyr[c] * ((xr[c] - mu) * rs);
+            db[c] += dyr[c];
+        }
+    }
+}
+
+void rt_k_layernorm_wgrad(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_layernorm_wgrad_cols, &a, i[1], RT_EW_UNIT, rw_grain(i[0]));
+}
+
+/* ---- embedding */
+
+/* embedding on rows [lo, hi): a row of the table, or 0 for out-of-shard tokens. */
+static void rw_embedding_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const int32_t *tok = a->b[0];
+    const float *tab = a->b[1];
+    float *y = a->b[2];
+    int64_t Vlo = a->i[1], Vext = a->i[2], C = a->i[3];
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t row = (int64_t)tok[r] - Vlo;
+        float *restrict yr = y + r * C;
+        if (row < 0 || row >= Vext) {
+            if (!a->i[4])
+                memset(yr, 0, (size_t)C * 4);
+        } else if (!a->i[4]) {
+            memcpy(yr, tab + row * C, (size_t)C * 4);
+        } else {
+            const float *restrict tr = tab + row * C;
+            for (int64_t c = 0; c < C; c++)
+                yr[c] += tr[c];
+        }
+    }
+}
+
+void rt_k_embedding(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_embedding_rows, &a, i[0], 1, rw_grain(i[3]));
+}
+
+/* embedding_bwd, zeroing: table rows [lo, hi). */
+static void rw_embedding_zero(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    int64_t C = a->i[3];
+    memset((float *)a->b[2] + lo * C, 0, (size_t)((hi - lo) * C) * 4);
+}
+
+/* embedding_bwd on columns [lo, hi): rows of dY added in order r = 0, 1, ... */
+static void rw_embedding_bwd_cols(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const int32_t *tok = a->b[0];
+    const float *dy = a->b[1];
+    float *dt = a->b[2];
+    int64_t R = a->i[0], Vlo = a->i[1], Vext = a->i[2], C = a->i[3];
+    for (int64_t r = 0; r < R; r++) {
+        int64_t row = (int64_t)tok[r] - Vlo;
+        if (row < 0 || row >= Vext)
+            continue;
+        const float *restrict s = dy + r * C;
+        float *restrict d = dt + row * C;
+        for (int64_t c = lo; c < hi; c++)
+            d[c] += s[c];
+    }
+}
+
+void rt_k_embedding_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_kargs a = {ctx, b, i, f};
+    if (!i[4])
+        rt_parallel_for(rw_embedding_zero, &a, i[2], 1, rw_grain(i[3]));
+    rt_parallel_for(rw_embedding_bwd_cols, &a, i[3], RT_EW_UNIT, rw_grain(i[0]));
+}
