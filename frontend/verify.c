@@ -71,7 +71,22 @@ static double rel(double a, double b)
     return m > 0 ? fabs(a - b) / m : 0;
 }
 
-/* Compare the final weights; returns the number of mismatches. */
+/* Per-tensor relative L2 difference, for the report. */
+typedef struct wdiff {
+    const char *name;  /* tensor */
+    double rel;        /* ||a - b|| / ||a|| */
+} wdiff;
+
+static int cmp_wdiff(const void *x, const void *y)
+{
+    double a = ((const wdiff *)x)->rel, b = ((const wdiff *)y)->rel;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* Compare the final weights: the relative L2 difference over all
+ * parameters as one vector must be within tol (docs/testing.md explains why
+ * per-tensor bounds cannot work under AdamW).  Returns the number of
+ * failures. */
 static int compare_weights(const char *d1, const char *dn, double tol)
 {
     char p1[8400], pn[8400], err[512];
@@ -88,14 +103,16 @@ static int compare_weights(const char *d1, const char *dn, double tol)
         return 1;
     }
     int bad = 0;
-    double worst = 0;
-    const char *wname = "-";
+    double num = 0, den = 0;
+    int64_t total = 0;
+    wdiff *wd = ir_xcalloc((size_t)a.nt + 1, sizeof *wd);
     if (a.nt != b.nt) {
         printf("final weights: %d tensors vs %d\n", a.nt, b.nt);
         bad++;
     }
     for (int i = 0; i < a.nt; i++) {
         const rt_st_tensor *x = &a.t[i], *y = rt_st_find(&b, x->name);
+        wd[i].name = x->name;
         if (!y || y->end - y->begin != x->end - x->begin || strcmp(x->dtype, "F32") || strcmp(y->dtype, "F32")) {
             printf("final weights: tensor %s missing or different in the %s build\n", x->name, dn);
             bad++;
@@ -103,21 +120,27 @@ static int compare_weights(const char *d1, const char *dn, double tol)
         }
         int64_t n = (x->end - x->begin) / 4;
         const float *u = x->data, *v = y->data;
-        double mx = 0, md = 0;
+        double tn = 0, td = 0;
         for (int64_t k = 0; k < n; k++) {
-            mx = fmax(mx, fabs(u[k]));
-            md = fmax(md, fabs((double)u[k] - v[k]));
-            if (isnan(u[k]) != isnan(v[k])) md = INFINITY;
+            double e = (double)u[k] - v[k];
+            td += e * e;
+            tn += (double)u[k] * u[k];
+            if (isnan(u[k]) || isnan(v[k])) td = INFINITY;
         }
-        double r = mx > 0 ? md / mx : md;
-        if (r > worst || (r != r)) worst = r, wname = x->name;
-        if (!(r <= tol)) {
-            printf("final weights: %s differs: largest relative difference %.3g > %.3g\n", x->name, r, tol);
-            bad++;
-        }
+        num += td;
+        den += tn;
+        total += n;
+        wd[i].rel = tn > 0 ? sqrt(td / tn) : sqrt(td);
     }
-    printf("final weights: %d tensors, largest relative difference %.3g (%s), tolerance %.3g\n", a.nt, worst,
-           wname, tol);
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (!(rel <= tol)) bad++;
+    qsort(wd, (size_t)a.nt, sizeof *wd, cmp_wdiff);
+    printf("final weights: %d tensors, %lld values: relative L2 difference %.3g, tolerance %.3g\n", a.nt,
+           (long long)total, rel, tol);
+    printf("  largest per tensor:");
+    for (int i = 0; i < a.nt && i < 3; i++) printf(" %s %.3g%s", wd[i].name, wd[i].rel, i + 1 < 3 && i + 1 < a.nt ? "," : "");
+    printf("\n");
+    free(wd);
     rt_st_free(&a);
     rt_st_free(&b);
     return bad;

@@ -3,7 +3,8 @@
 #
 #   unit      every BUILD_DIR/tests/test_* program (C unit tests per layer)
 #   golden    golden/*.ini: IR dumps diffed against golden/*.out (tests/golden.sh)
-#   cli       the command line, determinism, launch failure handling (tests/cli.sh)
+#   cli       the command line, determinism, launch failure handling (tests/cli.sh),
+#             Megatron's communication volume under the tp policy (tests/megatron.sh)
 #   equiv     nnsc-aot verify: N-device plans train like 1 device (tests/equiv.sh)
 #
 # Prints one line per test and closes with "N passed, M failed"; exits 1 if
@@ -48,12 +49,13 @@ if want golden; then
   done
 fi
 want cli && run "cli" "$top/tests/cli.sh"
+want cli && run "megatron" "$top/tests/megatron.sh"
 if want equiv; then
   while read -r spec devs extra; do
     [[ -z $spec || $spec == \#* ]] && continue
-    # shellcheck disable=SC2086
-    run "equiv/$(basename "$spec" .ini)-$devs${extra:+-${extra//[^a-z0-9]/_}}" \
-      "$build/nnsc-aot" verify "$top/$spec" --devices "$devs" $extra
+    eval "args=($extra)"   # the list quotes values that hold blanks
+    name="$(basename "$spec" .ini)-$devs${extra:+-$(printf '%s' "$extra" | tr -cs 'a-z0-9=.' '_' | cut -c1-60)}"
+    run "equiv/$name" "$build/nnsc-aot" verify "$top/$spec" --devices "$devs" "${args[@]}"
   done <"$top/tests/equiv.list"
 fi
 
