@@ -54,7 +54,7 @@ if want equiv; then
   while read -r spec devs extra; do
     [[ -z $spec || $spec == \#* ]] && continue
     eval "args=($extra)"   # the list quotes values that hold blanks
-    name="$(basename "$spec" .ini)-$devs${extra:+-$(printf '%s' "$extra" | tr -cs 'a-z0-9=.' '_' | cut -c1-60)}"
+    name="$(basename "$spec" .ini)-$devs${extra:+-$(printf '%s' "$extra" | tr -cs 'A-Za-z0-9=.' '_' | cut -c1-60)}"
     run "equiv/$name" "$build/nnsc-aot" verify "$top/$spec" --devices "$devs" "${args[@]}"
   done <"$top/tests/equiv.list"
 fi
