@@ -12,12 +12,16 @@
  * Packing reads A and B in whichever of the four transpose layouts they come
  * in and writes the one layout the micro-kernel wants, zero-padding partial
  * slivers, so the kernel never sees a transpose or an edge.  Edge tiles of C
- * (fewer than MR rows or NR columns) go through a small buffer.
+ * (fewer than MR rows or NR columns) go through a small buffer.  With
+ * AVX-512, the strided layouts are packed with masked gathers and the
+ * contiguous ones with masked loads and stores, a sliver row at a time.
  *
  * Micro-kernels: AVX-512F 14x32 (28 zmm accumulators), AVX2+FMA 6x16 (12 ymm
  * accumulators), and a portable C one; isa.c picks the best the CPU has
  * ($NNSC_ISA=avx512|avx2|scalar asks for a lower one).  The pack
- * buffers are the calling thread's scratch (pool.c): no allocation per call.
+ * buffers are the calling thread's scratch (pool.c: on huge pages, which
+ * matters when the operands are not in cache, as in a training step): no
+ * allocation per call.
  *
  * rt_matmul (the rt_k_matmul kernel) splits C into a grid of blocks, one per
  * pool thread (rows in multiples of MR, columns in multiples of NR), and
@@ -46,6 +50,8 @@ typedef struct mm_isa {
     void (*kernel)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int load_c);
     /* optional: dst[p*width + r] = src[r*ld + p] for r < rows (0 for rows <= r < width) */
     void (*gather)(const float *src, int64_t ld, int64_t rows, int64_t kc, int width, float *dst);
+    /* optional: dst[p*width + j] = src[p*ld + j] for j < cols (0 for cols <= j < width) */
+    void (*copy)(const float *src, int64_t ld, int64_t cols, int64_t kc, int width, float *dst);
 } mm_isa;
 
 #define MM_MAX_MR 16
@@ -180,20 +186,38 @@ mm_gather_avx512(const float *src, int64_t ld, int64_t rows, int64_t kc, int wid
     }
 }
 
+/* Packing of the two contiguous layouts: a sliver row (one k: nr columns of
+ * B stored (K, N), or mr rows of A stored (K, M)) is one or two masked
+ * loads and stores (no call to memcpy per 56 or 128 bytes). */
+__attribute__((target("avx512f"))) static void
+mm_copy_avx512(const float *src, int64_t ld, int64_t cols, int64_t kc, int width, float *dst)
+{
+    __mmask16 l0 = (__mmask16)(cols >= 16 ? 0xffff : (1u << cols) - 1);
+    __mmask16 l1 = (__mmask16)(cols <= 16 ? 0 : cols >= 32 ? 0xffff : (1u << (cols - 16)) - 1);
+    __mmask16 st0 = (__mmask16)(width >= 16 ? 0xffff : (1u << width) - 1);
+    __mmask16 st1 = (__mmask16)(width <= 16 ? 0 : (1u << (width - 16)) - 1);
+    for (int64_t p = 0; p < kc; p++, src += ld, dst += width) {
+        _mm512_mask_storeu_ps(dst, st0, _mm512_maskz_loadu_ps(l0, src));
+        if (width > 16)
+            _mm512_mask_storeu_ps(dst + 16, st1, _mm512_maskz_loadu_ps(l1, src + 16));
+    }
+}
+
 #endif /* RT_HAVE_X86 */
 
 /* The kernels this build knows, best first. */
 static const mm_isa mm_isas[] = {
 #ifdef RT_HAVE_X86
-    {"avx512", 14, 32, 14 * 12, 384, 3072, mm_kernel_avx512, mm_gather_avx512},
-    {"avx2", 6, 16, 6 * 24, 256, 3072, mm_kernel_avx2, NULL},
+    {"avx512", 14, 32, 14 * 12, 384, 3072, mm_kernel_avx512, mm_gather_avx512, mm_copy_avx512},
+    {"avx2", 6, 16, 6 * 24, 256, 3072, mm_kernel_avx2, NULL, NULL},
 #endif
-    {"scalar", 4, 8, 4 * 32, 256, 1024, mm_kernel_scalar, NULL},
+    {"scalar", 4, 8, 4 * 32, 256, 1024, mm_kernel_scalar, NULL, NULL},
 };
 #define MM_NISA ((int)(sizeof mm_isas / sizeof mm_isas[0]))
 
 /* The kernel in use (chosen on first call). */
 static const mm_isa *mm_cur;
+
 
 /* The kernel of the ISA rt_isa_name picks (the portable one if this build lacks it). */
 static const mm_isa *mm_choose(void)
@@ -234,6 +258,8 @@ static void mm_pack_b(const mm_isa *k, const float *B, int64_t ldb, int transB, 
         int64_t w = nc - j0 < nr ? nc - j0 : nr;
         if (transB && k->gather && ldb * nr < INT32_MAX) {
             k->gather(B + (jc + j0) * ldb + pc, ldb, w, kc, nr, dst);
+        } else if (!transB && k->copy) {
+            k->copy(B + pc * ldb + jc + j0, ldb, w, kc, nr, dst);
         } else if (!transB) {
             const float *src = B + pc * ldb + jc + j0;
             for (int64_t p = 0; p < kc; p++) {
@@ -265,6 +291,8 @@ static void mm_pack_a(const mm_isa *k, const float *A, int64_t lda, int transA, 
         int64_t h = mc - i0 < mr ? mc - i0 : mr;
         if (!transA && k->gather && lda * mr < INT32_MAX) {
             k->gather(A + (ic + i0) * lda + pc, lda, h, kc, mr, dst);
+        } else if (transA && k->copy) {
+            k->copy(A + pc * lda + ic + i0, lda, h, kc, mr, dst);
         } else if (transA) {
             const float *src = A + pc * lda + ic + i0;   /* A stored (K, M) */
             for (int64_t p = 0; p < kc; p++) {
@@ -315,6 +343,7 @@ void rt_gemm(int64_t M, int64_t K, int64_t N, const float *A, int64_t lda, int t
              const float *B, int64_t ldb, int transB, float *C, int64_t ldc, int acc,
              float *scratch)
 {
+
     if (M <= 0 || N <= 0)
         return;
     if (K <= 0) {

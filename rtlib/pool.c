@@ -12,9 +12,8 @@
  * RT_POOL_SPIN_S seconds (kernels of a training step follow each other within
  * microseconds) and then sleeps on a condition variable; the caller wakes
  * sleepers only when there are any.  Every thread owns a scratch block
- * (rt_scratch: matmul's pack buffers, attention's tiles): thread 0's is
- * static, so kernels also run without a pool (tests, one thread); workers'
- * are allocated with the pool.
+ * (rt_scratch: matmul's pack buffers, attention's tiles), allocated with the
+ * pool on huge pages; without a pool (tests) thread 0 uses a static one.
  *
  * Regions do not nest: a task must not call rt_parallel (kernels call the
  * single-threaded pieces, e.g. rt_gemm, from inside their tasks).  A forked
@@ -35,7 +34,7 @@
 typedef struct rt_pool {
     int n;                      /* threads in all, the caller included (1: no workers) */
     pthread_t *th;              /* workers: th[t] for t = 1 .. n-1 */
-    float **scratch;            /* scratch of threads 1 .. n-1 ([0] unused) */
+    float **scratch;            /* scratch of threads 0 .. n-1 (rt_big_alloc) */
     rt_task *task;              /* the current job ... */
     void *arg;                  /* ... its argument ... */
     int nt;                     /* ... and how many threads take part */
@@ -56,7 +55,8 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 /* 1 while thread 0 is inside a region (nesting check). */
 static _Thread_local int pool_in_region;
 
-/* Thread 0's scratch; static so that kernels run without a pool. */
+/* The scratch of thread 0 when no pool was started (tests); static so that
+ * kernels run without rt_init. */
 static float pool_scratch0[RT_SCRATCH_FLOATS] __attribute__((aligned(64)));
 
 /* A failed pthread call: the runtime cannot go on. */
@@ -119,12 +119,49 @@ static unsigned long long rt_pool_wait_job(unsigned long long seen)
     return g;
 }
 
+/* The process's CPUs, as they were before the pool pinned anything. */
+static cpu_set_t pool_mask;
+static int pool_mask_saved;
+/* cpu[t]: the CPU thread t is pinned to, or -1 (not pinned). */
+static int pool_cpu[RT_MAX_THREADS];
+
+/* Pin the calling thread to CPU c (c < 0: back to the whole saved mask). */
+static void rt_pool_pin(int c)
+{
+    cpu_set_t one;
+    if (c < 0) {
+        pthread_setaffinity_np(pthread_self(), sizeof pool_mask, &pool_mask);
+        return;
+    }
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);   /* best effort */
+}
+
+/* Choose pool_cpu for n threads: thread t on the t-th CPU of the mask when
+ * the mask has exactly n CPUs (the rank owns them), or when $NNSC_PIN=1 and
+ * it has at least n; never when $NNSC_PIN=0; else the scheduler places the
+ * threads. */
+static void rt_pool_place(int n)
+{
+    const char *e = getenv("NNSC_PIN");
+    int have = CPU_COUNT(&pool_mask);
+    int pin = e && !strcmp(e, "1") ? have >= n : e && !strcmp(e, "0") ? 0 : have == n;
+    for (int c = 0, t = 0; t < n; t++) {
+        while (pin && c < CPU_SETSIZE && !CPU_ISSET(c, &pool_mask))
+            c++;
+        pool_cpu[t] = pin && c < CPU_SETSIZE ? c++ : -1;
+    }
+}
+
 /* A worker: run thread t's part of every job until told to stop. */
 static void *rt_pool_worker(void *p)
 {
     int t = (int)(intptr_t)p;
     unsigned long long seen = 0;   /* the counter is 0 when the pool starts */
     pool_in_region = 1;            /* a task on a worker must not start a region */
+    if (pool_cpu[t] >= 0)
+        rt_pool_pin(pool_cpu[t]);
     for (;;) {
         seen = rt_pool_wait_job(seen);
         if (atomic_load_explicit(&pool.stop, memory_order_relaxed))
@@ -152,22 +189,35 @@ void rt_pool_init(int n)
     rt_pool_free();
     RT_ASSERT(n >= 1 && n <= RT_MAX_THREADS);
     rt_isa_ready();   /* choose the kernels now, not racing inside a region */
-    if (n == 1)
-        return;
+    if (!pool_mask_saved) {
+        if (sched_getaffinity(0, sizeof pool_mask, &pool_mask) != 0) {
+            CPU_ZERO(&pool_mask);   /* unknown: never pin */
+        }
+        pool_mask_saved = 1;
+    }
+    rt_pool_place(n);
     pool.th = calloc((size_t)n, sizeof *pool.th);
     pool.scratch = calloc((size_t)n, sizeof *pool.scratch);
     if (!pool.th || !pool.scratch)
         rt_fatal(NULL, 1, "out of memory for %d threads", n);
-    for (int t = 1; t < n; t++) {
-        pool.scratch[t] = aligned_alloc(64, sizeof(float) * RT_SCRATCH_FLOATS);
+    for (int t = 0; t < n; t++) {
+        pool.scratch[t] = rt_big_alloc(sizeof(float) * RT_SCRATCH_FLOATS);
         if (!pool.scratch[t])
             rt_fatal(NULL, 1, "out of memory for the scratch of %d threads", n);
+    }
+    if (n == 1) {
+        if (pool_cpu[0] >= 0)
+            rt_pool_pin(pool_cpu[0]);
+        pool.n = 1;
+        return;
     }
     atomic_store(&pool.gen, 0);
     atomic_store(&pool.stop, 0);
     atomic_store(&pool.left, 0);
     for (int t = 1; t < n; t++)
         PT_CHECK(pthread_create(&pool.th[t], NULL, rt_pool_worker, (void *)(intptr_t)t));
+    if (pool_cpu[0] >= 0)
+        rt_pool_pin(pool_cpu[0]);
     pool.n = n;
 }
 
@@ -178,14 +228,18 @@ void rt_pool_free(void)
         rt_pool_kick();
         for (int t = 1; t < pool.n; t++)
             PT_CHECK(pthread_join(pool.th[t], NULL));
-        for (int t = 1; t < pool.n; t++)
-            free(pool.scratch[t]);
     }
+    for (int t = 0; pool.scratch && t < pool.n; t++)
+        rt_big_free(pool.scratch[t], sizeof(float) * RT_SCRATCH_FLOATS);
     free(pool.th);
     free(pool.scratch);
     pool.th = NULL;
     pool.scratch = NULL;
     pool.n = 1;
+    if (pool_mask_saved && pool_cpu[0] >= 0) {
+        rt_pool_pin(-1);   /* the caller may run anywhere again */
+        pool_cpu[0] = -1;
+    }
 }
 
 int rt_pool_size(void)
@@ -201,7 +255,7 @@ int64_t rt_pool_split_regions(void)
 float *rt_scratch(int t)
 {
     RT_ASSERT(t >= 0 && t < pool.n);
-    return t == 0 ? pool_scratch0 : pool.scratch[t];
+    return pool.scratch ? pool.scratch[t] : pool_scratch0;
 }
 
 void rt_parallel(rt_task *task, void *arg, int want)
@@ -273,7 +327,10 @@ void rt_parallel_for(rt_range_fn *fn, const void *arg, int64_t n, int64_t unit, 
 int rt_default_threads(int world)
 {
     cpu_set_t set;
-    int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    int ncpu = pool_mask_saved ? CPU_COUNT(&pool_mask)
+               : sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (ncpu < 1)
+        ncpu = 1;
     int local = world;
     const char *e = getenv("NNSC_LOCAL_WORLD");
     if (e && *e) {

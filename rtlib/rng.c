@@ -129,15 +129,34 @@ static const rt_param *rt_param_at(rt_ctx *ctx, int64_t i)
     return &ctx->man.params[i];
 }
 
-/* rt_k_init_param, fast path: walk the box as contiguous logical runs. */
+/* One run of a param box, cut across the pool's threads. */
+typedef struct rt_run_arg {
+    const rt_param *p;      /* the param */
+    uint64_t key;           /* its stream */
+    int64_t start, pos;     /* logical index of the run's first element; its box position */
+    void *dst;              /* the box */
+} rt_run_arg;
+
+/* Elements [lo, hi) of a run (every element depends on its index only). */
+static void rt_param_run_part(const void *q, int64_t lo, int64_t hi, int t)
+{
+    const rt_run_arg *a = q;
+    rt_param_run(a->p, a->key, a->start + lo, hi - lo, a->dst, a->pos + lo);
+}
+
+/* rt_k_init_param, fast path: walk the box as contiguous logical runs; long
+ * runs are filled by all threads (init of big params is otherwise the
+ * slowest part of starting a rank). */
 void rt_init_param_box(rt_ctx *ctx, void *dst, int64_t i)
 {
     const rt_param *p = rt_param_at(ctx, i);
     uint64_t key = rt_rng_key(ctx->man.seed, p->key);
     rt_box_iter it;
     rt_box_iter_init(&it, p->ndim, p->shape, p->lo, p->hi);
-    while (rt_box_iter_next(&it))
-        rt_param_run(p, key, it.start, it.run, dst, it.pos);
+    while (rt_box_iter_next(&it)) {
+        rt_run_arg a = {p, key, it.start, it.pos, dst};
+        rt_parallel_for(rt_param_run_part, &a, it.run, RT_EW_UNIT, RT_EW_GRAIN / 8);
+    }
 }
 
 /* The reference: every element on its own, index arithmetic done the long way. */

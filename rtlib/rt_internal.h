@@ -108,7 +108,7 @@ struct rt_ctx {
     int quiet;                  /* --quiet: no step log */
     int threads;                /* kernel threads (--threads, $NNSC_THREADS, or the default) */
     double timeout;             /* seconds any collective may wait */
-    char *arena;                /* the arena: 64-byte aligned, zeroed */
+    char *arena;                /* the arena: 2 MiB aligned (rt_big_alloc), zeroed */
     double step_t0;             /* monotonic seconds at rt_step_begin */
     rt_comm *comm;              /* shm communicator, NULL when world == 1 */
 };
@@ -117,6 +117,11 @@ struct rt_ctx {
 
 /* Monotonic clock in seconds. */
 double rt_now(void);
+/* A zeroed block of bytes, 2 MiB-aligned, from mmap, on transparent huge
+ * pages where the kernel allows (madvise); NULL if out of memory. */
+void *rt_big_alloc(size_t bytes);
+/* Free a block of rt_big_alloc (bytes as allocated). */
+void rt_big_free(void *p, size_t bytes);
 /* Print "nnsc rank R: <fmt>" to stderr and exit with status code. */
 void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));

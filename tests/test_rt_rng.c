@@ -95,6 +95,18 @@ static void test_params(rt_ctx *ctx)
     check(memcmp(again, full, 7 * 13 * 5 * 4) == 0, "param w: a second init is identical");
     float *w2 = init(ctx, 11, 0);
     check(memcmp(w2, full, 7 * 13 * 5 * 4) != 0, "param w2 (same shape, other name) differs");
+    /* the big param is filled by all threads: 1, 2 and 3 give the reference's bits */
+    const int64_t nb = 200000;
+    float *ref = malloc((size_t)nb * 4);
+    memcpy(ref, init(ctx, 6, 1), (size_t)nb * 4);
+    int same = 1;
+    for (int n = 1; n <= 3; n++) {
+        rt_pool_init(n);
+        same &= memcmp(init(ctx, 6, 0), ref, (size_t)nb * 4) == 0;
+    }
+    rt_pool_init(ctx->threads);
+    check(same, "param big (200000): fast on 1, 2, 3 threads == reference (bitwise)");
+    free(ref);
     ctx->man.seed = 1338;
     float *other = init(ctx, 0, 0);
     check(memcmp(other, full, 7 * 13 * 5 * 4) != 0, "param w with another seed differs");
