@@ -137,7 +137,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         kib(b, p->arena);
         ir_bprintf(b, " (params/grads/state ");
         kib(b, pers);
-        ir_bprintf(b, ")  sent/step:");
+        ir_bprintf(b, ")  compute %.3f GFLOP/step  sent/step:", p->flops / 1e9);
         int64_t tot = 0;
         for (int k = 0; k < IR_COMM_COUNT; k++)
             if (p->comm_bytes[k]) {

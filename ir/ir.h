@@ -484,6 +484,7 @@ typedef struct ir_prog {
     pg_region *reg; int nreg, regcap; /* arena map */
     ir_buf manifest;                  /* text handed to rt_init (see rtlib/rt.h) */
     int64_t comm_bytes[IR_COMM_COUNT];/* bytes this rank sends per step, by kind */
+    double flops;                     /* model FLOPs this rank computes per step (cost model) */
     char **pool; int npool, poolcap;  /* owned strings */
 } ir_prog;
 

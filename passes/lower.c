@@ -112,6 +112,28 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_ADAMW: kern = RT_K_adamw; break;
     default: ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
     }
+    /* model FLOPs (matmuls and attention dominate; pointwise ops ~ a few per element) */
+    double fl = 0, execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1;
+    switch (o->kind) {
+    case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN: /* 2 M K N: rows x last x the other dim */
+        fl = 2.0 * (double)rows * (double)last *
+             (double)(o->kind == IR_OP_MATMUL    ? ext_prod(o, ext, 1, 1, 2)
+                      : o->kind == IR_OP_MATMUL_NT ? ext_prod(o, ext, 1, 0, 1)
+                                                   : ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
+        break;
+    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: {
+        const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
+        double t = (double)ext_prod(o, ext, 0, nd0 - 2, nd0 - 1);
+        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)ext[hd->id] * t * t * (double)ext[hd->sub[0]];
+        if (o->iattr[IR_IA_CAUSAL]) fl /= 2;
+        if (o->kind == IR_OP_ATTENTION_BWD) fl *= 2;
+        break;
+    }
+    default:
+        fl = 4.0 * (double)n0;
+        break;
+    }
+    c->p->flops += fl * execs;
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
     pg_instr *in = ir_prog_add(c->p, sec, kern, note);
