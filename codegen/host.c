@@ -77,6 +77,9 @@ enum {
     CG_RT_STEP_BEGIN,  /* void rt_step_begin(rt_ctx *, int64_t) */
     CG_RT_STEP_END,    /* void rt_step_end(rt_ctx *, int64_t, const float *) */
     CG_RT_FINISH,      /* int rt_finish(rt_ctx *) */
+    CG_RT_EVAL_DUE,    /* int rt_eval_due(rt_ctx *, int64_t) */
+    CG_RT_EVAL_STEPS,  /* int64_t rt_eval_steps(rt_ctx *) */
+    CG_RT_EVAL_END,    /* void rt_eval_end(rt_ctx *, int64_t, const float *) */
     CG_RT_COUNT
 };
 
@@ -114,7 +117,7 @@ static LLVMValueRef cg_declare(cg_host_ctx *h, const char *name, LLVMTypeRef ty)
 static void cg_declare_runtime(cg_host_ctx *h) {
     static const char *const names[CG_RT_COUNT] = {
         "rt_init", "rt_arena", "rt_first_step", "rt_steps",
-        "rt_step_begin", "rt_step_end", "rt_finish",
+        "rt_step_begin", "rt_step_end", "rt_finish", "rt_eval_due", "rt_eval_steps", "rt_eval_end",
     };
     LLVMTypeRef p1[] = {h->ptr}, init[] = {h->i32, h->ptr, h->ptr};
     LLVMTypeRef begin[] = {h->ptr, h->i64}, end[] = {h->ptr, h->i64, h->ptr};
@@ -125,6 +128,9 @@ static void cg_declare_runtime(cg_host_ctx *h) {
     h->rty[CG_RT_STEP_BEGIN] = LLVMFunctionType(h->vd, begin, 2, 0);
     h->rty[CG_RT_STEP_END] = LLVMFunctionType(h->vd, end, 3, 0);
     h->rty[CG_RT_FINISH] = LLVMFunctionType(h->i32, p1, 1, 0);
+    h->rty[CG_RT_EVAL_DUE] = LLVMFunctionType(h->i32, begin, 2, 0);
+    h->rty[CG_RT_EVAL_STEPS] = LLVMFunctionType(h->i64, p1, 1, 0);
+    h->rty[CG_RT_EVAL_END] = LLVMFunctionType(h->vd, end, 3, 0);
     for (int k = 0; k < CG_RT_COUNT; k++) h->rfn[k] = cg_declare(h, names[k], h->rty[k]);
 
     LLVMTypeRef kargs[] = {h->ptr, h->ptr, h->ptr, h->ptr};
@@ -286,6 +292,67 @@ static LLVMValueRef cg_manifest(cg_host_ctx *h) {
     return g;
 }
 
+/* A counted loop for (v = 0; v < n; v++) { body(v) } at the builder's
+ * point; *var is the loop variable while body runs.  Returns with the
+ * builder after the loop. */
+static void cg_loop(cg_host_ctx *h, LLVMValueRef fn, LLVMValueRef n, LLVMValueRef *var, const char *nm,
+                    void (*body)(cg_host_ctx *, LLVMValueRef), LLVMValueRef arg) {
+    char b1[32], b2[32], b3[32];
+    snprintf(b1, sizeof b1, "%s.cond", nm);
+    snprintf(b2, sizeof b2, "%s.body", nm);
+    snprintf(b3, sizeof b3, "%s.exit", nm);
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(h->b), cond = cg_block(h, fn, b1), bodyb = cg_block(h, fn, b2),
+                      exit = cg_block(h, fn, b3);
+    LLVMBuildBr(h->b, cond);
+    LLVMPositionBuilderAtEnd(h->b, cond);
+    LLVMValueRef v = LLVMBuildPhi(h->b, h->i64, nm);
+    LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntSLT, v, n, "more"), bodyb, exit);
+    LLVMPositionBuilderAtEnd(h->b, bodyb);
+    LLVMValueRef saved = *var;
+    *var = v;
+    body(h, arg);
+    *var = saved;
+    LLVMValueRef next = LLVMBuildNSWAdd(h->b, v, LLVMConstInt(h->i64, 1, 0), "next");
+    LLVMBasicBlockRef end = LLVMGetInsertBlock(h->b);
+    LLVMBuildBr(h->b, cond);
+    LLVMValueRef in[2] = {LLVMConstInt(h->i64, 0, 0), next};
+    LLVMBasicBlockRef inb[2] = {from, end};
+    LLVMAddIncoming(v, in, inb, 2);
+    LLVMPositionBuilderAtEnd(h->b, exit);
+}
+
+static void cg_eval_mb(cg_host_ctx *h, LLVMValueRef unused) {
+    (void)unused;
+    cg_section(h, IR_SEC_EVAL);
+}
+
+/* for (mb ...) { eval section } */
+static void cg_eval_batch(cg_host_ctx *h, LLVMValueRef fn) {
+    LLVMValueRef nmb = LLVMConstInt(h->i64, (unsigned long long)h->p->micro_batches, 1);
+    cg_loop(h, fn, nmb, &h->mb, "emb", cg_eval_mb, NULL);
+}
+
+/* if (rt_eval_due(ctx, s)) { eval_pre; for e: for mb: eval; eval_post;
+ * rt_eval_end(ctx, s, loss) } -- inside the eval loops the "step" variable
+ * of integer arguments is the evaluation batch e. */
+static void cg_eval(cg_host_ctx *h, LLVMValueRef fn, LLVMValueRef loss) {
+    LLVMValueRef a2[2] = {h->ctx, h->step};
+    LLVMValueRef due = cg_call_rt(h, CG_RT_EVAL_DUE, a2, 2, "eval.due");
+    LLVMBasicBlockRef yes = cg_block(h, fn, "eval"), no = cg_block(h, fn, "eval.done");
+    LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntNE, due, LLVMConstInt(h->i32, 0, 0), "due"), yes, no);
+    LLVMPositionBuilderAtEnd(h->b, yes);
+    cg_section(h, IR_SEC_EVAL_PRE);
+    LLVMValueRef ne = cg_call_rt(h, CG_RT_EVAL_STEPS, &h->ctx, 1, "eval.steps");
+    LLVMValueRef s = h->step;
+    cg_loop(h, fn, ne, &h->step, "e", (void (*)(cg_host_ctx *, LLVMValueRef))cg_eval_batch, fn);
+    h->step = s;
+    cg_section(h, IR_SEC_EVAL_POST);
+    LLVMValueRef a3[3] = {h->ctx, h->step, loss};
+    cg_call_rt(h, CG_RT_EVAL_END, a3, 3, "");
+    LLVMBuildBr(h->b, no);
+    LLVMPositionBuilderAtEnd(h->b, no);
+}
+
 /* int main(int argc, char **argv): the rank program of rtlib/rt.h. */
 static void cg_main(cg_host_ctx *h, const char *cpu, const char *features) {
     const ir_prog *p = h->p;
@@ -357,6 +424,7 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features) {
     }
     LLVMValueRef a3e[3] = {h->ctx, h->step, loss};
     cg_call_rt(h, CG_RT_STEP_END, a3e, 3, "");
+    if (p->nins[IR_SEC_EVAL]) cg_eval(h, fn, loss);
     LLVMValueRef s_next = LLVMBuildNSWAdd(h->b, h->step, LLVMConstInt(h->i64, 1, 0), "s.next");
     LLVMBasicBlockRef post_end = LLVMGetInsertBlock(h->b);
     LLVMBuildBr(h->b, step_cond);

@@ -675,6 +675,16 @@ static int lower_input(fe_lw *L, const fe_section *sec)
     int64_t bd;
     if (get_int(L, sec, "batch_dim", 0, 0, ndim - 1, &bd)) return 2;
     t->batch_dim = (int)bd;
+    /* stream = K: with a token file, element (b, t) is token K + t of row b */
+    t->stream = -1;
+    if ((kv = fe_get(sec, "stream"))) {
+        int64_t k;
+        if (get_int(L, sec, "stream", 0, 0, 1 << 20, &k)) return 2;
+        if (!dt || ndim != 2 || bd != 0)
+            return fe_kv_error(L->s, sec, kv, "token inputs are i32 [B, T] with batch_dim = 0",
+                               "stream input '%s' must be i32 with shape B T", fe_clip(sec->name, clip, sizeof clip));
+        t->stream = (int)k;
+    }
     return 0;
 }
 
@@ -1061,8 +1071,7 @@ static int lower_train(fe_lw *L)
     }
     tr->loss = id;
     static const char *const optims[] = {"sgd", "adamw", NULL};
-    static const char *const datas[] = {"synthetic", NULL};
-    int opt, data;
+    int opt, sched;
     if (get_choice(L, sec, "optimizer", optims, 1, &opt)) return 2;
     tr->optimizer = opt ? IR_OP_ADAMW : IR_OP_SGD;
     if (get_float(L, sec, "lr", 1e-3, FE_POS, &tr->lr) ||
@@ -1072,9 +1081,33 @@ static int lower_train(fe_lw *L)
         get_float(L, sec, "eps", 1e-8, FE_POS, &tr->eps) ||
         get_int(L, sec, "steps", 10, 1, INT64_MAX, &tr->steps) ||
         get_int(L, sec, "micro_batches", 1, 1, INT64_MAX, &tr->micro_batches) ||
-        get_choice(L, sec, "data", datas, 0, &data) ||
-        get_int(L, sec, "data_period", 4, 1, INT64_MAX, &tr->data_period))
+        get_int(L, sec, "data_period", 4, 1, INT64_MAX, &tr->data_period) ||
+        get_int(L, sec, "eval_every", 0, 0, INT64_MAX, &tr->eval_every) ||
+        get_int(L, sec, "eval_steps", 1, 1, INT64_MAX, &tr->eval_steps) ||
+        get_int(L, sec, "warmup_steps", 0, 0, INT64_MAX, &tr->warmup) ||
+        get_float(L, sec, "min_lr", 0, FE_NONNEG, &tr->min_lr) ||
+        get_float(L, sec, "grad_clip", 0, FE_NONNEG, &tr->grad_clip))
         return 2;
+    static const char *const scheds[] = {"constant", "cosine", NULL};
+    if (get_choice(L, sec, "lr_schedule", scheds, 0, &sched)) return 2;
+    tr->cosine = sched == 1;
+    /* data = synthetic | a token file (or a glob of shards); files are read
+       by the rank programs, so only the text is checked here */
+    static const char *const files[] = {"data", "eval_data"};
+    for (int f = 0; f < 2; f++) {
+        const fe_kv *dk = fe_get(sec, files[f]);
+        if (!dk || strcmp(dk->val, "synthetic") == 0) continue;
+        if (!dk->val[0] || strchr(dk->val, ' '))
+            return fe_kv_error(L->s, sec, dk, "a path without blanks, e.g. data = data/tinytext_train.bin",
+                               "%s: bad path '%s'", files[f], fe_clip(dk->val, clip, sizeof clip));
+        if (f == 0) tr->data = ir_str(L->g, dk->val);
+        else tr->eval_data = ir_str(L->g, dk->val);
+    }
+    if (tr->eval_every && !tr->eval_data && !tr->data)
+        return fe_kv_error(L->s, sec, fe_get(sec, "eval_every"), "add eval_data = PATH (a held-out token file)",
+                           "eval_every needs eval_data");
+    if (tr->min_lr > tr->lr)
+        return fe_kv_error(L->s, sec, fe_get(sec, "min_lr"), NULL, "min_lr %g is above lr %g", tr->min_lr, tr->lr);
     return 0;
 }
 

@@ -31,19 +31,20 @@ typedef struct fe_schema {
     const char *kind;          /* first word of the header */
     int named;                 /* 1: written [kind NAME]; 0: [kind] */
     int user_keys;             /* 1: the keys are names the user picks ([dims]) */
-    const char *keys[12];      /* allowed keys (NULL-terminated) */
+    const char *keys[24];      /* allowed keys (NULL-terminated) */
     const char *required[4];   /* keys that must be present (NULL-terminated) */
 } fe_schema;
 
 static const fe_schema fe_schemas[] = {
     {"model", 0, 0, {"name", "seed"}, {NULL}},
     {"dims", 0, 1, {NULL}, {NULL}},
-    {"input", 1, 0, {"shape", "dtype", "data", "batch_dim"}, {"shape"}},
+    {"input", 1, 0, {"shape", "dtype", "data", "batch_dim", "stream"}, {"shape"}},
     {"param", 1, 0, {"shape", "init", "dtype"}, {"shape"}},
     {"op", 1, 0, {"kind", "in", "out", "heads", "causal", "vocab", "eps"}, {"kind", "in", "out"}},
     {"block", 1, 0, {"repeat", "in", "out"}, {"repeat", "in", "out"}},
     {"train", 0, 0, {"loss", "optimizer", "lr", "weight_decay", "beta1", "beta2", "eps", "steps",
-                     "micro_batches", "data", "data_period"}, {"loss"}},
+                     "micro_batches", "data", "data_period", "eval_data", "eval_every", "eval_steps",
+                     "lr_schedule", "warmup_steps", "min_lr", "grad_clip"}, {"loss"}},
     {"cluster", 0, 0, {"devices", "device"}, {NULL}},
     {"plan", 0, 0, {"policy", "dp", "tp", "trans"}, {NULL}},
 };

@@ -12,6 +12,7 @@ void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev)
     d->ndev = ndev;
     d->trans = ir_xcalloc((size_t)g->nop + 1, sizeof *d->trans);
     d->accum = ir_xcalloc((size_t)g->nt + 1, 1);
+    d->world_group = -1;
     d->store = ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1));
     d->nstore = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
     for (int i = 0; i < g->nt; i++) d->store[i] = -1;
@@ -146,7 +147,7 @@ const char *ir_comm_name(ir_commkind k)
 
 static const char *sec_name(int s)
 {
-    static const char *n[IR_SEC_COUNT] = {"prologue", "pre", "mb", "post", "epilogue"};
+    static const char *n[IR_SEC_COUNT] = {"prologue", "pre", "mb", "post", "epilogue", "eval_pre", "eval", "eval_post"};
     return (unsigned)s < IR_SEC_COUNT ? n[s] : "?";
 }
 

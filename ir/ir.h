@@ -164,6 +164,7 @@ typedef struct ir_tensor {
     double init_a, init_b;  /* initialiser arguments */
     ir_datakind data;       /* inputs: synthetic distribution */
     int64_t data_range;     /* inputs with IR_DATA_INT: values in [0, range) */
+    int stream;             /* inputs: token offset in the data file's rows (-1: synthetic only) */
     int line;               /* spec line that declared it (0: derived) */
 } ir_tensor;
 
@@ -224,6 +225,14 @@ typedef struct ir_train {
     int64_t steps;            /* optimizer steps */
     int64_t micro_batches;    /* gradient accumulation steps per optimizer step */
     int64_t data_period;      /* synthetic data: distinct batches, cycled */
+    const char *data;         /* token file or glob of shards, or NULL: synthetic */
+    const char *eval_data;    /* held-out token file, or NULL */
+    int64_t eval_every;       /* evaluate every K steps (0: never) */
+    int64_t eval_steps;       /* batches per evaluation */
+    int cosine;               /* lr schedule: 0 constant, 1 cosine decay to min_lr */
+    int64_t warmup;           /* linear warmup steps */
+    double min_lr;            /* cosine floor */
+    double grad_clip;         /* global gradient-norm threshold (0: none) */
 } ir_train;
 
 /* Plan request from [plan] and [cluster]. */
@@ -378,6 +387,9 @@ enum {
     IR_SEC_MB,        /* each micro-batch (forward, backward) */
     IR_SEC_POST,      /* each step, after micro-batches (grad comm, optimizer) */
     IR_SEC_EPILOGUE,  /* once, after training */
+    IR_SEC_EVAL_PRE,  /* before an evaluation (zero the loss) */
+    IR_SEC_EVAL,      /* each micro-batch of each evaluation batch: forward only */
+    IR_SEC_EVAL_POST, /* after an evaluation (reduce the loss) */
     IR_SEC_COUNT
 };
 
@@ -401,6 +413,7 @@ typedef struct ir_dist {
     int *ints; int nints, intscap;   /* pool of int lists */
     ir_item *seq; int nseq, seqcap; /* the schedule (schedule.c) */
     char *accum;               /* per tensor: summed over the micro-batches of a step (schedule.c) */
+    int world_group;           /* group of all devices (schedule.c; -1 with one device) */
     int *store;                /* per param / opt-state tensor: index into ints of the
                                   pTensors devices store it as, or -1 */
     int *nstore;               /* per tensor: length of that list */

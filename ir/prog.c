@@ -27,7 +27,7 @@ static const struct pg_kinfo {
 };
 
 /* Section tags as printed at the start of each instruction line. */
-static const char *const pg_secname[IR_SEC_COUNT] = {"pro", "pre", "mb", "post", "epi"};
+static const char *const pg_secname[IR_SEC_COUNT] = {"pro", "pre", "mb", "post", "epi", "epre", "eval", "epost"};
 
 /* Every element of every buffer argument is 4 bytes (f32 or i32). */
 #define PG_ELEM 4
@@ -319,7 +319,7 @@ static void pg_verify_instr(const pg_where *w, const pg_instr *in) {
     for (int j = 0; j < in->nint; j++) {
         int has_step = w->sec != IR_SEC_PROLOGUE && w->sec != IR_SEC_EPILOGUE;
         PG_CHECK(w, has_step || in->ints[j].s == 0, "int %d uses the step outside the step loop", j);
-        PG_CHECK(w, w->sec == IR_SEC_MB || in->ints[j].m == 0,
+        PG_CHECK(w, w->sec == IR_SEC_MB || w->sec == IR_SEC_EVAL || in->ints[j].m == 0,
                  "int %d uses the micro-batch outside the micro-batch loop", j);
     }
     pg_verify_var(w, in);

@@ -20,7 +20,15 @@ typedef struct lctx {
     ir_prog *p;
     int *pidx;       /* per pTensor: manifest param index, or -1 */
     char *loaded;    /* per pTensor: data already loaded in the mb section */
+    int place;       /* section instructions go to, overriding theirs (-1: theirs) */
+    int eval;        /* lowering the evaluation copy of the forward pass */
 } lctx;
+
+/* Append an instruction to section sec (or to the overriding section). */
+static pg_instr *add(lctx *c, int sec, int kernel, const char *note)
+{
+    return ir_prog_add(c->p, c->place >= 0 ? c->place : sec, kernel, note);
+}
 
 static int64_t off(const lctx *c, int pt)
 {
@@ -48,10 +56,11 @@ static void load_input(lctx *c, int pt)
     c->loaded[pt] = 1;
     int idx = 0;
     for (int i = 0; i < p->tensor; i++) idx += g->t[i].kind == IR_T_INPUT;
-    pg_instr *in = ir_prog_add(c->p, IR_SEC_MB, RT_K_data, t->name);
+    pg_instr *in = add(c, IR_SEC_MB, RT_K_data, t->name);
     pg_buf(in, off(c, pt));
     pg_i(in, idx);
-    pg_iv(in, 0, 1, 0);
+    if (c->eval) pg_iv(in, -1, -1, 0);   /* evaluation batch e: step -1-e */
+    else pg_iv(in, 0, 1, 0);
     pg_i(in, t->ndim);
     for (int j = 0; j < t->ndim; j++) {
         if (j == t->batch_dim) {
@@ -133,10 +142,10 @@ static void lower_subop(lctx *c, int si, int sec)
         fl = 4.0 * (double)n0;
         break;
     }
-    c->p->flops += fl * execs;
+    if (!c->eval) c->p->flops += fl * execs;
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
-    pg_instr *in = ir_prog_add(c->p, sec, kern, note);
+    pg_instr *in = add(c, sec, kern, note);
     for (int k = 0; k < o->nin; k++)
         if (!(o->kind == IR_OP_EMBEDDING_BWD && k == 2)) pg_buf(in, off(c, s->in[k]));   /* table: shape only */
     for (int k = 0; k < o->nout; k++) {
@@ -261,7 +270,7 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank)
 static void emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const ir_box *full, const ir_box *region,
                      int nd, int acc, const char *note)
 {
-    pg_instr *in = ir_prog_add(c->p, sec, dir ? RT_K_place : RT_K_slice, note);
+    pg_instr *in = add(c, sec, dir ? RT_K_place : RT_K_slice, note);
     pg_buf(in, src);
     pg_buf(in, dst);
     pg_i(in, nd);
@@ -319,7 +328,7 @@ static void lower_comm(lctx *c, int ci, int sec)
     pg_instr *in;
     switch (cm->kind) {
     case IR_COMM_ALLREDUCE:
-        in = ir_prog_add(c->p, sec, RT_K_allreduce, nt);
+        in = add(c, sec, RT_K_allreduce, nt);
         pg_buf(in, off(c, pin));
         pg_i(in, ir_box_numel(&ib[k], nd) * es / 4);
         pg_i(in, cm->group);
@@ -329,7 +338,7 @@ static void lower_comm(lctx *c, int ci, int sec)
         emit_box(c, sec, 0, off(c, pin), off(c, pout), &ib[k], &ob[k], nd, 0, nt);
         break;
     case IR_COMM_ZERO:
-        in = ir_prog_add(c->p, sec, RT_K_zero, nt);
+        in = add(c, sec, RT_K_zero, nt);
         pg_buf(in, off(c, pout));
         pg_i(in, ir_box_numel(&ob[k], nd) * es / 4);
         break;
@@ -354,7 +363,7 @@ static void lower_comm(lctx *c, int ci, int sec)
         } else if (ir_box_eq(&reg, &ob[k], nd) && !cm->acc) {
             rbuf = off(c, pout);
         }
-        in = ir_prog_add(c->p, sec, RT_K_sendrecv, nt);
+        in = add(c, sec, RT_K_sendrecv, nt);
         pg_buf(in, sbuf);
         pg_buf(in, rbuf);
         pg_i(in, n);
@@ -374,7 +383,7 @@ static void lower_comm(lctx *c, int ci, int sec)
             IR_ASSERT(ir_box_eq(&reg, &ob[k], nd));
             buf = off(c, pout);
         }
-        in = ir_prog_add(c->p, sec, RT_K_broadcast, nt);
+        in = add(c, sec, RT_K_broadcast, nt);
         pg_buf(in, buf);
         pg_i(in, n);
         pg_i(in, cm->group);
@@ -386,7 +395,7 @@ static void lower_comm(lctx *c, int ci, int sec)
         const ir_box *tl[64];
         for (int i = 0; i < K; i++) tl[i] = &ib[i];
         int direct = direct_tiles(&ob[k], tl, K, nd);
-        in = ir_prog_add(c->p, sec, RT_K_allgather, nt);
+        in = add(c, sec, RT_K_allgather, nt);
         pg_buf(in, off(c, pin));
         pg_buf(in, direct ? off(c, pout) : S);
         pg_i(in, n);
@@ -403,7 +412,7 @@ static void lower_comm(lctx *c, int ci, int sec)
         int direct = direct_tiles(&ib[k], tl, K, nd);
         if (!direct)
             for (int i = 0; i < K; i++) emit_box(c, sec, 0, off(c, pin), S + i * n * 4, &ib[k], &ob[i], nd, 0, nt);
-        in = ir_prog_add(c->p, sec, RT_K_reducescatter, nt);
+        in = add(c, sec, RT_K_reducescatter, nt);
         pg_buf(in, direct ? off(c, pin) : S);
         pg_buf(in, off(c, pout));
         pg_i(in, n);
@@ -420,7 +429,7 @@ static void lower_comm(lctx *c, int ci, int sec)
             IR_ASSERT(ir_box_and(&ib[k], &ob[j], nd, &x));
             emit_box(c, sec, 0, off(c, pin), S + j * n * 4, &ib[k], &x, nd, 0, nt);
         }
-        in = ir_prog_add(c->p, sec, RT_K_alltoall, nt);
+        in = add(c, sec, RT_K_alltoall, nt);
         pg_buf(in, S);
         pg_buf(in, R);
         pg_i(in, n);
@@ -435,7 +444,87 @@ static void lower_comm(lctx *c, int ci, int sec)
     default:
         ir_die(__FILE__, __LINE__, "lowering of %s is not implemented", ir_comm_name(cm->kind));
     }
-    c->p->comm_bytes[cm->kind] += sent * execs;
+    if (!c->eval) c->p->comm_bytes[cm->kind] += sent * execs;
+}
+
+/* Sum of squares of every gradient element the optimizer reads, each
+ * logical element counted once (on the lowest device holding its box),
+ * reduced over all ranks; gradclip turns it into the norm and the clip scale. */
+static void grad_norm(lctx *c)
+{
+    const ir_dist *d = c->d;
+    const ir_graph *g = d->g;
+    if (c->m->gnorm < 0) return;
+    int first = 1;
+    for (int i = 0; i < d->nsop; i++) {
+        const ir_subop *s = &d->sop[i];
+        const ir_op *o = &g->op[s->op];
+        if (s->dev != c->p->rank || o->phase != IR_PH_OPT) continue;
+        const ir_ptensor *gp = &d->pt[s->in[1]];
+        int owner = 1;
+        for (int j = 0; j < d->nsop; j++)
+            if (d->sop[j].op == s->op && d->sop[j].dev < s->dev &&
+                ir_box_eq(&d->pt[d->sop[j].in[1]].box, &gp->box, g->t[gp->tensor].ndim))
+                owner = 0;
+        if (!owner) continue;
+        pg_instr *in = add(c, IR_SEC_POST, RT_K_sumsq, g->t[gp->tensor].name);
+        pg_buf(in, off(c, s->in[1]));
+        pg_buf(in, c->m->gnorm);
+        pg_i(in, c->m->bytes[s->in[1]] / 4);
+        pg_i(in, !first);
+        first = 0;
+    }
+    if (first) {   /* this rank owns no gradient: contribute 0 */
+        pg_instr *in = add(c, IR_SEC_POST, RT_K_zero, "grad norm");
+        pg_buf(in, c->m->gnorm);
+        pg_i(in, 1);
+    }
+    if (d->ndev > 1) {
+        IR_ASSERT(d->world_group >= 0);
+        pg_instr *in = add(c, IR_SEC_POST, RT_K_allreduce, "grad norm");
+        pg_buf(in, c->m->gnorm);
+        pg_i(in, 1);
+        pg_i(in, d->world_group);
+    }
+    pg_instr *in = add(c, IR_SEC_POST, RT_K_gradclip, "grad norm");
+    pg_buf(in, c->m->gnorm);
+    pg_f(in, (float)g->train.grad_clip);
+}
+
+/* The evaluation copy of the forward pass: zero the loss (eval_pre), the
+ * forward sub-ops and the comms feeding them once per micro-batch of each
+ * evaluation batch (eval), the loss reduction (eval_post). */
+static void lower_eval(lctx *c)
+{
+    const ir_dist *d = c->d;
+    const ir_graph *g = d->g;
+    c->eval = 1;
+    memset(c->loaded, 0, (size_t)d->npt + 1);
+    for (int i = 0; i < d->nsop; i++) {
+        const ir_subop *s = &d->sop[i];
+        if (s->dev != c->p->rank || g->op[s->op].nout == 0 || g->op[s->op].out[0] != g->train.loss) continue;
+        pg_instr *in = ir_prog_add(c->p, IR_SEC_EVAL_PRE, RT_K_zero, "eval loss");
+        pg_buf(in, off(c, s->out[0]));
+        pg_i(in, c->m->bytes[s->out[0]] / 4);
+    }
+    c->place = IR_SEC_EVAL;
+    for (int n = 0; n < d->nseq; n++) {
+        const ir_item *it = &d->seq[n];
+        if (it->sec != IR_SEC_MB) continue;
+        if (it->comm) {
+            const ir_tensor *t = &g->t[d->comm[it->id].tensor];
+            if (t->kind != IR_T_GRAD) lower_comm(c, it->id, it->sec);
+        } else if (d->sop[it->id].dev == c->p->rank && g->op[d->sop[it->id].op].phase == IR_PH_FWD) {
+            lower_subop(c, it->id, it->sec);
+        }
+    }
+    c->place = IR_SEC_EVAL_POST;
+    for (int n = 0; n < d->nseq; n++) {
+        const ir_item *it = &d->seq[n];
+        if (it->comm && d->comm[it->id].tensor == g->train.loss) lower_comm(c, it->id, it->sec);
+    }
+    c->place = -1;
+    c->eval = 0;
 }
 
 /* Manifest records: header, groups, params this rank stores, inputs. */
@@ -455,10 +544,11 @@ static void manifest(lctx *c)
         for (int k = 0; k < d->grp[i].n; k++) ir_bprintf(b, " %d", d->ints[d->grp[i].devs + k]);
         ir_bprintf(b, "\n");
     }
-    int np = 0;
+    /* params (initialised here) and optimizer state (zeroed), both saved in checkpoints */
+    int np = 0, ns = 0;
     for (int t = 0; t < g->nt; t++) {
         const ir_tensor *tt = &g->t[t];
-        if (tt->kind != IR_T_PARAM || d->store[t] < 0) continue;
+        if ((tt->kind != IR_T_PARAM && tt->kind != IR_T_OPTSTATE) || d->store[t] < 0) continue;
         int nst = d->nstore[t];
         for (int s = 0; s < nst; s++) {
             int pt = d->ints[d->store[t] + s];
@@ -470,23 +560,40 @@ static void manifest(lctx *c)
                 const ir_ptensor *q = &d->pt[d->ints[d->store[t] + s2]];
                 if (q->dev < pp->dev && ir_box_eq(&q->box, &pp->box, tt->ndim)) writer = 0;
             }
-            c->pidx[pt] = np;
-            ir_bprintf(b, "param %d %s %s %d", np++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
+            if (tt->kind == IR_T_PARAM) {
+                c->pidx[pt] = np;
+                ir_bprintf(b, "param %d %s %s %d", np++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
+            } else {
+                ir_bprintf(b, "state %d %s %s %d", ns++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
+            }
             for (int j = 0; j < tt->ndim; j++) ir_bprintf(b, " %lld", (long long)tt->shape[j]);
             ir_bprintf(b, " box");
             for (int j = 0; j < tt->ndim; j++)
                 ir_bprintf(b, " %lld %lld", (long long)pp->box.lo[j], (long long)pp->box.hi[j]);
-            ir_bprintf(b, " init %s %.9g %.9g off %lld writer %d\n", ik[tt->init], tt->init_a, tt->init_b,
-                       (long long)off(c, pt), writer);
+            if (tt->kind == IR_T_PARAM)
+                ir_bprintf(b, " init %s %.9g %.9g", ik[tt->init], tt->init_a, tt->init_b);
+            else
+                ir_bprintf(b, " of %s", g->t[tt->opt_of].name);
+            ir_bprintf(b, " off %lld writer %d\n", (long long)off(c, pt), writer);
         }
     }
+    const ir_train *tr = &g->train;
+    int64_t tokens = 0;
+    for (int t = 0; t < g->nt && !tokens; t++)
+        if (g->t[t].kind == IR_T_INPUT && g->t[t].stream >= 0) tokens = ir_numel(&g->t[t]);
+    ir_bprintf(b, "data %s\neval_data %s\neval_every %lld\neval_steps %lld\n", tr->data ? tr->data : "-",
+               tr->eval_data ? tr->eval_data : "-", (long long)tr->eval_every, (long long)tr->eval_steps);
+    ir_bprintf(b, "schedule %s warmup %lld min_lr_frac %.9g\nclip %.9g\ntokens_per_step %lld\n",
+               tr->cosine ? "cosine" : "constant", (long long)tr->warmup, tr->lr > 0 ? tr->min_lr / tr->lr : 0,
+               tr->grad_clip, (long long)tokens);
     int ni = 0;
     for (int t = 0; t < g->nt; t++) {
         const ir_tensor *tt = &g->t[t];
         if (tt->kind != IR_T_INPUT) continue;
         ir_bprintf(b, "input %d %s %s %d", ni++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
         for (int j = 0; j < tt->ndim; j++) ir_bprintf(b, " %lld", (long long)tt->shape[j]);
-        if (tt->data == IR_DATA_INT) ir_bprintf(b, " dist int %lld", (long long)tt->data_range);
+        if (tt->stream >= 0 && (tr->data || tr->eval_data)) ir_bprintf(b, " dist stream %d", tt->stream);
+        else if (tt->data == IR_DATA_INT) ir_bprintf(b, " dist int %lld", (long long)tt->data_range);
         else ir_bprintf(b, " dist normal 0");
         ir_bprintf(b, " period %lld\n", (long long)g->train.data_period);
     }
@@ -496,7 +603,7 @@ static void manifest(lctx *c)
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
 {
     const ir_graph *g = d->g;
-    lctx c = {d, m, p, ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), ir_xcalloc((size_t)d->npt + 1, 1)};
+    lctx c = {d, m, p, ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), ir_xcalloc((size_t)d->npt + 1, 1), -1, 0};
     for (int i = 0; i < d->npt; i++) c.pidx[i] = -1;
     p->arena = m->arena;
     p->micro_batches = g->train.micro_batches;
@@ -530,11 +637,16 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
             pg_i(in, m->bytes[s->out[k]] / pass_elsize(t));
         }
     }
+    int normed = 0;
     for (int n = 0; n < d->nseq; n++) {
         const ir_item *it = &d->seq[n];
+        /* the global gradient norm: after the gradients' comms, before the first update */
+        if (!it->comm && it->sec == IR_SEC_POST && g->op[d->sop[it->id].op].phase == IR_PH_OPT && !normed++)
+            grad_norm(&c);
         if (it->comm) lower_comm(&c, it->id, it->sec);
         else if (d->sop[it->id].dev == p->rank) lower_subop(&c, it->id, it->sec);
     }
+    if (g->train.eval_every > 0) lower_eval(&c);
     /* the replicated loss this rank reports */
     for (int i = 0; i < d->npt; i++)
         if (d->pt[i].tensor == g->train.loss && d->pt[i].dev == p->rank && d->pt[i].vn == 1 && m->off[i] >= 0)

@@ -109,6 +109,13 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             m->off[i] = top;
             top += align_up(m->bytes[i]);
         }
+    m->gnorm = -1;
+    for (int i = 0; i < d->nsop; i++)
+        if (d->sop[i].dev == rank && g->op[d->sop[i].op].phase == IR_PH_OPT) m->gnorm = 0;
+    if (m->gnorm == 0) {
+        m->gnorm = top;
+        top += ALIGN;
+    }
     if (m->scratch_bytes) {
         m->scratch = top;
         top += align_up(m->scratch_bytes);

@@ -44,6 +44,7 @@ typedef struct pass_mem {
     int64_t persistent;  /* bytes of buffers that live across steps */
     int64_t scratch;     /* offset of the scratch area comms pack into (see lower.c) */
     int64_t scratch_bytes; /* its size (0: no comm needs one) */
+    int64_t gnorm;       /* offset of the gradient-norm scalar, or -1 (no optimizer) */
 } pass_mem;
 void pass_memplan(const ir_dist *d, int rank, pass_mem *m);
 void pass_mem_free(pass_mem *m);

@@ -85,19 +85,29 @@ void pass_schedule(ir_dist *d)
                 if (!c.comm_done[i] && d->comm[i].tensor == g->train.loss)
                     for (int k = 0; k < d->comm[i].n; k++) place_maker(&c, d->ints[d->comm[i].out + k], sec);
         }
-        for (int n = 0; n < g->nop; n++) {
-            int op = order[n];
-            int opsec = g->op[op].phase == IR_PH_OPT ? IR_SEC_POST : IR_SEC_MB;
-            if (opsec != sec) continue;
-            for (int i = 0; i < d->nsop; i++) {
-                ir_subop *s = &d->sop[i];
-                if (s->op != op) continue;
-                for (int k = 0; k < g->op[op].nin; k++) place_maker(&c, s->in[k], sec);
-                s->sec = sec;
-                s->order = d->nseq;
-                place(d, sec, 0, i);
+        /* post: every comm the updates read first (the gradient norm needs
+           all gradients), then the updates */
+        for (int pass = sec == IR_SEC_POST ? 0 : 1; pass < 2; pass++)
+            for (int n = 0; n < g->nop; n++) {
+                int op = order[n];
+                int opsec = g->op[op].phase == IR_PH_OPT ? IR_SEC_POST : IR_SEC_MB;
+                if (opsec != sec) continue;
+                for (int i = 0; i < d->nsop; i++) {
+                    ir_subop *s = &d->sop[i];
+                    if (s->op != op) continue;
+                    for (int k = 0; k < g->op[op].nin; k++) place_maker(&c, s->in[k], sec);
+                    if (pass == 0) continue;
+                    s->sec = sec;
+                    s->order = d->nseq;
+                    place(d, sec, 0, i);
+                }
             }
-        }
+    }
+    if (d->ndev > 1) {
+        int *all = ir_xmalloc(sizeof(int) * (size_t)d->ndev);
+        for (int i = 0; i < d->ndev; i++) all[i] = i;
+        d->world_group = ir_dist_group(d, all, d->ndev);
+        free(all);
     }
     for (int i = 0; i < d->ncomm; i++)
         for (int k = 0; k < d->comm[i].n && !c.comm_done[i]; k++) place_maker(&c, d->ints[d->comm[i].out + k], IR_SEC_POST);

@@ -12,9 +12,18 @@
  *             for (int64_t mb = 0; mb < MICRO_BATCHES; mb++) { ...forward, backward... }
  *             ...post kernels (gradient collectives, optimizer)...
  *             rt_step_end(ctx, s, (float *)(A + LOSS_OFF));
+ *             if (rt_eval_due(ctx, s)) {
+ *                 ...eval_pre kernels (zero the loss)...
+ *                 for (int64_t e = 0; e < rt_eval_steps(ctx); e++)
+ *                     for (int64_t mb = 0; mb < MICRO_BATCHES; mb++) { ...forward only... }
+ *                 ...eval_post kernels (reduce the loss)...
+ *                 rt_eval_end(ctx, s, (float *)(A + LOSS_OFF));
+ *             }
  *         }
  *         return rt_finish(ctx);
  *     }
+ *
+ * (in the eval loop the "step" loop variable of integer arguments is e).
  *
  * where every kernel call is rt_k_<name>(ctx, bufs, ints, flts) from
  * rt_kernels.h.  Generated programs include nothing but this header.
@@ -38,6 +47,21 @@
  *                                  when saving (exactly one rank per distinct box)
  *     input IDX NAME DTYPE NDIM D0 .. dist normal|int RANGE period P
  *                                  a data input: logical shape of ONE step's global batch
+ *     input IDX NAME i32 NDIM D0 .. dist stream K period P
+ *                                  a token input read from the data file: element (b, t) of
+ *                                  step s is token K + t of row s*B + b (see docs/runtime.md)
+ *     state IDX NAME DTYPE NDIM D0 .. box LO0 HI0 .. of PARAM off OFFSET writer W
+ *                                  a piece of optimizer state (AdamW moments), saved and
+ *                                  loaded with checkpoints like params
+ *     data PATH                    token file (or glob of shards) for stream inputs; "-": none
+ *     eval_data PATH               held-out token file for evaluation; "-": none
+ *     eval_every K                 evaluate every K steps (0: never)
+ *     eval_steps E                 evaluation batches per evaluation
+ *     schedule constant|cosine warmup W min_lr_frac F
+ *                                  lr scale of step s (0-based): (s+1)/W during warmup, then
+ *                                  constant 1, or cosine from 1 down to F at the last step
+ *     clip MAX                     gradient-norm clipping threshold (0: none)
+ *     tokens_per_step N            for the tokens/s in the log
  *     end
  *
  * Randomness is counter-based: the value of element k (row-major logical
@@ -61,9 +85,15 @@ char *rt_arena(rt_ctx *ctx);
 /* First step to run (0, or later when resuming) and total steps. */
 int64_t rt_first_step(rt_ctx *ctx);
 int64_t rt_steps(rt_ctx *ctx);
-/* Called around each optimizer step; step_end logs the loss (rank 0). */
+/* Called around each optimizer step; step_end logs the loss (rank 0) and
+ * writes a checkpoint when one is due. */
 void rt_step_begin(rt_ctx *ctx, int64_t step);
 void rt_step_end(rt_ctx *ctx, int64_t step, const float *loss);
+/* Evaluation after step s: due?, batches per evaluation, and the report
+ * of the (replicated) evaluation loss summed over those batches. */
+int rt_eval_due(rt_ctx *ctx, int64_t step);
+int64_t rt_eval_steps(rt_ctx *ctx);
+void rt_eval_end(rt_ctx *ctx, int64_t step, const float *loss);
 /* Save (when asked), synchronise, tear down; returns the process exit code. */
 int rt_finish(rt_ctx *ctx);
 

@@ -18,7 +18,8 @@ RT_K(zero,            1,   1,   0)  /* b: dst.  i: n floats (or i32s).  dst[0..n
 RT_K(data,            1,   3,   0)  /* var. b: dst (f32 or i32).  i: input index in the manifest,
                                        step, ndim, then ndim pairs lo, hi (the box, in logical
                                        indices of the step's batch).  Fills dst with the box of
-                                       the input's logical batch for that step. */
+                                       the input's logical batch for that step; step < 0 means
+                                       batch -1-step of the evaluation data. */
 RT_K(matmul,          3,   6,   0)  /* b: A, B, C.  i: M, K, N, transA, transB, acc.
                                        C[M,N] (+)= op(A)[M,K] op(B)[K,N]; A is stored (M,K), or
                                        (K,M) when transA; B is (K,N), or (N,K) when transB. */
@@ -38,10 +39,19 @@ RT_K(xent,            3,   4,   1)  /* b: logits (M,V), targets (i32, M), L.  i:
 RT_K(xent_bwd,        3,   4,   1)  /* b: logits, targets, dlogits.  i: M, V, acc, Vreal.  f: scale.
                                        dlogits[m, :Vreal] (+)= scale * (softmax(logits[m, :Vreal]) - onehot(t_m));
                                        dlogits[m, Vreal:] (+)= 0 */
-RT_K(sgd,             2,   1,   2)  /* b: P, G.  i: n.  f: lr, wd.  P -= lr * (G + wd * P) */
+RT_K(sgd,             2,   1,   2)  /* b: P, G.  i: n.  f: lr, wd.  With g = G * ctx grad scale and
+                                       lr' = lr * ctx lr scale (rt_step_begin, rt_k_gradclip):
+                                       P -= lr' * (g + wd * P) */
 RT_K(adamw,           4,   2,   5)  /* b: P, G, M, V.  i: n, t (1-based step).  f: lr, wd, beta1,
-                                       beta2, eps.  M = b1 M + (1-b1) G; V = b2 V + (1-b2) G^2;
-                                       P -= lr * (M/(1-b1^t) / (sqrt(V/(1-b2^t)) + eps) + wd P) */
+                                       beta2, eps.  With g and lr' as for sgd: M = b1 M + (1-b1) g;
+                                       V = b2 V + (1-b2) g^2;
+                                       P -= lr' * (M/(1-b1^t) / (sqrt(V/(1-b2^t)) + eps) + wd P) */
+RT_K(sumsq,           2,   2,   0)  /* b: G, S (1 float).  i: n, acc.  S[0] (+)= sum G^2 (in double,
+                                       rounded once; fixed order) */
+RT_K(gradclip,        1,   0,   1)  /* b: S (the global sum of squares of all gradients).  f: max
+                                       norm (0: no clipping).  Sets the step's gradient norm
+                                       sqrt(S) (logged) and the grad scale used by the optimizer
+                                       kernels: min(1, max / (norm + 1e-6)) when max > 0, else 1. */
 RT_K(allreduce,       1,   2,   0)  /* b: buf (f32, in place).  i: n, group.  Sum over the group;
                                        every member gets bitwise the same result. */
 RT_K(allgather,       2,   2,   0)  /* b: send (n floats), recv (n * size floats).  i: n, group.
