@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codegen.h"
 #include "frontend.h"
@@ -113,16 +114,20 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         const char *rtlib = rc ? NULL : cg_rtlib_path();
         if (!rc && !rtlib) rc = 1;
         cg_opts co = {o->cpu, "", o->opt_level, o->emit_llvm};
+        int tty = isatty(2);
         for (int r = 0; r < d->ndev && !rc; r++) {
             char obj[4200], ll[4200], exe[4200];
             snprintf(obj, sizeof obj, "%s/rank%d.o", o->out, r);
             snprintf(ll, sizeof ll, "%s/rank%d.ll", o->out, r);
             snprintf(exe, sizeof exe, "%s/rank%d", o->out, r);
-            if (!o->quiet && d->ndev > 1 && o->verbose) fprintf(stderr, "nnsc-aot: rank %d/%d\n", r + 1, d->ndev);
+            /* progress of the long phase: a line per rank with -v, one updated line on a terminal */
+            if (o->verbose) fprintf(stderr, "nnsc-aot: codegen + link rank %d/%d\n", r + 1, d->ndev);
+            else if (!o->quiet && tty) fprintf(stderr, "\rnnsc-aot: codegen + link rank %d/%d", r + 1, d->ndev);
             rc = cg_host(&progs[r], &co, obj, o->emit_llvm ? ll : NULL);
             if (!rc) rc = cg_link(obj, rtlib, exe);
             if (!rc) remove(obj);
         }
+        if (!o->verbose && !o->quiet && tty) fprintf(stderr, "\r\033[K");
         tick(o, t0, "codegen");
         if (!rc) rc = cg_emit(o->out, o->spec, d, progs);
     }
