@@ -41,6 +41,15 @@ for f in "$top"/tests/bad/*.ini; do
   if [[ $rc == 2 ]] && grep -q "error:" "$tmp/err"; then ok "bad/$(basename "$f"): exit 2"; else no "bad/$(basename "$f"): exit $rc"; cat "$tmp/err"; fi
 done
 
+# planner-level bad input: exit 2 with the expected message (first line: ; expect: TEXT)
+for f in "$top"/tests/bad-plan/*.ini; do
+  want=$(sed -n '1s/^; expect: //p' "$f")
+  "$nn" "$f" -o "$tmp/bad" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [[ $rc == 2 ]] && grep -qF -- "$want" "$tmp/err"; then ok "bad-plan/$(basename "$f"): exit 2, '$want'"
+  else no "bad-plan/$(basename "$f"): exit $rc"; cat "$tmp/err"; fi
+done
+
 # determinism: two builds give byte-identical dumps, plans, IR and executables
 for d in a b; do
   "$nn" "$top/examples/mlp.ini" --devices 2 -o "$tmp/$d" --emit-llvm -q --dump=all >"$tmp/$d.dump" 2>&1 || no "build $d"
