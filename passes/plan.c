@@ -40,6 +40,24 @@ int pass_error(const ir_graph *g, int line, const char *hint, const char *fmt, .
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+    /* quote the line, as the frontend does (the file was read once already) */
+    FILE *f = line > 0 && g->file ? fopen(g->file, "r") : NULL;
+    if (f) {
+        char buf[256];
+        int n = 1, at_start = 1;
+        while (fgets(buf, sizeof buf, f)) {
+            if (at_start && n == line) {
+                size_t l = strcspn(buf, "\r\n");
+                char *p = buf;
+                while (*p == ' ' || *p == '\t') p++, l--;
+                fprintf(stderr, "  %.*s%s\n", (int)l, p, strchr(buf, '\n') ? "" : "...");
+                break;
+            }
+            at_start = strchr(buf, '\n') != NULL;
+            n += at_start;
+        }
+        fclose(f);
+    }
     if (hint) fprintf(stderr, "  hint: %s\n", hint);
     return 2;
 }
