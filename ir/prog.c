@@ -248,6 +248,13 @@ static int64_t pg_box(const pg_instr *in, int first, int stride, int64_t ndim) {
  * (a lower bound where the size depends on a group's size or on the
  * manifest), or -1 when unknown (loop-dependent sizes, buffers past the
  * documented ones). */
+/* ints[a] * ints[b] (both constant), or -1. */
+static int64_t pg_prod2(const pg_instr *in, int a, int b) {
+    int64_t x, y, r;
+    if (!pg_const(in, a, &x) || !pg_const(in, b, &y) || ir_mul_ovf(x, y, &r)) return -1;
+    return r;
+}
+
 static int64_t pg_extent(const pg_instr *in, int j) {
     int64_t n = pg_prod(in, 0, 1, 1), ndim;
     if (j >= pg_kinfo[in->kernel].nbuf) return -1;
@@ -274,6 +281,30 @@ static int64_t pg_extent(const pg_instr *in, int j) {
     case RT_K_slice:      /* ndim acc (extent lo hi)*: src prod extent, dst the box */
         if (!pg_const(in, 0, &ndim)) return -1;
         return j == 0 ? pg_prod(in, 2, (int)ndim, 3) : pg_box(in, 3, 3, ndim);
+    case RT_K_place:      /* ndim acc (extent lo hi)*: src the box, dst prod extent */
+        if (!pg_const(in, 0, &ndim)) return -1;
+        return j == 1 ? pg_prod(in, 2, (int)ndim, 3) : pg_box(in, 3, 3, ndim);
+    case RT_K_sumsq:      /* n acc: G n, S 1 */
+        return j == 1 ? 1 : n;
+    case RT_K_gradclip:   /* S 1 */
+        return 1;
+    case RT_K_embedding:  /* R Vlo Vext C acc: tokens R, table Vext*C, Y R*C */
+        return j == 0 ? n : j == 1 ? pg_prod(in, 2, 2, 1) : pg_prod2(in, 0, 3);
+    case RT_K_embedding_bwd: /* R Vlo Vext C acc: tokens R, dY R*C, dtable Vext*C */
+        return j == 0 ? n : j == 1 ? pg_prod2(in, 0, 3) : pg_prod(in, 2, 2, 1);
+    case RT_K_layernorm:  /* R C: X R*C, w C, b C, Y R*C, mean R, rstd R */
+        return j == 1 || j == 2 ? pg_prod(in, 1, 1, 1) : j >= 4 ? n : pg_prod(in, 0, 2, 1);
+    case RT_K_layernorm_bwd: /* R C acc: dY X R*C, w C, mean rstd R, dX R*C */
+        return j == 2 ? pg_prod(in, 1, 1, 1) : j == 3 || j == 4 ? n : pg_prod(in, 0, 2, 1);
+    case RT_K_layernorm_wgrad: /* R C acc: dY X R*C, mean rstd R, dw db C */
+        return j >= 4 ? pg_prod(in, 1, 1, 1) : j >= 2 ? n : pg_prod(in, 0, 2, 1);
+    case RT_K_softmax:    /* R N */
+    case RT_K_softmax_bwd:
+        return pg_prod(in, 0, 2, 1);
+    case RT_K_attention:  /* B T H D: q k v Y B*T*H*D, lse B*H*T */
+        return j == 4 ? pg_prod(in, 0, 3, 1) : pg_prod(in, 0, 4, 1);
+    case RT_K_attention_bwd: /* dY q k v Y, lse, dq dk dv */
+        return j == 5 ? pg_prod(in, 0, 3, 1) : pg_prod(in, 0, 4, 1);
     default:
         /* Elementwise kernels and collectives: n elements per buffer
          * (collectives' n * group-size buffers: n is a lower bound). */
@@ -289,7 +320,7 @@ static void pg_verify_var(const pg_where *w, const pg_instr *in) {
         PG_CHECK(w, pg_const(in, 2, &ndim), "data: ndim must be a constant");
         PG_CHECK(w, ndim >= 0 && ndim <= IR_MAXDIM, "data: ndim %" PRId64 " out of range", ndim);
         PG_CHECK(w, in->nint == 3 + 2 * ndim, "data: %d ints for ndim %" PRId64, in->nint, ndim);
-    } else if (in->kernel == RT_K_slice) {
+    } else if (in->kernel == RT_K_slice || in->kernel == RT_K_place) {
         PG_CHECK(w, pg_const(in, 0, &ndim), "slice: ndim must be a constant");
         PG_CHECK(w, ndim >= 1 && ndim <= IR_MAXDIM, "slice: ndim %" PRId64 " out of range", ndim);
         PG_CHECK(w, in->nint == 2 + 3 * ndim, "slice: %d ints for ndim %" PRId64, in->nint, ndim);
