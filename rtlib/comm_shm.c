@@ -24,7 +24,9 @@
  *
  * Nothing waits forever: every wait has a deadline (--timeout), watches the
  * peer's pid (kill(pid, 0), and /proc for zombies), and the segment's abort
- * flag, which a rank that fails sets before it exits.
+ * flag, which a rank that fails sets before it exits.  A peer busy with long
+ * file I/O (checkpoints) bumps its heartbeat, which restarts the deadline of
+ * a rank waiting for it: slow disks are not hangs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +44,7 @@
 #include "rt_internal.h"
 
 #define SHM_MAGIC UINT64_C(0x6e6e73632d73686d)   /* "nnsc-shm" */
-#define SHM_VERSION 1
+#define SHM_VERSION 2
 #define SHM_DEFAULT_HALF (INT64_C(2) << 20)       /* 2 MiB per staging half */
 
 /* States of a rank in the segment. */
@@ -72,7 +74,8 @@ typedef struct shm_hdr {
 typedef struct shm_rank {
     _Atomic int32_t pid;           /* process id once attached, else 0 */
     _Atomic int32_t state;         /* SHM_* */
-    char pad[56];                  /* keep ranks on separate lines */
+    _Atomic uint64_t beat;         /* bumped by long file I/O (rt_comm_beat) */
+    char pad[48];                  /* keep ranks on separate lines */
 } shm_rank;
 
 /* A barrier counter, one cache line. */
@@ -138,6 +141,7 @@ static const char *shm_coll_name(int what)
     case RT_COLL_ALLTOALL: return "alltoall";
     case RT_COLL_BARRIER: return "barrier";
     case RT_COLL_SAVE: return "save";
+    case RT_COLL_LOAD: return "checkpoint load";
     case RT_COLL_FINISH: return "finish";
     }
     return "?";
@@ -228,6 +232,8 @@ typedef struct shm_waiter {
     double deadline;     /* give up after this (rt_now seconds) */
     double next_check;   /* next liveness check */
     unsigned iter;       /* rounds waited so far */
+    int beat_rank;       /* the peer whose heartbeat was last read (-1: none) */
+    uint64_t beat;       /* its heartbeat then */
 } shm_waiter;
 
 /* Start a wait that may last ctx->timeout seconds. */
@@ -240,6 +246,8 @@ static void shm_waiter_init(shm_waiter *w, rt_ctx *ctx, int what, int g)
     w->deadline = now + ctx->timeout;
     w->next_check = now + 0.02;
     w->iter = 0;
+    w->beat_rank = -1;
+    w->beat = 0;
 }
 
 /* Progress was made: restart the deadline. */
@@ -276,6 +284,13 @@ static void shm_pause(shm_waiter *w, int a, int b)
                 shm_fail(w->ctx, a, "died", w->what, w->g);
             if (b >= 0 && shm_rank_dead(c, b))
                 shm_fail(w->ctx, b, "died", w->what, w->g);
+            if (a >= 0) {   /* a busy peer is not a hung one */
+                uint64_t beat = atomic_load_explicit(&c->ranks[a].beat, memory_order_relaxed);
+                if (w->beat_rank == a && beat != w->beat)
+                    w->deadline = now + w->ctx->timeout;
+                w->beat_rank = a;
+                w->beat = beat;
+            }
         }
         if (now > w->deadline)
             shm_fail(w->ctx, a >= 0 ? a : b, "timed out", w->what, w->g);
@@ -643,6 +658,12 @@ void rt_comm_free(rt_ctx *ctx, int failed)
     free(c);
 }
 
+void rt_comm_beat(rt_ctx *ctx)
+{
+    if (ctx && ctx->comm)
+        atomic_fetch_add_explicit(&ctx->comm->ranks[ctx->rank].beat, 1, memory_order_relaxed);
+}
+
 int64_t rt_comm_stage_bytes(const rt_ctx *ctx)
 {
     return ctx->comm ? ctx->comm->half : 0;
@@ -805,16 +826,17 @@ void rt_comm_allgather(rt_ctx *ctx, const float *send, float *recv, int64_t n, i
     shm_barrier(ctx, &gr, w, g);
 }
 
-void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, int fast)
+/* rt_comm_broadcast, with `what` naming the operation in messages. */
+static void shm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, int fast,
+                          int w)
 {
-    shm_grp gr = shm_group(ctx, g, RT_COLL_BROADCAST);
+    shm_grp gr = shm_group(ctx, g, w);
     if (root < 0 || root >= gr.n)
         rt_fatal(ctx, 1, "broadcast on group %d: root %d is not a member index (group has %d)",
                  g, root, gr.n);
     if (gr.n == 1 || bytes <= 0)
         return;
     rt_comm *c = ctx->comm;
-    const int w = RT_COLL_BROADCAST;
     int64_t k = 0;
     for (int64_t o = 0; o < bytes; o += c->half, k++) {
         int64_t cnt = bytes - o < c->half ? bytes - o : c->half;
@@ -828,6 +850,11 @@ void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, i
             shm_barrier(ctx, &gr, w, g);
     }
     shm_barrier(ctx, &gr, w, g);
+}
+
+void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, int fast)
+{
+    shm_broadcast(ctx, buf, bytes, g, root, fast, RT_COLL_BROADCAST);
 }
 
 void rt_comm_alltoall(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast)
@@ -935,13 +962,14 @@ void rt_comm_sendrecv(rt_ctx *ctx, const float *send, float *recv, int64_t n, in
 
 /* ---- helpers for the runtime itself (save) */
 
-char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens)
+char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens,
+                               rt_coll what)
 {
     int world = ctx->world;
     for (int r = 0; r < world; r++) {
         lens[r] = r == ctx->rank ? len : 0;
         if (ctx->comm)
-            rt_comm_broadcast(ctx, &lens[r], sizeof lens[r], RT_GROUP_WORLD, r, 1);
+            shm_broadcast(ctx, &lens[r], sizeof lens[r], RT_GROUP_WORLD, r, 1, (int)what);
     }
     int64_t total = 0;
     for (int r = 0; r < world; r++)
@@ -954,7 +982,7 @@ char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64
         if (r == ctx->rank && len > 0)
             memcpy(all + at, mine, (size_t)len);
         if (ctx->comm)
-            rt_comm_broadcast(ctx, all + at, lens[r], RT_GROUP_WORLD, r, 1);
+            shm_broadcast(ctx, all + at, lens[r], RT_GROUP_WORLD, r, 1, (int)what);
         at += lens[r];
     }
     all[total] = 0;
@@ -963,14 +991,13 @@ char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64
 
 int rt_comm_any(rt_ctx *ctx, int flag, rt_coll what)
 {
-    (void)what;
     if (!ctx->comm)
         return flag != 0;
     int64_t *lens = calloc((size_t)ctx->world, sizeof *lens);
     unsigned char f = flag != 0;
     if (!lens)
         rt_fatal(ctx, 1, "out of memory");
-    char *all = rt_comm_allgatherv_bytes(ctx, &f, 1, lens);
+    char *all = rt_comm_allgatherv_bytes(ctx, &f, 1, lens, what);
     int any = 0;
     for (int r = 0; r < ctx->world; r++)
         any |= all[r];

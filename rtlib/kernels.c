@@ -198,35 +198,46 @@ void rt_k_mse_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
             dp[k] = s2 * (p[k] - t[k]);
 }
 
-/* sgd on [lo, hi). */
+/* This step's lr (lr times the schedule's scale, rounded once) and gradient
+ * multiplier (gradclip's); lr and 1 without a context (tests). */
+static void rt_opt_scales(const rt_ctx *ctx, float lr, float *lr_step, float *gscale)
+{
+    *lr_step = ctx ? (float)((double)lr * ctx->lr_scale) : lr;
+    *gscale = ctx ? ctx->grad_scale : 1.0f;
+}
+
+/* sgd on [lo, hi); f: lr', wd, grad scale. */
 static void rt_sgd_range(const void *q, int64_t lo, int64_t hi, int t)
 {
     const rt_kargs *a = q;
     float *restrict p = a->b[0];
     const float *restrict g = a->b[1];
-    float lr = a->f[0], wd = a->f[1];
+    float lr = a->f[0], wd = a->f[1], gs = a->f[2];
     for (int64_t k = lo; k < hi; k++)
-        p[k] -= lr * (g[k] + wd * p[k]);
+        p[k] -= lr * (g[k] * gs + wd * p[k]);
 }
 
 void rt_k_sgd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_ew(rt_sgd_range, ctx, b, i, f, i[0]);
+    float fs[3] = {0, f[1], 0};
+    rt_opt_scales(ctx, f[0], &fs[0], &fs[2]);
+    rt_ew(rt_sgd_range, ctx, b, i, fs, i[0]);
 }
 
-/* adamw on [lo, hi). */
+/* adamw on [lo, hi); f: lr', wd, beta1, beta2, eps, grad scale. */
 static void rt_adamw_range(const void *q, int64_t lo, int64_t hi, int t)
 {
     const rt_kargs *a = q;
     float *restrict p = a->b[0], *restrict m = a->b[2], *restrict v = a->b[3];
     const float *restrict g = a->b[1];
-    float lr = a->f[0], wd = a->f[1], b1 = a->f[2], b2 = a->f[3], eps = a->f[4];
+    float lr = a->f[0], wd = a->f[1], b1 = a->f[2], b2 = a->f[3], eps = a->f[4], gs = a->f[5];
     /* bias corrections in double: 1 - b^t loses digits in float for small t */
     float ic1 = (float)(1.0 / (1.0 - pow(b1, (double)a->i[1])));
     float ic2 = (float)(1.0 / (1.0 - pow(b2, (double)a->i[1])));
     for (int64_t k = lo; k < hi; k++) {
-        float mk = b1 * m[k] + (1.0f - b1) * g[k];
-        float vk = b2 * v[k] + (1.0f - b2) * g[k] * g[k];
+        float gk = g[k] * gs;
+        float mk = b1 * m[k] + (1.0f - b1) * gk;
+        float vk = b2 * v[k] + (1.0f - b2) * gk * gk;
         m[k] = mk;
         v[k] = vk;
         p[k] -= lr * ((mk * ic1) / (sqrtf(vk * ic2) + eps) + wd * p[k]);
@@ -235,7 +246,9 @@ static void rt_adamw_range(const void *q, int64_t lo, int64_t hi, int t)
 
 void rt_k_adamw(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_ew(rt_adamw_range, ctx, b, i, f, i[0]);
+    float fs[6] = {0, f[1], f[2], f[3], f[4], 0};
+    rt_opt_scales(ctx, f[0], &fs[0], &fs[5]);
+    rt_ew(rt_adamw_range, ctx, b, i, fs, i[0]);
 }
 
 void rt_k_allreduce(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)

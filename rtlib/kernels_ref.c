@@ -219,28 +219,64 @@ void rt_ref_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float 
     }
 }
 
-/* P -= lr * (G + wd * P). */
+/* This step's lr multiplier and gradient multiplier (1 and 1 without a context). */
+static void rt_ref_scales(const rt_ctx *ctx, double *lr_scale, double *gscale)
+{
+    *lr_scale = ctx ? ctx->lr_scale : 1.0;
+    *gscale = ctx ? (double)ctx->grad_scale : 1.0;
+}
+
+/* With g = G * grad scale, lr' = lr * lr scale: P -= lr' * (g + wd * P). */
 void rt_ref_sgd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     float *p = b[0];
     const float *g = b[1];
+    double ls, gs;
+    rt_ref_scales(ctx, &ls, &gs);
+    double lr = (double)f[0] * ls;
     for (int64_t k = 0; k < i[0]; k++)
-        p[k] = (float)(p[k] - (double)f[0] * (g[k] + (double)f[1] * p[k]));
+        p[k] = (float)(p[k] - lr * (g[k] * gs + (double)f[1] * p[k]));
 }
 
-/* AdamW (decoupled weight decay), t 1-based. */
+/* AdamW (decoupled weight decay), t 1-based, on g = G * grad scale with
+ * lr' = lr * lr scale. */
 void rt_ref_adamw(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     float *p = b[0], *m = b[2], *v = b[3];
     const float *g = b[1];
-    double lr = f[0], wd = f[1], b1 = f[2], b2 = f[3], eps = f[4];
+    double ls, gs;
+    rt_ref_scales(ctx, &ls, &gs);
+    double lr = f[0] * ls, wd = f[1], b1 = f[2], b2 = f[3], eps = f[4];
     double c1 = 1.0 - pow(b1, (double)i[1]), c2 = 1.0 - pow(b2, (double)i[1]);
     for (int64_t k = 0; k < i[0]; k++) {
-        double mk = b1 * m[k] + (1.0 - b1) * g[k];
-        double vk = b2 * v[k] + (1.0 - b2) * (double)g[k] * g[k];
+        double gk = g[k] * gs;
+        double mk = b1 * m[k] + (1.0 - b1) * gk;
+        double vk = b2 * v[k] + (1.0 - b2) * gk * gk;
         m[k] = (float)mk;
         v[k] = (float)vk;
         p[k] = (float)(p[k] - lr * ((mk / c1) / (sqrt(vk / c2) + eps) + wd * p[k]));
+    }
+}
+
+/* S[0] (+)= sum G^2, in double, in index order, rounded once. */
+void rt_ref_sumsq(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *g = b[0];
+    float *s = b[1];
+    double sum = 0.0;
+    for (int64_t k = 0; k < i[0]; k++)
+        sum += (double)g[k] * g[k];
+    s[0] = (float)((i[1] ? (double)s[0] : 0.0) + sum);
+}
+
+/* norm = sqrt(S[0]); grad scale = min(1, max / (norm + 1e-6)) when max > 0, else 1. */
+void rt_ref_gradclip(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    double norm = sqrt((double)((const float *)b[0])[0]);
+    double scale = f[0] > 0 && f[0] / (norm + 1e-6) < 1.0 ? f[0] / (norm + 1e-6) : 1.0;
+    if (ctx) {
+        ctx->grad_norm = norm;
+        ctx->grad_scale = (float)scale;
     }
 }
 

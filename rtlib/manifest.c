@@ -273,44 +273,21 @@ static int man_init(man_parser *ps, rt_param *p)
     return 0;
 }
 
-/* param IDX NAME DTYPE NDIM D.. box LO HI .. init KIND A B off OFFSET writer W */
-static int man_param(man_parser *ps, rt_manifest *m)
+/* `off OFFSET writer W` closing a param or state line; checks the box fits the arena. */
+static int man_placement(man_parser *ps, const rt_manifest *m, rt_param *p, const char *what)
 {
-    int64_t idx, off, w;
-    if (m->arena < 0) {
-        man_err(ps, "'param' before 'arena BYTES'");
-        return 1;
-    }
-    if (man_i64(ps, "param index", 0, INT32_MAX, &idx))
-        return 1;
-    if (idx != m->nparams) {
-        man_err(ps, "param index %lld out of order (expected %d)", (long long)idx, m->nparams);
-        return 1;
-    }
-    m->params = man_grow(m->params, m->nparams, sizeof *m->params);
-    rt_param *p = &m->params[m->nparams++];
-    memset(p, 0, sizeof *p);
-    if (man_name(ps, "param name", p->name) || man_dtype(ps, &p->dtype) ||
-        man_shape(ps, &p->ndim, p->shape) || man_kw(ps, "box"))
-        return 1;
-    for (int d = 0; d < p->ndim; d++) {
-        if (man_i64(ps, "box lo", 0, p->shape[d] - 1, &p->lo[d]) ||
-            man_i64(ps, "box hi", p->lo[d] + 1, p->shape[d], &p->hi[d]))
-            return 1;
-    }
-    if (man_init(ps, p) || man_kw(ps, "off") ||
-        man_i64(ps, "arena offset", 0, m->arena, &off) || man_kw(ps, "writer") ||
-        man_i64(ps, "writer flag", 0, 1, &w))
+    int64_t off, w;
+    if (man_kw(ps, "off") || man_i64(ps, "arena offset", 0, m->arena, &off) ||
+        man_kw(ps, "writer") || man_i64(ps, "writer flag", 0, 1, &w))
         return 1;
     p->off = off;
     p->writer = (int)w;
-    p->key = rt_fnv1a64(p->name);
     if (off % 4) {
         man_err(ps, "arena offset %lld is not 4-byte aligned", (long long)off);
         return 1;
     }
     if (rt_box_numel(p->ndim, p->lo, p->hi) * 4 > m->arena - off) {
-        man_err(ps, "param box of %lld bytes at offset %lld overruns the %lld-byte arena",
+        man_err(ps, "%s box of %lld bytes at offset %lld overruns the %lld-byte arena", what,
                 (long long)(rt_box_numel(p->ndim, p->lo, p->hi) * 4), (long long)off,
                 (long long)m->arena);
         return 1;
@@ -318,8 +295,75 @@ static int man_param(man_parser *ps, rt_manifest *m)
     return man_end_of_line(ps);
 }
 
+/* IDX NAME DTYPE NDIM D.. box LO HI ..: the start of a param or state line,
+ * appended to *arr (*n entries so far). */
+static rt_param *man_boxed(man_parser *ps, const rt_manifest *m, rt_param **arr, int *n,
+                           const char *what)
+{
+    int64_t idx;
+    if (m->arena < 0) {
+        man_err(ps, "'%s' before 'arena BYTES'", what);
+        return NULL;
+    }
+    if (man_i64(ps, "index", 0, INT32_MAX, &idx))
+        return NULL;
+    if (idx != *n) {
+        man_err(ps, "%s index %lld out of order (expected %d)", what, (long long)idx, *n);
+        return NULL;
+    }
+    *arr = man_grow(*arr, *n, sizeof **arr);
+    rt_param *p = &(*arr)[(*n)++];
+    memset(p, 0, sizeof *p);
+    p->of = -1;
+    if (man_name(ps, "name", p->name) || man_dtype(ps, &p->dtype) ||
+        man_shape(ps, &p->ndim, p->shape) || man_kw(ps, "box"))
+        return NULL;
+    for (int d = 0; d < p->ndim; d++) {
+        if (man_i64(ps, "box lo", 0, p->shape[d] - 1, &p->lo[d]) ||
+            man_i64(ps, "box hi", p->lo[d] + 1, p->shape[d], &p->hi[d]))
+            return NULL;
+    }
+    p->key = rt_fnv1a64(p->name);
+    return p;
+}
+
+/* param IDX NAME DTYPE NDIM D.. box LO HI .. init KIND A B off OFFSET writer W */
+static int man_param(man_parser *ps, rt_manifest *m)
+{
+    rt_param *p = man_boxed(ps, m, &m->params, &m->nparams, "param");
+    return !p || man_init(ps, p) || man_placement(ps, m, p, "param");
+}
+
+/* state IDX NAME DTYPE NDIM D.. box LO HI .. of PARAM off OFFSET writer W
+ * (PARAM: a param line above, of the same dtype and shape). */
+static int man_state(man_parser *ps, rt_manifest *m)
+{
+    rt_param *p = man_boxed(ps, m, &m->states, &m->nstates, "state");
+    if (!p || man_kw(ps, "of"))
+        return 1;
+    const char *of = man_tok(ps, "param name");
+    if (!of)
+        return 1;
+    for (int k = 0; k < m->nparams; k++)
+        if (!strcmp(m->params[k].name, of))
+            p->of = k;
+    if (p->of < 0) {
+        man_err(ps, "state %s is 'of' param %s, which is not a param of this rank "
+                    "(params come before state lines)", p->name, of);
+        return 1;
+    }
+    const rt_param *q = &m->params[p->of];
+    if (q->dtype != p->dtype || q->ndim != p->ndim ||
+        memcmp(q->shape, p->shape, sizeof q->shape) != 0) {
+        man_err(ps, "state %s has another dtype or shape than its param %s", p->name, of);
+        return 1;
+    }
+    return man_placement(ps, m, p, "state");
+}
+
 /* input IDX NAME DTYPE NDIM D.. dist normal|int RANGE period P
- * (RANGE is required for int and may be left out for normal). */
+ * (RANGE is required for int and may be left out for normal), or
+ * input IDX NAME i32 2 B T dist stream K period P. */
 static int man_input(man_parser *ps, rt_manifest *m)
 {
     int64_t idx;
@@ -357,8 +401,17 @@ static int man_input(man_parser *ps, rt_manifest *m)
         }
         if (man_i64(ps, "range", 1, INT32_MAX, &in->range))
             return 1;
+    } else if (!strcmp(t, "stream")) {
+        in->dist = RT_DIST_STREAM;
+        if (in->dtype != RT_I32 || in->ndim != 2) {
+            man_err(ps, "dist stream needs an i32 input of shape B T");
+            return 1;
+        }
+        if (man_i64(ps, "stream offset", 0, INT32_MAX, &in->stream))
+            return 1;
+        m->nstream++;
     } else {
-        man_err(ps, "unknown distribution '%s' (expected normal or int)", t);
+        man_err(ps, "unknown distribution '%s' (expected normal, int or stream)", t);
         return 1;
     }
     if (man_kw(ps, "period") || man_i64(ps, "period", 1, INT64_MAX, &in->period))
@@ -376,6 +429,13 @@ enum {
     MAN_SEEN_SEED = 32,
     MAN_SEEN_LR = 64,
     MAN_SEEN_ALL_REQUIRED = 63,
+    MAN_SEEN_DATA = 128,
+    MAN_SEEN_EVAL_DATA = 256,
+    MAN_SEEN_EVAL_EVERY = 512,
+    MAN_SEEN_EVAL_STEPS = 1024,
+    MAN_SEEN_SCHEDULE = 2048,
+    MAN_SEEN_CLIP = 4096,
+    MAN_SEEN_TOKENS = 8192,
 };
 
 /* Mark a once-only record as seen; error if it was already. */
@@ -386,6 +446,80 @@ static int man_once(man_parser *ps, int *seen, int bit, const char *what)
         return 1;
     }
     *seen |= bit;
+    return 0;
+}
+
+/* A path, or "-" for none (*out stays NULL). */
+static int man_path(man_parser *ps, const char *what, char **out)
+{
+    const char *t = man_tok(ps, what);
+    if (!t)
+        return 1;
+    if (strcmp(t, "-") != 0) {
+        *out = strdup(t);
+        if (!*out) {
+            man_err(ps, "out of memory");
+            return 1;
+        }
+    }
+    return man_end_of_line(ps);
+}
+
+/* schedule constant|cosine warmup W min_lr_frac F */
+static int man_schedule(man_parser *ps, rt_manifest *m)
+{
+    const char *t = man_tok(ps, "schedule kind");
+    if (!t)
+        return 1;
+    if (!strcmp(t, "constant"))
+        m->sched = RT_SCHED_CONSTANT;
+    else if (!strcmp(t, "cosine"))
+        m->sched = RT_SCHED_COSINE;
+    else {
+        man_err(ps, "unknown schedule '%s' (expected constant or cosine)", t);
+        return 1;
+    }
+    if (man_kw(ps, "warmup") || man_i64(ps, "warmup steps", 0, INT64_MAX, &m->warmup) ||
+        man_kw(ps, "min_lr_frac") || man_f64(ps, "min_lr_frac", &m->min_lr_frac))
+        return 1;
+    if (m->min_lr_frac < 0 || m->min_lr_frac > 1) {
+        man_err(ps, "min_lr_frac %g is outside [0, 1]", m->min_lr_frac);
+        return 1;
+    }
+    return man_end_of_line(ps);
+}
+
+/* The records of a training run (data files, evaluation, schedule, clipping);
+ * 1 if kind is none of them.  *rc is the parse result. */
+static int man_train_record(man_parser *ps, rt_manifest *m, int *seen, const char *kind, int *rc)
+{
+    if (!strcmp(kind, "data")) {
+        *rc = man_once(ps, seen, MAN_SEEN_DATA, kind) || man_path(ps, "data path", &m->data);
+    } else if (!strcmp(kind, "eval_data")) {
+        *rc = man_once(ps, seen, MAN_SEEN_EVAL_DATA, kind) ||
+              man_path(ps, "eval_data path", &m->eval_data);
+    } else if (!strcmp(kind, "eval_every")) {
+        *rc = man_once(ps, seen, MAN_SEEN_EVAL_EVERY, kind) ||
+              man_i64(ps, "eval_every", 0, INT64_MAX, &m->eval_every) || man_end_of_line(ps);
+    } else if (!strcmp(kind, "eval_steps")) {
+        *rc = man_once(ps, seen, MAN_SEEN_EVAL_STEPS, kind) ||
+              man_i64(ps, "eval_steps", 1, INT64_MAX, &m->eval_steps) || man_end_of_line(ps);
+    } else if (!strcmp(kind, "schedule")) {
+        *rc = man_once(ps, seen, MAN_SEEN_SCHEDULE, kind) || man_schedule(ps, m);
+    } else if (!strcmp(kind, "clip")) {
+        *rc = man_once(ps, seen, MAN_SEEN_CLIP, kind) || man_f64(ps, "clip", &m->clip) ||
+              man_end_of_line(ps);
+        if (!*rc && m->clip < 0) {
+            man_err(ps, "clip %g is negative", m->clip);
+            *rc = 1;
+        }
+    } else if (!strcmp(kind, "tokens_per_step")) {
+        *rc = man_once(ps, seen, MAN_SEEN_TOKENS, kind) ||
+              man_i64(ps, "tokens_per_step", 0, INT64_MAX, &m->tokens_per_step) ||
+              man_end_of_line(ps);
+    } else {
+        return 1;
+    }
     return 0;
 }
 
@@ -428,9 +562,14 @@ static int man_record(man_parser *ps, rt_manifest *m, int *seen)
         return man_group(ps, m);
     } else if (!strcmp(kind, "param")) {
         return man_param(ps, m);
+    } else if (!strcmp(kind, "state")) {
+        return man_state(ps, m);
     } else if (!strcmp(kind, "input")) {
         return man_input(ps, m);
     }
+    int rc;
+    if (!man_train_record(ps, m, seen, kind, &rc))
+        return rc;
     man_err(ps, "unknown record '%s'", kind);
     return 1;
 }
@@ -475,6 +614,7 @@ int rt_manifest_parse(const char *text, rt_manifest *m, char *err, size_t errlen
 {
     memset(m, 0, sizeof *m);
     m->arena = -1;
+    m->eval_steps = 1;
     man_parser ps = {NULL, err, errlen, 0};
     if (!text) {
         man_err(&ps, "no manifest");
@@ -541,7 +681,10 @@ void rt_manifest_free(rt_manifest *m)
         free(m->groups[g].ranks);
     free(m->groups);
     free(m->params);
+    free(m->states);
     free(m->inputs);
+    free(m->data);
+    free(m->eval_data);
     memset(m, 0, sizeof *m);
 }
 

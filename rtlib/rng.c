@@ -13,6 +13,10 @@
  *
  * where mix is the splitmix64 finaliser (a bijection on 64-bit words with
  * full avalanche), so distinct counters give distinct words for one key.
+ *
+ * Synthetic evaluation batch e (data kernel step -1-e) is batch e mod P of
+ * the streams keyed with seed ^ RT_EVAL_SALT: held out from training.
+ * Inputs with `dist stream` read token files instead (data.c).
  */
 #include <math.h>
 #include <string.h>
@@ -21,6 +25,7 @@
 
 #define RT_GOLDEN UINT64_C(0x9e3779b97f4a7c15)   /* 2^64 / golden ratio */
 #define RT_KEY_SALT UINT64_C(0x6e6e73632d726e67) /* "nnsc-rng" */
+#define RT_EVAL_SALT UINT64_C(0x6e6e73632d657661) /* "nnsc-eva": seed of evaluation batches */
 
 /* The splitmix64 finaliser. */
 static inline uint64_t rt_mix64(uint64_t z)
@@ -184,7 +189,7 @@ static const rt_input *rt_data_args(rt_ctx *ctx, const int64_t *i)
         rt_fatal(ctx, 1, "data: input index %lld out of range (manifest has %d)",
                  (long long)i[0], ctx->man.ninputs);
     const rt_input *in = &ctx->man.inputs[i[0]];
-    if (i[1] < 0 || i[2] != in->ndim)
+    if (i[2] != in->ndim)
         rt_fatal(ctx, 1, "data: input %s: step %lld, ndim %lld (manifest says %d)", in->name,
                  (long long)i[1], (long long)i[2], in->ndim);
     for (int d = 0; d < in->ndim; d++) {
@@ -194,6 +199,23 @@ static const rt_input *rt_data_args(rt_ctx *ctx, const int64_t *i)
                      in->name, (long long)lo, (long long)hi, d, (long long)in->shape[d]);
     }
     return in;
+}
+
+/* Stream key and first counter of a synthetic input's batch for the data
+ * kernel's step (< 0: evaluation batch -1-step). */
+static void rt_data_base(const rt_ctx *ctx, const rt_input *in, int64_t step, uint64_t *key,
+                         uint64_t *base)
+{
+    int64_t batch = step >= 0 ? step : -1 - step;
+    *key = rt_rng_key(step >= 0 ? ctx->man.seed : ctx->man.seed ^ RT_EVAL_SALT, in->key);
+    *base = (uint64_t)(batch % in->period) * (uint64_t)rt_shape_numel(in->ndim, in->shape);
+}
+
+/* A stream input's box from the token files (data.c); ref: the reference reader. */
+static void rt_data_tokens(rt_ctx *ctx, const rt_input *in, void *dst, const int64_t *i, int ref)
+{
+    int64_t lo[2] = {i[3], i[5]}, hi[2] = {i[4], i[6]};
+    rt_data_stream(ctx, in, i[1], lo, hi, dst, ref);
 }
 
 /* Value of element j of an input's endless stream, stored as element q of dst. */
@@ -210,13 +232,17 @@ static inline void rt_data_elem(const rt_input *in, uint64_t key, uint64_t j, vo
 void rt_data_box(rt_ctx *ctx, void *dst, const int64_t *i)
 {
     const rt_input *in = rt_data_args(ctx, i);
+    if (in->dist == RT_DIST_STREAM) {
+        rt_data_tokens(ctx, in, dst, i, 0);
+        return;
+    }
     int64_t lo[RT_MAXDIM], hi[RT_MAXDIM];
     for (int d = 0; d < in->ndim; d++) {
         lo[d] = i[3 + 2 * d];
         hi[d] = i[4 + 2 * d];
     }
-    uint64_t key = rt_rng_key(ctx->man.seed, in->key);
-    uint64_t base = (uint64_t)(i[1] % in->period) * (uint64_t)rt_shape_numel(in->ndim, in->shape);
+    uint64_t key, base;
+    rt_data_base(ctx, in, i[1], &key, &base);
     rt_box_iter it;
     rt_box_iter_init(&it, in->ndim, in->shape, lo, hi);
     while (rt_box_iter_next(&it)) {
@@ -237,8 +263,12 @@ void rt_data_box(rt_ctx *ctx, void *dst, const int64_t *i)
 void rt_ref_data(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     const rt_input *in = rt_data_args(ctx, i);
-    uint64_t key = rt_rng_key(ctx->man.seed, in->key);
-    int64_t numel = rt_shape_numel(in->ndim, in->shape);
+    if (in->dist == RT_DIST_STREAM) {
+        rt_data_tokens(ctx, in, b[0], i, 1);
+        return;
+    }
+    uint64_t key, base;
+    rt_data_base(ctx, in, i[1], &key, &base);
     int64_t n = 1;
     for (int d = 0; d < in->ndim; d++)
         n *= i[4 + 2 * d] - i[3 + 2 * d];
@@ -250,7 +280,7 @@ void rt_ref_data(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
             rest /= ext;
             stride *= in->shape[d];
         }
-        uint64_t j = (uint64_t)(i[1] % in->period) * (uint64_t)numel + (uint64_t)logical;
+        uint64_t j = base + (uint64_t)logical;
         rt_data_elem(in, key, j, b[0], q);
     }
 }

@@ -14,7 +14,11 @@
  *   vmath.c        vectorised exp and the kernels built on it
  *   isa.c          the run-time choice of instruction set
  *   comm_shm.c     collectives between rank processes over POSIX shm
- *   safetensors.c  --save writer and a validating reader
+ *   safetensors.c  multi-rank safetensors writer and a validating reader
+ *   data.c         token data files (llm.c layout) behind stream inputs
+ *   train.c        the training loop: lr schedule, grad norm and clipping,
+ *                  step and evaluation logs
+ *   ckpt.c         checkpoints: save every N steps, --resume, --init, final weights
  */
 #ifndef NNSC_RT_INTERNAL_H
 #define NNSC_RT_INTERNAL_H
@@ -43,13 +47,21 @@ typedef enum rt_init_kind {
     RT_INIT_UNIFORM,  /* uniform in [A, B) */
 } rt_init_kind;
 
-/* How a synthetic input is drawn (manifest `dist KIND`). */
+/* How an input is made (manifest `dist KIND`). */
 typedef enum rt_dist_kind {
-    RT_DIST_NORMAL,   /* f32, N(0, 1) */
-    RT_DIST_INT,      /* i32, uniform in [0, RANGE) */
+    RT_DIST_NORMAL,   /* synthetic f32, N(0, 1) */
+    RT_DIST_INT,      /* synthetic i32, uniform in [0, RANGE) */
+    RT_DIST_STREAM,   /* i32 tokens read from the data file (data.c) */
 } rt_dist_kind;
 
-/* One `param` line: a box of a param that this rank holds. */
+/* The lr schedule after warmup (manifest `schedule KIND ...`). */
+typedef enum rt_sched_kind {
+    RT_SCHED_CONSTANT,  /* scale 1 */
+    RT_SCHED_COSINE,    /* cosine from 1 down to min_lr_frac (train.c) */
+} rt_sched_kind;
+
+/* One `param` line: a box of a param that this rank holds; also one `state`
+ * line (a box of optimizer state: no initialiser, `of` names its param). */
 typedef struct rt_param {
     char name[RT_NAME_MAX];     /* logical tensor name */
     uint64_t key;               /* fnv1a64(name) */
@@ -62,18 +74,20 @@ typedef struct rt_param {
     double a, b;                /* initialiser arguments */
     int64_t off;                /* arena byte offset of the box (row-major, contiguous) */
     int writer;                 /* 1: this rank writes the box when saving */
+    int of;                     /* state lines: index of its param in params; params: -1 */
 } rt_param;
 
-/* One `input` line: a synthetic data input. */
+/* One `input` line: a data input (synthetic, or tokens from a file). */
 typedef struct rt_input {
     char name[RT_NAME_MAX];     /* logical tensor name */
     uint64_t key;               /* fnv1a64(name) */
-    rt_dtype dtype;             /* f32 for normal, i32 for int */
+    rt_dtype dtype;             /* f32 for normal, i32 for int and stream */
     int ndim;                   /* number of dimensions */
     int64_t shape[RT_MAXDIM];   /* logical shape of one step's global batch */
     rt_dist_kind dist;          /* distribution */
     int64_t range;              /* RT_DIST_INT: values in [0, range) */
-    int64_t period;             /* distinct batches before the stream repeats */
+    int64_t stream;             /* RT_DIST_STREAM: K, the row offset of element t = 0 */
+    int64_t period;             /* synthetic: distinct batches before the stream repeats */
 } rt_input;
 
 /* One `group` line: a set of ranks that run collectives together. */
@@ -93,11 +107,24 @@ typedef struct rt_manifest {
     double lr;                  /* learning rate (informational) */
     rt_group *groups; int ngroups;   /* groups, by id */
     rt_param *params; int nparams;   /* param boxes, by index */
+    rt_param *states; int nstates;   /* optimizer state boxes, by index */
     rt_input *inputs; int ninputs;   /* inputs, by index */
+    int nstream;                /* inputs with dist stream */
+    char *data;                 /* `data PATH`: token file or glob of shards; NULL for "-" */
+    char *eval_data;            /* `eval_data PATH`, or NULL */
+    int64_t eval_every;         /* evaluate every K steps (0: never) */
+    int64_t eval_steps;         /* batches per evaluation */
+    rt_sched_kind sched;        /* lr schedule after warmup */
+    int64_t warmup;             /* linear warmup steps */
+    double min_lr_frac;         /* cosine floor as a fraction of lr, in [0, 1] */
+    double clip;                /* gradient-norm clipping threshold (0: none) */
+    int64_t tokens_per_step;    /* tokens per optimizer step, for tokens/s (0: unknown) */
 } rt_manifest;
 
 /* One process's view of the shared-memory communicator (comm_shm.c). */
 typedef struct rt_comm rt_comm;
+/* The open token files of the stream inputs (data.c). */
+typedef struct rt_data rt_data;
 
 /* The runtime context of one rank. */
 struct rt_ctx {
@@ -105,11 +132,27 @@ struct rt_ctx {
     int rank, world;            /* from the environment (equal to the manifest's) */
     int64_t steps;              /* steps to run (manifest or --steps) */
     const char *save_path;      /* --save FILE, or NULL */
+    const char *data_path;      /* --data PATH (overrides the manifest's), or NULL */
+    const char *eval_path;      /* --eval-data PATH, or NULL */
+    const char *init_path;      /* --init FILE: params to start from, or NULL */
+    const char *ckpt_dir;       /* --ckpt-dir DIR, or NULL */
+    int64_t ckpt_every;         /* --ckpt-every N (0: no periodic checkpoints) */
+    int resume;                 /* --resume: start from the newest checkpoint in ckpt_dir */
+    const char *log_path;       /* --log FILE (JSON lines, rank 0), or NULL */
+    FILE *log;                  /* that file, open on rank 0 */
     int quiet;                  /* --quiet: no step log */
     int threads;                /* kernel threads (--threads, $NNSC_THREADS, or the default) */
     double timeout;             /* seconds any collective may wait */
     char *arena;                /* the arena: 2 MiB aligned (rt_big_alloc), zeroed */
     double step_t0;             /* monotonic seconds at rt_step_begin */
+    double run_t0;              /* monotonic seconds at the first rt_step_begin (for eta) */
+    int64_t steps_done;         /* steps this process has finished (for eta) */
+    int64_t first_step;         /* what rt_first_step returns (after any loading) */
+    int started;                /* rt_first_step has run (loaded what it had to) */
+    double lr_scale;            /* this step's lr multiplier (rt_step_begin) */
+    float grad_scale;           /* this step's gradient multiplier (rt_k_gradclip, else 1) */
+    double grad_norm;           /* this step's global gradient norm, NaN if not computed */
+    rt_data *data;              /* token files, NULL when no input is a stream */
     rt_comm *comm;              /* shm communicator, NULL when world == 1 */
 };
 
@@ -178,6 +221,44 @@ double rt_param_value(const rt_param *p, uint64_t key, uint64_t k);
 void rt_init_param_box(rt_ctx *ctx, void *dst, int64_t i);
 /* Fast rt_k_data: i as for rt_k_data. */
 void rt_data_box(rt_ctx *ctx, void *dst, const int64_t *i);
+
+/* ---- data.c: token files (llm.c layout) */
+
+#define RT_TOK_MAGIC 20240520   /* header[0] of a token file */
+#define RT_TOK_VERSION 1        /* header[1] */
+#define RT_TOK_HEADER 1024      /* header bytes: 256 little-endian int32 */
+
+/* Open and check the token files of the stream inputs (rt_init, after the
+ * communicator); exits 2 with a message naming the file when one is bad. */
+void rt_data_open(rt_ctx *ctx);
+/* Close them (rt_finish). */
+void rt_data_close(rt_ctx *ctx);
+/* Box [lo, hi) of stream input `in` for batch `step` (step < 0: evaluation
+ * batch -1-step) into dst (i32, the box row-major).  ref = 1: read token by
+ * token (the reference). */
+void rt_data_stream(rt_ctx *ctx, const rt_input *in, int64_t step, const int64_t *lo,
+                    const int64_t *hi, int32_t *dst, int ref);
+/* Rows in the training (eval = 0) or evaluation (eval = 1) token sequence. */
+int64_t rt_data_rows(const rt_ctx *ctx, int eval);
+
+/* ---- train.c: the training loop */
+
+/* lr multiplier of step s (0-based) of `steps` under the manifest's schedule. */
+double rt_lr_scale(const rt_manifest *m, int64_t steps, int64_t s);
+/* Open the --log file on rank 0 (appending when resuming); exits 2 if it cannot. */
+void rt_log_open(rt_ctx *ctx);
+void rt_log_close(rt_ctx *ctx);
+
+/* ---- ckpt.c: checkpoints */
+
+/* Open the checkpoint directory (rank 0 creates it); exits 2 on failure. */
+void rt_ckpt_init(rt_ctx *ctx);
+/* rt_first_step's work: --resume / --init loading; returns the first step. */
+int64_t rt_ckpt_start(rt_ctx *ctx);
+/* After step `step` (0-based): write DIR/step-(step+1) when one is due. */
+void rt_ckpt_step(rt_ctx *ctx, int64_t step);
+/* rt_finish's work: DIR/final.safetensors and --save FILE. */
+void rt_ckpt_finish(rt_ctx *ctx);
 
 /* ---- pool.c: the rank's threads */
 
@@ -297,7 +378,8 @@ typedef enum rt_coll {
     RT_COLL_SENDRECV,       /* rt_k_sendrecv */
     RT_COLL_ALLTOALL,       /* rt_k_alltoall */
     RT_COLL_BARRIER,        /* internal barrier */
-    RT_COLL_SAVE,           /* --save */
+    RT_COLL_SAVE,           /* writing a safetensors file (--save, checkpoints) */
+    RT_COLL_LOAD,           /* --resume / --init */
     RT_COLL_FINISH,         /* rt_finish */
 } rt_coll;
 
@@ -325,17 +407,34 @@ void rt_comm_alltoall(rt_ctx *ctx, const float *send, float *recv, int64_t n, in
 /* Barrier over group g. */
 void rt_comm_barrier(rt_ctx *ctx, int g, rt_coll what);
 /* Byte allgather over the world with per-rank lengths: every rank gets all
- * blobs.  Returns a malloc'ed concatenation (rank order); lens[world] filled. */
-char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens);
+ * blobs.  Returns a malloc'ed concatenation (rank order); lens[world]
+ * filled.  what names the operation in failure messages. */
+char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens,
+                               rt_coll what);
 /* Logical-or of flag over the world (used to agree on failure). */
 int rt_comm_any(rt_ctx *ctx, int flag, rt_coll what);
+/* Show peers that this rank is alive and busy (long file I/O): a peer
+ * waiting for it restarts its deadline.  No-op when world == 1. */
+void rt_comm_beat(rt_ctx *ctx);
 
 /* ---- safetensors.c */
 
-/* Write the full logical params of all ranks to path (every rank calls). */
-void rt_save(rt_ctx *ctx, const char *path);
+/* What a file written by rt_st_write holds. */
+enum {
+    RT_ST_PARAMS = 1,   /* the params (`param` lines) */
+    RT_ST_STATE = 2,    /* the optimizer state (`state` lines) */
+};
 
-/* One tensor of a safetensors file read by rt_st_open. */
+/* Every rank calls: write the full logical tensors of `what` that the ranks
+ * hold together into path, through tmp: rank 0 creates tmp at its full size,
+ * each writer pwrite()s its boxes and fsyncs, rank 0 renames tmp to path and
+ * fsyncs the directory.  meta: key, value, key, value, ..., NULL (the
+ * __metadata__ object).  On failure anywhere every rank exits 1 and path is
+ * untouched. */
+void rt_st_write(rt_ctx *ctx, const char *path, const char *tmp, int what,
+                 const char *const *meta);
+
+/* One tensor of a safetensors file read by rt_st_open / rt_st_open_header. */
 typedef struct rt_st_tensor {
     char *name;                 /* tensor name (decoded) */
     char dtype[8];              /* "F32", "I32", ... */
@@ -343,24 +442,38 @@ typedef struct rt_st_tensor {
     int ndim;                   /* number of dimensions */
     int64_t shape[RT_MAXDIM];   /* shape */
     int64_t begin, end;         /* data_offsets, relative to the data section */
-    const void *data;           /* points into the file's bytes */
+    const void *data;           /* points into the file's bytes (NULL: header only) */
 } rt_st_tensor;
 
-/* A safetensors file, validated and held in memory. */
+/* A safetensors file, validated: held in memory, or only its header with
+ * the file kept open for rt_st_read_box. */
 typedef struct rt_st_file {
-    unsigned char *bytes;       /* the whole file */
-    int64_t size;               /* its size */
+    unsigned char *bytes;       /* the whole file, or (header only) its first 8 + header_len bytes */
+    int64_t size;               /* the file's size */
     int64_t header_len;         /* JSON header length */
     rt_st_tensor *t; int nt;    /* tensors, in header order */
+    char **meta; int nmeta;     /* __metadata__: key meta[2k], value meta[2k+1], k < nmeta */
+    int fd;                     /* header only: the open file; else -1 */
 } rt_st_file;
 
 /* Read and validate a file.  Returns 0, or 1 with a message in err (and
  * nothing left to free).  Tensor data may be unaligned: read it with memcpy. */
 int rt_st_open(const char *path, rt_st_file *f, char *err, size_t errlen);
+/* The same, reading only the header (validated against the file's size);
+ * the file stays open for rt_st_read_box until rt_st_free. */
+int rt_st_open_header(const char *path, rt_st_file *f, char *err, size_t errlen);
+/* Read box [lo, hi) of tensor t (4-byte elements; t->ndim dims) of a file
+ * opened with rt_st_open_header into dst, row-major, with pread()s of the
+ * box's contiguous runs.  ctx (may be NULL) gets heartbeats.  Returns 0, or
+ * 1 with a message in err. */
+int rt_st_read_box(rt_ctx *ctx, const rt_st_file *f, const rt_st_tensor *t, const int64_t *lo,
+                   const int64_t *hi, void *dst, char *err, size_t errlen);
 /* Validate a malloc'ed file image (takes ownership of bytes, freed on failure). */
 int rt_st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err, size_t errlen);
 /* The tensor called name, or NULL. */
 const rt_st_tensor *rt_st_find(const rt_st_file *f, const char *name);
+/* The __metadata__ value of key, or NULL. */
+const char *rt_st_meta(const rt_st_file *f, const char *key);
 void rt_st_free(rt_st_file *f);
 
 #endif

@@ -1,9 +1,12 @@
-/* runtime.c -- rt_init / rt_finish: flags, environment, the arena, the step log.
+/* runtime.c -- rt_init / rt_finish: flags, environment, the arena, errors.
  *
  * Errors in what the user gave (flags, environment, a manifest that does not
- * match the environment) print one line and exit with status 2; failures at
- * run time (a dead peer, a write that fails) exit with status 1.  rt_init
- * also starts the kernel threads (pool.c); rt_finish stops them.
+ * match the environment, bad data or checkpoint files) print one line and
+ * exit with status 2; failures at run time (a dead peer, a write that fails)
+ * exit with status 1.  rt_init also starts the kernel threads (pool.c), the
+ * communicator (comm_shm.c), the token files (data.c) and the checkpoint
+ * directory (ckpt.c); rt_finish writes the final weights and stops them.
+ * The step loop's pieces are in train.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -94,6 +97,19 @@ static void rt_usage(FILE *f, const char *prog, const rt_manifest *m)
             "  rank %d of %d of model '%s', built by nnsc-aot\n"
             "flags:\n"
             "  --steps N       run N optimizer steps (default %lld, from the build)\n"
+            "  --data PATH     token file, or a quoted glob of shards, for the token inputs\n"
+            "                  (default: the build's, %s)\n"
+            "  --eval-data PATH  held-out token file(s) for evaluation (default: the build's,\n"
+            "                  %s; else the training data)\n"
+            "  --init FILE     start from the params in FILE (a checkpoint or final weights\n"
+            "                  of this model, written under any plan)\n"
+            "  --ckpt-dir DIR  checkpoints DIR/step-N.safetensors and, at the end, the\n"
+            "                  final weights DIR/final.safetensors\n"
+            "  --ckpt-every N  write a checkpoint every N steps (needs --ckpt-dir)\n"
+            "  --resume        continue from the newest checkpoint in --ckpt-dir (params,\n"
+            "                  optimizer state, step); without one, start as usual\n"
+            "  --log FILE      also write the step and eval log to FILE as JSON lines\n"
+            "                  (rank 0; appended to with --resume)\n"
             "  --save FILE     write the final weights to FILE (safetensors, full tensors)\n"
             "  --quiet         do not print the per-step loss line\n"
             "  --timeout SEC   longest wait for a peer in a collective (default 60,\n"
@@ -107,7 +123,9 @@ static void rt_usage(FILE *f, const char *prog, const rt_manifest *m)
             "  else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (default rank 0 of 1);\n"
             "  NNSC_JOB: a string unique to the run, the same for all its ranks (world > 1);\n"
             "  NNSC_THREADS, NNSC_LOCAL_WORLD (ranks on this host): see --threads\n",
-            prog, m->rank, m->world, m->model, (long long)m->steps);
+            prog, m->rank, m->world, m->model, (long long)m->steps,
+            m->nstream ? (m->data ? m->data : "none") : "none: synthetic data",
+            m->eval_data ? m->eval_data : "none");
 }
 
 /* Parse a flag's value as a non-negative integer, or exit 2. */
@@ -121,6 +139,16 @@ static int64_t rt_flag_int(const char *flag, const char *v)
         exit(2);
     }
     return x;
+}
+
+/* A flag's file or directory name: not empty, or exit 2. */
+static const char *rt_flag_path(const char *flag, const char *v)
+{
+    if (!*v) {
+        fprintf(stderr, "nnsc: %s needs a file name\n", flag);
+        exit(2);
+    }
+    return v;
 }
 
 /* Parse a thread count in [1, RT_MAX_THREADS], or exit 2.  what names its source. */
@@ -164,8 +192,12 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
             nlen = sizeof name - 1;
         memcpy(name, arg, nlen);
         name[nlen] = 0;
-        int takes_value = !strcmp(name, "--steps") || !strcmp(name, "--save") ||
-                          !strcmp(name, "--timeout") || !strcmp(name, "--threads");
+        static const char *const valued[] = {"--steps", "--save", "--timeout", "--threads",
+                                             "--data", "--eval-data", "--init", "--ckpt-dir",
+                                             "--ckpt-every", "--log"};
+        int takes_value = 0;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
+            takes_value |= !strcmp(name, valued[k]);
         if (takes_value) {
             if (eq)
                 val = eq + 1;
@@ -187,22 +219,39 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
         } else if (!strcmp(name, "--steps")) {
             ctx->steps = rt_flag_int("--steps", val);
         } else if (!strcmp(name, "--save")) {
-            if (!*val) {
-                fprintf(stderr, "nnsc: --save needs a file name\n");
-                exit(2);
-            }
-            ctx->save_path = val;
+            ctx->save_path = rt_flag_path("--save", val);
+        } else if (!strcmp(name, "--data")) {
+            ctx->data_path = rt_flag_path("--data", val);
+        } else if (!strcmp(name, "--eval-data")) {
+            ctx->eval_path = rt_flag_path("--eval-data", val);
+        } else if (!strcmp(name, "--init")) {
+            ctx->init_path = rt_flag_path("--init", val);
+        } else if (!strcmp(name, "--ckpt-dir")) {
+            ctx->ckpt_dir = rt_flag_path("--ckpt-dir", val);
+        } else if (!strcmp(name, "--ckpt-every")) {
+            ctx->ckpt_every = rt_flag_int("--ckpt-every", val);
+        } else if (!strcmp(name, "--log")) {
+            ctx->log_path = rt_flag_path("--log", val);
+        } else if (!strcmp(arg, "--resume")) {
+            ctx->resume = 1;
         } else if (!strcmp(name, "--timeout")) {
             ctx->timeout = rt_parse_timeout("--timeout", val);
             have_timeout = 1;
         } else if (!strcmp(name, "--threads")) {
             ctx->threads = rt_parse_threads("--threads", val);
         } else {
-            fprintf(stderr, "nnsc: unknown %s '%s' (flags: --steps N --save FILE --quiet "
-                            "--timeout SEC --threads N --help)\n",
+            fprintf(stderr, "nnsc: unknown %s '%s' (flags: --steps N --data PATH "
+                            "--eval-data PATH --init FILE --ckpt-dir DIR --ckpt-every N "
+                            "--resume --log FILE --save FILE --quiet --timeout SEC "
+                            "--threads N --help)\n",
                     arg[0] == '-' ? "flag" : "argument", arg);
             exit(2);
         }
+    }
+    if ((ctx->ckpt_every || ctx->resume) && !ctx->ckpt_dir) {
+        fprintf(stderr, "nnsc: %s needs --ckpt-dir DIR\n",
+                ctx->resume ? "--resume" : "--ckpt-every");
+        exit(2);
     }
     if (!have_timeout) {
         const char *t = getenv("NNSC_TIMEOUT");
@@ -277,6 +326,9 @@ rt_ctx *rt_init(int argc, char **argv, const char *manifest)
         exit(1);
     }
     ctx->rank = -1;
+    ctx->lr_scale = 1.0;
+    ctx->grad_scale = 1.0f;
+    ctx->grad_norm = NAN;
     char err[768];
     if (rt_manifest_parse(manifest, &ctx->man, err, sizeof err)) {
         fprintf(stderr, "nnsc: bad embedded manifest: %s\n", err);
@@ -300,6 +352,10 @@ rt_ctx *rt_init(int argc, char **argv, const char *manifest)
 
     if (ctx->world > 1)
         rt_comm_init(ctx);
+    /* after the communicator: a rank that stops here makes its peers stop too */
+    rt_data_open(ctx);
+    rt_ckpt_init(ctx);
+    rt_log_open(ctx);
     ctx->step_t0 = rt_now();
     return ctx;
 }
@@ -311,8 +367,13 @@ char *rt_arena(rt_ctx *ctx)
 
 int64_t rt_first_step(rt_ctx *ctx)
 {
-    (void)ctx;
-    return 0;
+    /* called once the prologue has initialised the params: loading
+       (--resume, --init) overwrites them */
+    if (!ctx->started) {
+        ctx->first_step = rt_ckpt_start(ctx);
+        ctx->started = 1;
+    }
+    return ctx->first_step;
 }
 
 int64_t rt_steps(rt_ctx *ctx)
@@ -320,27 +381,11 @@ int64_t rt_steps(rt_ctx *ctx)
     return ctx->steps;
 }
 
-void rt_step_begin(rt_ctx *ctx, int64_t step)
-{
-    (void)step;
-    ctx->step_t0 = rt_now();
-}
-
-void rt_step_end(rt_ctx *ctx, int64_t step, const float *loss)
-{
-    double ms = (rt_now() - ctx->step_t0) * 1e3;
-    if (ctx->rank != 0 || ctx->quiet)
-        return;
-    /* keep this format: `nnsc-aot verify` parses it */
-    printf("step %lld/%lld loss %.9g ms %.1f\n", (long long)step + 1, (long long)ctx->steps,
-           loss ? (double)loss[0] : (double)NAN, ms);
-    fflush(stdout);
-}
-
 int rt_finish(rt_ctx *ctx)
 {
-    if (ctx->save_path)
-        rt_save(ctx, ctx->save_path);
+    rt_ckpt_finish(ctx);
+    rt_log_close(ctx);
+    rt_data_close(ctx);
     if (ctx->comm) {
         rt_comm_barrier(ctx, RT_GROUP_WORLD, RT_COLL_FINISH);
         rt_comm_free(ctx, 0);

@@ -1,20 +1,23 @@
-/* safetensors.c -- --save FILE: the full logical params of all ranks in one
- * safetensors file; and a validating reader for tests and tools.
+/* safetensors.c -- full logical tensors of all ranks in one safetensors file
+ * (--save, checkpoints), and a validating reader (whole file, or header only
+ * plus pread()s of the boxes a rank needs).
  *
  * File layout:
  *   u64 little-endian   N, the header length (a multiple of 8)
- *   N bytes             JSON: {"NAME":{"dtype":"F32","shape":[..],"data_offsets":[a,b]},...}
- *                       keys sorted by name (bytewise), padded with spaces
+ *   N bytes             JSON: {"__metadata__":{"k":"v",..},
+ *                              "NAME":{"dtype":"F32","shape":[..],"data_offsets":[a,b]},...}
+ *                       tensor keys sorted by name (bytewise), padded with spaces
  *   data                each tensor's full row-major bytes at [a, b) of this section,
  *                       in key order, back to back
  *
- * Writing: every rank sends the list of param boxes it holds to all others,
- * so all compute the same header, even when a rank holds only some params (a
- * pipeline stage).  Rank 0 writes FILE.tmp's header and sizes the file; each
- * rank pwrite()s the boxes it is the writer of straight into place; rank 0
- * fsyncs and renames FILE.tmp to FILE.  The ranks agree on success after
- * each phase, so a failure anywhere makes every rank exit 1 with a message
- * and leaves no partial FILE.
+ * Writing: every rank sends the list of boxes it holds to all others, so all
+ * compute the same header, even when a rank holds only some tensors (a
+ * pipeline stage).  Rank 0 creates the temporary file with the header at its
+ * full size; each rank pwrite()s the boxes it is the writer of straight into
+ * place and fsyncs; rank 0 renames the temporary file and fsyncs the
+ * directory.  The ranks agree on success after each phase, so a failure
+ * anywhere makes every rank exit 1 with a message, and the target file is
+ * either the old one (or absent) or the complete new one.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +28,9 @@
 #include <unistd.h>
 
 #include "rt_internal.h"
+
+/* Largest single pread/pwrite; a heartbeat follows each (rt_comm_beat). */
+#define ST_IO_CHUNK (INT64_C(16) << 20)
 
 /* ---- writer */
 
@@ -86,11 +92,23 @@ static void st_json_string(st_buf *b, const char *s)
     st_printf(b, "\"");
 }
 
-/* This rank's boxes as text, one per line: NAME DTYPE NDIM D.. LO HI .. WRITER */
-static void st_describe(const rt_ctx *ctx, st_buf *b)
+/* Box k of `what` held by this rank: params first, then state lines; NULL past the end. */
+static const rt_param *st_held(const rt_ctx *ctx, int what, int k)
 {
-    for (int k = 0; k < ctx->man.nparams; k++) {
-        const rt_param *p = &ctx->man.params[k];
+    int np = (what & RT_ST_PARAMS) ? ctx->man.nparams : 0;
+    int ns = (what & RT_ST_STATE) ? ctx->man.nstates : 0;
+    if (k < np)
+        return &ctx->man.params[k];
+    if (k - np < ns)
+        return &ctx->man.states[k - np];
+    return NULL;
+}
+
+/* This rank's boxes as text, one per line: NAME DTYPE NDIM D.. LO HI .. WRITER */
+static void st_describe(const rt_ctx *ctx, int what, st_buf *b)
+{
+    const rt_param *p;
+    for (int k = 0; (p = st_held(ctx, what, k)); k++) {
         st_printf(b, "%s %d %d", p->name, (int)p->dtype, p->ndim);
         for (int d = 0; d < p->ndim; d++)
             st_printf(b, " %lld", (long long)p->shape[d]);
@@ -99,7 +117,6 @@ static void st_describe(const rt_ctx *ctx, st_buf *b)
         st_printf(b, " %d\n", p->writer);
     }
 }
-
 /* Order of tensors in the file: bytewise by name. */
 static int st_cmp_name(const void *a, const void *b)
 {
@@ -159,7 +176,7 @@ static int st_merge(rt_ctx *ctx, char *all, st_out **tab_out, st_box **box_out, 
             tab[ntab++] = t;
         } else if (tab[found].dtype != t.dtype || tab[found].ndim != t.ndim ||
                    memcmp(tab[found].shape, t.shape, sizeof t.shape) != 0) {
-            rt_fatal(ctx, 1, "save: ranks disagree on the shape or dtype of param %s", t.name);
+            rt_fatal(ctx, 1, "save: ranks disagree on the shape or dtype of tensor %s", t.name);
         }
         if (w) {
             if (nbox == bcap)
@@ -175,12 +192,12 @@ static int st_merge(rt_ctx *ctx, char *all, st_out **tab_out, st_box **box_out, 
         t->written += rt_box_numel(t->ndim, box[k].lo, box[k].hi);
         for (int j = 0; j < k; j++)
             if (box[j].t == box[k].t && st_overlap(t->ndim, &box[j], &box[k]))
-                rt_fatal(ctx, 1, "save: param %s has overlapping writer boxes (a code "
+                rt_fatal(ctx, 1, "save: tensor %s has overlapping writer boxes (a code "
                                  "generation bug)", t->name);
     }
     for (int k = 0; k < ntab; k++)
         if (tab[k].written != rt_shape_numel(tab[k].ndim, tab[k].shape))
-            rt_fatal(ctx, 1, "save: the writer boxes of param %s cover %lld of its %lld "
+            rt_fatal(ctx, 1, "save: the writer boxes of tensor %s cover %lld of its %lld "
                              "elements (a code generation bug)", tab[k].name,
                      (long long)tab[k].written,
                      (long long)rt_shape_numel(tab[k].ndim, tab[k].shape));
@@ -204,12 +221,22 @@ static int st_merge(rt_ctx *ctx, char *all, st_out **tab_out, st_box **box_out, 
     return ntab;
 }
 
-/* The JSON header (padded to a multiple of 8); fills each tensor's begin.
- * Returns the data section size. */
-static int64_t st_header(st_out *tab, int ntab, st_buf *h)
+/* The JSON header (padded to a multiple of 8): the metadata, then the
+ * tensors; fills each tensor's begin.  Returns the data section size. */
+static int64_t st_header(st_out *tab, int ntab, const char *const *meta, st_buf *h)
 {
     int64_t at = 0;
     st_printf(h, "{");
+    if (meta && meta[0]) {
+        st_printf(h, "\"__metadata__\":{");
+        for (int k = 0; meta[k] && meta[k + 1]; k += 2) {
+            st_printf(h, "%s", k ? "," : "");
+            st_json_string(h, meta[k]);
+            st_printf(h, ":");
+            st_json_string(h, meta[k + 1]);
+        }
+        st_printf(h, "}%s", ntab ? "," : "");
+    }
     for (int k = 0; k < ntab; k++) {
         int64_t bytes = rt_shape_numel(tab[k].ndim, tab[k].shape) * 4;
         tab[k].begin = at;
@@ -227,12 +254,13 @@ static int64_t st_header(st_out *tab, int ntab, st_buf *h)
     return at;
 }
 
-/* Write all of buf at off; 0 or an errno. */
-static int st_pwrite_all(int fd, const void *buf, size_t len, off_t off)
+/* Write all of buf at off, in chunks with a heartbeat after each; 0 or an errno. */
+static int st_pwrite_all(rt_ctx *ctx, int fd, const void *buf, size_t len, off_t off)
 {
     const char *p = buf;
     while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, off);
+        size_t want = len < (size_t)ST_IO_CHUNK ? len : (size_t)ST_IO_CHUNK;
+        ssize_t n = pwrite(fd, p, want, off);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -241,36 +269,41 @@ static int st_pwrite_all(int fd, const void *buf, size_t len, off_t off)
         p += n;
         len -= (size_t)n;
         off += n;
+        if (ctx && len > 0)
+            rt_comm_beat(ctx);
     }
     return 0;
 }
 
-/* Rank 0: create tmp with the header, sized to the whole file.  0 or an errno. */
-static int st_create(const char *tmp, const st_buf *h, int64_t data_bytes)
+/* Rank 0: create tmp with the header, sized to the whole file, flushed.
+ * 0 or an errno. */
+static int st_create(rt_ctx *ctx, const char *tmp, const st_buf *h, int64_t data_bytes)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return errno;
     unsigned char len8[8];
     for (int k = 0; k < 8; k++)
         len8[k] = (unsigned char)((uint64_t)h->len >> (8 * k));
-    int e = st_pwrite_all(fd, len8, 8, 0);
+    int e = st_pwrite_all(ctx, fd, len8, 8, 0);
     if (!e)
-        e = st_pwrite_all(fd, h->s, h->len, 8);
+        e = st_pwrite_all(ctx, fd, h->s, h->len, 8);
     if (!e && ftruncate(fd, (off_t)(8 + h->len + (size_t)data_bytes)) != 0)
+        e = errno;
+    if (!e && fsync(fd) != 0)
         e = errno;
     if (close(fd) != 0 && !e)
         e = errno;
     return e;
 }
 
-/* Write this rank's writer boxes into tmp.  0 or an errno. */
-static int st_write_boxes(rt_ctx *ctx, const char *tmp, const st_out *tab, int ntab,
+/* Write this rank's writer boxes of `what` into tmp and fsync them.  0 or an errno. */
+static int st_write_boxes(rt_ctx *ctx, int what, const char *tmp, const st_out *tab, int ntab,
                           int64_t data_start)
 {
     int fd = -1, e = 0;
-    for (int k = 0; k < ctx->man.nparams && !e; k++) {
-        const rt_param *p = &ctx->man.params[k];
+    const rt_param *p;
+    for (int k = 0; (p = st_held(ctx, what, k)) && !e; k++) {
         if (!p->writer)
             continue;
         const st_out *t = NULL;
@@ -278,45 +311,46 @@ static int st_write_boxes(rt_ctx *ctx, const char *tmp, const st_out *tab, int n
             if (!strcmp(tab[j].name, p->name))
                 t = &tab[j];
         RT_ASSERT(t);
-        if (fd < 0 && (fd = open(tmp, O_WRONLY)) < 0)
+        if (fd < 0 && (fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
             return errno;
         const char *src = ctx->arena + p->off;
         rt_box_iter it;
         rt_box_iter_init(&it, p->ndim, p->shape, p->lo, p->hi);
         while (!e && rt_box_iter_next(&it))
-            e = st_pwrite_all(fd, src + it.pos * 4, (size_t)it.run * 4,
+            e = st_pwrite_all(ctx, fd, src + it.pos * 4, (size_t)it.run * 4,
                               (off_t)(data_start + t->begin + it.start * 4));
     }
-    if (fd >= 0 && close(fd) != 0 && !e)
-        e = errno;
+    if (fd >= 0) {
+        /* every writer flushes its own writes: on a shared file system one
+           rank's fsync need not cover another host's pages */
+        if (!e && fsync(fd) != 0)
+            e = errno;
+        rt_comm_beat(ctx);
+        if (close(fd) != 0 && !e)
+            e = errno;
+    }
     return e;
 }
 
-/* Rank 0: fsync tmp, rename it to path, fsync the directory.  0 or an errno. */
+/* Rank 0: rename tmp to path and fsync the directory.  0 or an errno. */
 static int st_commit(const char *tmp, const char *path)
 {
-    int fd = open(tmp, O_RDONLY);
-    if (fd < 0)
+    if (rename(tmp, path) != 0)
         return errno;
-    int e = fsync(fd) != 0 ? errno : 0;
-    close(fd);
-    if (!e && rename(tmp, path) != 0)
-        e = errno;
-    if (!e) {   /* make the rename durable; failure here is not fatal */
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", path);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            slash[slash == dir ? 1 : 0] = 0;
-        else
-            snprintf(dir, sizeof dir, ".");
-        int dfd = open(dir, O_RDONLY);
-        if (dfd >= 0) {
-            fsync(dfd);
-            close(dfd);
-        }
-    }
-    return e;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir ? 1 : 0] = 0;
+    else
+        snprintf(dir, sizeof dir, ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno;
+    int e = fsync(dfd) != 0 ? errno : 0;
+    close(dfd);
+    /* EINVAL: a file system whose directories cannot be synced; the rename stands */
+    return e == EINVAL ? 0 : e;
 }
 
 /* After a phase: every rank learns whether any failed; on failure all exit 1. */
@@ -331,31 +365,27 @@ static void st_agree(rt_ctx *ctx, int err, const char *what, const char *file, c
     }
 }
 
-void rt_save(rt_ctx *ctx, const char *path)
+void rt_st_write(rt_ctx *ctx, const char *path, const char *tmp, int what,
+                 const char *const *meta)
 {
     st_buf mine = {0}, h = {0};
-    st_describe(ctx, &mine);
+    st_describe(ctx, what, &mine);
     int64_t *lens = calloc((size_t)ctx->world, sizeof *lens);
     RT_ASSERT(lens);
-    char *all = rt_comm_allgatherv_bytes(ctx, mine.s ? mine.s : "", (int64_t)mine.len, lens);
+    char *all = rt_comm_allgatherv_bytes(ctx, mine.s ? mine.s : "", (int64_t)mine.len, lens,
+                                         RT_COLL_SAVE);
     st_out *tab;
     st_box *box;
     int nbox;
     int ntab = st_merge(ctx, all, &tab, &box, &nbox);
-    int64_t data_bytes = st_header(tab, ntab, &h);
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    RT_ASSERT(tmp);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
+    int64_t data_bytes = st_header(tab, ntab, meta, &h);
 
-    st_agree(ctx, ctx->rank == 0 ? st_create(tmp, &h, data_bytes) : 0, "cannot create", tmp,
-             NULL);
-    st_agree(ctx, st_write_boxes(ctx, tmp, tab, ntab, 8 + (int64_t)h.len), "cannot write", tmp,
-             tmp);
+    st_agree(ctx, ctx->rank == 0 ? st_create(ctx, tmp, &h, data_bytes) : 0, "cannot create",
+             tmp, tmp);
+    st_agree(ctx, st_write_boxes(ctx, what, tmp, tab, ntab, 8 + (int64_t)h.len), "cannot write",
+             tmp, tmp);
     st_agree(ctx, ctx->rank == 0 ? st_commit(tmp, path) : 0, "cannot finish", path, tmp);
 
-    free(tmp);
     free(tab);
     free(box);
     free(all);
@@ -558,9 +588,13 @@ static int st_dtype_size(const char *d)
     return 0;
 }
 
-/* {"k":"v",...}: the __metadata__ object (string values only). */
-static int st_metadata(st_json *j, const char *base)
+/* {"k":"v",...}: the __metadata__ object (string values only), kept in f. */
+static int st_metadata(st_json *j, const char *base, rt_st_file *f)
 {
+    if (f->meta)
+        return st_fail(j, base, "__metadata__ given twice");
+    f->meta = malloc(2 * sizeof *f->meta);   /* non-NULL even when empty */
+    RT_ASSERT(f->meta);
     if (st_expect(j, base, '{'))
         return 1;
     st_ws(j);
@@ -568,13 +602,24 @@ static int st_metadata(st_json *j, const char *base)
         j->p++;
         return 0;
     }
-    for (;;) {
+    for (int cap = 1;;) {
         char *k = NULL, *v = NULL;
         int bad = st_string(j, base, &k) || st_expect(j, base, ':') || st_string(j, base, &v);
-        free(k);
-        free(v);
-        if (bad)
+        for (int q = 0; !bad && q < f->nmeta; q++)
+            if (!strcmp(f->meta[2 * q], k))
+                bad = st_fail(j, base, "duplicate __metadata__ key");
+        if (bad) {
+            free(k);
+            free(v);
             return 1;
+        }
+        if (f->nmeta == cap) {
+            f->meta = realloc(f->meta, (size_t)(cap *= 2) * 2 * sizeof *f->meta);
+            RT_ASSERT(f->meta);
+        }
+        f->meta[2 * f->nmeta] = k;
+        f->meta[2 * f->nmeta + 1] = v;
+        f->nmeta++;
         st_ws(j);
         if (j->p < j->end && *j->p == ',') {
             j->p++;
@@ -650,8 +695,9 @@ static int st_cmp_begin(const void *a, const void *b)
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-/* Check sizes and that the tensors tile the data section exactly. */
-static int st_check_data(rt_st_file *f, char *err, size_t errlen)
+/* Check sizes and that the tensors tile the data section exactly; point
+ * each tensor at its bytes when the whole file is in memory. */
+static int st_check_data(rt_st_file *f, int whole, char *err, size_t errlen)
 {
     int64_t data = f->size - 8 - f->header_len;
     for (int k = 0; k < f->nt; k++) {
@@ -671,7 +717,7 @@ static int st_check_data(rt_st_file *f, char *err, size_t errlen)
                      (long long)t->begin, (long long)t->end, (long long)data);
             return 1;
         }
-        t->data = f->bytes + 8 + f->header_len + t->begin;
+        t->data = whole ? f->bytes + 8 + f->header_len + t->begin : NULL;
     }
     rt_st_tensor **by = malloc((f->nt > 0 ? (size_t)f->nt : 1) * sizeof *by);
     RT_ASSERT(by);
@@ -698,15 +744,13 @@ static int st_check_data(rt_st_file *f, char *err, size_t errlen)
     return bad;
 }
 
-/* rt_st_parse without the clean-up on failure. */
-static int st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err, size_t errlen)
+/* The header length field of bytes[0..8), checked against a file of size
+ * bytes; 0 after a message in err when it is out of range. */
+static uint64_t st_header_len(const unsigned char *bytes, int64_t size, char *err, size_t errlen)
 {
-    memset(f, 0, sizeof *f);
-    f->bytes = bytes;
-    f->size = size;
     if (size < 8) {
         snprintf(err, errlen, "file of %lld bytes is too short for a header", (long long)size);
-        return 1;
+        return 0;
     }
     uint64_t n = 0;
     for (int k = 7; k >= 0; k--)
@@ -714,8 +758,23 @@ static int st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err
     if (n < 2 || n > (uint64_t)ST_MAX_HEADER || n > (uint64_t)(size - 8)) {
         snprintf(err, errlen, "header length %llu is out of range for a %lld-byte file",
                  (unsigned long long)n, (long long)size);
-        return 1;
+        return 0;
     }
+    return n;
+}
+
+/* rt_st_parse without the clean-up on failure: bytes holds the whole file
+ * of size bytes (whole = 1) or its first 8 + header length bytes. */
+static int st_parse(unsigned char *bytes, int64_t size, int whole, rt_st_file *f, char *err,
+                    size_t errlen)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->bytes = bytes;
+    f->size = size;
+    uint64_t n = st_header_len(bytes, size, err, errlen);
+    if (!n)
+        return 1;
     f->header_len = (int64_t)n;
     const char *base = (const char *)bytes + 8;
     st_json j = {base, base + n, err, errlen, 0};
@@ -738,7 +797,7 @@ static int st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err
             }
             if (!strcmp(key, "__metadata__")) {
                 free(key);
-                if (st_metadata(&j, base))
+                if (st_metadata(&j, base, f))
                     return 1;
             } else {
                 for (int k = 0; k < f->nt; k++)
@@ -769,12 +828,12 @@ static int st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err
     st_ws(&j);
     if (j.p != j.end)
         return st_fail(&j, base, "text after the header object");
-    return st_check_data(f, err, errlen);
+    return st_check_data(f, whole, err, errlen);
 }
 
 int rt_st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err, size_t errlen)
 {
-    int rc = st_parse(bytes, size, f, err, errlen);
+    int rc = st_parse(bytes, size, 1, f, err, errlen);
     if (rc)
         rt_st_free(f);   /* also frees bytes */
     return rc;
@@ -783,7 +842,8 @@ int rt_st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err, si
 int rt_st_open(const char *path, rt_st_file *f, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY);
+    f->fd = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return 1;
@@ -811,6 +871,92 @@ int rt_st_open(const char *path, rt_st_file *f, char *err, size_t errlen)
     return rt_st_parse(bytes, (int64_t)got, f, err, errlen);
 }
 
+/* Read exactly len bytes at off; 0, or 1 with a message. */
+static int st_pread_all(rt_ctx *ctx, int fd, void *buf, size_t len, off_t off, const char *what,
+                        char *err, size_t errlen)
+{
+    char *p = buf;
+    while (len > 0) {
+        size_t want = len < (size_t)ST_IO_CHUNK ? len : (size_t)ST_IO_CHUNK;
+        ssize_t n = pread(fd, p, want, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            snprintf(err, errlen, "cannot read %s: %s", what,
+                     n ? strerror(errno) : "the file is shorter than its header says");
+            return 1;
+        }
+        p += n;
+        len -= (size_t)n;
+        off += n;
+        if (ctx && len > 0)
+            rt_comm_beat(ctx);
+    }
+    return 0;
+}
+
+int rt_st_open_header(const char *path, rt_st_file *f, char *err, size_t errlen)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return 1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s is not a regular file", path);
+        close(fd);
+        return 1;
+    }
+    unsigned char len8[8];
+    uint64_t n = 0;
+    if (st_pread_all(NULL, fd, len8, st.st_size < 8 ? (size_t)st.st_size : 8, 0, path, err,
+                     errlen) ||
+        !(n = st_header_len(len8, (int64_t)st.st_size, err, errlen))) {
+        close(fd);
+        return 1;
+    }
+    unsigned char *bytes = malloc(8 + (size_t)n);
+    RT_ASSERT(bytes);
+    memcpy(bytes, len8, 8);
+    if (st_pread_all(NULL, fd, bytes + 8, (size_t)n, 8, path, err, errlen)) {
+        close(fd);
+        free(bytes);
+        return 1;
+    }
+    if (st_parse(bytes, (int64_t)st.st_size, 0, f, err, errlen)) {
+        rt_st_free(f);   /* also frees bytes */
+        close(fd);
+        return 1;
+    }
+    f->fd = fd;
+    return 0;
+}
+
+int rt_st_read_box(rt_ctx *ctx, const rt_st_file *f, const rt_st_tensor *t, const int64_t *lo,
+                   const int64_t *hi, void *dst, char *err, size_t errlen)
+{
+    RT_ASSERT(f->fd >= 0 && t->elem == 4);
+    int64_t start = 8 + f->header_len + t->begin;
+    rt_box_iter it;
+    rt_box_iter_init(&it, t->ndim, t->shape, lo, hi);
+    while (rt_box_iter_next(&it))
+        if (st_pread_all(ctx, f->fd, (char *)dst + it.pos * 4, (size_t)it.run * 4,
+                         (off_t)(start + it.start * 4), t->name, err, errlen))
+            return 1;
+    return 0;
+}
+
+const char *rt_st_meta(const rt_st_file *f, const char *key)
+{
+    for (int k = 0; k < f->nmeta; k++)
+        if (!strcmp(f->meta[2 * k], key))
+            return f->meta[2 * k + 1];
+    return NULL;
+}
+
 const rt_st_tensor *rt_st_find(const rt_st_file *f, const char *name)
 {
     for (int k = 0; k < f->nt; k++)
@@ -824,6 +970,12 @@ void rt_st_free(rt_st_file *f)
     for (int k = 0; k < f->nt; k++)
         free(f->t[k].name);
     free(f->t);
+    for (int k = 0; k < 2 * f->nmeta; k++)
+        free(f->meta[k]);
+    free(f->meta);
     free(f->bytes);
+    if (f->fd >= 0)
+        close(f->fd);
     memset(f, 0, sizeof *f);
+    f->fd = -1;
 }

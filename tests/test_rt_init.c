@@ -1,11 +1,12 @@
 /* test_rt_init.c -- rt_init and the step log: flags, rank/world from the
- * environment, the manifest parser's errors, the arena, and the exact
- * format of the per-step line that `nnsc-aot verify` parses.
+ * environment, the manifest parser's errors, the arena, the exact format
+ * of the per-step line that `nnsc-aot verify` parses, and the --log JSON.
  *
  * Every case runs in a forked child with its stdout and stderr captured,
  * so cases that must exit (status 2 on bad input) can be checked.
  */
 #define _GNU_SOURCE   /* sched_getaffinity */
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,6 +30,14 @@ static const char *good_manifest =
     "lr 0.001\n"
     "group 0 1 0\n"
     "param 0 w f32 2 3 4 box 0 3 0 4 init normal 0.02 0 off 64 writer 1\n"
+    "state 0 opt.m.w f32 2 3 4 box 0 3 0 4 of w off 128 writer 1\n"
+    "data -\n"
+    "eval_data -\n"
+    "eval_every 0\n"
+    "eval_steps 1\n"
+    "schedule cosine warmup 2 min_lr_frac 0.1\n"
+    "clip 1\n"
+    "tokens_per_step 6\n"
     "input 0 x f32 2 2 3 dist normal period 1\n"
     "end\n";
 
@@ -149,6 +158,30 @@ static void test_flags(void)
     check(r.code == 2, "--steps without a value: exit 2");
     r = run_flags("--timeout", "0", NULL);
     check(r.code == 2, "--timeout 0: exit 2");
+    r = run_flags("--help", NULL, NULL);
+    check(r.code == 0 && strstr(r.out, "--data") && strstr(r.out, "--eval-data") &&
+          strstr(r.out, "--init") && strstr(r.out, "--ckpt-dir") && strstr(r.out, "--ckpt-every") &&
+          strstr(r.out, "--resume") && strstr(r.out, "--log"),
+          "--help lists --data --eval-data --init --ckpt-dir --ckpt-every --resume --log");
+    r = run_flags("--data", "/tmp/x.bin", NULL);
+    check(r.code == 2 && strstr(r.err, "compiled for synthetic data"),
+          "--data with a program built for synthetic data: exit 2 (%s)", strtok(r.err, "\n"));
+    r = run_flags("--eval-data=/tmp/x.bin", NULL, NULL);
+    check(r.code == 2 && strstr(r.err, "compiled for synthetic data"),
+          "--eval-data with a program built for synthetic data: exit 2");
+    r = run_flags("--ckpt-every", "3", NULL);
+    check(r.code == 2 && strstr(r.err, "--ckpt-dir"), "--ckpt-every without --ckpt-dir: exit 2");
+    r = run_flags("--resume", NULL, NULL);
+    check(r.code == 2 && strstr(r.err, "--ckpt-dir"), "--resume without --ckpt-dir: exit 2");
+    r = run_flags("--resume=1", NULL, NULL);
+    check(r.code == 2, "--resume=1: exit 2 (takes no value)");
+    r = run_flags("--ckpt-every", "x", NULL);
+    check(r.code == 2 && strstr(r.err, "--ckpt-every"), "--ckpt-every x: exit 2");
+    r = run_flags("--init", "", NULL);
+    check(r.code == 2 && strstr(r.err, "--init"), "--init '': exit 2");
+    r = run_flags("--log", "/nonexistent-dir-nnsc/log.jsonl", NULL);
+    check(r.code == 2 && strstr(r.err, "--log"), "--log into a missing directory: exit 2 (%s)",
+          strtok(r.err, "\n"));
     r = run_flags("--steps", "7", "--quiet");
     check(r.code == 0 && strstr(r.out, "steps 7 ") && strstr(r.out, "quiet 1"),
           "--steps 7 --quiet are taken");
@@ -312,6 +345,40 @@ static void test_manifest_errors(void)
         {"int input without range", "input 0 t i32 1 4 dist int period 1\nend\n", 0, "range"},
         {"input period 0", "input 0 x f32 1 4 dist normal period 0\nend\n", 0, "period"},
         {"rank not below world", "nnsc-manifest 1\nrank 2 world 2\nend\n", 1, "not below"},
+        {"state of an unknown param", "state 0 opt.m.w f32 1 4 box 0 4 of w off 0 writer 1\nend\n",
+         0, "not a param of this rank"},
+        {"state of another shape", "param 0 w f32 1 4 box 0 4 init zeros 0 0 off 0 writer 1\n"
+         "state 0 opt.m.w f32 1 5 box 0 5 of w off 16 writer 1\nend\n", 0, "shape"},
+        {"state without 'of'", "param 0 w f32 1 4 box 0 4 init zeros 0 0 off 0 writer 1\n"
+         "state 0 opt.m.w f32 1 4 box 0 4 off 16 writer 1\nend\n", 0, "expected 'of'"},
+        {"state past the arena", "param 0 w f32 1 4 box 0 4 init zeros 0 0 off 0 writer 1\n"
+         "state 0 opt.m.w f32 1 4 box 0 4 of w off 96 writer 1\nend\n", 0, "overruns"},
+        {"state index out of order", "param 0 w f32 1 4 box 0 4 init zeros 0 0 off 0 writer 1\n"
+         "state 1 opt.m.w f32 1 4 box 0 4 of w off 16 writer 1\nend\n", 0, "out of order"},
+        {"stream input of f32", "input 0 t f32 2 2 3 dist stream 0 period 1\nend\n", 0,
+         "dist stream needs"},
+        {"stream input of one dim", "input 0 t i32 1 6 dist stream 0 period 1\nend\n", 0,
+         "dist stream needs"},
+        {"stream input without offset", "input 0 t i32 2 2 3 dist stream period 1\nend\n", 0,
+         "stream offset"},
+        {"unknown distribution", "input 0 t i32 2 2 3 dist file 0 period 1\nend\n", 0,
+         "unknown distribution"},
+        {"data twice", "data a.bin\ndata b.bin\nend\n", 0, "given twice"},
+        {"data with two paths", "data a.bin b.bin\nend\n", 0, "unexpected 'b.bin'"},
+        {"eval_data without a path", "eval_data\nend\n", 0, "missing eval_data path"},
+        {"eval_every negative", "eval_every -1\nend\n", 0, "eval_every"},
+        {"eval_steps 0", "eval_steps 0\nend\n", 0, "eval_steps"},
+        {"unknown schedule", "schedule linear warmup 0 min_lr_frac 0\nend\n", 0,
+         "unknown schedule"},
+        {"schedule without warmup", "schedule cosine min_lr_frac 0\nend\n", 0,
+         "expected 'warmup'"},
+        {"min_lr_frac above 1", "schedule cosine warmup 0 min_lr_frac 2\nend\n", 0,
+         "outside [0, 1]"},
+        {"clip negative", "clip -1\nend\n", 0, "negative"},
+        {"clip not a number", "clip big\nend\n", 0, "not a finite number"},
+        {"tokens_per_step not an integer", "tokens_per_step 1.5\nend\n", 0, "not an integer"},
+        {"stream input with no data file", "input 0 t i32 2 2 3 dist stream 0 period 1\n"
+         "data -\nend\n", 0, "none is configured"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char text[1024];
@@ -319,7 +386,8 @@ static void test_manifest_errors(void)
         job j = {{NULL}, {"rank", NULL}, text, ACT_NONE};
         result r = run(&j);
         char *first = strtok(r.err, "\n");
-        check(r.code == 2 && first && strstr(first, "bad embedded manifest") &&
+        int runtime = strstr(cases[k].say, "configured") != NULL;   /* checked at start-up */
+        check(r.code == 2 && first && (runtime || strstr(first, "bad embedded manifest")) &&
               strstr(first, cases[k].say),
               "manifest %s: exit %d: %.150s", cases[k].what, r.code, first ? first : "");
     }
@@ -335,24 +403,61 @@ static void test_steps_and_arena(void)
     int ok = r.code == 0, lines = 0;
     for (char *ln = strtok(r.out, "\n"); ln; ln = strtok(NULL, "\n")) {
         long long s, n;
-        char lossbuf[64], want[64];
-        double ms;
+        char lossbuf[64], want[64], gnorm[64], tps[64], eta[64];
+        double ms, lr, l;
         int used = 0;
-        if (sscanf(ln, "step %lld/%lld loss %63s ms %lf%n", &s, &n, lossbuf, &ms, &used) != 4 ||
-            ln[used] != 0) {
+        /* the prefix that `nnsc-aot verify` reads, exactly as it reads it */
+        if (sscanf(ln, "step %lld/%lld loss %lf", &s, &n, &l) != 3) {
+            ok = 0;
+            continue;
+        }
+        if (sscanf(ln, "step %lld/%lld loss %63s gnorm %63s lr %lf ms %lf tok/s %63s eta %63s%n",
+                   &s, &n, lossbuf, gnorm, &lr, &ms, tps, eta, &used) != 8 || ln[used] != 0) {
             ok = 0;
             continue;
         }
         snprintf(want, sizeof want, "%.9g", (double)(2.0f / (float)(s - 1 + 3)));
-        const char *dot = strrchr(ln, '.');
-        ok &= s == lines + 1 && n == 4 && !strcmp(lossbuf, want) && ms >= 0 && dot &&
-              strlen(dot) == 2;
+        /* manifest lr 0.001, warmup 2 steps, then cosine over the remaining 2 to 0.1 */
+        double want_lr = 0.001 * (s <= 2 ? s / 2.0 : 0.1 + 0.9 * 0.5 * (1 + cos(M_PI * (s - 3) / 2.0)));
+        ok &= s == lines + 1 && n == 4 && !strcmp(lossbuf, want) && ms >= 0 &&
+              !strcmp(gnorm, "-") && fabs(lr - want_lr) <= 1e-4 * want_lr && eta[0] &&
+              strcmp(tps, "-") != 0;
         lines++;
     }
-    check(ok && lines == 4, "step log: 4 lines 'step S/N loss %%.9g ms %%.1f', S 1-based");
+    check(ok && lines == 4, "step log: 4 lines 'step S/N loss %%.9g gnorm G lr LR ms T tok/s X "
+          "eta E', S 1-based, lr from the schedule");
     job jq = {{NULL}, {"rank0", "--quiet", NULL}, good_manifest, ACT_STEPS};
     r = run(&jq);
     check(r.code == 0 && !r.out[0], "--quiet: no step lines");
+
+    char logp[64];
+    snprintf(logp, sizeof logp, "/tmp/rtinit-%d.jsonl", (int)getpid());
+    job jl = {{NULL}, {"rank0", "--quiet", "--log", logp, NULL}, good_manifest, ACT_STEPS};
+    r = run(&jl);
+    char log[4096];
+    slurp(logp, log, sizeof log);
+    int jok = r.code == 0, jlines = 0;
+    for (char *ln = strtok(log, "\n"); ln; ln = strtok(NULL, "\n")) {
+        long long s;
+        double l, lr, ms, tps, eta;
+        int used = 0;
+        jok &= sscanf(ln, "{\"step\":%lld,\"loss\":%lf,\"grad_norm\":null,\"lr\":%lf,\"ms\":%lf,"
+                          "\"tokens_per_s\":%lf,\"eta_s\":%lf}%n", &s, &l, &lr, &ms, &tps, &eta,
+                      &used) == 6 && ln[used] == 0 && s == jlines + 1 &&
+               (float)l == 2.0f / (float)(s + 2);
+        jlines++;
+    }
+    check(jok && jlines == 4, "--log: 4 JSON lines {step, loss, grad_norm (null: not "
+          "computed), lr, ms, tokens_per_s, eta_s}, even with --quiet");
+    job jl2 = {{NULL}, {"rank0", "--quiet", "--log", logp, "--steps", "1", NULL}, good_manifest,
+               ACT_STEPS};
+    r = run(&jl2);
+    slurp(logp, log, sizeof log);
+    check(r.code == 0 && strstr(log, "{\"step\":1,") && !strstr(log, "{\"step\":2,"),
+          "--log: a new run starts the file afresh");
+    if (!(jok && jlines == 4))
+        printf("%s", log);
+    unlink(logp);
     job js = {{NULL}, {"rank0", "--steps", "2", NULL}, good_manifest, ACT_STEPS};
     r = run(&js);
     check(r.code == 0 && strstr(r.out, "step 2/2 ") && !strstr(r.out, "step 3"),

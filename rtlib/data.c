@@ -1,0 +1,295 @@
+/* data.c -- token data files behind the `dist stream` inputs.
+ *
+ * A token file has the llm.c layout: a header of 256 little-endian int32
+ * (magic 20240520, version 1, token count N, the rest unused), then N
+ * little-endian uint16 tokens.  A data set is one file or a glob(3) of
+ * shards, taken in sorted order as one logical sequence of rows: a shard of
+ * N tokens holds floor((N - 1) / T) rows of T + 1 tokens, row j starting at
+ * token j T of the shard (rows overlap by one token and never cross shards).
+ *
+ * For a stream input of logical shape [B, T] with offset K, element (b, t)
+ * of training step s is token K + t of row (s B + b) mod R, R the rows of
+ * the training set; of evaluation batch e it is the same in the evaluation
+ * set with row (e B + b) mod R_eval.  A rank reads only its box: one
+ * pread() per run of rows that are adjacent in a shard (a full-width box of
+ * consecutive rows is one contiguous token range), or per row when the box
+ * holds some of the columns.  Files stay open for the whole run; every file
+ * is checked at start-up, and a bad one stops the rank with status 2 and a
+ * message naming it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rt_internal.h"
+
+/* One token file. */
+typedef struct dt_shard {
+    char *path;         /* file name */
+    int fd;             /* open for the whole run */
+    int64_t ntok;       /* tokens (header[2]) */
+    int64_t rows;       /* floor((ntok - 1) / T) */
+    int64_t first;      /* index of its first row in the data set */
+} dt_shard;
+
+/* A data set: the training or the evaluation sequence of rows. */
+typedef struct dt_set {
+    const char *what;   /* "data" or "eval_data", for messages */
+    dt_shard *sh;       /* shards in glob order */
+    int nsh;            /* number of shards */
+    int64_t rows;       /* rows in all shards */
+} dt_set;
+
+/* The token files of one rank. */
+struct rt_data {
+    int64_t B, T;       /* the stream inputs' logical shape */
+    dt_set train;       /* training rows */
+    dt_set eval;        /* evaluation rows (nsh = 0: use train) */
+    uint16_t *buf;      /* B * T tokens: one box's file bytes before widening */
+};
+
+/* Little-endian int32 at p. */
+static int32_t dt_le32(const unsigned char *p)
+{
+    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                     (uint32_t)p[3] << 24);
+}
+
+/* Read exactly len bytes at off; 0, or an errno (EIO for a short file). */
+static int dt_pread(int fd, void *buf, size_t len, off_t off)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = pread(fd, p, len, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? errno : EIO;
+        p += n;
+        len -= (size_t)n;
+        off += n;
+    }
+    return 0;
+}
+
+/* Open and check one shard; exits 2 naming it when it is bad. */
+static void dt_open_shard(rt_ctx *ctx, dt_shard *s, int64_t T)
+{
+    unsigned char hdr[RT_TOK_HEADER];
+    struct stat st;
+    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0)
+        rt_fatal(ctx, 2, "data file %s: cannot open: %s", s->path, strerror(errno));
+    if (fstat(s->fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rt_fatal(ctx, 2, "data file %s: not a regular file", s->path);
+    if (st.st_size < RT_TOK_HEADER)
+        rt_fatal(ctx, 2, "data file %s: %lld bytes, too short for the %d-byte header (not a "
+                         "token file, or truncated)", s->path, (long long)st.st_size,
+                 RT_TOK_HEADER);
+    int e = dt_pread(s->fd, hdr, sizeof hdr, 0);
+    if (e)
+        rt_fatal(ctx, 2, "data file %s: cannot read the header: %s", s->path, strerror(e));
+    int32_t magic = dt_le32(hdr), version = dt_le32(hdr + 4), ntok = dt_le32(hdr + 8);
+    if (magic != RT_TOK_MAGIC)
+        rt_fatal(ctx, 2, "data file %s: bad magic %d (expected %d: a token file in the llm.c "
+                         "layout, e.g. from tools/mkdata.py)", s->path, magic, RT_TOK_MAGIC);
+    if (version != RT_TOK_VERSION)
+        rt_fatal(ctx, 2, "data file %s: version %d (this reader knows version %d: uint16 tokens)",
+                 s->path, version, RT_TOK_VERSION);
+    if (ntok < 0)
+        rt_fatal(ctx, 2, "data file %s: negative token count %d", s->path, ntok);
+    if (RT_TOK_HEADER + 2 * (int64_t)ntok > (int64_t)st.st_size)
+        rt_fatal(ctx, 2, "data file %s: the header says %d tokens but the file holds %lld "
+                         "(truncated?)", s->path, ntok,
+                 (long long)((st.st_size - RT_TOK_HEADER) / 2));
+    s->ntok = ntok;
+    s->rows = ntok >= 1 ? (ntok - 1) / T : 0;
+}
+
+/* Expand pattern into the shards of set (sorted glob matches) and open
+ * them; exits 2 when nothing matches or a file is bad. */
+static void dt_open_set(rt_ctx *ctx, dt_set *set, const char *what, const char *pattern,
+                        int64_t B, int64_t T)
+{
+    glob_t g;
+    set->what = what;
+    int rc = glob(pattern, GLOB_ERR, NULL, &g);
+    if (rc == GLOB_NOMATCH)
+        rt_fatal(ctx, 2, "%s file %s: no such file (or the pattern matches none)", what,
+                 pattern);
+    if (rc != 0)
+        rt_fatal(ctx, 2, "%s file %s: cannot list the matching files (%s)", what, pattern,
+                 rc == GLOB_NOSPACE ? "out of memory" : "read error");
+    set->nsh = (int)g.gl_pathc;
+    set->sh = calloc(g.gl_pathc, sizeof *set->sh);
+    if (!set->sh)
+        rt_fatal(ctx, 1, "out of memory");
+    for (size_t k = 0; k < g.gl_pathc; k++) {
+        dt_shard *s = &set->sh[k];
+        s->fd = -1;
+        s->path = strdup(g.gl_pathv[k]);
+        if (!s->path)
+            rt_fatal(ctx, 1, "out of memory");
+        dt_open_shard(ctx, s, T);
+        s->first = set->rows;
+        set->rows += s->rows;
+    }
+    globfree(&g);
+    if (set->rows < B)
+        rt_fatal(ctx, 2, "%s file %s: %lld rows of %lld tokens in %d file(s), fewer than one "
+                         "batch of %lld rows", what, pattern, (long long)set->rows,
+                 (long long)(T + 1), set->nsh, (long long)B);
+}
+
+/* Close a set's files. */
+static void dt_close_set(dt_set *set)
+{
+    for (int k = 0; k < set->nsh; k++) {
+        if (set->sh[k].fd >= 0)
+            close(set->sh[k].fd);
+        free(set->sh[k].path);
+    }
+    free(set->sh);
+    memset(set, 0, sizeof *set);
+}
+
+void rt_data_open(rt_ctx *ctx)
+{
+    const rt_manifest *m = &ctx->man;
+    if (!m->nstream) {
+        if (ctx->data_path || ctx->eval_path)
+            rt_fatal(ctx, 2, "%s: this program was compiled for synthetic data (no input reads "
+                             "tokens; give the token inputs `stream = K` and [train] `data = "
+                             "PATH` in the model spec)", ctx->data_path ? "--data" : "--eval-data");
+        return;
+    }
+    rt_data *d = calloc(1, sizeof *d);
+    if (!d)
+        rt_fatal(ctx, 1, "out of memory");
+    ctx->data = d;
+    /* every stream input has the same [B, T]: rows are counted in one T */
+    for (int k = 0; k < m->ninputs; k++) {
+        const rt_input *in = &m->inputs[k];
+        if (in->dist != RT_DIST_STREAM)
+            continue;
+        if (!d->T) {
+            d->B = in->shape[0];
+            d->T = in->shape[1];
+        } else if (in->shape[0] != d->B || in->shape[1] != d->T) {
+            rt_fatal(ctx, 2, "stream inputs of different shapes ([%lld, %lld] and %s [%lld, "
+                             "%lld]): all token inputs must share one [B, T]", (long long)d->B,
+                     (long long)d->T, in->name, (long long)in->shape[0],
+                     (long long)in->shape[1]);
+        }
+        if (in->stream + d->T > d->T + 1)
+            rt_fatal(ctx, 2, "input %s: stream offset %lld + T %lld is past the row length "
+                             "T + 1 = %lld", in->name, (long long)in->stream, (long long)d->T,
+                     (long long)(d->T + 1));
+    }
+    const char *train = ctx->data_path ? ctx->data_path : m->data;
+    const char *eval = ctx->eval_path ? ctx->eval_path : m->eval_data;
+    if (!train)
+        rt_fatal(ctx, 2, "the token inputs read a data file, but none is configured (the "
+                         "program was built with data = -): pass --data PATH");
+    dt_open_set(ctx, &d->train, "data", train, d->B, d->T);
+    if (eval)
+        dt_open_set(ctx, &d->eval, "eval_data", eval, d->B, d->T);
+    d->buf = malloc((size_t)(d->B * d->T) * sizeof *d->buf);
+    if (!d->buf)
+        rt_fatal(ctx, 1, "out of memory");
+}
+
+void rt_data_close(rt_ctx *ctx)
+{
+    rt_data *d = ctx->data;
+    if (!d)
+        return;
+    dt_close_set(&d->train);
+    dt_close_set(&d->eval);
+    free(d->buf);
+    free(d);
+    ctx->data = NULL;
+}
+
+int64_t rt_data_rows(const rt_ctx *ctx, int eval)
+{
+    const rt_data *d = ctx->data;
+    if (!d)
+        return 0;
+    return eval && d->eval.nsh ? d->eval.rows : d->train.rows;
+}
+
+/* The shard holding row r of set (binary search on first rows). */
+static const dt_shard *dt_shard_of(const dt_set *set, int64_t r)
+{
+    int lo = 0, hi = set->nsh - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (set->sh[mid].first <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &set->sh[lo];
+}
+
+/* Read n tokens starting at token `tok` of shard s into buf; exits 1 when the
+ * file cannot be read (it changed under the run). */
+static void dt_read(rt_ctx *ctx, const dt_shard *s, int64_t tok, int64_t n, uint16_t *buf)
+{
+    int e = dt_pread(s->fd, buf, (size_t)n * 2, (off_t)(RT_TOK_HEADER + 2 * tok));
+    if (e)
+        rt_fatal(ctx, 1, "data file %s: cannot read tokens %lld..%lld: %s", s->path,
+                 (long long)tok, (long long)(tok + n), strerror(e));
+}
+
+/* Widen n little-endian uint16 tokens to int32. */
+static void dt_widen(const uint16_t *src, int32_t *dst, int64_t n)
+{
+    const unsigned char *b = (const unsigned char *)src;
+    for (int64_t k = 0; k < n; k++)
+        dst[k] = (int32_t)(b[2 * k] | b[2 * k + 1] << 8);
+}
+
+void rt_data_stream(rt_ctx *ctx, const rt_input *in, int64_t step, const int64_t *lo,
+                    const int64_t *hi, int32_t *dst, int ref)
+{
+    rt_data *d = ctx->data;
+    RT_ASSERT(d && in->dist == RT_DIST_STREAM);
+    const dt_set *set = step >= 0 || !d->eval.nsh ? &d->train : &d->eval;
+    int64_t batch = step >= 0 ? step : -1 - step;
+    int64_t R = set->rows, T = d->T;
+    /* row of b = lo[0]: (batch B + b) mod R, without overflow */
+    int64_t r0 = (int64_t)(((unsigned __int128)(uint64_t)(batch % R) * (uint64_t)(d->B % R) +
+                            (uint64_t)lo[0]) % (uint64_t)R);
+    int64_t t0 = lo[1], w = hi[1] - lo[1], nb = hi[0] - lo[0];
+    int64_t K = in->stream;
+    if (ref) {   /* the reference: every token on its own, its position spelled out */
+        for (int64_t q = 0; q < nb * w; q++) {
+            int64_t r = (r0 + q / w) % R, t = t0 + q % w;
+            const dt_shard *s = dt_shard_of(set, r);
+            uint16_t tok;
+            dt_read(ctx, s, (r - s->first) * T + K + t, 1, &tok);
+            dt_widen(&tok, dst + q, 1);
+        }
+        return;
+    }
+    for (int64_t b = 0; b < nb;) {
+        int64_t r = (r0 + b) % R;
+        const dt_shard *s = dt_shard_of(set, r);
+        int64_t j = r - s->first;   /* row within the shard */
+        int64_t m = 1;              /* rows read together */
+        if (w == T) {               /* full rows: adjacent rows are adjacent tokens */
+            m = nb - b;
+            if (m > s->rows - j)
+                m = s->rows - j;
+        }
+        dt_read(ctx, s, j * T + K + t0, m * w, d->buf);
+        dt_widen(d->buf, dst + b * w, m * w);
+        b += m;
+    }
+}
