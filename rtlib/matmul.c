@@ -50,7 +50,9 @@ typedef struct mm_isa {
     void (*kernel)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int load_c);
     /* optional: dst[p*width + r] = src[r*ld + p] for r < rows (0 for rows <= r < width) */
     void (*gather)(const float *src, int64_t ld, int64_t rows, int64_t kc, int width, float *dst);
-    /* optional: dst[p*width + j] = src[p*ld + j] for j < cols (0 for cols <= j < width) */
+    /* optional: the slivers of a contiguous panel, row by row: for p < kc and
+     * each sliver s, dst[s*kc*width + p*width + j] = src[p*ld + s*width + j]
+     * for s*width + j < cols, 0 beyond */
     void (*copy)(const float *src, int64_t ld, int64_t cols, int64_t kc, int width, float *dst);
 } mm_isa;
 
@@ -131,8 +133,10 @@ mm_kernel_avx512(int64_t kc, const float *restrict a, const float *restrict b,
     MM_Z(0) MM_Z(1) MM_Z(2) MM_Z(3) MM_Z(4) MM_Z(5) MM_Z(6)
     MM_Z(7) MM_Z(8) MM_Z(9) MM_Z(10) MM_Z(11) MM_Z(12) MM_Z(13)
 #undef MM_Z
-    for (int i = 0; i < 14; i++)
+    for (int i = 0; i < 14; i++) {   /* both lines of each row: stored at the end */
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+    }
     for (int64_t p = 0; p < kc; p++) {
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
         __m512 x;
@@ -186,20 +190,26 @@ mm_gather_avx512(const float *src, int64_t ld, int64_t rows, int64_t kc, int wid
     }
 }
 
-/* Packing of the two contiguous layouts: a sliver row (one k: nr columns of
- * B stored (K, N), or mr rows of A stored (K, M)) is one or two masked
- * loads and stores (no call to memcpy per 56 or 128 bytes). */
+/* Packing of the two contiguous layouts: each source row is read once,
+ * from left to right (a stream the hardware prefetcher follows, which
+ * matters when the operand comes from memory), and scattered to the
+ * slivers with masked loads and stores. */
 __attribute__((target("avx512f"))) static void
 mm_copy_avx512(const float *src, int64_t ld, int64_t cols, int64_t kc, int width, float *dst)
 {
-    __mmask16 l0 = (__mmask16)(cols >= 16 ? 0xffff : (1u << cols) - 1);
-    __mmask16 l1 = (__mmask16)(cols <= 16 ? 0 : cols >= 32 ? 0xffff : (1u << (cols - 16)) - 1);
     __mmask16 st0 = (__mmask16)(width >= 16 ? 0xffff : (1u << width) - 1);
     __mmask16 st1 = (__mmask16)(width <= 16 ? 0 : (1u << (width - 16)) - 1);
-    for (int64_t p = 0; p < kc; p++, src += ld, dst += width) {
-        _mm512_mask_storeu_ps(dst, st0, _mm512_maskz_loadu_ps(l0, src));
-        if (width > 16)
-            _mm512_mask_storeu_ps(dst + 16, st1, _mm512_maskz_loadu_ps(l1, src + 16));
+    int64_t sliver = kc * width;
+    for (int64_t p = 0; p < kc; p++, src += ld) {
+        float *d = dst + p * width;
+        for (int64_t j0 = 0; j0 < cols; j0 += width, d += sliver) {
+            int64_t w = cols - j0;
+            __mmask16 l0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+            __mmask16 l1 = (__mmask16)(w <= 16 ? 0 : w >= 32 ? 0xffff : (1u << (w - 16)) - 1);
+            _mm512_mask_storeu_ps(d, st0, _mm512_maskz_loadu_ps(l0, src + j0));
+            if (width > 16)
+                _mm512_mask_storeu_ps(d + 16, st1, _mm512_maskz_loadu_ps(l1, src + j0 + 16));
+        }
     }
 }
 
@@ -254,12 +264,14 @@ static void mm_pack_b(const mm_isa *k, const float *B, int64_t ldb, int transB, 
                       int64_t kc, int64_t jc, int64_t nc, float *dst)
 {
     int nr = k->nr;
+    if (!transB && k->copy) {
+        k->copy(B + pc * ldb + jc, ldb, nc, kc, nr, dst);
+        return;
+    }
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
         int64_t w = nc - j0 < nr ? nc - j0 : nr;
         if (transB && k->gather && ldb * nr < INT32_MAX) {
             k->gather(B + (jc + j0) * ldb + pc, ldb, w, kc, nr, dst);
-        } else if (!transB && k->copy) {
-            k->copy(B + pc * ldb + jc + j0, ldb, w, kc, nr, dst);
         } else if (!transB) {
             const float *src = B + pc * ldb + jc + j0;
             for (int64_t p = 0; p < kc; p++) {
@@ -287,12 +299,14 @@ static void mm_pack_a(const mm_isa *k, const float *A, int64_t lda, int transA, 
                       int64_t mc, int64_t pc, int64_t kc, float *dst)
 {
     int mr = k->mr;
+    if (transA && k->copy) {
+        k->copy(A + pc * lda + ic, lda, mc, kc, mr, dst);
+        return;
+    }
     for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
         int64_t h = mc - i0 < mr ? mc - i0 : mr;
         if (!transA && k->gather && lda * mr < INT32_MAX) {
             k->gather(A + (ic + i0) * lda + pc, lda, h, kc, mr, dst);
-        } else if (transA && k->copy) {
-            k->copy(A + pc * lda + ic + i0, lda, h, kc, mr, dst);
         } else if (transA) {
             const float *src = A + pc * lda + ic + i0;   /* A stored (K, M) */
             for (int64_t p = 0; p < kc; p++) {
@@ -315,11 +329,56 @@ static void mm_pack_a(const mm_isa *k, const float *A, int64_t lda, int transA, 
 
 /* ---- driver */
 
-/* One packed block: C[ic.., jc..] (+)= Apack Bpack over depth kc. */
+/* Memory that the next packing will read: rows of bytes, prefetched into
+ * L2 a few lines at a time while the current block computes, so that the
+ * packing (which would otherwise wait on DRAM with the FMA units idle)
+ * reads from cache.  A training step streams its weights and activations
+ * from memory: this hides most of that latency. */
+typedef struct mm_pf {
+    const char *base;       /* first row (NULL: nothing to prefetch) */
+    int64_t rows;           /* rows */
+    int64_t stride;         /* bytes from one row to the next */
+    int64_t lines;          /* 64-byte lines per row */
+    int64_t done;           /* lines prefetched so far */
+} mm_pf;
+
+/* The rows of op(X)[r0..r0+nr, c0..c0+nc) of a matrix stored with row
+ * stride ld (floats), transposed or not, as a prefetch job. */
+static mm_pf mm_pf_rows(const float *X, int64_t ld, int trans, int64_t r0, int64_t nr,
+                        int64_t c0, int64_t nc)
+{
+    if (trans) {   /* stored (cols, rows): nc rows of nr floats */
+        int64_t t = r0;
+        r0 = c0;
+        c0 = t;
+        t = nr;
+        nr = nc;
+        nc = t;
+    }
+    const char *first = (const char *)(X + r0 * ld + c0);
+    int64_t lines = ((int64_t)((uintptr_t)first % 64) + nc * 4 + 63) / 64;
+    return (mm_pf){(const char *)((uintptr_t)first / 64 * 64), nr, ld * 4, lines, 0};
+}
+
+/* Prefetch the next n lines of job pf into L2. */
+static void mm_pf_issue(mm_pf *pf, int64_t n)
+{
+    int64_t total = pf->rows * pf->lines;
+    for (; n > 0 && pf->base && pf->done < total; n--, pf->done++) {
+        int64_t r = pf->done / pf->lines, l = pf->done % pf->lines;
+        __builtin_prefetch(pf->base + r * pf->stride + l * 64, 0, 2);
+    }
+}
+
+/* One packed block: C[ic.., jc..] (+)= Apack Bpack over depth kc, spreading
+ * the prefetch jobs pf[0..npf) over its micro-kernel calls. */
 static void mm_block(const mm_isa *k, int64_t mc, int64_t nc, int64_t kc, const float *ap,
-                     const float *bp, float *C, int64_t ldc, int load_c)
+                     const float *bp, float *C, int64_t ldc, int load_c, mm_pf *pf, int npf)
 {
     float tile[MM_MAX_MR * MM_MAX_NR] __attribute__((aligned(64)));
+    int64_t calls = ((mc + k->mr - 1) / k->mr) * ((nc + k->nr - 1) / k->nr), per[2] = {0, 0};
+    for (int q = 0; q < npf; q++)
+        per[q] = (pf[q].rows * pf[q].lines + calls - 1) / calls;
     for (int64_t jr = 0; jr < nc; jr += k->nr) {
         int64_t w = nc - jr < k->nr ? nc - jr : k->nr;
         const float *b = bp + (jr / k->nr) * kc * k->nr;
@@ -327,6 +386,8 @@ static void mm_block(const mm_isa *k, int64_t mc, int64_t nc, int64_t kc, const 
             int64_t h = mc - ir < k->mr ? mc - ir : k->mr;
             const float *a = ap + (ir / k->mr) * kc * k->mr;
             float *c = C + ir * ldc + jr;
+            for (int q = 0; q < npf; q++)
+                mm_pf_issue(&pf[q], per[q]);
             if (h == k->mr && w == k->nr) {
                 k->kernel(kc, a, b, c, ldc, load_c);
                 continue;
@@ -358,11 +419,25 @@ void rt_gemm(int64_t M, int64_t K, int64_t N, const float *A, int64_t lda, int t
         for (int64_t pc = 0; pc < K; pc += k->kc) {
             int64_t kc = K - pc < k->kc ? K - pc : k->kc;
             int load_c = acc || pc > 0;
+            /* the B panel after this one: (pc + kc, jc), else (0, jc + nc) */
+            int64_t npc = pc + kc < K ? pc + kc : 0, njc = pc + kc < K ? jc : jc + nc;
+            int64_t nkc = K - npc < k->kc ? K - npc : k->kc;
+            int64_t nnc = N - njc < k->nc ? N - njc : k->nc;
             mm_pack_b(k, B, ldb, transB, pc, kc, jc, nc, bpack);
             for (int64_t ic = 0; ic < M; ic += k->mc) {
                 int64_t mc = M - ic < k->mc ? M - ic : k->mc;
                 mm_pack_a(k, A, lda, transA, ic, mc, pc, kc, apack);
-                mm_block(k, mc, nc, kc, apack, bpack, C + ic * ldc + jc, ldc, load_c);
+                /* prefetch the next A block; in the last block, also the next B panel */
+                mm_pf pf[2];
+                int npf = 0;
+                int64_t nic = ic + mc < M ? ic + mc : 0;
+                int last = ic + mc >= M;
+                if (!last || njc < N)
+                    pf[npf++] = mm_pf_rows(A, lda, transA, nic, M - nic < k->mc ? M - nic : k->mc,
+                                           last ? npc : pc, last ? nkc : kc);
+                if (last && njc < N)
+                    pf[npf++] = mm_pf_rows(B, ldb, transB, npc, nkc, njc, nnc);
+                mm_block(k, mc, nc, kc, apack, bpack, C + ic * ldc + jc, ldc, load_c, pf, npf);
             }
         }
     }
