@@ -13,6 +13,10 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "rt_internal.h"
 
 /* Run body(args, lo, hi, t) over [0, n) on the pool, elementwise-sized pieces. */
@@ -28,11 +32,34 @@ void rt_k_init_param(rt_ctx *ctx, void *const *b, const int64_t *i, const float 
     rt_init_param_box(ctx, b[0], i[0]);
 }
 
-/* zero on [lo, hi). */
+void rt_zero_words(void *p, int64_t n, int stream)
+{
+    uint32_t *w = p;
+#if defined(__x86_64__)
+    if (stream) {
+        /* non-temporal 16-byte stores (SSE2: every x86-64): no read of the old
+         * lines, no cache pollution; the ends go through memset */
+        int64_t head = (int64_t)((16 - (uintptr_t)w % 16) % 16) / 4;
+        head = head < n ? head : n;
+        memset(w, 0, (size_t)head * 4);
+        int64_t k = head;
+        __m128 z = _mm_setzero_ps();
+        for (; k + 4 <= n; k += 4)
+            _mm_stream_ps((float *)(w + k), z);
+        memset(w + k, 0, (size_t)(n - k) * 4);
+        _mm_sfence();   /* before other threads (or the next kernel) read them */
+        return;
+    }
+#endif
+    (void)stream;
+    memset(w, 0, (size_t)n * 4);
+}
+
+/* zero on [lo, hi); i[0] words in all. */
 static void rt_zero_range(const void *p, int64_t lo, int64_t hi, int t)
 {
     const rt_kargs *a = p;
-    memset((uint32_t *)a->b[0] + lo, 0, (size_t)(hi - lo) * 4);
+    rt_zero_words((uint32_t *)a->b[0] + lo, hi - lo, a->i[0] >= RT_ZERO_STREAM_MIN);
 }
 
 void rt_k_zero(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)

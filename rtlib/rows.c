@@ -368,7 +368,7 @@ static void rw_embedding_zero(const void *p, int64_t lo, int64_t hi, int t)
 {
     const rt_kargs *a = p;
     int64_t C = a->i[3];
-    memset((float *)a->b[2] + lo * C, 0, (size_t)((hi - lo) * C) * 4);
+    rt_zero_words((float *)a->b[2] + lo * C, (hi - lo) * C, a->i[2] * C >= RT_ZERO_STREAM_MIN);
 }
 
 /* embedding_bwd on columns [lo, hi): rows of dY added in order r = 0, 1, ... */

@@ -312,6 +312,15 @@ typedef struct rt_kargs {
 #define RT_EW_GRAIN (1 << 15)
 #define RT_EW_UNIT 16
 
+/* Zeroing of at least this many words (16 MiB: past the caches, where it
+ * would not stay anyway) uses non-temporal stores: twice as fast. */
+#define RT_ZERO_STREAM_MIN ((int64_t)1 << 22)
+
+/* ---- kernels.c */
+
+/* p[0..n) = 0 (4-byte words); stream: non-temporal stores (big ranges). */
+void rt_zero_words(void *p, int64_t n, int stream);
+
 /* ---- matmul.c */
 
 /* The fast matmul behind rt_k_matmul: C[M,N] (+)= op(A) op(B), on the pool. */

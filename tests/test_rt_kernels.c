@@ -437,6 +437,22 @@ static void test_rows(void)
     }
 }
 
+/* zero past RT_ZERO_STREAM_MIN (non-temporal stores) from an address that is
+ * not 16-byte aligned: every word 0, the words around it untouched. */
+static void test_zero_stream(void)
+{
+    const int64_t n = RT_ZERO_STREAM_MIN + 7;
+    float *x = fbuf(n + 2, 1, 2);
+    int64_t ints[1] = {n};
+    void *b[1] = {x + 1};
+    rt_k_zero(NULL, b, ints, NULL);
+    int ok = x[0] >= 1 && x[n + 1] >= 1 && guard_ok(x, n + 2);
+    for (int64_t k = 1; k <= n; k++)
+        ok &= x[k] == 0.0f;
+    check(ok, "zero of %lld words at an odd address (streaming stores)", (long long)n);
+    free(x);
+}
+
 /* place vs reference, and place(slice(x)) puts the box back. */
 static void test_place(void)
 {
@@ -1105,6 +1121,7 @@ int main(int argc, char **argv)
     }
     rt_isa_force(NULL);
     test_xent_errors();
+    test_zero_stream();
     test_slice();
     test_place();
     test_matmul();
