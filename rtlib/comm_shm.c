@@ -66,8 +66,9 @@ typedef struct shm_hdr {
     uint64_t total;                /* segment bytes */
     int64_t half;                  /* bytes per staging half */
     _Atomic uint64_t abort;        /* 0, or the first rank that gave up (low 32 bits,
-                                      plus 1) and the peer it blamed (high 32 bits,
-                                      plus 1; 0 if it failed by itself) */
+                                      plus 1) and the peer it blamed (bits 32..62,
+                                      plus 1; 0 if it failed by itself); bit 63: the
+                                      peer timed out (else it died) */
 } shm_hdr;
 
 /* Per-rank record, one cache line. */
@@ -165,11 +166,15 @@ static inline char *shm_stage(const rt_comm *c, int r, int h)
 
 /* ---- failure */
 
-/* Record that this rank gives up (blaming culprit, or -1), if nobody did yet. */
-static void shm_set_abort(rt_comm *c, int me, int culprit)
+#define SHM_ABORT_TIMEOUT (UINT64_C(1) << 63)   /* abort word: the culprit timed out */
+
+/* Record that this rank gives up (blaming culprit, or -1, which timed out
+ * or died), if nobody did yet. */
+static void shm_set_abort(rt_comm *c, int me, int culprit, int timed_out)
 {
     uint64_t expect = 0;
-    uint64_t word = (uint64_t)(uint32_t)(me + 1) | (uint64_t)(uint32_t)(culprit + 1) << 32;
+    uint64_t word = (uint64_t)(uint32_t)(me + 1) | (uint64_t)(uint32_t)(culprit + 1) << 32 |
+                    (timed_out ? SHM_ABORT_TIMEOUT : 0);
     atomic_compare_exchange_strong(&c->hdr->abort, &expect, word);
 }
 
@@ -179,7 +184,7 @@ static void shm_fail(rt_ctx *ctx, int culprit, const char *how, int what, int g)
 static void shm_fail(rt_ctx *ctx, int culprit, const char *how, int what, int g)
 {
     char gb[32];
-    shm_set_abort(ctx->comm, ctx->rank, culprit);
+    shm_set_abort(ctx->comm, ctx->rank, culprit, how[0] == 't');
     rt_fatal(ctx, 1, "peer rank %d %s in %s on %s", culprit, how, shm_coll_name(what),
              shm_group_name(g, gb, sizeof gb));
 }
@@ -190,12 +195,13 @@ static void shm_follow_abort(rt_ctx *ctx, uint64_t ab, int what, int g)
 {
     char gb[32];
     int who = (int)(uint32_t)ab - 1;
-    int culprit = (int)(uint32_t)(ab >> 32) - 1;
+    int culprit = (int)((uint32_t)(ab >> 32) & 0x7fffffff) - 1;
     if (culprit < 0 || culprit == ctx->rank || culprit == who)   /* it failed by itself */
         rt_fatal(ctx, 1, "peer rank %d died in %s on %s (it exited or failed)", who,
                  shm_coll_name(what), shm_group_name(g, gb, sizeof gb));
-    rt_fatal(ctx, 1, "peer rank %d died in %s on %s (reported by rank %d)", culprit,
-             shm_coll_name(what), shm_group_name(g, gb, sizeof gb), who);
+    rt_fatal(ctx, 1, "peer rank %d %s in %s on %s (reported by rank %d)", culprit,
+             ab & SHM_ABORT_TIMEOUT ? "timed out" : "died", shm_coll_name(what),
+             shm_group_name(g, gb, sizeof gb), who);
 }
 
 /* 1 if rank r has exited (or is a zombie, or marked itself gone). */
@@ -443,7 +449,7 @@ static void shm_atexit(void)
         return;   /* none, or a forked child that never attached */
     if (atomic_load(&c->ranks[c->rank].state) == SHM_RUNNING) {
         atomic_store(&c->ranks[c->rank].state, SHM_GONE);
-        shm_set_abort(c, c->rank, -1);
+        shm_set_abort(c, c->rank, -1, 0);
     }
     if (c->linked)
         shm_unlink(c->name);
@@ -638,7 +644,7 @@ void rt_comm_free(rt_ctx *ctx, int failed)
     ctx->comm = NULL;
     if (c->hdr) {
         if (failed)
-            shm_set_abort(c, ctx->rank, -1);
+            shm_set_abort(c, ctx->rank, -1, 0);
         atomic_store(&c->ranks[ctx->rank].state, failed ? SHM_GONE : SHM_FINISHED);
     }
     if (c->linked)

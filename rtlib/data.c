@@ -76,35 +76,36 @@ static int dt_pread(int fd, void *buf, size_t len, off_t off)
     return 0;
 }
 
-/* Open and check one shard; exits 2 naming it when it is bad. */
-static void dt_open_shard(rt_ctx *ctx, dt_shard *s, int64_t T)
+/* Open and check one shard of a `what` set; exits 2 naming it when it is bad. */
+static void dt_open_shard(rt_ctx *ctx, const char *what, dt_shard *s, int64_t T)
 {
     unsigned char hdr[RT_TOK_HEADER];
     struct stat st;
     s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
     if (s->fd < 0)
-        rt_fatal(ctx, 2, "data file %s: cannot open: %s", s->path, strerror(errno));
+        rt_fatal(ctx, 2, "%s file %s: cannot open: %s", what, s->path, strerror(errno));
     if (fstat(s->fd, &st) != 0 || !S_ISREG(st.st_mode))
-        rt_fatal(ctx, 2, "data file %s: not a regular file", s->path);
+        rt_fatal(ctx, 2, "%s file %s: not a regular file", what, s->path);
     if (st.st_size < RT_TOK_HEADER)
-        rt_fatal(ctx, 2, "data file %s: %lld bytes, too short for the %d-byte header (not a "
-                         "token file, or truncated)", s->path, (long long)st.st_size,
+        rt_fatal(ctx, 2, "%s file %s: %lld bytes, too short for the %d-byte header (not a "
+                         "token file, or truncated)", what, s->path, (long long)st.st_size,
                  RT_TOK_HEADER);
     int e = dt_pread(s->fd, hdr, sizeof hdr, 0);
     if (e)
-        rt_fatal(ctx, 2, "data file %s: cannot read the header: %s", s->path, strerror(e));
+        rt_fatal(ctx, 2, "%s file %s: cannot read the header: %s", what, s->path, strerror(e));
     int32_t magic = dt_le32(hdr), version = dt_le32(hdr + 4), ntok = dt_le32(hdr + 8);
     if (magic != RT_TOK_MAGIC)
-        rt_fatal(ctx, 2, "data file %s: bad magic %d (expected %d: a token file in the llm.c "
-                         "layout, e.g. from tools/mkdata.py)", s->path, magic, RT_TOK_MAGIC);
+        rt_fatal(ctx, 2, "%s file %s: bad magic %d (expected %d: a token file in the llm.c "
+                         "layout, e.g. from tools/mkdata.py)", what, s->path, magic,
+                 RT_TOK_MAGIC);
     if (version != RT_TOK_VERSION)
-        rt_fatal(ctx, 2, "data file %s: version %d (this reader knows version %d: uint16 tokens)",
-                 s->path, version, RT_TOK_VERSION);
+        rt_fatal(ctx, 2, "%s file %s: version %d (this reader knows version %d: uint16 tokens)",
+                 what, s->path, version, RT_TOK_VERSION);
     if (ntok < 0)
-        rt_fatal(ctx, 2, "data file %s: negative token count %d", s->path, ntok);
+        rt_fatal(ctx, 2, "%s file %s: negative token count %d", what, s->path, ntok);
     if (RT_TOK_HEADER + 2 * (int64_t)ntok > (int64_t)st.st_size)
-        rt_fatal(ctx, 2, "data file %s: the header says %d tokens but the file holds %lld "
-                         "(truncated?)", s->path, ntok,
+        rt_fatal(ctx, 2, "%s file %s: the header says %d tokens but the file holds %lld "
+                         "(truncated?)", what, s->path, ntok,
                  (long long)((st.st_size - RT_TOK_HEADER) / 2));
     s->ntok = ntok;
     s->rows = ntok >= 1 ? (ntok - 1) / T : 0;
@@ -134,7 +135,7 @@ static void dt_open_set(rt_ctx *ctx, dt_set *set, const char *what, const char *
         s->path = strdup(g.gl_pathv[k]);
         if (!s->path)
             rt_fatal(ctx, 1, "out of memory");
-        dt_open_shard(ctx, s, T);
+        dt_open_shard(ctx, what, s, T);
         s->first = set->rows;
         set->rows += s->rows;
     }
