@@ -4,7 +4,8 @@
 #   unit      every BUILD_DIR/tests/test_* program (C unit tests per layer)
 #   golden    golden/*.ini: IR dumps diffed against golden/*.out (tests/golden.sh)
 #   cli       the command line, determinism, launch failure handling (tests/cli.sh),
-#             Megatron's communication volume under the tp policy (tests/megatron.sh)
+#             Megatron's communication volume under the tp policy (tests/megatron.sh),
+#             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh)
 #   equiv     nnsc-aot verify: N-device plans train like 1 device (tests/equiv.sh)
 #
 # Prints one line per test and closes with "N passed, M failed"; exits 1 if
@@ -50,6 +51,7 @@ if want golden; then
 fi
 want cli && run "cli" "$top/tests/cli.sh"
 want cli && run "megatron" "$top/tests/megatron.sh"
+want cli && run "resume" "$top/tests/resume.sh"
 if want equiv; then
   while read -r spec devs extra; do
     [[ -z $spec || $spec == \#* ]] && continue
