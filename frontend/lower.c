@@ -1103,6 +1103,9 @@ static int lower_train(fe_lw *L)
         if (f == 0) tr->data = ir_str(L->g, dk->val);
         else tr->eval_data = ir_str(L->g, dk->val);
     }
+    if (tr->eval_data && !tr->data)
+        return fe_kv_error(L->s, sec, fe_get(sec, "eval_data"), "add data = PATH (the training token file)",
+                           "eval_data needs data: the stream inputs read tokens in training too");
     if (tr->eval_every && !tr->eval_data && !tr->data)
         return fe_kv_error(L->s, sec, fe_get(sec, "eval_every"), "add eval_data = PATH (a held-out token file)",
                            "eval_every needs eval_data");

@@ -59,7 +59,8 @@
  *     eval_steps E                 evaluation batches per evaluation
  *     schedule constant|cosine warmup W min_lr_frac F
  *                                  lr scale of step s (0-based): (s+1)/W during warmup, then
- *                                  constant 1, or cosine from 1 down to F at the last step
+ *                                  constant 1, or cosine from 1 towards F, reaching F at
+ *                                  s = steps (one past the last step; docs/runtime.md)
  *     clip MAX                     gradient-norm clipping threshold (0: none)
  *     tokens_per_step N            for the tokens/s in the log
  *     end
