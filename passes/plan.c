@@ -380,7 +380,10 @@ int pass_plan(ir_dist *d)
     if ((rc = check_batch(d, dp))) return rc;
     ucons *cons = NULL;
     int ncons = d->ndev > 1 ? parse_cons(g, &cons) : 0;
-    if (ncons < 0) return 2;
+    if (ncons < 0) {
+        free(cons);
+        return 2;
+    }
     planctx c = {d, dp, tp, ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1)),
                  ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), ir_xcalloc((size_t)g->nop + 1, 1)};
     for (int i = 0; i < g->nt; i++) c.lay[i] = LAY_REP;
