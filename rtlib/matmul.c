@@ -13,7 +13,7 @@
  * in and writes the one layout the micro-kernel wants, zero-padding partial
  * slivers, so the kernel never sees a transpose or an edge.  Edge tiles of C
  * (fewer than MR rows or NR columns) go through a small buffer.  With
- * AVX-512, the strided layouts are packed with masked gathers and the
+ * AVX-512, the strided layouts are packed by 16 x 16 transposes and the
  * contiguous ones with masked loads and stores, a sliver row at a time.
  *
  * Micro-kernels: AVX-512F 14x32 (28 zmm accumulators), AVX2+FMA 6x16 (12 ymm
@@ -49,7 +49,8 @@ typedef struct mm_isa {
     /* c[0..mr, 0..nr) (+)= a-sliver (kc x mr) times b-sliver (kc x nr); ldc: row stride */
     void (*kernel)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int load_c);
     /* optional: dst[p*width + r] = src[r*ld + p] for r < rows (0 for rows <= r < width) */
-    void (*gather)(const float *src, int64_t ld, int64_t rows, int64_t kc, int width, float *dst);
+    void (*strided)(const float *src, int64_t ld, int64_t rows, int64_t kc, int width,
+                    float *dst);
     /* optional: the slivers of a contiguous panel, row by row: for p < kc and
      * each sliver s, dst[s*kc*width + p*width + j] = src[p*ld + s*width + j]
      * for s*width + j < cols, 0 beyond */
@@ -165,27 +166,56 @@ mm_kernel_avx512(int64_t kc, const float *restrict a, const float *restrict b,
 #undef MM_ST
 }
 
-/* Packing of the two strided layouts with AVX-512 gathers: a sliver column
- * (one k, mr rows of A stored (M, K); or nr columns of B stored (N, K)) is
- * one masked gather; masked-off lanes read nothing and become 0. */
-__attribute__((target("avx512f"))) static void
-mm_gather_avx512(const float *src, int64_t ld, int64_t rows, int64_t kc, int width,
-                 float *dst)
+/* 16 x 16 transpose in registers: r[i] holds row i; afterwards r[j] holds
+ * column j (32-bit, 64-bit and two 128-bit rounds of two-source shuffles). */
+__attribute__((target("avx512f"))) static inline void mm_transpose16(__m512 r[16])
 {
-    __m512i lo = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4,
-                                                     3, 2, 1, 0), _mm512_set1_epi32((int)ld));
-    __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32((int)(16 * ld)));
-    __mmask16 m0 = (__mmask16)(rows >= 16 ? 0xffff : (1u << rows) - 1);
-    __mmask16 m1 = (__mmask16)(rows <= 16 ? 0 : rows >= 32 ? 0xffff : (1u << (rows - 16)) - 1);
-    __mmask16 st0 = (__mmask16)(width >= 16 ? 0xffff : (1u << width) - 1);
-    __mmask16 st1 = (__mmask16)(width <= 16 ? 0 : (1u << (width - 16)) - 1);
-    __m512 z = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kc; p++, dst += width) {
-        __m512 v0 = _mm512_mask_i32gather_ps(z, m0, lo, src + p, 4);
-        _mm512_mask_storeu_ps(dst, st0, v0);
-        if (width > 16) {
-            __m512 v1 = _mm512_mask_i32gather_ps(z, m1, hi, src + p, 4);
-            _mm512_mask_storeu_ps(dst + 16, st1, v1);
+    __m512 t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+        __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int j = 0; j < 4; j++) {
+            t[h + j] = _mm512_shuffle_f32x4(r[h + j], r[h + j + 4], 0x88);
+            t[h + j + 4] = _mm512_shuffle_f32x4(r[h + j], r[h + j + 4], 0xdd);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+    }
+}
+
+/* Packing of the two strided layouts (a sliver column is one k of mr rows
+ * of A stored (M, K), or of nr columns of B stored (N, K)): 16 source rows,
+ * 16 consecutive k at a time, are read as whole vectors (row streams for the
+ * prefetcher; masked at the ends, missing rows are 0) and transposed in
+ * registers.  Faster than a masked gather per sliver column. */
+__attribute__((target("avx512f"))) static void
+mm_trans_avx512(const float *src, int64_t ld, int64_t rows, int64_t kc, int width, float *dst)
+{
+    for (int r0 = 0; r0 < width; r0 += 16) {
+        int nrow = rows - r0 < 16 ? (int)(rows - r0 > 0 ? rows - r0 : 0) : 16;
+        int wid = width - r0 < 16 ? width - r0 : 16;   /* lanes stored */
+        __mmask16 st = (__mmask16)(wid >= 16 ? 0xffff : (1u << wid) - 1);
+        for (int64_t p0 = 0; p0 < kc; p0 += 16) {
+            int64_t np = kc - p0 < 16 ? kc - p0 : 16;
+            __mmask16 ld_m = (__mmask16)(np >= 16 ? 0xffff : (1u << np) - 1);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < nrow ? _mm512_maskz_loadu_ps(ld_m, src + (r0 + i) * ld + p0)
+                                : _mm512_setzero_ps();
+            mm_transpose16(r);
+            for (int64_t j = 0; j < np; j++)
+                _mm512_mask_storeu_ps(dst + (p0 + j) * width + r0, st, r[j]);
         }
     }
 }
@@ -218,7 +248,7 @@ mm_copy_avx512(const float *src, int64_t ld, int64_t cols, int64_t kc, int width
 /* The kernels this build knows, best first. */
 static const mm_isa mm_isas[] = {
 #ifdef RT_HAVE_X86
-    {"avx512", 14, 32, 14 * 12, 384, 3072, mm_kernel_avx512, mm_gather_avx512, mm_copy_avx512},
+    {"avx512", 14, 32, 14 * 12, 384, 3072, mm_kernel_avx512, mm_trans_avx512, mm_copy_avx512},
     {"avx2", 6, 16, 6 * 24, 256, 3072, mm_kernel_avx2, NULL, NULL},
 #endif
     {"scalar", 4, 8, 4 * 32, 256, 1024, mm_kernel_scalar, NULL, NULL},
@@ -227,6 +257,7 @@ static const mm_isa mm_isas[] = {
 
 /* The kernel in use (chosen on first call). */
 static const mm_isa *mm_cur;
+
 
 
 /* The kernel of the ISA rt_isa_name picks (the portable one if this build lacks it). */
@@ -270,8 +301,8 @@ static void mm_pack_b(const mm_isa *k, const float *B, int64_t ldb, int transB, 
     }
     for (int64_t j0 = 0; j0 < nc; j0 += nr, dst += kc * nr) {
         int64_t w = nc - j0 < nr ? nc - j0 : nr;
-        if (transB && k->gather && ldb * nr < INT32_MAX) {
-            k->gather(B + (jc + j0) * ldb + pc, ldb, w, kc, nr, dst);
+        if (transB && k->strided) {
+            k->strided(B + (jc + j0) * ldb + pc, ldb, w, kc, nr, dst);
         } else if (!transB) {
             const float *src = B + pc * ldb + jc + j0;
             for (int64_t p = 0; p < kc; p++) {
@@ -305,8 +336,8 @@ static void mm_pack_a(const mm_isa *k, const float *A, int64_t lda, int transA, 
     }
     for (int64_t i0 = 0; i0 < mc; i0 += mr, dst += kc * mr) {
         int64_t h = mc - i0 < mr ? mc - i0 : mr;
-        if (!transA && k->gather && lda * mr < INT32_MAX) {
-            k->gather(A + (ic + i0) * lda + pc, lda, h, kc, mr, dst);
+        if (!transA && k->strided) {
+            k->strided(A + (ic + i0) * lda + pc, lda, h, kc, mr, dst);
         } else if (transA) {
             const float *src = A + pc * lda + ic + i0;   /* A stored (K, M) */
             for (int64_t p = 0; p < kc; p++) {
@@ -334,6 +365,8 @@ static void mm_pack_a(const mm_isa *k, const float *A, int64_t lda, int transA, 
  * packing (which would otherwise wait on DRAM with the FMA units idle)
  * reads from cache.  A training step streams its weights and activations
  * from memory: this hides most of that latency. */
+#define MM_PF_MAX_LINES 2048   /* 128 KiB: what L2 holds beside the block being computed */
+
 typedef struct mm_pf {
     const char *base;       /* first row (NULL: nothing to prefetch) */
     int64_t rows;           /* rows */
@@ -357,6 +390,8 @@ static mm_pf mm_pf_rows(const float *X, int64_t ld, int trans, int64_t r0, int64
     }
     const char *first = (const char *)(X + r0 * ld + c0);
     int64_t lines = ((int64_t)((uintptr_t)first % 64) + nc * 4 + 63) / 64;
+    if (nr * lines > MM_PF_MAX_LINES)   /* only the start: more would evict the block */
+        nr = MM_PF_MAX_LINES / lines > 0 ? MM_PF_MAX_LINES / lines : 1;
     return (mm_pf){(const char *)((uintptr_t)first / 64 * 64), nr, ld * 4, lines, 0};
 }
 

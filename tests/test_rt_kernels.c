@@ -709,6 +709,56 @@ static void test_matmul(void)
     check(ok && C[0] == 0 && C[3] == 0, "matmul with K = 0 (acc keeps C, no acc zeroes it)");
 }
 
+/* rt_gemm with row strides (as attention calls it): operands inside wider
+ * rows, C inside a wider matrix that must keep its other columns; every
+ * transpose, sizes across the 16-wide packing steps. */
+static void test_gemm_strided(void)
+{
+    static const int64_t shapes[][3] = {{28, 16, 28}, {37, 29, 45}, {14, 64, 64}, {8, 100, 33},
+                                        {1, 17, 70}, {50, 1, 3}};
+    static const char *const isas[] = {"avx512", "avx2", "scalar"};
+    for (int s = 0; s < 3; s++) {
+        if (rt_isa_force(isas[s]) != 0)
+            continue;
+        int bad = 0;
+        double worst = 0;
+        for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++)
+            for (int combo = 0; combo < 8; combo++) {
+                int64_t M = shapes[q][0], K = shapes[q][1], N = shapes[q][2];
+                int ta = combo & 1, tb = (combo >> 1) & 1, acc = combo >> 2;
+                int64_t lda = (ta ? M : K) + 5, ldb = (tb ? K : N) + 3, ldc = N + 7;
+                int64_t na = (ta ? K : M) * lda, nb = (tb ? N : K) * ldb, nc = M * ldc;
+                float *A = fbuf(na, -1, 1), *B = fbuf(nb, -1, 1), *C = fbuf(nc, -1, 1);
+                float *C0 = fdup(C, nc);
+                rt_gemm(M, K, N, A, lda, ta, B, ldb, tb, C, ldc, acc, rt_scratch(0));
+                double e = 0;
+                int kept = 1;
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t n = 0; n < ldc; n++) {
+                        if (n >= N) {
+                            kept &= C[m * ldc + n] == C0[m * ldc + n];
+                            continue;
+                        }
+                        double r = acc ? C0[m * ldc + n] : 0.0;
+                        for (int64_t k = 0; k < K; k++)
+                            r += (double)(ta ? A[k * lda + m] : A[m * lda + k]) *
+                                 (tb ? B[n * ldb + k] : B[k * ldb + n]);
+                        e = fmax(e, fabs(r - C[m * ldc + n]));
+                    }
+                worst = fmax(worst, e);
+                if (!(e <= 2e-6 * sqrt((double)K) + 1e-6) || !kept || !guard_ok(C, nc))
+                    bad++;
+                free(A);
+                free(B);
+                free(C);
+                free(C0);
+            }
+        check(!bad, "rt_gemm %-6s with row strides: 6 shapes x 4 transposes x acc, %d bad, "
+              "worst err %.2e", isas[s], bad, worst);
+    }
+    rt_isa_force(NULL);
+}
+
 /* ---- backward kernels vs finite differences */
 
 /* sum_k w[k] y[k] in double. */
@@ -1125,6 +1175,7 @@ int main(int argc, char **argv)
     test_slice();
     test_place();
     test_matmul();
+    test_gemm_strided();
     fd_activation("relu_bwd", rt_k_relu, rt_k_relu_bwd, 1);
     fd_activation("gelu_bwd", rt_k_gelu, rt_k_gelu_bwd, 0);
     fd_losses();
