@@ -351,6 +351,8 @@ static int bn_others(bn_other *o)
                         {rt_k_embedding_bwd, {tg, dln, dwte}, {R, 0, BN_V, C, 0}, {0}}, 0};
     float *p = bn_buf(BN_NPARAM, -0.1f, 0.1f), *gp = bn_buf(BN_NPARAM, -0.01f, 0.01f);
     float *m1 = bn_buf(BN_NPARAM, 0, 0), *m2 = bn_buf(BN_NPARAM, 0, 0);
+    o[k++] = (bn_other){"zero (all 124.5M gradients, as a step starts)", 1,
+                        {rt_k_zero, {gp}, {BN_NPARAM}, {0}}, 0};
     o[k++] = (bn_other){"adamw (all 124.5M parameters)", 1,
                         {rt_k_adamw, {p, gp, m1, m2}, {BN_NPARAM, 1},
                          {6e-4f, 0.0f, 0.9f, 0.95f, 1e-8f}}, 0};

@@ -312,9 +312,10 @@ typedef struct rt_kargs {
 #define RT_EW_GRAIN (1 << 15)
 #define RT_EW_UNIT 16
 
-/* Zeroing of at least this many words (16 MiB: past the caches, where it
- * would not stay anyway) uses non-temporal stores: twice as fast. */
-#define RT_ZERO_STREAM_MIN ((int64_t)1 << 22)
+/* Zeroing of at least this many words (2 MiB, a core's L2: what is zeroed
+ * stays in cache no longer, e.g. the gradients zeroed at the start of a step
+ * and accumulated at its end) uses non-temporal stores: twice as fast. */
+#define RT_ZERO_STREAM_MIN ((int64_t)1 << 19)
 
 /* ---- kernels.c */
 
