@@ -76,6 +76,17 @@ static void load_input(lctx *c, int pt)
     }
 }
 
+/* The acc argument of a sub-op writing an accumulated tensor (summed over
+ * the micro-batches of a step): the micro-batch index, so the first
+ * micro-batch overwrites and the others add -- no zeroing pass over the
+ * gradients each step.  Evaluation accumulates over its batches from a
+ * zeroed loss, so it always adds. */
+static void put_acc(lctx *c, pg_instr *in, int acc, int sec)
+{
+    if (acc && !c->eval && sec == IR_SEC_MB) pg_iv(in, 0, 0, 1);
+    else pg_i(in, acc);
+}
+
 static void lower_subop(lctx *c, int si, int sec)
 {
     const ir_graph *g = c->d->g;
@@ -156,15 +167,15 @@ static void lower_subop(lctx *c, int si, int sec)
     switch (o->kind) {
     case IR_OP_MATMUL: /* x[*,k] w[k,n] */
         pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 1, 2));
-        pg_i(in, 0); pg_i(in, 0); pg_i(in, acc);
+        pg_i(in, 0); pg_i(in, 0); put_acc(c, in, acc, sec);
         break;
     case IR_OP_MATMUL_NT: /* dy[*,n] w[k,n] -> dx[*,k] */
         pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 0, 1));
-        pg_i(in, 0); pg_i(in, 1); pg_i(in, acc);
+        pg_i(in, 0); pg_i(in, 1); put_acc(c, in, acc, sec);
         break;
     case IR_OP_MATMUL_TN: /* x[*,k] dy[*,n] -> dw[k,n] */
         pg_i(in, last); pg_i(in, rows); pg_i(in, ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
-        pg_i(in, 1); pg_i(in, 0); pg_i(in, acc);
+        pg_i(in, 1); pg_i(in, 0); put_acc(c, in, acc, sec);
         break;
     case IR_OP_BIAS_ADD:
     case IR_OP_LAYERNORM:
@@ -175,32 +186,32 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_LAYERNORM_BWD:
     case IR_OP_LAYERNORM_WGRAD:
     case IR_OP_SOFTMAX_BWD:
-        pg_i(in, rows); pg_i(in, last); pg_i(in, acc);
+        pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec);
         break;
     case IR_OP_CROSS_ENTROPY:
     case IR_OP_XENT_BWD:
-        pg_i(in, rows); pg_i(in, last); pg_i(in, acc); pg_i(in, o->iattr[IR_IA_VOCAB]);
+        pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec); pg_i(in, o->iattr[IR_IA_VOCAB]);
         break;
     case IR_OP_ADD_BCAST: /* x[*,t,c] + p[t,c]: rows of t*c */
         pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0));
         break;
     case IR_OP_SUM_LEAD:
-        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0)); pg_i(in, acc);
+        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0)); put_acc(c, in, acc, sec);
         break;
     case IR_OP_EMBEDDING: /* tokens[*], table[v, c]: the table shard starts at row Vlo */
         pg_i(in, n0); pg_i(in, c->d->pt[s->in[1]].box.lo[0]); pg_i(in, ext_prod(o, ext, 1, 0, 1));
-        pg_i(in, ext_prod(o, ext, 1, 1, 2)); pg_i(in, acc);
+        pg_i(in, ext_prod(o, ext, 1, 1, 2)); put_acc(c, in, acc, sec);
         break;
     case IR_OP_EMBEDDING_BWD: /* tokens[*], dy[*, c], table[v, c] -> dtable[v, c] */
         pg_i(in, n0); pg_i(in, c->d->pt[s->out[0]].box.lo[0]); pg_i(in, ext_prod(o, ext, 2, 0, 1));
-        pg_i(in, ext_prod(o, ext, 2, 1, 2)); pg_i(in, acc);
+        pg_i(in, ext_prod(o, ext, 2, 1, 2)); put_acc(c, in, acc, sec);
         break;
     case IR_OP_ATTENTION:
     case IR_OP_ATTENTION_BWD: { /* q[*, t, (h d)] */
         const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
         pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0 - 1));
         pg_i(in, ext[hd->id]); pg_i(in, ext[hd->sub[0]]); pg_i(in, o->iattr[IR_IA_CAUSAL]);
-        if (o->kind == IR_OP_ATTENTION_BWD) pg_i(in, acc);
+        if (o->kind == IR_OP_ATTENTION_BWD) put_acc(c, in, acc, sec);
         break;
     }
     case IR_OP_RELU: case IR_OP_GELU:
@@ -213,7 +224,7 @@ static void lower_subop(lctx *c, int si, int sec)
         pg_i(in, n0); pg_iv(in, 1, 1, 0);
         break;
     default: /* elementwise with acc, losses */
-        pg_i(in, n0); pg_i(in, acc);
+        pg_i(in, n0); put_acc(c, in, acc, sec);
         break;
     }
     switch (o->kind) {
@@ -624,10 +635,11 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
             pg_i(in, m->bytes[i] / pass_elsize(t));
         }
     }
-    /* pre: accumulators (what sub-ops produce of accumulated tensors) */
+    /* pre: accumulators written outside the micro-batch loop (the ones inside
+       overwrite on micro-batch 0, see put_acc) */
     for (int i = 0; i < d->nsop; i++) {
         const ir_subop *s = &d->sop[i];
-        if (s->dev != p->rank) continue;
+        if (s->dev != p->rank || s->sec == IR_SEC_MB) continue;
         const ir_op *o = &g->op[s->op];
         for (int k = 0; k < o->nout; k++) {
             if (!d->accum[o->out[k]]) continue;
