@@ -311,52 +311,50 @@ void rt_ref_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float 
     rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 0);
 }
 
-/* dst (+)= src[lo:hi, ...]: element by element, the index arithmetic spelled out. */
-void rt_ref_slice(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* Offset, in the full buffer of a box copy's index arithmetic, of element q
+ * of the box (row-major); dim holds per dim: full extent, lo, hi. */
+static int64_t ref_box_offset(const int64_t *dim, int nd, int64_t q)
+{
+    int64_t off = 0, stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t ext = dim[3 * d + 2] - dim[3 * d + 1];
+        off += (dim[3 * d + 1] + q % ext) * stride;
+        q /= ext;
+        stride *= dim[3 * d];
+    }
+    return off;
+}
+
+/* Copy the box (i: ndim, acc, per dim extent lo hi) between a full buffer
+ * and a contiguous one: place = 0: dst (+)= src[box]; place = 1: dst[box] (+)= src. */
+static void ref_box_copy(void *const *b, const int64_t *i, int place)
 {
     int nd = (int)i[0];
     int acc = (int)i[1];
-    const int64_t *dim = i + 2;   /* per dim: extent, lo, hi */
+    const int64_t *dim = i + 2;
     int64_t n = 1;
     for (int d = 0; d < nd; d++)
         n *= dim[3 * d + 2] - dim[3 * d + 1];
     for (int64_t q = 0; q < n; q++) {
-        int64_t rest = q, src = 0, stride = 1;
-        for (int d = nd - 1; d >= 0; d--) {
-            int64_t ext = dim[3 * d + 2] - dim[3 * d + 1];
-            src += (dim[3 * d + 1] + rest % ext) * stride;
-            rest /= ext;
-            stride *= dim[3 * d];
-        }
+        int64_t full = ref_box_offset(dim, nd, q);
+        int64_t src = place ? q : full, dst = place ? full : q;
         if (acc)
-            ((float *)b[1])[q] += ((const float *)b[0])[src];
+            ((float *)b[1])[dst] += ((const float *)b[0])[src];
         else
-            ((uint32_t *)b[1])[q] = ((const uint32_t *)b[0])[src];
+            ((uint32_t *)b[1])[dst] = ((const uint32_t *)b[0])[src];
     }
 }
 
-/* dst[lo:hi, ...] (+)= src (src contiguous): slice's index arithmetic, the other way. */
+/* dst (+)= src[lo:hi, ...] (dst contiguous). */
+void rt_ref_slice(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    ref_box_copy(b, i, 0);
+}
+
+/* dst[lo:hi, ...] (+)= src (src contiguous). */
 void rt_ref_place(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    int nd = (int)i[0];
-    int acc = (int)i[1];
-    const int64_t *dim = i + 2;   /* per dim: dst extent, lo, hi */
-    int64_t n = 1;
-    for (int d = 0; d < nd; d++)
-        n *= dim[3 * d + 2] - dim[3 * d + 1];
-    for (int64_t q = 0; q < n; q++) {
-        int64_t rest = q, dst = 0, stride = 1;
-        for (int d = nd - 1; d >= 0; d--) {
-            int64_t ext = dim[3 * d + 2] - dim[3 * d + 1];
-            dst += (dim[3 * d + 1] + rest % ext) * stride;
-            rest /= ext;
-            stride *= dim[3 * d];
-        }
-        if (acc)
-            ((float *)b[1])[dst] += ((const float *)b[0])[q];
-        else
-            ((uint32_t *)b[1])[dst] = ((const uint32_t *)b[0])[q];
-    }
+    ref_box_copy(b, i, 1);
 }
 
 /* Y[r] (+)= table[tok_r - Vlo] when Vlo <= tok_r < Vlo + Vext, else (+)= 0. */
