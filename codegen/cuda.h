@@ -14,56 +14,21 @@
 #include <stdint.h>
 
 #include "ir.h"
+#include "rt_cuda_abi.h"
 
 /* ---------------------------------------------------------------- cuda.c */
 
 /* Name of the generated source: NVRTC's messages say "nnsc_kernels.cu(LINE)". */
 #define CG_CUDA_SRC_NAME "nnsc_kernels.cu"
 
-#define CG_CUDA_MAXBUF 9    /* most buffer arguments of a kernel (attention_bwd) */
-#define CG_CUDA_MAXINT 26   /* most int arguments (slice/place, 8 dims: 2 + 3 * 8) */
-#define CG_CUDA_MAXFLT 6    /* float arguments (adamw: 5), one more for an 8-byte size */
-
-/* Device-side errors, in cg_cuda_state.err. */
-enum {
-    CG_CUDA_ERR_NONE = 0,    /* no error */
-    CG_CUDA_ERR_TARGET = 1,  /* xent / xent_bwd: a target outside [0, Vreal);
-                                err_a = the target, err_b = its row */
-};
-
-/* The rank's device-side state (nnsc_state in the CUDA source): one per
- * rank in device memory, zeroed at start-up.  The field order leaves no
- * padding, so the host and device layouts cannot differ. */
-typedef struct cg_cuda_state {
-    double lr_scale;      /* this step's lr multiplier: written by the host at step begin */
-    double grad_norm;     /* this step's gradient norm: written by nnsc_gradclip */
-    float grad_scale;     /* the optimizers' gradient multiplier: 1 from the host at step
-                             begin, then nnsc_gradclip's */
-    uint32_t red_count;   /* blocks finished in the running grid reduction; 0 between kernels */
-    int32_t err;          /* first device-side error of the step, CG_CUDA_ERR_* */
-    int32_t err_pad;      /* unused (keeps err_a 8-byte aligned) */
-    int64_t err_a;        /* first argument of the error */
-    int64_t err_b;        /* second argument of the error */
-} cg_cuda_state;
-
-/* The one parameter of every entry point (nnsc_args), passed by value:
- * rt_k_<name>(ctx, b, i, f) becomes b, i and f copied in, plus the device
- * addresses of the rank's state and workspace. */
-typedef struct cg_cuda_args {
-    uint64_t b[CG_CUDA_MAXBUF];   /* device pointers: rt_kernels.h's b[] */
-    uint64_t st;                  /* device address of the rank's cg_cuda_state */
-    uint64_t ws;                  /* device address of the workspace (grid reductions) */
-    int64_t i[CG_CUDA_MAXINT];    /* rt_kernels.h's i[] */
-    float f[CG_CUDA_MAXFLT];      /* rt_kernels.h's f[] */
-} cg_cuda_args;
-
-/* The CUDA source asserts the same sizes (static_assert in its prelude). */
-_Static_assert(sizeof(cg_cuda_state) == 48, "cg_cuda_state must match nnsc_state");
-_Static_assert(offsetof(cg_cuda_state, red_count) == 20, "cg_cuda_state layout");
-_Static_assert(offsetof(cg_cuda_state, err_a) == 32, "cg_cuda_state layout");
-_Static_assert(sizeof(cg_cuda_args) == 320, "cg_cuda_args must match nnsc_args");
-_Static_assert(offsetof(cg_cuda_args, i) == 88, "cg_cuda_args layout");
-_Static_assert(offsetof(cg_cuda_args, f) == 296, "cg_cuda_args layout");
+/* The ABI shared with rtlib's CUDA backend (nnsc_args, nnsc_state). */
+#define CG_CUDA_MAXBUF RT_CUDA_MAXBUF
+#define CG_CUDA_MAXINT RT_CUDA_MAXINT
+#define CG_CUDA_MAXFLT RT_CUDA_MAXFLT
+#define CG_CUDA_ERR_NONE RT_CUDA_ERR_NONE
+#define CG_CUDA_ERR_TARGET RT_CUDA_ERR_TARGET
+typedef rt_cuda_state cg_cuda_state;
+typedef rt_cuda_args cg_cuda_args;
 
 /* One entry point of the library. */
 typedef struct cg_cuda_entry {

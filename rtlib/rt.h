@@ -98,6 +98,28 @@ void rt_eval_end(rt_ctx *ctx, int64_t step, const float *loss);
 /* Save (when asked), synchronise, tear down; returns the process exit code. */
 int rt_finish(rt_ctx *ctx);
 
+/* ---- the CUDA target (docs/cuda.md, docs/cluster.md)
+ *
+ * A cuda-target rank program is the same loop with two differences: it
+ * starts with rt_init_cuda, handing over the cubins the compiler embedded,
+ * and it calls every kernel as rt_cuda_k(ctx, RT_K_<name>, b, i, f) instead
+ * of rt_k_<name>(ctx, b, i, f).  rt_arena then returns the DEVICE address of
+ * the arena (b[] hold device addresses), and rt_step_end / rt_eval_end take
+ * the device address of the loss.  The kernel number is the row of
+ * rt_kernels.h (0-based, in order). */
+typedef struct rt_image {
+    const char *arch;            /* "sm_80", "sm_90", ... */
+    const unsigned char *data;   /* the cubin (ELF) */
+    uint64_t size;               /* its bytes */
+} rt_image;
+/* rt_init, then the driver (loaded at run time: a clear message and exit 2
+ * when there is no driver, no device or no cubin for the device), the
+ * device arena, and for world > 1 the TCP rendezvous and NCCL. */
+rt_ctx *rt_init_cuda(int argc, char **argv, const char *manifest, const rt_image *images,
+                     int nimages);
+/* Run kernel `kernel` (rt_kernels.h row) on the rank's stream. */
+void rt_cuda_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i, const float *f);
+
 #define RT_K(name, nbuf, nint, nflt) \
     void rt_k_##name(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 #include "rt_kernels.h"

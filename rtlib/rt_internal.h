@@ -125,6 +125,19 @@ typedef struct rt_manifest {
 typedef struct rt_comm rt_comm;
 /* The open token files of the stream inputs (data.c). */
 typedef struct rt_data rt_data;
+/* The CUDA target's device, TCP control plane and NCCL communicators. */
+typedef struct rt_dev rt_dev;
+typedef struct rt_net rt_net;
+typedef struct rt_nccl rt_nccl;
+
+/* Kernel numbers: the rows of rt_kernels.h, in order (rt_cuda_k's argument;
+ * the compiler's ir.h numbers them the same way). */
+enum {
+#define RT_K(name, nbuf, nint, nflt) RT_KN_##name,
+#include "rt_kernels.h"
+#undef RT_K
+    RT_KN_COUNT
+};
 
 /* The runtime context of one rank. */
 struct rt_ctx {
@@ -153,7 +166,11 @@ struct rt_ctx {
     float grad_scale;           /* this step's gradient multiplier (rt_k_gradclip, else 1) */
     double grad_norm;           /* this step's global gradient norm, NaN if not computed */
     rt_data *data;              /* token files, NULL when no input is a stream */
-    rt_comm *comm;              /* shm communicator, NULL when world == 1 */
+    rt_comm *comm;              /* shm communicator, NULL when world == 1 or on the cuda target */
+    rt_dev *dev;                /* cuda target: the device (dev_cuda.c); NULL on the cpu target */
+    rt_net *net;                /* cuda target, world > 1: the TCP control plane (net.c) */
+    rt_nccl *nccl;              /* cuda target, world > 1: the NCCL communicators (nccl.c) */
+    int local_rank;             /* rank on this host: LOCAL_RANK etc. (net.c), else rank */
 };
 
 /* ---- runtime.c */
@@ -485,5 +502,67 @@ const rt_st_tensor *rt_st_find(const rt_st_file *f, const char *name);
 /* The __metadata__ value of key, or NULL. */
 const char *rt_st_meta(const rt_st_file *f, const char *key);
 void rt_st_free(rt_st_file *f);
+
+/* ---- the CUDA target.  rt_init_cuda (runtime.c) calls, in order:
+ * rt_net_init (world > 1), rt_dev_init, rt_nccl_init (world > 1). */
+
+/* ---- net.c: the TCP control plane of a multi-host job.
+ *
+ * Rank and world come from the usual variables (runtime.c); net.c reads
+ * MASTER_ADDR / MASTER_PORT (NNSC_MASTER_ADDR / NNSC_MASTER_PORT first) and
+ * the local rank (LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK,
+ * else rank).  Rank 0 listens; the others connect (retrying until
+ * ctx->timeout); every rank checks that all agree on the world and the model.
+ * Bad or missing variables: message and exit 2; a peer that does not come
+ * or dies: message and exit 1. */
+void rt_net_init(rt_ctx *ctx);
+/* Close the connections; failed = 1 on an error path (peers are told). */
+void rt_net_free(rt_ctx *ctx, int failed);
+/* The local rank without any connection (for world == 1 and the device choice). */
+int rt_net_local_rank(const rt_ctx *ctx);
+/* World-wide control collectives over TCP (small messages): the same
+ * contracts as the rt_comm_* functions of the same names, which call these
+ * when ctx->net is set. */
+void rt_net_barrier(rt_ctx *ctx, rt_coll what);
+void rt_net_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int root);
+int rt_net_any(rt_ctx *ctx, int flag, rt_coll what);
+char *rt_net_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens);
+
+/* ---- dev_cuda.c: the device.
+ *
+ * The driver (libcuda.so.1) is opened with dlopen; no driver, no device, a
+ * stub driver or no cubin for the device's architecture: a clear message
+ * and exit 2.  Device = local rank modulo the devices visible.  The host
+ * arena (ctx->arena) stays as the device arena's mirror: host-side kernels
+ * (init_param, data) and checkpoints work on the mirror, and rt_dev_upload /
+ * rt_dev_download move byte ranges between the two. */
+void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages);
+void rt_dev_free(rt_ctx *ctx);
+/* The device arena's base address (what rt_arena returns on the cuda target). */
+char *rt_dev_arena(rt_ctx *ctx);
+/* Arena bytes [off, off + bytes): mirror -> device / device -> mirror
+ * (both wait for the stream). */
+void rt_dev_upload(rt_ctx *ctx, int64_t off, int64_t bytes);
+void rt_dev_download(rt_ctx *ctx, int64_t off, int64_t bytes);
+/* The rank's stream (a CUstream), for NCCL. */
+void *rt_dev_stream(rt_ctx *ctx);
+/* Step begin: this step's lr scale and grad scale 1 into the device state. */
+void rt_dev_step_begin(rt_ctx *ctx);
+/* Wait for the stream, stop on a device-side error (the CPU target's
+ * message), copy ctx->grad_norm from the device state; returns the float
+ * at device address dloss (NaN when dloss is NULL). */
+float rt_dev_step_end(rt_ctx *ctx, const void *dloss);
+
+/* ---- nccl.c: collectives on the device (world > 1).
+ *
+ * libnccl.so.2 is opened with dlopen (missing: message, exit 2).  The
+ * world communicator comes from a unique id that rank 0 broadcasts with
+ * rt_net_broadcast; one communicator per manifest group (ncclCommSplit, in
+ * member order).  rt_nccl_k runs one collective kernel (RT_KN_allreduce,
+ * allgather, reducescatter, broadcast, sendrecv, alltoall) with the same
+ * arguments as rt_k_<name>, b[] being device addresses, on rt_dev_stream. */
+void rt_nccl_init(rt_ctx *ctx);
+void rt_nccl_free(rt_ctx *ctx, int failed);
+void rt_nccl_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i);
 
 #endif

@@ -39,6 +39,8 @@ void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
     fputc('\n', stderr);
     if (ctx && ctx->comm)
         rt_comm_free(ctx, 1);
+    if (ctx && ctx->net)
+        rt_net_free(ctx, 1);
     exit(code);
 }
 
@@ -318,7 +320,10 @@ static void rt_rank_from_env(rt_ctx *ctx)
     ctx->world = w;
 }
 
-rt_ctx *rt_init(int argc, char **argv, const char *manifest)
+/* rt_init and rt_init_cuda: cuda = 1 keeps the shm communicator out (the
+ * ranks may be on several hosts) and sets up the device instead. */
+static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int cuda,
+                              const rt_image *images, int nimages)
 {
     rt_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
@@ -350,8 +355,16 @@ rt_ctx *rt_init(int argc, char **argv, const char *manifest)
         rt_fatal(ctx, 1, "cannot allocate the %lld-byte arena", (long long)ctx->man.arena);
     rt_parallel_for(rt_touch_pages, ctx->arena, ctx->man.arena, 4096, 1 << 24);
 
-    if (ctx->world > 1)
+    ctx->local_rank = rt_net_local_rank(ctx);
+    if (cuda) {
+        if (ctx->world > 1)
+            rt_net_init(ctx);
+        rt_dev_init(ctx, images, nimages);
+        if (ctx->world > 1)
+            rt_nccl_init(ctx);
+    } else if (ctx->world > 1) {
         rt_comm_init(ctx);
+    }
     /* after the communicator: a rank that stops here makes its peers stop too */
     rt_data_open(ctx);
     rt_ckpt_init(ctx);
@@ -360,9 +373,32 @@ rt_ctx *rt_init(int argc, char **argv, const char *manifest)
     return ctx;
 }
 
+rt_ctx *rt_init(int argc, char **argv, const char *manifest)
+{
+    return rt_init_target(argc, argv, manifest, 0, NULL, 0);
+}
+
+rt_ctx *rt_init_cuda(int argc, char **argv, const char *manifest, const rt_image *images,
+                     int nimages)
+{
+    return rt_init_target(argc, argv, manifest, 1, images, nimages);
+}
+
 char *rt_arena(rt_ctx *ctx)
 {
-    return ctx->arena;
+    return ctx->dev ? rt_dev_arena(ctx) : ctx->arena;
+}
+
+/* Cuda target: every param and optimizer-state box, mirror -> device. */
+static void rt_upload_state(rt_ctx *ctx)
+{
+    const rt_manifest *m = &ctx->man;
+    for (int k = 0; k < m->nparams; k++)
+        rt_dev_upload(ctx, m->params[k].off,
+                      4 * rt_box_numel(m->params[k].ndim, m->params[k].lo, m->params[k].hi));
+    for (int k = 0; k < m->nstates; k++)
+        rt_dev_upload(ctx, m->states[k].off,
+                      4 * rt_box_numel(m->states[k].ndim, m->states[k].lo, m->states[k].hi));
 }
 
 int64_t rt_first_step(rt_ctx *ctx)
@@ -372,6 +408,11 @@ int64_t rt_first_step(rt_ctx *ctx)
     if (!ctx->started) {
         ctx->first_step = rt_ckpt_start(ctx);
         ctx->started = 1;
+        /* on the cuda target loading wrote the mirror: the device gets it
+           (the prologue's init_param has uploaded its boxes already; again
+           is harmless and keeps this simple) */
+        if (ctx->dev && (ctx->init_path || ctx->first_step > 0))
+            rt_upload_state(ctx);
     }
     return ctx->first_step;
 }
@@ -389,6 +430,14 @@ int rt_finish(rt_ctx *ctx)
     if (ctx->comm) {
         rt_comm_barrier(ctx, RT_GROUP_WORLD, RT_COLL_FINISH);
         rt_comm_free(ctx, 0);
+    }
+    if (ctx->nccl)
+        rt_nccl_free(ctx, 0);
+    if (ctx->dev)
+        rt_dev_free(ctx);
+    if (ctx->net) {
+        rt_net_barrier(ctx, RT_COLL_FINISH);
+        rt_net_free(ctx, 0);
     }
     rt_pool_free();
     rt_big_free(ctx->arena, (size_t)ctx->man.arena);
