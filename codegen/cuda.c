@@ -1299,3 +1299,10 @@ void cg_cuda_source(ir_buf *out)
         ir_bprintf(out, "%s", cg_cuda_parts[k].text);
     }
 }
+
+void cg_cuda_build_source(ir_buf *out, const ir_prog *progs, int nprogs)
+{
+    (void)progs;
+    (void)nprogs;
+    cg_cuda_source(out);
+}

@@ -48,6 +48,11 @@ const cg_cuda_entry *cg_cuda_entry_of(int kernel);
 /* Append the library's CUDA C source (CG_CUDA_SRC_NAME) to out. */
 void cg_cuda_source(ir_buf *out);
 
+/* The CUDA C source of a build: the library (cg_cuda_source) plus one
+ * generated kernel nnsc_ew_<id> per distinct fused chain (RT_K_ew, id = its
+ * i[0]) found in progs[0 .. nprogs). */
+void cg_cuda_build_source(ir_buf *out, const ir_prog *progs, int nprogs);
+
 /* --------------------------------------------------------------- nvrtc.c */
 
 /* What cg_nvrtc_compile and cg_nvrtc_version return. */

@@ -103,6 +103,7 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         if (want(o, "lower")) ir_prog_print(&progs[r], &lowered);
         pass_mem_free(&m);
     }
+    pass_fuse(progs, d->ndev);
     tick(o, t0, "lower");
     if (want(o, "lower")) dump("lower", &lowered);
     int rc = 0;

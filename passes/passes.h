@@ -57,6 +57,12 @@ ir_box pass_mbbox(const ir_dist *d, int tensor, const ir_box *b, int sec);
 /* Upper bound of the scratch bytes comm ci needs on rank. */
 int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank);
 
+/* fuse.c: fuse chains of elementwise instructions into `ew` instructions
+ * (rtlib/rt_kernels.h) in every rank's program, numbering the distinct
+ * chains of the build 0, 1, ... (i[0], the same number on every rank).
+ * Shared by the cpu and cuda targets.  Returns the number of distinct chains. */
+int pass_fuse(ir_prog *progs, int nprogs);
+
 /* Shared helpers (plan.c). */
 /* The annotation identifier of op that carries the batch, or -1. */
 int pass_batch_id(const ir_graph *g, int op);
