@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "rt_ew.h"
 
 /* ---------------- prelude: types shared with the host, reductions, errors */
 static const char cg_cu_prelude[] =
@@ -1300,9 +1301,95 @@ void cg_cuda_source(ir_buf *out)
     }
 }
 
+/* ------------------------------------------------ fused chains (ew) */
+
+/* Device helpers of the generated nnsc_ew_<id> kernels: gelu and gelu' as
+ * the nnsc_gelu / nnsc_gelu_bwd kernels compute them (same expressions). */
+static const char cg_cu_ew_prelude[] =
+    "/* gelu(v) and gelu'(v), written as nnsc_gelu and nnsc_gelu_bwd write them. */\n"
+    "static __device__ __forceinline__ float nnsc_ew_gelu(float v)\n"
+    "{\n"
+    "    return 0.5f * v * (1.0f + tanhf(NNSC_GELU_C * (v + NNSC_GELU_A * v * v * v)));\n"
+    "}\n"
+    "\n"
+    "static __device__ __forceinline__ float nnsc_ew_dgelu(float v)\n"
+    "{\n"
+    "    float t = tanhf(NNSC_GELU_C * (v + NNSC_GELU_A * v * v * v));\n"
+    "    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * NNSC_GELU_C *\n"
+    "                                   (1.0f + 3.0f * NNSC_GELU_A * v * v);\n"
+    "}\n";
+
+/* The C expression of ew source operand x (rt_ew.h) into buf t. */
+static const char *cg_ew_operand(char *t, size_t tn, int64_t x)
+{
+    if (x < RT_EW_MEM)
+        snprintf(t, tn, "r%d", (int)x);
+    else if (x < RT_EW_ROW)
+        snprintf(t, tn, "b%d[k]", (int)RT_EW_BUF(x));
+    else
+        snprintf(t, tn, "b%d[k %% N]", (int)RT_EW_BUF(x));
+    return t;
+}
+
+/* Append kernel nnsc_ew_<id> for the ew instruction in: a grid-stride loop
+ * over n whose body runs the ops in order, each a statement of its own. */
+static void cg_cuda_ew_kernel(ir_buf *out, int id, const pg_instr *in)
+{
+    int nops = (int)in->ints[3].c;
+    ir_bprintf(out, "\n/* ---- fused chain %d (passes/fuse.c), first made of: %s */\n", id,
+               in->note ? in->note : "?");
+    ir_bprintf(out, "NNSC_KERNEL(nnsc_ew_%d, 256)\n{\n", id);
+    for (int s = 0; s < in->nbuf; s++)
+        ir_bprintf(out, "    float *b%d = (float *)a.b[%d];\n", s, s);
+    ir_bprintf(out, "    const i64 n = a.i[1], N = a.i[2];\n    (void)N;\n");
+    ir_bprintf(out, "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n");
+    unsigned regs = 0;
+    for (int o = 0; o < nops; o++) {
+        int64_t d = in->ints[RT_EW_HEAD + 4 * o + 1].c;
+        if (d < RT_EW_MEM) regs |= 1u << d;
+    }
+    for (int r = 0; r < RT_EW_NREG; r++)
+        if (regs >> r & 1) ir_bprintf(out, "        float r%d;\n", r);
+    for (int o = 0; o < nops; o++) {
+        const pg_int *q = &in->ints[RT_EW_HEAD + 4 * o];
+        int64_t op = q[0].c, d = q[1].c;
+        char x[32], c[32], e[96];
+        cg_ew_operand(x, sizeof x, q[2].c);
+        if (op == RT_EW_ADD || op >= RT_EW_GELU_BWD) cg_ew_operand(c, sizeof c, q[3].c);
+        switch (op) {
+        case RT_EW_COPY: snprintf(e, sizeof e, "%s", x); break;
+        case RT_EW_ADD: snprintf(e, sizeof e, "%s + %s", x, c); break;
+        case RT_EW_GELU: snprintf(e, sizeof e, "nnsc_ew_gelu(%s)", x); break;
+        case RT_EW_RELU: snprintf(e, sizeof e, "%s > 0.0f ? %s : 0.0f", x, x); break;
+        case RT_EW_GELU_BWD: snprintf(e, sizeof e, "%s * nnsc_ew_dgelu(%s)", x, c); break;
+        case RT_EW_RELU_BWD: snprintf(e, sizeof e, "%s > 0.0f ? %s : 0.0f", c, x); break;
+        case RT_EW_MUL: snprintf(e, sizeof e, "%s * %s", x, c); break;
+        default: IR_ASSERT(!"ew: unknown op");
+        }
+        if (d < RT_EW_MEM)
+            ir_bprintf(out, "        r%d = %s;\n", (int)d, e);
+        else if (d < RT_EW_ACC)
+            ir_bprintf(out, "        b%d[k] = %s;\n", (int)RT_EW_BUF(d), e);
+        else
+            ir_bprintf(out, "        { float v = %s; b%d[k] = b%d[k] + v; }\n", e,
+                       (int)RT_EW_BUF(d), (int)RT_EW_BUF(d));
+    }
+    ir_bprintf(out, "    }\n}\n");
+}
+
 void cg_cuda_build_source(ir_buf *out, const ir_prog *progs, int nprogs)
 {
-    (void)progs;
-    (void)nprogs;
     cg_cuda_source(out);
+    /* one kernel per id, from the first instruction with that id (pass_fuse
+       numbers them 0, 1, ... in order of first appearance) */
+    int next = 0;
+    for (int r = 0; r < nprogs; r++)
+        for (int sec = 0; sec < IR_SEC_COUNT; sec++)
+            for (int x = 0; x < progs[r].nins[sec]; x++) {
+                const pg_instr *in = &progs[r].ins[sec][x];
+                if (in->kernel != RT_K_ew || in->ints[0].c != next) continue;
+                if (!next) ir_bprintf(out, "\n/* ---- part ew (codegen/cuda.c: cg_cu_ew_prelude) */\n%s",
+                                      cg_cu_ew_prelude);
+                cg_cuda_ew_kernel(out, next++, in);
+            }
 }

@@ -501,6 +501,13 @@ typedef struct ir_prog {
     char **pool; int npool, poolcap;  /* owned strings */
 } ir_prog;
 
+/* How instruction in uses its buffer j: a mask of PG_RD (reads it), PG_WR
+ * (writes it) and PG_PART (the write does not simply overwrite the whole
+ * extent: it accumulates, reads first, or covers only a part); *bytes gets
+ * the extent in bytes, or -1 when the ints do not tell (assume anything). */
+enum { PG_RD = 1, PG_WR = 2, PG_PART = 4 };
+int ir_prog_access(const pg_instr *in, int j, int64_t *bytes);
+
 void ir_prog_init(ir_prog *p, int rank, int world);
 void ir_prog_free(ir_prog *p);
 const char *ir_prog_str(ir_prog *p, const char *s);

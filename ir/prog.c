@@ -14,6 +14,7 @@
 
 #include "ir.h"
 #include "codegen.h"   /* RT_K_* ids and cg_kernel_names */
+#include "rt_ew.h"
 
 /* Minimum argument counts of each kernel (index RT_K_*), from rt_kernels.h. */
 static const struct pg_kinfo {
@@ -255,8 +256,28 @@ static int64_t pg_prod2(const pg_instr *in, int a, int b) {
     return r;
 }
 
+/* ew: elements of buffer j its ops touch (n, or N for row broadcasts only),
+ * -1 when the ints are malformed (the verifier says so). */
+static int64_t pg_ew_extent(const pg_instr *in, int j) {
+    int64_t n, N, nops, ext = 0;
+    if (!pg_const(in, 1, &n) || !pg_const(in, 2, &N) || !pg_const(in, 3, &nops) || nops < 0 ||
+        RT_EW_HEAD + 4 * nops > in->nint)
+        return -1;
+    for (int o = 0; o < nops; o++)
+        for (int q = 1; q < 4; q++) {
+            int64_t x;
+            if (!pg_const(in, RT_EW_HEAD + 4 * o + q, &x)) return -1;
+            if (x >= RT_EW_MEM && RT_EW_BUF(x) == j) {
+                int64_t e = x >= RT_EW_ROW && x < RT_EW_ACC ? N : n;
+                if (e > ext) ext = e;
+            }
+        }
+    return ext;
+}
+
 static int64_t pg_extent(const pg_instr *in, int j) {
     int64_t n = pg_prod(in, 0, 1, 1), ndim;
+    if (in->kernel == RT_K_ew) return j < in->nbuf ? pg_ew_extent(in, j) : -1;
     if (j >= pg_kinfo[in->kernel].nbuf) return -1;
     switch (in->kernel) {
     case RT_K_init_param:
@@ -312,11 +333,137 @@ static int64_t pg_extent(const pg_instr *in, int j) {
     }
 }
 
-/* Checks of the variable-length kernels (data, slice): the int count
+/* Which buffers each kernel writes (bit j: b[j]), which of those it also
+ * reads or writes only in part whatever acc says (rw), and the index of its
+ * acc int (-1: none): the rest of rt_kernels.h's contract that dumps and
+ * passes (fuse.c) need.  ew's come from its ops. */
+static const struct pg_role {
+    unsigned out;  /* buffers written */
+    unsigned rw;   /* written buffers that are also read, or written only in part */
+    int acc;       /* the acc int: acc != 0 makes every written buffer read too */
+} pg_role[RT_K_COUNT] = {
+    [RT_K_init_param] = {1u << 0, 0, -1},
+    [RT_K_zero] = {1u << 0, 0, -1},
+    [RT_K_data] = {1u << 0, 0, -1},
+    [RT_K_matmul] = {1u << 2, 0, 5},
+    [RT_K_bias_add] = {1u << 2, 0, -1},
+    [RT_K_bias_grad] = {1u << 1, 0, 2},
+    [RT_K_add] = {1u << 2, 0, 1},
+    [RT_K_copy] = {1u << 1, 0, 1},
+    [RT_K_relu] = {1u << 1, 0, -1},
+    [RT_K_relu_bwd] = {1u << 2, 0, 1},
+    [RT_K_gelu] = {1u << 1, 0, -1},
+    [RT_K_gelu_bwd] = {1u << 2, 0, 1},
+    [RT_K_mse_loss] = {1u << 2, 0, 1},
+    [RT_K_mse_bwd] = {1u << 2, 0, 1},
+    [RT_K_xent] = {1u << 2, 0, 2},
+    [RT_K_xent_bwd] = {1u << 2, 0, 2},
+    [RT_K_sgd] = {1u << 0, 1u << 0, -1},
+    [RT_K_adamw] = {1u << 0 | 1u << 2 | 1u << 3, 1u << 0 | 1u << 2 | 1u << 3, -1},
+    [RT_K_sumsq] = {1u << 1, 0, 1},
+    [RT_K_gradclip] = {0, 0, -1},
+    [RT_K_allreduce] = {1u << 0, 1u << 0, -1},
+    [RT_K_allgather] = {1u << 1, 0, -1},
+    [RT_K_reducescatter] = {1u << 1, 0, -1},
+    [RT_K_broadcast] = {1u << 0, 1u << 0, -1},
+    [RT_K_sendrecv] = {1u << 1, 1u << 1, -1},   /* no recv when peer_recv = -1 */
+    [RT_K_alltoall] = {1u << 1, 0, -1},
+    [RT_K_embedding] = {1u << 2, 0, 4},
+    [RT_K_embedding_bwd] = {1u << 2, 0, 4},
+    [RT_K_layernorm] = {1u << 3 | 1u << 4 | 1u << 5, 0, -1},
+    [RT_K_layernorm_bwd] = {1u << 5, 0, 2},
+    [RT_K_layernorm_wgrad] = {1u << 4 | 1u << 5, 0, 2},
+    [RT_K_softmax] = {1u << 1, 0, -1},
+    [RT_K_softmax_bwd] = {1u << 2, 0, 2},
+    [RT_K_attention] = {1u << 3 | 1u << 4, 0, -1},
+    [RT_K_attention_bwd] = {1u << 6 | 1u << 7 | 1u << 8, 0, 5},
+    [RT_K_place] = {1u << 1, 1u << 1, 1},   /* writes a box of dst only */
+    [RT_K_slice] = {1u << 1, 0, 1},
+    [RT_K_ew] = {0, 0, -1},
+};
+
+int ir_prog_access(const pg_instr *in, int j, int64_t *bytes) {
+    IR_ASSERT(in->kernel >= 0 && in->kernel < RT_K_COUNT && j >= 0 && j < in->nbuf);
+    int64_t n = pg_extent(in, j);
+    int k = in->kernel, r = 0;
+    /* collectives whose buffers hold n * (group size) elements: unknown here */
+    if ((k == RT_K_allgather && j == 1) || (k == RT_K_reducescatter && j == 0) ||
+        k == RT_K_alltoall || k == RT_K_init_param)
+        n = -1;
+    *bytes = n < 0 || ir_mul_ovf(n, PG_ELEM, &n) ? -1 : n;
+    if (k == RT_K_ew) {
+        int64_t nops = 0, x;
+        pg_const(in, 3, &nops);
+        for (int o = 0; o < nops && RT_EW_HEAD + 4 * o + 3 < in->nint; o++)
+            for (int q = 1; q < 4; q++) {
+                if (!pg_const(in, RT_EW_HEAD + 4 * o + q, &x) || x < RT_EW_MEM || RT_EW_BUF(x) != j)
+                    continue;
+                if (q == 1) r |= x >= RT_EW_ACC ? PG_RD | PG_WR | PG_PART : PG_WR;
+                else r |= PG_RD;
+            }
+        return r;
+    }
+    const struct pg_role *ro = &pg_role[k];
+    int64_t acc = 0;
+    int acc_known = ro->acc < 0 || pg_const(in, ro->acc, &acc);
+    if (ro->out >> j & 1) {
+        r |= PG_WR;
+        if ((ro->rw >> j & 1) || !acc_known || acc) r |= PG_RD | PG_PART;
+    } else {
+        r |= PG_RD;
+    }
+    /* embedding_bwd with acc = 0 zeroes the whole table first: a full write */
+    return r;
+}
+
+/* ew's program: op and operand codes valid, buffers named exist, registers
+ * written before they are read, the ints fit the CUDA argument block. */
+static void pg_verify_ew(const pg_where *w, const pg_instr *in) {
+    int64_t n, N, nops, v[4];
+    PG_CHECK(w, pg_const(in, 1, &n) && pg_const(in, 2, &N) && pg_const(in, 3, &nops),
+             "ew: n, N and nops must be constants");
+    PG_CHECK(w, n >= 0 && N >= 1 && nops >= 1 && nops <= RT_EW_MAXOPS,
+             "ew: n %" PRId64 ", N %" PRId64 ", %" PRId64 " ops", n, N, nops);
+    PG_CHECK(w, in->nint == RT_EW_HEAD + 4 * nops, "ew: %d ints for %" PRId64 " ops", in->nint, nops);
+    PG_CHECK(w, in->nbuf <= RT_EW_NBUF, "ew: %d buffers", in->nbuf);
+    unsigned written = 0;  /* registers written so far */
+    for (int o = 0; o < nops; o++) {
+        for (int q = 0; q < 4; q++)
+            PG_CHECK(w, pg_const(in, RT_EW_HEAD + 4 * o + q, &v[q]), "ew: op %d is not constant", o);
+        PG_CHECK(w, v[0] >= 0 && v[0] < RT_EW_NOPS_KIND, "ew: op %d has kind %" PRId64, o, v[0]);
+        int nsrc = v[0] == RT_EW_ADD || v[0] >= RT_EW_GELU_BWD ? 2 : 1;
+        for (int q = 2; q < 2 + nsrc; q++) {
+            int64_t x = v[q];
+            PG_CHECK(w, (x >= 0 && x < RT_EW_NREG) ||
+                            (x >= RT_EW_MEM && x < RT_EW_MEM + RT_EW_NBUF) ||
+                            (x >= RT_EW_ROW && x < RT_EW_ROW + RT_EW_NBUF),
+                     "ew: op %d reads operand %" PRId64, o, x);
+            if (x < RT_EW_MEM)
+                PG_CHECK(w, x < RT_EW_NREG && (written >> x & 1), "ew: op %d reads register %" PRId64
+                         " before it is written", o, x);
+            else
+                PG_CHECK(w, RT_EW_BUF(x) < in->nbuf, "ew: op %d reads buffer %" PRId64, o, RT_EW_BUF(x));
+        }
+        int64_t d = v[1];
+        PG_CHECK(w, (d >= 0 && d < RT_EW_NREG) || (d >= RT_EW_MEM && d < RT_EW_MEM + RT_EW_NBUF) ||
+                        (d >= RT_EW_ACC && d < RT_EW_ACC + RT_EW_NBUF),
+                 "ew: op %d writes operand %" PRId64, o, d);
+        if (d < RT_EW_MEM) {
+            PG_CHECK(w, d < RT_EW_NREG, "ew: op %d writes register %" PRId64, o, d);
+            written |= 1u << d;
+        } else {
+            PG_CHECK(w, RT_EW_BUF(d) < in->nbuf, "ew: op %d writes buffer %" PRId64, o, RT_EW_BUF(d));
+        }
+    }
+}
+
+/* Checks of the variable-length kernels (data, slice, ew): the int count
  * follows from ndim, and slice boxes lie inside their source. */
 static void pg_verify_var(const pg_where *w, const pg_instr *in) {
     int64_t ndim, ext, lo, hi;
-    if (in->kernel == RT_K_data) {
+    if (in->kernel == RT_K_ew) {
+        pg_verify_ew(w, in);
+    } else if (in->kernel == RT_K_data) {
         PG_CHECK(w, pg_const(in, 2, &ndim), "data: ndim must be a constant");
         PG_CHECK(w, ndim >= 0 && ndim <= IR_MAXDIM, "data: ndim %" PRId64 " out of range", ndim);
         PG_CHECK(w, in->nint == 3 + 2 * ndim, "data: %d ints for ndim %" PRId64, in->nint, ndim);

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include "rt_ew.h"
 #include "rt_internal.h"
 
 /* Run body(args, lo, hi, t) over [0, n) on the pool, elementwise-sized pieces. */
@@ -357,4 +358,92 @@ void rt_k_slice(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 void rt_k_place(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_box_move(ctx, "place", b, i, 1);
+}
+
+/* ---- ew: fused elementwise chains (rt_ew.h) */
+
+#define RT_EW_TILE 256   /* elements per tile: registers are tiles, all in L1 */
+
+/* The tile of operand code x for elements [k0, k0 + len): a register, the
+ * buffer itself, or a row broadcast gathered into spare. */
+static const float *rt_ew_operand(const rt_kargs *a, int64_t x, int64_t k0, int64_t len,
+                                  float (*reg)[RT_EW_TILE], float *spare)
+{
+    if (x < RT_EW_MEM)
+        return reg[x];
+    if (x < RT_EW_ROW)
+        return (const float *)a->b[x - RT_EW_MEM] + k0;
+    RT_ASSERT(x < RT_EW_ACC);
+    const float *row = a->b[x - RT_EW_ROW];
+    int64_t N = a->i[2], r = k0 % N;
+    for (int64_t j = 0; j < len; j++) {
+        spare[j] = row[r];
+        if (++r == N)
+            r = 0;
+    }
+    return spare;
+}
+
+/* ew on [lo, hi): tile by tile, every op over the whole tile. */
+static void rt_ew_range(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const int64_t *ops = a->i + RT_EW_HEAD;
+    int nops = (int)a->i[3];
+    _Alignas(64) float reg[RT_EW_NREG][RT_EW_TILE];
+    _Alignas(64) float sa[RT_EW_TILE], sc[RT_EW_TILE], res[RT_EW_TILE];
+    for (int64_t k0 = lo; k0 < hi; k0 += RT_EW_TILE) {
+        int64_t len = hi - k0 < RT_EW_TILE ? hi - k0 : RT_EW_TILE;
+        for (int o = 0; o < nops; o++) {
+            int64_t op = ops[4 * o], dst = ops[4 * o + 1];
+            const float *x = rt_ew_operand(a, ops[4 * o + 2], k0, len, reg, sa);
+            const float *c = op == RT_EW_ADD || op >= RT_EW_GELU_BWD
+                                 ? rt_ew_operand(a, ops[4 * o + 3], k0, len, reg, sc)
+                                 : NULL;
+            float *y = dst < RT_EW_MEM   ? reg[dst]
+                       : dst < RT_EW_ROW ? (float *)a->b[dst - RT_EW_MEM] + k0
+                                         : res;   /* RT_EW_ACC: added below */
+            switch (op) {
+            case RT_EW_COPY:
+                if (y != x)
+                    memmove(y, x, (size_t)len * 4);
+                break;
+            case RT_EW_ADD:
+                for (int64_t j = 0; j < len; j++)
+                    y[j] = x[j] + c[j];
+                break;
+            case RT_EW_GELU:
+                rt_vgelu(x, y, len);
+                break;
+            case RT_EW_RELU:
+                for (int64_t j = 0; j < len; j++)
+                    y[j] = x[j] > 0.0f ? x[j] : 0.0f;
+                break;
+            case RT_EW_GELU_BWD:
+                rt_vgelu_bwd(x, c, y, len, 0);
+                break;
+            case RT_EW_RELU_BWD:
+                for (int64_t j = 0; j < len; j++)
+                    y[j] = c[j] > 0.0f ? x[j] : 0.0f;
+                break;
+            case RT_EW_MUL:
+                for (int64_t j = 0; j < len; j++)
+                    y[j] = x[j] * c[j];
+                break;
+            default:
+                RT_ASSERT(!"ew: unknown op");
+            }
+            if (dst >= RT_EW_ACC) {
+                float *m = (float *)a->b[dst - RT_EW_ACC] + k0;
+                for (int64_t j = 0; j < len; j++)
+                    m[j] += res[j];
+            }
+        }
+    }
+}
+
+void rt_k_ew(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    RT_ASSERT(i[3] >= 1 && i[3] <= RT_EW_MAXOPS && i[2] >= 1);
+    rt_ew(rt_ew_range, ctx, b, i, f, i[1]);
 }

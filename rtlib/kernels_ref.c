@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "rt_ew.h"
 #include "rt_internal.h"
 
 /* b: dst.  i: n.  dst[0..n) = 0 (f32 or i32 alike). */
@@ -579,4 +580,56 @@ void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const f
                     dk[o] = (float)((acc ? dk[o] : 0.0) + a.scale * gk);
                     dv[o] = (float)((acc ? dv[o] : 0.0) + gv);
                 }
+}
+
+/* One ew operand of element k: a register or a buffer element. */
+static float rt_ref_ew_get(void *const *b, const int64_t *i, const float *reg, int64_t x,
+                           int64_t k)
+{
+    if (x < RT_EW_MEM)
+        return reg[x];
+    if (x < RT_EW_ROW)
+        return ((const float *)b[x - RT_EW_MEM])[k];
+    return ((const float *)b[x - RT_EW_ROW])[k % i[2]];
+}
+
+/* The fused chain, element by element, each op as its unfused reference. */
+void rt_ref_ew(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const int64_t *ops = i + RT_EW_HEAD;
+    for (int64_t k = 0; k < i[1]; k++) {
+        float reg[RT_EW_NREG] = {0};
+        for (int64_t o = 0; o < i[3]; o++) {
+            int64_t op = ops[4 * o], dst = ops[4 * o + 1];
+            float x = rt_ref_ew_get(b, i, reg, ops[4 * o + 2], k), v;
+            float c = op == RT_EW_ADD || op >= RT_EW_GELU_BWD
+                          ? rt_ref_ew_get(b, i, reg, ops[4 * o + 3], k)
+                          : 0.0f;
+            double xd = x;
+            switch (op) {
+            case RT_EW_COPY: v = x; break;
+            case RT_EW_ADD: v = x + c; break;
+            case RT_EW_GELU:
+                v = (float)(0.5 * xd * (1.0 + tanh(RT_GELU_C * (xd + RT_GELU_A * xd * xd * xd))));
+                break;
+            case RT_EW_RELU: v = x > 0.0f ? x : 0.0f; break;
+            case RT_EW_GELU_BWD: {
+                double cd = c, t = tanh(RT_GELU_C * (cd + RT_GELU_A * cd * cd * cd));
+                double d = 0.5 * (1.0 + t) +
+                           0.5 * cd * (1.0 - t * t) * RT_GELU_C * (1.0 + 3.0 * RT_GELU_A * cd * cd);
+                v = (float)(x * d);
+                break;
+            }
+            case RT_EW_RELU_BWD: v = c > 0.0f ? x : 0.0f; break;
+            case RT_EW_MUL: v = x * c; break;
+            default: RT_ASSERT(!"ew: unknown op");
+            }
+            if (dst < RT_EW_MEM)
+                reg[dst] = v;
+            else if (dst < RT_EW_ROW)
+                ((float *)b[dst - RT_EW_MEM])[k] = v;
+            else
+                ((float *)b[dst - RT_EW_ACC])[k] += v;
+        }
+    }
 }

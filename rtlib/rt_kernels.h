@@ -86,19 +86,11 @@ RT_K(place,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per
                                        dst[lo:hi, ...] (+)= src (src contiguous); the inverse of slice */
 RT_K(slice,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per dim: src extent,
                                        lo, hi.  dst (+)= src[lo:hi, ...] (dst contiguous). */
-RT_K(ew,              1,   4,   0)  /* var. A fused elementwise chain (passes/fuse.c).  b: up to 9
-                                       buffers.  i: id, n, N, nops, then nops groups of 4:
-                                       op, dst, a, c.  For every element k < n, run the ops in
-                                       order; operands name registers or buffer elements:
-                                         0..7      register r
-                                         8 + s     b[s][k]              (load, or store as dst)
-                                         16 + s    b[s][k % N]          (load: a row broadcast)
-                                         24 + s    dst only: b[s][k] += value
-                                       ops (RT_EW_*): 0 copy dst = a; 1 add dst = a + c;
-                                       2 gelu dst = gelu(a); 3 relu dst = max(a, 0);
-                                       4 gelu_bwd dst = a * gelu'(c); 5 relu_bwd dst = a * (c > 0);
-                                       6 mul dst = a * c.
-                                       Each op computes exactly what its unfused kernel does
-                                       (same rounding), so fusing never changes a result.  id
-                                       numbers the distinct chains of a build (the CUDA target
-                                       has one generated kernel per id: nnsc_ew_<id>). */
+RT_K(ew,              1,   4,   0)  /* var. A fused elementwise chain (passes/fuse.c): b: up to 9
+                                       buffers; i: id, n, N, nops, then nops groups of 4 (op,
+                                       dst, a, c).  For each element k < n the ops run in order on
+                                       registers and buffer elements (k, or k % N for a row
+                                       broadcast); op codes and operands: rt_ew.h.  Every op
+                                       rounds as its unfused kernel does: fusing never changes a
+                                       result.  id numbers the distinct chains of a build (the
+                                       CUDA target has one generated kernel per id: nnsc_ew_<id>). */

@@ -25,6 +25,7 @@
 #include "check.h"
 #include "codegen.h"
 #include "cuda.h"
+#include "rt_ew.h"
 
 static int check_skip;   /* checks skipped (no NVRTC) */
 
@@ -33,6 +34,10 @@ static const char *const host_side[] = {
     "init_param", "data", "allreduce", "allgather", "reducescatter", "broadcast", "sendrecv",
     "alltoall",
 };
+
+/* The rtlib kernels whose CUDA code is generated per build, not part of the
+ * library: ew (fused chains, one nnsc_ew_<id> per distinct chain). */
+static const char *const generated[] = {"ew"};
 
 /* The tensor-core variants, beyond one f32 entry point per device kernel. */
 static const char *const tc_entries[] = {"nnsc_matmul_bf16", "nnsc_matmul_f16"};
@@ -56,6 +61,15 @@ static int is_host_side(const char *name)
     return 0;
 }
 
+/* Whether rtlib kernel `name` gets generated code, not a library entry. */
+static int is_generated(const char *name)
+{
+    for (size_t k = 0; k < sizeof generated / sizeof generated[0]; k++)
+        if (!strcmp(generated[k], name))
+            return 1;
+    return 0;
+}
+
 /* The expected entry point names, derived from rt_kernels.h (not from
  * cuda.c's table): nnsc_<name> per device kernel, then the variants.
  * Returns how many were written to names[] (each malloc'd). */
@@ -63,7 +77,7 @@ static int expected_entries(char **names, int cap)
 {
     int n = 0;
     for (int k = 0; k < RT_K_COUNT && n < cap; k++) {
-        if (is_host_side(cg_kernel_names[k]))
+        if (is_host_side(cg_kernel_names[k]) || is_generated(cg_kernel_names[k]))
             continue;
         size_t len = strlen(cg_kernel_names[k]) + 6;
         names[n] = malloc(len);
@@ -101,7 +115,7 @@ static void test_source(const char *src, char **want, int nwant)
     int missing = 0, wrong = 0, host_with_entry = 0;
     for (int k = 0; k < RT_K_COUNT; k++) {
         const cg_cuda_entry *e = cg_cuda_entry_of(k);
-        if (is_host_side(cg_kernel_names[k])) {
+        if (is_host_side(cg_kernel_names[k]) || is_generated(cg_kernel_names[k])) {
             host_with_entry += e != NULL;
             continue;
         }
@@ -119,7 +133,7 @@ static void test_source(const char *src, char **want, int nwant)
         }
     }
     CHECK(!missing && !wrong, "every device-side rt kernel has its f32 entry nnsc_<name>");
-    CHECK(!host_with_entry, "host-side kernels (init_param, data, collectives) have none");
+    CHECK(!host_with_entry, "host-side kernels (init_param, data, collectives) and ew have none");
 
     int undeclared = 0, dup = 0, unexpected = 0;
     for (int k = 0; k < cg_cuda_nentries; k++) {
@@ -295,6 +309,75 @@ static void test_compile(const char *src, char **want, int nwant, cg_cubin *img)
     }
 }
 
+/* A build with fused chains: cg_cuda_build_source adds one nnsc_ew_<id>
+ * per distinct chain (every op kind and operand kind appears), and the
+ * result compiles cleanly with exactly those extra entries. */
+static void test_fused(int have_nvrtc)
+{
+    ir_prog p[2];
+    ir_prog_init(&p[0], 0, 2);
+    ir_prog_init(&p[1], 1, 2);
+    /* chain 0: r0 = b0 + row b1; b2 = gelu(r0); b3 += relu(b2) */
+    static const int64_t c0[] = {RT_EW_ADD, RT_EW_REG + 0, RT_EW_MEM + 0, RT_EW_ROW + 1,
+                                 RT_EW_GELU, RT_EW_MEM + 2, RT_EW_REG + 0, 0,
+                                 RT_EW_RELU, RT_EW_ACC + 3, RT_EW_MEM + 2, 0};
+    /* chain 1: r1 = b0 * gelu'(b1); b2 = (b1 > 0 ? r1 : 0); b0 = copy r1; r2 = b0 * b1 */
+    static const int64_t c1[] = {RT_EW_GELU_BWD, RT_EW_REG + 1, RT_EW_MEM + 0, RT_EW_MEM + 1,
+                                 RT_EW_RELU_BWD, RT_EW_MEM + 2, RT_EW_REG + 1, RT_EW_MEM + 1,
+                                 RT_EW_COPY, RT_EW_MEM + 0, RT_EW_REG + 1, 0,
+                                 RT_EW_MUL, RT_EW_ACC + 2, RT_EW_MEM + 0, RT_EW_MEM + 1};
+    const int64_t *ch[2] = {c0, c1};
+    int nops[2] = {3, 4}, nbuf[2] = {4, 3};
+    /* rank 0 has chain 0 twice, rank 1 chain 0 then chain 1: two ids */
+    for (int r = 0; r < 2; r++)
+        for (int x = 0; x < 2; x++) {
+            int c = r == 1 && x == 1;
+            pg_instr *in = ir_prog_add(&p[r], IR_SEC_MB, RT_K_ew, c ? "chain1" : "chain0");
+            for (int b = 0; b < nbuf[c]; b++) pg_buf(in, 64 * b);
+            pg_i(in, c);
+            pg_i(in, 16);
+            pg_i(in, 4);
+            pg_i(in, nops[c]);
+            for (int k = 0; k < 4 * nops[c]; k++) pg_i(in, ch[c][k]);
+        }
+    for (int r = 0; r < 2; r++) {
+        p[r].arena = 4096;
+        ir_prog_verify(&p[r]);
+    }
+    ir_buf src = {0};
+    cg_cuda_build_source(&src, p, 2);
+    CHECK(strstr(src.s, "NNSC_KERNEL(nnsc_ew_0,") && strstr(src.s, "NNSC_KERNEL(nnsc_ew_1,") &&
+              !strstr(src.s, "nnsc_ew_2"),
+          "the build source has one generated kernel per distinct chain (nnsc_ew_0, nnsc_ew_1)");
+    CHECK(strstr(src.s, "b1[k % N]") && strstr(src.s, "b3[k] = b3[k] + v") &&
+              strstr(src.s, "nnsc_ew_dgelu(b1[k])"),
+          "row broadcasts, accumulation and gelu' appear as the ops say");
+    if (!have_nvrtc) {
+        check_skip += 2 * NARCH;
+        printf("SKIP  the fused kernels compile (%d checks): built without NVRTC\n", 2 * NARCH);
+    } else {
+        cg_cubin img[NARCH];
+        memset(img, 0, sizeof img);
+        char err[16384];
+        int rc = cg_nvrtc_compile(src.s, archs, NARCH, img, err, sizeof err);
+        for (int a = 0; a < NARCH; a++) {
+            CHECK(rc == CG_NVRTC_OK && img[a].log && !img[a].log[0],
+                  "%s: the build source with fused chains compiles cleanly%s%s", archs[a],
+                  rc ? ": " : "", rc ? err : "");
+            elf_info e = {0};
+            if (rc == CG_NVRTC_OK) elf_parse(img[a].data, img[a].size, &e);
+            CHECK(e.ok && has(e.entries, e.nentries, "nnsc_ew_0") &&
+                      has(e.entries, e.nentries, "nnsc_ew_1"),
+                  "%s: the cubin has entries nnsc_ew_0 and nnsc_ew_1", archs[a]);
+            elf_free(&e);
+        }
+        cg_cubin_free(img, NARCH);
+    }
+    ir_buf_free(&src);
+    ir_prog_free(&p[0]);
+    ir_prog_free(&p[1]);
+}
+
 /* Compiling again gives the same bytes. */
 static void test_deterministic(const char *src, const cg_cubin *img)
 {
@@ -373,6 +456,7 @@ int main(void)
 
     int major = 0, minor = 0;
     int v = cg_nvrtc_version(&major, &minor);
+    test_fused(v == CG_NVRTC_OK);
     if (v == CG_NVRTC_MISSING) {
         test_missing(src.s, NVRTC_CHECKS);
     } else {

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "codegen.h"
 #include "passes.h"
+#include "rt_ew.h"
 
 static void test_anno(void)
 {
@@ -180,8 +181,130 @@ static void test_batch_divides(void)
     ir_graph_free(&g);
 }
 
+/* ---- pass_fuse */
+
+/* Append bias_add X@x bias@bias Y@y (M x N) to section MB. */
+static void fz_bias_add(ir_prog *p, int64_t x, int64_t bias, int64_t y, int64_t M, int64_t N) {
+    pg_instr *in = ir_prog_add(p, IR_SEC_MB, RT_K_bias_add, "bias");
+    pg_buf(in, x), pg_buf(in, bias), pg_buf(in, y), pg_i(in, M), pg_i(in, N);
+}
+
+/* Append gelu X@x Y@y (n) to section MB. */
+static void fz_gelu(ir_prog *p, int64_t x, int64_t y, int64_t n) {
+    pg_instr *in = ir_prog_add(p, IR_SEC_MB, RT_K_gelu, "gelu");
+    pg_buf(in, x), pg_buf(in, y), pg_i(in, n);
+}
+
+/* Append add A B Y (n, acc = c + m * micro-batch) to section MB. */
+static void fz_add(ir_prog *p, int64_t a, int64_t b, int64_t y, int64_t n, int64_t c, int64_t m) {
+    pg_instr *in = ir_prog_add(p, IR_SEC_MB, RT_K_add, "add");
+    pg_buf(in, a), pg_buf(in, b), pg_buf(in, y), pg_i(in, n), pg_iv(in, c, 0, m);
+}
+
+/* Append zero @x (n) to section MB. */
+static void fz_zero(ir_prog *p, int64_t x, int64_t n) {
+    pg_instr *in = ir_prog_add(p, IR_SEC_MB, RT_K_zero, "zero");
+    pg_buf(in, x), pg_i(in, n);
+}
+
+/* Append softmax X@x Y@y (1 row of n) to section MB: a reader of X. */
+static void fz_read(ir_prog *p, int64_t x, int64_t y, int64_t n) {
+    pg_instr *in = ir_prog_add(p, IR_SEC_MB, RT_K_softmax, "read");
+    pg_buf(in, x), pg_buf(in, y), pg_i(in, 1), pg_i(in, n);
+}
+
+/* The ew op (0-based) k's dst operand of instruction in. */
+static int64_t fz_dst(const pg_instr *in, int k) { return in->ints[4 + 4 * k + 1].c; }
+
+static void test_fuse(void) {
+    /* arena layout (bytes): X 0, bias 4096, Y 8192, Z 12288, W 16384, 64 floats each
+       (M 4 x N 16) */
+    enum { X = 0, BIAS = 4096, Y = 8192, Z = 12288, W = 16384, N = 64 };
+    ir_prog p[2];
+    for (int c = 0; c < 10; c++) {
+        ir_prog_init(&p[0], 0, 1);
+        p[0].arena = 1 << 16;
+        switch (c) {
+        case 0:  /* Y = X + bias; Z = gelu(Y); Y read later: stored */
+            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N), fz_read(&p[0], Y, W, N);
+            break;
+        case 1:  /* ... Y overwritten whole before any read: kept in a register */
+            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N), fz_zero(&p[0], Y, N),
+                fz_read(&p[0], Y, W, N);
+            break;
+        case 2:  /* ... nothing after it: the end of the section counts as a read */
+            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N);
+            break;
+        case 3:  /* gelu writes into the bias row: not fused */
+            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, BIAS - 8, N);
+            break;
+        case 4:  /* acc depends on the micro-batch: not fused */
+            fz_gelu(&p[0], X, Y, N), fz_add(&p[0], Y, Z, W, N, 0, 1);
+            break;
+        case 5:  /* different sizes: not fused */
+            fz_gelu(&p[0], X, Y, N), fz_add(&p[0], Y, Z, W, N / 2, 0, 0);
+            break;
+        case 6:  /* independent elementwise kernels: not fused */
+            fz_gelu(&p[0], X, Y, N), fz_add(&p[0], Z, Z, W, N, 0, 0);
+            break;
+        case 8:  /* Y's first half overwritten, then its second half read: stored */
+            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N), fz_zero(&p[0], Y, N / 2),
+                fz_read(&p[0], Y + 2 * N, W, N / 2);
+            break;
+        case 9:  /* first half overwritten, then only that half read, then the rest overwritten */
+            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N), fz_zero(&p[0], Y, N / 2),
+                fz_read(&p[0], Y, W, N / 2), fz_zero(&p[0], Y + 2 * N, N / 2);
+            break;
+        case 7:  /* Y += X + Z then gelu(Y): the accumulated value is read from memory */
+            fz_add(&p[0], X, Z, Y, N, 1, 0), fz_gelu(&p[0], Y, W, N), fz_zero(&p[0], Y, N);
+            break;
+        }
+        int before = p[0].nins[IR_SEC_MB];
+        int ids = pass_fuse(p, 1);
+        ir_prog_verify(&p[0]);
+        const pg_instr *e = &p[0].ins[IR_SEC_MB][0];
+        int fused = e->kernel == RT_K_ew;
+        if (c == 0) CHECK(fused && ids == 1 && p[0].nins[IR_SEC_MB] == before - 1 &&
+                              fz_dst(e, 0) >= RT_EW_MEM && e->nbuf == 4,
+                          "fuse: bias_add+gelu become one ew; Y, read later, is stored");
+        if (c == 1) CHECK(fused && fz_dst(e, 0) < RT_EW_MEM && e->nbuf == 3,
+                          "fuse: Y overwritten before any read stays in a register");
+        if (c == 2) CHECK(fused && fz_dst(e, 0) >= RT_EW_MEM,
+                          "fuse: a value live at the end of the section is stored");
+        if (c >= 3 && c <= 6) {
+            static const char *const why[] = {"a write into the bias row", "a loop-dependent acc",
+                                              "different sizes", "no value passed along"};
+            CHECK(!fused && ids == 0 && p[0].nins[IR_SEC_MB] == before, "fuse: %s is not fused",
+                  why[c - 3]);
+        }
+        if (c == 7) CHECK(fused && fz_dst(e, 0) >= RT_EW_ACC && e->ints[4 + 4 + 2].c >= RT_EW_MEM &&
+                              e->ints[4 + 4 + 2].c < RT_EW_ROW,
+                          "fuse: an accumulated value is added in memory and read from there");
+        if (c == 8) CHECK(fused && fz_dst(e, 0) >= RT_EW_MEM,
+                          "fuse: a part not overwritten and read later keeps Y stored");
+        if (c == 9) CHECK(fused && fz_dst(e, 0) < RT_EW_MEM,
+                          "fuse: overwritten in two parts, read only where new: a register");
+        ir_prog_free(&p[0]);
+    }
+    /* ids: the same chain on two ranks shares one; a different chain gets the next */
+    for (int r = 0; r < 2; r++) {
+        ir_prog_init(&p[r], r, 2);
+        p[r].arena = 1 << 16;
+        fz_bias_add(&p[r], X, BIAS, Y, 4, 16), fz_gelu(&p[r], Y, Z, N);
+        fz_read(&p[r], Z, W, N);
+        if (r == 1) fz_gelu(&p[r], X, W + 4096, N), fz_add(&p[r], W + 4096, Z, W, N, 1, 0);
+    }
+    int ids = pass_fuse(p, 2);
+    CHECK(ids == 2 && p[0].ins[IR_SEC_MB][0].ints[0].c == 0 && p[1].ins[IR_SEC_MB][0].ints[0].c == 0 &&
+              p[1].ins[IR_SEC_MB][2].kernel == RT_K_ew && p[1].ins[IR_SEC_MB][2].ints[0].c == 1,
+          "fuse: equal chains share an id across ranks, another chain gets the next id");
+    ir_prog_free(&p[0]);
+    ir_prog_free(&p[1]);
+}
+
 int main(void)
 {
+    test_fuse();
     test_anno();
     test_graph();
     test_dp(1, 1);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rt_ew.h"
 #include "rt_internal.h"
 
 
@@ -181,6 +182,64 @@ static void test_elementwise(void)
 }
 
 /* xent / xent_bwd vs reference, and stability with logits near 1e4. */
+/* ew (fused chains) gives bitwise what the unfused kernels give, over sizes
+ * that cross tile and thread boundaries, and agrees with rt_ref_ew. */
+static void test_ew(void)
+{
+    static const int64_t sizes[][2] = {{1, 1}, {7, 3}, {1000, 37}, {70001, 128}};
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        int64_t N = sizes[z][1], M = sizes[z][0] / N, n = M * N;
+        float *x = fbuf(n, -3, 3), *bias = fbuf(N, -1, 1), *dy = fbuf(n, -2, 2);
+        float *acc0 = fbuf(n, -1, 1);
+        /* A: Y = X + bias (row); Z = gelu(Y) -- bias_add then gelu */
+        float *y1 = fbuf(n, 0, 1), *z1 = fbuf(n, 0, 1), *y2 = fbuf(n, 0, 1), *z2 = fbuf(n, 0, 1);
+        rt_k_bias_add(NULL, (void *[]){x, bias, y1}, (int64_t[]){M, N}, NULL);
+        rt_k_gelu(NULL, (void *[]){y1, z1}, (int64_t[]){n}, NULL);
+        int64_t ia[] = {0, n, N, 2, RT_EW_ADD, RT_EW_MEM + 2, RT_EW_MEM + 0, RT_EW_ROW + 1,
+                        RT_EW_GELU, RT_EW_MEM + 3, RT_EW_MEM + 2, 0};
+        rt_k_ew(NULL, (void *[]){x, bias, y2, z2}, ia, NULL);
+        CHECK(!memcmp(y1, y2, (size_t)n * 4) && !memcmp(z1, z2, (size_t)n * 4),
+              "ew bias_add+gelu, n %lld N %lld: bitwise as the unfused kernels", (long long)n,
+              (long long)N);
+        /* B: T = gelu_bwd(dY, X); A += T; U = relu_bwd(dY, X); V = U + T; W = V * X,
+         * with T and U in registers */
+        float *a1 = fdup(acc0, n), *a2 = fdup(acc0, n), *t = fbuf(n, 0, 1), *u = fbuf(n, 0, 1);
+        float *v1 = fbuf(n, 0, 1), *w1 = fbuf(n, 0, 1), *v2 = fbuf(n, 0, 1), *w2 = fbuf(n, 0, 1);
+        rt_k_gelu_bwd(NULL, (void *[]){dy, x, t}, (int64_t[]){n, 0}, NULL);
+        rt_k_copy(NULL, (void *[]){t, a1}, (int64_t[]){n, 1}, NULL);
+        rt_k_relu_bwd(NULL, (void *[]){dy, x, u}, (int64_t[]){n, 0}, NULL);
+        rt_k_add(NULL, (void *[]){u, t, v1}, (int64_t[]){n, 0}, NULL);
+        for (int64_t k = 0; k < n; k++)
+            w1[k] = v1[k] * x[k];
+        int64_t ib[] = {1, n, 1, 5,
+                        RT_EW_GELU_BWD, RT_EW_REG + 0, RT_EW_MEM + 0, RT_EW_MEM + 1,
+                        RT_EW_COPY, RT_EW_ACC + 2, RT_EW_REG + 0, 0,
+                        RT_EW_RELU_BWD, RT_EW_REG + 1, RT_EW_MEM + 0, RT_EW_MEM + 1,
+                        RT_EW_ADD, RT_EW_MEM + 3, RT_EW_REG + 1, RT_EW_REG + 0,
+                        RT_EW_MUL, RT_EW_MEM + 4, RT_EW_MEM + 3, RT_EW_MEM + 1};
+        rt_k_ew(NULL, (void *[]){dy, x, a2, v2, w2}, ib, NULL);
+        CHECK(!memcmp(a1, a2, (size_t)n * 4) && !memcmp(v1, v2, (size_t)n * 4) &&
+                  !memcmp(w1, w2, (size_t)n * 4),
+              "ew gelu_bwd/copy acc/relu_bwd/add/mul, n %lld: bitwise as unfused", (long long)n);
+        /* the scalar reference of both programs */
+        float *y3 = fbuf(n, 0, 1), *z3 = fbuf(n, 0, 1), *a3 = fdup(acc0, n), *v3 = fbuf(n, 0, 1),
+              *w3 = fbuf(n, 0, 1);
+        rt_ref_ew(NULL, (void *[]){x, bias, y3, z3}, ia, NULL);
+        rt_ref_ew(NULL, (void *[]){dy, x, a3, v3, w3}, ib, NULL);
+        double e = nerr(z3, z2, n, 1e-3);
+        e = fmax(e, nerr(y3, y2, n, 1e-3));
+        e = fmax(e, nerr(a3, a2, n, 1e-3));
+        e = fmax(e, nerr(v3, v2, n, 1e-3));
+        e = fmax(e, nerr(w3, w2, n, 1e-3));
+        CHECK(e < 1e-5, "ew n %lld: fast and reference agree (worst normalised error %.2g)",
+              (long long)n, e);
+        float *all[] = {x, bias, dy, acc0, y1, z1, y2, z2, a1, a2, t, u, v1, w1, v2, w2,
+                        y3, z3, a3, v3, w3};
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+            free(all[k]);
+    }
+}
+
 static void test_xent(void)
 {
     const int64_t M = 13, V = 301;
@@ -1164,6 +1223,7 @@ int main(int argc, char **argv)
         }
         printf("-- elementwise kernels, %s\n", isas[s]);
         test_elementwise();
+        test_ew();
         test_xent();
         test_xent_vreal();
         test_rows();
