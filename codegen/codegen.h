@@ -6,10 +6,17 @@
  *            textual IR)
  *   link.c   link the object with rtlib (libnnsc_rt.a) into out/rankN
  *   emit.c   out/launch and out/plan.txt
+ *
+ * The cuda target (--target cuda) differs in host.c only: the rank's module
+ * also embeds the build's cubins (cuda.h: compiled once per build, the same
+ * images in every rank), main() starts with rt_init_cuda and every kernel
+ * call is rt_cuda_k(ctx, RT_K_<name>, ...).  Ranks of both targets link the
+ * same way (rtlib dlopens the CUDA driver and NCCL at run time).
  */
 #ifndef NNSC_CODEGEN_H
 #define NNSC_CODEGEN_H
 
+#include "cuda.h"
 #include "ir.h"
 
 typedef struct cg_opts {
@@ -19,17 +26,32 @@ typedef struct cg_opts {
     int emit_llvm;          /* also write rankN.ll */
 } cg_opts;
 
+/* What the cuda target adds to a build: the images every rank embeds. */
+typedef struct cg_gpu {
+    const cg_cubin *cubin;  /* one image per --arch, in --arch order (cuda.h) */
+    int ncubin;             /* how many (>= 1) */
+    int64_t src_bytes;      /* size of the CUDA C source they were compiled from */
+    int nfused;             /* generated kernels of fused chains (nnsc_ew_<id>) in it */
+} cg_gpu;
+
 /* Build rank p's module and write OBJ_PATH (and LL_PATH if not NULL).
- * Returns 0, or 1 after printing a message (LLVM failures). */
+ * Returns 0, or 1 after printing a message (LLVM failures).  o may be NULL
+ * (defaults: x86-64-v3, -O2). */
 int cg_host(const ir_prog *p, const cg_opts *o, const char *obj_path, const char *ll_path);
+/* The same for the cuda target: the module embeds gpu's images. */
+int cg_host_cuda(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const char *obj_path,
+                 const char *ll_path);
 
 /* Link obj into exe with rtlib.  rtlib_path: the static library.
  * Returns 0, or 1 after printing a message. */
 int cg_link(const char *obj, const char *rtlib_path, const char *exe);
 
 /* emit.c: write DIR/launch (runs all ranks here, forwards their output,
- * fails when any rank fails) and DIR/plan.txt.  Returns 0 or 1. */
-int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs);
+ * fails when any rank fails) and DIR/plan.txt.  gpu: NULL for the cpu
+ * target; for cuda, the images (plan.txt lists them, launch gives every
+ * rank a GPU and the rendezvous address).  Returns 0 or 1. */
+int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs,
+            const cg_gpu *gpu);
 
 /* Where libnnsc_rt.a is: $NNSC_RTLIB, else next to the running compiler. */
 const char *cg_rtlib_path(void);

@@ -5,9 +5,11 @@
  * init_param, data and the collectives, which stay on the host (RNG and
  * files; NCCL).  Each computes exactly what rt_kernels.h says and reads like
  * its scalar reference in rtlib/kernels_ref.c, so the two can be compared
- * line by line.  matmul has two more entry points, nnsc_matmul_bf16 and
- * nnsc_matmul_f16: the same product with 16-bit inputs on the tensor cores
- * (mma.sync, f32 accumulation).
+ * line by line.  matmul has two more entry points, nnsc_matmul_tc_bf16 and
+ * nnsc_matmul_tc_f16: the same product with 16-bit inputs on the tensor
+ * cores (mma.sync, f32 accumulation).  matmul_bf16 (mixed precision, train
+ * dtype = bf16) is the same tensor-core code on f32 inputs rounded to bf16
+ * as they are staged.
  *
  * The text is kept here as C string literals, one part per kernel
  * (cg_cuda_parts, in the order of rt_kernels.h), so that the compiler needs
@@ -33,7 +35,7 @@ static const char cg_cu_prelude[] =
     " * codegen/cuda.c (edit it there).  One extern \"C\" __global__ entry point\n"
     " * nnsc_<name> per device-side kernel of rtlib/rt_kernels.h, with exactly the\n"
     " * semantics written there (scalar references: rtlib/kernels_ref.c), plus the\n"
-    " * tensor-core matmul variants nnsc_matmul_bf16 and nnsc_matmul_f16.\n"
+    " * tensor-core matmul variants nnsc_matmul_tc_bf16 and nnsc_matmul_tc_f16.\n"
     " *\n"
     " * Every entry point takes one parameter, the nnsc_args block, filled by the\n"
     " * host from the rt_k_<name>(ctx, b, i, f) call: b[] are device pointers into\n"
@@ -329,19 +331,22 @@ static const char cg_cu_matmul[] =
     "        }\n"
     "}\n";
 
-/* ------------------------- matmul on the tensor cores (bf16 / f16 inputs) */
+/* ------------------------- matmul on the tensor cores (bf16 / f16 inputs),
+ * and matmul_bf16 (f32 inputs rounded to bf16: mixed precision), which is
+ * the last row of rt_kernels.h but shares this code */
 static const char cg_cu_matmul_tc[] =
     "/* Tensor-core matmul: the same C[M,N] (+)= op(A) op(B) (C f32, all four\n"
-    " * transpose combinations, acc), with A and B in bf16 (nnsc_matmul_bf16) or\n"
-    " * f16 (nnsc_matmul_f16), products summed in f32 by mma.sync.m16n8k16 (sm_80\n"
-    " * and later).  A block of 4 warps computes a 64x64 tile of C, each warp a\n"
-    " * 32x32 quarter (2 x 4 mma tiles of 16x8), stepping through K by 32.  Both\n"
-    " * tiles are staged in shared memory K-contiguous, As[m][k] and Bs[n][k],\n"
-    " * zero-filled outside the matrices, so each fragment register is one aligned\n"
-    " * 32-bit load; the row pitch of 40 halves (20 words) makes the 32 lanes of a\n"
-    " * fragment load hit 32 different banks.  Fragment layouts: PTX ISA, \"Matrix\n"
-    " * Fragments for mma.m16n8k16 with floating point type\" (g = lane / 4,\n"
-    " * t = lane % 4):\n"
+    " * transpose combinations, acc), with A and B in bf16 (nnsc_matmul_tc_bf16)\n"
+    " * or f16 (nnsc_matmul_tc_f16), or in f32 rounded to bf16 while they are\n"
+    " * staged (nnsc_matmul_bf16, rt_kernels.h's matmul_bf16), products summed in\n"
+    " * f32 by mma.sync.m16n8k16 (sm_80 and later).  A block of 4 warps computes\n"
+    " * a 64x64 tile of C, each warp a 32x32 quarter (2 x 4 mma tiles of 16x8),\n"
+    " * stepping through K by 32.  Both tiles are staged in shared memory\n"
+    " * K-contiguous, As[m][k] and Bs[n][k], zero-filled outside the matrices, so\n"
+    " * each fragment register is one aligned 32-bit load; the row pitch of 40\n"
+    " * halves (20 words) makes the 32 lanes of a fragment load hit 32 different\n"
+    " * banks.  Fragment layouts: PTX ISA, \"Matrix Fragments for mma.m16n8k16\n"
+    " * with floating point type\" (g = lane / 4, t = lane % 4):\n"
     " *   A (16x16, row): reg0 = A[g][2t, 2t+1], reg1 = A[g+8][2t, 2t+1],\n"
     " *                   reg2 = A[g][2t+8, 2t+9], reg3 = A[g+8][2t+8, 2t+9]\n"
     " *   B (16x8, col):  reg0 = B[2t, 2t+1][g], reg1 = B[2t+8, 2t+9][g]\n"
@@ -371,6 +376,30 @@ static const char cg_cu_matmul_tc[] =
     "            : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"r\"(b0), \"r\"(b1));\n"
     "}\n"
     "\n"
+    "/* x rounded to bf16 (nearest, ties to even; a NaN stays a NaN, made quiet),\n"
+    " * as its 16 bits: rtlib's rt_bf16_round (rtlib/lowp.c), bit for bit. */\n"
+    "static __device__ __forceinline__ u16 nnsc_bf16_rn(float x)\n"
+    "{\n"
+    "    u32 u = __float_as_uint(x);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u)\n"
+    "        u |= 0x00400000u;\n"
+    "    else\n"
+    "        u += 0x7fffu + ((u >> 16) & 1u);\n"
+    "    return (u16)(u >> 16);\n"
+    "}\n"
+    "\n"
+    "/* An operand element as the tensor cores take it: 16 bits as they are, an\n"
+    " * f32 rounded to bf16. */\n"
+    "static __device__ __forceinline__ u16 nnsc_tc_in(u16 v)\n"
+    "{\n"
+    "    return v;\n"
+    "}\n"
+    "\n"
+    "static __device__ __forceinline__ u16 nnsc_tc_in(float v)\n"
+    "{\n"
+    "    return nnsc_bf16_rn(v);\n"
+    "}\n"
+    "\n"
     "/* Two adjacent halves of a staged tile as one register (4-byte aligned:\n"
     " * the index is even and the pitch is even). */\n"
     "static __device__ __forceinline__ u32 nnsc_ld2(const u16 *p)\n"
@@ -378,10 +407,11 @@ static const char cg_cu_matmul_tc[] =
     "    return *(const u32 *)p;\n"
     "}\n"
     "\n"
-    "/* The body of nnsc_matmul_bf16 / nnsc_matmul_f16 (a: as nnsc_matmul, with\n"
-    " * A and B 16-bit). */\n"
-    "template <int BF16>\n"
-    "static __device__ void nnsc_matmul_tc(const u16 *A, const u16 *B, float *C, i64 M, i64 K,\n"
+    "/* The body of the tensor-core entry points (a: as nnsc_matmul; A and B of\n"
+    " * element type T: u16 holds bf16 (BF16 = 1) or f16, float is rounded to\n"
+    " * bf16 by nnsc_tc_in and needs BF16 = 1). */\n"
+    "template <int BF16, typename T>\n"
+    "static __device__ void nnsc_matmul_tc(const T *A, const T *B, float *C, i64 M, i64 K,\n"
     "                                      i64 N, int ta, int tb, int acc)\n"
     "{\n"
     "    __shared__ __align__(16) u16 As[NNSC_TC_BM][NNSC_TC_LD];   /* op(A)[m0 + m, k0 + k] */\n"
@@ -405,7 +435,7 @@ static const char cg_cu_matmul_tc[] =
     "            i64 gm = m0 + m, gk = k0 + k;\n"
     "            u16 v = 0;   /* +0.0 in bf16 and f16 alike */\n"
     "            if (gm < M && gk < K)\n"
-    "                v = ta ? A[gk * M + gm] : A[gm * K + gk];\n"
+    "                v = nnsc_tc_in(ta ? A[gk * M + gm] : A[gm * K + gk]);\n"
     "            As[m][k] = v;\n"
     "        }\n"
     "        for (int e = tid; e < NNSC_TC_BN * NNSC_TC_BK; e += NNSC_TC_THREADS) {\n"
@@ -414,7 +444,7 @@ static const char cg_cu_matmul_tc[] =
     "            i64 gn = n0 + n, gk = k0 + k;\n"
     "            u16 v = 0;\n"
     "            if (gn < N && gk < K)\n"
-    "                v = tb ? B[gn * K + gk] : B[gk * N + gn];\n"
+    "                v = nnsc_tc_in(tb ? B[gn * K + gk] : B[gk * N + gn]);\n"
     "            Bs[n][k] = v;\n"
     "        }\n"
     "        __syncthreads();\n"
@@ -460,17 +490,27 @@ static const char cg_cu_matmul_tc[] =
     "}\n"
     "\n"
     "/* b: A (bf16), B (bf16), C (f32).  i: M, K, N, transA, transB, acc (as matmul). */\n"
-    "NNSC_KERNEL(nnsc_matmul_bf16, NNSC_TC_THREADS)\n"
+    "NNSC_KERNEL(nnsc_matmul_tc_bf16, NNSC_TC_THREADS)\n"
     "{\n"
     "    nnsc_matmul_tc<1>((const u16 *)a.b[0], (const u16 *)a.b[1], (float *)a.b[2], a.i[0],\n"
     "                      a.i[1], a.i[2], (int)a.i[3], (int)a.i[4], (int)a.i[5]);\n"
     "}\n"
     "\n"
     "/* b: A (f16), B (f16), C (f32).  i: M, K, N, transA, transB, acc (as matmul). */\n"
-    "NNSC_KERNEL(nnsc_matmul_f16, NNSC_TC_THREADS)\n"
+    "NNSC_KERNEL(nnsc_matmul_tc_f16, NNSC_TC_THREADS)\n"
     "{\n"
     "    nnsc_matmul_tc<0>((const u16 *)a.b[0], (const u16 *)a.b[1], (float *)a.b[2], a.i[0],\n"
     "                      a.i[1], a.i[2], (int)a.i[3], (int)a.i[4], (int)a.i[5]);\n"
+    "}\n"
+    "\n"
+    "/* matmul_bf16 (mixed precision, train dtype = bf16).  b: A, B, C, all f32.\n"
+    " * i: M, K, N, transA, transB, acc (as matmul).  C (+)= op(A) op(B) with A and\n"
+    " * B read as rounded to bf16 (nnsc_bf16_rn, while staging the tiles), products\n"
+    " * summed in f32 on the tensor cores; the params stay f32 in memory. */\n"
+    "NNSC_KERNEL(nnsc_matmul_bf16, NNSC_TC_THREADS)\n"
+    "{\n"
+    "    nnsc_matmul_tc<1>((const float *)a.b[0], (const float *)a.b[1], (float *)a.b[2],\n"
+    "                      a.i[0], a.i[1], a.i[2], (int)a.i[3], (int)a.i[4], (int)a.i[5]);\n"
     "}\n";
 
 /* --------------------------------------------------------------- bias_add */
@@ -1208,7 +1248,7 @@ typedef struct cg_cuda_part {
 
 /* The parts in source order: the prelude first (every kernel uses it), then
  * the kernels in the order of rt_kernels.h (slice before place: place uses
- * slice's nnsc_box_move). */
+ * slice's nnsc_box_move; matmul_bf16 in matmul_tc, whose code it shares). */
 static const cg_cuda_part cg_cuda_parts[] = {
     {"prelude", cg_cu_prelude},
     {"zero", cg_cu_zero},
@@ -1247,8 +1287,9 @@ static const cg_cuda_part cg_cuda_parts[] = {
 const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_zero", RT_K_zero, "f32"},
     {"nnsc_matmul", RT_K_matmul, "f32"},
-    {"nnsc_matmul_bf16", RT_K_matmul, "bf16"},   /* A, B bf16; C f32 */
-    {"nnsc_matmul_f16", RT_K_matmul, "f16"},     /* A, B f16; C f32 */
+    {"nnsc_matmul_tc_bf16", RT_K_matmul, "bf16"},   /* A, B bf16; C f32 */
+    {"nnsc_matmul_tc_f16", RT_K_matmul, "f16"},     /* A, B f16; C f32 */
+    {"nnsc_matmul_bf16", RT_K_matmul_bf16, "f32"},  /* A, B f32 read as bf16; C f32 */
     {"nnsc_bias_add", RT_K_bias_add, "f32"},
     {"nnsc_bias_grad", RT_K_bias_grad, "f32"},
     {"nnsc_add", RT_K_add, "f32"},
@@ -1306,13 +1347,14 @@ void cg_cuda_source(ir_buf *out)
 /* Device helpers of the generated nnsc_ew_<id> kernels: gelu and gelu' as
  * the nnsc_gelu / nnsc_gelu_bwd kernels compute them (same expressions). */
 static const char cg_cu_ew_prelude[] =
-    "/* gelu(v) and gelu'(v), written as nnsc_gelu and nnsc_gelu_bwd write them. */\n"
-    "static __device__ __forceinline__ float nnsc_ew_gelu(float v)\n"
+    "/* gelu(v) and gelu'(v), written as nnsc_gelu and nnsc_gelu_bwd write them (a build's\n"
+    " * chains may use either or neither: maybe_unused keeps NVRTC's log empty). */\n"
+    "[[maybe_unused]] static __device__ __forceinline__ float nnsc_ew_gelu(float v)\n"
     "{\n"
     "    return 0.5f * v * (1.0f + tanhf(NNSC_GELU_C * (v + NNSC_GELU_A * v * v * v)));\n"
     "}\n"
     "\n"
-    "static __device__ __forceinline__ float nnsc_ew_dgelu(float v)\n"
+    "[[maybe_unused]] static __device__ __forceinline__ float nnsc_ew_dgelu(float v)\n"
     "{\n"
     "    float t = tanhf(NNSC_GELU_C * (v + NNSC_GELU_A * v * v * v));\n"
     "    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * NNSC_GELU_C *\n"

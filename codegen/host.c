@@ -10,12 +10,21 @@
  * attached to the call as !nnsc.note metadata, so rankN.ll reads like the
  * `--dump=lower` output.
  *
- * The output depends only on the Program and the options: the module and
- * its source file are named rankN, nothing records paths, times or pointers,
- * and the target is the portable CPU named in the options, not the host's
- * (unless the options ask for "native").
+ * The cuda target (cg_host_cuda) builds the same main() with two
+ * differences (rtlib/rt.h): it starts with rt_init_cuda(argc, argv,
+ * MANIFEST, images, n), where images is a constant table of rt_image {arch,
+ * data, size} over the build's cubins, each embedded as an internal
+ * constant nnsc_cubin_<arch> (16-byte aligned); and every instruction is a
+ * call rt_cuda_k(ctx, RT_K_<name>, bufs, ints, flts), the kernel number an
+ * i32 constant (the row of rt_kernels.h, which rtlib numbers RT_KN_<name>).
+ *
+ * The output depends only on the Program, the options and the images: the
+ * module and its source file are named rankN, nothing records paths, times
+ * or pointers, and the target is the portable CPU named in the options, not
+ * the host's (unless the options ask for "native").
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <llvm-c/Analysis.h>
@@ -70,7 +79,8 @@ static int cg_check_err(const char *file, int line, const char *what, LLVMErrorR
 
 /* The rtlib entry points main() calls around the kernels. */
 enum {
-    CG_RT_INIT,        /* rt_ctx *rt_init(int, char **, const char *) */
+    CG_RT_INIT,        /* rt_ctx *rt_init(int, char **, const char *), or for cuda
+                          rt_init_cuda(int, char **, const char *, const rt_image *, int) */
     CG_RT_ARENA,       /* char *rt_arena(rt_ctx *) */
     CG_RT_FIRST_STEP,  /* int64_t rt_first_step(rt_ctx *) */
     CG_RT_STEPS,       /* int64_t rt_steps(rt_ctx *) */
@@ -86,6 +96,7 @@ enum {
 /* State while building one rank's module. */
 typedef struct cg_host_ctx {
     const ir_prog *p;              /* the Program */
+    const cg_gpu *gpu;             /* the cuda target's images; NULL for the cpu target */
     LLVMContextRef c;              /* LLVM context (owned) */
     LLVMModuleRef m;               /* module rankN */
     LLVMTargetDataRef td;          /* data layout of the target (owned) */
@@ -93,7 +104,9 @@ typedef struct cg_host_ctx {
     LLVMBuilderRef ab;             /* builder at the end of main's entry block (allocas) */
     LLVMTypeRef i8, i32, i64, f32, ptr, vd;  /* types used throughout */
     LLVMTypeRef kty;               /* void (ptr, ptr, ptr, ptr): every rt_k_* */
-    LLVMValueRef kfn[RT_K_COUNT];  /* rt_k_* declarations, NULL until first used */
+    LLVMValueRef kfn[RT_K_COUNT];  /* rt_k_* declarations, NULL until first used (cpu) */
+    LLVMTypeRef cuda_kty;          /* void (ptr, i32, ptr, ptr, ptr): rt_cuda_k (cuda) */
+    LLVMValueRef cuda_k;           /* rt_cuda_k's declaration (cuda), else NULL */
     LLVMTypeRef rty[CG_RT_COUNT];  /* types of the CG_RT_* functions */
     LLVMValueRef rfn[CG_RT_COUNT]; /* their declarations */
     LLVMTypeRef life_ty;           /* type of llvm.lifetime.start/end */
@@ -113,15 +126,17 @@ static LLVMValueRef cg_declare(cg_host_ctx *h, const char *name, LLVMTypeRef ty)
     return f;
 }
 
-/* Declare the rtlib entry points and the lifetime intrinsics. */
+/* Declare the rtlib entry points and the lifetime intrinsics (for the cuda
+ * target rt_init_cuda and rt_cuda_k in place of rt_init and the rt_k_*). */
 static void cg_declare_runtime(cg_host_ctx *h) {
-    static const char *const names[CG_RT_COUNT] = {
+    const char *names[CG_RT_COUNT] = {
         "rt_init", "rt_arena", "rt_first_step", "rt_steps",
         "rt_step_begin", "rt_step_end", "rt_finish", "rt_eval_due", "rt_eval_steps", "rt_eval_end",
     };
-    LLVMTypeRef p1[] = {h->ptr}, init[] = {h->i32, h->ptr, h->ptr};
+    LLVMTypeRef p1[] = {h->ptr}, init[] = {h->i32, h->ptr, h->ptr, h->ptr, h->i32};
     LLVMTypeRef begin[] = {h->ptr, h->i64}, end[] = {h->ptr, h->i64, h->ptr};
-    h->rty[CG_RT_INIT] = LLVMFunctionType(h->ptr, init, 3, 0);
+    if (h->gpu) names[CG_RT_INIT] = "rt_init_cuda";
+    h->rty[CG_RT_INIT] = LLVMFunctionType(h->ptr, init, h->gpu ? 5 : 3, 0);
     h->rty[CG_RT_ARENA] = LLVMFunctionType(h->ptr, p1, 1, 0);
     h->rty[CG_RT_FIRST_STEP] = LLVMFunctionType(h->i64, p1, 1, 0);
     h->rty[CG_RT_STEPS] = LLVMFunctionType(h->i64, p1, 1, 0);
@@ -135,6 +150,11 @@ static void cg_declare_runtime(cg_host_ctx *h) {
 
     LLVMTypeRef kargs[] = {h->ptr, h->ptr, h->ptr, h->ptr};
     h->kty = LLVMFunctionType(h->vd, kargs, 4, 0);
+    if (h->gpu) {
+        LLVMTypeRef cargs[] = {h->ptr, h->i32, h->ptr, h->ptr, h->ptr};
+        h->cuda_kty = LLVMFunctionType(h->vd, cargs, 5, 0);
+        h->cuda_k = cg_declare(h, "rt_cuda_k", h->cuda_kty);
+    }
 
     static const char *const life[2] = {"llvm.lifetime.start", "llvm.lifetime.end"};
     for (int k = 0; k < 2; k++) {
@@ -232,7 +252,8 @@ static LLVMValueRef cg_float_array(cg_host_ctx *h, const pg_instr *in, const cha
     return g;
 }
 
-/* One instruction: fill its argument arrays and call rt_k_<name>. */
+/* One instruction: fill its argument arrays and call rt_k_<name> (cpu) or
+ * rt_cuda_k with the kernel's number (cuda). */
 static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
     char stem[CG_NAME_MAX + 1], name[CG_NAME_MAX + 8];
     cg_stem(in, stem, sizeof stem);
@@ -261,7 +282,14 @@ static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
         args[3] = cg_float_array(h, in, name);
     }
 
-    LLVMValueRef call = LLVMBuildCall2(h->b, h->kty, cg_kernel(h, in->kernel), args, 4, "");
+    LLVMValueRef call;
+    if (h->gpu) {
+        LLVMValueRef cargs[5] = {args[0], LLVMConstInt(h->i32, (unsigned long long)in->kernel, 0),
+                                 args[1], args[2], args[3]};
+        call = LLVMBuildCall2(h->b, h->cuda_kty, h->cuda_k, cargs, 5, "");
+    } else {
+        call = LLVMBuildCall2(h->b, h->kty, cg_kernel(h, in->kernel), args, 4, "");
+    }
     if (in->note && in->note[0]) {
         LLVMMetadataRef s = LLVMMDStringInContext2(h->c, in->note, strlen(in->note));
         LLVMSetMetadata(call, h->md_note, LLVMMetadataAsValue(h->c, LLVMMDNodeInContext2(h->c, &s, 1)));
@@ -290,6 +318,49 @@ static LLVMValueRef cg_manifest(cg_host_ctx *h) {
     LLVMSetLinkage(g, LLVMPrivateLinkage);
     LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
     return g;
+}
+
+/* The cuda target's images: each cubin as an internal constant
+ * nnsc_cubin_<arch>, 16-byte aligned (internal, not private, so that the
+ * symbol stays in the executable's symbol table: `nm -S rankN | grep
+ * nnsc_cubin` lists the images and their sizes), and the table
+ * rt_image nnsc_images[n] = {{"sm_80", nnsc_cubin_sm_80, size}, ...} that
+ * main() hands to rt_init_cuda.  Returns the table. */
+static LLVMValueRef cg_images(cg_host_ctx *h) {
+    const cg_gpu *gpu = h->gpu;
+    IR_ASSERT(gpu->ncubin >= 1);
+    LLVMTypeRef img = LLVMStructCreateNamed(h->c, "rt_image");  /* rtlib/rt.h */
+    LLVMTypeRef fields[3] = {h->ptr, h->ptr, h->i64};
+    LLVMStructSetBody(img, fields, 3, 0);
+    LLVMValueRef *rows = ir_xcalloc((size_t)gpu->ncubin, sizeof *rows);
+    for (int k = 0; k < gpu->ncubin; k++) {
+        const cg_cubin *cb = &gpu->cubin[k];
+        char name[64];
+        snprintf(name, sizeof name, "nnsc_cubin_%s", cb->arch);
+        LLVMValueRef data = LLVMConstStringInContext2(h->c, (const char *)cb->data, cb->size, 1);
+        LLVMValueRef g = LLVMAddGlobal(h->m, LLVMTypeOf(data), name);
+        LLVMSetInitializer(g, data);
+        LLVMSetGlobalConstant(g, 1);
+        LLVMSetLinkage(g, LLVMInternalLinkage);
+        LLVMSetAlignment(g, 16);
+        snprintf(name, sizeof name, "nnsc_arch_%s", cb->arch);
+        LLVMValueRef arch = LLVMConstStringInContext2(h->c, cb->arch, strlen(cb->arch), 0);
+        LLVMValueRef a = LLVMAddGlobal(h->m, LLVMTypeOf(arch), name);
+        LLVMSetInitializer(a, arch);
+        LLVMSetGlobalConstant(a, 1);
+        LLVMSetLinkage(a, LLVMPrivateLinkage);
+        LLVMSetUnnamedAddress(a, LLVMGlobalUnnamedAddr);
+        LLVMValueRef row[3] = {a, g, LLVMConstInt(h->i64, (unsigned long long)cb->size, 0)};
+        rows[k] = LLVMConstNamedStruct(img, row, 3);
+    }
+    LLVMValueRef init = LLVMConstArray2(img, rows, (uint64_t)gpu->ncubin);
+    free(rows);
+    LLVMValueRef t = LLVMAddGlobal(h->m, LLVMTypeOf(init), "nnsc_images");
+    LLVMSetInitializer(t, init);
+    LLVMSetGlobalConstant(t, 1);
+    LLVMSetLinkage(t, LLVMPrivateLinkage);
+    LLVMSetAlignment(t, 8);
+    return t;
 }
 
 /* A counted loop for (v = 0; v < n; v++) { body(v) } at the builder's
@@ -374,10 +445,15 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features) {
     LLVMBasicBlockRef mb_exit = cg_block(h, fn, "mb.exit"), step_exit = cg_block(h, fn, "step.exit");
     LLVMPositionBuilderAtEnd(h->ab, entry);
 
-    /* rt_ctx *ctx = rt_init(argc, argv, MANIFEST); char *A = rt_arena(ctx); prologue */
+    /* rt_ctx *ctx = rt_init(argc, argv, MANIFEST) (cuda: rt_init_cuda(argc, argv,
+       MANIFEST, nnsc_images, N)); char *A = rt_arena(ctx); prologue */
     LLVMPositionBuilderAtEnd(h->b, init);
-    LLVMValueRef a3[3] = {argc, argv, cg_manifest(h)};
-    h->ctx = cg_call_rt(h, CG_RT_INIT, a3, 3, "ctx");
+    LLVMValueRef a5[5] = {argc, argv, cg_manifest(h), NULL, NULL};
+    if (h->gpu) {
+        a5[3] = cg_images(h);
+        a5[4] = LLVMConstInt(h->i32, (unsigned long long)h->gpu->ncubin, 0);
+    }
+    h->ctx = cg_call_rt(h, CG_RT_INIT, a5, h->gpu ? 5 : 3, "ctx");
     h->arena = cg_call_rt(h, CG_RT_ARENA, &h->ctx, 1, "arena");
     cg_section(h, IR_SEC_PROLOGUE);
     LLVMValueRef first = cg_call_rt(h, CG_RT_FIRST_STEP, &h->ctx, 1, "first");
@@ -504,8 +580,10 @@ static LLVMTargetMachineRef cg_target_machine(const cg_target *t, int opt_level)
 /* Default options: the portable CPU, no extra features, -O2. */
 static const cg_opts cg_default_opts = {CG_DEFAULT_CPU, "", 2, 0};
 
-/* Build rank p's module and write obj_path (and ll_path if not NULL). */
-int cg_host(const ir_prog *p, const cg_opts *o, const char *obj_path, const char *ll_path) {
+/* Build rank p's module (for the cuda target when gpu is not NULL) and
+ * write obj_path (and ll_path if not NULL). */
+static int cg_host_build(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const char *obj_path,
+                         const char *ll_path) {
     if (!o) o = &cg_default_opts;
     IR_ASSERT(o->opt_level >= 0 && o->opt_level <= 3);
     ir_prog_verify(p);
@@ -517,7 +595,7 @@ int cg_host(const ir_prog *p, const cg_opts *o, const char *obj_path, const char
         return 1;
     }
 
-    cg_host_ctx h = {.p = p};
+    cg_host_ctx h = {.p = p, .gpu = gpu};
     char modname[32];
     snprintf(modname, sizeof modname, "rank%d", p->rank);
     h.c = LLVMContextCreate();
@@ -563,4 +641,16 @@ done:
     LLVMDisposeTargetMachine(tm);
     cg_target_free(&t);
     return rc;
+}
+
+/* Build rank p's module and write obj_path (and ll_path if not NULL). */
+int cg_host(const ir_prog *p, const cg_opts *o, const char *obj_path, const char *ll_path) {
+    return cg_host_build(p, o, NULL, obj_path, ll_path);
+}
+
+/* The same for the cuda target, embedding gpu's images. */
+int cg_host_cuda(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const char *obj_path,
+                 const char *ll_path) {
+    IR_ASSERT(gpu && gpu->ncubin >= 1);
+    return cg_host_build(p, o, gpu, obj_path, ll_path);
 }

@@ -3,9 +3,16 @@
  * The system C compiler driver does the linking (it knows the C runtime
  * start files and libc), started with posix_spawn, never through a shell:
  *
- *     $NNSC_CC -o EXE OBJ RTLIB -lm -lpthread -lrt
+ *     $NNSC_CC -o EXE OBJ RTLIB -lm -lpthread -lrt -ldl
  *
  * where $NNSC_CC defaults to cc.  The result needs nothing but libc.
+ *
+ * Ranks of the cuda target link exactly the same way: rtlib opens the CUDA
+ * driver (libcuda.so.1) and NCCL (libnccl.so.2) with dlopen when the rank
+ * starts, so an executable has no DT_NEEDED entry for CUDA, NCCL or the
+ * toolkit, and a host without them gets rtlib's clear message instead of
+ * the loader's.  -ldl is for dlopen on C libraries before glibc 2.34; since
+ * then dlopen is in libc and libdl.a is empty, so it changes nothing there.
  */
 #include <errno.h>
 #include <limits.h>
@@ -49,7 +56,7 @@ int cg_link(const char *obj, const char *rtlib_path, const char *exe) {
         /* A sanitized build's rtlib calls into the sanitizer runtimes. */
         "-fsanitize=address,undefined",
 #endif
-        "-lm", "-lpthread", "-lrt", NULL,
+        "-lm", "-lpthread", "-lrt", "-ldl", NULL,
     };
     pid_t pid;
     int err = posix_spawnp(&pid, cc, NULL, NULL, argv, environ);

@@ -20,6 +20,12 @@ static const char usage[] =
     "  --emit-llvm        also write DIR/rankN.ll (the optimised host code)\n"
     "  --cpu CPU          target CPU of rank code (default x86-64-v3; e.g. x86-64-v4, native)\n"
     "  -O N               LLVM optimisation level of rank code, 0..3 (default 2)\n"
+    "  --target T         what the ranks run on: cpu (default) or cuda (one NVIDIA GPU\n"
+    "                     per rank, NCCL; kernels compiled by NVRTC into every rank)\n"
+    "  --arch LIST        cuda: GPU architectures to compile for, comma-separated,\n"
+    "                     sm_80 or newer (default sm_80,sm_90; e.g. sm_80,sm_86,sm_90)\n"
+    "  --emit-kernels     cuda: also write DIR/kernels/nnsc_kernels.cu (the CUDA C compiled)\n"
+    "  --no-fuse          do not fuse elementwise chains (docs/fusion.md; for debugging)\n"
     "  -v                 per-pass timings on stderr\n"
     "  -q                 no progress lines\n"
     "  --help             this text\n"
@@ -35,12 +41,73 @@ static const char usage[] =
     "             2 bad input (the message names file, line and what would be right)\n"
     "Spec format: docs/model-spec.md.  Plans: docs/plans.md.  Runtime flags: DIR/rank0 --help.\n";
 
-static int bad(const char *fmt, const char *arg)
+/* Report a bad command line: "error: " fmt (with arg), then hint (NULL:
+ * point at --help).  Returns 2. */
+static int bad_hint(const char *hint, const char *fmt, const char *arg)
 {
     fprintf(stderr, "nnsc-aot: error: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n  hint: nnsc-aot --help lists the options\n");
+    fprintf(stderr, "\n  hint: %s\n", hint ? hint : "nnsc-aot --help lists the options");
     return 2;
+}
+
+/* The same, with the hint that points at --help. */
+static int bad(const char *fmt, const char *arg)
+{
+    return bad_hint(NULL, fmt, arg);
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)  /* a macro's value as a string literal */
+
+/* The GPU architectures the cuda target takes, for messages. */
+#define ARCH_HINT "--arch takes a comma-separated list of sm_XY (compute capability X.Y), " \
+                  "sm_80 or newer, e.g. sm_80,sm_90 (the default), sm_86, sm_89 or sm_90a"
+
+/* One --arch entry: "sm_" then 2 or 3 digits (80 or more: the kernels use
+ * sm_80's tensor-core mma.sync) and at most one letter (sm_90a).  0 if
+ * good, else 2 after a message.  Which ones exist is NVRTC's to say. */
+static int check_arch(const char *a)
+{
+    const char *p = a + 3;
+    int digits = 0, cc = 0;
+    if (strncmp(a, "sm_", 3) != 0)
+        return bad_hint(ARCH_HINT, "--arch: '%s' is not a GPU architecture", a);
+    for (; *p >= '0' && *p <= '9'; p++) digits++, cc = 10 * cc + (*p - '0');
+    if (*p >= 'a' && *p <= 'z') p++;
+    if (digits < 2 || digits > 3 || *p)
+        return bad_hint(ARCH_HINT, "--arch: '%s' is not a GPU architecture", a);
+    if (cc < 80)
+        return bad_hint(ARCH_HINT, "--arch: %s is too old: the CUDA kernels need sm_80 or newer", a);
+    return 0;
+}
+
+/* Parse --arch LIST into o->archs: every entry checked, none twice, at most
+ * FE_MAX_ARCH.  0, or 2 after a message. */
+static int parse_archs(fe_opts *o, const char *list)
+{
+    if (!list || !*list) return bad_hint(ARCH_HINT, "%s", "--arch needs a list of GPU architectures");
+    for (int k = 0; k < o->narch; k++) free(o->archs[k]);
+    o->narch = 0;
+    if (!o->archs) o->archs = ir_xcalloc(FE_MAX_ARCH, sizeof *o->archs);
+    for (const char *s = list;;) {
+        size_t len = strcspn(s, ",");
+        char item[32];
+        if (len == 0) return bad_hint(ARCH_HINT, "--arch: an empty entry in '%s'", list);
+        if (len >= sizeof item)
+            return bad_hint(ARCH_HINT, "--arch: an entry of '%s' is not a GPU architecture", list);
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (check_arch(item)) return 2;
+        for (int k = 0; k < o->narch; k++)
+            if (strcmp(o->archs[k], item) == 0) return bad_hint(ARCH_HINT, "--arch: %s is listed twice", item);
+        if (o->narch == FE_MAX_ARCH)
+            return bad_hint(ARCH_HINT, "--arch: more than " STR(FE_MAX_ARCH) " architectures in '%s'", list);
+        o->archs[o->narch++] = ir_xstrdup(item);
+        if (!s[len]) break;
+        s += len + 1;
+    }
+    return 0;
 }
 
 static void add_set(fe_opts *o, const char *s)
@@ -60,6 +127,7 @@ static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *v)
     return 0;
 }
 
+/* Parse argv into o (see usage). */
 int fe_cli(int argc, char **argv, fe_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -67,6 +135,7 @@ int fe_cli(int argc, char **argv, fe_opts *o)
     o->opt_level = 2;
     o->loss_tol = 1e-5;
     o->weight_tol = 1e-4;
+    const char *target = NULL, *arch = NULL;
     int i = 1;
     if (i < argc && strcmp(argv[i], "verify") == 0) o->verify = 1, i++;
     else if (i < argc && strcmp(argv[i], "compile") == 0) i++;
@@ -105,6 +174,18 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             if (parse_int(n, 0, 3, &v)) return bad("-O needs 0..3, got '%s'", n ? n : "");
             o->opt_level = (int)v;
             if (!a[2]) i++;
+        } else if (strcmp(a, "--target") == 0 || strncmp(a, "--target=", 9) == 0) {
+            target = a[8] ? a + 9 : val;
+            if (!target) return bad_hint("--target cpu (the default) or --target cuda", "%s needs a target", a);
+            if (!a[8]) i++;
+        } else if (strcmp(a, "--arch") == 0 || strncmp(a, "--arch=", 7) == 0) {
+            arch = a[6] ? a + 7 : val;
+            if (!arch) return bad_hint(ARCH_HINT, "%s needs a list of GPU architectures", a);
+            if (!a[6]) i++;
+        } else if (strcmp(a, "--emit-kernels") == 0) {
+            o->emit_kernels = 1;
+        } else if (strcmp(a, "--no-fuse") == 0) {
+            o->no_fuse = 1;
         } else if (strcmp(a, "-v") == 0) {
             o->verbose = 1;
         } else if (strcmp(a, "-q") == 0) {
@@ -128,6 +209,13 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             return bad("more than one model spec given ('%s')", a);
         }
     }
+    if (target && strcmp(target, "cuda") == 0) o->target = FE_TARGET_CUDA;
+    else if (target && strcmp(target, "cpu") != 0)
+        return bad_hint("--target cpu (the default) or --target cuda", "unknown target '%s'", target);
+    if (o->target == FE_TARGET_CPU && (arch || o->emit_kernels))
+        return bad_hint("add --target cuda to build for NVIDIA GPUs (the cpu target compiles no GPU code)",
+                        "%s is for the cuda target only", arch ? "--arch" : "--emit-kernels");
+    if (o->target == FE_TARGET_CUDA && parse_archs(o, arch ? arch : "sm_80,sm_90")) return 2;
     if (!o->spec) return bad("%s", "no model spec given");
     if (!o->verify && !o->out && !o->dump) return bad("%s", "no output: give -o DIR (or --dump=PASS to print the IR)");
     return 0;
@@ -137,5 +225,7 @@ void fe_opts_free(fe_opts *o)
 {
     for (int i = 0; i < o->nset; i++) free((void *)o->sets[i]);
     free(o->sets);
+    for (int k = 0; k < o->narch; k++) free(o->archs[k]);
+    free(o->archs);
     memset(o, 0, sizeof *o);
 }

@@ -1,8 +1,9 @@
 /* driver.c -- the pipeline, in a straight line (like QBE's main):
  *
  *   fe_load -> pass_autograd -> pass_plan -> pass_split -> pass_comm ->
- *   pass_schedule -> per rank: pass_memplan -> pass_lower -> cg_host -> cg_link
- *   -> cg_emit (launch, plan.txt)
+ *   pass_schedule -> per rank: pass_memplan -> pass_lower -> pass_fuse (all
+ *   ranks) -> [cuda: cg_cuda_build_source -> cg_nvrtc_compile, once for the
+ *   build] -> per rank: cg_host -> cg_link -> cg_emit (launch, plan.txt)
  *
  * Verifiers run after every pass; --dump=P prints the IR after pass P.
  */
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "codegen.h"
+#include "cuda.h"
 #include "frontend.h"
 #include "passes.h"
 
@@ -89,6 +91,97 @@ static int mkdir_p(const char *dir)
     return stat(buf, &st) || !S_ISDIR(st.st_mode);
 }
 
+/* Write text to path; 0, or 1 after a message. */
+static int write_text(const char *path, const ir_buf *text)
+{
+    FILE *f = fopen(path, "w");
+    int bad = !f || fwrite(text->s, 1, text->n, f) != text->n;
+    if (f) bad |= fclose(f) != 0;
+    if (bad) fprintf(stderr, "nnsc-aot: error: cannot write %s: %s\n", path, strerror(errno));
+    return bad;
+}
+
+/* The generated kernels of fused chains in progs: distinct ids (i[0]) of
+ * the ew instructions (cuda.c makes one nnsc_ew_<id> per id). */
+static int count_fused(const ir_prog *progs, int nprogs)
+{
+    int64_t *ids = NULL;
+    int n = 0, cap = 0;
+    for (int r = 0; r < nprogs; r++)
+        for (int sec = 0; sec < IR_SEC_COUNT; sec++)
+            for (int k = 0; k < progs[r].nins[sec]; k++) {
+                const pg_instr *in = &progs[r].ins[sec][k];
+                if (in->kernel != RT_K_ew || in->nint < 1) continue;
+                int seen = 0;
+                for (int j = 0; j < n && !seen; j++) seen = ids[j] == in->ints[0].c;
+                if (!seen) *IR_PUSH(ids, n, cap) = in->ints[0].c;
+            }
+    free(ids);
+    return n;
+}
+
+/* The cuda target's kernels, once for the whole build: the CUDA C source
+ * (the library and one kernel per fused chain), written to
+ * DIR/kernels/nnsc_kernels.cu with --emit-kernels (before compiling, so a
+ * failure leaves it to read), and compiled by NVRTC for every --arch into
+ * gpu (its cubin array is the caller's to free).  Returns 0, or 1 after a
+ * message (NVRTC failed, a file could not be written), or 2 (no NVRTC). */
+static int build_kernels(const fe_opts *o, const ir_prog *progs, int nprogs, cg_gpu *gpu, double *t0)
+{
+    ir_buf src = {0};
+    cg_cuda_build_source(&src, progs, nprogs);
+    int rc = 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/kernels/%s", o->out, CG_CUDA_SRC_NAME);
+    if (o->emit_kernels) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/kernels", o->out);
+        if (mkdir_p(dir)) {
+            fprintf(stderr, "nnsc-aot: error: cannot create directory '%s': %s\n", dir, strerror(errno));
+            rc = 1;
+        }
+        if (!rc) rc = write_text(path, &src);
+    }
+    /* one architecture at a time, so a failure names the one that failed */
+    cg_cubin *cubin = ir_xcalloc((size_t)o->narch, sizeof *cubin);
+    char err[16384];
+    int nv = CG_NVRTC_OK, a = 0;
+    for (; !rc && nv == CG_NVRTC_OK && a < o->narch; a++)
+        nv = cg_nvrtc_compile(src.s, (const char *const *)&o->archs[a], 1, &cubin[a], err, sizeof err);
+    if (nv == CG_NVRTC_MISSING) {
+        fprintf(stderr, "nnsc-aot: error: --target cuda: %s\n", err);
+        rc = 2;
+    } else if (nv != CG_NVRTC_OK && strstr(err, "NVRTC_ERROR_INVALID_OPTION")) {
+        /* the options are fixed but for the architecture: NVRTC does not know it */
+        int major = 0, minor = 0;
+        cg_nvrtc_version(&major, &minor);
+        fprintf(stderr, "nnsc-aot: error: --arch: NVRTC %d.%d cannot compile for %s\n"
+                        "  hint: name architectures this CUDA toolkit knows (nvcc --list-gpu-code lists them), "
+                        "e.g. sm_80,sm_90\n", major, minor, o->archs[a - 1]);
+        rc = 2;
+    } else if (nv != CG_NVRTC_OK) {
+        fprintf(stderr, "nnsc-aot: error: NVRTC could not compile the CUDA kernels (%s%s):\n%s\n",
+                o->emit_kernels ? "the source is in " : "--emit-kernels writes the source to ", path, err);
+        rc = 1;
+    }
+    /* the kernels compile without a warning: one is worth seeing */
+    for (int k = 0; !rc && !o->quiet && k < o->narch; k++)
+        if (cubin[k].log && cubin[k].log[0])
+            fprintf(stderr, "nnsc-aot: warning: NVRTC's log for %s:\n%s\n", cubin[k].arch, cubin[k].log);
+    tick(o, t0, "nvrtc");
+    *gpu = (cg_gpu){cubin, o->narch, (int64_t)src.n, count_fused(progs, nprogs)};
+    if (!rc && o->verbose) {
+        int major = 0, minor = 0;
+        cg_nvrtc_version(&major, &minor);
+        fprintf(stderr, "nnsc-aot: NVRTC %d.%d: %lld bytes of CUDA C, %d fused kernel%s; cubins", major, minor,
+                (long long)gpu->src_bytes, gpu->nfused, gpu->nfused == 1 ? "" : "s");
+        for (int k = 0; k < o->narch; k++) fprintf(stderr, " %s %zu bytes", cubin[k].arch, cubin[k].size);
+        fprintf(stderr, "\n");
+    }
+    ir_buf_free(&src);
+    return rc;
+}
+
 /* Lower, generate and link every rank. */
 static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
 {
@@ -100,10 +193,13 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         ir_prog_init(&progs[r], r, d->ndev);
         pass_lower(d, &m, &progs[r]);
         ir_prog_verify(&progs[r]);
-        if (want(o, "lower")) ir_prog_print(&progs[r], &lowered);
         pass_mem_free(&m);
     }
-    pass_fuse(progs, d->ndev);
+    if (!o->no_fuse) pass_fuse(progs, d->ndev);
+    for (int r = 0; r < d->ndev; r++) {
+        ir_prog_verify(&progs[r]);
+        if (want(o, "lower")) ir_prog_print(&progs[r], &lowered);
+    }
     tick(o, t0, "lower");
     if (want(o, "lower")) dump("lower", &lowered);
     int rc = 0;
@@ -114,6 +210,9 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         }
         const char *rtlib = rc ? NULL : cg_rtlib_path();
         if (!rc && !rtlib) rc = 1;
+        cg_gpu gpu = {0};   /* the cuda target's images */
+        int cuda = o->target == FE_TARGET_CUDA;
+        if (!rc && cuda) rc = build_kernels(o, progs, d->ndev, &gpu, t0);
         cg_opts co = {o->cpu, "", o->opt_level, o->emit_llvm};
         int tty = isatty(2);
         for (int r = 0; r < d->ndev && !rc; r++) {
@@ -124,22 +223,38 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
             /* progress of the long phase: a line per rank with -v, one updated line on a terminal */
             if (o->verbose) fprintf(stderr, "nnsc-aot: codegen + link rank %d/%d\n", r + 1, d->ndev);
             else if (!o->quiet && tty) fprintf(stderr, "\rnnsc-aot: codegen + link rank %d/%d", r + 1, d->ndev);
-            rc = cg_host(&progs[r], &co, obj, o->emit_llvm ? ll : NULL);
+            rc = cuda ? cg_host_cuda(&progs[r], &co, &gpu, obj, o->emit_llvm ? ll : NULL)
+                      : cg_host(&progs[r], &co, obj, o->emit_llvm ? ll : NULL);
             if (!rc) rc = cg_link(obj, rtlib, exe);
             if (!rc) remove(obj);
         }
         if (!o->verbose && !o->quiet && tty) fprintf(stderr, "\r\033[K");
         tick(o, t0, "codegen");
-        if (!rc) rc = cg_emit(o->out, o->spec, d, progs);
+        if (!rc) rc = cg_emit(o->out, o->spec, d, progs, cuda ? &gpu : NULL);
+        cg_cubin_free((cg_cubin *)gpu.cubin, gpu.ncubin);
+        free((void *)gpu.cubin);
     }
     for (int r = 0; r < d->ndev; r++) ir_prog_free(&progs[r]);
     free(progs);
     return rc;
 }
 
+/* Can this nnsc-aot build for o's target?  Checked before any work. */
+int fe_target_check(const fe_opts *o)
+{
+    int major, minor;
+    if (o->target != FE_TARGET_CUDA || cg_nvrtc_version(&major, &minor) != CG_NVRTC_MISSING) return 0;
+    fprintf(stderr, "nnsc-aot: error: --target cuda: CUDA toolkit not found: this nnsc-aot was built without "
+                    "NVRTC, which compiles the GPU kernels\n"
+                    "  hint: install the CUDA toolkit, configure with -DNNSC_CUDA_HOME=DIR (default "
+                    "/usr/local/cuda) and rebuild; --target cpu works without it\n");
+    return 2;
+}
+
 int fe_compile(const fe_opts *o)
 {
     int rc = check_dump(o);
+    if (!rc && o->out) rc = fe_target_check(o);
     if (rc) return rc;
     double t0 = now();
     ir_graph g;
@@ -174,8 +289,8 @@ int fe_compile(const fe_opts *o)
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", o->out);
         for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/';) dir[--n] = '\0';
-        fprintf(stderr, "nnsc-aot: %s: %d rank%s in %s/ (see %s/plan.txt; run %s/launch)\n", g.model, d.ndev,
-                d.ndev > 1 ? "s" : "", dir, dir, dir);
+        fprintf(stderr, "nnsc-aot: %s: %d rank%s%s in %s/ (see %s/plan.txt; run %s/launch)\n", g.model, d.ndev,
+                d.ndev > 1 ? "s" : "", o->target == FE_TARGET_CUDA ? " for cuda" : "", dir, dir, dir);
     }
 out_d:
     ir_dist_free(&d);

@@ -61,6 +61,15 @@ int fe_lower(const fe_spec *s, ir_graph *g);
 /* fe_parse + fe_lower. */
 int fe_load(const char *path, const char *const *sets, int nset, ir_graph *g);
 
+/* What the rank executables run on (--target). */
+typedef enum fe_target {
+    FE_TARGET_CPU,   /* kernels in rtlib on the CPU, ranks on one host (shared memory) */
+    FE_TARGET_CUDA,  /* kernels as cubins on one NVIDIA GPU per rank, NCCL (docs/cuda.md) */
+} fe_target;
+
+/* Most --arch entries. */
+#define FE_MAX_ARCH 8
+
 /* The command line (cli.c), for compile and verify alike. */
 typedef struct fe_opts {
     int verify;                /* the verify command */
@@ -72,6 +81,12 @@ typedef struct fe_opts {
     int emit_llvm;             /* write rankN.ll */
     const char *cpu;           /* target CPU of rank code */
     int opt_level;             /* LLVM optimisation level */
+    fe_target target;          /* --target (default cpu) */
+    char **archs;              /* cuda: GPU architectures, e.g. "sm_80" (owned; --arch,
+                                  default sm_80,sm_90); NULL for cpu */
+    int narch;                 /* how many (1 .. FE_MAX_ARCH; 0 for cpu) */
+    int emit_kernels;          /* cuda: write DIR/kernels/nnsc_kernels.cu */
+    int no_fuse;               /* --no-fuse: keep elementwise kernels unfused (passes/fuse.c) */
     int verbose;               /* per-pass timings on stderr */
     int quiet;                 /* no progress lines */
     int64_t steps;             /* verify: steps to run (0: the spec's) */
@@ -86,6 +101,9 @@ void fe_opts_free(fe_opts *o);
 /* driver.c: one compile.  Returns 0, 1 (a tool or system failure, message
  * printed) or 2 (bad input, message printed). */
 int fe_compile(const fe_opts *o);
+/* Can this nnsc-aot build for o's target?  0, or 2 after a message (the
+ * cuda target in a compiler built without NVRTC). */
+int fe_target_check(const fe_opts *o);
 
 /* verify.c: build 1-device and N-device programs, run both, compare.
  * Returns the exit status. */

@@ -1039,7 +1039,8 @@ static int lower_order(fe_lw *L)
 /* ---------------------------------------------------------------- [train] [cluster] [plan] */
 
 /* [train]  loss = TENSOR, optimizer = sgd|adamw, lr, weight_decay, beta1,
- *          beta2, eps, steps, micro_batches, data = synthetic, data_period */
+ *          beta2, eps, steps, micro_batches, data = synthetic, data_period,
+ *          dtype = f32|bf16 */
 static int lower_train(fe_lw *L)
 {
     const fe_section *sec = section(L->s, "train");
@@ -1091,6 +1092,11 @@ static int lower_train(fe_lw *L)
     static const char *const scheds[] = {"constant", "cosine", NULL};
     if (get_choice(L, sec, "lr_schedule", scheds, 0, &sched)) return 2;
     tr->cosine = sched == 1;
+    /* dtype = bf16: mixed precision, matmuls on bf16-rounded inputs (passes/lower.c) */
+    static const char *const dtypes[] = {"f32", "bf16", NULL};
+    int dt;
+    if (get_choice(L, sec, "dtype", dtypes, 0, &dt)) return 2;
+    tr->bf16 = dt == 1;
     /* data = synthetic | a token file (or a glob of shards); files are read
        by the rank programs, so only the text is checked here */
     static const char *const files[] = {"data", "eval_data"};

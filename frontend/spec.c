@@ -44,7 +44,7 @@ static const fe_schema fe_schemas[] = {
     {"block", 1, 0, {"repeat", "in", "out"}, {"repeat", "in", "out"}},
     {"train", 0, 0, {"loss", "optimizer", "lr", "weight_decay", "beta1", "beta2", "eps", "steps",
                      "micro_batches", "data", "data_period", "eval_data", "eval_every", "eval_steps",
-                     "lr_schedule", "warmup_steps", "min_lr", "grad_clip"}, {"loss"}},
+                     "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype"}, {"loss"}},
     {"cluster", 0, 0, {"devices", "device"}, {NULL}},
     {"plan", 0, 0, {"policy", "dp", "tp", "trans"}, {NULL}},
 };

@@ -5,6 +5,11 @@
  * difference) and the final weights (largest difference relative to each
  * tensor's largest magnitude).  Exit 0 only if everything agrees within the
  * tolerances.
+ *
+ * With --target cuda the reference is the same 1-device CPU build and the
+ * other side the cuda build for N devices (N may be 1): the GPU kernels
+ * against the CPU ones, on a machine with a GPU per rank.  Without one, the
+ * cuda ranks' own message (no driver, no device) shows and verify fails.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -146,10 +151,17 @@ static int compare_weights(const char *d1, const char *dn, double tol)
     return bad;
 }
 
-/* Build the model for ndev devices into dir. */
-static int build(const fe_opts *o, int ndev, const char *dir)
+/* Build the model for ndev devices into dir, for o's target (cpu = 1: for
+ * the cpu target whatever o says). */
+static int build(const fe_opts *o, int ndev, const char *dir, int cpu)
 {
     fe_opts c = *o;
+    if (cpu) {
+        c.target = FE_TARGET_CPU;
+        c.archs = NULL;
+        c.narch = 0;
+        c.emit_kernels = 0;
+    }
     c.sets = ir_xmalloc(sizeof(char *) * ((size_t)o->nset + 1));
     for (int i = 0; i < o->nset; i++) c.sets[i] = o->sets[i];
     char dev[64];
@@ -174,7 +186,8 @@ int fe_verify(const fe_opts *o)
     char model[256];
     snprintf(model, sizeof model, "%s", g.model ? g.model : "model");
     ir_graph_free(&g);
-    if (rc) return rc;
+    if (rc || (rc = fe_target_check(o))) return rc;
+    int cuda = o->target == FE_TARGET_CUDA;
     char root[4096], d1[4200], dn[4200];
     if (o->keep) {
         snprintf(root, sizeof root, "%s", o->keep);
@@ -189,11 +202,18 @@ int fe_verify(const fe_opts *o)
     snprintf(d1, sizeof d1, "%s/dev1", root);
     snprintf(dn, sizeof dn, "%s/dev%d", root, ndev);
     if (ndev == 1) snprintf(dn, sizeof dn, "%s/dev1-again", root);
-    if ((rc = build(o, 1, d1)) || (rc = build(o, ndev, dn))) return rc;
+    if (cuda) snprintf(dn, sizeof dn, "%s/cuda%d", root, ndev);
+    if ((rc = build(o, 1, d1, 1)) || (rc = build(o, ndev, dn, 0))) return rc;
     int r1 = run_launch(d1, o->steps), rn = run_launch(dn, o->steps);
     double *l1, *ln;
     int n1 = read_losses(d1, &l1), nn = read_losses(dn, &ln);
-    printf("verify %s: 1 device vs %d devices, %d steps (builds in %s)\n", model, ndev, n1, root);
+    if (cuda) {
+        printf("verify %s: 1 device (cpu) vs %d device%s (cuda", model, ndev, ndev > 1 ? "s" : "");
+        for (int k = 0; k < o->narch; k++) printf("%s%s", k ? "," : " ", o->archs[k]);
+        printf("), %d steps (builds in %s)\n", n1, root);
+    } else {
+        printf("verify %s: 1 device vs %d devices, %d steps (builds in %s)\n", model, ndev, n1, root);
+    }
     int bad = 0;
     if (r1 || rn) {
         printf("a run failed: 1-device exit status %d, %d-device exit status %d\n", r1, ndev, rn);
@@ -221,7 +241,8 @@ int fe_verify(const fe_opts *o)
         char cmdpath[4300];
         const char *sub[] = {d1, dn};
         for (int i = 0; i < 2; i++) {
-            const char *files[] = {"launch", "plan.txt", "log.txt", "final.safetensors"};
+            const char *files[] = {"launch", "plan.txt", "log.txt", "final.safetensors",
+                                   "kernels/nnsc_kernels.cu", "kernels"};
             for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
                 snprintf(cmdpath, sizeof cmdpath, "%s/%s", sub[i], files[k]);
                 remove(cmdpath);

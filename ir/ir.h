@@ -233,6 +233,8 @@ typedef struct ir_train {
     int64_t warmup;           /* linear warmup steps */
     double min_lr;            /* cosine floor */
     double grad_clip;         /* global gradient-norm threshold (0: none) */
+    int bf16;                 /* dtype = bf16: every matmul reads its inputs rounded to bf16
+                                 (matmul_bf16); 0: f32 throughout */
 } ir_train;
 
 /* Plan request from [plan] and [cluster]. */

@@ -284,7 +284,8 @@ static int64_t pg_extent(const pg_instr *in, int j) {
         return -1;  /* the box size is in the manifest */
     case RT_K_data:       /* input step ndim (lo hi)*: dst the box */
         return pg_const(in, 2, &ndim) ? pg_box(in, 3, 2, ndim) : -1;
-    case RT_K_matmul: {  /* M K N: A M*K, B K*N, C M*N */
+    case RT_K_matmul:    /* M K N: A M*K, B K*N, C M*N */
+    case RT_K_matmul_bf16: {
         static const int a[3] = {0, 1, 0}, c[3] = {1, 2, 2};
         int64_t x = pg_prod(in, a[j], 1, 1), y = pg_prod(in, c[j], 1, 1), r;
         return x < 0 || y < 0 || ir_mul_ovf(x, y, &r) ? -1 : r;
@@ -380,6 +381,7 @@ static const struct pg_role {
     [RT_K_place] = {1u << 1, 1u << 1, 1},   /* writes a box of dst only */
     [RT_K_slice] = {1u << 1, 0, 1},
     [RT_K_ew] = {0, 0, -1},
+    [RT_K_matmul_bf16] = {1u << 2, 0, 5},
 };
 
 int ir_prog_access(const pg_instr *in, int j, int64_t *bytes) {

@@ -7,6 +7,9 @@
  * (pre), data loading before the first reader of an input (mb).  Integer
  * arguments that depend on the step or micro-batch stay symbolic (pg_int).
  * The manifest handed to rt_init describes params, inputs and groups.
+ * Under [train] dtype = bf16 every matmul, matmul_nt and matmul_tn becomes
+ * a matmul_bf16 call (mixed precision: the products see bf16-rounded
+ * inputs, everything else stays f32); the FLOP count is the same.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +107,9 @@ static void lower_subop(lctx *c, int si, int sec)
     int64_t n0 = ext_prod(o, ext, 0, 0, nd0);
     int kern;
     switch (o->kind) {
-    case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN: kern = RT_K_matmul; break;
+    case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN:   /* dtype = bf16: bf16 inputs */
+        kern = g->train.bf16 ? RT_K_matmul_bf16 : RT_K_matmul;
+        break;
     case IR_OP_BIAS_ADD: kern = RT_K_bias_add; break;
     case IR_OP_BIAS_GRAD: kern = RT_K_bias_grad; break;
     case IR_OP_ADD: kern = RT_K_add; break;

@@ -13,6 +13,10 @@
  *   DIR/final.safetensors          the params at the end of the run
  *   DIR/.step-N.safetensors.tmp    being written (never read; removed at start-up)
  *
+ * On the cuda target the params and optimizer state live on the device:
+ * saving downloads this rank's boxes to the host arena (the mirror) first,
+ * and after loading runtime.c uploads them (rt_first_step).
+ *
  * A file appears under its final name only by rename(2) after every writer
  * has fsync'ed its part (rt_st_write), so a rank killed at any moment leaves
  * the previous checkpoints intact, and --resume takes the newest complete
@@ -218,6 +222,8 @@ int64_t rt_ckpt_start(rt_ctx *ctx)
         }
         if (ctx->comm)
             rt_comm_broadcast(ctx, &newest, sizeof newest, RT_GROUP_WORLD, 0, 1);
+        else if (ctx->net)   /* cuda target: over the TCP control plane */
+            rt_net_broadcast(ctx, &newest, sizeof newest, 0);
     }
     if (newest >= 0) {
         char name[32];
@@ -250,8 +256,24 @@ int64_t rt_ckpt_start(rt_ctx *ctx)
     return 0;
 }
 
+/* Cuda target: copy this rank's boxes of `what` (RT_ST_*) from the device
+ * to the mirror, which rt_st_write reads.  Nothing on the cpu target. */
+static void ck_download(rt_ctx *ctx, int what)
+{
+    if (!ctx->dev)
+        return;
+    for (int s = 0; s < 2; s++) {
+        if (!(what & (s ? RT_ST_STATE : RT_ST_PARAMS)))
+            continue;
+        const rt_param *ps = s ? ctx->man.states : ctx->man.params;
+        int n = s ? ctx->man.nstates : ctx->man.nparams;
+        for (int k = 0; k < n; k++)
+            rt_dev_download(ctx, ps[k].off, 4 * rt_box_numel(ps[k].ndim, ps[k].lo, ps[k].hi));
+    }
+}
+
 /* Every rank: write DIR/NAME (through DIR/.NAME.tmp) with `what` and the
- * step in the metadata. */
+ * step in the metadata (the mirror downloaded first on the cuda target). */
 static void ck_save(rt_ctx *ctx, const char *dir, const char *name, int what, int64_t step)
 {
     char num[32];
@@ -260,6 +282,7 @@ static void ck_save(rt_ctx *ctx, const char *dir, const char *name, int what, in
     char *tmp = ck_path(ctx, dir, ".", name, ".tmp");
     const char *meta[] = {"data_position", num, "model", ctx->man.model, "step", num, NULL};
     double t0 = rt_now();
+    ck_download(ctx, what);
     rt_st_write(ctx, path, tmp, what, meta);
     if (ctx->rank == 0 && !ctx->quiet) {
         printf("checkpoint %s (%.0f ms)\n", path, (rt_now() - t0) * 1e3);
@@ -293,6 +316,8 @@ void rt_ckpt_finish(rt_ctx *ctx)
         memcpy(tmp, ctx->save_path, plen);
         memcpy(tmp + plen, ".tmp", 5);
         const char *meta[] = {"model", ctx->man.model, "step", num, NULL};
+        if (!ctx->ckpt_dir)   /* else ck_save has just downloaded the params */
+            ck_download(ctx, RT_ST_PARAMS);
         rt_st_write(ctx, ctx->save_path, tmp, RT_ST_PARAMS, meta);
         free(tmp);
     }

@@ -365,8 +365,25 @@ static void shm_barrier(rt_ctx *ctx, const shm_grp *gr, int what, int g)
             shm_wait_ge(&w, &ctr[j].v, e, gr->ranks[j]);
 }
 
+/* Cuda target (no segment; a TCP control plane, net.c, when world > 1):
+ * 1 when a control collective on group g goes to net.c, which has only the
+ * world group (device data goes through NCCL). */
+static int shm_use_net(rt_ctx *ctx, int g, int what)
+{
+    if (ctx->comm || !ctx->net)
+        return 0;
+    if (g != RT_GROUP_WORLD)
+        rt_fatal(ctx, 1, "%s on group %d over the TCP control plane, which has only the world "
+                 "group", shm_coll_name(what), g);
+    return 1;
+}
+
 void rt_comm_barrier(rt_ctx *ctx, int g, rt_coll what)
 {
+    if (shm_use_net(ctx, g, what)) {
+        rt_net_barrier(ctx, what);
+        return;
+    }
     shm_grp gr = shm_group(ctx, g, what);
     shm_barrier(ctx, &gr, what, g);
 }
@@ -664,10 +681,14 @@ void rt_comm_free(rt_ctx *ctx, int failed)
     free(c);
 }
 
+/* net.c's heartbeat (to be declared in rt_internal.h's net.c section). */
+
 void rt_comm_beat(rt_ctx *ctx)
 {
     if (ctx && ctx->comm)
         atomic_fetch_add_explicit(&ctx->comm->ranks[ctx->rank].beat, 1, memory_order_relaxed);
+    else if (ctx && ctx->net)
+        rt_net_beat(ctx);
 }
 
 int64_t rt_comm_stage_bytes(const rt_ctx *ctx)
@@ -860,6 +881,10 @@ static void shm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root
 
 void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, int fast)
 {
+    if (shm_use_net(ctx, g, RT_COLL_BROADCAST)) {
+        rt_net_broadcast(ctx, buf, bytes, root);
+        return;
+    }
     shm_broadcast(ctx, buf, bytes, g, root, fast, RT_COLL_BROADCAST);
 }
 
@@ -971,6 +996,8 @@ void rt_comm_sendrecv(rt_ctx *ctx, const float *send, float *recv, int64_t n, in
 char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens,
                                rt_coll what)
 {
+    if (shm_use_net(ctx, RT_GROUP_WORLD, what))
+        return rt_net_allgatherv_bytes(ctx, mine, len, lens);
     int world = ctx->world;
     for (int r = 0; r < world; r++) {
         lens[r] = r == ctx->rank ? len : 0;
@@ -997,6 +1024,8 @@ char *rt_comm_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64
 
 int rt_comm_any(rt_ctx *ctx, int flag, rt_coll what)
 {
+    if (shm_use_net(ctx, RT_GROUP_WORLD, what))
+        return rt_net_any(ctx, flag, what);
     if (!ctx->comm)
         return flag != 0;
     int64_t *lens = calloc((size_t)ctx->world, sizeof *lens);

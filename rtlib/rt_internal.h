@@ -19,6 +19,10 @@
  *   train.c        the training loop: lr schedule, grad norm and clipping,
  *                  step and evaluation logs
  *   ckpt.c         checkpoints: save every N steps, --resume, --init, final weights
+ *   lowp.c         bf16 rounding and matmul_bf16 (mixed precision)
+ *   dev_cuda.c     the cuda target's device: driver via dlopen, launches, the mirror
+ *   net.c          the cuda target's TCP rendezvous and control collectives
+ *   nccl.c         the cuda target's collectives with NCCL (dlopen)
  */
 #ifndef NNSC_RT_INTERNAL_H
 #define NNSC_RT_INTERNAL_H
@@ -527,6 +531,8 @@ void rt_net_barrier(rt_ctx *ctx, rt_coll what);
 void rt_net_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int root);
 int rt_net_any(rt_ctx *ctx, int flag, rt_coll what);
 char *rt_net_allgatherv_bytes(rt_ctx *ctx, const void *mine, int64_t len, int64_t *lens);
+/* A heartbeat during long local work (rt_comm_beat's contract): never blocks. */
+void rt_net_beat(rt_ctx *ctx);
 
 /* ---- dev_cuda.c: the device.
  *

@@ -94,3 +94,9 @@ RT_K(ew,              1,   4,   0)  /* var. A fused elementwise chain (passes/fu
                                        rounds as its unfused kernel does: fusing never changes a
                                        result.  id numbers the distinct chains of a build (the
                                        CUDA target has one generated kernel per id: nnsc_ew_<id>). */
+RT_K(matmul_bf16,     3,   6,   0)  /* b: A, B, C.  i: M, K, N, transA, transB, acc.  Mixed
+                                       precision (train dtype = bf16): matmul's product with
+                                       A and B (f32 in memory) read as if rounded to bf16
+                                       (nearest even; NaN stays NaN, inf inf), products
+                                       summed in f32 into C (f32).  Reference and CPU
+                                       kernel: lowp.c. */

@@ -39,6 +39,8 @@ void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
     fputc('\n', stderr);
     if (ctx && ctx->comm)
         rt_comm_free(ctx, 1);
+    if (ctx && ctx->nccl)
+        rt_nccl_free(ctx, 1);   /* abort: peers in a collective stop too */
     if (ctx && ctx->net)
         rt_net_free(ctx, 1);
     exit(code);
@@ -350,21 +352,25 @@ static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int c
     /* the arena: one zeroed block for the whole run, on huge pages where
      * possible (fewer TLB misses in kernels that stream weights), its pages
      * faulted in now rather than during the first step */
-    ctx->arena = rt_big_alloc((size_t)ctx->man.arena);
-    if (!ctx->arena)
-        rt_fatal(ctx, 1, "cannot allocate the %lld-byte arena", (long long)ctx->man.arena);
-    rt_parallel_for(rt_touch_pages, ctx->arena, ctx->man.arena, 4096, 1 << 24);
-
     ctx->local_rank = rt_net_local_rank(ctx);
     if (cuda) {
+        /* the device first: no driver or no device is said at once, not
+           after the mirror is set up */
         if (ctx->world > 1)
             rt_net_init(ctx);
         rt_dev_init(ctx, images, nimages);
         if (ctx->world > 1)
             rt_nccl_init(ctx);
-    } else if (ctx->world > 1) {
-        rt_comm_init(ctx);
     }
+    /* cpu: the arena; cuda: its host mirror, used only for initialisation,
+       data and checkpoints, so its pages are faulted in as they are used */
+    ctx->arena = rt_big_alloc((size_t)ctx->man.arena);
+    if (!ctx->arena)
+        rt_fatal(ctx, 1, "cannot allocate the %lld-byte arena", (long long)ctx->man.arena);
+    if (!cuda)
+        rt_parallel_for(rt_touch_pages, ctx->arena, ctx->man.arena, 4096, 1 << 24);
+    if (!cuda && ctx->world > 1)
+        rt_comm_init(ctx);
     /* after the communicator: a rank that stops here makes its peers stop too */
     rt_data_open(ctx);
     rt_ckpt_init(ctx);

@@ -9,6 +9,11 @@
  * one step to the next except the timing for the log, so a run resumed from
  * a checkpoint computes what the uninterrupted run computes.
  *
+ * On the cuda target (ctx->dev) the step's scales also go to the device
+ * state at step begin, and step and evaluation ends wait for the device,
+ * read the loss and the gradient norm back, and stop on a device-side error
+ * (dev_cuda.c) -- on every rank, since that is where each rank synchronises.
+ *
  * lr schedule (warmup W, min_lr_frac F, N steps):
  *   s < W:                (s + 1) / W
  *   else, constant:       1
@@ -177,10 +182,20 @@ void rt_step_begin(rt_ctx *ctx, int64_t step)
     ctx->lr_scale = rt_lr_scale(&ctx->man, ctx->steps, step);
     ctx->grad_scale = 1.0f;
     ctx->grad_norm = NAN;
+    if (ctx->dev)
+        rt_dev_step_begin(ctx);   /* the same into the device state, for sgd and adamw */
 }
 
 void rt_step_end(rt_ctx *ctx, int64_t step, const float *loss)
 {
+    float dev_loss;
+    if (ctx->dev) {
+        /* cuda target: loss is a device address.  Every rank waits here for
+           its stream (so the step time counts the device's work), stops on a
+           device-side error and gets the step's gradient norm. */
+        dev_loss = rt_dev_step_end(ctx, loss);
+        loss = &dev_loss;
+    }
     double now = rt_now(), ms = (now - ctx->step_t0) * 1e3;
     ctx->steps_done++;
     if (ctx->rank == 0 && (!ctx->quiet || ctx->log)) {
@@ -227,6 +242,11 @@ int64_t rt_eval_steps(rt_ctx *ctx)
 
 void rt_eval_end(rt_ctx *ctx, int64_t step, const float *loss)
 {
+    float dev_loss;
+    if (ctx->dev) {   /* cuda target: every rank waits and checks, as at step end */
+        dev_loss = rt_dev_step_end(ctx, loss);
+        loss = &dev_loss;
+    }
     if (ctx->rank != 0)
         return;
     double l = (loss ? (double)loss[0] : (double)NAN) / (double)ctx->man.eval_steps;

@@ -6,10 +6,17 @@
 #   cli       the command line, determinism, launch failure handling (tests/cli.sh),
 #             Megatron's communication volume under the tp policy (tests/megatron.sh),
 #             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh)
+#   cuda      --target cuda without a GPU: NVRTC builds of every example, embedded
+#             cubins, linking, determinism, the no-driver failure (tests/cuda.sh);
+#             rtlib's CUDA backend against a mock driver (tests/cuda_mock.sh)
+#             (also run with cli)
 #   equiv     nnsc-aot verify: N-device plans train like 1 device (tests/equiv.sh)
 #
-# Prints one line per test and closes with "N passed, M failed"; exits 1 if
-# anything failed.  TESTS="unit golden" runs a subset.
+# A test that exits 77 is skipped (it cannot run here, e.g. no CUDA toolkit):
+# listed as SKIP with the reason it printed last, counted apart, not failed.
+# Prints one line per test and closes with "N passed, M failed" (and ", K
+# skipped" when any were); exits 1 if anything failed.  TESTS="unit golden"
+# runs a subset.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
@@ -18,16 +25,23 @@ export NNSC_TOP=$top
 log=$(mktemp -d "${TMPDIR:-/tmp}/nnsc-tests-XXXXXX")
 pass=0
 fail=0
+skip=0
 failed=()
 
-# run NAME CMD...: one test, output kept in the log dir, shown on failure
+# run NAME CMD...: one test, output kept in the log dir, shown on failure;
+# exit status 77 means skipped (its last line starting SKIP says why)
 run() {
   local name=$1
   shift
-  local t0=$SECONDS lf="$log/${name//\//_}.log"
-  if "$@" >"$lf" 2>&1; then
+  local t0=$SECONDS lf="$log/${name//\//_}.log" rc
+  "$@" >"$lf" 2>&1
+  rc=$?
+  if ((rc == 0)); then
     pass=$((pass + 1))
     printf 'PASS  %-40s %3ds\n' "$name" $((SECONDS - t0))
+  elif ((rc == 77)); then
+    skip=$((skip + 1))
+    printf 'SKIP  %-40s %3ds  %s\n' "$name" $((SECONDS - t0)) "$(grep '^SKIP' "$lf" | tail -n 1)"
   else
     fail=$((fail + 1))
     failed+=("$name")
@@ -52,6 +66,8 @@ fi
 want cli && run "cli" "$top/tests/cli.sh"
 want cli && run "megatron" "$top/tests/megatron.sh"
 want cli && run "resume" "$top/tests/resume.sh"
+(want cli || want cuda) && run "cuda" "$top/tests/cuda.sh"
+[[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"
 if want equiv; then
   while read -r spec devs extra; do
     [[ -z $spec || $spec == \#* ]] && continue
@@ -64,5 +80,5 @@ fi
 echo
 ((fail)) && echo "failed: ${failed[*]} (logs in $log)"
 ((fail)) || rm -rf "$log"
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed$( ((skip)) && echo ", $skip skipped")"
 ((fail == 0))

@@ -9,6 +9,12 @@
  * be what the loops compute.  Generating twice (once in a fresh process)
  * must give byte-identical rank0.ll and rank0.o.
  *
+ * The cuda target's module (cg_host_cuda) is checked on the same Program
+ * with two made-up images: what it declares and calls, the embedded images
+ * and their table, determinism, and that the linked executable holds both
+ * images 16-byte aligned, needs no CUDA library and, run here, stops with
+ * rtlib's message rather than the loader's.
+ *
  * Prints one line per check and "N passed, M failed" (tests/check.h).
  */
 #include <dirent.h>
@@ -491,6 +497,112 @@ static void test_link_errors(const char *dir) {
     CHECK(link_fails(&bad_obj, dir, "exited with status 1"), "cg_link reports a failed link");
 }
 
+/* ------------------------------------------------------ the cuda target */
+
+/* A made-up image of n bytes: an ELF magic, then a pattern seeded by seed
+ * (never found elsewhere in an executable). */
+static unsigned char *fake_image(size_t n, unsigned seed) {
+    unsigned char *d = malloc(n);
+    memcpy(d, "\x7f" "ELF", 4);
+    for (size_t k = 4; k < n; k++) d[k] = (unsigned char)((k * 131 + seed * 977 + (k >> 3)) ^ (k >> 7));
+    return d;
+}
+
+/* How many times blob[0 .. n) occurs in hay[0 .. len), and where (*at) the
+ * first occurrence starts. */
+static int count_blob(const char *hay, size_t len, const unsigned char *blob, size_t n, size_t *at) {
+    int c = 0;
+    for (size_t k = 0; k + n <= len; k++)
+        if (memcmp(hay + k, blob, n) == 0) {
+            if (!c) *at = k;
+            c++;
+        }
+    return c;
+}
+
+/* The cuda module of the test Program: rt_init_cuda with the image table,
+ * rt_cuda_k with each kernel's number, the images embedded; deterministic;
+ * linked without CUDA libraries; and run here, a clear failure. */
+static void test_cuda_module(const char *dir) {
+    char obj[PATH_MAX], ll[PATH_MAX], obj2[PATH_MAX], exe[PATH_MAX];
+    snprintf(obj, sizeof obj, "%s", scratch(dir, "cuda.o"));
+    snprintf(ll, sizeof ll, "%s", scratch(dir, "cuda.ll"));
+    snprintf(obj2, sizeof obj2, "%s", scratch(dir, "cuda2.o"));
+    snprintf(exe, sizeof exe, "%s", scratch(dir, "cuda"));
+    cg_cubin cb[2] = {{.arch = "sm_80", .size = 1000}, {.arch = "sm_90", .size = 777}};
+    cb[0].data = fake_image(cb[0].size, 1);
+    cb[1].data = fake_image(cb[1].size, 2);
+    cg_gpu gpu = {cb, 2, 0, 0};
+    ir_prog p;
+    build_prog(&p);
+    cg_opts o = {"x86-64-v3", "", 2, 1};
+    CHECK(cg_host_cuda(&p, &o, &gpu, obj, ll) == 0, "cg_host_cuda writes the cuda rank0.o and rank0.ll");
+
+    char *text = read_file(ll, NULL);
+    CHECK(text && strstr(text, "declare ptr @rt_init_cuda(i32, ptr, ptr, ptr, i32)") &&
+              strstr(text, "declare void @rt_cuda_k(ptr, i32, ptr, ptr, ptr)") && !strstr(text, "@rt_k_") &&
+              !strstr(text, "@rt_init("),
+          "cuda rank0.ll declares rt_init_cuda and rt_cuda_k, no rt_init and no rt_k_*");
+    CHECK(text && strstr(text, "%rt_image = type { ptr, ptr, i64 }") &&
+              strstr(text, "@nnsc_cubin_sm_80 = internal constant [1000 x i8] c\"\\7FELF") &&
+              strstr(text, "@nnsc_cubin_sm_90 = internal constant [777 x i8] c\"\\7FELF") &&
+              strstr(text, "@nnsc_arch_sm_80 = private unnamed_addr constant [6 x i8] c\"sm_80\\00\"") &&
+              strstr(text, "@nnsc_images = private constant [2 x %rt_image] [%rt_image { ptr @nnsc_arch_sm_80, "
+                           "ptr @nnsc_cubin_sm_80, i64 1000 }, %rt_image { ptr @nnsc_arch_sm_90, ptr "
+                           "@nnsc_cubin_sm_90, i64 777 }]"),
+          "cuda rank0.ll embeds both images (internal, named by arch) and the rt_image table");
+    int aligned = 0;
+    for (const char *q = text; q && (q = strstr(q, "@nnsc_cubin_sm_")); q++) {
+        const char *eol = strchr(q, '\n');
+        if (strncmp(q - 1, "\n@", 2) == 0 && eol && eol - q > 12 && strncmp(eol - 10, ", align 16", 10) == 0)
+            aligned++;
+    }
+    CHECK(aligned == 2, "both images are 16-byte aligned (%d of 2)", aligned);
+    CHECK(text && strstr(text, "@rt_init_cuda(i32 %argc, ptr %argv, ptr nonnull @manifest, ptr nonnull "
+                               "@nnsc_images, i32 2)"),
+          "main() calls rt_init_cuda(argc, argv, manifest, images, 2)");
+    /* every kernel the Program calls, and only those, by number */
+    int used[RT_K_COUNT] = {0}, ok = text != NULL;
+    for (int sec = 0; sec < IR_SEC_COUNT; sec++)
+        for (int k = 0; k < p.nins[sec]; k++) used[p.ins[sec][k].kernel] = 1;
+    for (int k = 0; k < RT_K_COUNT && ok; k++) {
+        char call[64];
+        snprintf(call, sizeof call, "@rt_cuda_k(ptr %%ctx, i32 %d, ", k);
+        ok = !strstr(text, call) == !used[k];
+        if (!ok) fprintf(stderr, "kernel %s (%d): used %d, in the module %d\n", cg_kernel_names[k], k, used[k], !used[k] ? 1 : 0);
+    }
+    CHECK(ok, "every instruction is rt_cuda_k(ctx, RT_K_<name>, ...) with its kernel's number");
+    free(text);
+
+    CHECK(cg_host_cuda(&p, &o, &gpu, obj2, NULL) == 0 && same_file(obj, obj2),
+          "a second cuda generation gives a byte-identical .o");
+    ir_prog_free(&p);
+
+    int linked = cg_link(obj, cg_rtlib_path(), exe) == 0;
+    CHECK(linked, "cg_link links the cuda rank like a cpu rank");
+    size_t len = 0, at[2] = {0, 0};
+    char *bin = linked ? read_file(exe, &len) : NULL;
+    int n80 = bin ? count_blob(bin, len, cb[0].data, cb[0].size, &at[0]) : 0;
+    int n90 = bin ? count_blob(bin, len, cb[1].data, cb[1].size, &at[1]) : 0;
+    CHECK(n80 == 1 && n90 == 1 && at[0] % 16 == 0 && at[1] % 16 == 0,
+          "the executable holds each image once, 16-byte aligned (sm_80 %d at %zu, sm_90 %d at %zu)", n80, at[0],
+          n90, at[1]);
+    free(bin);
+
+    if (linked) {
+        char *args[] = {exe, "--steps", "1", NULL};
+        int st;
+        char *out = in_child(child_exec, args, dir, &st);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0 && out && out[0] && !strstr(out, "cannot open shared object") &&
+                  !strstr(out, "step 1/1"),
+              "the cuda rank, run with made-up images, stops with rtlib's message (exit %d): %.*s",
+              WIFEXITED(st) ? WEXITSTATUS(st) : -1, out ? (int)strcspn(out, "\n") : 0, out ? out : "");
+        free(out);
+    }
+    free(cb[0].data);
+    free(cb[1].data);
+}
+
 /* The rank program of the test in a file, for the fresh-process check. */
 static int gen_only(const char *obj, const char *ll) {
     ir_prog p;
@@ -537,6 +649,7 @@ int main(int argc, char **argv) {
     test_run(dir, 0);
     test_run(dir, 3);
     test_link_errors(dir);
+    test_cuda_module(dir);
     if (check_fail) printf("outputs kept in %s\n", dir);
     else remove_dir(dir);
     return check_done();

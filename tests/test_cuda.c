@@ -40,7 +40,7 @@ static const char *const host_side[] = {
 static const char *const generated[] = {"ew"};
 
 /* The tensor-core variants, beyond one f32 entry point per device kernel. */
-static const char *const tc_entries[] = {"nnsc_matmul_bf16", "nnsc_matmul_f16"};
+static const char *const tc_entries[] = {"nnsc_matmul_tc_bf16", "nnsc_matmul_tc_f16"};
 
 /* Architectures the CUDA target compiles for by default. */
 static const char *const archs[] = {"sm_80", "sm_90"};

@@ -1,0 +1,246 @@
+/* lowp.c -- mixed precision on the CPU (train dtype = bf16): rounding to
+ * bf16, and the matmul_bf16 kernel with its scalar reference.
+ *
+ * Under dtype = bf16 every matmul of the model (forward and backward) is a
+ * matmul_bf16: C[M,N] (+)= op(A) op(B) with A and B read as if rounded to
+ * bf16 and the products summed in f32, as a tensor core does with bf16
+ * inputs and f32 accumulation.  Everything else -- params, gradients,
+ * optimizer state, every other kernel -- stays f32: the params are the f32
+ * master weights, and only the products see bf16.
+ *
+ * The product of two bf16 values (8-bit significands) is exact in f32 (24
+ * bits), so the fast kernel rounds the operands into staging buffers and
+ * runs the f32 matmul (matmul.c) on them.  Staging is bounded: when an
+ * operand is larger than LP_STAGE_FLOATS (64 MiB), C is computed in blocks
+ * of rows and/or columns, each staged and multiplied in turn (a column
+ * block of C goes through a staging buffer too: rt_matmul writes whole
+ * rows).  matmul.c computes each element of C in the same order whatever
+ * the blocking of M and N (its sums over K are cut by KC only), so the
+ * result is the same as one rt_matmul over the rounded operands, for any
+ * block size and thread count: deterministic, and tested so (test_rt_lowp).
+ *
+ * The staging buffers are kept between calls (kernels run one at a time on
+ * the rank's thread) and grow to the largest call's needs.
+ */
+#include <string.h>
+
+#include "rt_internal.h"
+#include "rt_lowp.h"
+
+/* ---------------------------------------------------------------- rounding */
+
+/* The bits of x rounded to bf16 (round to nearest, ties to even), low half
+ * zero.  A NaN gets its quiet bit set first, so that cutting the low half
+ * leaves a NaN even when its payload was all in that half. */
+static inline uint32_t lp_bf16_bits(uint32_t u)
+{
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        u |= 0x00400000u;
+    else
+        u += 0x7fffu + ((u >> 16) & 1u);
+    return u & 0xffff0000u;
+}
+
+float rt_bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = lp_bf16_bits(u);
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+void rt_bf16_round_n(const float *src, float *dst, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++) {
+        uint32_t u;
+        memcpy(&u, &src[k], 4);
+        u = lp_bf16_bits(u);
+        memcpy(&dst[k], &u, 4);
+    }
+}
+
+/* ---------------------------------------------------------------- reference */
+
+/* Element (r, c) of a row-major matrix stored (rows, cols), or of its
+ * transpose, rounded to bf16. */
+static float lp_ref_at(const float *m, int trans, int64_t r, int64_t c, int64_t rows,
+                       int64_t cols)
+{
+    return rt_bf16_round(trans ? m[c * rows + r] : m[r * cols + c]);
+}
+
+/* C[M,N] (+)= bf16(op(A))[M,K] bf16(op(B))[K,N], summed in double (as
+ * rt_ref_matmul; every product is exact). */
+void rt_ref_matmul_bf16(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *A = b[0], *B = b[1];
+    float *C = b[2];
+    int64_t M = i[0], K = i[1], N = i[2];
+    int ta = (int)i[3], tb = (int)i[4], acc = (int)i[5];
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)lp_ref_at(A, ta, m, k, M, K) * lp_ref_at(B, tb, k, n, K, N);
+            C[m * N + n] = (float)((acc ? C[m * N + n] : 0.0) + s);
+        }
+}
+
+/* ---------------------------------------------------------------- staging */
+
+/* Soft limit of one staged operand block, in floats (64 MiB): larger
+ * operands are staged a block of rows (A) or columns (B) at a time. */
+#define LP_STAGE_FLOATS ((int64_t)1 << 24)
+/* The limit in use (rt_bf16_stage_limit; tests lower it). */
+static int64_t lp_stage_floats = LP_STAGE_FLOATS;
+/* Blocks are cut at multiples of this many rows or columns (at least one). */
+#define LP_BLOCK_UNIT 64
+/* Staging buffers are allocated in multiples of this many bytes (2 MiB). */
+#define LP_ALLOC_UNIT ((size_t)2 << 20)
+
+/* One staging buffer, kept between calls. */
+typedef struct lp_stage {
+    float *p;       /* rt_big_alloc'ed, or NULL */
+    size_t bytes;   /* its size */
+} lp_stage;
+
+/* The staging buffers: 0 a block of A, 1 a block of B, 2 a block of C. */
+static lp_stage lp_stages[3];
+
+/* Staging buffer k with room for n floats (grown when needed); exits 1
+ * when out of memory. */
+static float *lp_stage_get(rt_ctx *ctx, int k, int64_t n)
+{
+    lp_stage *s = &lp_stages[k];
+    size_t need = (size_t)(n > 0 ? n : 1) * 4;
+    if (s->bytes >= need)
+        return s->p;
+    if (s->p)
+        rt_big_free(s->p, s->bytes);
+    size_t bytes = (need + LP_ALLOC_UNIT - 1) / LP_ALLOC_UNIT * LP_ALLOC_UNIT;
+    s->p = rt_big_alloc(bytes);
+    s->bytes = s->p ? bytes : 0;
+    if (!s->p)
+        rt_fatal(ctx, 1, "out of memory: matmul_bf16 needs %lld MiB to stage an operand",
+                 (long long)(bytes >> 20));
+    return s->p;
+}
+
+/* A copy of a block of rows: rows r of `cols` floats from src (rows ld
+ * floats apart) to dst (rows dld floats apart), rounded to bf16 or not. */
+typedef struct lp_copy {
+    const float *src;   /* first source row */
+    int64_t ld;         /* source row stride, floats */
+    float *dst;         /* first destination row */
+    int64_t dld;        /* destination row stride, floats */
+    int64_t cols;       /* floats per row */
+    int round;          /* 1: rounded to bf16; 0: copied as they are */
+} lp_copy;
+
+/* Rows [lo, hi) of an lp_copy. */
+static void lp_copy_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const lp_copy *c = p;
+    for (int64_t r = lo; r < hi; r++) {
+        const float *s = c->src + r * c->ld;
+        float *d = c->dst + r * c->dld;
+        if (c->round)
+            rt_bf16_round_n(s, d, c->cols);
+        else
+            memcpy(d, s, (size_t)c->cols * 4);
+    }
+}
+
+/* Copy rows x cols floats from src (row stride ld) to dst (row stride dld),
+ * rounding to bf16 when round; split by rows across the pool. */
+static void lp_copy_block(const float *src, int64_t ld, int64_t rows, int64_t cols, float *dst,
+                          int64_t dld, int round)
+{
+    if (rows <= 0 || cols <= 0)
+        return;
+    lp_copy c = {src, ld, dst, dld, cols, round};
+    int64_t grain = cols >= RT_EW_GRAIN ? 1 : RT_EW_GRAIN / cols;   /* rows per thread, at least */
+    rt_parallel_for(lp_copy_rows, &c, rows, 1, grain);
+}
+
+/* Stage rows [m0, m0 + mm) of op(A) (A stored (M, K), or (K, M) when ta) in
+ * dst, in the same layout: (mm, K), or (K, mm) when ta. */
+static void lp_stage_a(const float *A, int ta, int64_t M, int64_t K, int64_t m0, int64_t mm,
+                       float *dst)
+{
+    if (ta)
+        lp_copy_block(A + m0, M, K, mm, dst, mm, 1);
+    else
+        lp_copy_block(A + m0 * K, K, mm, K, dst, K, 1);
+}
+
+/* Stage columns [n0, n0 + nn) of op(B) (B stored (K, N), or (N, K) when tb)
+ * in dst, in the same layout: (K, nn), or (nn, K) when tb. */
+static void lp_stage_b(const float *B, int tb, int64_t K, int64_t N, int64_t n0, int64_t nn,
+                       float *dst)
+{
+    if (tb)
+        lp_copy_block(B + n0 * K, K, nn, K, dst, K, 1);
+    else
+        lp_copy_block(B + n0, N, K, nn, dst, nn, 1);
+}
+
+void rt_bf16_stage_limit(int64_t floats)
+{
+    lp_stage_floats = floats > 0 ? floats : LP_STAGE_FLOATS;
+}
+
+/* Rows or columns per block when `other` floats come with each of n: all
+ * n when the operand fits the staging limit, else the most that fit, cut
+ * at a multiple of LP_BLOCK_UNIT (at least one unit). */
+static int64_t lp_block(int64_t n, int64_t other)
+{
+    if (n <= lp_stage_floats / other)
+        return n;
+    int64_t b = lp_stage_floats / other / LP_BLOCK_UNIT * LP_BLOCK_UNIT;
+    if (b < LP_BLOCK_UNIT)
+        b = LP_BLOCK_UNIT;
+    return b < n ? b : n;
+}
+
+/* ---------------------------------------------------------------- the kernel */
+
+void rt_k_matmul_bf16(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *A = b[0], *B = b[1];
+    float *C = b[2];
+    int64_t M = i[0], K = i[1], N = i[2];
+    int ta = (int)i[3], tb = (int)i[4], acc = (int)i[5];
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) {   /* no products: C = 0, or unchanged (no operand is read) */
+        rt_matmul(M, K, N, A, ta, B, tb, C, acc);
+        return;
+    }
+    int64_t mb = lp_block(M, K), nb = lp_block(N, K);
+    float *as = lp_stage_get(ctx, 0, mb * K);
+    float *bs = lp_stage_get(ctx, 1, nb * K);
+    float *cs = nb < N ? lp_stage_get(ctx, 2, mb * nb) : NULL;
+    if (mb == M)   /* all of A at once: staged once for every column block */
+        lp_stage_a(A, ta, M, K, 0, M, as);
+    for (int64_t n0 = 0; n0 < N; n0 += nb) {
+        int64_t nn = N - n0 < nb ? N - n0 : nb;
+        lp_stage_b(B, tb, K, N, n0, nn, bs);
+        for (int64_t m0 = 0; m0 < M; m0 += mb) {
+            int64_t mm = M - m0 < mb ? M - m0 : mb;
+            if (mb < M)
+                lp_stage_a(A, ta, M, K, m0, mm, as);
+            if (!cs) {   /* whole rows of C: in place */
+                rt_matmul(mm, K, nn, as, ta, bs, tb, C + m0 * N, acc);
+                continue;
+            }
+            /* a column block of C: through cs (C's values first when accumulating,
+               so that every sum starts from them exactly as in place) */
+            if (acc)
+                lp_copy_block(C + m0 * N + n0, N, mm, nn, cs, nn, 0);
+            rt_matmul(mm, K, nn, as, ta, bs, tb, cs, acc);
+            lp_copy_block(cs, nn, mm, nn, C + m0 * N + n0, N, 0);
+        }
+    }
+}

@@ -1,0 +1,489 @@
+/* mock_kernels.c -- the kernel side of the CUDA driver double (mock_cuda.c;
+ * both build libcuda.so.1): what a cubin holds, what a launch of each kernel
+ * must look like, and running it as rtlib's scalar reference.
+ *
+ * - mock_parse_cubin: an ELF64 CUDA image (e_machine 190), its architecture,
+ *   its kernel entries and, from .nv.info, each one's __launch_bounds__ and
+ *   parameter size.
+ * - mock_shape_of: from a kernel and its integer arguments, the bytes each
+ *   buffer argument spans (rt_kernels.h) and the block and grid of
+ *   docs/cuda.md's table of launch configurations.
+ * - mock_run_launch: rt_ref_<name> (rtlib/kernels_ref.c, lowp.c) on the
+ *   launch's arguments -- never the fast CPU kernels (rt_k_*) the cpu target
+ *   runs -- with the device kernels' behaviour where it differs from the
+ *   reference's (the state, bad targets, embedding_bwd's untouched rows).
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mock_cuda.h"
+#include "rt_ew.h"
+
+/* ------------------------------------------------------- cubin parsing */
+
+/* A little-endian field of the image (the caller checked the bounds). */
+static uint64_t mock_rd(const unsigned char *d, uint64_t off, int bytes)
+{
+    uint64_t v = 0;
+    for (int k = bytes - 1; k >= 0; k--)
+        v = v << 8 | d[off + (uint64_t)k];
+    return v;
+}
+
+/* The kernel of an entry symbol: nnsc_<name> for a device-side row of
+ * rt_kernels.h, nnsc_ew_<id> for a fused chain; -1 if not modelled. */
+static int mock_kernel_of(const char *sym, int64_t *ew_id)
+{
+    static const char *const names[] = {
+#define RT_K(name, nbuf, nint, nflt) #name,
+#include "rt_kernels.h"
+#undef RT_K
+    };
+    *ew_id = -1;
+    if (strncmp(sym, "nnsc_", 5))
+        return -1;
+    const char *s = sym + 5;
+    if (!strncmp(s, "ew_", 3) && s[3]) {
+        char *end;
+        long long id = strtoll(s + 3, &end, 10);
+        if (*end || id < 0)
+            return -1;
+        *ew_id = id;
+        return RT_KN_ew;
+    }
+    for (int k = 0; k < RT_KN_COUNT; k++)
+        if (!strcmp(s, names[k]) && k != RT_KN_ew)
+            return k;
+    return -1;
+}
+
+/* Read .nv.info.<name> (off, size in the image) into e: the attributes are
+ * records {u8 format, u8 attribute, u16 value or size}, format 4 (a value of
+ * `size` bytes following) or else no following bytes. */
+static void mock_nv_info(const unsigned char *d, uint64_t off, uint64_t size, mock_entry *e)
+{
+    for (uint64_t p = off; p + 4 <= off + size;) {
+        unsigned fmt = d[p], attr = d[p + 1];
+        unsigned v = (unsigned)mock_rd(d, p + 2, 2);
+        if (fmt == 4) {
+            if (p + 4 + v > off + size)
+                return;
+            if (attr == 0x05 && v >= 4)   /* EIATTR_MAX_THREADS: x, y, z */
+                e->max_threads = (int)mock_rd(d, p + 4, 4);
+            p += 4 + v;
+        } else {
+            if (attr == 0x19)   /* EIATTR_CBANK_PARAM_SIZE */
+                e->param_bytes = (int)v;
+            p += 4;
+        }
+    }
+}
+
+/* Parse a cubin: ELF64 little-endian, e_machine 190 (EM_CUDA); the
+ * architecture from e_flags; entries = FUNC GLOBAL symbols with the CUDA
+ * entry flag (0x10 in st_other).  CUDA_SUCCESS or the error (with a message). */
+CUresult mock_parse_cubin(const unsigned char *d, struct CUmod_st *m)
+{
+    const char *who = "cuModuleLoadData";
+    if (memcmp(d, "\177ELF", 4))
+        return mock_fail(CUDA_ERROR_INVALID_IMAGE, who, "the image is not an ELF file (the "
+                         "double loads cubins only, not PTX or fatbins)");
+    if (d[4] != 2 || d[5] != 1)
+        return mock_fail(CUDA_ERROR_INVALID_IMAGE, who, "not a 64-bit little-endian ELF");
+    unsigned machine = (unsigned)mock_rd(d, 18, 2);
+    if (machine != 190)
+        return mock_fail(CUDA_ERROR_INVALID_IMAGE, who, "ELF machine %u, not 190 (EM_CUDA)",
+                         machine);
+    uint64_t flags = mock_rd(d, 48, 4);
+    /* the SM: bits 8..15 of e_flags in the current ABI (version >= 8), bits 0..7 before */
+    m->sm = d[8] >= 8 ? (int)(flags >> 8 & 0xff) : (int)(flags & 0xff);
+    uint64_t shoff = mock_rd(d, 0x28, 8);
+    unsigned shentsize = (unsigned)mock_rd(d, 0x3a, 2), shnum = (unsigned)mock_rd(d, 0x3c, 2);
+    unsigned shstrndx = (unsigned)mock_rd(d, 0x3e, 2);
+    if (shentsize != 64 || shstrndx >= shnum || shnum == 0)
+        return mock_fail(CUDA_ERROR_INVALID_IMAGE, who, "bad ELF section header table");
+#define SH(k, off, bytes) mock_rd(d, shoff + (uint64_t)(k) * shentsize + (off), (bytes))
+    uint64_t shstr = SH(shstrndx, 24, 8);
+    unsigned symtab = shnum;
+    for (unsigned k = 0; k < shnum; k++)
+        if (SH(k, 4, 4) == 2)   /* SHT_SYMTAB */
+            symtab = k;
+    if (symtab == shnum)
+        return mock_fail(CUDA_ERROR_INVALID_IMAGE, who, "no symbol table");
+    uint64_t symoff = SH(symtab, 24, 8), symsize = SH(symtab, 32, 8);
+    uint64_t stroff = SH((unsigned)SH(symtab, 40, 4), 24, 8);
+    int cap = 0;
+    for (uint64_t s = symoff; s + 24 <= symoff + symsize; s += 24) {
+        unsigned info = d[s + 4], other = d[s + 5];
+        if (!((info & 0xf) == 2 && (info >> 4) == 1 && (other & 0x10)))
+            continue;
+        const char *name = (const char *)d + stroff + mock_rd(d, s, 4);
+        mock_grow(&m->e, m->ne, &cap, sizeof *m->e);
+        mock_entry *e = &m->e[m->ne++];
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", name);
+        e->kernel = mock_kernel_of(name, &e->ew_id);
+        e->param_bytes = -1;
+        char info_name[128], shared_name[128];
+        snprintf(info_name, sizeof info_name, ".nv.info.%s", name);
+        snprintf(shared_name, sizeof shared_name, ".nv.shared.%s", name);
+        for (unsigned k = 0; k < shnum; k++) {
+            const char *sec = (const char *)d + shstr + SH(k, 0, 4);
+            if (!strcmp(sec, info_name))
+                mock_nv_info(d, SH(k, 24, 8), SH(k, 32, 8), e);
+            else if (!strcmp(sec, shared_name))
+                e->static_smem = (int64_t)SH(k, 32, 8);
+        }
+    }
+#undef SH
+    if (!m->ne)
+        return mock_fail(CUDA_ERROR_INVALID_IMAGE, who, "the cubin has no kernel entry");
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------- launch configurations */
+
+/* a * b, or MOCK_BAD when either is negative (or MOCK_BAD) or it overflows. */
+static int64_t mock_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+        return MOCK_BAD;
+    return r;
+}
+
+/* Bytes of a * b floats (or i32s), or MOCK_BAD. */
+static int64_t mock_f4(int64_t a, int64_t b) { return mock_mul(mock_mul(a, b), 4); }
+
+/* ceil(a / b) for a >= 0 (MOCK_BAD stays MOCK_BAD). */
+static int64_t mock_cdiv(int64_t a, int64_t b) { return a < 0 ? MOCK_BAD : (a + b - 1) / b; }
+
+/* The shape of an ew launch: operands (rt_ew.h) decide which buffers are
+ * used and how far (n elements, or N for a row broadcast); every register is
+ * written before it is read (the generated kernel does not initialise them).
+ * 0, or -1 with the reason. */
+static int mock_ew_shape(const rt_cuda_args *a, int64_t id, mock_shape *s, char *why, size_t wl)
+{
+    const int64_t *i = a->i;
+    int64_t n = i[1], N = i[2], nops = i[3];
+    if (i[0] != id) {
+        snprintf(why, wl, "i[0] = %" PRId64 " is not the id %" PRId64 " of the kernel", i[0], id);
+        return -1;
+    }
+    if (n < 0 || nops < 1 || nops > (RT_CUDA_MAXINT - RT_EW_HEAD) / 4) {
+        snprintf(why, wl, "n = %" PRId64 ", nops = %" PRId64 ": need n >= 0, 1 <= nops <= %d", n,
+                 nops, (RT_CUDA_MAXINT - RT_EW_HEAD) / 4);
+        return -1;
+    }
+    unsigned written = 0;   /* registers written so far */
+    for (int64_t o = 0; o < nops; o++) {
+        const int64_t *q = i + RT_EW_HEAD + 4 * o;
+        int64_t op = q[0];
+        if (op < 0 || op >= RT_EW_NOPS_KIND) {
+            snprintf(why, wl, "op %" PRId64 ": unknown op code %" PRId64, o, op);
+            return -1;
+        }
+        int two = op == RT_EW_ADD || op >= RT_EW_GELU_BWD;
+        for (int r = 0; r < 1 + two; r++) {   /* the sources: a, then c */
+            int64_t x = q[2 + r];
+            if (x >= RT_EW_REG && x < RT_EW_REG + RT_EW_NREG) {
+                if (!(written >> x & 1)) {
+                    snprintf(why, wl, "op %" PRId64 " reads register %" PRId64
+                             " before any op writes it", o, x);
+                    return -1;
+                }
+            } else if (x >= RT_EW_MEM && x < RT_EW_ACC && RT_EW_BUF(x) < RT_EW_NBUF) {
+                int b = RT_EW_BUF(x);
+                int64_t need = x < RT_EW_ROW ? mock_f4(n, 1) : mock_f4(N, 1);
+                if (x >= RT_EW_ROW && N < 1) {
+                    snprintf(why, wl, "op %" PRId64 " broadcasts a row but N = %" PRId64, o, N);
+                    return -1;
+                }
+                if (need > s->bytes[b])
+                    s->bytes[b] = need;
+            } else {
+                snprintf(why, wl, "op %" PRId64 ": bad source operand %" PRId64, o, x);
+                return -1;
+            }
+        }
+        int64_t d = q[1];
+        if (d >= RT_EW_REG && d < RT_EW_REG + RT_EW_NREG) {
+            written |= 1u << d;
+        } else if (((d >= RT_EW_MEM && d < RT_EW_ROW) || (d >= RT_EW_ACC && d < RT_EW_ACC + 16)) &&
+                   RT_EW_BUF(d) < RT_EW_NBUF) {
+            if (mock_f4(n, 1) > s->bytes[RT_EW_BUF(d)])
+                s->bytes[RT_EW_BUF(d)] = mock_f4(n, 1);
+        } else {
+            snprintf(why, wl, "op %" PRId64 ": bad destination operand %" PRId64, o, d);
+            return -1;
+        }
+    }
+    s->block = 256;
+    s->grid = MOCK_GRID_STRIDE;
+    return 0;
+}
+
+/* The buffer extents and launch configuration kernel K must have, from its
+ * integer arguments (rt_kernels.h; docs/cuda.md's table).  Also checks the
+ * arguments the launcher is to check (Vreal, ndim and boxes, D, flags).  0,
+ * or -1 with the reason in why. */
+int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, char *why,
+                         size_t wl)
+{
+    const int64_t *i = a->i;
+    int64_t *B = s->bytes;
+    for (int k = 0; k < RT_CUDA_MAXBUF; k++)
+        B[k] = MOCK_UNUSED;
+    s->block = 256;
+    s->grid = MOCK_GRID_STRIDE;
+    s->gx = s->gy = 1;
+    s->ws_per_block = 0;
+    switch (K) {
+    case RT_KN_zero:
+        B[0] = mock_f4(i[0], 1);
+        break;
+    case RT_KN_matmul:
+    case RT_KN_matmul_bf16:   /* i: M, K, N, transA, transB, acc; 64x64 tiles of C */
+        if ((i[3] | i[4] | i[5]) & ~(int64_t)1) {
+            snprintf(why, wl, "transA, transB and acc must be 0 or 1");
+            return -1;
+        }
+        B[0] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], i[2]), B[2] = mock_f4(i[0], i[2]);
+        s->block = K == RT_KN_matmul ? 256 : 128;   /* bf16: the tensor-core code */
+        s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[2], 64), s->gy = mock_cdiv(i[0], 64);
+        break;
+    case RT_KN_bias_add:   /* i: M, N */
+        B[0] = B[2] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], 1);
+        break;
+    case RT_KN_bias_grad:   /* i: M, N, acc */
+        B[0] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], 1);
+        s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[1], 32);
+        break;
+    case RT_KN_add:
+    case RT_KN_relu_bwd:
+    case RT_KN_gelu_bwd:
+    case RT_KN_mse_bwd:   /* three buffers of n */
+        B[0] = B[1] = B[2] = mock_f4(i[0], 1);
+        break;
+    case RT_KN_copy:
+        B[0] = B[1] = mock_f4(i[0], 1);
+        if (B[0] > 0 && a->b[0] != a->b[1] && a->b[0] < a->b[1] + (uint64_t)B[1] &&
+            a->b[1] < a->b[0] + (uint64_t)B[0]) {
+            snprintf(why, wl, "X and Y overlap partly (the launcher copies only X == Y or "
+                              "disjoint ranges)");
+            return -1;
+        }
+        break;
+    case RT_KN_relu:
+    case RT_KN_gelu:
+    case RT_KN_sgd:   /* two buffers of n */
+        B[0] = B[1] = mock_f4(i[0], 1);
+        break;
+    case RT_KN_adamw:   /* i: n, t */
+        B[0] = B[1] = B[2] = B[3] = mock_f4(i[0], 1);
+        if (i[1] < 1) {
+            snprintf(why, wl, "step t = %" PRId64 " (it is 1-based)", i[1]);
+            return -1;
+        }
+        break;
+    case RT_KN_mse_loss:   /* P, T of n; L */
+        B[0] = B[1] = mock_f4(i[0], 1), B[2] = 4;
+        s->grid = MOCK_GRID_REDUCE, s->ws_per_block = 8;
+        break;
+    case RT_KN_sumsq:   /* G of n; S */
+        B[0] = mock_f4(i[0], 1), B[1] = 4;
+        s->grid = MOCK_GRID_REDUCE, s->ws_per_block = 8;
+        break;
+    case RT_KN_xent:
+    case RT_KN_xent_bwd:   /* i: M, V, acc, Vreal */
+        if (i[3] < 1 || i[3] > i[1]) {
+            snprintf(why, wl, "Vreal = %" PRId64 " outside [1, V = %" PRId64 "] (the launcher "
+                              "checks it)", i[3], i[1]);
+            return -1;
+        }
+        B[0] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[0], 1);
+        B[2] = K == RT_KN_xent ? 4 : mock_f4(i[0], i[1]);
+        s->grid = MOCK_GRID_FIXED, s->gx = K == RT_KN_xent && i[0] == 0 ? 1 : i[0];
+        s->ws_per_block = K == RT_KN_xent ? 8 : 0;
+        break;
+    case RT_KN_gradclip:   /* S */
+        B[0] = 4;
+        s->grid = MOCK_GRID_FIXED, s->block = 32;
+        break;
+    case RT_KN_embedding:
+    case RT_KN_embedding_bwd:   /* i: R, Vlo, Vext, C, acc */
+        B[0] = mock_f4(i[0], 1);
+        B[K == RT_KN_embedding ? 1 : 2] = mock_f4(i[2], i[3]);
+        B[K == RT_KN_embedding ? 2 : 1] = mock_f4(i[0], i[3]);
+        if (K == RT_KN_embedding_bwd)
+            s->grid = MOCK_GRID_FIXED, s->gx = i[0];
+        break;
+    case RT_KN_layernorm:   /* X, w, bias, Y, mean, rstd.  i: R, C */
+        B[0] = B[3] = mock_f4(i[0], i[1]), B[1] = B[2] = mock_f4(i[1], 1);
+        B[4] = B[5] = mock_f4(i[0], 1);
+        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
+        break;
+    case RT_KN_layernorm_bwd:   /* dY, X, w, mean, rstd, dX.  i: R, C, acc */
+        B[0] = B[1] = B[5] = mock_f4(i[0], i[1]), B[2] = mock_f4(i[1], 1);
+        B[3] = B[4] = mock_f4(i[0], 1);
+        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
+        break;
+    case RT_KN_layernorm_wgrad:   /* dY, X, mean, rstd, dw, dbias.  i: R, C, acc */
+        B[0] = B[1] = mock_f4(i[0], i[1]), B[2] = B[3] = mock_f4(i[0], 1);
+        B[4] = B[5] = mock_f4(i[1], 1);
+        s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[1], 32);
+        break;
+    case RT_KN_softmax:   /* i: R, N */
+        B[0] = B[1] = mock_f4(i[0], i[1]);
+        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
+        break;
+    case RT_KN_softmax_bwd:   /* i: R, N, acc */
+        B[0] = B[1] = B[2] = mock_f4(i[0], i[1]);
+        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
+        break;
+    case RT_KN_attention:
+    case RT_KN_attention_bwd: {   /* i: B, T, H, D, causal (, acc) */
+        int64_t rows = mock_mul(mock_mul(i[0], i[1]), i[2]);   /* B*T*H: a warp each */
+        int64_t all = mock_f4(rows, i[3]), lse = mock_f4(rows, 1);
+        if (i[3] < 1 || i[3] > 256) {
+            snprintf(why, wl, "head size D = %" PRId64 " outside [1, 256] (the launcher "
+                              "checks it)", i[3]);
+            return -1;
+        }
+        if (K == RT_KN_attention)
+            B[0] = B[1] = B[2] = B[3] = all, B[4] = lse;
+        else
+            B[0] = B[1] = B[2] = B[3] = B[4] = B[6] = B[7] = B[8] = all, B[5] = lse;
+        s->block = 128;
+        s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(rows, 4);
+        break;
+    }
+    case RT_KN_slice:
+    case RT_KN_place: {   /* i: ndim, acc, per dim: extent, lo, hi */
+        if (i[0] < 0 || i[0] > RT_MAXDIM || (i[1] & ~(int64_t)1)) {
+            snprintf(why, wl, "ndim = %" PRId64 " outside [0, %d] or acc = %" PRId64, i[0],
+                     RT_MAXDIM, i[1]);
+            return -1;
+        }
+        int64_t full = 4, box = 4;
+        for (int d = 0; d < (int)i[0]; d++) {
+            int64_t ext = i[2 + 3 * d], lo = i[3 + 3 * d], hi = i[4 + 3 * d];
+            if (lo < 0 || lo > hi || hi > ext) {
+                snprintf(why, wl, "dim %d: box [%" PRId64 ", %" PRId64 ") is not inside "
+                         "extent %" PRId64, d, lo, hi, ext);
+                return -1;
+            }
+            full = mock_mul(full, ext);
+            box = mock_mul(box, hi - lo);
+        }
+        B[0] = K == RT_KN_slice ? full : box;
+        B[1] = K == RT_KN_slice ? box : full;
+        break;
+    }
+    case RT_KN_ew:
+        if (mock_ew_shape(a, ew_id, s, why, wl))
+            return -1;
+        break;
+    default:
+        snprintf(why, wl, "the double has no model of this kernel");
+        return -1;
+    }
+    for (int k = 0; k < RT_CUDA_MAXBUF; k++)
+        if (B[k] == MOCK_BAD || s->gx == MOCK_BAD || s->gy == MOCK_BAD) {
+            snprintf(why, wl, "the integer arguments give a negative or overflowing size "
+                              "(b[%d])", k);
+            return -1;
+        }
+    return 0;
+}
+
+/* -------------------------------------------------------- kernel runs */
+
+/* The scalar references, by kernel number (rtlib/kernels_ref.c). */
+typedef void mock_ref_fn(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
+static mock_ref_fn *const mock_refs[RT_KN_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt) rt_ref_##name,
+#include "rt_kernels.h"
+#undef RT_K
+};
+
+/* Run a launch now (device memory is accessible): the scalar reference on a
+ * private rt_ctx holding the state's scales, with the device kernels'
+ * behaviour where it differs from rt_ref_* (see each case). */
+CUresult mock_run_launch(const mock_op *op)
+{
+    const mock_entry *e = op->fn->e;
+    const rt_cuda_args *a = &op->args;
+    rt_cuda_state *st = (rt_cuda_state *)(uintptr_t)a->st;
+    void *b[RT_CUDA_MAXBUF];
+    for (int k = 0; k < RT_CUDA_MAXBUF; k++)
+        b[k] = (void *)(uintptr_t)a->b[k];
+    rt_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.rank = -1;
+    ctx.lr_scale = st->lr_scale;
+    ctx.grad_scale = st->grad_scale;
+    ctx.grad_norm = st->grad_norm;
+    int K = e->kernel;
+    if ((K == RT_KN_mse_loss || K == RT_KN_sumsq || K == RT_KN_xent) && st->red_count) {
+        return mock_fail(CUDA_ERROR_LAUNCH_FAILED, e->name, "the state's grid reduction counter "
+                         "is %u, not 0, at the start of a grid reduction", st->red_count);
+    }
+    if (K == RT_KN_xent || K == RT_KN_xent_bwd) {
+        /* a target outside [0, Vreal): the device kernels record the first in
+           the state and carry on (the host stops the rank after the step);
+           the reference would exit, so it sees target 0 there instead */
+        int64_t Mrows = a->i[0], Vr = a->i[3];
+        const int32_t *t = b[1];
+        int32_t *fixed = NULL;
+        for (int64_t m = 0; m < Mrows; m++) {
+            if (t[m] >= 0 && t[m] < Vr)
+                continue;
+            if (!fixed) {
+                fixed = malloc((size_t)Mrows * 4);
+                memcpy(fixed, t, (size_t)Mrows * 4);
+                if (st->err == RT_CUDA_ERR_NONE) {
+                    st->err = RT_CUDA_ERR_TARGET;
+                    st->err_a = t[m];
+                    st->err_b = m;
+                }
+            }
+            fixed[m] = 0;
+        }
+        if (fixed)
+            b[1] = fixed;
+        mock_refs[K](&ctx, b, a->i, a->f);
+        free(fixed);
+        return CUDA_SUCCESS;
+    }
+    if (K == RT_KN_embedding_bwd && !a->i[4]) {
+        /* the device kernel writes only the table rows some in-shard token
+           touches (the host zeroes the table first, docs/cuda.md); the
+           reference zeroes every row: keep the untouched ones as they were */
+        int64_t R = a->i[0], Vlo = a->i[1], Vext = a->i[2], C = a->i[3];
+        const int32_t *tok = b[0];
+        float *tab = b[2];
+        char *touched = calloc((size_t)(Vext > 0 ? Vext : 1), 1);
+        float *keep = malloc((size_t)mock_f4(Vext, C) + 4);
+        memcpy(keep, tab, (size_t)mock_f4(Vext, C));
+        for (int64_t r = 0; r < R; r++)
+            if (tok[r] - Vlo >= 0 && tok[r] - Vlo < Vext)
+                touched[tok[r] - Vlo] = 1;
+        mock_refs[K](&ctx, b, a->i, a->f);
+        for (int64_t v = 0; v < Vext; v++)
+            if (!touched[v])
+                memcpy(tab + v * C, keep + v * C, (size_t)C * 4);
+        free(touched);
+        free(keep);
+        return CUDA_SUCCESS;
+    }
+    mock_refs[K](&ctx, b, a->i, a->f);
+    if (K == RT_KN_gradclip) {   /* the device kernel writes these into the state */
+        st->grad_norm = ctx.grad_norm;
+        st->grad_scale = ctx.grad_scale;
+    }
+    return CUDA_SUCCESS;
+}
