@@ -8,8 +8,10 @@
 #             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh)
 #   cuda      --target cuda without a GPU: NVRTC builds of every example, embedded
 #             cubins, linking, determinism, the no-driver failure (tests/cuda.sh);
-#             rtlib's CUDA backend against a mock driver (tests/cuda_mock.sh)
-#             (also run with cli)
+#             rtlib's CUDA backend against a mock driver (tests/cuda_mock.sh);
+#             the op test of every CUDA kernel (tests/cuda_ops.sh: on a GPU the
+#             kernels against their CPU references, else the host side under the
+#             driver double) (also run with cli)
 #   equiv     nnsc-aot verify: N-device plans train like 1 device (tests/equiv.sh)
 #
 # A test that exits 77 is skipped (it cannot run here, e.g. no CUDA toolkit):
@@ -55,6 +57,8 @@ want() { [[ -z "${TESTS:-}" || " $TESTS " == *" $1 "* ]]; }
 if want unit; then
   for t in "$build"/tests/test_*; do
     [[ -x $t ]] || continue
+    # the CUDA op test needs a GPU or the driver double: tests/cuda_ops.sh runs it
+    [[ $(basename "$t") == test_cuda_ops ]] && continue
     run "unit/$(basename "$t")" "$t" "$top/tests"
   done
 fi
@@ -68,6 +72,7 @@ want cli && run "megatron" "$top/tests/megatron.sh"
 want cli && run "resume" "$top/tests/resume.sh"
 (want cli || want cuda) && run "cuda" "$top/tests/cuda.sh"
 [[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"
+[[ -f $top/tests/cuda_ops.sh ]] && (want cli || want cuda) && run "cuda_ops" "$top/tests/cuda_ops.sh"
 if want equiv; then
   while read -r spec devs extra; do
     [[ -z $spec || $spec == \#* ]] && continue
