@@ -296,5 +296,27 @@ else
   no_gpu_msg "verify"
 fi
 
+# The GPU benchmark (bench/gpu/bench_matmul.c, built by bench/run_gpu.sh):
+# it must keep compiling without a warning, and without a GPU refuse with
+# its message and exit 2 (needs the toolkit's cuBLAS and NVRTC to link).
+cuda_home=${NNSC_CUDA_HOME:-/usr/local/cuda}
+if [[ -f $cuda_home/include/cublas_v2.h && -e $cuda_home/lib64/libcublas.so ]]; then
+  if cc -std=gnu11 -O2 -Wall -Wextra -Werror -I "$cuda_home/include" -I "$top/rtlib" \
+      "$top/bench/gpu/bench_matmul.c" -o "$tmp/bench_matmul" -L "$cuda_home/lib64" \
+      -Wl,-rpath,"$cuda_home/lib64" -lnvrtc -lcublas -ldl -lm 2>"$tmp/err"; then
+    ok "bench/gpu/bench_matmul.c compiles with -Wall -Wextra -Werror"
+    if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L 2>/dev/null | grep -q GPU; then
+      "$nn" "$mlp" -o "$tmp/bm" --target cuda --emit-kernels -q >/dev/null 2>&1
+      expect_rc 2 "no GPU: bench_matmul refuses" "$tmp/bench_matmul" "$tmp/bm/kernels/nnsc_kernels.cu"
+      grep -qi "no CUDA" "$tmp/err" && ok "  ... saying: $(head -n 1 "$tmp/err")" ||
+        no "bench_matmul: no clear message in: $(cat "$tmp/err")"
+    fi
+  else
+    no "bench/gpu/bench_matmul.c does not compile: $(cat "$tmp/err")"
+  fi
+else
+  echo "SKIP  bench_matmul build check: no cuBLAS under $cuda_home (benchmarks only)"
+fi
+
 echo "$pass passed, $fail failed"
 ((fail == 0))
