@@ -509,6 +509,8 @@ typedef struct ir_prog {
  * the extent in bytes, or -1 when the ints do not tell (assume anything). */
 enum { PG_RD = 1, PG_WR = 2, PG_PART = 4 };
 int ir_prog_access(const pg_instr *in, int j, int64_t *bytes);
+/* The index of kernel's `acc` int (acc = 1 adds into its outputs), -1 if none. */
+int ir_prog_acc_index(int kernel);
 
 void ir_prog_init(ir_prog *p, int rank, int world);
 void ir_prog_free(ir_prog *p);

@@ -235,11 +235,14 @@ static int64_t pg_prod(const pg_instr *in, int j0, int cnt, int stride) {
  * first + stride * d; -1 when one is loop-dependent, reversed or the
  * product overflows. */
 static int64_t pg_box(const pg_instr *in, int first, int stride, int64_t ndim) {
-    int64_t r = 1, lo, hi;
+    int64_t r = 1;
     for (int d = 0; d < ndim; d++) {
         int at = first + stride * d;
-        if (!pg_const(in, at, &lo) || !pg_const(in, at + 1, &hi) || hi < lo ||
-            ir_mul_ovf(r, hi - lo, &r))
+        if (at + 1 >= in->nint) return -1;
+        /* lo and hi may move with the step or micro-batch (a data batch's
+           rows), as long as they move together: the extent is constant */
+        pg_int lo = in->ints[at], hi = in->ints[at + 1];
+        if (lo.s != hi.s || lo.m != hi.m || hi.c < lo.c || ir_mul_ovf(r, hi.c - lo.c, &r))
             return -1;
     }
     return r;
@@ -383,6 +386,11 @@ static const struct pg_role {
     [RT_K_ew] = {0, 0, -1},
     [RT_K_matmul_bf16] = {1u << 2, 0, 5},
 };
+
+int ir_prog_acc_index(int kernel) {
+    IR_ASSERT(kernel >= 0 && kernel < RT_K_COUNT);
+    return pg_role[kernel].acc;
+}
 
 int ir_prog_access(const pg_instr *in, int j, int64_t *bytes) {
     IR_ASSERT(in->kernel >= 0 && in->kernel < RT_K_COUNT && j >= 0 && j < in->nbuf);

@@ -221,19 +221,35 @@ static void test_fuse(void) {
        (M 4 x N 16) */
     enum { X = 0, BIAS = 4096, Y = 8192, Z = 12288, W = 16384, N = 64 };
     ir_prog p[2];
-    for (int c = 0; c < 10; c++) {
+    for (int c = 0; c < 13; c++) {
         ir_prog_init(&p[0], 0, 1);
         p[0].arena = 1 << 16;
         switch (c) {
-        case 0:  /* Y = X + bias; Z = gelu(Y); Y read later: stored */
-            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N), fz_read(&p[0], Y, W, N);
+        case 0:  /* Y = X + bias; Z = gelu(Y); Y and Z read later: stored */
+            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N), fz_read(&p[0], Y, W, N),
+                fz_read(&p[0], Z, W, N);
             break;
         case 1:  /* ... Y overwritten whole before any read: kept in a register */
             fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N), fz_zero(&p[0], Y, N),
-                fz_read(&p[0], Y, W, N);
+                fz_read(&p[0], Y, W, N), fz_read(&p[0], Z, W, N);
             break;
-        case 2:  /* ... nothing after it: the end of the section counts as a read */
+        case 2:  /* ... Y read by the next micro-batch before it is written again: stored */
+            fz_read(&p[0], Y, W, N), fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N);
+            break;
+        case 10:  /* Z read by nobody: a register; Z inside a persistent buffer: stored */
+        case 11:
             fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N);
+            if (c == 11) {
+                pg_region *g = IR_PUSH(p[0].reg, p[0].nreg, p[0].regcap);
+                *g = (pg_region){"Z", Z, 4 * N, 1};
+            }
+            break;
+        case 12:  /* Y read after the step, by the post section: stored */
+            fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, Z, N);
+            {
+                pg_instr *in = ir_prog_add(&p[0], IR_SEC_POST, RT_K_softmax, "post read");
+                pg_buf(in, Y), pg_buf(in, W), pg_i(in, 1), pg_i(in, N);
+            }
             break;
         case 3:  /* gelu writes into the bias row: not fused */
             fz_bias_add(&p[0], X, BIAS, Y, 4, 16), fz_gelu(&p[0], Y, BIAS - 8, N);
@@ -262,15 +278,15 @@ static void test_fuse(void) {
         int before = p[0].nins[IR_SEC_MB];
         int ids = pass_fuse(p, 1);
         ir_prog_verify(&p[0]);
-        const pg_instr *e = &p[0].ins[IR_SEC_MB][0];
+        const pg_instr *e = &p[0].ins[IR_SEC_MB][c == 2];
         int fused = e->kernel == RT_K_ew;
         if (c == 0) CHECK(fused && ids == 1 && p[0].nins[IR_SEC_MB] == before - 1 &&
                               fz_dst(e, 0) >= RT_EW_MEM && e->nbuf == 4,
                           "fuse: bias_add+gelu become one ew; Y, read later, is stored");
         if (c == 1) CHECK(fused && fz_dst(e, 0) < RT_EW_MEM && e->nbuf == 3,
                           "fuse: Y overwritten before any read stays in a register");
-        if (c == 2) CHECK(fused && fz_dst(e, 0) >= RT_EW_MEM,
-                          "fuse: a value live at the end of the section is stored");
+        if (c == 2) CHECK(fused && e == &p[0].ins[IR_SEC_MB][1] && fz_dst(e, 0) >= RT_EW_MEM,
+                          "fuse: a value the next micro-batch reads is stored");
         if (c >= 3 && c <= 6) {
             static const char *const why[] = {"a write into the bias row", "a loop-dependent acc",
                                               "different sizes", "no value passed along"};
@@ -284,6 +300,35 @@ static void test_fuse(void) {
                           "fuse: a part not overwritten and read later keeps Y stored");
         if (c == 9) CHECK(fused && fz_dst(e, 0) < RT_EW_MEM,
                           "fuse: overwritten in two parts, read only where new: a register");
+        if (c == 10) CHECK(fused && fz_dst(e, 1) < RT_EW_MEM, "fuse: a result nobody reads stays in a register");
+        if (c == 11) CHECK(fused && fz_dst(e, 1) >= RT_EW_MEM, "fuse: a result in a persistent buffer is stored");
+        if (c == 12) CHECK(fused && fz_dst(e, 0) >= RT_EW_MEM, "fuse: a result the post section reads is stored");
+        ir_prog_free(&p[0]);
+    }
+    /* sums in place: Y (+)= A + B with A from a matmul and B from an
+       embedding_bwd, both dying at the add: the producers write Y */
+    for (int c = 0; c < 2; c++) {
+        enum { TOK = 20480, DY = 24576, A = 28672, B = 32768, YS = 36864 };
+        ir_prog_init(&p[0], 0, 1);
+        p[0].arena = 1 << 16;
+        pg_instr *in = ir_prog_add(&p[0], IR_SEC_MB, RT_K_matmul, "mm");
+        pg_buf(in, X), pg_buf(in, W), pg_buf(in, A);
+        pg_i(in, 8), pg_i(in, 8), pg_i(in, 8), pg_i(in, 0), pg_i(in, 0), pg_i(in, 0);
+        if (c == 1) fz_read(&p[0], A, Z, 64);   /* A read before the add: no rewrite */
+        in = ir_prog_add(&p[0], IR_SEC_MB, RT_K_embedding_bwd, "emb");
+        pg_buf(in, TOK), pg_buf(in, DY), pg_buf(in, B);
+        pg_i(in, 4), pg_i(in, 0), pg_i(in, 8), pg_i(in, 8), pg_i(in, 0);
+        fz_add(&p[0], A, B, YS, 64, 0, 1);
+        pass_fuse(p, 1);
+        ir_prog_verify(&p[0]);
+        const pg_instr *mm = &p[0].ins[IR_SEC_MB][0], *eb = &p[0].ins[IR_SEC_MB][c + 1];
+        if (c == 0)
+            CHECK(p[0].nins[IR_SEC_MB] == 2 && mm->buf[2] == YS && mm->ints[5].m == 1 &&
+                      mm->ints[5].c == 0 && eb->buf[2] == YS && eb->ints[4].c == 1,
+                  "fuse: Y (+)= A + B becomes matmul into Y with the add's acc, embedding_bwd adding");
+        else
+            CHECK(p[0].nins[IR_SEC_MB] == 4 && mm->buf[2] == A,
+                  "fuse: a temporary read by another instruction keeps its add");
         ir_prog_free(&p[0]);
     }
     /* ids: the same chain on two ranks shares one; a different chain gets the next */

@@ -200,9 +200,11 @@ static int mn_dead(int pid)
 }
 
 /* While waiting: 0 to go on, or the error when the wait must stop (a peer
- * aborted or died, or the deadline passed). */
+ * aborted or died, or the deadline passed).  done(arg), when given, says
+ * whether the wait is over after all: a peer that passed the barrier and
+ * exited before this rank looked again is not a failure. */
 static ncclResult_t mn_wait_ok(struct ncclComm *c, double deadline, const char *who,
-                               double *next_check)
+                               double *next_check, int (*done)(const void *), const void *arg)
 {
     if (atomic_load(&c->seg->abort))
         return mn_fail(ncclRemoteError, c, who, "a peer aborted the communicator");
@@ -210,7 +212,7 @@ static ncclResult_t mn_wait_ok(struct ncclComm *c, double deadline, const char *
     if (now >= *next_check) {
         *next_check = now + 0.1;
         for (int r = 0; r < c->nranks; r++)
-            if (r != c->rank && mn_dead(atomic_load(&c->seg->info[r].pid)))
+            if (r != c->rank && mn_dead(atomic_load(&c->seg->info[r].pid)) && !(done && done(arg)))
                 return mn_fail(ncclRemoteError, c, who, "rank %d (pid %d) of the communicator "
                                "has died", r, atomic_load(&c->seg->info[r].pid));
     }
@@ -218,6 +220,19 @@ static ncclResult_t mn_wait_ok(struct ncclComm *c, double deadline, const char *
         return mn_fail(ncclSystemError, c, who, "rank %d waited %.0f s for its peers "
                        "(NNSC_TIMEOUT)", c->rank, mn_timeout());
     return ncclSuccess;
+}
+
+/* A barrier being waited for: its segment and generation. */
+typedef struct mn_bar_wait {
+    mn_seg *g;       /* the communicator's segment */
+    uint32_t gen;    /* the generation the barrier started in */
+} mn_bar_wait;
+
+/* The barrier waited for is over (mn_wait_ok's done). */
+static int mn_barrier_done(const void *arg)
+{
+    const mn_bar_wait *w = arg;
+    return atomic_load(&w->g->bar_gen) != w->gen;
 }
 
 /* A barrier over the communicator's ranks. */
@@ -233,7 +248,8 @@ static ncclResult_t mn_barrier(struct ncclComm *c, const char *who)
     }
     double deadline = mn_now() + mn_timeout(), next = 0;
     while (atomic_load(&g->bar_gen) == gen) {
-        ncclResult_t r = mn_wait_ok(c, deadline, who, &next);
+        mn_bar_wait w = {g, gen};
+        ncclResult_t r = mn_wait_ok(c, deadline, who, &next, mn_barrier_done, &w);
         if (r)
             return r;
         mn_futex_wait(&g->bar_gen, gen, 50);
@@ -731,7 +747,7 @@ static ncclResult_t mn_run(mn_call *q, int n, const char *who)
         if (!moved) {
             _Atomic uint32_t *bell = &wait_comm->seg->bell[wait_comm->rank];
             uint32_t b = atomic_load(bell);
-            if ((r = mn_wait_ok(wait_comm, deadline, who, &next)))
+            if ((r = mn_wait_ok(wait_comm, deadline, who, &next, NULL, NULL)))
                 break;
             mn_futex_wait(bell, b, 5);
         } else {
