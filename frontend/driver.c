@@ -195,11 +195,11 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         ir_prog_verify(&progs[r]);
         pass_mem_free(&m);
     }
-    if (!o->no_fuse) pass_fuse(progs, d->ndev);
-    for (int r = 0; r < d->ndev; r++) {
-        ir_prog_verify(&progs[r]);
-        if (want(o, "lower")) ir_prog_print(&progs[r], &lowered);
+    if (!o->no_fuse) {
+        pass_fuse(progs, d->ndev);
+        for (int r = 0; r < d->ndev; r++) ir_prog_verify(&progs[r]);
     }
+    for (int r = 0; r < d->ndev && want(o, "lower"); r++) ir_prog_print(&progs[r], &lowered);
     tick(o, t0, "lower");
     if (want(o, "lower")) dump("lower", &lowered);
     int rc = 0;

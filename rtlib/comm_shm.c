@@ -129,8 +129,7 @@ static inline void shm_relax(void)
 #endif
 }
 
-/* Name of a collective, for messages. */
-static const char *shm_coll_name(int what)
+const char *rt_coll_name(int what)
 {
     switch (what) {
     case RT_COLL_INIT: return "startup";
@@ -185,7 +184,7 @@ static void shm_fail(rt_ctx *ctx, int culprit, const char *how, int what, int g)
 {
     char gb[32];
     shm_set_abort(ctx->comm, ctx->rank, culprit, how[0] == 't');
-    rt_fatal(ctx, 1, "peer rank %d %s in %s on %s", culprit, how, shm_coll_name(what),
+    rt_fatal(ctx, 1, "peer rank %d %s in %s on %s", culprit, how, rt_coll_name(what),
              shm_group_name(g, gb, sizeof gb));
 }
 
@@ -198,9 +197,9 @@ static void shm_follow_abort(rt_ctx *ctx, uint64_t ab, int what, int g)
     int culprit = (int)((uint32_t)(ab >> 32) & 0x7fffffff) - 1;
     if (culprit < 0 || culprit == ctx->rank || culprit == who)   /* it failed by itself */
         rt_fatal(ctx, 1, "peer rank %d died in %s on %s (it exited or failed)", who,
-                 shm_coll_name(what), shm_group_name(g, gb, sizeof gb));
+                 rt_coll_name(what), shm_group_name(g, gb, sizeof gb));
     rt_fatal(ctx, 1, "peer rank %d %s in %s on %s (reported by rank %d)", culprit,
-             ab & SHM_ABORT_TIMEOUT ? "timed out" : "died", shm_coll_name(what),
+             ab & SHM_ABORT_TIMEOUT ? "timed out" : "died", rt_coll_name(what),
              shm_group_name(g, gb, sizeof gb), who);
 }
 
@@ -328,7 +327,7 @@ static shm_grp shm_group(rt_ctx *ctx, int64_t g, int what)
     static const int rank0[1] = {0};
     shm_grp r;
     if (g != RT_GROUP_WORLD && (g < 0 || g >= ctx->man.ngroups))
-        rt_fatal(ctx, 1, "%s on group %lld, but the manifest has %d groups", shm_coll_name(what),
+        rt_fatal(ctx, 1, "%s on group %lld, but the manifest has %d groups", rt_coll_name(what),
                  (long long)g, ctx->man.ngroups);
     r.slot = (int)g + 1;
     if (!ctx->comm) {             /* world == 1: every group is {0} */
@@ -342,9 +341,9 @@ static shm_grp shm_group(rt_ctx *ctx, int64_t g, int what)
     }
     if (!ctx->comm && g != RT_GROUP_WORLD && ctx->man.groups[g].n != 1)
         rt_fatal(ctx, 1, "%s on group %lld of %d ranks, but the world has one rank",
-                 shm_coll_name(what), (long long)g, ctx->man.groups[g].n);
+                 rt_coll_name(what), (long long)g, ctx->man.groups[g].n);
     if (r.me < 0)
-        rt_fatal(ctx, 1, "%s on group %lld, which does not contain rank %d", shm_coll_name(what),
+        rt_fatal(ctx, 1, "%s on group %lld, which does not contain rank %d", rt_coll_name(what),
                  (long long)g, ctx->rank);
     return r;
 }
@@ -374,7 +373,7 @@ static int shm_use_net(rt_ctx *ctx, int g, int what)
         return 0;
     if (g != RT_GROUP_WORLD)
         rt_fatal(ctx, 1, "%s on group %d over the TCP control plane, which has only the world "
-                 "group", shm_coll_name(what), g);
+                 "group", rt_coll_name(what), g);
     return 1;
 }
 

@@ -11,6 +11,7 @@
 
 #include "rt_ew.h"
 #include "rt_internal.h"
+#include "rt_lowp.h"
 
 /* b: dst.  i: n.  dst[0..n) = 0 (f32 or i32 alike). */
 void rt_ref_zero(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
@@ -27,8 +28,9 @@ static inline float rt_ref_at(const float *m, int trans, int64_t r, int64_t c, i
     return trans ? m[c * rows + r] : m[r * cols + c];
 }
 
-/* C[M,N] (+)= op(A)[M,K] op(B)[K,N]. */
-void rt_ref_matmul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* C[M,N] (+)= op(A)[M,K] op(B)[K,N], summed in double; bf16: the operands'
+ * elements rounded to bf16 first (every product is then exact). */
+static void rt_ref_mm(void *const *b, const int64_t *i, int bf16)
 {
     const float *A = b[0], *B = b[1];
     float *C = b[2];
@@ -37,10 +39,26 @@ void rt_ref_matmul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
             double s = 0;
-            for (int64_t k = 0; k < K; k++)
-                s += (double)rt_ref_at(A, ta, m, k, M, K) * rt_ref_at(B, tb, k, n, K, N);
+            for (int64_t k = 0; k < K; k++) {
+                float x = rt_ref_at(A, ta, m, k, M, K), y = rt_ref_at(B, tb, k, n, K, N);
+                if (bf16)
+                    x = rt_bf16_round(x), y = rt_bf16_round(y);
+                s += (double)x * y;
+            }
             C[m * N + n] = (float)((acc ? C[m * N + n] : 0.0) + s);
         }
+}
+
+/* C[M,N] (+)= op(A)[M,K] op(B)[K,N]. */
+void rt_ref_matmul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_mm(b, i, 0);
+}
+
+/* The same with A's and B's elements rounded to bf16 (lowp.c). */
+void rt_ref_matmul_bf16(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_mm(b, i, 1);
 }
 
 /* Y[m,n] = X[m,n] + bias[n]. */

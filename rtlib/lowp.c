@@ -1,5 +1,5 @@
 /* lowp.c -- mixed precision on the CPU (train dtype = bf16): rounding to
- * bf16, and the matmul_bf16 kernel with its scalar reference.
+ * bf16, and the matmul_bf16 kernel (its scalar reference is in kernels_ref.c).
  *
  * Under dtype = bf16 every matmul of the model (forward and backward) is a
  * matmul_bf16: C[M,N] (+)= op(A) op(B) with A and B read as if rounded to
@@ -58,33 +58,6 @@ void rt_bf16_round_n(const float *src, float *dst, int64_t n)
         u = lp_bf16_bits(u);
         memcpy(&dst[k], &u, 4);
     }
-}
-
-/* ---------------------------------------------------------------- reference */
-
-/* Element (r, c) of a row-major matrix stored (rows, cols), or of its
- * transpose, rounded to bf16. */
-static float lp_ref_at(const float *m, int trans, int64_t r, int64_t c, int64_t rows,
-                       int64_t cols)
-{
-    return rt_bf16_round(trans ? m[c * rows + r] : m[r * cols + c]);
-}
-
-/* C[M,N] (+)= bf16(op(A))[M,K] bf16(op(B))[K,N], summed in double (as
- * rt_ref_matmul; every product is exact). */
-void rt_ref_matmul_bf16(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *A = b[0], *B = b[1];
-    float *C = b[2];
-    int64_t M = i[0], K = i[1], N = i[2];
-    int ta = (int)i[3], tb = (int)i[4], acc = (int)i[5];
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t n = 0; n < N; n++) {
-            double s = 0;
-            for (int64_t k = 0; k < K; k++)
-                s += (double)lp_ref_at(A, ta, m, k, M, K) * lp_ref_at(B, tb, k, n, K, N);
-            C[m * N + n] = (float)((acc ? C[m * N + n] : 0.0) + s);
-        }
 }
 
 /* ---------------------------------------------------------------- staging */

@@ -182,24 +182,10 @@ static net_hdr net_hdr_get(const unsigned char *p)
     return h;
 }
 
-/* Name of a collective, for messages. */
+/* Name of a collective or of the byte allgather, for messages. */
 static const char *net_coll_name(int what)
 {
-    switch (what) {
-    case RT_COLL_INIT: return "startup";
-    case RT_COLL_ALLREDUCE: return "allreduce";
-    case RT_COLL_ALLGATHER: return "allgather";
-    case RT_COLL_REDUCESCATTER: return "reducescatter";
-    case RT_COLL_BROADCAST: return "broadcast";
-    case RT_COLL_SENDRECV: return "sendrecv";
-    case RT_COLL_ALLTOALL: return "alltoall";
-    case RT_COLL_BARRIER: return "barrier";
-    case RT_COLL_SAVE: return "save";
-    case RT_COLL_LOAD: return "checkpoint load";
-    case RT_COLL_FINISH: return "finish";
-    case NET_WHAT_BYTES: return "byte allgather";
-    }
-    return "?";
+    return what == NET_WHAT_BYTES ? "byte allgather" : rt_coll_name(what);
 }
 
 /* " during barrier", or "" for what < 0 (outside the collectives). */

@@ -414,6 +414,9 @@ typedef enum rt_coll {
     RT_COLL_FINISH,         /* rt_finish */
 } rt_coll;
 
+/* Name of collective `what` (an rt_coll) for messages, "?" if unknown. */
+const char *rt_coll_name(int what);
+
 /* The internal group of all ranks (manifest groups are 0..G-1). */
 #define RT_GROUP_WORLD (-1)
 

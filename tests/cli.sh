@@ -2,24 +2,7 @@
 # tests/cli.sh -- the command line end to end: help, bad options, bad specs
 # through the binary (exit 2, never a crash), determinism of every output,
 # running a build, and launch's handling of a failed rank.
-set -u
-top=${NNSC_TOP:-$(cd "$(dirname "$0")/.." && pwd)}
-build=${NNSC_BUILD:-$top/build}
-nn=$build/nnsc-aot
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/nnsc-cli-XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok    $*"; }
-no() { fail=$((fail + 1)); echo "FAIL  $*"; }
-# expect_rc RC DESC CMD...: the command exits with RC
-expect_rc() {
-  local want=$1 desc=$2
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [[ $rc == "$want" ]]; then ok "$desc (exit $rc)"; else no "$desc: exit $rc, wanted $want"; cat "$tmp/err"; fi
-}
+. "$(dirname "$0")/lib.sh" cli
 
 expect_rc 0 "--help" "$nn" --help
 grep -q -- "--set S.K=V" "$tmp/out" && grep -q verify "$tmp/out" && ok "--help documents --set and verify" || no "--help text"

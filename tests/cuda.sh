@@ -11,26 +11,7 @@
 #
 # Exits 77 (skipped; tests/run.sh lists it as SKIP) after the command-line
 # checks when nnsc-aot was built without NVRTC.
-set -u
-top=${NNSC_TOP:-$(cd "$(dirname "$0")/.." && pwd)}
-build=${NNSC_BUILD:-$top/build}
-nn=$build/nnsc-aot
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/nnsc-cuda-XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok    $*"; }
-no() { fail=$((fail + 1)); echo "FAIL  $*"; }
-# expect_rc RC DESC CMD...: the command exits with RC (stdout in $tmp/out, stderr in $tmp/err)
-expect_rc() {
-  local want=$1 desc=$2
-  shift 2
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [[ $rc == "$want" ]]; then ok "$desc (exit $rc)"; else no "$desc: exit $rc, wanted $want"; cat "$tmp/err"; fi
-}
-# says TEXT DESC: stderr of the last expect_rc holds TEXT
-says() { grep -qF -- "$1" "$tmp/err" && ok "  ... says '$1'" || { no "$2: no '$1' in: $(cat "$tmp/err")"; }; }
+. "$(dirname "$0")/lib.sh" cuda
 
 # py CMD ARGS...: the ELF and NVRTC helpers below
 py() {

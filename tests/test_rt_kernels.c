@@ -19,66 +19,8 @@
 #include "rt_internal.h"
 
 
-/* ---- data helpers */
-
-static uint64_t lcg_state = 12345;
-
-/* Uniform in [lo, hi). */
-static float frand(float lo, float hi)
-{
-    lcg_state = lcg_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (hi - lo) * (float)((lcg_state >> 40) * (1.0 / 16777216.0));
-}
-
-#define GUARD 16                 /* guard floats after each buffer */
-#define GUARD_BITS 0x7fc0dead    /* a NaN pattern no kernel writes */
-
-/* n floats of random data in [lo, hi) plus guard words. */
-static float *fbuf(int64_t n, float lo, float hi)
-{
-    float *p = malloc((size_t)(n + GUARD) * sizeof *p);
-    for (int64_t k = 0; k < n; k++)
-        p[k] = frand(lo, hi);
-    for (int k = 0; k < GUARD; k++) {
-        uint32_t g = GUARD_BITS;
-        memcpy(&p[n + k], &g, 4);
-    }
-    return p;
-}
-
-/* A copy of a buffer made by fbuf. */
-static float *fdup(const float *src, int64_t n)
-{
-    float *p = malloc((size_t)(n + GUARD) * sizeof *p);
-    memcpy(p, src, (size_t)(n + GUARD) * sizeof *p);
-    return p;
-}
-
-/* 1 if the guard words after p[n] are intact. */
-static int guard_ok(const float *p, int64_t n)
-{
-    for (int k = 0; k < GUARD; k++) {
-        uint32_t g;
-        memcpy(&g, &p[n + k], 4);
-        if (g != GUARD_BITS)
-            return 0;
-    }
-    return 1;
-}
-
-/* max |a - b| / max(|b|, floor): the normalized max error. */
-static double nerr(const float *a, const float *b, int64_t n, double floor)
-{
-    double md = 0, mb = floor;
-    for (int64_t k = 0; k < n; k++) {
-        double d = fabs((double)a[k] - b[k]);
-        if (!(d <= md))
-            md = d;   /* NaN propagates as a failure */
-        if (fabs(b[k]) > mb)
-            mb = fabs(b[k]);
-    }
-    return md / mb;
-}
+/* ---- data helpers: rt_testdata.h */
+#include "rt_testdata.h"
 
 typedef void kfn(rt_ctx *, void *const *, const int64_t *, const float *);
 
