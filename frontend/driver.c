@@ -190,6 +190,8 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
     for (int r = 0; r < d->ndev; r++) {
         pass_mem m;
         pass_memplan(d, r, &m);
+        char why[600];
+        if (pass_memcheck(d, &m, why, sizeof why)) ir_die(__FILE__, __LINE__, "memory plan: %s", why);
         ir_prog_init(&progs[r], r, d->ndev);
         pass_lower(d, &m, &progs[r]);
         ir_prog_verify(&progs[r]);

@@ -344,8 +344,18 @@ static void lower_comm(lctx *c, int ci, int sec)
     pg_instr *in;
     switch (cm->kind) {
     case IR_COMM_ALLREDUCE:
+        if (off(c, pin) != off(c, pout)) {
+            /* the input is read after the reduction (memplan.c): reduce a copy */
+            char cn[300];
+            snprintf(cn, sizeof cn, "allreduce %s out of place: the unreduced value is read after it", t->name);
+            in = add(c, sec, RT_K_copy, ir_prog_str(c->p, cn));
+            pg_buf(in, off(c, pin));
+            pg_buf(in, off(c, pout));
+            pg_i(in, ir_box_numel(&ib[k], nd) * es / 4);
+            pg_i(in, 0);
+        }
         in = add(c, sec, RT_K_allreduce, nt);
-        pg_buf(in, off(c, pin));
+        pg_buf(in, off(c, pout));
         pg_i(in, ir_box_numel(&ib[k], nd) * es / 4);
         pg_i(in, cm->group);
         sent = ir_box_numel(&ib[k], nd) * es * 2 * (K - 1) / K;

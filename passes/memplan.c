@@ -8,7 +8,12 @@
  * arena: each lives from its first to its last use in the rank's schedule,
  * and buffers are placed largest first at the lowest offset that does not
  * overlap a placed buffer whose lifetime intersects (first fit).  An
- * all-reduce works in place: its result shares the buffer of its input.
+ * all-reduce works in place -- its result shares the buffer of its input --
+ * when nothing on the rank reads the input after the all-reduce.  When
+ * something does (a vocabulary-parallel embedding's partial sum read by a
+ * layernorm, which needs the sum, and by a residual add that stays partial),
+ * the result gets a buffer of its own and lower.c copies before reducing:
+ * the later reader must see the value from before the collective.
  * Tensors with a batch dim hold one micro-batch.
  */
 #include <stdlib.h>
@@ -50,8 +55,9 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     int *first = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
     int *last = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
     int *alias = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
+    int *apos = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));  /* in-place candidate: where it reduces */
     char *pers = ir_xcalloc((size_t)d->npt + 1, 1);
-    for (int i = 0; i < d->npt; i++) m->off[i] = -1, first[i] = -1, last[i] = -1, alias[i] = -1;
+    for (int i = 0; i < d->npt; i++) m->off[i] = -1, first[i] = -1, last[i] = -1, alias[i] = -1, apos[i] = -1;
     /* uses along the global schedule, this rank's items only */
     for (int n = 0; n < d->nseq; n++) {
         const ir_item *it = &d->seq[n];
@@ -63,7 +69,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
                 if (d->ints[d->grp[c->group].devs + k] != rank) continue;
                 if (in >= 0) use(first, last, in, n);
                 if (out >= 0) use(first, last, out, n);
-                if (c->kind == IR_COMM_ALLREDUCE) alias[out] = in;
+                if (c->kind == IR_COMM_ALLREDUCE) alias[out] = in, apos[out] = n;
                 if (post && in >= 0) pers[in] = 1;
                 if (post && out >= 0) pers[out] = 1;
             }
@@ -94,6 +100,10 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         }
         m->bytes[i] = n;
     }
+    /* in place only when the all-reduce is the input's last use on this
+       rank: a reader of the input after it must see the unreduced value */
+    for (int i = 0; i < d->npt; i++)
+        if (alias[i] >= 0 && last[alias[i]] > apos[i]) alias[i] = -1;
     /* an alias chain ends in its buffer's owner; the owner lives as long as the chain */
     for (int i = 0; i < d->npt; i++) {
         if (alias[i] < 0 || first[i] < 0) continue;
@@ -156,6 +166,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     free(first);
     free(last);
     free(alias);
+    free(apos);
     free(pers);
 }
 
@@ -164,4 +175,135 @@ void pass_mem_free(pass_mem *m)
     free(m->off);
     free(m->bytes);
     memset(m, 0, sizeof *m);
+}
+
+/* ---- checking a plan against the schedule */
+
+typedef struct mck {
+    const ir_dist *d;
+    const pass_mem *m;
+    int *byoff;        /* the rank's pTensors, by offset */
+    int n;             /* how many */
+    int64_t maxbytes;  /* the largest buffer */
+    char *valid;       /* per pTensor: its buffer holds its value */
+    int *clobber;      /* per pTensor: the pTensor whose write overwrote it, or -1 */
+    int *clob_item;    /* ... and the schedule item that wrote it */
+    char *loaded;      /* per pTensor: input loaded in this micro-batch body */
+} mck;
+
+static const pass_mem *mck_sort_mem;
+static int cmp_off(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    int64_t ox = mck_sort_mem->off[x], oy = mck_sort_mem->off[y];
+    return ox != oy ? (ox < oy ? -1 : 1) : x - y;
+}
+
+/* pt's buffer now holds pt's value: every other buffer overlapping it lost
+ * its own (item: the schedule position, for the message). */
+static void mck_write(mck *k, int pt, int item)
+{
+    const pass_mem *m = k->m;
+    int64_t lo = m->off[pt], hi = lo + m->bytes[pt];
+    k->valid[pt] = 1;
+    k->clobber[pt] = -1;
+    /* the first buffer that may overlap starts after lo - maxbytes */
+    int a = 0, b = k->n;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (m->off[k->byoff[mid]] + k->maxbytes <= lo) a = mid + 1;
+        else b = mid;
+    }
+    for (int j = a; j < k->n && m->off[k->byoff[j]] < hi; j++) {
+        int q = k->byoff[j];
+        if (q == pt || m->off[q] + m->bytes[q] <= lo || !m->bytes[q]) continue;
+        if (k->valid[q]) k->clobber[q] = pt, k->clob_item[q] = item;
+        k->valid[q] = 0;
+    }
+}
+
+/* A read of pt at schedule item `item`: 0, or 1 with a message. */
+static int mck_read(mck *k, int pt, int item, char *msg, size_t cap)
+{
+    const ir_dist *d = k->d;
+    const ir_graph *g = d->g;
+    if (g->t[d->pt[pt].tensor].kind == IR_T_INPUT && !k->loaded[pt]) {
+        k->loaded[pt] = 1;   /* lower.c loads an input just before its first reader */
+        mck_write(k, pt, item);
+    }
+    if (k->valid[pt] || !k->m->bytes[pt]) return 0;
+    const ir_item *it = &d->seq[item];
+    const char *who = it->comm ? ir_comm_name(d->comm[it->id].kind) : g->op[d->sop[it->id].op].name;
+    if (k->clobber[pt] >= 0) {
+        const ir_item *w = &d->seq[k->clob_item[pt]];
+        snprintf(msg, cap, "rank %d: %s reads p%d (%s) at @%lld, but %s wrote p%d (%s) over it before",
+                 k->m->rank, who, pt, g->t[d->pt[pt].tensor].name, (long long)k->m->off[pt],
+                 w->comm ? ir_comm_name(d->comm[w->id].kind) : g->op[d->sop[w->id].op].name, k->clobber[pt],
+                 g->t[d->pt[k->clobber[pt]].tensor].name);
+    } else {
+        snprintf(msg, cap, "rank %d: %s reads p%d (%s), which nothing wrote before", k->m->rank, who, pt,
+                 g->t[d->pt[pt].tensor].name);
+    }
+    return 1;
+}
+
+/* Replay the rank's items of section sec; 0, or 1 with a message. */
+static int mck_section(mck *k, int sec, char *msg, size_t cap)
+{
+    const ir_dist *d = k->d;
+    const int rank = k->m->rank;
+    memset(k->loaded, 0, (size_t)d->npt + 1);
+    for (int n = 0; n < d->nseq; n++) {
+        const ir_item *it = &d->seq[n];
+        if (it->sec != sec) continue;
+        if (it->comm) {
+            const ir_comm *c = &d->comm[it->id];
+            for (int j = 0; j < c->n; j++) {
+                if (d->ints[d->grp[c->group].devs + j] != rank) continue;
+                int in = d->ints[c->in + j], out = d->ints[c->out + j];
+                if (in >= 0 && mck_read(k, in, n, msg, cap)) return 1;
+                if (out >= 0) mck_write(k, out, n);
+            }
+        } else {
+            const ir_subop *s = &d->sop[it->id];
+            if (s->dev != rank) continue;
+            const ir_op *o = &d->g->op[s->op];
+            for (int j = 0; j < o->nin; j++)
+                if (mck_read(k, s->in[j], n, msg, cap)) return 1;
+            for (int j = 0; j < o->nout; j++) mck_write(k, s->out[j], n);
+        }
+    }
+    return 0;
+}
+
+int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap)
+{
+    const ir_graph *g = d->g;
+    mck k = {d, m, ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), 0, 0, ir_xcalloc((size_t)d->npt + 1, 1),
+             ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)),
+             ir_xcalloc((size_t)d->npt + 1, 1)};
+    for (int i = 0; i < d->npt; i++) {
+        k.clobber[i] = -1;
+        if (m->off[i] < 0) continue;
+        k.byoff[k.n++] = i;
+        if (m->bytes[i] > k.maxbytes) k.maxbytes = m->bytes[i];
+    }
+    mck_sort_mem = m;
+    qsort(k.byoff, (size_t)k.n, sizeof *k.byoff, cmp_off);
+    /* the prologue: params and optimizer state */
+    for (int j = 0; j < k.n; j++) {
+        int kind = g->t[d->pt[k.byoff[j]].tensor].kind;
+        if (kind == IR_T_PARAM || kind == IR_T_OPTSTATE) k.valid[k.byoff[j]] = 1;
+    }
+    /* two micro-batches, the step's end, the next step's first micro-batch:
+       every way the program goes on from each section */
+    static const int order[] = {IR_SEC_MB, IR_SEC_MB, IR_SEC_POST, IR_SEC_MB, IR_SEC_POST};
+    int bad = 0;
+    for (size_t s = 0; s < sizeof order / sizeof *order && !bad; s++) bad = mck_section(&k, order[s], msg, cap);
+    free(k.byoff);
+    free(k.valid);
+    free(k.clobber);
+    free(k.clob_item);
+    free(k.loaded);
+    return bad;
 }

@@ -48,6 +48,11 @@ typedef struct pass_mem {
 } pass_mem;
 void pass_memplan(const ir_dist *d, int rank, pass_mem *m);
 void pass_mem_free(pass_mem *m);
+/* Replay the rank's schedule against its memory plan (two micro-batches,
+ * the step's end, the next step): every read must find the value its
+ * producer wrote, not another buffer's that shares the bytes.  Returns 0,
+ * or 1 with a message naming the reader, the pTensor and what overwrote it. */
+int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap);
 
 /* lower.c */
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);

@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "codegen.h"
+#include "frontend.h"
 #include "passes.h"
 #include "rt_ew.h"
 
@@ -347,8 +348,51 @@ static void test_fuse(void) {
     ir_prog_free(&p[1]);
 }
 
-int main(void)
+
+/* Issue 9: a partial sum read both before and after the all-reduce that
+ * sums it (the vocabulary-parallel embedding's output, read by the residual
+ * add as a partial and by the layernorm summed).  The memory plan must not
+ * reduce it in place, and pass_memcheck must catch a plan that does. */
+static void test_inplace_readers(const char *tests)
 {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/equiv/resid-embed.ini", tests);
+    const char *sets[] = {"plan.policy=tp"};
+    ir_graph g;
+    ir_graph_init(&g);
+    CHECK(fe_load(path, sets, 1, &g) == 0, "load %s", path);
+    g.req.devices = 2;
+    pass_autograd(&g);
+    ir_dist d;
+    ir_dist_init(&d, &g, 2);
+    CHECK(pass_plan(&d) == 0, "tp plan on 2 devices");
+    pass_split(&d);
+    pass_comm(&d);
+    pass_schedule(&d);
+    /* the all-reduce of x0 and, on rank 0, its input and output */
+    int x0 = ir_find_tensor(&g, "x0"), ci = -1;
+    for (int i = 0; i < d.ncomm; i++)
+        if (d.comm[i].kind == IR_COMM_ALLREDUCE && d.comm[i].tensor == x0) ci = i;
+    CHECK(ci >= 0, "x0's partial sum is all-reduced");
+    if (ci < 0) return;
+    int pin = d.ints[d.comm[ci].in], pout = d.ints[d.comm[ci].out];
+    pass_mem m;
+    pass_memplan(&d, 0, &m);
+    char msg[600] = "";
+    CHECK(m.off[pin] != m.off[pout], "the partial still read by the add is not reduced in place");
+    CHECK(pass_memcheck(&d, &m, msg, sizeof msg) == 0, "the plan passes the check (%s)", msg);
+    /* the old plan: the all-reduce in place over the partial */
+    m.off[pout] = m.off[pin];
+    CHECK(pass_memcheck(&d, &m, msg, sizeof msg) == 1 && strstr(msg, "res reads") && strstr(msg, "allreduce"),
+          "an in-place all-reduce under a later reader is caught: %s", msg);
+    pass_mem_free(&m);
+    ir_dist_free(&d);
+    ir_graph_free(&g);
+}
+
+int main(int argc, char **argv)
+{
+    test_inplace_readers(argc > 1 ? argv[1] : "tests");
     test_fuse();
     test_anno();
     test_graph();
