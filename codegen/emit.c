@@ -138,6 +138,90 @@ static void kib(ir_buf *b, int64_t bytes)
     else ir_bprintf(b, "%.1f KiB", (double)bytes / 1024);
 }
 
+/* bytes in the largest binary unit that keeps a number >= 1: 512 B, 81.6 KiB, 1.2 GiB. */
+static void human(ir_buf *b, double bytes)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    if (u == 0) ir_bprintf(b, "%.0f B", bytes);
+    else ir_bprintf(b, "%.*f %s", bytes < 10 ? 2 : 1, bytes, unit[u]);
+}
+
+/* A count in thousands / millions / billions: 826.1K, 124.44M, 1.30B. */
+static void count(ir_buf *b, double n)
+{
+    if (n >= 1e9) ir_bprintf(b, "%.2fB", n / 1e9);
+    else if (n >= 1e6) ir_bprintf(b, "%.2fM", n / 1e6);
+    else if (n >= 1e3) ir_bprintf(b, "%.1fK", n / 1e3);
+    else ir_bprintf(b, "%.0f", n);
+}
+
+/* Persistent bytes of rank p (params, grads, optimizer state; regions that
+ * share a buffer count once). */
+static int64_t persistent_bytes(const ir_prog *p)
+{
+    int64_t pers = 0;
+    for (int i = 0; i < p->nreg; i++) {
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++) dup = p->reg[j].off == p->reg[i].off && p->reg[j].persistent;
+        if (p->reg[i].persistent && !dup) pers += p->reg[i].bytes;
+    }
+    return pers;
+}
+
+/* Bytes rank p sends per step, all collectives. */
+static int64_t sent_bytes(const ir_prog *p)
+{
+    int64_t s = 0;
+    for (int k = 0; k < IR_COMM_COUNT; k++) s += p->comm_bytes[k];
+    return s;
+}
+
+/* plan.txt's summary: mesh, size, memory and communication per rank in
+ * human units, and the planner's warnings. */
+static void plan_header(const ir_dist *d, const ir_prog *progs, ir_buf *b)
+{
+    const ir_graph *g = d->g;
+    double params = 0, flops = 0;
+    for (int t = 0; t < g->nt; t++)
+        if (g->t[t].kind == IR_T_PARAM) params += (double)ir_numel(&g->t[t]);
+    int rmax = 0, cmax = 0, fmax = 0;
+    int64_t tsent = 0;
+    for (int r = 0; r < d->ndev; r++) {
+        if (progs[r].arena > progs[rmax].arena) rmax = r;
+        if (sent_bytes(&progs[r]) > sent_bytes(&progs[cmax])) cmax = r;
+        if (progs[r].flops > progs[fmax].flops) fmax = r;
+        flops += progs[r].flops;
+        tsent += sent_bytes(&progs[r]);
+    }
+    ir_bprintf(b, "mesh      dp %d x tp %d = %d device%s (device = i_dp * %d + i_tp)\n", d->mesh_dp, d->mesh_tp,
+               d->ndev, d->ndev == 1 ? "" : "s", d->mesh_tp);
+    ir_bprintf(b, "model     ");
+    count(b, params);
+    ir_bprintf(b, " parameters (");
+    human(b, params * 4);
+    ir_bprintf(b, " in f32)\nmemory    per rank at most ");
+    human(b, (double)progs[rmax].arena);
+    ir_bprintf(b, " (rank %d), of which params, grads and optimizer state ", rmax);
+    human(b, (double)persistent_bytes(&progs[rmax]));
+    ir_bprintf(b, "\ncomm      per step at most ");
+    human(b, (double)sent_bytes(&progs[cmax]));
+    ir_bprintf(b, " sent by one rank (rank %d), ", cmax);
+    human(b, (double)tsent);
+    ir_bprintf(b, " by all ranks\ncompute   %.3f GFLOP per step in all, at most %.3f on one rank (rank %d)\n",
+               flops / 1e9, progs[fmax].flops / 1e9, fmax);
+    if (d->warnings) {
+        ir_bprintf(b, "warnings\n");
+        for (const char *w = d->warnings; *w;) {
+            const char *e = strchr(w, '\n');
+            int n = e ? (int)(e - w) : (int)strlen(w);
+            ir_bprintf(b, "  %.*s\n", n, w);
+            w += n + (e != NULL);
+        }
+    }
+}
+
 /* The architectures of gpu's images, comma-separated, into b. */
 static void arch_list(const cg_gpu *gpu, ir_buf *b)
 {
@@ -172,6 +256,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         kib(b, gpu->src_bytes);
         ir_bprintf(b, " of CUDA C with %d fused elementwise kernel%s\n", gpu->nfused, gpu->nfused == 1 ? "" : "s");
     }
+    plan_header(d, progs, b);
     ir_bprintf(b, "\n");
     ir_bprintf(b, "ops: op-trans (split) and op-assign (devices)\n");
     for (int i = 0; i < g->nop; i++) {
@@ -229,13 +314,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
     ir_bprintf(b, "\nper rank: arena (persistent + per-micro-batch), bytes sent per step by collective\n");
     for (int r = 0; r < d->ndev; r++) {
         const ir_prog *p = &progs[r];
-        /* persistent bytes: regions that share a buffer (in-place collectives) count once */
-        int64_t pers = 0;
-        for (int i = 0; i < p->nreg; i++) {
-            int dup = 0;
-            for (int j = 0; j < i && !dup; j++) dup = p->reg[j].off == p->reg[i].off && p->reg[j].persistent;
-            if (p->reg[i].persistent && !dup) pers += p->reg[i].bytes;
-        }
+        int64_t pers = persistent_bytes(p);
         ir_bprintf(b, "  rank %-4d arena ", r);
         kib(b, p->arena);
         ir_bprintf(b, " (params/grads/state ");

@@ -13,6 +13,7 @@ void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev)
     d->trans = ir_xcalloc((size_t)g->nop + 1, sizeof *d->trans);
     d->accum = ir_xcalloc((size_t)g->nt + 1, 1);
     d->world_group = -1;
+    d->mesh_dp = d->mesh_tp = 1;
     d->store = ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1));
     d->nstore = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
     for (int i = 0; i < g->nt; i++) d->store[i] = -1;

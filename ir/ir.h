@@ -420,6 +420,8 @@ typedef struct ir_dist {
                                   pTensors devices store it as, or -1 */
     int *nstore;               /* per tensor: length of that list */
     char **pool; int npool, poolcap; /* owned strings */
+    int mesh_dp, mesh_tp;      /* the plan's mesh dp x tp (plan.c; 1 x 1 on one device) */
+    const char *warnings;      /* what the planner warned about, one per line, or NULL (plan.c) */
 } ir_dist;
 
 void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev);

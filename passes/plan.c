@@ -146,6 +146,20 @@ static int splittable(const ir_graph *g, int op, int id, int n)
     return e > 0 && e % n == 0;
 }
 
+/* splittable(), and when only id's size stands in the way, the first such
+ * reason in nd ("column parallel would split 'n' (100), which does not
+ * divide by tp 4"): plan.txt says why an op that could split did not. */
+static int try_split(const ir_graph *g, int op, int id, int n, const char *rule, char *nd, size_t ndsz)
+{
+    if (splittable(g, op, id, n)) return 1;
+    const ir_anno *a = &g->op[op].anno;
+    int64_t e = id_extent(g, op, id);
+    if (!*nd && id >= 0 && !a->id_frozen[id] && !a->id_inner[id] && e > 0)
+        snprintf(nd, ndsz, "%s would split '%s' (%lld), which does not divide by tp %d", rule, a->idname[id],
+                 (long long)e, n);
+    return 0;
+}
+
 /* The tp-axis choice for op by the rules in the header comment. */
 static int choose_tp(planctx *c, int op, char *why, size_t whysz)
 {
@@ -153,21 +167,22 @@ static int choose_tp(planctx *c, int op, char *why, size_t whysz)
     const ir_op *o = &g->op[op];
     const int tp = c->tp;
     int fl = ir_ops[o->kind].flags;
+    char nd[200] = "";   /* why a split that applied did not divide */
     if (o->phase == IR_PH_OPT) {
         int j = c->lay[o->in[0]];
         int id = j >= 0 ? id_at(o, 0, j) : -1;
-        if (splittable(g, op, id, tp)) {
+        if (j >= 0 ? try_split(g, op, id, tp, "the param's shard", nd, sizeof nd) : splittable(g, op, id, tp)) {
             snprintf(why, whysz, "update the param's tp shard (dim %d)", j);
             return id;
         }
-        snprintf(why, whysz, "param replicated on the tp axis");
+        snprintf(why, whysz, "param replicated on the tp axis%s%s", *nd ? ": " : "", nd);
         return IR_REPLICATE;
     }
     if (o->phase == IR_PH_BWD && !(fl & OPF_LINEAR) && o->fwd >= 0) {
         int fid = c->tpid[o->fwd];
         if (fid >= 0) {
             int id = ir_anno_find(&o->anno, g->op[o->fwd].anno.idname[fid]);
-            if (splittable(g, op, id, tp)) {
+            if (try_split(g, op, id, tp, "the forward's split", nd, sizeof nd)) {
                 snprintf(why, whysz, "backward of %s: split '%s' like the forward", g->op[o->fwd].name,
                          o->anno.idname[id]);
                 return id;
@@ -180,21 +195,21 @@ static int choose_tp(planctx *c, int op, char *why, size_t whysz)
         int last = g->t[x].ndim - 1;
         if (c->lay[x] == last) {
             int id = id_at(o, 0, last);
-            if (splittable(g, op, id, tp)) {
+            if (try_split(g, op, id, tp, "row parallel", nd, sizeof nd)) {
                 snprintf(why, whysz, "row parallel: input arrives split on '%s'; output is a partial sum",
                          o->anno.idname[id]);
                 return id;
             }
         }
         int id = id_at(o, 2, g->t[o->out[0]].ndim - 1);
-        if (splittable(g, op, id, tp)) {
+        if (try_split(g, op, id, tp, "column parallel", nd, sizeof nd)) {
             snprintf(why, whysz, "column parallel: split output features '%s'", o->anno.idname[id]);
             return id;
         }
     }
     if (o->kind == IR_OP_EMBEDDING && g->t[o->in[1]].kind == IR_T_PARAM) {
         int id = ir_anno_find(&o->anno, "v");
-        if (splittable(g, op, id, tp)) {
+        if (try_split(g, op, id, tp, "vocabulary parallel", nd, sizeof nd)) {
             snprintf(why, whysz, "vocabulary parallel: each shard looks up its rows; output is a partial sum");
             return id;
         }
@@ -211,12 +226,12 @@ static int choose_tp(planctx *c, int op, char *why, size_t whysz)
     for (int k = 0; k < o->nin; k++) {
         int j = c->lay[o->in[k]];
         int id = id_at(o, k, j);
-        if (j >= 0 && splittable(g, op, id, tp)) {
+        if (j >= 0 && try_split(g, op, id, tp, "following its input", nd, sizeof nd)) {
             snprintf(why, whysz, "follows '%s' split on '%s'", g->t[o->in[k]].name, o->anno.idname[id]);
             return id;
         }
     }
-    snprintf(why, whysz, "replicated on the tp axis");
+    snprintf(why, whysz, "replicated on the tp axis%s%s", *nd ? ": " : "", nd);
     return IR_REPLICATE;
 }
 
@@ -349,6 +364,75 @@ static int apply_cons(planctx *c, int op, const ucons *u)
     return 0;
 }
 
+/* The first forward op of block b's repeat r (or of the ops outside
+ * blocks, b = -1) that the tp axis splits, or -2; *why: the first reason an
+ * op of it did not split for its size (*whyop: that op), or NULL. */
+static int tp_split_op(const planctx *c, int b, int r, const char **why, const char **whyop)
+{
+    const ir_graph *g = c->d->g;
+    *why = *whyop = NULL;
+    for (int i = 0; i < g->nop; i++) {
+        const ir_op *o = &g->op[i];
+        if (o->phase != IR_PH_FWD || o->block != b || (b >= 0 && o->rep != r)) continue;
+        if (c->tpid[i] != IR_REPLICATE || c->fixed[i]) return i;   /* a user constraint is a choice */
+        const char *w = c->d->trans[i].why, *x = w ? strstr(w, "tp axis: ") : NULL;
+        if (!*why && x && strstr(x, "does not divide")) *why = x + strlen("tp axis: "), *whyop = o->name;
+    }
+    return -2;
+}
+
+/* Warn (stderr and d->warnings, which plan.txt shows) about every layer
+ * that ends up whole on each device of the tp axis: tp buys nothing there. */
+static void warn_replicated(planctx *c)
+{
+    ir_dist *d = c->d;
+    const ir_graph *g = d->g;
+    ir_buf w = {0};
+    int nblk = 0;
+    /* plan.txt names the file without its directory: no absolute paths in outputs */
+    const char *file = g->file ? g->file : "?", *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    for (int i = 0; i < g->nop; i++)
+        if (g->op[i].block + 1 > nblk) nblk = g->op[i].block + 1;
+    for (int b = 0; b < nblk; b++) {
+        const ir_block *bk = &g->blk[b];
+        int first = -1, last = -1, count = 0;
+        const char *why = NULL, *wr, *whyop = NULL, *wo;
+        for (int r = 0; r < bk->repeat; r++) {
+            if (tp_split_op(c, b, r, &wr, &wo) != -2) continue;
+            if (first < 0) first = r;
+            last = r;
+            count++;
+            if (!why) why = wr, whyop = wo;
+        }
+        if (!count) continue;
+        char reps[64];
+        if (count == bk->repeat) snprintf(reps, sizeof reps, "all %d repeats", count);
+        else if (count == last - first + 1) snprintf(reps, sizeof reps, "repeats %d-%d", first, last);
+        else snprintf(reps, sizeof reps, "%d of its %d repeats", count, bk->repeat);
+        ir_bprintf(&w, "%s:%d: warning: block '%s': %s replicated on the tp axis (tp %d): every device of a tp "
+                   "group computes them whole%s%s%s%s%s\n", base, bk->line, bk->name, reps, c->tp,
+                   why ? " (" : "", why ? whyop : "", why ? ": " : "", why ? why : "", why ? ")" : "");
+    }
+    const char *why, *whyop;
+    int any = 0;
+    for (int i = 0; i < g->nop && !any; i++)
+        any = g->op[i].phase == IR_PH_FWD && (c->tpid[i] != IR_REPLICATE || c->fixed[i]);
+    if (!any && tp_split_op(c, -1, -1, &why, &whyop) == -2)
+        ir_bprintf(&w, "%s: warning: no op is split on the tp axis (tp %d): every device of a tp group computes "
+                   "the whole model%s%s%s%s%s\n", base, c->tp, why ? " (" : "", why ? whyop : "",
+                   why ? ": " : "", why ? why : "", why ? ")" : "");
+    if (w.n) {
+        /* on stderr with the spec's path as given */
+        for (const char *l = w.s; *l; l = strchr(l, '\n') + 1)
+            fprintf(stderr, "%.*s%.*s\n", (int)(base - file), file, (int)strcspn(l, "\n"), l);
+        fprintf(stderr, "  hint: choose sizes that divide by tp %d (plan.txt says why each op was not split), "
+                        "a smaller tp, or [plan] trans constraints\n", c->tp);
+        d->warnings = ir_dist_str(d, w.s);
+    }
+    ir_buf_free(&w);
+}
+
 /* The mesh from the policy; returns 0 or 2. */
 static int mesh(ir_dist *d, int *dp, int *tp)
 {
@@ -423,6 +507,9 @@ int pass_plan(ir_dist *d)
         set_trans(d, op, 2, ids, parts, why);
         record_layout(&c, op);
     }
+    d->mesh_dp = dp;
+    d->mesh_tp = tp;
+    if (!rc && tp > 1) warn_replicated(&c);
     for (int i = 0; i < ncons && !rc; i++)
         if (!used[i])
             rc = pass_error(g, g->req.trans_line, "patterns match op names (h.fc matches every repeat h.N.fc; * and ? "

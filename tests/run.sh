@@ -6,6 +6,7 @@
 #   cli       the command line, determinism, launch failure handling (tests/cli.sh),
 #             Megatron's communication volume under the tp policy (tests/megatron.sh),
 #             the issue-9 family really reduces still-read values out of place (tests/inplace.sh),
+#             plan.txt's header, why ops stay whole, replicated-layer warnings (tests/plan.sh),
 #             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh)
 #   cuda      --target cuda without a GPU: NVRTC builds of every example, embedded
 #             cubins, linking, determinism, the no-driver failure (tests/cuda.sh);
@@ -71,6 +72,7 @@ fi
 want cli && run "cli" "$top/tests/cli.sh"
 want cli && run "megatron" "$top/tests/megatron.sh"
 want cli && run "inplace" "$top/tests/inplace.sh"
+want cli && run "plan" "$top/tests/plan.sh"
 want cli && run "resume" "$top/tests/resume.sh"
 (want cli || want cuda) && run "cuda" "$top/tests/cuda.sh"
 [[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"

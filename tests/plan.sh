@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# tests/plan.sh -- what plan.txt and the compiler say about a plan: the
+# summary header (mesh, size, memory and communication in human units), why
+# an op that could split on the tp axis did not, and the warning when whole
+# layers (or the whole model) end up replicated on the tp axis.
+. "$(dirname "$0")/lib.sh" plan
+
+tiny=$top/examples/gpt2-tiny.ini
+expect_rc 0 "gpt2-tiny tp2 builds" "$nn" "$tiny" --devices 2 --set plan.policy=tp -q -o "$tmp/tp2"
+p=$tmp/tp2/plan.txt
+grep -q '^mesh      dp 1 x tp 2 = 2 devices' "$p" && ok "header: mesh dp 1 x tp 2" || no "header mesh: $(sed -n 3p "$p")"
+grep -qE '^model     834\.3K parameters \(3\.18 MiB in f32\)' "$p" && ok "header: parameters in human units" || no "header model line"
+grep -qE '^memory    per rank at most [0-9.]+ (KiB|MiB|GiB) \(rank [0-9]+\), of which params, grads and optimizer state [0-9.]+ (KiB|MiB)' "$p" &&
+  ok "header: memory per rank" || no "header memory line: $(grep '^memory' "$p")"
+grep -qE '^comm      per step at most [0-9.]+ (KiB|MiB) sent by one rank' "$p" && ok "header: communication" || no "header comm line"
+grep -q '^warnings' "$p" && no "tp2 gpt2-tiny has warnings" || ok "tp2: no warnings"
+[[ ! -s $tmp/err ]] && ok "tp2: nothing on stderr" || no "tp2 stderr: $(cat "$tmp/err")"
+
+expect_rc 0 "gpt2-tiny hybrid dp2 x tp2 builds" "$nn" "$tiny" --devices 4 --set plan.policy=hybrid --set plan.tp=2 -q -o "$tmp/hy"
+grep -q '^mesh      dp 2 x tp 2 = 4 devices' "$tmp/hy/plan.txt" && ok "header: mesh dp 2 x tp 2" || no "hybrid mesh line"
+
+# C = 128 and V = 256 do not divide by 3: every op stays whole on each device
+expect_rc 0 "gpt2-tiny tp3 builds (replicated)" "$nn" "$tiny" --devices 3 --set plan.policy=tp -q -o "$tmp/tp3"
+says "gpt2-tiny.ini:55: warning: block 'h': all 4 repeats replicated on the tp axis (tp 3)" "tp3 layer warning"
+says "(h.0.q: column parallel would split 'n' (128), which does not divide by tp 3)" "tp3 warning reason"
+says "warning: no op is split on the tp axis (tp 3)" "tp3 whole-model warning"
+says "hint: choose sizes that divide by tp 3" "tp3 hint"
+p=$tmp/tp3/plan.txt
+grep -q "^  gpt2-tiny.ini:55: warning: block 'h'" "$p" && ok "plan.txt lists the warning" || no "plan.txt warnings"
+grep -E '^  h\.0\.fc +matmul' "$p" | grep -q "replicated on the tp axis: column parallel would split 'n' (512), which does not divide by tp 3" &&
+  ok "plan.txt: why h.0.fc was not split" || no "plan.txt h.0.fc line: $(grep -E '^  h\.0\.fc ' "$p")"
+grep -E '^  tok_emb ' "$p" | grep -q "vocabulary parallel would split 'v' (256), which does not divide by tp 3" &&
+  ok "plan.txt: why the embedding was not split" || no "plan.txt tok_emb line"
+grep -q "$top" "$p" && no "absolute path in plan.txt" || ok "plan.txt names the spec without its directory"
+
+# sizes that divide: no warning (the tp3 case of the equivalence list)
+expect_rc 0 "gpt2-tiny tp3 with C 96, NH 3, V 255 builds" "$nn" "$tiny" --devices 3 --set plan.policy=tp \
+  --set dims.NH=3 --set dims.C=96 --set dims.V=255 -q -o "$tmp/tp3b"
+grep -q warning "$tmp/err" && no "divisible tp3 warns: $(cat "$tmp/err")" || ok "divisible tp3: no warning"
+echo "$pass passed, $fail failed"
+((fail == 0))
