@@ -8,11 +8,15 @@
  * Verifiers run after every pass; --dump=P prints the IR after pass P.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <llvm-c/Target.h>
 
 #include "codegen.h"
 #include "cuda.h"
@@ -182,6 +186,94 @@ static int build_kernels(const fe_opts *o, const ir_prog *progs, int nprogs, cg_
     return rc;
 }
 
+/* The ranks' code generation, shared by the worker threads. */
+typedef struct cg_work {
+    const fe_opts *o;          /* options */
+    const ir_prog *progs;      /* every rank's Program */
+    int n;                     /* ranks */
+    const cg_gpu *gpu;         /* the cuda target's images, or NULL */
+    const char *rtlib;         /* build/libnnsc_rt.a */
+    atomic_int next;           /* the next rank to take */
+    atomic_int done;           /* ranks finished (progress) */
+    atomic_int failed;         /* set when any rank failed: the others stop taking work */
+    int *rc;                   /* per rank: 0, or the failure */
+    pthread_mutex_t out;       /* one progress line at a time */
+} cg_work;
+
+/* Generate, optimise and link rank r (one LLVM context per call). */
+static int build_rank(cg_work *w, int r)
+{
+    const fe_opts *o = w->o;
+    char obj[4200], ll[4200], exe[4200];
+    snprintf(obj, sizeof obj, "%s/rank%d.o", o->out, r);
+    snprintf(ll, sizeof ll, "%s/rank%d.ll", o->out, r);
+    snprintf(exe, sizeof exe, "%s/rank%d", o->out, r);
+    cg_opts co = {o->cpu, "", o->opt_level, o->emit_llvm};
+    int rc = w->gpu ? cg_host_cuda(&w->progs[r], &co, w->gpu, obj, o->emit_llvm ? ll : NULL)
+                    : cg_host(&w->progs[r], &co, obj, o->emit_llvm ? ll : NULL);
+    if (!rc) rc = cg_link(obj, w->rtlib, exe);
+    if (!rc) remove(obj);
+    return rc;
+}
+
+/* A worker: take ranks in order until none is left or one failed. */
+static void *build_worker(void *arg)
+{
+    cg_work *w = arg;
+    int tty = isatty(2);
+    for (int r; !atomic_load(&w->failed) && (r = atomic_fetch_add(&w->next, 1)) < w->n;) {
+        w->rc[r] = build_rank(w, r);
+        if (w->rc[r]) atomic_store(&w->failed, 1);
+        int d = atomic_fetch_add(&w->done, 1) + 1;
+        /* progress of the long phase: a line per rank with -v, one updated line on a terminal */
+        pthread_mutex_lock(&w->out);
+        if (w->o->verbose) fprintf(stderr, "nnsc-aot: codegen + link rank %d (%d/%d done)\n", r, d, w->n);
+        else if (!w->o->quiet && tty) fprintf(stderr, "\rnnsc-aot: codegen + link %d/%d", d, w->n);
+        pthread_mutex_unlock(&w->out);
+    }
+    return NULL;
+}
+
+/* How many ranks to generate at once: $NNSC_JOBS, else the CPUs online,
+ * at most the ranks.  Each rank's output depends on nothing else, so the
+ * files are the same for any count. */
+static int codegen_jobs(int nranks)
+{
+    const char *e = getenv("NNSC_JOBS");
+    long j = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    if (j < 1) j = 1;
+    if (j > 64) j = 64;
+    return j > nranks ? nranks : (int)j;
+}
+
+/* Generate and link every rank on `codegen_jobs` threads; 0 or the first
+ * failing rank's status. */
+static int build_all(const fe_opts *o, const ir_prog *progs, int n, const cg_gpu *gpu, const char *rtlib)
+{
+    /* LLVM's target registry is set up once, before any thread uses it */
+    LLVMInitializeNativeTarget();
+    LLVMInitializeNativeAsmPrinter();
+    cg_work w = {.o = o, .progs = progs, .n = n, .gpu = gpu, .rtlib = rtlib,
+                 .rc = ir_xcalloc((size_t)n + 1, sizeof(int))};
+    atomic_init(&w.next, 0);
+    atomic_init(&w.done, 0);
+    atomic_init(&w.failed, 0);
+    pthread_mutex_init(&w.out, NULL);
+    int jobs = codegen_jobs(n);
+    pthread_t th[64];
+    int started = 0;
+    for (int t = 1; t < jobs; t++)
+        if (pthread_create(&th[started], NULL, build_worker, &w) == 0) started++;
+    build_worker(&w);
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&w.out);
+    int rc = 0;
+    for (int r = 0; r < n && !rc; r++) rc = w.rc[r];
+    if (!rc && atomic_load(&w.failed)) rc = 1;
+    free(w.rc);
+    return rc;
+}
+
 /* Lower, generate and link every rank. */
 static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
 {
@@ -215,22 +307,8 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         cg_gpu gpu = {0};   /* the cuda target's images */
         int cuda = o->target == FE_TARGET_CUDA;
         if (!rc && cuda) rc = build_kernels(o, progs, d->ndev, &gpu, t0);
-        cg_opts co = {o->cpu, "", o->opt_level, o->emit_llvm};
-        int tty = isatty(2);
-        for (int r = 0; r < d->ndev && !rc; r++) {
-            char obj[4200], ll[4200], exe[4200];
-            snprintf(obj, sizeof obj, "%s/rank%d.o", o->out, r);
-            snprintf(ll, sizeof ll, "%s/rank%d.ll", o->out, r);
-            snprintf(exe, sizeof exe, "%s/rank%d", o->out, r);
-            /* progress of the long phase: a line per rank with -v, one updated line on a terminal */
-            if (o->verbose) fprintf(stderr, "nnsc-aot: codegen + link rank %d/%d\n", r + 1, d->ndev);
-            else if (!o->quiet && tty) fprintf(stderr, "\rnnsc-aot: codegen + link rank %d/%d", r + 1, d->ndev);
-            rc = cuda ? cg_host_cuda(&progs[r], &co, &gpu, obj, o->emit_llvm ? ll : NULL)
-                      : cg_host(&progs[r], &co, obj, o->emit_llvm ? ll : NULL);
-            if (!rc) rc = cg_link(obj, rtlib, exe);
-            if (!rc) remove(obj);
-        }
-        if (!o->verbose && !o->quiet && tty) fprintf(stderr, "\r\033[K");
+        if (!rc) rc = build_all(o, progs, d->ndev, cuda ? &gpu : NULL, rtlib);
+        if (!o->verbose && !o->quiet && isatty(2)) fprintf(stderr, "\r\033[K");
         tick(o, t0, "codegen");
         if (!rc) rc = cg_emit(o->out, o->spec, d, progs, cuda ? &gpu : NULL);
         cg_cubin_free((cg_cubin *)gpu.cubin, gpu.ncubin);

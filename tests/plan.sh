@@ -37,5 +37,14 @@ grep -q "$top" "$p" && no "absolute path in plan.txt" || ok "plan.txt names the 
 expect_rc 0 "gpt2-tiny tp3 with C 96, NH 3, V 255 builds" "$nn" "$tiny" --devices 3 --set plan.policy=tp \
   --set dims.NH=3 --set dims.C=96 --set dims.V=255 -q -o "$tmp/tp3b"
 grep -q warning "$tmp/err" && no "divisible tp3 warns: $(cat "$tmp/err")" || ok "divisible tp3: no warning"
+
+# codegen runs on NNSC_JOBS threads (default: the CPUs): the files do not depend on it
+for j in 1 2; do
+  NNSC_JOBS=$j "$nn" "$tiny" --devices 4 --set plan.policy=hybrid --set plan.tp=2 -q --emit-llvm -o "$tmp/j$j" ||
+    no "build with NNSC_JOBS=$j"
+done
+same=1
+for f in "$tmp"/j1/*; do cmp -s "$f" "$tmp/j2/$(basename "$f")" || { same=0; echo "differs: $(basename "$f")"; }; done
+((same)) && ok "1 and 2 codegen threads: byte-identical executables, IR, launch and plan.txt" || no "outputs depend on NNSC_JOBS"
 echo "$pass passed, $fail failed"
 ((fail == 0))
