@@ -108,7 +108,7 @@ void rt_ckpt_init(rt_ctx *ctx)
         else
             err = ck_scan(ctx->ckpt_dir, 1, &newest);
         if (err)
-            fprintf(stderr, "rank 0: --ckpt-dir %s: %s\n", ctx->ckpt_dir, strerror(err));
+            rt_warn(ctx, "--ckpt-dir %s: %s", ctx->ckpt_dir, strerror(err));
     }
     if (rt_comm_any(ctx, err, RT_COLL_LOAD))
         rt_fatal(ctx, 2, "cannot use the checkpoint directory %s%s", ctx->ckpt_dir,
@@ -203,7 +203,7 @@ static int64_t ck_load_all(rt_ctx *ctx, const char *path, int what, int want_ste
     int64_t step = 0;
     int bad = ck_load(ctx, path, what, want_step ? &step : NULL, err, sizeof err);
     if (bad)
-        fprintf(stderr, "rank %d: cannot load %s: %s\n", ctx->rank, path, err);
+        rt_warn(ctx, "cannot load %s: %s", path, err);
     if (rt_comm_any(ctx, bad, RT_COLL_LOAD))
         rt_fatal(ctx, 2, "cannot load %s (%s)", path,
                  bad ? "see above" : "another rank could not: see its message");
@@ -218,7 +218,7 @@ int64_t rt_ckpt_start(rt_ctx *ctx)
         if (ctx->rank == 0) {
             int e = ck_scan(ctx->ckpt_dir, 0, &newest);
             if (e)
-                fprintf(stderr, "rank 0: --ckpt-dir %s: %s\n", ctx->ckpt_dir, strerror(e));
+                rt_warn(ctx, "--ckpt-dir %s: %s", ctx->ckpt_dir, strerror(e));
         }
         if (ctx->comm)
             rt_comm_broadcast(ctx, &newest, sizeof newest, RT_GROUP_WORLD, 0, 1);
@@ -233,25 +233,19 @@ int64_t rt_ckpt_start(rt_ctx *ctx)
         if (step != newest)
             rt_fatal(ctx, 2, "checkpoint %s says step %lld in its metadata", path,
                      (long long)step);
-        if (ctx->rank == 0 && !ctx->quiet) {
-            printf("resume from %s: step %lld of %lld done\n", path, (long long)step,
+        if (ctx->rank == 0 && !ctx->quiet)
+            rt_out("resume from %s: step %lld of %lld done\n", path, (long long)step,
                    (long long)ctx->steps);
-            fflush(stdout);
-        }
         free(path);
         return step;
     }
-    if (ctx->resume && ctx->rank == 0 && !ctx->quiet) {
-        printf("resume: no checkpoint in %s yet, starting %s\n", ctx->ckpt_dir,
+    if (ctx->resume && ctx->rank == 0 && !ctx->quiet)
+        rt_out("resume: no checkpoint in %s yet, starting %s\n", ctx->ckpt_dir,
                ctx->init_path ? "from --init" : "at step 0");
-        fflush(stdout);
-    }
     if (ctx->init_path) {
         ck_load_all(ctx, ctx->init_path, RT_ST_PARAMS, 0);
-        if (ctx->rank == 0 && !ctx->quiet) {
-            printf("init: params from %s\n", ctx->init_path);
-            fflush(stdout);
-        }
+        if (ctx->rank == 0 && !ctx->quiet)
+            rt_out("init: params from %s\n", ctx->init_path);
     }
     return 0;
 }
@@ -284,10 +278,8 @@ static void ck_save(rt_ctx *ctx, const char *dir, const char *name, int what, in
     double t0 = rt_now();
     ck_download(ctx, what);
     rt_st_write(ctx, path, tmp, what, meta);
-    if (ctx->rank == 0 && !ctx->quiet) {
-        printf("checkpoint %s (%.0f ms)\n", path, (rt_now() - t0) * 1e3);
-        fflush(stdout);
-    }
+    if (ctx->rank == 0 && !ctx->quiet)
+        rt_out("checkpoint %s (%.0f ms)\n", path, (rt_now() - t0) * 1e3);
     free(path);
     free(tmp);
 }

@@ -16,6 +16,12 @@
  * holds some of the columns.  Files stay open for the whole run; every file
  * is checked at start-up, and a bad one stops the rank with status 2 and a
  * message naming it.
+ *
+ * Whether a run reads a file is decided here, at start-up: a stream input
+ * reads the data file of the run (--data, else the build's `data`); with
+ * neither it draws the synthetic values its manifest line names (`int
+ * RANGE`), the very numbers a `dist int RANGE` input gives, so a run without
+ * data is the run of a program built for synthetic data.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -158,14 +164,66 @@ static void dt_close_set(dt_set *set)
     memset(set, 0, sizeof *set);
 }
 
+/* --data or --eval-data given to a program none of whose inputs reads
+ * tokens: exit 2, naming the inputs that could (i32 [B, T]) and what they
+ * would need in the model spec. */
+static void dt_no_stream(rt_ctx *ctx)
+{
+    const rt_manifest *m = &ctx->man;
+    const char *flag = ctx->data_path ? "--data" : "--eval-data";
+    char names[600] = "";
+    int n = 0;
+    size_t at = 0;
+    for (int k = 0; k < m->ninputs && at < sizeof names; k++) {
+        const rt_input *in = &m->inputs[k];
+        if (in->dtype != RT_I32 || in->ndim != 2)
+            continue;
+        at += (size_t)snprintf(names + at, sizeof names - at, "%s[input %s]", n ? ", " : "",
+                               in->name);
+        n++;
+    }
+    if (!n)
+        rt_fatal(ctx, 2, "%s: this program was compiled for synthetic data: none of its inputs "
+                         "can read tokens (a token input is i32 of shape [B, T] with `stream = "
+                         "K` in its [input] section of the model spec)", flag);
+    rt_fatal(ctx, 2, "%s: this program was compiled for synthetic data: no input reads tokens. "
+                     "To read a token file, add `stream = K` to %s in the model spec (K = 0: "
+                     "a row's tokens, K = 1: the next tokens, the targets) and rebuild", flag,
+             names);
+}
+
+/* No data file for the run: every stream input draws its synthetic values
+ * (exactly those of a `dist int RANGE` input), or exit 2 when the manifest
+ * names none. */
+static void dt_synthetic(rt_ctx *ctx)
+{
+    rt_manifest *m = &ctx->man;
+    for (int k = 0; k < m->ninputs; k++) {
+        rt_input *in = &m->inputs[k];
+        if (in->dist != RT_DIST_STREAM)
+            continue;
+        if (in->range <= 0)
+            rt_fatal(ctx, 2, "input %s reads a data file, but none is configured (the program "
+                             "was built with data = -): pass --data PATH", in->name);
+        in->dist = RT_DIST_INT;
+    }
+}
+
 void rt_data_open(rt_ctx *ctx)
 {
     const rt_manifest *m = &ctx->man;
     if (!m->nstream) {
         if (ctx->data_path || ctx->eval_path)
-            rt_fatal(ctx, 2, "%s: this program was compiled for synthetic data (no input reads "
-                             "tokens; give the token inputs `stream = K` and [train] `data = "
-                             "PATH` in the model spec)", ctx->data_path ? "--data" : "--eval-data");
+            dt_no_stream(ctx);
+        return;
+    }
+    const char *train = ctx->data_path ? ctx->data_path : m->data;
+    const char *eval = ctx->eval_path ? ctx->eval_path : m->eval_data;
+    if (!train && eval)
+        rt_fatal(ctx, 2, "--eval-data %s: the token inputs would read evaluation batches from a "
+                         "file but train on synthetic tokens: pass --data PATH too", eval);
+    if (!train) {
+        dt_synthetic(ctx);
         return;
     }
     rt_data *d = calloc(1, sizeof *d);
@@ -191,11 +249,6 @@ void rt_data_open(rt_ctx *ctx)
                              "T + 1 = %lld", in->name, (long long)in->stream, (long long)d->T,
                      (long long)(d->T + 1));
     }
-    const char *train = ctx->data_path ? ctx->data_path : m->data;
-    const char *eval = ctx->eval_path ? ctx->eval_path : m->eval_data;
-    if (!train)
-        rt_fatal(ctx, 2, "the token inputs read a data file, but none is configured (the "
-                         "program was built with data = -): pass --data PATH");
     dt_open_set(ctx, &d->train, "data", train, d->B, d->T);
     if (eval)
         dt_open_set(ctx, &d->eval, "eval_data", eval, d->B, d->T);

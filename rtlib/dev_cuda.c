@@ -564,8 +564,7 @@ static int cu_check(rt_ctx *ctx, CUresult r, const char *call, const char *file,
                            : "";
     if (fatal)
         rt_fatal(ctx, 1, "%s:%d: CUDA: %s failed: %s%s", cu_file(file), line, call, text, hint);
-    fprintf(stderr, "rank %d: %s:%d: CUDA: %s failed: %s%s\n", ctx->rank, cu_file(file), line,
-            call, text, hint);
+    rt_warn(ctx, "%s:%d: CUDA: %s failed: %s%s", cu_file(file), line, call, text, hint);
     return 1;
 }
 
@@ -779,10 +778,9 @@ void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages)
     const char *verbose = getenv("NNSC_VERBOSE");
     if (verbose && *verbose && strcmp(verbose, "0") != 0) {
         char ver[64];
-        fprintf(stderr, "rank %d: CUDA device %d of %d: %s, sm_%d%d, %d SMs, %lld MiB; driver "
-                "%s; cubin %s\n", ctx->rank, d->ordinal, d->count, d->name, d->major, d->minor,
-                d->sms, (long long)(d->mem >> 20), cu_version(d, ver, sizeof ver),
-                d->image->arch);
+        rt_warn(ctx, "CUDA device %d of %d: %s, sm_%d%d, %d SMs, %lld MiB; driver %s; cubin %s",
+                d->ordinal, d->count, d->name, d->major, d->minor, d->sms,
+                (long long)(d->mem >> 20), cu_version(d, ver, sizeof ver), d->image->arch);
     }
 }
 
@@ -821,6 +819,11 @@ void rt_dev_free(rt_ctx *ctx)
 char *rt_dev_arena(rt_ctx *ctx)
 {
     return (char *)(uintptr_t)ctx->dev->arena;
+}
+
+const char *rt_dev_name(const rt_ctx *ctx)
+{
+    return ctx->dev ? ctx->dev->name : "";
 }
 
 void *rt_dev_stream(rt_ctx *ctx)

@@ -199,10 +199,8 @@ static void *man_grow(void *p, int n, size_t elem)
     if (n == 0 || (n >= 4 && (n & (n - 1)) == 0)) {   /* full: double */
         size_t cap = n ? (size_t)n * 2 : 4;
         p = realloc(p, cap * elem);
-        if (!p) {
-            fprintf(stderr, "nnsc: out of memory parsing the manifest\n");
-            exit(1);
-        }
+        if (!p)
+            rt_fatal(NULL, 1, "out of memory parsing the manifest");
     }
     return p;
 }
@@ -363,7 +361,8 @@ static int man_state(man_parser *ps, rt_manifest *m)
 
 /* input IDX NAME DTYPE NDIM D.. dist normal|int RANGE period P
  * (RANGE is required for int and may be left out for normal), or
- * input IDX NAME i32 2 B T dist stream K period P. */
+ * input IDX NAME i32 2 B T dist stream K [int RANGE] period P
+ * (int RANGE: the synthetic values of a run without a data file). */
 static int man_input(man_parser *ps, rt_manifest *m)
 {
     int64_t idx;
@@ -409,6 +408,12 @@ static int man_input(man_parser *ps, rt_manifest *m)
         }
         if (man_i64(ps, "stream offset", 0, INT32_MAX, &in->stream))
             return 1;
+        man_line *l = ps->ln;
+        if (l->pos < l->ntok && !strcmp(l->tok[l->pos], "int")) {
+            l->pos++;
+            if (man_i64(ps, "synthetic range", 1, INT32_MAX, &in->range))
+                return 1;
+        }
         m->nstream++;
     } else {
         man_err(ps, "unknown distribution '%s' (expected normal, int or stream)", t);
@@ -436,6 +441,10 @@ enum {
     MAN_SEEN_SCHEDULE = 2048,
     MAN_SEEN_CLIP = 4096,
     MAN_SEEN_TOKENS = 8192,
+    MAN_SEEN_MESH = 16384,
+    MAN_SEEN_PARAM_COUNT = 32768,
+    MAN_SEEN_FLOPS = 65536,
+    MAN_SEEN_DTYPE = 131072,
 };
 
 /* Mark a once-only record as seen; error if it was already. */
@@ -487,6 +496,69 @@ static int man_schedule(man_parser *ps, rt_manifest *m)
         return 1;
     }
     return man_end_of_line(ps);
+}
+
+/* mesh dp D tp T policy POLICY (after `rank R world W`; D x T = W) */
+static int man_mesh(man_parser *ps, rt_manifest *m)
+{
+    int64_t dp, tp;
+    if (m->world <= 0) {
+        man_err(ps, "'mesh' before 'rank R world W'");
+        return 1;
+    }
+    if (man_kw(ps, "dp") || man_i64(ps, "dp degree", 1, m->world, &dp) || man_kw(ps, "tp") ||
+        man_i64(ps, "tp degree", 1, m->world, &tp) || man_kw(ps, "policy"))
+        return 1;
+    if (dp * tp != m->world) {
+        man_err(ps, "mesh dp %lld x tp %lld is not the world of %d", (long long)dp,
+                (long long)tp, m->world);
+        return 1;
+    }
+    const char *t = man_tok(ps, "policy");
+    if (!t)
+        return 1;
+    if (strlen(t) >= sizeof m->policy) {
+        man_err(ps, "policy '%s' is longer than %d bytes", t, (int)sizeof m->policy - 1);
+        return 1;
+    }
+    strcpy(m->policy, t);
+    m->mesh_dp = (int)dp;
+    m->mesh_tp = (int)tp;
+    return man_end_of_line(ps);
+}
+
+/* The records that describe the run for its banner and MFU (mesh, model
+ * size, FLOPs, matmul precision); 1 if kind is none of them.  *rc is the
+ * parse result. */
+static int man_info_record(man_parser *ps, rt_manifest *m, int *seen, const char *kind, int *rc)
+{
+    if (!strcmp(kind, "mesh")) {
+        *rc = man_once(ps, seen, MAN_SEEN_MESH, kind) || man_mesh(ps, m);
+    } else if (!strcmp(kind, "param_count")) {
+        *rc = man_once(ps, seen, MAN_SEEN_PARAM_COUNT, kind) ||
+              man_i64(ps, "param_count", 0, INT64_MAX, &m->param_count) || man_end_of_line(ps);
+    } else if (!strcmp(kind, "flops_per_step")) {
+        *rc = man_once(ps, seen, MAN_SEEN_FLOPS, kind) ||
+              man_f64(ps, "flops_per_step", &m->flops_per_step) || man_end_of_line(ps);
+        if (!*rc && m->flops_per_step < 0) {
+            man_err(ps, "flops_per_step %g is negative", m->flops_per_step);
+            *rc = 1;
+        }
+    } else if (!strcmp(kind, "dtype")) {
+        const char *t = NULL;
+        *rc = man_once(ps, seen, MAN_SEEN_DTYPE, kind) || !(t = man_tok(ps, "dtype"));
+        if (!*rc && strcmp(t, "f32") != 0 && strcmp(t, "bf16") != 0) {
+            man_err(ps, "unknown dtype '%s' (expected f32 or bf16)", t);
+            *rc = 1;
+        }
+        if (!*rc) {
+            m->bf16 = !strcmp(t, "bf16");
+            *rc = man_end_of_line(ps);
+        }
+    } else {
+        return 1;
+    }
+    return 0;
 }
 
 /* The records of a training run (data files, evaluation, schedule, clipping);
@@ -568,7 +640,7 @@ static int man_record(man_parser *ps, rt_manifest *m, int *seen)
         return man_input(ps, m);
     }
     int rc;
-    if (!man_train_record(ps, m, seen, kind, &rc))
+    if (!man_train_record(ps, m, seen, kind, &rc) || !man_info_record(ps, m, seen, kind, &rc))
         return rc;
     man_err(ps, "unknown record '%s'", kind);
     return 1;

@@ -39,6 +39,11 @@
  *     micro_batches M
  *     seed S                       u64
  *     lr LR                        (informational)
+ *     mesh dp D tp T policy P      the plan's mesh (D x T = W) and policy, for the banner
+ *     param_count N                elements of all params of the model, for the banner
+ *     flops_per_step F             model FLOPs of one optimizer step summed over all ranks
+ *                                  (the compiler's cost model), for the MFU
+ *     dtype f32|bf16               the matmuls' input precision (which peak the MFU uses)
  *     group ID N R0 R1 ... RN-1    a device group used by collectives; ids are 0..G-1
  *     param IDX NAME DTYPE NDIM D0 .. DNDIM-1 box LO0 HI0 .. init KIND A B off OFFSET writer W
  *                                  a piece of a param this rank holds (IDX 0..P-1 in order)
@@ -47,9 +52,11 @@
  *                                  when saving (exactly one rank per distinct box)
  *     input IDX NAME DTYPE NDIM D0 .. dist normal|int RANGE period P
  *                                  a data input: logical shape of ONE step's global batch
- *     input IDX NAME i32 NDIM D0 .. dist stream K period P
- *                                  a token input read from the data file: element (b, t) of
- *                                  step s is token K + t of row s*B + b (see docs/runtime.md)
+ *     input IDX NAME i32 NDIM D0 .. dist stream K [int RANGE] period P
+ *                                  a token input read from the data file of the run (the
+ *                                  build's `data` or --data): element (b, t) of step s is
+ *                                  token K + t of row s*B + b (see docs/runtime.md); with no
+ *                                  data file, the synthetic values of `dist int RANGE`
  *     state IDX NAME DTYPE NDIM D0 .. box LO0 HI0 .. of PARAM off OFFSET writer W
  *                                  a piece of optimizer state (AdamW moments), saved and
  *                                  loaded with checkpoints like params

@@ -89,7 +89,9 @@ typedef struct rt_input {
     int ndim;                   /* number of dimensions */
     int64_t shape[RT_MAXDIM];   /* logical shape of one step's global batch */
     rt_dist_kind dist;          /* distribution */
-    int64_t range;              /* RT_DIST_INT: values in [0, range) */
+    int64_t range;              /* RT_DIST_INT: values in [0, range); RT_DIST_STREAM: the
+                                   synthetic values without a data file, [0, range)
+                                   (0: none, a data file is needed) */
     int64_t stream;             /* RT_DIST_STREAM: K, the row offset of element t = 0 */
     int64_t period;             /* synthetic: distinct batches before the stream repeats */
 } rt_input;
@@ -123,6 +125,11 @@ typedef struct rt_manifest {
     double min_lr_frac;         /* cosine floor as a fraction of lr, in [0, 1] */
     double clip;                /* gradient-norm clipping threshold (0: none) */
     int64_t tokens_per_step;    /* tokens per optimizer step, for tokens/s (0: unknown) */
+    char policy[32];            /* `mesh dp D tp T policy P`: the plan's policy ("": unknown) */
+    int mesh_dp, mesh_tp;       /* ... and its mesh (0: unknown) */
+    int64_t param_count;        /* `param_count N`: elements of all params of the model (0: unknown) */
+    double flops_per_step;      /* `flops_per_step F`: model FLOPs of one step, all ranks (0: unknown) */
+    int bf16;                   /* `dtype bf16`: matmuls read bf16 inputs (selects the peak) */
 } rt_manifest;
 
 /* One process's view of the shared-memory communicator (comm_shm.c). */
@@ -175,6 +182,16 @@ struct rt_ctx {
     rt_net *net;                /* cuda target, world > 1: the TCP control plane (net.c) */
     rt_nccl *nccl;              /* cuda target, world > 1: the NCCL communicators (nccl.c) */
     int local_rank;             /* rank on this host: LOCAL_RANK etc. (net.c), else rank */
+    const char *prog;           /* argv[0], for messages */
+    int launched;               /* $NNSC_LAUNCH: started by out/launch (rank 0 speaks for all) */
+    double peak_flops;          /* peak FLOP/s of one device (--peak-flops, $NNSC_PEAK_FLOPS,
+                                   the device table); 0: unknown (no MFU) */
+    char peak_src[96];          /* where peak_flops came from, for the banner */
+    double *step_ms;            /* the last nstep_cap step times (ms), a ring (rank 0) */
+    int64_t nstep_cap;          /* its capacity */
+    double sum_ms;              /* sum of every step time of this process (ms) */
+    double last_loss;           /* the loss of the last step (NaN before one) */
+    double banner_t;            /* monotonic seconds at the banner (rt_first_step) */
 };
 
 /* ---- runtime.c */
@@ -186,9 +203,18 @@ double rt_now(void);
 void *rt_big_alloc(size_t bytes);
 /* Free a block of rt_big_alloc (bytes as allocated). */
 void rt_big_free(void *p, size_t bytes);
-/* Print "nnsc rank R: <fmt>" to stderr and exit with status code. */
+/* Print "rank R: <fmt>" (before the rank is known, or ctx NULL: "nnsc: <fmt>")
+ * and a newline to stderr with one write(2), and exit with status code. */
 void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
+/* The same line without exiting (warnings, a rank's part of an agreed failure). */
+void rt_warn(const rt_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Text to stdout with one write(2) (stdio's buffer flushed first): lines of
+ * the log, so that no other process's output lands inside one. */
+void rt_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Write len bytes of buf to fd with one write(2) (more only if the kernel
+ * takes part: a pipe takes up to PIPE_BUF bytes whole). */
+void rt_write_all(int fd, const char *buf, size_t len);
 /* A broken invariant inside rtlib (a caller bug): message with file:line, abort. */
 #define RT_ASSERT(cond) \
     do { if (!(cond)) rt_assert_fail(__FILE__, __LINE__, #cond); } while (0)
@@ -266,6 +292,25 @@ int64_t rt_data_rows(const rt_ctx *ctx, int eval);
 
 /* lr multiplier of step s (0-based) of `steps` under the manifest's schedule. */
 double rt_lr_scale(const rt_manifest *m, int64_t steps, int64_t s);
+/* Parse a FLOP/s figure: a positive number with an optional k, M, G, T or P
+ * (10^3 .. 10^15): "1.5e12", "312T", "50G".  0, or 1 when it is not one. */
+int rt_parse_flops(const char *s, double *out);
+/* Dense peak FLOP/s of the GPU called name from NVIDIA's datasheets (bf16:
+ * tensor cores; else f32 without), and in src what it is; 0 when the
+ * table has no entry (src ""). */
+double rt_peak_of_device(const char *name, int bf16, char *src, size_t srclen);
+/* n as 834, 12.3k, 1.2M, 124M (3 significant digits at most); bytes as
+ * 640KiB, 3.2MiB, 1.5GiB.  Return buf. */
+const char *rt_human_count(char *buf, size_t len, double n);
+const char *rt_human_bytes(char *buf, size_t len, double bytes);
+/* Peak resident memory of this process in bytes (getrusage). */
+double rt_peak_rss(void);
+/* Rank 0: the start-up banner (model, size, mesh, world, tokens per step,
+ * arena, FLOPs, data, peak) on stdout and in the --log file (rt_first_step). */
+void rt_banner(rt_ctx *ctx);
+/* Rank 0: the closing summary (steps, wall time, step times, tokens/s,
+ * final loss, MFU, peak memory) on stdout and in the --log file (rt_finish). */
+void rt_summary(rt_ctx *ctx);
 /* Open the --log file on rank 0 (appending when resuming); exits 2 if it cannot. */
 void rt_log_open(rt_ctx *ctx);
 void rt_log_close(rt_ctx *ctx);
@@ -553,6 +598,8 @@ char *rt_dev_arena(rt_ctx *ctx);
  * (both wait for the stream). */
 void rt_dev_upload(rt_ctx *ctx, int64_t off, int64_t bytes);
 void rt_dev_download(rt_ctx *ctx, int64_t off, int64_t bytes);
+/* The device's name ("NVIDIA H100 80GB HBM3"; "" without a device). */
+const char *rt_dev_name(const rt_ctx *ctx);
 /* The rank's stream (a CUstream), for NCCL. */
 void *rt_dev_stream(rt_ctx *ctx);
 /* Step begin: this step's lr scale and grad scale 1 into the device state. */

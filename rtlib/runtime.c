@@ -7,6 +7,11 @@
  * communicator (comm_shm.c), the token files (data.c) and the checkpoint
  * directory (ckpt.c); rt_finish writes the final weights and stops them.
  * The step loop's pieces are in train.c.
+ *
+ * Every message goes out with one write(2) (rt_fatal, rt_warn, rt_out): the
+ * ranks of a job share a terminal or a pipe (out/launch filters their
+ * stderr line by line), and a line written in pieces would mix with the
+ * lines of the others.
  */
 #include <errno.h>
 #include <math.h>
@@ -15,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rt_internal.h"
 
@@ -25,18 +31,67 @@ double rt_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void rt_write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return;   /* nowhere to report it: the message is lost, not the run */
+        buf += n;
+        len -= (size_t)n;
+    }
+}
+
+#define RT_LINE_MAX 4096   /* a message line: PIPE_BUF, so a pipe takes it whole */
+
+/* "rank R: " (or "nnsc: ") + fmt + "\n" into one buffer, then one write to
+ * stderr: lines of several ranks sharing a terminal or a pipe never mix. */
+static void rt_vline(const rt_ctx *ctx, const char *fmt, va_list ap)
+{
+    char line[RT_LINE_MAX];
+    int at = ctx && ctx->rank >= 0 ? snprintf(line, sizeof line, "rank %d: ", ctx->rank)
+                                   : snprintf(line, sizeof line, "nnsc: ");
+    int n = vsnprintf(line + at, sizeof line - (size_t)at, fmt, ap);
+    size_t len = (size_t)at + (n < 0 ? 0 : (size_t)n);
+    if (len > sizeof line - 2) {   /* cut: end with "..." */
+        len = sizeof line - 2;
+        memcpy(line + len - 3, "...", 3);
+    }
+    line[len++] = '\n';
+    fflush(stdout);   /* what rank 0 logged so far comes first */
+    fflush(stderr);
+    rt_write_all(fileno(stderr), line, len);
+}
+
+void rt_warn(const rt_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rt_vline(ctx, fmt, ap);
+    va_end(ap);
+}
+
+void rt_out(const char *fmt, ...)
+{
+    char text[16384];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    fflush(stdout);
+    rt_write_all(fileno(stdout), text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
+}
+
 void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
 {
     va_list ap;
-    fflush(stdout);
-    if (ctx && ctx->rank >= 0)
-        fprintf(stderr, "rank %d: ", ctx->rank);
-    else
-        fprintf(stderr, "nnsc: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    rt_vline(ctx, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     if (ctx && ctx->comm)
         rt_comm_free(ctx, 1);
     if (ctx && ctx->nccl)
@@ -48,8 +103,7 @@ void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
 
 void rt_assert_fail(const char *file, int line, const char *what)
 {
-    fflush(stdout);
-    fprintf(stderr, "%s:%d: rtlib internal error: %s\n", file, line, what);
+    rt_warn(NULL, "%s:%d: rtlib internal error: %s", file, line, what);
     abort();
 }
 
@@ -93,43 +147,47 @@ static void rt_touch_pages(const void *p, int64_t lo, int64_t hi, int t)
         b[k] = 0;
 }
 
-/* The flags, for --help and for the unknown-flag message. */
-static void rt_usage(FILE *f, const char *prog, const rt_manifest *m)
+/* The flags (--help): one write to stdout. */
+static void rt_usage(const char *prog, const rt_manifest *m)
 {
-    fprintf(f,
-            "usage: %s [flags]\n"
-            "  rank %d of %d of model '%s', built by nnsc-aot\n"
-            "flags:\n"
-            "  --steps N       run N optimizer steps (default %lld, from the build)\n"
-            "  --data PATH     token file, or a quoted glob of shards, for the token inputs\n"
-            "                  (default: the build's, %s)\n"
-            "  --eval-data PATH  held-out token file(s) for evaluation (default: the build's,\n"
-            "                  %s; else the training data)\n"
-            "  --init FILE     start from the params in FILE (a checkpoint or final weights\n"
-            "                  of this model, written under any plan)\n"
-            "  --ckpt-dir DIR  checkpoints DIR/step-N.safetensors and, at the end, the\n"
-            "                  final weights DIR/final.safetensors\n"
-            "  --ckpt-every N  write a checkpoint every N steps (needs --ckpt-dir)\n"
-            "  --resume        continue from the newest checkpoint in --ckpt-dir (params,\n"
-            "                  optimizer state, step); without one, start as usual\n"
-            "  --log FILE      also write the step and eval log to FILE as JSON lines\n"
-            "                  (rank 0; appended to with --resume)\n"
-            "  --save FILE     write the final weights to FILE (safetensors, full tensors)\n"
-            "  --quiet         do not print the per-step loss line\n"
-            "  --timeout SEC   longest wait for a peer in a collective (default 60,\n"
-            "                  or $NNSC_TIMEOUT); then the rank exits with status 1\n"
-            "  --threads N     threads for the kernels (default $NNSC_THREADS, else the\n"
-            "                  CPUs this process may use divided by $NNSC_LOCAL_WORLD,\n"
-            "                  else by the world size; at least 1)\n"
-            "  --help          print this and exit\n"
-            "environment:\n"
-            "  NNSC_RANK/NNSC_WORLD, else RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,\n"
-            "  else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (default rank 0 of 1);\n"
-            "  NNSC_JOB: a string unique to the run, the same for all its ranks (world > 1);\n"
-            "  NNSC_THREADS, NNSC_LOCAL_WORLD (ranks on this host): see --threads\n",
-            prog, m->rank, m->world, m->model, (long long)m->steps,
-            m->nstream ? (m->data ? m->data : "none") : "none: synthetic data",
-            m->eval_data ? m->eval_data : "none");
+    rt_out("usage: %s [flags]\n"
+           "  rank %d of %d of model '%s', built by nnsc-aot\n"
+           "flags:\n"
+           "  --steps N       run N optimizer steps (default %lld, from the build)\n"
+           "  --data PATH     token file, or a quoted glob of shards, for the token inputs\n"
+           "                  (default: the build's, %s)\n"
+           "  --eval-data PATH  held-out token file(s) for evaluation (default: the build's,\n"
+           "                  %s; else the training data)\n"
+           "  --init FILE     start from the params in FILE (a checkpoint or final weights\n"
+           "                  of this model, written under any plan)\n"
+           "  --ckpt-dir DIR  checkpoints DIR/step-N.safetensors and, at the end, the\n"
+           "                  final weights DIR/final.safetensors\n"
+           "  --ckpt-every N  write a checkpoint every N steps (needs --ckpt-dir)\n"
+           "  --resume        continue from the newest checkpoint in --ckpt-dir (params,\n"
+           "                  optimizer state, step); without one, start as usual\n"
+           "  --log FILE      also write the step and eval log to FILE as JSON lines\n"
+           "                  (rank 0; appended to with --resume)\n"
+           "  --save FILE     write the final weights to FILE (safetensors, full tensors)\n"
+           "  --quiet         do not print the per-step loss line\n"
+           "  --peak-flops X  peak FLOP/s of one device, for the MFU in the log: 1.5e12,\n"
+           "                  312T, 50G (default $NNSC_PEAK_FLOPS, else the GPU's table\n"
+           "                  entry; on a CPU none, and no MFU is shown)\n"
+           "  --timeout SEC   longest wait for a peer in a collective (default 60,\n"
+           "                  or $NNSC_TIMEOUT); then the rank exits with status 1\n"
+           "  --threads N     threads for the kernels (default $NNSC_THREADS, else the\n"
+           "                  CPUs this process may use divided by $NNSC_LOCAL_WORLD,\n"
+           "                  else by the world size; at least 1)\n"
+           "  --help          print this and exit\n"
+           "environment:\n"
+           "  NNSC_RANK/NNSC_WORLD, else RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,\n"
+           "  else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (default rank 0 of 1);\n"
+           "  NNSC_JOB: a string unique to the run, the same for all its ranks (world > 1);\n"
+           "  NNSC_THREADS, NNSC_LOCAL_WORLD (ranks on this host): see --threads;\n"
+           "  NNSC_PEAK_FLOPS: see --peak-flops\n",
+           prog, m->rank, m->world, m->model, (long long)m->steps,
+           m->nstream ? (m->data ? m->data : "none: synthetic tokens")
+                      : "none: no input reads tokens",
+           m->eval_data ? m->eval_data : "none");
 }
 
 /* Parse a flag's value as a non-negative integer, or exit 2. */
@@ -138,20 +196,16 @@ static int64_t rt_flag_int(const char *flag, const char *v)
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < 0) {
-        fprintf(stderr, "nnsc: %s needs a non-negative integer, not '%s'\n", flag, v);
-        exit(2);
-    }
+    if (errno || end == v || *end || x < 0)
+        rt_fatal(NULL, 2, "%s needs a non-negative integer, not '%s'", flag, v);
     return x;
 }
 
 /* A flag's file or directory name: not empty, or exit 2. */
 static const char *rt_flag_path(const char *flag, const char *v)
 {
-    if (!*v) {
-        fprintf(stderr, "nnsc: %s needs a file name\n", flag);
-        exit(2);
-    }
+    if (!*v)
+        rt_fatal(NULL, 2, "%s needs a file name", flag);
     return v;
 }
 
@@ -161,11 +215,9 @@ static int rt_parse_threads(const char *what, const char *v)
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < 1 || x > RT_MAX_THREADS) {
-        fprintf(stderr, "nnsc: %s needs a whole number of threads in [1, %d], not '%s'\n", what,
-                RT_MAX_THREADS, v);
-        exit(2);
-    }
+    if (errno || end == v || *end || x < 1 || x > RT_MAX_THREADS)
+        rt_fatal(NULL, 2, "%s needs a whole number of threads in [1, %d], not '%s'", what,
+                 RT_MAX_THREADS, v);
     return (int)x;
 }
 
@@ -174,17 +226,43 @@ static double rt_parse_timeout(const char *what, const char *v)
 {
     char *end;
     double x = strtod(v, &end);
-    if (end == v || *end || !(x > 0) || !isfinite(x)) {
-        fprintf(stderr, "nnsc: %s needs a positive number of seconds, not '%s'\n", what, v);
-        exit(2);
-    }
+    if (end == v || *end || !(x > 0) || !isfinite(x))
+        rt_fatal(NULL, 2, "%s needs a positive number of seconds, not '%s'", what, v);
     return x;
+}
+
+/* Parse a peak FLOP/s (--peak-flops, NNSC_PEAK_FLOPS), or exit 2. */
+static double rt_parse_peak(const char *what, const char *v)
+{
+    double x;
+    if (rt_parse_flops(v, &x))
+        rt_fatal(NULL, 2, "%s needs a positive FLOP/s figure, e.g. 1.5e12, 312T or 50G, not '%s'",
+                 what, v);
+    return x;
+}
+
+/* The rank the environment gives this process (the first pair set, as
+ * rt_rank_from_env reads it), or -1 when none is set or it is not a number;
+ * nothing is checked (for --help, which must work in any environment). */
+static int rt_env_rank_peek(void)
+{
+    static const char *const names[] = {"NNSC_RANK", "RANK", "SLURM_PROCID",
+                                        "OMPI_COMM_WORLD_RANK"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const char *v = getenv(names[k]);
+        if (v && *v) {
+            char *end;
+            long r = strtol(v, &end, 10);
+            return *end || r < 0 || r > INT32_MAX ? -1 : (int)r;
+        }
+    }
+    return -1;
 }
 
 /* Read the command line into ctx; exits 0 on --help and 2 on a bad flag. */
 static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
 {
-    const char *prog = argc > 0 && argv[0] ? argv[0] : "rank";
+    const char *prog = ctx->prog;
     int have_timeout = 0;
     for (int a = 1; a < argc; a++) {
         const char *arg = argv[a];
@@ -198,7 +276,7 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
         name[nlen] = 0;
         static const char *const valued[] = {"--steps", "--save", "--timeout", "--threads",
                                              "--data", "--eval-data", "--init", "--ckpt-dir",
-                                             "--ckpt-every", "--log"};
+                                             "--ckpt-every", "--log", "--peak-flops"};
         int takes_value = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             takes_value |= !strcmp(name, valued[k]);
@@ -207,16 +285,15 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
                 val = eq + 1;
             else if (a + 1 < argc)
                 val = argv[++a];
-            else {
-                fprintf(stderr, "nnsc: %s needs a value (try --help)\n", name);
-                exit(2);
-            }
+            else
+                rt_fatal(NULL, 2, "%s needs a value (try --help)", name);
         } else if (eq && strncmp(arg, "--", 2) == 0) {
-            fprintf(stderr, "nnsc: %s takes no value (try --help)\n", name);
-            exit(2);
+            rt_fatal(NULL, 2, "%s takes no value (try --help)", name);
         }
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            rt_usage(stdout, prog, &ctx->man);
+            /* under out/launch every rank gets --help: rank 0 answers for all */
+            if (!ctx->launched || rt_env_rank_peek() <= 0)
+                rt_usage(prog, &ctx->man);
             exit(0);
         } else if (!strcmp(arg, "--quiet")) {
             ctx->quiet = 1;
@@ -243,20 +320,18 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
             have_timeout = 1;
         } else if (!strcmp(name, "--threads")) {
             ctx->threads = rt_parse_threads("--threads", val);
+        } else if (!strcmp(name, "--peak-flops")) {
+            ctx->peak_flops = rt_parse_peak("--peak-flops", val);
+            snprintf(ctx->peak_src, sizeof ctx->peak_src, "--peak-flops");
         } else {
-            fprintf(stderr, "nnsc: unknown %s '%s' (flags: --steps N --data PATH "
-                            "--eval-data PATH --init FILE --ckpt-dir DIR --ckpt-every N "
-                            "--resume --log FILE --save FILE --quiet --timeout SEC "
-                            "--threads N --help)\n",
-                    arg[0] == '-' ? "flag" : "argument", arg);
-            exit(2);
+            rt_fatal(NULL, 2, "unknown %s '%s' (flags: --steps N --data PATH --eval-data PATH "
+                              "--init FILE --ckpt-dir DIR --ckpt-every N --resume --log FILE "
+                              "--save FILE --quiet --peak-flops X --timeout SEC --threads N "
+                              "--help)", arg[0] == '-' ? "flag" : "argument", arg);
         }
     }
-    if ((ctx->ckpt_every || ctx->resume) && !ctx->ckpt_dir) {
-        fprintf(stderr, "nnsc: %s needs --ckpt-dir DIR\n",
-                ctx->resume ? "--resume" : "--ckpt-every");
-        exit(2);
-    }
+    if ((ctx->ckpt_every || ctx->resume) && !ctx->ckpt_dir)
+        rt_fatal(NULL, 2, "%s needs --ckpt-dir DIR", ctx->resume ? "--resume" : "--ckpt-every");
     if (!have_timeout) {
         const char *t = getenv("NNSC_TIMEOUT");
         ctx->timeout = t && *t ? rt_parse_timeout("NNSC_TIMEOUT", t) : 60.0;
@@ -265,6 +340,13 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
         const char *t = getenv("NNSC_THREADS");
         if (t && *t)
             ctx->threads = rt_parse_threads("NNSC_THREADS", t);
+    }
+    if (!ctx->peak_flops) {   /* 0: no flag; the device's table entry comes later (cuda) */
+        const char *t = getenv("NNSC_PEAK_FLOPS");
+        if (t && *t) {
+            ctx->peak_flops = rt_parse_peak("NNSC_PEAK_FLOPS", t);
+            snprintf(ctx->peak_src, sizeof ctx->peak_src, "NNSC_PEAK_FLOPS");
+        }
     }
 }
 
@@ -275,27 +357,24 @@ static int rt_env_pair(const char *rname, const char *wname, int *r, int *w)
     const char *rs = getenv(rname), *ws = getenv(wname);
     if (!rs && !ws)
         return 0;
-    if (!rs || !ws) {
-        fprintf(stderr, "nnsc: %s is set but %s is not; set both or neither\n",
-                rs ? rname : wname, rs ? wname : rname);
-        exit(2);
-    }
+    if (!rs || !ws)
+        rt_fatal(NULL, 2, "%s is set but %s is not; set both or neither", rs ? rname : wname,
+                 rs ? wname : rname);
     char *e1, *e2;
     errno = 0;
     long rv = strtol(rs, &e1, 10), wv = strtol(ws, &e2, 10);
     if (errno || e1 == rs || *e1 || e2 == ws || *e2 || wv < 1 || wv > INT32_MAX || rv < 0 ||
-        rv >= wv) {
-        fprintf(stderr, "nnsc: bad rank/world in the environment: %s=%s %s=%s "
-                        "(need 0 <= rank < world)\n", rname, rs, wname, ws);
-        exit(2);
-    }
+        rv >= wv)
+        rt_fatal(NULL, 2, "bad rank/world in the environment: %s=%s %s=%s (need 0 <= rank < "
+                          "world)", rname, rs, wname, ws);
     *r = (int)rv;
     *w = (int)wv;
     return 1;
 }
 
 /* Rank and world from the first launcher convention present; exits 2 when
- * they disagree with the manifest this program was built with. */
+ * none is set in a world of several ranks, or when they disagree with the
+ * manifest this program was built with. */
 static void rt_rank_from_env(rt_ctx *ctx)
 {
     static const char *const pairs[][2] = {
@@ -304,20 +383,33 @@ static void rt_rank_from_env(rt_ctx *ctx)
         {"SLURM_PROCID", "SLURM_NTASKS"},
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
     };
+    const rt_manifest *m = &ctx->man;
     int r = 0, w = 1;
-    const char *src = "default (no rank variables set)";
-    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++)
-        if (rt_env_pair(pairs[k][0], pairs[k][1], &r, &w)) {
+    const char *src = NULL;
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0] && !src; k++)
+        if (rt_env_pair(pairs[k][0], pairs[k][1], &r, &w))
             src = pairs[k][0];
-            break;
-        }
-    if (r != ctx->man.rank || w != ctx->man.world) {
-        fprintf(stderr, "nnsc: this program is rank %d of %d (model '%s'), but the "
-                        "environment says rank %d of %d (%s): run the rank%d executable "
-                        "for rank %d\n", ctx->man.rank, ctx->man.world, ctx->man.model, r, w,
-                src, r, r);
-        exit(2);
+    if (!src && m->world > 1) {
+        /* started by hand, alone: say how the ranks of a job are started */
+        const char *slash = strrchr(ctx->prog, '/');
+        int dirlen = slash ? (int)(slash - ctx->prog) : 1;
+        rt_fatal(NULL, 2, "this program is rank %d of %d (model '%s') and no rank is set in "
+                          "the environment: start all %d ranks with %.*s/launch "
+                          "(it passes its arguments on), or start each rank K of 0..%d with "
+                          "NNSC_RANK=K NNSC_WORLD=%d (or RANK/WORLD_SIZE, SLURM_PROCID/"
+                          "SLURM_NTASKS, OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE) and the same "
+                          "NNSC_JOB (docs/runtime.md, docs/cluster.md)", m->rank, m->world,
+                 m->model, m->world, dirlen, slash ? ctx->prog : ".", m->world - 1, m->world);
     }
+    if (w != m->world)
+        rt_fatal(NULL, 2, "this program was built for a job of %d ranks (model '%s'), but the "
+                          "environment says %d (%s=%d of %d): start %d ranks, or rebuild with "
+                          "--devices %d", m->world, m->model, w, src ? src : "no rank set", r, w,
+                 m->world, w);
+    if (r != m->rank)
+        rt_fatal(NULL, 2, "this program is rank %d of %d (model '%s'), but the environment says "
+                          "rank %d of %d (%s): run the rank%d executable for rank %d", m->rank,
+                 m->world, m->model, r, w, src, r, r);
     ctx->rank = r;
     ctx->world = w;
 }
@@ -328,19 +420,19 @@ static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int c
                               const rt_image *images, int nimages)
 {
     rt_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) {
-        fprintf(stderr, "nnsc: out of memory\n");
-        exit(1);
-    }
+    if (!ctx)
+        rt_fatal(NULL, 1, "out of memory");
     ctx->rank = -1;
     ctx->lr_scale = 1.0;
     ctx->grad_scale = 1.0f;
     ctx->grad_norm = NAN;
+    ctx->last_loss = NAN;
+    ctx->prog = argc > 0 && argv[0] ? argv[0] : "rank";
+    const char *launched = getenv("NNSC_LAUNCH");
+    ctx->launched = launched && *launched && strcmp(launched, "0") != 0;
     char err[768];
-    if (rt_manifest_parse(manifest, &ctx->man, err, sizeof err)) {
-        fprintf(stderr, "nnsc: bad embedded manifest: %s\n", err);
-        exit(2);
-    }
+    if (rt_manifest_parse(manifest, &ctx->man, err, sizeof err))
+        rt_fatal(NULL, 2, "bad embedded manifest: %s", err);
     ctx->steps = ctx->man.steps;
     rt_parse_flags(ctx, argc, argv);
     rt_rank_from_env(ctx);
@@ -361,6 +453,9 @@ static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int c
         rt_dev_init(ctx, images, nimages);
         if (ctx->world > 1)
             rt_nccl_init(ctx);
+        if (!ctx->peak_flops)   /* no flag, no variable: the GPU's table entry, if any */
+            ctx->peak_flops = rt_peak_of_device(rt_dev_name(ctx), ctx->man.bf16, ctx->peak_src,
+                                                sizeof ctx->peak_src);
     }
     /* cpu: the arena; cuda: its host mirror, used only for initialisation,
        data and checkpoints, so its pages are faulted in as they are used */
@@ -412,6 +507,7 @@ int64_t rt_first_step(rt_ctx *ctx)
     /* called once the prologue has initialised the params: loading
        (--resume, --init) overwrites them */
     if (!ctx->started) {
+        rt_banner(ctx);   /* what runs, before any resume or init note */
         ctx->first_step = rt_ckpt_start(ctx);
         ctx->started = 1;
         /* on the cuda target loading wrote the mirror: the device gets it
@@ -431,6 +527,8 @@ int64_t rt_steps(rt_ctx *ctx)
 int rt_finish(rt_ctx *ctx)
 {
     rt_ckpt_finish(ctx);
+    if (ctx->started)
+        rt_summary(ctx);
     rt_log_close(ctx);
     rt_data_close(ctx);
     if (ctx->comm) {
@@ -446,6 +544,7 @@ int rt_finish(rt_ctx *ctx)
         rt_net_free(ctx, 0);
     }
     rt_pool_free();
+    free(ctx->step_ms);
     rt_big_free(ctx->arena, (size_t)ctx->man.arena);
     rt_manifest_free(&ctx->man);
     free(ctx);

@@ -357,7 +357,7 @@ static int st_commit(const char *tmp, const char *path)
 static void st_agree(rt_ctx *ctx, int err, const char *what, const char *file, const char *tmp)
 {
     if (err)
-        fprintf(stderr, "rank %d: save: %s %s: %s\n", ctx->rank, what, file, strerror(err));
+        rt_warn(ctx, "save: %s %s: %s", what, file, strerror(err));
     if (rt_comm_any(ctx, err != 0, RT_COLL_SAVE)) {
         if (ctx->rank == 0 && tmp)
             unlink(tmp);

@@ -41,6 +41,29 @@ static const char *good_manifest =
     "input 0 x f32 2 2 3 dist normal period 1\n"
     "end\n";
 
+/* good_manifest with what the compiler now writes too: the mesh, the model's
+ * size and FLOPs, the matmul dtype, and a token input with its synthetic
+ * fallback. */
+static const char *full_manifest =
+    "nnsc-manifest 1\n"
+    "model m\n"
+    "rank 0 world 1\n"
+    "arena 1000\n"
+    "steps 4\n"
+    "micro_batches 2\n"
+    "seed 9\n"
+    "lr 0.001\n"
+    "mesh dp 1 tp 1 policy dp\n"
+    "param_count 12\n"
+    "flops_per_step 1e6\n"
+    "dtype bf16\n"
+    "group 0 1 0\n"
+    "param 0 w f32 2 3 4 box 0 3 0 4 init normal 0.02 0 off 64 writer 1\n"
+    "data -\n"
+    "tokens_per_step 6\n"
+    "input 0 t i32 2 2 3 dist stream 0 int 7 period 1\n"
+    "end\n";
+
 /* What a child did. */
 typedef struct result {
     int code;           /* exit status (-1 if killed) */
@@ -379,6 +402,21 @@ static void test_manifest_errors(void)
         {"tokens_per_step not an integer", "tokens_per_step 1.5\nend\n", 0, "not an integer"},
         {"stream input with no data file", "input 0 t i32 2 2 3 dist stream 0 period 1\n"
          "data -\nend\n", 0, "none is configured"},
+        {"stream input with synthetic range 0", "input 0 t i32 2 2 3 dist stream 0 int 0 "
+         "period 1\nend\n", 0, "synthetic range"},
+        {"stream input with a normal fallback", "input 0 t i32 2 2 3 dist stream 0 normal "
+         "period 1\nend\n", 0, "expected 'period'"},
+        {"mesh before rank", "nnsc-manifest 1\nmesh dp 1 tp 1 policy dp\nend\n", 1,
+         "'mesh' before"},
+        {"mesh not the world", "nnsc-manifest 1\nrank 0 world 4\nmesh dp 2 tp 1 policy dp\n"
+         "end\n", 1, "not the world of 4"},
+        {"mesh without policy", "mesh dp 1 tp 1\nend\n", 0, "missing policy"},
+        {"mesh twice", "mesh dp 1 tp 1 policy dp\nmesh dp 1 tp 1 policy dp\nend\n", 0,
+         "given twice"},
+        {"param_count negative", "param_count -5\nend\n", 0, "param_count"},
+        {"flops_per_step negative", "flops_per_step -1\nend\n", 0, "negative"},
+        {"flops_per_step not a number", "flops_per_step lots\nend\n", 0, "not a finite"},
+        {"unknown matmul dtype", "dtype f16\nend\n", 0, "expected f32 or bf16"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char text[1024];
@@ -394,6 +432,23 @@ static void test_manifest_errors(void)
     job j = {{NULL}, {"rank", NULL}, good_manifest, ACT_NONE};
     result r = run(&j);
     check(r.code == 0 && !r.err[0], "a good manifest with every record kind is accepted");
+    rt_manifest m;
+    char err[256];
+    int bad = rt_manifest_parse(full_manifest, &m, err, sizeof err);
+    check(!bad && m.mesh_dp == 1 && m.mesh_tp == 1 && !strcmp(m.policy, "dp") &&
+          m.param_count == 12 && m.flops_per_step == 1e6 && m.bf16 && m.nstream == 1 &&
+          m.inputs[0].dist == RT_DIST_STREAM && m.inputs[0].range == 7,
+          "mesh, param_count, flops_per_step, dtype and `dist stream K int R` are read (%s)",
+          bad ? err : "ok");
+    if (!bad)
+        rt_manifest_free(&m);
+    /* a token input without a data file: the synthetic values of `dist int 7` */
+    job js = {{NULL}, {"rank", "--peak-flops", "1M", NULL}, full_manifest, ACT_STEPS};
+    r = run(&js);
+    check(r.code == 0 && strstr(r.out, "synthetic tokens") && strstr(r.out, "12 params") &&
+          strstr(r.out, "mesh dp1 x tp1 (dp)") && strstr(r.out, "1.0 MFLOP/step") &&
+          strstr(r.out, " mfu ") && !strstr(r.out, " mfu -"),
+          "a token input runs on synthetic tokens without a data file; banner and mfu");
 }
 
 static void test_steps_and_arena(void)
@@ -401,18 +456,32 @@ static void test_steps_and_arena(void)
     job j = {{NULL}, {"rank0", NULL}, good_manifest, ACT_STEPS};
     result r = run(&j);
     int ok = r.code == 0, lines = 0;
+    int banner = 0, summary = 0;
     for (char *ln = strtok(r.out, "\n"); ln; ln = strtok(NULL, "\n")) {
         long long s, n;
-        char lossbuf[64], want[64], gnorm[64], tps[64], eta[64];
+        char lossbuf[64], want[64], gnorm[64], tps[64], eta[64], mfu[64], mem[64];
         double ms, lr, l;
         int used = 0;
+        /* the banner (two lines) before the steps, the summary after them */
+        if (!strncmp(ln, "model m:", 8) || !strncmp(ln, "run: 4 steps,", 13)) {
+            ok &= lines == 0;
+            banner++;
+            continue;
+        }
+        if (!strncmp(ln, "done: 4 steps in ", 17)) {
+            ok &= lines == 4 && strstr(ln, "final loss 0.333333343") && strstr(ln, "mfu -");
+            summary++;
+            continue;
+        }
         /* the prefix that `nnsc-aot verify` reads, exactly as it reads it */
         if (sscanf(ln, "step %lld/%lld loss %lf", &s, &n, &l) != 3) {
             ok = 0;
             continue;
         }
-        if (sscanf(ln, "step %lld/%lld loss %63s gnorm %63s lr %lf ms %lf tok/s %63s eta %63s%n",
-                   &s, &n, lossbuf, gnorm, &lr, &ms, tps, eta, &used) != 8 || ln[used] != 0) {
+        if (sscanf(ln, "step %lld/%lld loss %63s gnorm %63s lr %lf ms %lf tok/s %63s mfu %63s mem "
+                       "%63s eta %63s%n", &s, &n, lossbuf, gnorm, &lr, &ms, tps, mfu, mem, eta,
+                   &used) != 10 || ln[used] != 0 || strcmp(mfu, "-") != 0 ||
+            !strstr(mem, "iB")) {
             ok = 0;
             continue;
         }
@@ -424,11 +493,18 @@ static void test_steps_and_arena(void)
               strcmp(tps, "-") != 0;
         lines++;
     }
-    check(ok && lines == 4, "step log: 4 lines 'step S/N loss %%.9g gnorm G lr LR ms T tok/s X "
-          "eta E', S 1-based, lr from the schedule");
+    check(ok && lines == 4 && banner == 2 && summary == 1,
+          "step log: banner, 4 lines 'step S/N loss %%.9g gnorm G lr LR ms T tok/s X mfu - mem M "
+          "eta E' (S 1-based, lr from the schedule, no peak: mfu -), summary");
     job jq = {{NULL}, {"rank0", "--quiet", NULL}, good_manifest, ACT_STEPS};
     r = run(&jq);
-    check(r.code == 0 && !r.out[0], "--quiet: no step lines");
+    check(r.code == 0 && strncmp(r.out, "step ", 5) != 0 && !strstr(r.out, "\nstep ") &&
+          strstr(r.out, "done: 4 steps"),
+          "--quiet: no step lines (the banner and the summary stay)");
+    job jp = {{NULL}, {"rank0", "--peak-flops", "2k", NULL}, good_manifest, ACT_STEPS};
+    r = run(&jp);
+    check(r.code == 0 && strstr(r.out, "mfu -") && strstr(r.out, "peak 2.0 kFLOP/s per device"),
+          "--peak-flops 2k: taken; still mfu - without flops_per_step");
 
     char logp[64];
     snprintf(logp, sizeof logp, "/tmp/rtinit-%d.jsonl", (int)getpid());
@@ -437,18 +513,28 @@ static void test_steps_and_arena(void)
     char log[4096];
     slurp(logp, log, sizeof log);
     int jok = r.code == 0, jlines = 0;
+    int jstart = 0, jsummary = 0;
     for (char *ln = strtok(log, "\n"); ln; ln = strtok(NULL, "\n")) {
         long long s;
-        double l, lr, ms, tps, eta;
+        double l, lr, ms, tps, eta, rss;
         int used = 0;
+        if (!strncmp(ln, "{\"start\":{\"model\":\"m\",", 20)) {
+            jstart++;
+            continue;
+        }
+        if (!strncmp(ln, "{\"summary\":{\"steps_run\":4,", 26)) {
+            jsummary++;
+            continue;
+        }
         jok &= sscanf(ln, "{\"step\":%lld,\"loss\":%lf,\"grad_norm\":null,\"lr\":%lf,\"ms\":%lf,"
-                          "\"tokens_per_s\":%lf,\"eta_s\":%lf}%n", &s, &l, &lr, &ms, &tps, &eta,
-                      &used) == 6 && ln[used] == 0 && s == jlines + 1 &&
-               (float)l == 2.0f / (float)(s + 2);
+                          "\"tokens_per_s\":%lf,\"eta_s\":%lf,\"mfu\":null,\"peak_rss_bytes\":%lf}%n",
+                      &s, &l, &lr, &ms, &tps, &eta, &rss, &used) == 7 && ln[used] == 0 &&
+               s == jlines + 1 && (float)l == 2.0f / (float)(s + 2) && rss > 0;
         jlines++;
     }
-    check(jok && jlines == 4, "--log: 4 JSON lines {step, loss, grad_norm (null: not "
-          "computed), lr, ms, tokens_per_s, eta_s}, even with --quiet");
+    check(jok && jlines == 4 && jstart == 1 && jsummary == 1,
+          "--log: a start line, 4 JSON lines {step, loss, grad_norm (null: not computed), lr, "
+          "ms, tokens_per_s, eta_s, mfu, peak_rss_bytes} and a summary line, even with --quiet");
     job jl2 = {{NULL}, {"rank0", "--quiet", "--log", logp, "--steps", "1", NULL}, good_manifest,
                ACT_STEPS};
     r = run(&jl2);
@@ -467,6 +553,45 @@ static void test_steps_and_arena(void)
     check(r.code == 0, "arena: 64-byte aligned and zeroed");
 }
 
+/* --peak-flops values, the GPU peak table, and the human units of the banner. */
+static void test_units(void)
+{
+    static const struct {
+        const char *in;
+        double want;   /* 0: rejected */
+    } flops[] = {{"1.5e12", 1.5e12}, {"312T", 312e12}, {"50G", 50e9}, {"2k", 2e3},
+                 {"1P", 1e15}, {"7", 7}, {"0", 0}, {"-1T", 0}, {"3X", 0}, {"12TT", 0},
+                 {"", 0}, {"T", 0}, {"inf", 0}, {"nan", 0}};
+    int ok = 1;
+    for (size_t k = 0; k < sizeof flops / sizeof flops[0]; k++) {
+        double x = 0;
+        int bad = rt_parse_flops(flops[k].in, &x);
+        ok &= flops[k].want ? !bad && fabs(x - flops[k].want) <= 1e-9 * flops[k].want : bad;
+    }
+    check(ok, "--peak-flops: 1.5e12, 312T, 50G, 2k, 1P, 7 taken; 0, -1T, 3X, 12TT, '', T, inf, "
+          "nan rejected");
+    char src[96];
+    ok = rt_peak_of_device("NVIDIA H100 80GB HBM3", 1, src, sizeof src) == 989e12 &&
+         strstr(src, "bf16") && rt_peak_of_device("NVIDIA H100 80GB HBM3", 0, src, sizeof src) == 67e12 &&
+         rt_peak_of_device("NVIDIA H100 PCIe", 1, src, sizeof src) == 756e12 &&
+         rt_peak_of_device("NVIDIA H200", 1, src, sizeof src) == 989e12 &&
+         rt_peak_of_device("NVIDIA A100-SXM4-80GB", 0, src, sizeof src) == 19.5e12 &&
+         rt_peak_of_device("NVIDIA H100 NVL", 1, src, sizeof src) == 0 && !src[0] &&
+         rt_peak_of_device("NVIDIA GeForce RTX 4090", 1, src, sizeof src) == 0 &&
+         rt_peak_of_device("", 0, src, sizeof src) == 0;
+    check(ok, "peak table: H100 SXM 989T/67T, H100 PCIe 756T, H200 989T, A100 f32 19.5T; NVL, "
+          "others and no device: none");
+    char b[32];
+    ok = !strcmp(rt_human_count(b, sizeof b, 834304), "834k") &&
+         !strcmp(rt_human_count(b, sizeof b, 1.24e6), "1.2M") &&
+         !strcmp(rt_human_count(b, sizeof b, 124439808), "124M") &&
+         !strcmp(rt_human_count(b, sizeof b, 54), "54") &&
+         !strcmp(rt_human_bytes(b, sizeof b, 10320000), "9.8MiB") &&
+         !strcmp(rt_human_bytes(b, sizeof b, 640 * 1024), "640KiB") &&
+         !strcmp(rt_human_bytes(b, sizeof b, 1.5 * 1024 * 1024 * 1024), "1.5GiB");
+    check(ok, "human units: 834k, 1.2M, 124M, 54; 9.8MiB, 640KiB, 1.5GiB");
+}
+
 int main(void)
 {
     test_flags();
@@ -474,5 +599,6 @@ int main(void)
     test_env();
     test_manifest_errors();
     test_steps_and_arena();
+    test_units();
     return check_done();
 }
