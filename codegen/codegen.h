@@ -1,9 +1,10 @@
 /* codegen.h -- per-rank Program to a standalone executable.
  *
  *   host.c   LLVM C API: build the rank's module (main, train loop, kernel and
- *            collective calls, the embedded manifest), verify it, optimise it
- *            with the new pass manager, emit an object file (and, on request,
- *            textual IR)
+ *            collective calls, a function per body of repeated layers and a
+ *            loop over its table per call, the embedded manifest), verify it,
+ *            optimise it with the new pass manager, emit an object file (and,
+ *            on request, textual IR)
  *   link.c   link the object with rtlib (libnnsc_rt.a) into out/rankN
  *   emit.c   out/launch and out/plan.txt
  *
@@ -58,5 +59,18 @@ const char *cg_rtlib_path(void);
 
 /* Kernel names by RT_K_* id (ir.h, from rtlib/rt_kernels.h). */
 extern const char *const cg_kernel_names[RT_K_COUNT];
+
+/* host.c: --cpu.  Can rank code be compiled for the CPU named cpu (an LLVM CPU name, not
+ * "native")?  Checked by compiling an empty function for it in a child
+ * process.  Returns 0 yes; 1 LLVM does not know the name; 2 it does but
+ * cannot compile x86-64 code for it (a 32-bit CPU such as i686); -1 the
+ * check could not run.  why gets LLVM's message or what failed (one line). */
+int cg_cpu_check(const char *cpu, char *why, size_t whysz);
+
+/* The CPU names LLVM knows for this host's target, in its (alphabetical)
+ * order, NULL-terminated; NULL when LLVM did not list them.  Free with
+ * cg_cpu_names_free. */
+char **cg_cpu_names(void);
+void cg_cpu_names_free(char **names);
 
 #endif

@@ -3,7 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frontend.h"
+#include <llvm-c/Core.h>
+#include <llvm/Config/llvm-config.h>
+
+#include "codegen.h"
+#include "cuda.h"
+#include "fe_priv.h"
 
 static const char usage[] =
     "usage: nnsc-aot MODEL.ini -o DIR [options]        compile: one executable per rank in DIR\n"
@@ -16,9 +21,10 @@ static const char usage[] =
     "  --set S.K=V        override key K of section S of the spec (repeatable), e.g.\n"
     "                     --set train.steps=5  --set \"param fc1.w.init=normal 0.1\"\n"
     "  --dump=P[,P...]    print the IR after passes to stdout; P is one of\n"
-    "                     graph autograd plan comm schedule lower (or all)\n"
+    "                     graph autograd plan comm schedule lower prog (or all)\n"
     "  --emit-llvm        also write DIR/rankN.ll (the optimised host code)\n"
-    "  --cpu CPU          target CPU of rank code (default x86-64-v3; e.g. x86-64-v4, native)\n"
+    "  --cpu CPU          target CPU of rank code (default x86-64-v3; e.g. x86-64-v4, native,\n"
+    "                     znver3; --cpu help lists the CPUs this LLVM knows)\n"
     "  -O N               LLVM optimisation level of rank code, 0..3 (default 2)\n"
     "  --target T         what the ranks run on: cpu (default) or cuda (one NVIDIA GPU\n"
     "                     per rank, NCCL; kernels compiled by NVRTC into every rank)\n"
@@ -26,9 +32,12 @@ static const char usage[] =
     "                     sm_80 or newer (default sm_80,sm_90; e.g. sm_80,sm_86,sm_90)\n"
     "  --emit-kernels     cuda: also write DIR/kernels/nnsc_kernels.cu (the CUDA C compiled)\n"
     "  --no-fuse          do not fuse elementwise chains (docs/fusion.md; for debugging)\n"
+    "  --no-loops         unroll repeated layers instead of calling one body per layer\n"
+    "                     shape in a loop (compile time grows with layers; for A/B runs)\n"
     "  -v                 per-pass timings on stderr\n"
     "  -q                 no progress lines\n"
     "  --help             this text\n"
+    "  --version          nnsc-aot's version and the LLVM (and NVRTC) it was built with\n"
     "\n"
     "options (verify only):\n"
     "  --steps N          train N steps (default: the spec's [train] steps)\n"
@@ -110,6 +119,111 @@ static int parse_archs(fe_opts *o, const char *list)
     return 0;
 }
 
+/* --version: nnsc-aot's, the LLVM it was built with (and the libLLVM it
+ * runs with, when another), and NVRTC's for the cuda target. */
+static void print_version(void)
+{
+    unsigned major, minor, patch;
+    int nv_major, nv_minor;
+    LLVMGetVersion(&major, &minor, &patch);
+    printf("nnsc-aot %s\n", FE_VERSION);
+    printf("LLVM %s", LLVM_VERSION_STRING);
+    if (major != LLVM_VERSION_MAJOR || minor != LLVM_VERSION_MINOR || patch != LLVM_VERSION_PATCH)
+        printf(" (running with libLLVM %u.%u.%u)", major, minor, patch);
+    printf("\n");
+    int nv = cg_nvrtc_version(&nv_major, &nv_minor);
+    if (nv == CG_NVRTC_OK) printf("NVRTC %d.%d (--target cuda)\n", nv_major, nv_minor);
+    else if (nv == CG_NVRTC_MISSING) printf("NVRTC: none (built without the CUDA toolkit: no --target cuda)\n");
+    else printf("NVRTC: does not answer (--target cuda will fail)\n");
+}
+
+/* The CPUs named in --cpu's hint: the x86-64 levels and common server CPUs. */
+#define CPU_HINT "--cpu takes x86-64-v3 (the default: AVX2 and FMA, Intel Haswell / AMD Zen and later), " \
+                 "x86-64-v2, x86-64-v4 (AVX-512), native (this machine's CPU) or an LLVM CPU name such as " \
+                 "skylake-avx512, icelake-server, sapphirerapids, znver3 or znver4; " \
+                 "`nnsc-aot --cpu help` lists them all"
+
+/* --cpu help: the CPUs rank code can be compiled for (LLVM's list without
+ * the 32-bit ones, which cg_cpu_check refuses).  Returns 3, or 1 when LLVM
+ * did not list them. */
+static int list_cpus(void)
+{
+    char **names = cg_cpu_names();
+    if (!names) {
+        fprintf(stderr, "nnsc-aot: error: --cpu help: LLVM %s did not list its CPUs\n", LLVM_VERSION_STRING);
+        return 1;
+    }
+    printf("CPUs for rank code (--cpu NAME), LLVM %s:\n"
+           "  native      this machine's CPU and its features\n"
+           "  x86-64-v3   the default: AVX2 and FMA, Intel Haswell / AMD Zen and later\n",
+           LLVM_VERSION_STRING);
+    int col = 0, left = 0;
+    char why[512];
+    for (int i = 0; names[i]; i++) {
+        if (cg_cpu_check(names[i], why, sizeof why) != 0) {
+            left++;
+            continue;
+        }
+        int w = (int)strlen(names[i]) + 1;
+        if (col == 0) col = printf(" ");
+        else if (col + w > 78) col = printf("\n ") - 1;
+        col += printf(" %s", names[i]);
+    }
+    printf("\n");
+    if (left) printf("(%d CPUs without 64-bit mode are left out: rank code is x86-64)\n", left);
+    cg_cpu_names_free(names);
+    return 3;
+}
+
+/* Check --cpu NAME before anything is built: LLVM would otherwise warn and
+ * build for a generic CPU (an unknown name) or abort (a 32-bit CPU).
+ * "native" is always right.  0, or 2 after a message (1 when the check
+ * itself could not run). */
+static int check_cpu(const char *cpu)
+{
+    char why[512], hint[1024], near[96], near_why[512];
+    if (strcmp(cpu, "native") == 0) return 0;
+    int rc = cg_cpu_check(cpu, why, sizeof why);
+    if (rc == 0) return 0;
+    if (rc < 0) {
+        fprintf(stderr, "nnsc-aot: error: --cpu %s: cannot check the CPU name: %s\n", cpu, why);
+        return 1;
+    }
+    /* a suggestion only among the CPUs that work */
+    near[0] = '\0';
+    char **names = cg_cpu_names();
+    int n = 0;
+    while (names && names[n]) n++;
+    int k = rc == 1 && n ? fe_closest(cpu, (const char *const *)names, n) : -1;
+    if (k >= 0 && cg_cpu_check(names[k], near_why, sizeof near_why) == 0)
+        snprintf(near, sizeof near, "did you mean '%.60s'? ", names[k]);
+    cg_cpu_names_free(names);
+    snprintf(hint, sizeof hint, "%s%s", near, CPU_HINT);
+    if (rc == 1) return bad_hint(hint, "--cpu %s: LLVM " LLVM_VERSION_STRING " does not know this CPU", cpu);
+    fprintf(stderr, "nnsc-aot: error: --cpu %s: LLVM cannot compile x86-64 rank code for this CPU (%s)\n"
+                    "  hint: rank code is 64-bit: name an x86-64 CPU; %s\n", cpu, why, CPU_HINT);
+    return 2;
+}
+
+/* Every option, for "did you mean" (verify's last). */
+static const char *const options[] = {
+    "-o", "--devices", "--set", "--dump", "--emit-llvm", "--cpu", "-O", "--target", "--arch", "--emit-kernels",
+    "--no-fuse", "--no-loops", "-v", "-q", "--help", "--version", "--steps", "--keep", "--loss-tol",
+    "--weight-tol",
+};
+
+/* An unknown option: the message, with the closest option as a hint.
+ * Returns 2. */
+static int unknown_option(const char *a)
+{
+    char word[64], hint[256];
+    snprintf(word, sizeof word, "%.*s", (int)strcspn(a, "="), a);
+    int k = fe_closest(word, options, (int)(sizeof options / sizeof *options));
+    if (k < 0) return bad("unknown option '%s'", a);
+    snprintf(hint, sizeof hint, "did you mean '%s'? nnsc-aot --help lists the options", options[k]);
+    return bad_hint(hint, "unknown option '%s'", a);
+}
+
 static void add_set(fe_opts *o, const char *s)
 {
     *IR_PUSH(o->sets, o->nset, o->setcap) = ir_xstrdup(s);
@@ -136,7 +250,7 @@ int fe_cli(int argc, char **argv, fe_opts *o)
     o->loss_tol = 1e-5;
     o->weight_tol = 1e-4;
     const char *target = NULL, *arch = NULL;
-    int i = 1;
+    int i = 1, cpu_given = 0;
     if (i < argc && strcmp(argv[i], "verify") == 0) o->verify = 1, i++;
     else if (i < argc && strcmp(argv[i], "compile") == 0) i++;
     for (; i < argc; i++) {
@@ -145,6 +259,9 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         int64_t v;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
+            return 3;
+        } else if (strcmp(a, "--version") == 0) {
+            print_version();
             return 3;
         } else if (strcmp(a, "-o") == 0) {
             if (!val) return bad("%s needs a directory", a);
@@ -167,8 +284,10 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         } else if (strcmp(a, "--emit-llvm") == 0) {
             o->emit_llvm = 1;
         } else if (strcmp(a, "--cpu") == 0) {
-            if (!val) return bad("%s needs a CPU name", a);
+            if (!val) return bad_hint(CPU_HINT, "%s needs a CPU name", a);
+            if (strcmp(val, "help") == 0) return list_cpus();
             o->cpu = val, i++;
+            cpu_given = 1;
         } else if (strcmp(a, "-O") == 0 || (strncmp(a, "-O", 2) == 0 && a[2])) {
             const char *n = a[2] ? a + 2 : val;
             if (parse_int(n, 0, 3, &v)) return bad("-O needs 0..3, got '%s'", n ? n : "");
@@ -186,6 +305,8 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             o->emit_kernels = 1;
         } else if (strcmp(a, "--no-fuse") == 0) {
             o->no_fuse = 1;
+        } else if (strcmp(a, "--no-loops") == 0) {
+            o->no_loops = 1;
         } else if (strcmp(a, "-v") == 0) {
             o->verbose = 1;
         } else if (strcmp(a, "-q") == 0) {
@@ -202,7 +323,7 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             if (!val || *end || !(x >= 0)) return bad("tolerance needs a number >= 0, got '%s'", val ? val : "");
             *(a[2] == 'l' ? &o->loss_tol : &o->weight_tol) = x, i++;
         } else if (a[0] == '-' && a[1]) {
-            return bad("unknown option '%s'", a);
+            return unknown_option(a);
         } else if (!o->spec) {
             o->spec = a;
         } else {
@@ -218,6 +339,7 @@ int fe_cli(int argc, char **argv, fe_opts *o)
     if (o->target == FE_TARGET_CUDA && parse_archs(o, arch ? arch : "sm_80,sm_90")) return 2;
     if (!o->spec) return bad("%s", "no model spec given");
     if (!o->verify && !o->out && !o->dump) return bad("%s", "no output: give -o DIR (or --dump=PASS to print the IR)");
+    if (cpu_given) return check_cpu(o->cpu);
     return 0;
 }
 

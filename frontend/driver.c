@@ -2,8 +2,9 @@
  *
  *   fe_load -> pass_autograd -> pass_plan -> pass_split -> pass_comm ->
  *   pass_schedule -> per rank: pass_memplan -> pass_lower -> pass_fuse (all
- *   ranks) -> [cuda: cg_cuda_build_source -> cg_nvrtc_compile, once for the
- *   build] -> per rank: cg_host -> cg_link -> cg_emit (launch, plan.txt)
+ *   ranks) -> per rank: pass_outline -> [cuda: cg_cuda_build_source ->
+ *   cg_nvrtc_compile, once for the build] -> per rank: cg_host -> cg_link ->
+ *   cg_emit (launch, plan.txt)
  *
  * Verifiers run after every pass; --dump=P prints the IR after pass P.
  */
@@ -16,14 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <llvm-c/Target.h>
-
 #include "codegen.h"
 #include "cuda.h"
 #include "frontend.h"
 #include "passes.h"
 
-static const char *const dump_names[] = {"graph", "autograd", "plan", "comm", "schedule", "lower"};
+static const char *const dump_names[] = {"graph", "autograd", "plan", "comm", "schedule", "lower", "prog"};
 
 /* Is pass P asked for in the --dump list? */
 static int want(const fe_opts *o, const char *p)
@@ -50,7 +49,7 @@ static int check_dump(const fe_opts *o)
             ok |= strlen(dump_names[i]) == len && strncmp(s, dump_names[i], len) == 0;
         if (!ok) {
             fprintf(stderr, "nnsc-aot: error: --dump: unknown pass '%.*s'\n  hint: one of graph autograd plan comm "
-                            "schedule lower all\n", (int)len, s);
+                            "schedule lower prog all\n", (int)len, s);
             return 2;
         }
         s += len + (e != NULL);
@@ -113,8 +112,9 @@ static int count_fused(const ir_prog *progs, int nprogs)
     int n = 0, cap = 0;
     for (int r = 0; r < nprogs; r++)
         for (int sec = 0; sec < IR_SEC_COUNT; sec++)
-            for (int k = 0; k < progs[r].nins[sec]; k++) {
-                const pg_instr *in = &progs[r].ins[sec][k];
+            for (int i = 0, k = 0;;) {   /* bodies of calls included */
+                const pg_instr *in = ir_prog_walk(&progs[r], sec, &i, &k);
+                if (!in) break;
                 if (in->kernel != RT_K_ew || in->nint < 1) continue;
                 int seen = 0;
                 for (int j = 0; j < n && !seen; j++) seen = ids[j] == in->ints[0].c;
@@ -250,9 +250,6 @@ static int codegen_jobs(int nranks)
  * failing rank's status. */
 static int build_all(const fe_opts *o, const ir_prog *progs, int n, const cg_gpu *gpu, const char *rtlib)
 {
-    /* LLVM's target registry is set up once, before any thread uses it */
-    LLVMInitializeNativeTarget();
-    LLVMInitializeNativeAsmPrinter();
     cg_work w = {.o = o, .progs = progs, .n = n, .gpu = gpu, .rtlib = rtlib,
                  .rc = ir_xcalloc((size_t)n + 1, sizeof(int))};
     atomic_init(&w.next, 0);
@@ -296,6 +293,14 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
     for (int r = 0; r < d->ndev && want(o, "lower"); r++) ir_prog_print(&progs[r], &lowered);
     tick(o, t0, "lower");
     if (want(o, "lower")) dump("lower", &lowered);
+    /* repeated layers stay loops: calls of bodies (passes/outline.c) */
+    for (int r = 0; r < d->ndev && !o->no_loops; r++) {
+        pass_outline(&progs[r]);
+        ir_prog_verify(&progs[r]);
+    }
+    for (int r = 0; r < d->ndev && want(o, "prog"); r++) ir_prog_print(&progs[r], &lowered);
+    tick(o, t0, "outline");
+    if (want(o, "prog")) dump("prog", &lowered);
     int rc = 0;
     if (o->out) {
         if (mkdir_p(o->out)) {

@@ -96,14 +96,14 @@ static int ex_name(fe_ex *e, int64_t *v)
                      name, e->dims[i].line);
             return 1;
         }
-    const char *cand[64];
-    int nc = 0;
-    for (int i = 0; i < e->nvis && nc < 64; i++) cand[nc++] = e->dims[i].name;
+    const char **cand = ir_xmalloc(sizeof *cand * (size_t)(e->nvis + 1));
+    for (int i = 0; i < e->nvis; i++) cand[i] = e->dims[i].name;
     char sug[192];
-    if (fe_suggest(name, cand, nc, sug, sizeof sug))
+    if (fe_suggest(name, cand, e->nvis, sug, sizeof sug))
         snprintf(e->hint, e->hintsz, "%s", sug);
     else
         snprintf(e->hint, e->hintsz, "define it in [dims] before it is used, e.g. %s = 64", name);
+    free(cand);
     return 1;
 }
 

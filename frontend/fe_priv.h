@@ -1,6 +1,6 @@
 /* fe_priv.h -- declarations shared by the frontend's own files (spec.c,
- * lower.c, expr.c).  Not part of the frontend's interface: nothing outside
- * frontend/ includes it. */
+ * lower.c, expr.c, cli.c).  Not part of the frontend's interface: nothing
+ * outside frontend/ includes it but its unit test (tests/test_frontend.c). */
 #ifndef NNSC_FE_PRIV_H
 #define NNSC_FE_PRIV_H
 
@@ -28,8 +28,15 @@ int fe_is_name(const char *s);
  * appended when cut, never splitting a UTF-8 sequence. */
 const char *fe_clip(const char *text, char *buf, size_t bufsz);
 
-/* "did you mean 'X'?" for the candidate closest to word (small edit
- * distance), written into buf; NULL when none is close. */
+/* The index of the candidate closest to word, or -1 when none is close:
+ * Damerau-Levenshtein distance (letters compared without case, two swapped
+ * letters one edit) of at most 1 for 2-4 letters, 2 for 5-8, 3 for longer
+ * words (a 1-letter word: only another case); ties go to the longer common
+ * start, then to strcmp order.  Never word itself. */
+int fe_closest(const char *word, const char *const *cand, int ncand);
+
+/* "did you mean 'X'?" for fe_closest's candidate, written into buf; NULL
+ * when none is close. */
 const char *fe_suggest(const char *word, const char *const *cand, int ncand,
                        char *buf, size_t bufsz);
 

@@ -19,6 +19,10 @@
 
 #include "ir.h"
 
+/* The version of nnsc-aot (`nnsc-aot --version`): the one place it is
+ * written.  MAJOR.MINOR.PATCH; raise it with a change users should know of. */
+#define FE_VERSION "0.1.0"
+
 /* One `key = value` of a section. */
 typedef struct fe_kv {
     char *key;    /* key, trimmed */
@@ -87,6 +91,7 @@ typedef struct fe_opts {
     int narch;                 /* how many (1 .. FE_MAX_ARCH; 0 for cpu) */
     int emit_kernels;          /* cuda: write DIR/kernels/nnsc_kernels.cu */
     int no_fuse;               /* --no-fuse: keep elementwise kernels unfused (passes/fuse.c) */
+    int no_loops;              /* --no-loops: unroll repeated layers (no passes/outline.c) */
     int verbose;               /* per-pass timings on stderr */
     int quiet;                 /* no progress lines */
     int64_t steps;             /* verify: steps to run (0: the spec's) */
@@ -94,7 +99,8 @@ typedef struct fe_opts {
     double loss_tol;           /* verify: relative tolerance of per-step losses */
     double weight_tol;         /* verify: relative tolerance of final weights */
 } fe_opts;
-/* Parse argv; returns 0, 3 for --help (printed), or 2 after a message. */
+/* Parse argv; returns 0, 3 for --help, --version or --cpu help (printed),
+ * or 2 after a message (a bad option, an unknown --cpu). */
 int fe_cli(int argc, char **argv, fe_opts *o);
 void fe_opts_free(fe_opts *o);
 

@@ -1038,9 +1038,38 @@ static int lower_order(fe_lw *L)
 
 /* ---------------------------------------------------------------- [train] [cluster] [plan] */
 
+/* A token file ([train] key = PATH) needs an input that reads it (`stream
+ * = K`).  1 when the graph has none, with a hint naming the inputs that
+ * could (i32 [B, T]), else 0. */
+static int no_token_input(fe_lw *L, const char *key, char *hint, size_t hintsz)
+{
+    ir_buf names = {0};
+    int n = 0;
+    for (int t = 0; t < L->g->nt; t++) {
+        const ir_tensor *x = &L->g->t[t];
+        if (x->kind != IR_T_INPUT) continue;
+        if (x->stream >= 0) {
+            ir_buf_free(&names);
+            return 0;
+        }
+        if (x->dtype == IR_I32 && x->ndim == 2 && x->batch_dim == 0 && n < 4)
+            ir_bprintf(&names, "%s[input %s]", n++ ? ", " : "", x->name);
+    }
+    static const char ks[] = "(K = 0: a row's tokens, K = 1: the next tokens, the targets)";
+    if (n)
+        snprintf(hint, hintsz, "add `stream = K` to %s %s, or leave %s out (synthetic data)", names.s, ks, key);
+    else
+        snprintf(hint, hintsz, "give the token inputs (i32, shape B T) `stream = K` %s, or leave %s out "
+                 "(synthetic data)", ks, key);
+    ir_buf_free(&names);
+    return 1;
+}
+
 /* [train]  loss = TENSOR, optimizer = sgd|adamw, lr, weight_decay, beta1,
- *          beta2, eps, steps, micro_batches, data = synthetic, data_period,
- *          dtype = f32|bf16 */
+ *          beta2, eps, steps, micro_batches, data = synthetic|PATH,
+ *          data_period, eval_data = PATH, eval_every, eval_steps,
+ *          lr_schedule = constant|cosine, warmup_steps, min_lr, grad_clip,
+ *          dtype = f32|bf16  (docs/model-spec.md) */
 static int lower_train(fe_lw *L)
 {
     const fe_section *sec = section(L->s, "train");
@@ -1106,6 +1135,9 @@ static int lower_train(fe_lw *L)
         if (!dk->val[0] || strchr(dk->val, ' '))
             return fe_kv_error(L->s, sec, dk, "a path without blanks, e.g. data = data/tinytext_train.bin",
                                "%s: bad path '%s'", files[f], fe_clip(dk->val, clip, sizeof clip));
+        if (no_token_input(L, files[f], hint, sizeof hint))
+            return fe_kv_error(L->s, sec, dk, hint, "%s: no input reads tokens (none has `stream = K`), "
+                               "so the file would be ignored", files[f]);
         if (f == 0) tr->data = ir_str(L->g, dk->val);
         else tr->eval_data = ir_str(L->g, dk->val);
     }
@@ -1113,8 +1145,9 @@ static int lower_train(fe_lw *L)
         return fe_kv_error(L->s, sec, fe_get(sec, "eval_data"), "add data = PATH (the training token file)",
                            "eval_data needs data: the stream inputs read tokens in training too");
     if (tr->eval_every && !tr->eval_data && !tr->data)
-        return fe_kv_error(L->s, sec, fe_get(sec, "eval_every"), "add eval_data = PATH (a held-out token file)",
-                           "eval_every needs eval_data");
+        return fe_kv_error(L->s, sec, fe_get(sec, "eval_every"),
+                           "add data = PATH (the training token file) and, for held-out batches, eval_data = PATH",
+                           "eval_every needs a token file: evaluation reads eval_data, else data");
     if (tr->min_lr > tr->lr)
         return fe_kv_error(L->s, sec, fe_get(sec, "min_lr"), NULL, "min_lr %g is above lr %g", tr->min_lr, tr->lr);
     return 0;

@@ -14,7 +14,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <ini.h>
 
@@ -158,48 +157,90 @@ const char *fe_clip(const char *text, char *buf, size_t bufsz)
     return buf;
 }
 
-/* Edit distance of a and b (insert, delete, replace), or 99 when either is
- * too long to bother. */
-static int edit_distance(const char *a, const char *b)
+/* Longest word fe_suggest compares; longer words and candidates are skipped. */
+#define FE_SUGGEST_MAX 255
+
+/* Damerau-Levenshtein distance of a and b in its "optimal string alignment"
+ * form: the fewest insertions, deletions, replacements and swaps of two
+ * adjacent letters ("stpes" -> "steps" is 1) that turn a into b, letters
+ * compared without case.  Returns the distance, or limit + 1 as soon as it
+ * must exceed limit (and for words longer than FE_SUGGEST_MAX). */
+static int edit_distance(const char *a, const char *b, int limit)
 {
     size_t na = strlen(a), nb = strlen(b);
-    if (na > 63 || nb > 63) return 99;
-    int row[64];
-    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+    if (na > FE_SUGGEST_MAX || nb > FE_SUGGEST_MAX) return limit + 1;
+    if ((na > nb ? na - nb : nb - na) > (size_t)limit) return limit + 1;
+    /* three rows of the (na+1) x (nb+1) table: i-2, i-1, i */
+    int rows[3][FE_SUGGEST_MAX + 1];
+    int *two = rows[0], *prev = rows[1], *cur = rows[2];
+    int prevlow = 0;   /* the smallest value of row i-1 */
+    for (size_t j = 0; j <= nb; j++) prev[j] = (int)j;
     for (size_t i = 1; i <= na; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
+        int ca = tolower((unsigned char)a[i - 1]), lowest = (int)i;
+        cur[0] = (int)i;
         for (size_t j = 1; j <= nb; j++) {
-            int up = row[j];
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
+            int cb = tolower((unsigned char)b[j - 1]);
+            int d = prev[j - 1] + (ca != cb);                /* replace (or keep) */
+            if (prev[j] + 1 < d) d = prev[j] + 1;            /* delete a[i-1] */
+            if (cur[j - 1] + 1 < d) d = cur[j - 1] + 1;      /* insert b[j-1] */
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && two[j - 2] + 1 < d)
+                d = two[j - 2] + 1;                          /* swap two adjacent letters */
+            cur[j] = d;
+            if (d < lowest) lowest = d;
+        }
+        /* row i+1 is at least min(row i, row i-1 + 1): past limit from here on */
+        if (lowest > limit && prevlow > limit) return limit + 1;
+        prevlow = lowest;
+        int *t = two;
+        two = prev, prev = cur, cur = t;
+    }
+    return prev[nb];
+}
+
+/* The most edits fe_suggest accepts for a word of len letters: about one in
+ * three or four letters, at most 3 (1 letter: only another case, "b" -> "B"). */
+static int suggest_limit(size_t len)
+{
+    return len <= 1 ? 0 : len <= 4 ? 1 : len <= 8 ? 2 : 3;
+}
+
+/* Letters a and b share at their start, without case. */
+static size_t common_prefix(const char *a, const char *b)
+{
+    size_t n = 0;
+    while (a[n] && tolower((unsigned char)a[n]) == tolower((unsigned char)b[n])) n++;
+    return n;
+}
+
+/* The closest candidate: the fewest edits (edit_distance, at most
+ * suggest_limit of the word's length); among equally close ones the one
+ * sharing the longest start with word, then the first in strcmp order, so
+ * the answer does not depend on the order of cand.  A candidate equal to
+ * word is never chosen. */
+int fe_closest(const char *word, const char *const *cand, int ncand)
+{
+    int best = -1, bestd = 0;
+    size_t bestp = 0;
+    int limit = suggest_limit(strlen(word));
+    for (int i = 0; i < ncand; i++) {
+        if (strcmp(word, cand[i]) == 0) continue;
+        int d = edit_distance(word, cand[i], limit);
+        if (d > limit) continue;
+        size_t p = common_prefix(word, cand[i]);
+        if (best < 0 || d < bestd || (d == bestd && (p > bestp || (p == bestp && strcmp(cand[i], cand[best]) < 0)))) {
+            best = i;
+            bestd = d;
+            bestp = p;
         }
     }
-    return row[nb];
+    return best;
 }
 
 const char *fe_suggest(const char *word, const char *const *cand, int ncand,
                        char *buf, size_t bufsz)
 {
-    int best = -1, bestd = 99;
-    size_t len = strlen(word);
-    int limit = len <= 2 ? 0 : (int)(len + 2) / 3;   /* 1-2 letters: only the cases below */
-    if (limit > 3) limit = 3;
-    for (int i = 0; i < ncand; i++) {
-        size_t lc = strlen(cand[i]);
-        size_t shorter = len < lc ? len : lc, diff = len < lc ? lc - len : len - lc;
-        int d;
-        if (strcasecmp(word, cand[i]) == 0) d = 0;
-        else if (shorter > 0 && diff <= 2 && strncmp(word, cand[i], shorter) == 0) d = limit > 0 ? limit : 0;
-        else d = edit_distance(word, cand[i]);
-        if (d <= limit && d < bestd && strcmp(word, cand[i]) != 0) {
-            best = i;
-            bestd = d;
-        }
-    }
+    int best = fe_closest(word, cand, ncand);
     if (best < 0) return NULL;
     char clip[96];
     snprintf(buf, bufsz, "did you mean '%s'?", fe_clip(cand[best], clip, sizeof clip));
@@ -393,7 +434,16 @@ static int open_section(fe_spec *s, const char *kind, const char *name, int line
     if (set) {
         if (old) return (int)(old - s->sec);
         if (sc->named) {
-            fe_error(s, 0, "--set can change a named section that the spec has, or add a key to it",
+            const char **names = ir_xmalloc(sizeof *names * (size_t)(s->nsec + 1));
+            int n = 0;
+            for (int i = 0; i < s->nsec; i++)
+                if (strcmp(s->sec[i].kind, kind) == 0) names[n++] = s->sec[i].name;
+            int near = fe_closest(name, names, n);
+            if (near >= 0)
+                snprintf(hint, sizeof hint, "did you mean [%.16s %.64s]? --set can change a named section that the spec has",
+                         kind, fe_clip(names[near], clip, sizeof clip));
+            free(names);
+            fe_error(s, 0, near >= 0 ? hint : "--set can change a named section that the spec has, or add a key to it",
                      "--set %s: the spec has no section [%s %s]", fe_clip(set, clip, sizeof clip), kind,
                      fe_clip(name, title, sizeof title));
             return -1;

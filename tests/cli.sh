@@ -8,11 +8,102 @@ expect_rc 0 "--help" "$nn" --help
 grep -q -- "--set S.K=V" "$tmp/out" && grep -q verify "$tmp/out" && ok "--help documents --set and verify" || no "--help text"
 expect_rc 2 "no arguments" "$nn"
 expect_rc 2 "unknown option" "$nn" "$top/examples/mlp.ini" -o "$tmp/x" --frobnicate
+expect_rc 2 "misspelled option" "$nn" "$top/examples/mlp.ini" -o "$tmp/x" --devics 2
+says "hint: did you mean '--devices'?" "misspelled option"
+
+# --version: the one version string (frontend/frontend.h) and the LLVM it was built with
+expect_rc 0 "--version" "$nn" --version
+version=$(sed -n 's/^#define FE_VERSION "\(.*\)"$/\1/p' "$top/frontend/frontend.h")
+llvm_config=$(sed -n 's/^LLVM_CONFIG:FILEPATH=//p' "$build/CMakeCache.txt")
+llvm_version=$("$llvm_config" --version 2>/dev/null)
+[[ -n $version && $(sed -n 1p "$tmp/out") == "nnsc-aot $version" ]] && ok "  ... first line: nnsc-aot $version" ||
+  no "--version: first line '$(sed -n 1p "$tmp/out")', FE_VERSION '$version'"
+[[ -n $llvm_version ]] && grep -qx "LLVM $llvm_version" "$tmp/out" && ok "  ... LLVM $llvm_version (what CMake built with)" ||
+  no "--version: no 'LLVM $llvm_version' line in: $(cat "$tmp/out")"
+
+# --cpu: checked before anything is built (LLVM would abort on some names)
+expect_rc 2 "--cpu foo: unknown CPU" "$nn" "$top/examples/mlp.ini" -o "$tmp/cpu" --cpu foo
+says "nnsc-aot: error: --cpu foo: LLVM" "--cpu foo"
+says "hint: --cpu takes x86-64-v3" "--cpu foo"
+! grep -q "LLVM ERROR\|not a recognized processor" "$tmp/err" && ok "  ... no LLVM warning or abort" || no "--cpu foo: $(cat "$tmp/err")"
+[[ ! -e $tmp/cpu/rank0 ]] && ok "  ... nothing built" || no "--cpu foo built $tmp/cpu/rank0"
+expect_rc 2 "--cpu skylake-avx51: a near name" "$nn" "$top/examples/mlp.ini" -o "$tmp/cpu" --cpu skylake-avx51
+says "hint: did you mean 'skylake-avx512'?" "--cpu skylake-avx51"
+expect_rc 2 "--cpu i686: a 32-bit CPU" "$nn" "$top/examples/mlp.ini" -o "$tmp/cpu" --cpu i686
+says "LLVM cannot compile x86-64 rank code for this CPU" "--cpu i686"
+expect_rc 2 "verify --cpu foo" "$nn" verify "$top/examples/mlp.ini" --cpu foo
+expect_rc 0 "--cpu znver3 builds" "$nn" "$top/examples/mlp.ini" -o "$tmp/cpu" --cpu znver3 -q --emit-llvm
+grep -q '"target-cpu"="znver3"' "$tmp/cpu/rank0.ll" && ok "  ... for znver3" || no "--cpu znver3: no target-cpu znver3 in rank0.ll"
+expect_rc 0 "--cpu help" "$nn" --cpu help
+grep -qw x86-64-v3 "$tmp/out" && grep -qw znver3 "$tmp/out" && grep -qw skylake-avx512 "$tmp/out" &&
+  ! grep -qw i686 "$tmp/out" && ok "  ... lists x86-64-v3, znver3, skylake-avx512, not i686" || no "--cpu help: $(cat "$tmp/out")"
+
+# build.sh's command line: usage and bad words return before any apt-get or cmake
+expect_rc 0 "build.sh --help" "$top/build.sh" --help
+grep -q "san test" "$tmp/out" && grep -q "NNSC_NO_APT" "$tmp/out" && grep -q "JOBS" "$tmp/out" &&
+  ok "  ... names san test, JOBS and NNSC_NO_APT" || no "build.sh --help: $(cat "$tmp/out")"
+expect_rc 0 "build.sh -h" "$top/build.sh" -h
+expect_rc 2 "build.sh frobnicate" "$top/build.sh" frobnicate
+says "build.sh: error: unknown argument 'frobnicate'" "build.sh frobnicate"
+says "hint: ./build.sh --help" "build.sh frobnicate"
+expect_rc 2 "build.sh test san (wrong order)" "$top/build.sh" test san
+# packages missing, not root, no sudo: the list and the command to run as root; nothing else runs
+# (PATH holds only a dpkg-query that knows no package, an id that says 1000 and what build.sh needs)
+mkdir -p "$tmp/fakebin"
+for t in dirname grep cat nproc; do ln -sf "$(command -v "$t")" "$tmp/fakebin/$t"; done
+printf '#!/bin/sh\nexit 1\n' >"$tmp/fakebin/dpkg-query"
+printf '#!/bin/sh\necho 1000\n' >"$tmp/fakebin/id"
+chmod +x "$tmp/fakebin/dpkg-query" "$tmp/fakebin/id"
+expect_rc 1 "build.sh: packages missing, not root, no sudo" env PATH="$tmp/fakebin" "$BASH" "$top/build.sh"
+says "missing Debian packages: cmake make gcc" "build.sh without sudo"
+says "not root and no sudo" "build.sh without sudo"
+says "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends cmake" "build.sh without sudo"
+expect_rc 1 "build.sh: packages missing, NNSC_NO_APT=1" env PATH="$tmp/fakebin" NNSC_NO_APT=1 "$BASH" "$top/build.sh" san
+says "(NNSC_NO_APT=1, so build.sh installs nothing)" "build.sh NNSC_NO_APT=1"
 expect_rc 2 "--devices not a number" "$nn" "$top/examples/mlp.ini" -o "$tmp/x" --devices two
 expect_rc 2 "unknown dump pass" "$nn" "$top/examples/mlp.ini" --dump=nothing
 expect_rc 2 "missing spec file" "$nn" "$tmp/none.ini" -o "$tmp/x"
 expect_rc 2 "batch not divisible by 3 devices" "$nn" "$top/examples/mlp.ini" -o "$tmp/x" --devices 3
 grep -q "mlp.ini:[0-9]*: error: batch dim" "$tmp/err" && ok "divisibility message names file:line" || no "divisibility message: $(cat "$tmp/err")"
+
+# docs/model-spec.md cannot fall behind frontend/spec.c: every section kind of
+# the schema table has a "### `[KIND" heading, and every key a table row
+# "| `KEY` |" under it
+python3 - "$top/frontend/spec.c" "$top/docs/model-spec.md" >"$tmp/keys" 2>&1 <<'EOF'
+import re, sys
+src, doc = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+table = src[src.index("fe_schemas[] = {"):]
+table = table[:table.index("\n};")]
+rows = re.findall(r'\{"(\w+)",\s*\d,\s*\d,\s*\{([^}]*)\}', table)
+heads = [m.start() for m in re.finditer(r"^#{2,3} ", doc, re.M)] + [len(doc)]
+bad, nkeys = [], 0
+for kind, keys in rows:
+    m = re.search(r"^### `\[" + kind + r"[ \]]", doc, re.M)
+    if not m:
+        bad.append("no section heading ### `[%s` in docs/model-spec.md" % kind)
+        continue
+    part = doc[m.start():min(h for h in heads if h > m.start())]
+    for key in re.findall(r'"(\w+)"', keys):
+        nkeys += 1
+        if not re.search(r"^\| `" + key + r"` \|", part, re.M):
+            bad.append("[%s] %s: no row | `%s` | in its section of docs/model-spec.md" % (kind, key, key))
+if len(rows) < 9 or nkeys < 40:
+    bad.append("read only %d sections and %d keys from frontend/spec.c's fe_schemas" % (len(rows), nkeys))
+print("\n".join(bad) if bad else "%d sections, %d keys" % (len(rows), nkeys))
+sys.exit(1 if bad else 0)
+EOF
+[[ $? == 0 ]] && ok "docs/model-spec.md documents every section and key of spec.c ($(cat "$tmp/keys"))" ||
+  no "docs/model-spec.md is behind frontend/spec.c: $(cat "$tmp/keys")"
+
+# every golden/... and examples/... path that README.md and docs/*.md name exists
+nmiss=0
+nseen=0
+while read -r p; do
+  p=${p%.}
+  nseen=$((nseen + 1))
+  compgen -G "$top/$p" >/dev/null || { no "a doc names $p, which does not exist: $(grep -l -- "$p" "$top/README.md" "$top"/docs/*.md | tr '\n' ' ')"; nmiss=$((nmiss + 1)); }
+done < <(grep -ohE '(golden|examples)/[A-Za-z0-9_.*-]+' "$top/README.md" "$top"/docs/*.md | sort -u)
+((nmiss == 0 && nseen > 3)) && ok "the $nseen golden/ and examples/ paths named in README.md and docs/ exist"
 
 # every bad spec of the corpus: exit 2 from the binary, with file:line
 for f in "$top"/tests/bad/*.ini; do
@@ -51,6 +142,24 @@ n=$(grep -c '^step [0-9]*/3 loss ' "$tmp/run.out")
 [[ $rc == 0 && $n == 3 ]] && ok "launch runs 3 steps, rank 0 logs 3 lines" || { no "launch: exit $rc, $n loss lines"; cat "$tmp/run.err"; }
 expect_rc 2 "a rank rejects an unknown flag" "$tmp/a/rank0" --frobnicate
 "$tmp/a/launch" --frobnicate >/dev/null 2>&1 && no "launch passes a failing rank's status" || ok "launch exits non-zero when ranks fail"
+
+# verify explains the known zero-gradient case: gpt2-tiny's attention key
+# biases differ by ~100% between the runs, yet stayed at their init (0)
+expect_rc 0 "verify gpt2-tiny dp2" "$nn" verify "$top/examples/gpt2-tiny.ini" --devices 2 --steps 5
+grep -q "h.0.k_b, h.1.k_b, h.2.k_b and h.3.k_b differ by [0-9]*-[0-9]*% between the runs" "$tmp/out" &&
+  grep -q "yet stayed at their init (0)" "$tmp/out" && grep -q "gradient that is zero in exact" "$tmp/out" &&
+  ! grep -q "note:" "$tmp/out" && ok "  ... names the key biases and why their difference means nothing" ||
+  no "verify gpt2-tiny: $(cat "$tmp/out")"
+# a run that fails says so with the ranks' message: no empty loss table, no difference of 0
+expect_rc 1 "verify with a missing data file" "$nn" verify "$top/examples/gpt2-tiny.ini" --devices 2 --steps 2 \
+  --set "train.data=$tmp/none.bin" --keep "$tmp/vfail"
+grep -q "^a run failed: the 1-device run exited with status 2 after logging 0 of 2 steps" "$tmp/out" &&
+  grep -q "^a run failed: the 2-device run exited with status 2 after logging 0 of 2 steps" "$tmp/out" &&
+  grep -q "^  | rank [01]: data file $tmp/none.bin: no such file" "$tmp/out" && grep -q "^verify: FAILED" "$tmp/out" &&
+  ok "  ... names the failed runs and quotes their ranks" || no "verify, failed runs: $(cat "$tmp/out")"
+! grep -q "rel diff\|largest relative difference" "$tmp/out" && ok "  ... and prints no loss table" ||
+  no "verify, failed runs: a loss table: $(cat "$tmp/out")"
+grep -q "no such file" "$tmp/err" && ok "  ... the ranks' stderr still shown" || no "verify stderr: $(cat "$tmp/err")"
 
 # kill -9 one rank mid-run: the others notice, launch fails, nothing hangs
 "$nn" "$top/examples/mlp.ini" --devices 2 --set train.steps=100000000 -q -o "$tmp/long" || no "long build"

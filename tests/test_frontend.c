@@ -6,7 +6,8 @@
  *        (EXAMPLES_DIR defaults to TESTS_DIR/../examples)
  *
  * A file in tests/bad/ starts with `; expect: TEXT` (a substring of what
- * nnsc-aot prints on stderr) and may add `; set: SECTION.KEY=VALUE` lines:
+ * nnsc-aot prints on stderr; up to 4 such lines, each must be there, e.g.
+ * the error and its hint) and may add `; set: SECTION.KEY=VALUE` lines:
  * --set overrides to apply.  Prints one line per check and a summary
  * "N passed, M failed"; exits 1 on any failure.
  */
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fe_priv.h"
 #include "frontend.h"
 #include "ir.h"
 
@@ -80,17 +82,26 @@ static const char *scratch(const char *name, const char *text)
     return path;
 }
 
-/* Expect fe_load(path, sets) to fail with status 2 and a message holding want. */
-static void expect_error(const char *label, const char *path, const char *const *sets, int nset,
-                         const char *want)
+/* Expect fe_load(path, sets) to fail with status 2 and a message holding
+ * every one of want[0 .. nwant). */
+static void expect_errors(const char *label, const char *path, const char *const *sets, int nset,
+                          const char *const *want, int nwant)
 {
     static char err[1 << 16];
     ir_graph g;
     int rc = load_capture(path, sets, nset, &g, err, sizeof err);
-    int ok = rc == 2 && strstr(err, want) && strstr(err, "error: ");
-    CHECK(ok, "%s: %s", label, want);
+    int ok = rc == 2 && strstr(err, "error: ");
+    for (int k = 0; k < nwant; k++) ok = ok && strstr(err, want[k]);
+    CHECK(ok, "%s: %s%s", label, want[0], nwant > 1 ? " (and the hint)" : "");
     if (!ok) fprintf(stdout, "      status %d, stderr:\n%s\n", rc, err);
     ir_graph_free(&g);
+}
+
+/* Expect fe_load(path, sets) to fail with status 2 and a message holding want. */
+static void expect_error(const char *label, const char *path, const char *const *sets, int nset,
+                         const char *want)
+{
+    expect_errors(label, path, sets, nset, &want, 1);
 }
 
 /* ---------------------------------------------------------------- bad specs */
@@ -120,14 +131,20 @@ static void test_bad_dir(const char *tests)
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         char *text = slurp(path);
-        char want[512] = "";
+        char wantbuf[4][512];
+        const char *want[4];
+        int nwant = 0;
         const char *sets[8];
         char setbuf[8][256];
         int nset = 0;
         for (char *ln = text; ln && *ln == ';';) {
             char *nl = strchr(ln, '\n');
             int len = nl ? (int)(nl - ln) : (int)strlen(ln);
-            if (strncmp(ln, "; expect: ", 10) == 0) snprintf(want, sizeof want, "%.*s", len - 10, ln + 10);
+            if (strncmp(ln, "; expect: ", 10) == 0 && nwant < 4) {
+                snprintf(wantbuf[nwant], sizeof wantbuf[nwant], "%.*s", len - 10, ln + 10);
+                want[nwant] = wantbuf[nwant];
+                nwant++;
+            }
             if (strncmp(ln, "; set: ", 7) == 0 && nset < 8) {
                 snprintf(setbuf[nset], sizeof setbuf[nset], "%.*s", len - 7, ln + 7);
                 sets[nset] = setbuf[nset];
@@ -135,8 +152,8 @@ static void test_bad_dir(const char *tests)
             }
             ln = nl ? nl + 1 : NULL;
         }
-        if (!want[0]) CHECK(0, "%s: no `; expect:` line", names[i]);
-        else expect_error(names[i], path, sets, nset, want);
+        if (!nwant) CHECK(0, "%s: no `; expect:` line", names[i]);
+        else expect_errors(names[i], path, sets, nset, want, nwant);
         free(text);
         free(names[i]);
     }
@@ -186,6 +203,78 @@ static void test_bad_generated(void)
     const char *bad_sets[] = {"train.steps=5", "train.steps"};
     p = scratch("set-ok.ini", "[dims]\nB = 8\n");
     expect_error("--set without '='", p, bad_sets, 2, "<command line>: error: --set train.steps: expected SECTION.KEY=VALUE");
+}
+
+/* ---------------------------------------------------------------- suggestions */
+
+/* fe_closest(word, cand) picks want (NULL: none). */
+static void expect_closest(const char *word, const char *const *cand, int n, const char *want)
+{
+    int k = fe_closest(word, cand, n);
+    const char *got = k >= 0 ? cand[k] : NULL;
+    int ok = want ? got && strcmp(got, want) == 0 : !got;
+    CHECK(ok, "did you mean: '%s' -> %s%s%s (got %s)", word, want ? "'" : "", want ? want : "nothing",
+          want ? "'" : "", got ? got : "nothing");
+}
+
+/* "Did you mean": edit distance with swaps, case, ties and thresholds. */
+static void test_suggest(void)
+{
+    const char *params[] = {"fc1.w", "fc1.b", "fc2.w", "fc2.b", "fc3.w", "fc3.b", "x", "y"};
+    const char *rparams[] = {"y", "x", "fc3.b", "fc3.w", "fc2.b", "fc2.w", "fc1.b", "fc1.w"};
+    int np = 8;
+    expect_closest("fc2.ww", params, np, "fc2.w");      /* one deletion, not 'fc1.w' (two) */
+    expect_closest("fc2.ww", rparams, np, "fc2.w");     /* whatever the order */
+    expect_closest("fc2w", params, np, "fc2.w");
+    expect_closest("fc.w", params, np, "fc1.w");        /* tie at 1 edit: strcmp order ... */
+    expect_closest("fc.w", rparams, np, "fc1.w");       /* ... in any candidate order */
+    expect_closest("FC3.B", params, np, "fc3.b");       /* case is no edit */
+    expect_closest("fc4.w", params, np, "fc1.w");
+    expect_closest("fc2.w", params + 2, 1, NULL);       /* never the word itself */
+    expect_closest("z", params, np, NULL);              /* 1 letter: only another case */
+    expect_closest("X", params, np, "x");
+    expect_closest("wq.fc2", params, np, NULL);         /* too far */
+    const char *keys[] = {"loss", "optimizer", "lr", "weight_decay", "beta1", "beta2", "eps", "steps",
+                          "micro_batches", "data", "data_period", "eval_data", "eval_every", "eval_steps",
+                          "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype"};
+    int nk = (int)(sizeof keys / sizeof *keys);
+    expect_closest("stpes", keys, nk, "steps");         /* a swap of two letters is one edit */
+    expect_closest("optimzer", keys, nk, "optimizer");
+    expect_closest("lr_shedule", keys, nk, "lr_schedule");
+    expect_closest("eval_evry", keys, nk, "eval_every");
+    expect_closest("evalsteps", keys, nk, "eval_steps");
+    expect_closest("warmup_step", keys, nk, "warmup_steps");
+    expect_closest("gradclip", keys, nk, "grad_clip");
+    expect_closest("micro_batch", keys, nk, "micro_batches");
+    expect_closest("Lr", keys, nk, "lr");
+    expect_closest("lt", keys, nk, "lr");
+    expect_closest("beta3", keys, nk, "beta1");         /* tie beta1/beta2: strcmp order */
+    expect_closest("warmup", keys, nk, NULL);           /* 6 letters from warmup_steps */
+    expect_closest("learning_rate", keys, nk, NULL);
+    const char *kinds[] = {"matmul", "bias_add", "add", "relu", "gelu", "matmul_nt", "add_bcast",
+                           "embedding", "layernorm", "softmax", "attention", "mse_loss", "cross_entropy"};
+    int nkind = (int)(sizeof kinds / sizeof *kinds);
+    expect_closest("matmult", kinds, nkind, "matmul");
+    expect_closest("rellu", kinds, nkind, "relu");      /* not gelu (2 edits) */
+    expect_closest("gelu2", kinds, nkind, "gelu");
+    expect_closest("laynorm", kinds, nkind, "layernorm");
+    expect_closest("atention", kinds, nkind, "attention");
+    expect_closest("crossentropy", kinds, nkind, "cross_entropy");
+    expect_closest("mse", kinds, nkind, NULL);
+    const char *sections[] = {"model", "dims", "input", "param", "op", "block", "train", "cluster", "plan"};
+    expect_closest("trian", sections, 9, "train");
+    expect_closest("prams", sections, 9, "param");
+    expect_closest("ops", sections, 9, "op");
+    expect_closest("dim", sections, 9, "dims");
+    /* very long words and candidates: no suggestion, no trouble */
+    static char longw[400];
+    memset(longw, 'a', sizeof longw - 1);
+    const char *lc[] = {longw, "aaaa"};
+    expect_closest(longw, lc + 1, 1, NULL);
+    expect_closest("aaab", lc, 2, "aaaa");
+    char buf[64];
+    const char *sug = fe_suggest("fc2.ww", params, np, buf, sizeof buf);
+    CHECK(sug && strcmp(sug, "did you mean 'fc2.w'?") == 0, "fe_suggest: \"did you mean 'fc2.w'?\"");
 }
 
 /* ---------------------------------------------------------------- good specs */
@@ -400,6 +489,7 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 1;
     }
+    test_suggest();
     test_bad_dir(tests);
     test_bad_generated();
     test_mlp(examples);
