@@ -9,7 +9,8 @@
 #   bench/run_step.sh 20 --threads 1  one kernel thread
 #
 # Environment: BUILD (build directory, default build/), OUT (output
-# directory, default a temporary one, removed at the end).
+# directory, default a temporary one, removed at the end), NNSC_FLAGS
+# (extra compiler options, e.g. --no-loops or --no-fuse for an A/B run).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$top/build}
@@ -17,10 +18,11 @@ steps=${1:-12}
 shift || true
 out=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/nnsc-step-XXXXXX")}
 [[ -n ${OUT:-} ]] || trap 'rm -rf "$out"' EXIT
-"$build/nnsc-aot" "$top/examples/gpt2-124m.ini" -o "$out" --set dims.T=64 >/dev/null 2>&1
+# shellcheck disable=SC2086  # NNSC_FLAGS is a list of options
+"$build/nnsc-aot" "$top/examples/gpt2-124m.ini" -o "$out" --set dims.T=64 ${NNSC_FLAGS:-} >/dev/null 2>&1
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs available; load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "command: bench/run_step.sh $steps $*"
+echo "command: ${NNSC_FLAGS:+NNSC_FLAGS=\"$NNSC_FLAGS\" }bench/run_step.sh $steps $*"
 "$out/rank0" --steps "$steps" "$@" | tee "$out/steps.txt"
 awk '/^step /{for (i = 1; i < NF; i++) if ($i == "ms") t[n++] = $(i + 1)}
      END {m = 0; for (i = 1; i < n; i++) v[m++] = t[i];

@@ -1427,8 +1427,9 @@ void cg_cuda_build_source(ir_buf *out, const ir_prog *progs, int nprogs)
     int next = 0;
     for (int r = 0; r < nprogs; r++)
         for (int sec = 0; sec < IR_SEC_COUNT; sec++)
-            for (int x = 0; x < progs[r].nins[sec]; x++) {
-                const pg_instr *in = &progs[r].ins[sec][x];
+            for (int x = 0, k = 0;;) {   /* calls' bodies walked where they are called */
+                const pg_instr *in = ir_prog_walk(&progs[r], sec, &x, &k);
+                if (!in) break;
                 if (in->kernel != RT_K_ew || in->ints[0].c != next) continue;
                 if (!next) ir_bprintf(out, "\n/* ---- part ew (codegen/cuda.c: cg_cu_ew_prelude) */\n%s",
                                       cg_cu_ew_prelude);

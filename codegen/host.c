@@ -10,6 +10,15 @@
  * attached to the call as !nnsc.note metadata, so rankN.ll reads like the
  * `--dump=lower` output.
  *
+ * Repeated layers (passes/outline.c) are functions: each body of the
+ * Program becomes an internal function nnsc_body<k>(ctx, arena, row, step,
+ * mb) holding its instructions, built as main's are, an operand that is a
+ * slot loaded from row[slot]; each call instruction becomes a counted loop
+ * over its table (a private constant int64_t array, row after row) calling
+ * that function with the loop variables of the place of the call.  The
+ * optimiser may inline a body called once; the loop stays, so the code
+ * grows with the distinct layers, not with the layers.
+ *
  * The cuda target (cg_host_cuda) builds the same main() with two
  * differences (rtlib/rt.h): it starts with rt_init_cuda(argc, argv,
  * MANIFEST, images, n), where images is a constant table of rt_image {arch,
@@ -23,9 +32,13 @@
  * or pointers, and the target is the portable CPU named in the options, not
  * the host's (unless the options ask for "native").
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
@@ -116,6 +129,10 @@ typedef struct cg_host_ctx {
     LLVMValueRef arena;            /* main's arena base (char *) */
     LLVMValueRef step;             /* the step index, or NULL outside the step loop */
     LLVMValueRef mb;               /* the micro-batch index, or NULL outside its loop */
+    LLVMValueRef row;              /* in a body's function: its row of slot values (const
+                                      int64_t *); NULL in main */
+    LLVMTypeRef body_ty;           /* void (ptr ctx, ptr arena, ptr row, i64 step, i64 mb) */
+    LLVMValueRef *body_fn;         /* per body of the Program: its function (owned array) */
 } cg_host_ctx;
 
 /* Declare an external function, marked nounwind (rtlib is plain C). */
@@ -221,8 +238,19 @@ static void cg_store_elem(cg_host_ctx *h, LLVMValueRef a, LLVMTypeRef el, unsign
     LLVMBuildStore(h->b, v, slot);
 }
 
-/* The value of an integer argument: c + s * step + m * mb. */
-static LLVMValueRef cg_int_value(cg_host_ctx *h, pg_int v) {
+/* Slot k of the body's row: row[k] (i64), loaded where it is used. */
+static LLVMValueRef cg_slot(cg_host_ctx *h, int k) {
+    IR_ASSERT(h->row && k >= 0);
+    LLVMValueRef idx = LLVMConstInt(h->i64, (unsigned long long)k, 0);
+    LLVMValueRef at = LLVMBuildInBoundsGEP2(h->b, h->i64, h->row, &idx, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(h->b, h->i64, at, "slot");
+    LLVMSetAlignment(v, 8);
+    return v;
+}
+
+/* The value of an integer argument: c + s * step + m * mb, where c is
+ * slot islot - 1 of the row when islot is not 0. */
+static LLVMValueRef cg_int_value(cg_host_ctx *h, pg_int v, int islot) {
     LLVMValueRef r = NULL;
     if (v.s) {
         IR_ASSERT(h->step);
@@ -232,6 +260,10 @@ static LLVMValueRef cg_int_value(cg_host_ctx *h, pg_int v) {
         IR_ASSERT(h->mb);
         LLVMValueRef t = LLVMBuildMul(h->b, h->mb, LLVMConstInt(h->i64, (unsigned long long)v.m, 1), "");
         r = r ? LLVMBuildAdd(h->b, r, t, "") : t;
+    }
+    if (islot) {
+        LLVMValueRef c = cg_slot(h, islot - 1);
+        return r ? LLVMBuildAdd(h->b, r, c, "") : c;
     }
     LLVMValueRef c = LLVMConstInt(h->i64, (unsigned long long)v.c, 1);
     if (!r) return c;
@@ -265,7 +297,8 @@ static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
         snprintf(name, sizeof name, "%s.b", stem);
         args[1] = cg_stack_array(h, h->ptr, (unsigned)in->nbuf, name, &size[0]);
         for (int j = 0; j < in->nbuf; j++) {
-            LLVMValueRef off = LLVMConstInt(h->i64, (unsigned long long)in->buf[j], 1);
+            LLVMValueRef off = in->bslot[j] ? cg_slot(h, in->bslot[j] - 1)
+                                            : LLVMConstInt(h->i64, (unsigned long long)in->buf[j], 1);
             LLVMValueRef ptr = LLVMBuildInBoundsGEP2(h->b, h->i8, h->arena, &off, 1, "");
             cg_store_elem(h, args[1], h->ptr, (unsigned)in->nbuf, (unsigned)j, ptr);
         }
@@ -275,7 +308,7 @@ static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
         args[2] = cg_stack_array(h, h->i64, (unsigned)in->nint, name, &size[1]);
         for (int j = 0; j < in->nint; j++)
             cg_store_elem(h, args[2], h->i64, (unsigned)in->nint, (unsigned)j,
-                          cg_int_value(h, in->ints[j]));
+                          cg_int_value(h, in->ints[j], in->islot[j]));
     }
     if (in->nflt) {  /* static const float f[nflt] = {...} */
         snprintf(name, sizeof name, "%s.f", stem);
@@ -298,14 +331,108 @@ static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
     if (size[1]) cg_stack_end(h, args[2], size[1]);
 }
 
-/* All instructions of one section, in order. */
-static void cg_section(cg_host_ctx *h, int sec) {
-    for (int i = 0; i < h->p->nins[sec]; i++) cg_instr(h, &h->p->ins[sec][i]);
-}
-
-/* A new block of main, appended at the end. */
+/* A new block of function fn (main or a body's), appended at the end. */
 static LLVMBasicBlockRef cg_block(cg_host_ctx *h, LLVMValueRef fn, const char *name) {
     return LLVMAppendBasicBlockInContext(h->c, fn, name);
+}
+
+/* Mark function fn as main() is: nounwind, unwind tables, the target CPU
+ * and features. */
+static void cg_fn_attrs(cg_host_ctx *h, LLVMValueRef fn, const char *cpu, const char *features) {
+    unsigned uw = LLVMGetEnumAttributeKindForName("uwtable", 7);
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(h->c, uw, 2));
+    LLVMAddTargetDependentFunctionAttr(fn, "target-cpu", cpu);
+    if (features[0]) LLVMAddTargetDependentFunctionAttr(fn, "target-features", features);
+}
+
+/* Body k's function, internal:
+ *   void nnsc_body<k>(rt_ctx *ctx, char *arena, const int64_t *row, int64_t step, int64_t mb)
+ * which calls its kernels as main() does, slot operands loaded from row
+ * (step and mb are main's loop variables where the call is; an evaluation
+ * passes its batch as step; outside the loops 0). */
+static void cg_body(cg_host_ctx *h, int k, const char *cpu, const char *features) {
+    const pg_body *bd = &h->p->body[k];
+    char name[32];
+    snprintf(name, sizeof name, "nnsc_body%d", k);
+    LLVMValueRef fn = LLVMAddFunction(h->m, name, h->body_ty);
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
+    unsigned nu = LLVMGetEnumAttributeKindForName("nounwind", 8);
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(h->c, nu, 0));
+    cg_fn_attrs(h, fn, cpu, features);
+    static const char *const pn[5] = {"ctx", "arena", "row", "s", "mb"};
+    for (unsigned j = 0; j < 5; j++) LLVMSetValueName2(LLVMGetParam(fn, j), pn[j], strlen(pn[j]));
+    h->body_fn[k] = fn;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(h->c, fn, "entry");
+    LLVMBasicBlockRef code = LLVMAppendBasicBlockInContext(h->c, fn, "code");
+    LLVMPositionBuilderAtEnd(h->ab, entry);
+    LLVMPositionBuilderAtEnd(h->b, code);
+    h->ctx = LLVMGetParam(fn, 0);
+    h->arena = LLVMGetParam(fn, 1);
+    h->row = LLVMGetParam(fn, 2);
+    h->step = LLVMGetParam(fn, 3);
+    h->mb = LLVMGetParam(fn, 4);
+    for (int i = 0; i < bd->nins; i++) cg_instr(h, &bd->ins[i]);
+    LLVMBuildRetVoid(h->b);
+    LLVMBuildBr(h->ab, code);   /* the entry block holds the argument arrays */
+    h->ctx = h->arena = h->row = h->step = h->mb = NULL;
+}
+
+/* A call instruction: its table as a private constant int64_t[nrows *
+ * nslots], and for (r = 0; r < nrows; r++) nnsc_body<k>(ctx, arena, tab +
+ * r * nslots, step, mb), step and mb 0 where there are none. */
+static void cg_call(cg_host_ctx *h, const pg_instr *in) {
+    const ir_prog *p = h->p;
+    int ns = p->body[in->body].nslots;
+    int64_t nv = (int64_t)in->nrows * ns;
+    LLVMValueRef tab = LLVMConstNull(h->ptr);
+    if (nv) {
+        LLVMValueRef *v = ir_xmalloc(sizeof *v * (size_t)nv);
+        for (int64_t j = 0; j < nv; j++) v[j] = LLVMConstInt(h->i64, (unsigned long long)p->tab[in->tab + j], 1);
+        LLVMValueRef init = LLVMConstArray2(h->i64, v, (uint64_t)nv);
+        free(v);
+        char name[48];
+        snprintf(name, sizeof name, "body%d.tab", in->body);
+        tab = LLVMAddGlobal(h->m, LLVMTypeOf(init), name);
+        LLVMSetInitializer(tab, init);
+        LLVMSetGlobalConstant(tab, 1);
+        LLVMSetLinkage(tab, LLVMPrivateLinkage);
+        LLVMSetUnnamedAddress(tab, LLVMGlobalUnnamedAddr);
+        LLVMSetAlignment(tab, 8);
+    }
+    LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInsertBlock(h->b));
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(h->b), cond = cg_block(h, fn, "call.cond"),
+                      body = cg_block(h, fn, "call.body"), exit = cg_block(h, fn, "call.exit");
+    LLVMBuildBr(h->b, cond);
+    LLVMPositionBuilderAtEnd(h->b, cond);
+    LLVMValueRef r = LLVMBuildPhi(h->b, h->i64, "row");
+    LLVMValueRef n = LLVMConstInt(h->i64, (unsigned long long)in->nrows, 0);
+    LLVMBuildCondBr(h->b, LLVMBuildICmp(h->b, LLVMIntSLT, r, n, "more"), body, exit);
+    LLVMPositionBuilderAtEnd(h->b, body);
+    LLVMValueRef at = LLVMBuildNSWMul(h->b, r, LLVMConstInt(h->i64, (unsigned long long)ns, 0), "");
+    LLVMValueRef zero = LLVMConstInt(h->i64, 0, 0);
+    LLVMValueRef args[5] = {h->ctx, h->arena, LLVMBuildInBoundsGEP2(h->b, h->i64, tab, &at, 1, "rowp"),
+                            h->step ? h->step : zero, h->mb ? h->mb : zero};
+    LLVMValueRef call = LLVMBuildCall2(h->b, h->body_ty, h->body_fn[in->body], args, 5, "");
+    if (in->note && in->note[0]) {
+        LLVMMetadataRef s = LLVMMDStringInContext2(h->c, in->note, strlen(in->note));
+        LLVMSetMetadata(call, h->md_note, LLVMMetadataAsValue(h->c, LLVMMDNodeInContext2(h->c, &s, 1)));
+    }
+    LLVMValueRef next = LLVMBuildNSWAdd(h->b, r, LLVMConstInt(h->i64, 1, 0), "row.next");
+    LLVMBasicBlockRef end = LLVMGetInsertBlock(h->b);
+    LLVMBuildBr(h->b, cond);
+    LLVMValueRef inc[2] = {zero, next};
+    LLVMBasicBlockRef incb[2] = {from, end};
+    LLVMAddIncoming(r, inc, incb, 2);
+    LLVMPositionBuilderAtEnd(h->b, exit);
+}
+
+/* All instructions of one section, in order. */
+static void cg_section(cg_host_ctx *h, int sec) {
+    for (int i = 0; i < h->p->nins[sec]; i++) {
+        const pg_instr *in = &h->p->ins[sec][i];
+        if (in->kernel == PG_CALL) cg_call(h, in);
+        else cg_instr(h, in);
+    }
 }
 
 /* The manifest as a private constant NUL-terminated string. */
@@ -431,10 +558,7 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features) {
     LLVMValueRef fn = LLVMAddFunction(h->m, "main", LLVMFunctionType(h->i32, margs, 2, 0));
     /* Unwind tables (async, as C compilers emit them) keep debuggers' and
      * profilers' backtraces through main() working. */
-    unsigned uw = LLVMGetEnumAttributeKindForName("uwtable", 7);
-    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(h->c, uw, 2));
-    LLVMAddTargetDependentFunctionAttr(fn, "target-cpu", cpu);
-    if (features[0]) LLVMAddTargetDependentFunctionAttr(fn, "target-features", features);
+    cg_fn_attrs(h, fn, cpu, features);
     LLVMValueRef argc = LLVMGetParam(fn, 0), argv = LLVMGetParam(fn, 1);
     LLVMSetValueName2(argc, "argc", 4);
     LLVMSetValueName2(argv, "argv", 4);
@@ -556,6 +680,14 @@ static void cg_target_free(cg_target *t) {
     LLVMDisposeMessage(t->features);
 }
 
+/* LLVM's target registry, set up once for the process (the driver
+ * generates ranks on several threads). */
+static pthread_once_t cg_init_once = PTHREAD_ONCE_INIT;
+static int cg_init_failed;
+static void cg_init_targets(void) {
+    cg_init_failed = LLVMInitializeNativeTarget() || LLVMInitializeNativeAsmPrinter();
+}
+
 /* A PIC target machine for t at the options' level; NULL after printing a
  * message. */
 static LLVMTargetMachineRef cg_target_machine(const cg_target *t, int opt_level) {
@@ -563,9 +695,8 @@ static LLVMTargetMachineRef cg_target_machine(const cg_target *t, int opt_level)
         LLVMCodeGenLevelNone, LLVMCodeGenLevelLess, LLVMCodeGenLevelDefault, LLVMCodeGenLevelAggressive,
     };
     char *msg;
-    if (CG_CHECK("native target initialisation", LLVMInitializeNativeTarget(), msg) ||
-        CG_CHECK("native asm printer initialisation", LLVMInitializeNativeAsmPrinter(), msg))
-        return NULL;
+    pthread_once(&cg_init_once, cg_init_targets);
+    if (CG_CHECK("native target initialisation", cg_init_failed, msg)) return NULL;
     LLVMTargetRef target;
     if (CG_CHECK("target lookup", LLVMGetTargetFromTriple(t->triple, &target, &msg), msg))
         return NULL;
@@ -614,7 +745,12 @@ static int cg_host_build(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, 
     h.vd = LLVMVoidTypeInContext(h.c);
     h.md_note = LLVMGetMDKindIDInContext(h.c, "nnsc.note", 9);
     cg_declare_runtime(&h);
+    LLVMTypeRef bargs[5] = {h.ptr, h.ptr, h.ptr, h.i64, h.i64};
+    h.body_ty = LLVMFunctionType(h.vd, bargs, 5, 0);
+    h.body_fn = ir_xcalloc((size_t)p->nbody + 1, sizeof *h.body_fn);
+    for (int k = 0; k < p->nbody; k++) cg_body(&h, k, t.cpu, t.features);
     cg_main(&h, t.cpu, t.features);
+    free(h.body_fn);
     LLVMDisposeBuilder(h.b);
     LLVMDisposeBuilder(h.ab);
 
@@ -653,4 +789,143 @@ int cg_host_cuda(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const ch
                  const char *ll_path) {
     IR_ASSERT(gpu && gpu->ncubin >= 1);
     return cg_host_build(p, o, gpu, obj_path, ll_path);
+}
+
+/* ------------------------------------------------------------ --cpu */
+
+/* LLVM says that it does not know a CPU only as a line on stderr (and then
+ * compiles for a generic 32-bit x86), and that a CPU cannot run 64-bit code
+ * only by aborting ("LLVM ERROR: 64-bit code requested on a subtarget that
+ * doesn't support it"), and its C API has no call to ask.  So --cpu is
+ * checked by doing what a build does, in a child process: create the
+ * target machine and compile an empty function, stderr into a pipe.  The
+ * compiler is single-threaded when it checks (before the codegen threads). */
+
+/* What a probe child does with its CPU name. */
+typedef enum cg_probe {
+    CG_PROBE_COMPILE,  /* create the target machine and compile an empty function */
+    CG_PROBE_LIST,     /* create the target machine for CPU "help": LLVM lists the CPUs */
+} cg_probe;
+
+/* The child's work: exit 0 when it got through, 3 when an LLVM call failed
+ * (its message is on stderr); LLVM itself may abort on the way. */
+static void cg_probe_run(cg_probe what, const char *cpu) {
+    cg_opts o = {what == CG_PROBE_LIST ? "help" : cpu, "", 2, 0};
+    cg_target t;
+    cg_target_init(&t, &o);
+    LLVMTargetMachineRef tm = cg_target_machine(&t, o.opt_level);
+    if (!tm) _exit(3);
+    if (what == CG_PROBE_LIST) _exit(0);
+    LLVMContextRef c = LLVMContextCreate();
+    LLVMModuleRef m = LLVMModuleCreateWithNameInContext("cpu_probe", c);
+    LLVMSetTarget(m, t.triple);
+    LLVMTypeRef fty = LLVMFunctionType(LLVMVoidTypeInContext(c), NULL, 0, 0);
+    LLVMValueRef fn = LLVMAddFunction(m, "cpu_probe", fty);
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(c);
+    LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(c, fn, "entry"));
+    LLVMBuildRetVoid(b);
+    char *msg;
+    LLVMMemoryBufferRef obj;
+    if (CG_CHECK("compiling a probe function", LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &msg, &obj),
+                 msg))
+        _exit(3);
+    _exit(0);
+}
+
+/* Run cg_probe_run(what, cpu) in a child; its stderr goes to *out (owned
+ * by the caller, NUL-terminated).  Returns the child's exit status, 128 +
+ * the signal that ended it, or -1 (out then says why) when it could not run. */
+static int cg_probe_child(cg_probe what, const char *cpu, ir_buf *out) {
+    int fd[2];
+    if (pipe(fd)) {
+        ir_bprintf(out, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        ir_bprintf(out, "fork: %s", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        if (dup2(fd[1], 2) < 0) _exit(4);
+        close(fd[1]);
+        cg_probe_run(what, cpu);
+        _exit(0);
+    }
+    close(fd[1]);
+    ir_bprintf(out, "%s", "");
+    char chunk[4096];
+    for (;;) {
+        ssize_t n = read(fd[0], chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        ir_bprintf(out, "%.*s", (int)n, chunk);
+    }
+    close(fd[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) {
+            ir_bprintf(out, "waitpid: %s", strerror(errno));
+            return -1;
+        }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Can rank code be compiled for cpu?  0 yes, 1 an unknown name, 2 a CPU
+ * LLVM cannot compile x86-64 code for, -1 no answer (declared in
+ * frontend/fe_priv.h for the command line's check). */
+int cg_cpu_check(const char *cpu, char *why, size_t whysz) {
+    ir_buf out = {0};
+    int st = cg_probe_child(CG_PROBE_COMPILE, cpu, &out);
+    int rc = st == 0 ? 0 : st < 0 ? -1 : 2;
+    if (strstr(out.s, "is not a recognized processor")) rc = 1;
+    /* LLVM's own words, first line: "LLVM ERROR: 64-bit code requested ..." */
+    const char *line = out.s;
+    const char *err = strstr(out.s, "LLVM ERROR:");
+    if (err) line = err;
+    snprintf(why, whysz, "%.*s", (int)strcspn(line, "\n"), line);
+    if (rc == 2 && !why[0]) snprintf(why, whysz, "the compiler's probe ended with status %d", st);
+    ir_buf_free(&out);
+    return rc;
+}
+
+/* The CPU names LLVM lists for the host's target (NULL-terminated), or NULL. */
+char **cg_cpu_names(void) {
+    ir_buf out = {0};
+    char **names = NULL;
+    int n = 0, cap = 0;
+    if (cg_probe_child(CG_PROBE_LIST, NULL, &out) == 0) {
+        /* "Available CPUs for this target:", a blank line, then per CPU
+         * "  NAME  - Select the NAME processor.", then a blank line */
+        const char *p = strstr(out.s, "Available CPUs for this target:");
+        if (p) p = strchr(p, '\n');
+        for (; p && p[1]; p = strchr(p + 1, '\n')) {
+            const char *ln = p + 1, *end = ln + strcspn(ln, "\n");
+            if (ln == end && n > 0) break;
+            if (ln == end) continue;
+            while (*ln == ' ') ln++;
+            size_t len = strcspn(ln, " \n");
+            const char *sel = strstr(ln, "- Select the ");
+            if (!len || !sel || sel > end) break;
+            char *name = ir_xmalloc(len + 1);
+            memcpy(name, ln, len);
+            name[len] = '\0';
+            *IR_PUSH(names, n, cap) = name;
+        }
+    }
+    ir_buf_free(&out);
+    if (!n) return NULL;
+    *IR_PUSH(names, n, cap) = NULL;
+    return names;
+}
+
+/* Free what cg_cpu_names returned. */
+void cg_cpu_names_free(char **names) {
+    for (int i = 0; names && names[i]; i++) free(names[i]);
+    free(names);
 }

@@ -13,6 +13,7 @@ void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev)
     d->trans = ir_xcalloc((size_t)g->nop + 1, sizeof *d->trans);
     d->accum = ir_xcalloc((size_t)g->nt + 1, 1);
     d->world_group = -1;
+    d->seq_opt = -1;
     d->mesh_dp = d->mesh_tp = 1;
     d->store = ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1));
     d->nstore = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
@@ -33,6 +34,18 @@ void ir_dist_free(ir_dist *d)
     free(d->nstore);
     free(d->seq);
     free(d->accum);
+    free(d->pt_hash);
+    free(d->grp_hash);
+    free(d->op_sop);
+    free(d->rank_item0);
+    free(d->rank_item);
+    free(d->rank_member);
+    free(d->rank_sop0);
+    free(d->rank_sop);
+    free(d->rank_pt0);
+    free(d->rank_pt);
+    free(d->pt_local);
+    free(d->norm_owner);
     memset(d, 0, sizeof *d);
 }
 
@@ -58,26 +71,225 @@ static int pt_eq(const ir_dist *d, const ir_ptensor *a, const ir_ptensor *b)
            ir_box_eq(&a->box, &b->box, d->g->t[a->tensor].ndim);
 }
 
+/* Mix x into hash h (multiply and fold, a word at a time). */
+static uint64_t hash_mix(uint64_t h, int64_t x)
+{
+    h = (h ^ (uint64_t)x) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+/* Hash of the first nd dims of a box, mixed into h. */
+static uint64_t box_hash(uint64_t h, const ir_box *b, int nd)
+{
+    for (int i = 0; i < nd; i++) h = hash_mix(hash_mix(h, b->lo[i]), b->hi[i]);
+    return h;
+}
+
+/* Hash of a pTensor's identity: what pt_eq compares. */
+static uint64_t pt_hash(const ir_dist *d, const ir_ptensor *p)
+{
+    uint64_t h = 14695981039346656037ull;
+    h = hash_mix(h, p->tensor);
+    h = hash_mix(h, p->dev);
+    h = hash_mix(h, p->vpart);
+    h = hash_mix(h, p->vn);
+    return box_hash(h, &p->box, d->g->t[p->tensor].ndim);
+}
+
+/* Hash of a device list. */
+static uint64_t devs_hash(const int *devs, int n)
+{
+    uint64_t h = hash_mix(14695981039346656037ull, n);
+    for (int i = 0; i < n; i++) h = hash_mix(h, devs[i]);
+    return h;
+}
+
+/* A table of cap slots (a power of two), every slot -1 (empty). */
+static int *hash_new(int cap)
+{
+    int *t = ir_xmalloc(sizeof(int) * (size_t)cap);
+    for (int i = 0; i < cap; i++) t[i] = -1;
+    return t;
+}
+
+/* Put id into the first empty slot from hash h on (linear probing). */
+static void hash_put(int *tab, int cap, uint64_t h, int id)
+{
+    size_t i = (size_t)h & (size_t)(cap - 1);
+    while (tab[i] >= 0) i = (i + 1) & (size_t)(cap - 1);
+    tab[i] = id;
+}
+
+/* A slot of pt_hash for pTensor id with hash h (see ir_dist.pt_hash). */
+static uint64_t pt_slot(int id, uint64_t h) { return (h & 0xffffffff00000000ull) | (uint64_t)(id + 1); }
+
+/* Keep the pTensor index at most half full, rebuilt from d->pt when it grows. */
+static void pt_index_grow(ir_dist *d)
+{
+    if (2 * (d->npt + 1) <= d->pt_hcap) return;
+    int cap = d->pt_hcap ? 2 * d->pt_hcap : 1024;
+    while (2 * (d->npt + 1) > cap) cap *= 2;
+    free(d->pt_hash);
+    d->pt_hash = ir_xcalloc((size_t)cap, sizeof *d->pt_hash);
+    d->pt_hcap = cap;
+    for (int i = 0; i < d->npt; i++) {
+        uint64_t h = pt_hash(d, &d->pt[i]);
+        size_t k = (size_t)h & (size_t)(cap - 1);
+        while (d->pt_hash[k]) k = (k + 1) & (size_t)(cap - 1);
+        d->pt_hash[k] = pt_slot(i, h);
+    }
+}
+
 int ir_dist_pt(ir_dist *d, const ir_ptensor *p)
 {
-    for (int i = 0; i < d->npt; i++)
-        if (pt_eq(d, &d->pt[i], p)) return i;
+    pt_index_grow(d);
+    uint64_t h = pt_hash(d, p), tag = h & 0xffffffff00000000ull;
+    size_t mask = (size_t)d->pt_hcap - 1, i = (size_t)h & mask;
+    for (; d->pt_hash[i]; i = (i + 1) & mask) {
+        int id = (int)(d->pt_hash[i] & 0xffffffffu) - 1;
+        if ((d->pt_hash[i] & 0xffffffff00000000ull) == tag && pt_eq(d, &d->pt[id], p)) return id;
+    }
     ir_ptensor *n = IR_PUSH(d->pt, d->npt, d->ptcap);
     *n = *p;
-    /* unused dims stay zero so boxes compare with memcmp-free loops only */
+    d->pt_hash[i] = pt_slot(d->npt - 1, h);
     return d->npt - 1;
+}
+
+/* Keep the group index at most half full, rebuilt from d->grp when it grows. */
+static void grp_index_grow(ir_dist *d)
+{
+    if (2 * (d->ngrp + 1) <= d->grp_hcap) return;
+    int cap = d->grp_hcap ? 2 * d->grp_hcap : 256;
+    free(d->grp_hash);
+    d->grp_hash = hash_new(cap);
+    d->grp_hcap = cap;
+    for (int i = 0; i < d->ngrp; i++)
+        hash_put(d->grp_hash, cap, devs_hash(d->ints + d->grp[i].devs, d->grp[i].n), i);
 }
 
 int ir_dist_group(ir_dist *d, const int *devs, int n)
 {
-    for (int i = 0; i < d->ngrp; i++)
-        if (d->grp[i].n == n && memcmp(d->ints + d->grp[i].devs, devs, sizeof(int) * (size_t)n) == 0)
-            return i;
-    for (int i = 1; i < n; i++) IR_ASSERT(devs[i] > devs[i - 1]);
+    grp_index_grow(d);
+    size_t mask = (size_t)d->grp_hcap - 1, i = (size_t)devs_hash(devs, n) & mask;
+    for (; d->grp_hash[i] >= 0; i = (i + 1) & mask) {
+        const ir_group *g = &d->grp[d->grp_hash[i]];
+        if (g->n == n && memcmp(d->ints + g->devs, devs, sizeof(int) * (size_t)n) == 0) return d->grp_hash[i];
+    }
+    for (int k = 1; k < n; k++) IR_ASSERT(devs[k] > devs[k - 1]);
     ir_group *g = IR_PUSH(d->grp, d->ngrp, d->grpcap);
     g->n = n;
     g->devs = ir_dist_ints(d, devs, n);
+    d->grp_hash[i] = d->ngrp - 1;
     return d->ngrp - 1;
+}
+
+/* op_sop: sub-ops are made op by op, so each op's are one run. */
+void ir_dist_index_sops(ir_dist *d)
+{
+    free(d->op_sop);
+    d->op_sop = ir_xcalloc((size_t)d->g->nop + 2, sizeof(int));
+    for (int i = 0; i < d->nsop; i++) {
+        IR_ASSERT(i == 0 || d->sop[i].op >= d->sop[i - 1].op);
+        d->op_sop[d->sop[i].op + 1]++;
+    }
+    for (int op = 0; op < d->g->nop; op++) d->op_sop[op + 1] += d->op_sop[op];
+}
+
+/* The ndev + 1 starts of a CSR from the per-device counts in cnt; cnt
+ * becomes each device's fill cursor (its start). */
+static int *csr_start(int *cnt, int ndev)
+{
+    int *start = ir_xmalloc(sizeof(int) * ((size_t)ndev + 1));
+    start[0] = 0;
+    for (int r = 0; r < ndev; r++) {
+        start[r + 1] = start[r] + cnt[r];
+        cnt[r] = start[r];
+    }
+    return start;
+}
+
+/* norm_owner of the sub-ops of op: a sub-op owns its gradient box when it
+ * is on the lowest device among the op's sub-ops reading that box (an
+ * open-addressing table over the op's sub-ops, by box: linear in them). */
+static void index_owner(ir_dist *d, int op)
+{
+    const ir_graph *g = d->g;
+    int lo = d->op_sop[op], n = d->op_sop[op + 1] - lo;
+    if (g->op[op].nin < 2 || n == 0) return;
+    int cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    /* slot of each box: the sub-op on the lowest device reading it */
+    int *tab = hash_new(cap), nd = g->t[g->op[op].in[1]].ndim;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = lo; i < lo + n; i++) {
+            const ir_box *b = &d->pt[d->sop[i].in[1]].box;
+            size_t k = (size_t)box_hash(14695981039346656037ull, b, nd) & (size_t)(cap - 1);
+            while (tab[k] >= 0 && !ir_box_eq(&d->pt[d->sop[tab[k]].in[1]].box, b, nd)) k = (k + 1) & (size_t)(cap - 1);
+            if (pass == 0 && (tab[k] < 0 || d->sop[i].dev < d->sop[tab[k]].dev)) tab[k] = i;
+            if (pass == 1) d->norm_owner[i] = d->sop[i].dev <= d->sop[tab[k]].dev;
+        }
+    free(tab);
+}
+
+/* The per-rank indexes, from the complete schedule (see ir.h). */
+void ir_dist_index_ranks(ir_dist *d)
+{
+    const int nd = d->ndev;
+    IR_ASSERT(d->op_sop && d->op_sop[d->g->nop] == d->nsop);
+    free(d->rank_item0), free(d->rank_item), free(d->rank_member);
+    free(d->rank_sop0), free(d->rank_sop), free(d->rank_pt0), free(d->rank_pt);
+    free(d->pt_local), free(d->norm_owner);
+    int *cnt = ir_xcalloc((size_t)nd + 1, sizeof(int));
+    /* items: a sub-op on its device, a comm on each member */
+    for (int n = 0; n < d->nseq; n++) {
+        const ir_item *it = &d->seq[n];
+        if (!it->comm) {
+            cnt[d->sop[it->id].dev]++;
+            continue;
+        }
+        const ir_comm *c = &d->comm[it->id];
+        for (int k = 0; k < c->n; k++) cnt[d->ints[d->grp[c->group].devs + k]]++;
+    }
+    d->rank_item0 = csr_start(cnt, nd);
+    d->rank_item = ir_xmalloc(sizeof(int) * ((size_t)d->rank_item0[nd] + 1));
+    d->rank_member = ir_xmalloc(sizeof(int) * ((size_t)d->rank_item0[nd] + 1));
+    d->seq_opt = -1;
+    for (int n = 0; n < d->nseq; n++) {
+        const ir_item *it = &d->seq[n];
+        if (!it->comm) {
+            int r = d->sop[it->id].dev;
+            d->rank_item[cnt[r]] = n;
+            d->rank_member[cnt[r]++] = -1;
+            if (d->seq_opt < 0 && it->sec == IR_SEC_POST && d->g->op[d->sop[it->id].op].phase == IR_PH_OPT)
+                d->seq_opt = n;
+            continue;
+        }
+        const ir_comm *c = &d->comm[it->id];
+        for (int k = 0; k < c->n; k++) {
+            int r = d->ints[d->grp[c->group].devs + k];
+            d->rank_item[cnt[r]] = n;
+            d->rank_member[cnt[r]++] = k;
+        }
+    }
+    /* sub-ops and pTensors by device */
+    memset(cnt, 0, sizeof(int) * (size_t)nd);
+    for (int i = 0; i < d->nsop; i++) cnt[d->sop[i].dev]++;
+    d->rank_sop0 = csr_start(cnt, nd);
+    d->rank_sop = ir_xmalloc(sizeof(int) * ((size_t)d->nsop + 1));
+    for (int i = 0; i < d->nsop; i++) d->rank_sop[cnt[d->sop[i].dev]++] = i;
+    memset(cnt, 0, sizeof(int) * (size_t)nd);
+    for (int i = 0; i < d->npt; i++) cnt[d->pt[i].dev]++;
+    d->rank_pt0 = csr_start(cnt, nd);
+    d->rank_pt = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
+    d->pt_local = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
+    for (int i = 0; i < d->npt; i++) {
+        int r = d->pt[i].dev;
+        d->pt_local[i] = cnt[r] - d->rank_pt0[r];
+        d->rank_pt[cnt[r]++] = i;
+    }
+    free(cnt);
+    d->norm_owner = ir_xcalloc((size_t)d->nsop + 1, 1);
+    for (int op = 0; op < d->g->nop; op++) index_owner(d, op);
 }
 
 int64_t ir_box_numel(const ir_box *b, int ndim)

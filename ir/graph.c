@@ -296,29 +296,62 @@ const char *ir_tkind_name(ir_tkind k)
     return "?";
 }
 
+/* Push op x onto the min-heap h of n ops. */
+static void heap_push(int *h, int *n, int x)
+{
+    int i = (*n)++;
+    for (; i > 0 && h[(i - 1) / 2] > x; i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+    h[i] = x;
+}
+
+/* Pop the smallest op of the min-heap h of n > 0 ops. */
+static int heap_pop(int *h, int *n)
+{
+    int top = h[0], x = h[--*n], i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= x) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+    return top;
+}
+
 /* Kahn's algorithm, smallest op id first among the ready ones, so the order
  * is deterministic and close to the order ops were added.  Optimizer ops
- * read params that forward ops also read; they are ordered by data only. */
+ * read params that forward ops also read; they are ordered by data only.
+ * The ready ops wait in a min-heap and each op's consumers are listed once
+ * (CSR, one entry per input that reads one of its outputs): O(ops log ops). */
 int ir_topo(const ir_graph *g, int *order, int *cyc)
 {
-    int *indeg = ir_xcalloc((size_t)g->nop, sizeof *indeg);
-    int *done = ir_xcalloc((size_t)g->nop, sizeof *done);
+    int *indeg = ir_xcalloc((size_t)g->nop + 1, sizeof *indeg);
+    int *done = ir_xcalloc((size_t)g->nop + 1, sizeof *done);
+    int *first = ir_xcalloc((size_t)g->nop + 2, sizeof *first);   /* CSR start of each op's consumers */
+    int nedge = 0;
     for (int i = 0; i < g->nop; i++)
-        for (int k = 0; k < g->op[i].nin; k++)
-            if (g->t[g->op[i].in[k]].producer >= 0) indeg[i]++;
-    int n = 0;
-    while (n < g->nop) {
-        int pick = -1;
-        for (int i = 0; i < g->nop; i++)
-            if (!done[i] && indeg[i] == 0) { pick = i; break; }
-        if (pick < 0) break;
+        for (int k = 0; k < g->op[i].nin; k++) {
+            int p = g->t[g->op[i].in[k]].producer;
+            if (p >= 0) indeg[i]++, first[p + 1]++, nedge++;
+        }
+    for (int i = 0; i < g->nop; i++) first[i + 1] += first[i];
+    int *cons = ir_xmalloc(sizeof *cons * ((size_t)nedge + 1)), *fill = ir_xcalloc((size_t)g->nop + 1, sizeof *fill);
+    for (int i = 0; i < g->nop; i++)
+        for (int k = 0; k < g->op[i].nin; k++) {
+            int p = g->t[g->op[i].in[k]].producer;
+            if (p >= 0) cons[first[p] + fill[p]++] = i;
+        }
+    int *heap = ir_xmalloc(sizeof *heap * ((size_t)g->nop + 1)), nheap = 0, n = 0;
+    for (int i = 0; i < g->nop; i++)
+        if (indeg[i] == 0) heap_push(heap, &nheap, i);
+    while (nheap > 0) {
+        int pick = heap_pop(heap, &nheap);
         done[pick] = 1;
         order[n++] = pick;
-        for (int i = 0; i < g->nop; i++)
-            for (int k = 0; k < g->op[i].nin; k++) {
-                int p = g->t[g->op[i].in[k]].producer;
-                if (p == pick) indeg[i]--;
-            }
+        for (int e = first[pick]; e < first[pick + 1]; e++)
+            if (--indeg[cons[e]] == 0) heap_push(heap, &nheap, cons[e]);
     }
     int bad = n < g->nop;
     if (bad && cyc)
@@ -326,6 +359,10 @@ int ir_topo(const ir_graph *g, int *order, int *cyc)
             if (!done[i]) { *cyc = i; break; }
     free(indeg);
     free(done);
+    free(first);
+    free(cons);
+    free(fill);
+    free(heap);
     return bad;
 }
 

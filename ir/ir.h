@@ -422,6 +422,30 @@ typedef struct ir_dist {
     char **pool; int npool, poolcap; /* owned strings */
     int mesh_dp, mesh_tp;      /* the plan's mesh dp x tp (plan.c; 1 x 1 on one device) */
     const char *warnings;      /* what the planner warned about, one per line, or NULL (plan.c) */
+    uint64_t *pt_hash;         /* open-addressing index of pt by content (ir_dist_pt): per slot
+                                  0 (empty) or id + 1 in the low 32 bits and the high 32 bits of
+                                  the pTensor's hash above them (most mismatches are told without
+                                  reading the pTensor); pt_hcap slots, a power of two (0: none yet) */
+    int pt_hcap;               /* slots of pt_hash */
+    int *grp_hash;             /* the same for grp by member list (ir_dist_group) */
+    int grp_hcap;              /* slots of grp_hash */
+    /* indexes that keep the passes linear in ops x devices (ir_dist_index_sops,
+       ir_dist_index_ranks): a pass over one rank touches only that rank's share */
+    int *op_sop;               /* per op + 1: the op's sub-ops are op_sop[op] .. op_sop[op + 1] - 1
+                                  (split.c makes them op by op) */
+    int *rank_item0;           /* per device + 1: CSR start into rank_item and rank_member */
+    int *rank_item;            /* per device, ascending: the schedule positions (into seq) of its
+                                  items, the sub-ops on it and the comms it is a member of */
+    int *rank_member;          /* per rank_item: the device's member index in the comm, -1: a sub-op */
+    int *rank_sop0;            /* per device + 1: CSR start into rank_sop */
+    int *rank_sop;             /* per device, ascending: the sub-ops on it */
+    int *rank_pt0;             /* per device + 1: CSR start into rank_pt */
+    int *rank_pt;              /* per device, ascending: the pTensors on it */
+    int *pt_local;             /* per pTensor: its index in its device's part of rank_pt */
+    int seq_opt;               /* position in seq of the first optimizer sub-op (post), -1: none */
+    char *norm_owner;          /* per sub-op: 1 when no sub-op of the same op on a lower device
+                                  reads the same box of input 1 (an optimizer's gradient, which
+                                  the gradient norm counts once) */
 } ir_dist;
 
 void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev);
@@ -433,6 +457,11 @@ int ir_dist_ints(ir_dist *d, const int *v, int n);
 int ir_dist_pt(ir_dist *d, const ir_ptensor *p);
 /* Find or add a group over the given ascending ranks; returns its id. */
 int ir_dist_group(ir_dist *d, const int *devs, int n);
+/* Build op_sop from the sub-ops (pass_split, once every sub-op exists). */
+void ir_dist_index_sops(ir_dist *d);
+/* Build the per-rank indexes (rank_*, pt_local, seq_opt, norm_owner) from
+ * the schedule (pass_schedule, once it is complete). */
+void ir_dist_index_ranks(ir_dist *d);
 int64_t ir_box_numel(const ir_box *b, int ndim);
 int ir_box_eq(const ir_box *a, const ir_box *b, int ndim);
 /* a contains b */
@@ -469,17 +498,45 @@ typedef struct pg_int {
     int64_t m;   /* coefficient of the micro-batch index */
 } pg_int;
 
-/* One instruction: a call of an rtlib kernel rt_k_<name>(ctx, bufs, ints, flts). */
+/* The kernel of a call instruction: not an rtlib kernel (outside RT_K_*,
+ * and not RT_K_COUNT, which stays an invalid id), but `for each row of the
+ * table: run the body`, see pg_body. */
+#define PG_CALL (RT_K_COUNT + 1)
+
+/* One instruction: a call of an rtlib kernel rt_k_<name>(ctx, bufs, ints,
+ * flts), or (kernel == PG_CALL) a call of a body once per row of its table.
+ * Inside a body an operand may be a slot: its value comes from the row the
+ * body runs with (buffer: the offset; int: the constant part c, the step and
+ * micro-batch coefficients stay in the instruction); the operand then holds
+ * 0 in buf[] / ints[].c. */
 typedef struct pg_instr {
-    int kernel;                 /* RT_K_* (rtlib/rt_kernels.h) */
-    int nbuf;
+    int kernel;                 /* RT_K_* (rtlib/rt_kernels.h), or PG_CALL */
+    int nbuf;                   /* buffer arguments */
     int64_t buf[PG_MAXBUF];     /* arena byte offsets of the buffer arguments */
-    int nint;
+    int nint;                   /* integer arguments */
     pg_int ints[PG_MAXINT];     /* integer arguments */
-    int nflt;
+    int nflt;                   /* float arguments */
     float flt[PG_MAXFLT];       /* float arguments */
     const char *note;           /* what it does, for dumps and comments in rankN.ll */
+    int blk;                    /* provenance: the repeated block (ir_graph.blk id) the
+                                   instruction was lowered from, -1: none (passes/lower.c) */
+    int rep;                    /* ... and the repeat of that block, -1: none */
+    uint16_t bslot[PG_MAXBUF];  /* in a body: 0, or k + 1 when buffer j is slot k of the row */
+    uint16_t islot[PG_MAXINT];  /* in a body: 0, or k + 1 when ints[j].c is slot k of the row */
+    int body;                   /* PG_CALL: the body (index into ir_prog.body) */
+    int nrows;                  /* PG_CALL: rows of the table, the body runs once per row in order */
+    int tab;                    /* PG_CALL: index into ir_prog.tab of row 0; row r's slot k is
+                                   tab[tab + r * nslots + k] */
 } pg_instr;
+
+/* A callable body (passes/outline.c): the instructions of one repeat of a
+ * block, run by call instructions once per row of their tables, each row
+ * filling the slots with one repeat's offsets and constants. */
+typedef struct pg_body {
+    pg_instr *ins;              /* its instructions (kernels only, no calls) */
+    int nins, inscap;           /* how many, allocated */
+    int nslots;                 /* slots per row (>= 0) */
+} pg_body;
 
 /* A named region of the arena (for dumps and the memory report). */
 typedef struct pg_region {
@@ -499,6 +556,8 @@ typedef struct ir_prog {
     pg_instr *ins[IR_SEC_COUNT];      /* instructions per section */
     int nins[IR_SEC_COUNT], inscap[IR_SEC_COUNT];
     pg_region *reg; int nreg, regcap; /* arena map */
+    pg_body *body; int nbody, bodycap;/* callable bodies (passes/outline.c) */
+    int64_t *tab; int ntab, tabcap;   /* the call instructions' tables, row after row */
     ir_buf manifest;                  /* text handed to rt_init (see rtlib/rt.h) */
     int64_t comm_bytes[IR_COMM_COUNT];/* bytes this rank sends per step, by kind */
     double flops;                     /* model FLOPs this rank computes per step (cost model) */
@@ -518,10 +577,24 @@ void ir_prog_init(ir_prog *p, int rank, int world);
 void ir_prog_free(ir_prog *p);
 const char *ir_prog_str(ir_prog *p, const char *s);
 pg_instr *ir_prog_add(ir_prog *p, int sec, int kernel, const char *note);
+/* Append body b to the Program (taking its instructions); returns its id. */
+int ir_prog_add_body(ir_prog *p, pg_body *b);
+/* Append nrows rows of the body's nslots values to the table pool; returns
+ * the index of the first (the call's tab). */
+int ir_prog_add_rows(ir_prog *p, const int64_t *rows, int nrows, int nslots);
+/* Instruction k of call's body with row r's slots filled in: what the call
+ * runs for that row (no slots left; provenance -1). */
+void ir_prog_expand(const ir_prog *p, const pg_instr *call, int r, int k, pg_instr *out);
+/* Walk the rtlib kernel instructions of section sec in program order, the
+ * body of a call once per call (slots read as 0): start with *i = *k = 0;
+ * returns the next instruction, NULL at the end. */
+const pg_instr *ir_prog_walk(const ir_prog *p, int sec, int *i, int *k);
 void pg_buf(pg_instr *in, int64_t off);
 void pg_i(pg_instr *in, int64_t c);
 void pg_iv(pg_instr *in, int64_t c, int64_t s, int64_t m);
 void pg_f(pg_instr *in, float f);
+/* Print the Program in the dump format (--dump=lower, and with bodies and
+ * calls --dump=prog). */
 void ir_prog_print(const ir_prog *p, ir_buf *b);
 void ir_prog_verify(const ir_prog *p);
 

@@ -4,8 +4,12 @@
  * of rtlib kernel calls (prologue, per-step pre, per-micro-batch, per-step
  * post, epilogue), each call with arena byte offsets, integer arguments that
  * may depend on the step and micro-batch indices, and float constants.
- * This file builds Programs, prints them (the `--dump=lower` and golden
- * format) and checks them against the argument counts of rt_kernels.h.
+ * After passes/outline.c, a section may also hold call instructions: a
+ * body (the instructions of one repeat of a block, some operands slots) run
+ * once per row of a table that fills the slots, one row per repeat.
+ * This file builds Programs, prints them (the `--dump=lower` / `--dump=prog`
+ * and golden format) and checks them against the argument counts of
+ * rt_kernels.h (a call: every body instruction with every row filled in).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -46,6 +50,9 @@ void ir_prog_init(ir_prog *p, int rank, int world) {
 void ir_prog_free(ir_prog *p) {
     for (int s = 0; s < IR_SEC_COUNT; s++) free(p->ins[s]);
     free(p->reg);
+    for (int k = 0; k < p->nbody; k++) free(p->body[k].ins);
+    free(p->body);
+    free(p->tab);
     ir_buf_free(&p->manifest);
     for (int i = 0; i < p->npool; i++) free(p->pool[i]);
     free(p->pool);
@@ -69,7 +76,58 @@ pg_instr *ir_prog_add(ir_prog *p, int sec, int kernel, const char *note) {
     memset(in, 0, sizeof *in);
     in->kernel = kernel;
     in->note = ir_prog_str(p, note);
+    in->blk = in->rep = -1;
     return in;
+}
+
+/* Append body b, taking its instructions (b is left empty); its id. */
+int ir_prog_add_body(ir_prog *p, pg_body *b) {
+    pg_body *slot = IR_PUSH(p->body, p->nbody, p->bodycap);
+    *slot = *b;
+    memset(b, 0, sizeof *b);
+    return p->nbody - 1;
+}
+
+/* Append nrows * nslots table values; the index of the first. */
+int ir_prog_add_rows(ir_prog *p, const int64_t *rows, int nrows, int nslots) {
+    int64_t n;
+    IR_ASSERT(nrows >= 0 && nslots >= 0 && !ir_mul_ovf(nrows, nslots, &n) && n <= INT32_MAX - p->ntab);
+    int at = p->ntab;
+    ir_grow((void **)&p->tab, &p->tabcap, at + (int)n, sizeof *p->tab);
+    if (n) memcpy(p->tab + at, rows, (size_t)n * sizeof *rows);
+    p->ntab += (int)n;
+    return at;
+}
+
+/* Body instruction k of call, row r's slots filled in (provenance cleared). */
+void ir_prog_expand(const ir_prog *p, const pg_instr *call, int r, int k, pg_instr *out) {
+    IR_ASSERT(call->kernel == PG_CALL && call->body >= 0 && call->body < p->nbody);
+    const pg_body *b = &p->body[call->body];
+    IR_ASSERT(r >= 0 && r < call->nrows && k >= 0 && k < b->nins);
+    const int64_t *row = p->tab + call->tab + (int64_t)r * b->nslots;
+    *out = b->ins[k];
+    for (int j = 0; j < out->nbuf && j < PG_MAXBUF; j++)
+        if (out->bslot[j]) out->buf[j] = row[out->bslot[j] - 1], out->bslot[j] = 0;
+    for (int j = 0; j < out->nint && j < PG_MAXINT; j++)
+        if (out->islot[j]) out->ints[j].c = row[out->islot[j] - 1], out->islot[j] = 0;
+    out->blk = out->rep = -1;
+}
+
+/* The next kernel instruction of section sec at (*i, *k): *i the section's
+ * instruction, *k the position in a call's body. */
+const pg_instr *ir_prog_walk(const ir_prog *p, int sec, int *i, int *k) {
+    while (*i < p->nins[sec]) {
+        const pg_instr *in = &p->ins[sec][*i];
+        if (in->kernel != PG_CALL) {
+            ++*i;
+            return in;
+        }
+        const pg_body *b = &p->body[in->body];
+        if (*k < b->nins) return &b->ins[(*k)++];
+        ++*i;
+        *k = 0;
+    }
+    return NULL;
 }
 
 /* Append a buffer argument (arena byte offset). */
@@ -127,19 +185,52 @@ static void pg_print_float(ir_buf *b, float f) {
     ir_bprintf(b, "%s", t);
 }
 
+/* A slotted integer argument: "$3", "$3+s", "$0-2m". */
+static void pg_print_slot_int(ir_buf *b, int slot, pg_int v) {
+    ir_bprintf(b, "$%d", slot);
+    pg_print_term(b, v.s, 's', 0);
+    pg_print_term(b, v.m, 'm', 0);
+}
+
+/* A call line: "  mb   call          body 0 x3 rows  ; note", then one line
+ * per row of its table: "         [960640 98304 2]". */
+static void pg_print_call(ir_buf *b, const char *tag, const ir_prog *p, const pg_instr *in) {
+    ir_bprintf(b, "  %-4s %-13s body %d x%d rows", tag, "call", in->body, in->nrows);
+    if (in->note && in->note[0]) ir_bprintf(b, "  ; %s", in->note);
+    ir_bprintf(b, "\n");
+    if (!p || in->body < 0 || in->body >= p->nbody) return;
+    int ns = p->body[in->body].nslots;
+    for (int r = 0; r < in->nrows; r++) {
+        if (in->tab < 0 || (int64_t)in->tab + (int64_t)(r + 1) * ns > p->ntab) break;
+        ir_bprintf(b, "         [");
+        for (int k = 0; k < ns; k++)
+            ir_bprintf(b, "%s%" PRId64, k ? " " : "", p->tab[in->tab + (int64_t)r * ns + k]);
+        ir_bprintf(b, "]\n");
+    }
+}
+
 /* One instruction line:
  *   "  mb   matmul        b=[@0 @4096] i=[32 64 3+2s] f=[0.5]  ; note"
- * (a kernel id out of range, which the verifier reports, prints as `?`). */
-static void pg_print_instr(ir_buf *b, int sec, const pg_instr *in) {
+ * (a kernel id out of range, which the verifier reports, prints as `?`;
+ * in a body, a slotted operand prints as $k).  tag: the section's name, or
+ * the body's ("b3"); p, when not NULL, gives a call its table rows. */
+static void pg_print_line(ir_buf *b, const char *tag, const ir_prog *p, const pg_instr *in) {
+    if (in->kernel == PG_CALL) {
+        pg_print_call(b, tag, p, in);
+        return;
+    }
     int known = in->kernel >= 0 && in->kernel < RT_K_COUNT;
-    ir_bprintf(b, "  %-4s %-13s b=[", pg_secname[sec], known ? cg_kernel_names[in->kernel] : "?");
+    ir_bprintf(b, "  %-4s %-13s b=[", tag, known ? cg_kernel_names[in->kernel] : "?");
     /* Counts are clamped: the verifier prints instructions it rejects. */
-    for (int j = 0; j < in->nbuf && j < PG_MAXBUF; j++)
-        ir_bprintf(b, "%s@%" PRId64, j ? " " : "", in->buf[j]);
+    for (int j = 0; j < in->nbuf && j < PG_MAXBUF; j++) {
+        if (in->bslot[j]) ir_bprintf(b, "%s$%d", j ? " " : "", in->bslot[j] - 1);
+        else ir_bprintf(b, "%s@%" PRId64, j ? " " : "", in->buf[j]);
+    }
     ir_bprintf(b, "] i=[");
     for (int j = 0; j < in->nint && j < PG_MAXINT; j++) {
         if (j) ir_bprintf(b, " ");
-        pg_print_int(b, in->ints[j]);
+        if (in->islot[j]) pg_print_slot_int(b, in->islot[j] - 1, in->ints[j]);
+        else pg_print_int(b, in->ints[j]);
     }
     ir_bprintf(b, "] f=[");
     for (int j = 0; j < in->nflt && j < PG_MAXFLT; j++) {
@@ -149,6 +240,11 @@ static void pg_print_instr(ir_buf *b, int sec, const pg_instr *in) {
     ir_bprintf(b, "]");
     if (in->note && in->note[0]) ir_bprintf(b, "  ; %s", in->note);
     ir_bprintf(b, "\n");
+}
+
+/* An instruction of section sec (see pg_print_line). */
+static void pg_print_instr(ir_buf *b, int sec, const pg_instr *in) {
+    pg_print_line(b, pg_secname[sec], NULL, in);
 }
 
 /* Print the Program in the dump format: a header, the communication volume,
@@ -167,8 +263,16 @@ void ir_prog_print(const ir_prog *p, ir_buf *b) {
         ir_bprintf(b, "region @%" PRId64 " +%" PRId64 " %s %s\n", g->off, g->bytes,
                    g->persistent ? "persistent" : "temp", g->name ? g->name : "?");
     }
+    /* bodies first (a Program without any prints as --dump=lower always has) */
+    for (int k = 0; k < p->nbody; k++) {
+        const pg_body *bd = &p->body[k];
+        char tag[16];
+        snprintf(tag, sizeof tag, "b%d", k);
+        ir_bprintf(b, "body %d: %d instructions, %d slots\n", k, bd->nins, bd->nslots);
+        for (int i = 0; i < bd->nins; i++) pg_print_line(b, tag, p, &bd->ins[i]);
+    }
     for (int s = 0; s < IR_SEC_COUNT; s++)
-        for (int i = 0; i < p->nins[s]; i++) pg_print_instr(b, s, &p->ins[s][i]);
+        for (int i = 0; i < p->nins[s]; i++) pg_print_line(b, pg_secname[s], p, &p->ins[s][i]);
     if (p->manifest.n) {
         ir_bprintf(b, "manifest\n");
         const char *line = p->manifest.s;
@@ -187,6 +291,9 @@ typedef struct pg_where {
     const ir_prog *p;   /* the Program */
     int sec;            /* section */
     int idx;            /* instruction index in the section */
+    const pg_instr *in; /* the instruction checked when it is not ins[sec][idx] (a body's,
+                           expanded with one row of a call), else NULL */
+    int body, row;      /* that body and row (-1: none) */
 } pg_where;
 
 /* Die with the failing instruction, printed, in the message. */
@@ -206,8 +313,9 @@ static _Noreturn void pg_fail(const char *file, int line, const pg_where *w,
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     ir_buf ib = {0};
-    if (w->idx >= 0) {
-        pg_print_instr(&ib, w->sec, &w->p->ins[w->sec][w->idx]);
+    if (w->in || w->idx >= 0) {
+        if (w->body >= 0) ir_bprintf(&ib, "body %d row %d: ", w->body, w->row);
+        pg_print_instr(&ib, w->sec, w->in ? w->in : &w->p->ins[w->sec][w->idx]);
         ib.s[--ib.n] = 0;  /* drop the newline */
     }
     ir_die(file, line, "program of rank %d is invalid: %s [%s]%s%s", w->p->rank, why, cond,
@@ -496,6 +604,8 @@ static void pg_verify_var(const pg_where *w, const pg_instr *in) {
 static void pg_verify_instr(const pg_where *w, const pg_instr *in) {
     const ir_prog *p = w->p;
     PG_CHECK(w, in->kernel >= 0 && in->kernel < RT_K_COUNT, "kernel id %d", in->kernel);
+    for (int j = 0; j < PG_MAXBUF; j++) PG_CHECK(w, !in->bslot[j], "buffer %d is a slot outside a body", j);
+    for (int j = 0; j < PG_MAXINT; j++) PG_CHECK(w, !in->islot[j], "int %d is a slot outside a body", j);
     const struct pg_kinfo *k = &pg_kinfo[in->kernel];
     PG_CHECK(w, in->nbuf >= k->nbuf && in->nbuf <= PG_MAXBUF, "%d buffers, kernel takes %d",
              in->nbuf, k->nbuf);
@@ -525,9 +635,66 @@ static void pg_verify_instr(const pg_where *w, const pg_instr *in) {
     }
 }
 
+/* Check body k on its own: kernel instructions only, argument counts in
+ * range, every slot in range and used, a slotted operand holding 0. */
+static void pg_verify_body(const ir_prog *p, int k) {
+    const pg_body *b = &p->body[k];
+    pg_where w = {p, IR_SEC_PROLOGUE, -1, NULL, k, -1};
+    PG_CHECK(&w, b->nins >= 1 && b->ins, "body %d has %d instructions", k, b->nins);
+    PG_CHECK(&w, b->nslots >= 0 && b->nslots < UINT16_MAX, "body %d has %d slots", k, b->nslots);
+    char *used = ir_xcalloc((size_t)b->nslots + 1, 1);
+    for (int i = 0; i < b->nins; i++) {
+        const pg_instr *in = &b->ins[i];
+        w.in = in;
+        PG_CHECK(&w, in->kernel >= 0 && in->kernel < RT_K_COUNT, "body %d: kernel id %d", k, in->kernel);
+        PG_CHECK(&w, in->nbuf >= 0 && in->nbuf <= PG_MAXBUF && in->nint >= 0 && in->nint <= PG_MAXINT,
+                 "body %d: argument counts", k);
+        for (int j = 0; j < in->nbuf; j++) {
+            int sl = in->bslot[j];
+            PG_CHECK(&w, sl <= b->nslots, "body %d: buffer %d is slot %d of %d", k, j, sl - 1, b->nslots);
+            PG_CHECK(&w, !sl || in->buf[j] == 0, "body %d: slotted buffer %d holds %" PRId64, k, j, in->buf[j]);
+            if (sl) used[sl - 1] = 1;
+        }
+        for (int j = 0; j < in->nint; j++) {
+            int sl = in->islot[j];
+            PG_CHECK(&w, sl <= b->nslots, "body %d: int %d is slot %d of %d", k, j, sl - 1, b->nslots);
+            PG_CHECK(&w, !sl || in->ints[j].c == 0, "body %d: slotted int %d holds %" PRId64, k, j,
+                     in->ints[j].c);
+            if (sl) used[sl - 1] = 1;
+        }
+    }
+    w.in = NULL;
+    for (int s = 0; s < b->nslots; s++) PG_CHECK(&w, used[s], "body %d: slot %d is not used", k, s);
+    free(used);
+}
+
+/* Check call instruction `call` of section w->sec: its body and table
+ * exist, and every instruction it runs -- each body instruction with each
+ * row filled in -- passes the checks of an instruction of that section. */
+static void pg_verify_call(const pg_where *w, const pg_instr *call) {
+    const ir_prog *p = w->p;
+    PG_CHECK(w, call->body >= 0 && call->body < p->nbody, "call of body %d of %d", call->body, p->nbody);
+    const pg_body *b = &p->body[call->body];
+    int64_t need;
+    PG_CHECK(w, call->nrows >= 1 && call->tab >= 0 && !ir_mul_ovf(call->nrows, b->nslots, &need) &&
+                    need <= p->ntab - call->tab,
+             "call: %d rows of %d slots at %d, the table pool holds %d", call->nrows, b->nslots, call->tab,
+             p->ntab);
+    PG_CHECK(w, call->nbuf == 0 && call->nint == 0 && call->nflt == 0, "call with arguments");
+    pg_where v = *w;
+    v.body = call->body;
+    for (v.row = 0; v.row < call->nrows; v.row++)
+        for (int i = 0; i < b->nins; i++) {
+            pg_instr x;
+            ir_prog_expand(p, call, v.row, i, &x);
+            v.in = &x;
+            pg_verify_instr(&v, &x);
+        }
+}
+
 /* Check the Program's invariants; die on violation. */
 void ir_prog_verify(const ir_prog *p) {
-    pg_where w = {p, 0, -1};
+    pg_where w = {p, 0, -1, NULL, -1, -1};
     PG_CHECK(&w, p->world >= 1 && p->rank >= 0 && p->rank < p->world, "rank %d of world %d",
              p->rank, p->world);
     PG_CHECK(&w, p->arena >= 0, "arena of %" PRId64 " bytes", p->arena);
@@ -544,9 +711,26 @@ void ir_prog_verify(const ir_prog *p) {
                  "region %s [@%" PRId64 " +%" PRId64 ") outside the arena", g->name, g->off,
                  g->bytes);
     }
+    PG_CHECK(&w, p->nbody == 0 || p->body, "%d bodies and no array", p->nbody);
+    PG_CHECK(&w, p->ntab >= 0 && (p->ntab == 0 || p->tab), "a table pool of %d values", p->ntab);
+    for (int k = 0; k < p->nbody; k++) pg_verify_body(p, k);  /* before the calls expand them */
     for (w.sec = 0; w.sec < IR_SEC_COUNT; w.sec++) {
         PG_CHECK(&w, p->nins[w.sec] == 0 || p->ins[w.sec], "section %d has no array", w.sec);
-        for (w.idx = 0; w.idx < p->nins[w.sec]; w.idx++) pg_verify_instr(&w, &p->ins[w.sec][w.idx]);
+        for (w.idx = 0; w.idx < p->nins[w.sec]; w.idx++) {
+            const pg_instr *in = &p->ins[w.sec][w.idx];
+            if (in->kernel == PG_CALL) pg_verify_call(&w, in);
+            else pg_verify_instr(&w, in);
+        }
         w.idx = -1;
     }
+    /* every body is called */
+    char *called = ir_xcalloc((size_t)p->nbody + 1, 1);
+    for (int sec = 0; sec < IR_SEC_COUNT; sec++)
+        for (int i = 0; i < p->nins[sec]; i++)
+            if (p->ins[sec][i].kernel == PG_CALL) called[p->ins[sec][i].body] = 1;
+    for (int k = 0; k < p->nbody; k++) {
+        w = (pg_where){p, 0, -1, NULL, k, -1};
+        PG_CHECK(&w, called[k], "body %d is never called", k);
+    }
+    free(called);
 }

@@ -19,22 +19,44 @@
  * piece forms group r), so data-parallel replicas of a tensor-parallel
  * layout all-reduce in their own groups.  Every rule checks the exact
  * coverage it needs; a need no rule can make is a planner error.
+ *
+ * Cost: a tensor's sources and needs come from its producer's and its
+ * consumers' sub-ops only (pass_split's op_sop, a consumer list per
+ * tensor); rules look up one device's sources and needs through chains by
+ * device, and the pieces of each value split are collected once per tensor
+ * with a table by box.  Linear in the sub-ops for the rules the planner's
+ * policies use; the fallbacks (broadcast, cell-by-cell send/recv) still
+ * scan a tensor's needs per call.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
 
+/* A list of distinct pTensors of one tensor.  Every pTensor belongs to one
+ * tensor and each tensor is handled once, so membership (on) never needs
+ * clearing when the list is emptied for the next tensor. */
 typedef struct list {
     int *v; int n, cap;
+    char *on;        /* per pTensor id: in the list (for any tensor so far) */
+    int oncap;       /* entries of on */
 } list;
 
+/* Append x unless it is listed already. */
 static void lpush(list *l, int x)
 {
-    for (int i = 0; i < l->n; i++)
-        if (l->v[i] == x) return;
+    if (x >= l->oncap) {
+        int old = l->oncap;
+        ir_grow((void **)&l->on, &l->oncap, x + 1, 1);
+        memset(l->on + old, 0, (size_t)(l->oncap - old));
+    }
+    if (l->on[x]) return;
+    l->on[x] = 1;
     *IR_PUSH(l->v, l->n, l->cap) = x;
 }
+
+/* Is pTensor x in the list? */
+static int lhas(const list *l, int x) { return x < l->oncap && l->on[x]; }
 
 /* Per-tensor state of the pass. */
 typedef struct cctx {
@@ -46,6 +68,18 @@ typedef struct cctx {
     char *made;       /* per pTensor id: made by a comm */
     int madecap;
     int64_t *sent;    /* per device: bytes sent by fallback transfers (load balance) */
+    int *cons0;       /* per tensor + 1: CSR start into cons */
+    int *cons;        /* ops reading each tensor, ascending, each once */
+    /* the tensor's sources and needs by device (index_devs): chains through
+       the lists in list order, so a rule looks at one device's only */
+    int *dstamp;      /* per device: tensor + 1 whose chains shead / nhead hold */
+    int *shead;       /* per device: index into src of its first source, -1: none */
+    int *nhead;       /* per device: index into need of its first need, -1: none */
+    int *snext;       /* per index into src: the next source on the same device, -1 */
+    int *nnext;       /* per index into need: the next need on the same device, -1 */
+    int snextcap, nnextcap;  /* allocated entries of snext, nnext */
+    struct pcache *pc;       /* the tensor's pieces, by value split (pieces) */
+    int npc, pccap;          /* how many value splits, allocated */
 } cctx;
 
 static int is_made(const cctx *c, int pt) { return pt < c->madecap && c->made[pt]; }
@@ -129,34 +163,115 @@ typedef struct piece {
     int pt[64];     /* holder pTensors, ascending device */
 } piece;
 
-/* Collect sources matching (vn, vpart or -1 for any, full) into distinct-box pieces. */
-static int pieces_of(const cctx *c, int vn, int vpart, piece **out)
+/* The pieces of one selection of the tensor's sources (value split vn, one
+ * part or any), with a table to find a box's. */
+typedef struct pset {
+    piece *ps;      /* the pieces, in order of their first source */
+    int np, cap;    /* how many, allocated */
+    int *tab;       /* open addressing: piece index by box, -1 empty (tcap slots, a power of two) */
+    int tcap;       /* slots of tab */
+    int built;      /* collected */
+} pset;
+
+/* The pieces of the sources with one value split vn, built once per tensor
+ * (the sources do not change while its needs are made). */
+typedef struct pcache {
+    int vn;         /* the value split */
+    pset *set;      /* [0]: any part, [1 + j]: part j */
+} pcache;
+
+/* Hash of the first nd dims of a box (multiply and fold, a word at a time). */
+static uint64_t box_hash(const ir_box *b, int nd)
 {
-    int np = 0, cap = 0;
-    *out = NULL;
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < nd; i++)
+        for (int k = 0; k < 2; k++) {
+            h = (h ^ (uint64_t)(k ? b->hi[i] : b->lo[i])) * 0x9e3779b97f4a7c15ull;
+            h ^= h >> 29;
+        }
+    return h;
+}
+
+/* Index of the piece of S with box b, or -1. */
+static int pset_find(const cctx *c, const pset *S, const ir_box *b)
+{
+    if (!S->tcap) return -1;
+    size_t mask = (size_t)S->tcap - 1;
+    for (size_t i = (size_t)box_hash(b, c->nd) & mask; S->tab[i] >= 0; i = (i + 1) & mask)
+        if (ir_box_eq(&S->ps[S->tab[i]].box, b, c->nd)) return S->tab[i];
+    return -1;
+}
+
+/* Add source pTensor pt to S: to the piece of its box (made when new), in
+ * device order, at most 64 holders (the first 64 sources). */
+static void pset_add(const cctx *c, pset *S, int pt)
+{
+    const ir_ptensor *s = P(c, pt);
+    int k = pset_find(c, S, &s->box);
+    if (k < 0) {
+        if (2 * (S->np + 1) > S->tcap) {   /* grow the table, re-enter every box */
+            S->tcap = S->tcap ? 2 * S->tcap : 16;
+            free(S->tab);
+            S->tab = ir_xmalloc(sizeof(int) * (size_t)S->tcap);
+            for (int i = 0; i < S->tcap; i++) S->tab[i] = -1;
+            for (int q = 0; q < S->np; q++) {
+                size_t i = (size_t)box_hash(&S->ps[q].box, c->nd) & (size_t)(S->tcap - 1);
+                while (S->tab[i] >= 0) i = (i + 1) & (size_t)(S->tcap - 1);
+                S->tab[i] = q;
+            }
+        }
+        piece *p = IR_PUSH(S->ps, S->np, S->cap);
+        memset(p, 0, sizeof *p);
+        p->box = s->box;
+        k = S->np - 1;
+        size_t i = (size_t)box_hash(&s->box, c->nd) & (size_t)(S->tcap - 1);
+        while (S->tab[i] >= 0) i = (i + 1) & (size_t)(S->tcap - 1);
+        S->tab[i] = k;
+    }
+    piece *p = &S->ps[k];
+    if (p->n == 64) return;
+    int at = p->n++;
+    while (at > 0 && P(c, p->pt[at - 1])->dev > s->dev) p->pt[at] = p->pt[at - 1], at--;
+    p->pt[at] = pt;
+}
+
+/* The sources matching (vn, vpart or -1 for any) as distinct-box pieces:
+ * collected on first use, for every part of vn at once (one pass over the
+ * sources), and kept until the next tensor. */
+static const pset *pieces(cctx *c, int vn, int vpart)
+{
+    pcache *pc = NULL;
+    for (int i = 0; i < c->npc && !pc; i++)
+        if (c->pc[i].vn == vn) pc = &c->pc[i];
+    if (!pc) {
+        pc = IR_PUSH(c->pc, c->npc, c->pccap);
+        pc->vn = vn;
+        pc->set = ir_xcalloc((size_t)vn + 1, sizeof(pset));
+    }
+    pset *S = &pc->set[vpart + 1];
+    if (S->built) return S;
+    for (int j = vpart < 0 ? 0 : 1; j < (vpart < 0 ? 1 : vn + 1); j++) pc->set[j].built = 1;
     for (int i = 0; i < c->src.n; i++) {
         const ir_ptensor *s = P(c, c->src.v[i]);
-        if (s->vn != vn || (vpart >= 0 && s->vpart != vpart)) continue;
-        int k = 0;
-        while (k < np && !ir_box_eq(&(*out)[k].box, &s->box, c->nd)) k++;
-        if (k == np) {
-            piece *p = IR_PUSH(*out, np, cap);
-            memset(p, 0, sizeof *p);
-            p->box = s->box;
-        }
-        piece *p = &(*out)[k];
-        if (p->n == 64) continue;
-        int at = p->n++;
-        while (at > 0 && P(c, p->pt[at - 1])->dev > s->dev) p->pt[at] = p->pt[at - 1], at--;
-        p->pt[at] = c->src.v[i];
+        if (s->vn == vn) pset_add(c, &pc->set[vpart < 0 ? 0 : 1 + s->vpart], c->src.v[i]);
     }
-    return np;
+    return S;
+}
+
+/* Forget the pieces of the last tensor. */
+static void pieces_free(cctx *c)
+{
+    for (int i = 0; i < c->npc; i++) {
+        for (int j = 0; j <= c->pc[i].vn; j++) free(c->pc[i].set[j].ps), free(c->pc[i].set[j].tab);
+        free(c->pc[i].set);
+    }
+    c->npc = 0;
 }
 
 /* Replica matching: chunks[i] (i < k) are pieces with the same number of
  * holders R; dev is the r-th holder of one of them; grp[i] = the r-th holder
  * pTensor of chunk i.  Returns 1 on success. */
-static int match(const cctx *c, piece *const *chunks, int k, int dev, int *grp)
+static int match(const cctx *c, const piece *const *chunks, int k, int dev, int *grp)
 {
     int R = chunks[0]->n, r = -1;
     for (int i = 0; i < k; i++) {
@@ -192,22 +307,41 @@ static int tiles(const ir_box *const *bx, int k, const ir_box *whole, int j, int
     return 1;
 }
 
+/* Index into src of the first source on dev, -1: none (then snext). */
+static int src_on(const cctx *c, int dev) { return c->dstamp[dev] == c->t + 1 ? c->shead[dev] : -1; }
+
+/* Index into need of the first need on dev, -1: none (then nnext). */
+static int needs_on(const cctx *c, int dev) { return c->dstamp[dev] == c->t + 1 ? c->nhead[dev] : -1; }
+
+/* Chain the tensor's sources and needs by device, each in list order. */
+static void index_devs(cctx *c)
+{
+    ir_grow((void **)&c->snext, &c->snextcap, c->src.n + 1, sizeof(int));
+    ir_grow((void **)&c->nnext, &c->nnextcap, c->need.n + 1, sizeof(int));
+    for (int l = 0; l < 2; l++) {
+        const list *L = l ? &c->need : &c->src;
+        int *head = l ? c->nhead : c->shead, *next = l ? c->nnext : c->snext;
+        for (int i = L->n - 1; i >= 0; i--) {
+            int dev = P(c, L->v[i])->dev;
+            if (c->dstamp[dev] != c->t + 1) c->dstamp[dev] = c->t + 1, c->shead[dev] = c->nhead[dev] = -1;
+            next[i] = head[dev];
+            head[dev] = i;
+        }
+    }
+}
+
 /* A full-value need on dev with this box, not yet made, or -1. */
 static int need_on(const cctx *c, int dev, const ir_box *box)
 {
-    for (int i = 0; i < c->need.n; i++) {
+    for (int i = needs_on(c, dev); i >= 0; i = c->nnext[i]) {
         const ir_ptensor *n = P(c, c->need.v[i]);
-        if (n->dev == dev && n->vn == 1 && ir_box_eq(&n->box, box, c->nd)) return c->need.v[i];
+        if (n->vn == 1 && ir_box_eq(&n->box, box, c->nd)) return c->need.v[i];
     }
     return -1;
 }
 
-static int have(const cctx *c, int pt)
-{
-    for (int i = 0; i < c->src.n; i++)
-        if (c->src.v[i] == pt) return 1;
-    return is_made(c, pt);
-}
+/* Is pt there: a source, or made by a comm already? */
+static int have(const cctx *c, int pt) { return lhas(&c->src, pt) || is_made(c, pt); }
 
 /* ---------------------------------------------------------------- rules */
 
@@ -215,9 +349,9 @@ static int have(const cctx *c, int pt)
 static int rule_slice(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
-    for (int i = 0; i < c->src.n; i++) {
+    for (int i = src_on(c, n.dev); i >= 0; i = c->snext[i]) {
         const ir_ptensor *s = P(c, c->src.v[i]);
-        if (s->dev != n.dev || s->vn != 1 || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
+        if (s->vn != 1 || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
         int in = c->src.v[i];
         add_comm(c, IR_COMM_SLICE, 1, &n.dev, &in, &need, NULL, -1, 0, 0, "a sub-box of a local piece");
         return 1;
@@ -234,16 +368,12 @@ static int rule_allreduce(cctx *c, int need)
         const ir_ptensor *s = P(c, c->src.v[i]);
         if (s->vn == 1 || !ir_box_eq(&s->box, &n.box, c->nd)) continue;
         int V = s->vn;
-        piece **ch = ir_xmalloc(sizeof(piece *) * (size_t)V);
-        piece *all[64];
+        const piece *ch[64];
         int grp[64], devs[64], out[64], good = V <= 64;
         for (int j = 0; j < V && good; j++) {
-            piece *ps;
-            int np = pieces_of(c, V, j, &ps);
-            all[j] = ps;
-            ch[j] = NULL;
-            for (int q = 0; q < np; q++)
-                if (ir_box_eq(&ps[q].box, &n.box, c->nd)) ch[j] = &ps[q];
+            const pset *S = pieces(c, V, j);
+            int q = pset_find(c, S, &n.box);
+            ch[j] = q >= 0 ? &S->ps[q] : NULL;
             good = ch[j] != NULL;
             if (!good) V = j + 1;
         }
@@ -258,8 +388,6 @@ static int rule_allreduce(cctx *c, int need)
                      why);
             ok = 1;
         }
-        for (int j = 0; j < V && j < 64; j++) free(all[j]);
-        free(ch);
         break;
     }
     return ok;
@@ -275,12 +403,11 @@ static int rule_reducescatter(cctx *c, int need)
         if (s.vn == 1 || s.vn > 64 || ir_box_eq(&s.box, &n.box, c->nd) || !ir_box_contains(&s.box, &n.box, c->nd))
             continue;
         int V = s.vn, good = 1, grp[64], devs[64], out[64], order[64];
-        piece *all[64], *ch[64];
+        const piece *ch[64];
         for (int j = 0; j < V; j++) {
-            int np = pieces_of(c, V, j, &all[j]);
-            ch[j] = NULL;
-            for (int q = 0; q < np; q++)
-                if (ir_box_eq(&all[j][q].box, &s.box, c->nd)) ch[j] = &all[j][q];
+            const pset *S = pieces(c, V, j);
+            int q = pset_find(c, S, &s.box);
+            ch[j] = q >= 0 ? &S->ps[q] : NULL;
             good &= ch[j] != NULL;
         }
         if (good && match(c, ch, V, n.dev, grp)) {
@@ -290,9 +417,9 @@ static int rule_reducescatter(cctx *c, int need)
                 devs[j] = P(c, grp[j])->dev;
                 out[j] = -1;
                 /* member j's need: a tile of the box along dim */
-                for (int q = 0; q < c->need.n && out[j] < 0; q++) {
+                for (int q = needs_on(c, devs[j]); q >= 0 && out[j] < 0; q = c->nnext[q]) {
                     const ir_ptensor *m = P(c, c->need.v[q]);
-                    if (m->dev == devs[j] && m->vn == 1 && ir_box_contains(&s.box, &m->box, c->nd) &&
+                    if (m->vn == 1 && ir_box_contains(&s.box, &m->box, c->nd) &&
                         diff_dim(&s.box, &m->box, c->nd) == dim && !have(c, c->need.v[q]))
                         out[j] = c->need.v[q];
                 }
@@ -307,7 +434,6 @@ static int rule_reducescatter(cctx *c, int need)
                 ok = 1;
             }
         }
-        for (int j = 0; j < V; j++) free(all[j]);
     }
     return ok;
 }
@@ -316,9 +442,10 @@ static int rule_reducescatter(cctx *c, int need)
 static int rule_allgather(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
-    piece *ps;
-    int np = pieces_of(c, 1, -1, &ps), ok = 0;
-    piece *ch[64];
+    const pset *S = pieces(c, 1, -1);
+    const piece *ps = S->ps;
+    int np = S->np, ok = 0;
+    const piece *ch[64];
     const ir_box *bx[64];
     int k = 0, dim = -1;
     for (int q = 0; q < np && k < 64; q++) {
@@ -343,7 +470,6 @@ static int rule_allgather(cctx *c, int need)
             add_comm(c, IR_COMM_ALLGATHER, k, devs, grp, out, NULL, -1, 0, bytes_of(c, bx[0]) * (k - 1), why);
         }
     }
-    free(ps);
     return ok;
 }
 
@@ -351,8 +477,9 @@ static int rule_allgather(cctx *c, int need)
 static int rule_alltoall(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
-    piece *ps;
-    int np = pieces_of(c, 1, -1, &ps), ok = 0;
+    const pset *S = pieces(c, 1, -1);
+    const piece *ps = S->ps;
+    int np = S->np, ok = 0;
     /* the member's own piece: the one on n.dev that meets the need */
     for (int q = 0; q < np && !ok; q++) {
         const ir_box *mine = &ps[q].box;
@@ -377,7 +504,7 @@ static int rule_alltoall(cctx *c, int need)
             }
         }
         if (a < 0 || b < 0) continue;
-        piece *ch[64];
+        const piece *ch[64];
         const ir_box *bx[64], *nb[64];
         int k = 0, order[64], grp[64], devs[64], out[64], norder[64];
         for (int p = 0; p < np && k < 64; p++)
@@ -388,9 +515,9 @@ static int rule_alltoall(cctx *c, int need)
         for (int j = 0; j < k && good; j++) {
             devs[j] = P(c, grp[j])->dev;
             out[j] = -1;
-            for (int q2 = 0; q2 < c->need.n && out[j] < 0; q2++) {
+            for (int q2 = needs_on(c, devs[j]); q2 >= 0 && out[j] < 0; q2 = c->nnext[q2]) {
                 const ir_ptensor *m = P(c, c->need.v[q2]);
-                if (m->dev == devs[j] && m->vn == 1 && ir_box_contains(&whole, &m->box, c->nd) &&
+                if (m->vn == 1 && ir_box_contains(&whole, &m->box, c->nd) &&
                     diff_dim(&whole, &m->box, c->nd) == b && !have(c, c->need.v[q2]))
                     out[j] = c->need.v[q2];
             }
@@ -404,7 +531,6 @@ static int rule_alltoall(cctx *c, int need)
             ok = 1;
         }
     }
-    free(ps);
     return ok;
 }
 
@@ -427,9 +553,9 @@ static int rule_broadcast(cctx *c, int need)
         const ir_ptensor *m = P(c, q);
         if (m->vn != 1 || !ir_box_eq(&m->box, &n.box, c->nd) || have(c, q) || m->dev == root) continue;
         int local = 0;
-        for (int s = 0; s < c->src.n; s++) {
+        for (int s = src_on(c, m->dev); s >= 0; s = c->snext[s]) {
             const ir_ptensor *sp = P(c, c->src.v[s]);
-            local |= sp->dev == m->dev && sp->vn == 1 && ir_box_contains(&sp->box, &m->box, c->nd);
+            local |= sp->vn == 1 && ir_box_contains(&sp->box, &m->box, c->nd);
         }
         if (local) continue;
         int dup = 0;
@@ -514,8 +640,9 @@ static int cover(cctx *c, int need, const piece *ps, int np, int acc, const char
 static int rule_fallback(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
-    piece *ps;
-    int np = pieces_of(c, 1, -1, &ps), ok = 0;
+    const pset *S = pieces(c, 1, -1);
+    const piece *ps = S->ps;
+    int np = S->np, ok = 0;
     /* full values: one covering remote piece needs no zeroing */
     int single = 0;
     for (int q = 0; q < np; q++) single |= ir_box_contains(&ps[q].box, &n.box, c->nd);
@@ -526,7 +653,6 @@ static int rule_fallback(cctx *c, int need)
         ok = cover(c, need, ps, np, zero, "assembled from the pieces that hold it");
         if (!ok) c->d->ncomm = ncomm0;   /* drop the partial assembly; try value parts */
     }
-    free(ps);
     if (ok) return 1;
     /* value parts: zero, then add every part's pieces */
     int V = 0;
@@ -535,9 +661,8 @@ static int rule_fallback(cctx *c, int need)
     if (!V) return 0;
     add_comm(c, IR_COMM_ZERO, 1, &n.dev, NULL, &need, NULL, -1, 0, 0, "sum of partial values");
     for (int j = 0; j < V; j++) {
-        np = pieces_of(c, V, j, &ps);
-        ok = cover(c, need, ps, np, 1, "sum of the partial values that hold it");
-        free(ps);
+        S = pieces(c, V, j);
+        ok = cover(c, need, S->ps, S->np, 1, "sum of the partial values that hold it");
         if (!ok) return 0;
     }
     return 1;
@@ -548,9 +673,9 @@ static int rule_fallback(cctx *c, int need)
 static int rule_partial(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
-    for (int i = 0; i < c->src.n; i++) {
+    for (int i = src_on(c, n.dev); i >= 0; i = c->snext[i]) {
         const ir_ptensor *s = P(c, c->src.v[i]);
-        if (s->dev != n.dev || s->vn != 1 || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
+        if (s->vn != 1 || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
         int in = c->src.v[i];
         if (n.vpart == 0) add_comm(c, IR_COMM_COPY, 1, &n.dev, &in, &need, &n.box, -1, 0, 0, "part 0 of a full value");
         else add_comm(c, IR_COMM_ZERO, 1, &n.dev, NULL, &need, NULL, -1, 0, 0, "part > 0 of a full value");
@@ -559,34 +684,66 @@ static int rule_partial(cctx *c, int need)
     return 0;
 }
 
-/* Sources of tensor t: what producers made, or what devices store. */
-static void sources(ir_dist *d, int t, list *src)
+/* Push operand k of every sub-op of consumer ops of t (in sub-op order)
+ * that reads t, where k passes the filter: 0 any input, 1 an optimizer's
+ * param or state (k == 0 or k >= 2; the gradient is k == 1). */
+static void consumed(const cctx *c, int t, int opt_only, list *l)
 {
+    const ir_dist *d = c->d;
     const ir_graph *g = d->g;
-    for (int i = 0; i < d->nsop; i++) {
-        const ir_subop *s = &d->sop[i];
-        const ir_op *o = &g->op[s->op];
-        if (g->t[t].producer == s->op)
-            for (int k = 0; k < o->nout; k++)
-                if (o->out[k] == t) lpush(src, s->out[k]);
+    for (int q = c->cons0[t]; q < c->cons0[t + 1]; q++) {
+        int op = c->cons[q];
+        const ir_op *o = &g->op[op];
+        if (opt_only && o->phase != IR_PH_OPT) continue;
+        for (int i = d->op_sop[op]; i < d->op_sop[op + 1]; i++)
+            for (int k = 0; k < o->nin; k++)
+                if (o->in[k] == t && (!opt_only || k == 0 || k >= 2)) lpush(l, d->sop[i].in[k]);
     }
-    if (g->t[t].producer >= 0) return;
+}
+
+/* Sources of tensor t: what producers made, or what devices store. */
+static void sources(const cctx *c, int t, list *src)
+{
+    const ir_dist *d = c->d;
+    const ir_graph *g = d->g;
+    int p = g->t[t].producer;
+    if (p >= 0) {
+        for (int i = d->op_sop[p]; i < d->op_sop[p + 1]; i++)
+            for (int k = 0; k < g->op[p].nout; k++)
+                if (g->op[p].out[k] == t) lpush(src, d->sop[i].out[k]);
+        return;
+    }
     /* params and optimizer state live where the optimizer updates them;
        an untrained param, and data, where their consumers need them */
-    for (int i = 0; i < d->nsop; i++) {
-        const ir_subop *s = &d->sop[i];
-        const ir_op *o = &g->op[s->op];
-        if (o->phase != IR_PH_OPT) continue;
-        for (int k = 0; k < o->nin; k++)
-            if (o->in[k] == t && (k == 0 || k >= 2)) lpush(src, s->in[k]);
-    }
+    consumed(c, t, 1, src);
     if (src->n) return;
-    for (int i = 0; i < d->nsop; i++) {
-        const ir_subop *s = &d->sop[i];
-        const ir_op *o = &g->op[s->op];
-        for (int k = 0; k < o->nin; k++)
-            if (o->in[k] == t) lpush(src, s->in[k]);
-    }
+    consumed(c, t, 0, src);
+}
+
+/* The index of the pass: each tensor's consumer ops. */
+static void index_graph(cctx *c)
+{
+    const ir_dist *d = c->d;
+    const ir_graph *g = d->g;
+    IR_ASSERT(d->op_sop && d->op_sop[g->nop] == d->nsop);   /* pass_split's index */
+    c->cons0 = ir_xcalloc((size_t)g->nt + 2, sizeof(int));
+    int n = 0;
+    for (int op = 0; op < g->nop; op++)
+        for (int k = 0; k < g->op[op].nin; k++) {
+            int dup = 0;   /* an op reading t twice is listed once */
+            for (int j = 0; j < k; j++) dup |= g->op[op].in[j] == g->op[op].in[k];
+            if (!dup) c->cons0[g->op[op].in[k] + 1]++, n++;
+        }
+    for (int t = 0; t < g->nt; t++) c->cons0[t + 1] += c->cons0[t];
+    c->cons = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
+    int *fill = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
+    for (int op = 0; op < g->nop; op++)
+        for (int k = 0; k < g->op[op].nin; k++) {
+            int dup = 0, t = g->op[op].in[k];
+            for (int j = 0; j < k; j++) dup |= g->op[op].in[j] == t;
+            if (!dup) c->cons[c->cons0[t] + fill[t]++] = op;
+        }
+    free(fill);
 }
 
 void pass_comm(ir_dist *d)
@@ -596,25 +753,26 @@ void pass_comm(ir_dist *d)
     memset(&c, 0, sizeof c);
     c.d = d;
     c.sent = ir_xcalloc((size_t)d->ndev + 1, sizeof *c.sent);
+    c.dstamp = ir_xcalloc((size_t)d->ndev + 1, sizeof(int));
+    c.shead = ir_xmalloc(sizeof(int) * ((size_t)d->ndev + 1));
+    c.nhead = ir_xmalloc(sizeof(int) * ((size_t)d->ndev + 1));
+    index_graph(&c);
     for (int t = 0; t < g->nt; t++) {
         c.t = t;
         c.nd = g->t[t].ndim;
         c.src.n = c.need.n = 0;
-        sources(d, t, &c.src);
+        sources(&c, t, &c.src);
         if (g->t[t].kind == IR_T_PARAM || g->t[t].kind == IR_T_OPTSTATE) {
             d->store[t] = ir_dist_ints(d, c.src.v, c.src.n);
             d->nstore[t] = c.src.n;
         }
-        for (int i = 0; i < d->nsop; i++) {
-            const ir_subop *s = &d->sop[i];
-            const ir_op *o = &g->op[s->op];
-            for (int k = 0; k < o->nin; k++)
-                if (o->in[k] == t) lpush(&c.need, s->in[k]);
-        }
+        consumed(&c, t, 0, &c.need);
         /* the loss is reported by every device that holds a part of it */
         if (t == g->train.loss)
             for (int i = 0; i < c.src.n; i++) lpush(&c.need, full_pt(&c, c.src.v[i], P(&c, c.src.v[i])->dev));
         if (g->t[t].kind == IR_T_INPUT) continue;   /* data is loaded where it is needed */
+        index_devs(&c);
+        pieces_free(&c);
         for (int i = 0; i < c.need.n; i++) {
             int nd = c.need.v[i];
             if (have(&c, nd)) continue;
@@ -631,7 +789,18 @@ void pass_comm(ir_dist *d)
         }
     }
     free(c.src.v);
+    free(c.src.on);
     free(c.need.v);
+    free(c.need.on);
+    free(c.cons0);
+    free(c.cons);
+    free(c.dstamp);
+    free(c.shead);
+    free(c.nhead);
+    free(c.snext);
+    free(c.nnext);
+    pieces_free(&c);
+    free(c.pc);
     free(c.made);
     free(c.sent);
 }

@@ -203,8 +203,10 @@ static int fz_path_reads(const ir_prog *p, const int *secs, int tail, fz_live L)
  * count as reads.  After the micro-batch section every way the program
  * can go on is followed: the next micro-batch, or the post section, an
  * evaluation and then the next step or the epilogue.  In other sections
- * the end of the section counts as a read. */
-static int fz_live_after(const ir_prog *p, int sec, int from, int64_t off, int64_t bytes) {
+ * the end of the section counts as a read.  This walks every instruction
+ * on the way, for sums in place, which rewrite the section as they go;
+ * fusion asks fz_live_after, the same question through an index. */
+static int fz_live_after_walk(const ir_prog *p, int sec, int from, int64_t off, int64_t bytes) {
     if (p->loss_off >= 0 && fz_overlap(off, bytes, p->loss_off, 4)) return 1;
     /* persistent buffers (params, optimizer state, accumulators) are read by
        checkpoints and by later steps: always live */
@@ -227,6 +229,388 @@ static int fz_live_after(const ir_prog *p, int sec, int from, int64_t off, int64
     return 0;
 }
 
+/* ---- the same question through an index
+ *
+ * Walking the rest of the program for every chain member is quadratic in
+ * a section's length.  Only instructions that access bytes of the asked
+ * range can read it or overwrite part of it, so each section's accesses
+ * are indexed by byte range (fz_sidx: the distinct ranges, sorted, with
+ * the instructions that touch each), and a scan visits just the
+ * instructions touching the range, in order: the walk's answer, since the
+ * others change nothing.  While the micro-batch section is fused, its
+ * array holds the fused program so far in its first w slots and the
+ * original from w on; fz_view keeps the ew instructions made so far and
+ * the original instructions they replace, so a walk of that section from
+ * its start sees what the array holds. */
+
+/* One buffer access of an instruction as a liveness scan sees it. */
+typedef struct fz_acc {
+    int64_t lo, ext;  /* bytes [lo, lo + ext) (size unknown: ext INT64_MAX / 4) */
+    int rd;           /* reads them */
+    int kill;         /* writes all of them (a known size): overwrites */
+} fz_acc;
+
+/* The accesses of in that can read or overwrite a range, in buffer order. */
+static int fz_accesses(const pg_instr *in, fz_acc *a) {
+    int n = 0;
+    for (int j = 0; j < in->nbuf; j++) {
+        int64_t nb;
+        int acc = ir_prog_access(in, j, &nb);
+        int rd = (acc & PG_RD) != 0, kill = (acc & PG_WR) && !(acc & PG_PART) && nb >= 0;
+        if (rd || kill) a[n++] = (fz_acc){in->buf[j], nb < 0 ? INT64_MAX / 4 : nb, rd, kill};
+    }
+    return n;
+}
+
+/* One instruction's accesses over the live part L: 1 when one reads a byte
+ * of it, 0 when all of it is overwritten, -1 when neither (fz_scan's step). */
+static int fz_step(const fz_acc *a, int n, fz_live *L) {
+    for (int j = 0; j < n; j++) {
+        if (!a[j].rd) continue;
+        for (int k = 0; k < L->n; k++)
+            if (fz_overlap(L->lo[k], L->hi[k] - L->lo[k], a[j].lo, a[j].ext)) return 1;
+    }
+    for (int j = 0; j < n; j++)
+        if (a[j].kill) fz_kill(L, a[j].lo, a[j].lo + a[j].ext);
+    return L->n ? -1 : 0;
+}
+
+/* A section's accesses, by instruction and by byte range. */
+typedef struct fz_sidx {
+    int n;               /* instructions indexed */
+    int *a0;             /* per instruction + 1: CSR start into acc */
+    fz_acc *acc;         /* their accesses */
+    int nkey;            /* distinct ranges [klo, khi) accessed */
+    int64_t *klo, *khi;  /* ... ascending by (lo, hi) */
+    int ksz;             /* leaves of kmx, a power of two */
+    int64_t *kmx;        /* segment tree (1-based) of the largest khi below each node */
+    int *kp0, *kp;       /* per key + 1: CSR start into kp: the instructions accessing the range, ascending */
+} fz_sidx;
+
+/* An access of instruction pos, for sorting by range. */
+typedef struct fz_trip {
+    int64_t lo, hi;  /* the range */
+    int pos;         /* the instruction */
+} fz_trip;
+
+/* Orders accesses by range, then instruction. */
+static int fz_cmp_trip(const void *a, const void *b) {
+    const fz_trip *x = a, *y = b;
+    if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+    if (x->hi != y->hi) return x->hi < y->hi ? -1 : 1;
+    return x->pos - y->pos;
+}
+
+/* Index the accesses of section sec of p as it is now. */
+static void fz_sidx_build(fz_sidx *S, const ir_prog *p, int sec) {
+    memset(S, 0, sizeof *S);
+    S->n = p->nins[sec];
+    S->a0 = ir_xmalloc(sizeof(int) * ((size_t)S->n + 1));
+    int cap = 16, na = 0;
+    S->acc = ir_xmalloc(sizeof(fz_acc) * (size_t)cap);
+    for (int x = 0; x < S->n; x++) {
+        S->a0[x] = na;
+        if (na + PG_MAXBUF > cap) {
+            while (na + PG_MAXBUF > cap) cap *= 2;
+            S->acc = ir_xrealloc(S->acc, sizeof(fz_acc) * (size_t)cap);
+        }
+        na += fz_accesses(&p->ins[sec][x], S->acc + na);
+    }
+    S->a0[S->n] = na;
+    fz_trip *t = ir_xmalloc(sizeof(fz_trip) * ((size_t)na + 1));
+    for (int x = 0; x < S->n; x++)
+        for (int j = S->a0[x]; j < S->a0[x + 1]; j++) t[j] = (fz_trip){S->acc[j].lo, S->acc[j].lo + S->acc[j].ext, x};
+    qsort(t, (size_t)na, sizeof *t, fz_cmp_trip);
+    S->klo = ir_xmalloc(sizeof(int64_t) * ((size_t)na + 1));
+    S->khi = ir_xmalloc(sizeof(int64_t) * ((size_t)na + 1));
+    S->kp0 = ir_xmalloc(sizeof(int) * ((size_t)na + 2));
+    S->kp = ir_xmalloc(sizeof(int) * ((size_t)na + 1));
+    int np = 0;
+    for (int j = 0; j < na; j++) {
+        if (!S->nkey || t[j].lo != S->klo[S->nkey - 1] || t[j].hi != S->khi[S->nkey - 1]) {
+            S->klo[S->nkey] = t[j].lo, S->khi[S->nkey] = t[j].hi;
+            S->kp0[S->nkey++] = np;
+        } else if (S->kp[np - 1] == t[j].pos) {
+            continue;   /* the instruction accesses the range twice */
+        }
+        S->kp[np++] = t[j].pos;
+    }
+    S->kp0[S->nkey] = np;
+    free(t);
+    S->ksz = 1;
+    while (S->ksz < S->nkey) S->ksz *= 2;
+    S->kmx = ir_xmalloc(sizeof(int64_t) * 2 * (size_t)S->ksz);
+    for (int k = 0; k < S->ksz; k++) S->kmx[S->ksz + k] = k < S->nkey ? S->khi[k] : INT64_MIN;
+    for (int v = S->ksz - 1; v >= 1; v--)
+        S->kmx[v] = S->kmx[2 * v] > S->kmx[2 * v + 1] ? S->kmx[2 * v] : S->kmx[2 * v + 1];
+}
+
+/* Free an index (zeroed: not built). */
+static void fz_sidx_free(fz_sidx *S) {
+    free(S->a0), free(S->acc), free(S->klo), free(S->khi), free(S->kmx), free(S->kp0), free(S->kp);
+    memset(S, 0, sizeof *S);
+}
+
+/* The key of range [lo, hi) in S, or -1. */
+static int fz_key_of(const fz_sidx *S, int64_t lo, int64_t hi) {
+    int a = 0, b = S->nkey;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (S->klo[mid] < lo || (S->klo[mid] == lo && S->khi[mid] < hi)) a = mid + 1;
+        else b = mid;
+    }
+    return a < S->nkey && S->klo[a] == lo && S->khi[a] == hi ? a : -1;
+}
+
+/* A growable list of ints. */
+typedef struct fz_ints {
+    int *v;
+    int n, cap;
+} fz_ints;
+
+/* Append the keys among [vl, vr) below node v that end after qlo (all of
+ * keys [0, to) start before the asked range ends), ascending. */
+static void fz_keys(const fz_sidx *S, int v, int vl, int vr, int to, int64_t qlo, fz_ints *out) {
+    if (vl >= to || S->kmx[v] <= qlo) return;
+    if (vr - vl == 1) {
+        *IR_PUSH(out->v, out->n, out->cap) = vl;
+        return;
+    }
+    int mid = (vl + vr) / 2;
+    fz_keys(S, 2 * v, vl, mid, to, qlo, out);
+    fz_keys(S, 2 * v + 1, mid, vr, to, qlo, out);
+}
+
+/* The ew instructions fusion has made so far in the section S indexes. */
+typedef struct fz_view {
+    const fz_sidx *S;   /* the section as it was before fusion */
+    int i, w;           /* original instructions from i on are still to fuse; the array's first w slots
+                           hold the fused program (and slots w .. i - 1 still the originals) */
+    char *skip;         /* per original instruction: a member of a fused chain (an ew stands for it) */
+    int ne;             /* ew instructions made */
+    fz_ints epos;       /* per ew: the original position of its chain's first member (ascending) */
+    fz_ints ea0;        /* per ew + 1: CSR start into eacc */
+    fz_acc *eacc;       /* their accesses */
+    int neacc, eacccap; /* how many, allocated */
+    fz_ints *kew;       /* per key of S: the ews accessing that range, ascending */
+    fz_ints xe;         /* ews accessing a range S has no key for ... */
+    int64_t *xlo, *xhi; /* ... and that range, per entry of xe */
+    int xcap;           /* allocated entries of xlo, xhi */
+} fz_view;
+
+/* An empty view of the section S indexes. */
+static void fz_view_init(fz_view *V, const fz_sidx *S) {
+    memset(V, 0, sizeof *V);
+    V->S = S;
+    V->skip = ir_xcalloc((size_t)S->n + 1, 1);
+    V->kew = ir_xcalloc((size_t)S->nkey + 1, sizeof *V->kew);
+    *IR_PUSH(V->ea0.v, V->ea0.n, V->ea0.cap) = 0;
+}
+
+/* Free the view (before S, whose key count it needs). */
+static void fz_view_free(fz_view *V) {
+    for (int k = 0; k < V->S->nkey; k++) free(V->kew[k].v);
+    free(V->kew), free(V->skip), free(V->epos.v), free(V->ea0.v), free(V->eacc);
+    free(V->xe.v), free(V->xlo), free(V->xhi);
+    memset(V, 0, sizeof *V);
+}
+
+/* Record ew e, standing for original instructions [i, i + nm). */
+static void fz_view_add(fz_view *V, const pg_instr *e, int i, int nm) {
+    for (int k = 0; k < nm; k++) V->skip[i + k] = 1;
+    int id = V->ne++;
+    *IR_PUSH(V->epos.v, V->epos.n, V->epos.cap) = i;
+    if (V->neacc + PG_MAXBUF > V->eacccap) {
+        V->eacccap = 2 * (V->neacc + PG_MAXBUF);
+        V->eacc = ir_xrealloc(V->eacc, sizeof(fz_acc) * (size_t)V->eacccap);
+    }
+    int na = fz_accesses(e, V->eacc + V->neacc);
+    for (int j = V->neacc; j < V->neacc + na; j++) {
+        int64_t lo = V->eacc[j].lo, hi = lo + V->eacc[j].ext;
+        int key = fz_key_of(V->S, lo, hi);
+        if (key >= 0) {
+            fz_ints *l = &V->kew[key];
+            if (!l->n || l->v[l->n - 1] != id) *IR_PUSH(l->v, l->n, l->cap) = id;
+            continue;
+        }
+        if (V->xe.n == V->xcap) {
+            V->xcap = V->xcap ? 2 * V->xcap : 16;
+            V->xlo = ir_xrealloc(V->xlo, sizeof(int64_t) * (size_t)V->xcap);
+            V->xhi = ir_xrealloc(V->xhi, sizeof(int64_t) * (size_t)V->xcap);
+        }
+        V->xlo[V->xe.n] = lo, V->xhi[V->xe.n] = hi;
+        *IR_PUSH(V->xe.v, V->xe.n, V->xe.cap) = id;
+    }
+    V->neacc += na;
+    *IR_PUSH(V->ea0.v, V->ea0.n, V->ea0.cap) = V->neacc;
+}
+
+/* First index of sorted list v[0 .. n) whose value (the position of
+ * instruction v[k], or of ew v[k] when pos is given) is >= from. */
+static int fz_lower(const int *v, int n, const int *pos, int from) {
+    int a = 0, b = n;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if ((pos ? pos[v[mid]] : v[mid]) < from) a = mid + 1;
+        else b = mid;
+    }
+    return a;
+}
+
+/* Per-prog state of fusion: the indexes of the sections and the scratch of scans. */
+typedef struct fz_ctx {
+    const ir_prog *p;          /* the Program being fused */
+    fz_sidx idx[IR_SEC_COUNT]; /* sections indexed (n == 0 and no keys: not built) */
+    fz_view view;              /* the micro-batch section while it is fused (S NULL: not) */
+    int64_t *plo, *pmx;        /* persistent regions by offset, and the largest end up to each */
+    int npers;                 /* how many */
+    fz_ints keys, cur, ecur;   /* scratch of fz_iscan: candidate keys, their cursors */
+} fz_ctx;
+
+/* Orders int64s (the first of each persistent region's pair). */
+static int fz_cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A context for p: its persistent regions sorted, no section indexed yet. */
+static void fz_ctx_init(fz_ctx *F, const ir_prog *p) {
+    memset(F, 0, sizeof *F);
+    F->p = p;
+    /* persistent buffers, as (offset, end) pairs sorted by offset */
+    int64_t *pr = ir_xmalloc(sizeof(int64_t) * 2 * ((size_t)p->nreg + 1));
+    for (int g = 0; g < p->nreg; g++)
+        if (p->reg[g].persistent) {
+            pr[2 * F->npers] = p->reg[g].off;
+            pr[2 * F->npers++ + 1] = p->reg[g].off + p->reg[g].bytes;
+        }
+    qsort(pr, (size_t)F->npers, 2 * sizeof(int64_t), fz_cmp_i64);
+    F->plo = ir_xmalloc(sizeof(int64_t) * ((size_t)F->npers + 1));
+    F->pmx = ir_xmalloc(sizeof(int64_t) * ((size_t)F->npers + 1));
+    for (int k = 0; k < F->npers; k++) {
+        F->plo[k] = pr[2 * k];
+        F->pmx[k] = k && F->pmx[k - 1] > pr[2 * k + 1] ? F->pmx[k - 1] : pr[2 * k + 1];
+    }
+    free(pr);
+}
+
+/* Free the context's indexes and scratch. */
+static void fz_ctx_free(fz_ctx *F) {
+    if (F->view.S) fz_view_free(&F->view);   /* before the index it views */
+    for (int s = 0; s < IR_SEC_COUNT; s++) fz_sidx_free(&F->idx[s]);
+    free(F->plo), free(F->pmx), free(F->keys.v), free(F->cur.v), free(F->ecur.v);
+}
+
+/* Does a persistent buffer share a byte with [off, off + bytes)? */
+static int fz_persistent(const fz_ctx *F, int64_t off, int64_t bytes) {
+    int a = 0, b = F->npers;   /* the buffers that start before off + bytes: [0, a) */
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (F->plo[mid] < off + bytes) a = mid + 1;
+        else b = mid;
+    }
+    return a > 0 && F->pmx[a - 1] > off;
+}
+
+/* fz_scan over instructions [from, to) of the section S indexes, visiting
+ * only those that touch [qlo, qhi) (L's ranges lie inside it); with V, the
+ * fused view: an ew instead of the originals it replaced. */
+static int fz_iscan(fz_ctx *F, const fz_sidx *S, const fz_view *V, int from, int to, fz_live *L,
+                    int64_t qlo, int64_t qhi) {
+    if (from >= to) return -1;
+    /* keys that start before qhi: [0, nk) */
+    int a = 0, b = S->nkey;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (S->klo[mid] < qhi) a = mid + 1;
+        else b = mid;
+    }
+    F->keys.n = 0;
+    if (S->nkey) fz_keys(S, 1, 0, S->ksz, a, qlo, &F->keys);
+    int nk = F->keys.n;
+    ir_grow((void **)&F->cur.v, &F->cur.cap, nk + 1, sizeof(int));
+    ir_grow((void **)&F->ecur.v, &F->ecur.cap, nk + 2, sizeof(int));
+    for (int c = 0; c < nk; c++) {
+        int k = F->keys.v[c];
+        F->cur.v[c] = S->kp0[k] + fz_lower(S->kp + S->kp0[k], S->kp0[k + 1] - S->kp0[k], NULL, from);
+        if (V) F->ecur.v[c] = fz_lower(V->kew[k].v, V->kew[k].n, V->epos.v, from);
+    }
+    /* ews touching the range through ranges S has no key for: scanned in full (rare) */
+    int xc = V ? fz_lower(V->xe.v, V->xe.n, V->epos.v, from) : 0;
+    for (;;) {
+        int next = to, ew = -1;
+        for (int c = 0; c < nk; c++) {
+            int k = F->keys.v[c], *q = &F->cur.v[c];
+            while (*q < S->kp0[k + 1] && V && V->skip[S->kp[*q]]) ++*q;
+            if (*q < S->kp0[k + 1] && S->kp[*q] < next) next = S->kp[*q], ew = -1;
+            if (V && F->ecur.v[c] < V->kew[k].n) {
+                int e = V->kew[k].v[F->ecur.v[c]];
+                if (V->epos.v[e] < next) next = V->epos.v[e], ew = e;
+            }
+        }
+        for (int x = xc; V && x < V->xe.n; x++) {
+            int e = V->xe.v[x];
+            if (V->epos.v[e] >= next) break;
+            if (fz_overlap(qlo, qhi - qlo, V->xlo[x], V->xhi[x] - V->xlo[x])) next = V->epos.v[e], ew = e;
+        }
+        if (next >= to) return -1;
+        int r = ew >= 0 ? fz_step(V->eacc + V->ea0.v[ew], V->ea0.v[ew + 1] - V->ea0.v[ew], L)
+                        : fz_step(S->acc + S->a0[next], S->a0[next + 1] - S->a0[next], L);
+        if (r >= 0) return r;
+        /* past this position on every list */
+        for (int c = 0; c < nk; c++) {
+            int k = F->keys.v[c];
+            if (F->cur.v[c] < S->kp0[k + 1] && S->kp[F->cur.v[c]] == next) F->cur.v[c]++;
+            if (V && F->ecur.v[c] < V->kew[k].n && V->epos.v[V->kew[k].v[F->ecur.v[c]]] == next) F->ecur.v[c]++;
+        }
+        while (V && xc < V->xe.n && V->epos.v[V->xe.v[xc]] <= next) xc++;
+    }
+}
+
+/* fz_live_after_walk's answer through the indexes, for a chain ending
+ * before instruction `from` of the section being fused (F->view is the
+ * micro-batch section's state when that is the one). */
+static int fz_live_after(fz_ctx *F, int sec, int from, int64_t off, int64_t bytes) {
+    const ir_prog *p = F->p;
+    if (p->loss_off >= 0 && fz_overlap(off, bytes, p->loss_off, 4)) return 1;
+    /* persistent buffers (params, optimizer state, accumulators) are read by
+       checkpoints and by later steps: always live */
+    if (fz_persistent(F, off, bytes)) return 1;
+    fz_live L = {1, {off}, {off + bytes}};
+    const int64_t qlo = off, qhi = off + bytes;
+    int r = fz_iscan(F, &F->idx[sec], NULL, from, F->idx[sec].n, &L, qlo, qhi);
+    if (r >= 0) return r;
+    if (sec != IR_SEC_MB) return 1;
+    IR_ASSERT(F->view.S == &F->idx[IR_SEC_MB]);
+    static const int paths[][8] = {   /* as in fz_live_after_walk */
+        {IR_SEC_MB, -1},
+        {IR_SEC_POST, IR_SEC_PRE, IR_SEC_MB, -1},
+        {IR_SEC_POST, IR_SEC_EVAL_PRE, IR_SEC_EVAL, IR_SEC_EVAL_POST, IR_SEC_PRE, IR_SEC_MB, -1},
+        {IR_SEC_POST, IR_SEC_EPILOGUE, -1},
+        {IR_SEC_POST, IR_SEC_EVAL_PRE, IR_SEC_EVAL, IR_SEC_EVAL_POST, IR_SEC_EPILOGUE, -1},
+    };
+    fz_live P;   /* each path starts from what the section left live */
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
+        P.n = L.n;
+        memcpy(P.lo, L.lo, sizeof(int64_t) * (size_t)L.n);
+        memcpy(P.hi, L.hi, sizeof(int64_t) * (size_t)L.n);
+        int pr = -1;
+        for (int j = 0; paths[k][j] >= 0 && pr < 0; j++) {
+            int s = paths[k][j];
+            if (s != IR_SEC_MB) {
+                pr = fz_iscan(F, &F->idx[s], NULL, 0, F->idx[s].n, &P, qlo, qhi);
+                continue;
+            }
+            /* the array from its start up to the chain's end: the fused program so far
+               (the view of originals [0, i)), then what slots w .. from - 1 hold */
+            pr = fz_iscan(F, &F->idx[s], &F->view, 0, F->view.i, &P, qlo, qhi);
+            if (pr < 0) pr = fz_iscan(F, &F->idx[s], NULL, F->view.w, from, &P, qlo, qhi);
+        }
+        if (pr > 0) return 1;
+    }
+    return 0;
+}
+
 /* Buffer slot of byte offset off in the ew instruction (added on first use);
  * -1 when all RT_EW_NBUF slots are taken. */
 static int fz_slot(int64_t *slots, int *nslot, int64_t off) {
@@ -240,8 +624,7 @@ static int fz_slot(int64_t *slots, int *nslot, int64_t off) {
 /* Build the ew instruction of chain m[0 .. nm) (instructions ins[first ..
  * first + nm) of section sec) into *out.  Returns 0 when it does not fit
  * (too many buffers); out->ints[0] (the id) is set later. */
-static int fz_build(const ir_prog *p, int sec, int first, const fz_src *m, int nm,
-                    pg_instr *out) {
+static int fz_build(fz_ctx *F, int sec, int first, const fz_src *m, int nm, pg_instr *out) {
     int64_t slots[RT_EW_NBUF], N = 0;
     int nslot = 0, reg_of[RT_EW_MAXOPS], nreg = 0;
     int64_t ops[RT_EW_MAXOPS][4];
@@ -278,7 +661,7 @@ static int fz_build(const ir_prog *p, int sec, int first, const fz_src *m, int n
             accd |= m[e].out == s->out && m[e].acc;   /* a later member adds to it in memory */
             over = m[e].out == s->out && !m[e].acc;
         }
-        if (!accd && (over || !fz_live_after(p, sec, first + nm, s->out, 4 * s->n))) {
+        if (!accd && (over || !fz_live_after(F, sec, first + nm, s->out, 4 * s->n))) {
             reg_of[k] = nreg++;
             ops[k][1] = RT_EW_REG + reg_of[k];
         } else {
@@ -312,11 +695,19 @@ static int fz_build(const ir_prog *p, int sec, int first, const fz_src *m, int n
     return 1;
 }
 
-/* Fuse the chains of section sec of p in place; returns how many. */
+/* Fuse the chains of section sec of p in place; returns how many.  The
+ * sections a liveness question may walk are indexed first (all of them
+ * for the micro-batch section, whose questions follow the paths). */
 static int fz_section(ir_prog *p, int sec) {
     pg_instr *ins = p->ins[sec];
     int n = p->nins[sec], w = 0, fused = 0;
+    fz_ctx F;
+    fz_ctx_init(&F, p);
+    for (int s = 0; s < IR_SEC_COUNT; s++)
+        if (s == sec || (sec == IR_SEC_MB && s != IR_SEC_PROLOGUE)) fz_sidx_build(&F.idx[s], p, s);
+    if (sec == IR_SEC_MB) fz_view_init(&F.view, &F.idx[sec]);
     for (int i = 0; i < n;) {
+        F.view.i = i, F.view.w = w;
         fz_src m[RT_EW_MAXOPS];
         int nm = 0;
         if (fz_decode(&ins[i], &m[0])) {
@@ -326,13 +717,18 @@ static int fz_section(ir_prog *p, int sec) {
                 nm++;
         }
         pg_instr e;
-        if (nm >= 2 && fz_build(p, sec, i, m, nm, &e)) {
+        if (nm >= 2 && fz_build(&F, sec, i, m, nm, &e)) {
             /* the note lists the fused instructions: "a+b+c" */
             ir_buf note = {0};
             for (int k = 0; k < nm; k++)
                 ir_bprintf(&note, "%s%s", k ? "+" : "", ins[i + k].note ? ins[i + k].note : "?");
             e.note = ir_prog_str(p, note.s);
             ir_buf_free(&note);
+            /* provenance: the members' when they all agree, else none */
+            e.blk = ins[i].blk, e.rep = ins[i].rep;
+            for (int k = 1; k < nm; k++)
+                if (ins[i + k].blk != e.blk || ins[i + k].rep != e.rep) e.blk = e.rep = -1;
+            if (sec == IR_SEC_MB) fz_view_add(&F.view, &e, i, nm);
             ins[w++] = e;
             i += nm;
             fused++;
@@ -341,6 +737,7 @@ static int fz_section(ir_prog *p, int sec) {
         }
     }
     p->nins[sec] = w;
+    fz_ctx_free(&F);
     return fused;
 }
 
@@ -424,7 +821,7 @@ static int fz_sum_in_place(ir_prog *p, int sec) {
             ybad = j != js && fz_overlap(ps->buf[j], 1, ylo, nb);
         if (ybad || fz_touched(p, sec, xa + 1, x, -1, -1, a, nb, 0) ||
             fz_touched(p, sec, xb + 1, x, -1, -1, b, nb, 0) ||
-            fz_live_after(p, sec, x + 1, a, nb) || fz_live_after(p, sec, x + 1, b, nb))
+            fz_live_after_walk(p, sec, x + 1, a, nb) || fz_live_after_walk(p, sec, x + 1, b, nb))
             continue;
         pf->buf[jf] = y;
         pf->ints[ir_prog_acc_index(pf->kernel)] = add->ints[1];
@@ -447,10 +844,21 @@ static int fz_same_ops(const pg_instr *a, const pg_instr *b) {
     return 1;
 }
 
+/* Hash of what fz_same_ops compares. */
+static uint64_t fz_ops_hash(const pg_instr *a) {
+    uint64_t h = ((uint64_t)a->nint << 32 | (uint64_t)a->nbuf) * 0x9e3779b97f4a7c15ull;
+    for (int j = 3; j < a->nint; j++) {
+        h = (h ^ (uint64_t)a->ints[j].c) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
 int pass_fuse(ir_prog *progs, int nprogs) {
-    /* fuse, then number the distinct programs in order of appearance */
+    /* fuse, then number the distinct programs in order of appearance (a
+       table by program finds an earlier one) */
     const pg_instr **seen = NULL;
-    int nseen = 0, cap = 0;
+    int nseen = 0, cap = 0, *tab = NULL, tcap = 0;
     for (int r = 0; r < nprogs; r++)
         for (int sec = 0; sec < IR_SEC_COUNT; sec++) {
             fz_sum_in_place(&progs[r], sec);
@@ -458,9 +866,20 @@ int pass_fuse(ir_prog *progs, int nprogs) {
             for (int x = 0; x < progs[r].nins[sec]; x++) {
                 pg_instr *in = &progs[r].ins[sec][x];
                 if (in->kernel != RT_K_ew) continue;
-                int id = -1;
-                for (int k = 0; k < nseen && id < 0; k++)
-                    if (fz_same_ops(seen[k], in)) id = k;
+                if (2 * (nseen + 1) > tcap) {   /* grow the table, re-enter every program */
+                    tcap = tcap ? 2 * tcap : 64;
+                    free(tab);
+                    tab = ir_xmalloc(sizeof(int) * (size_t)tcap);
+                    for (int k = 0; k < tcap; k++) tab[k] = -1;
+                    for (int k = 0; k < nseen; k++) {
+                        size_t i = (size_t)fz_ops_hash(seen[k]) & (size_t)(tcap - 1);
+                        while (tab[i] >= 0) i = (i + 1) & (size_t)(tcap - 1);
+                        tab[i] = k;
+                    }
+                }
+                size_t i = (size_t)fz_ops_hash(in) & (size_t)(tcap - 1);
+                while (tab[i] >= 0 && !fz_same_ops(seen[tab[i]], in)) i = (i + 1) & (size_t)(tcap - 1);
+                int id = tab[i];
                 if (id < 0) {
                     if (nseen == cap) {
                         cap = cap ? 2 * cap : 16;
@@ -468,10 +887,12 @@ int pass_fuse(ir_prog *progs, int nprogs) {
                         IR_ASSERT(seen);
                     }
                     seen[id = nseen++] = in;
+                    tab[i] = id;
                 }
                 in->ints[0].c = id;
             }
         }
     free(seen);
+    free(tab);
     return nseen;
 }

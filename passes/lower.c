@@ -1,6 +1,7 @@
 /* lower.c -- DistGraph + memory plan -> the Program of one rank.
  *
- * Walks the global schedule and keeps the items placed on the rank: each
+ * Walks the rank's items of the global schedule (the per-rank index
+ * pass_schedule builds) and keeps their instructions: each
  * sub-op becomes one kernel call (the switch below maps op kinds to rtlib
  * kernels and their arguments), each comm one collective call.  Around
  * them: param initialisation (prologue), zeroing of accumulated tensors
@@ -22,7 +23,7 @@ typedef struct lctx {
     const pass_mem *m;
     ir_prog *p;
     int *pidx;       /* per pTensor: manifest param index, or -1 */
-    char *loaded;    /* per pTensor: data already loaded in the mb section */
+    char *loaded;    /* per pTensor of the rank (ir_dist.pt_local): data already loaded in the mb section */
     int place;       /* section instructions go to, overriding theirs (-1: theirs) */
     int eval;        /* lowering the evaluation copy of the forward pass */
 } lctx;
@@ -31,6 +32,18 @@ typedef struct lctx {
 static pg_instr *add(lctx *c, int sec, int kernel, const char *note)
 {
     return ir_prog_add(c->p, c->place >= 0 ? c->place : sec, kernel, note);
+}
+
+/* Provenance (block, repeat) of the instructions that touch tensor t: its
+ * producer op's; a param's is its gradient's, optimizer state's its
+ * param's (inputs, and tensors no op of a block makes: -1). */
+static void prov_tensor(const ir_graph *g, int t, pg_instr *in)
+{
+    if (g->t[t].kind == IR_T_OPTSTATE && g->t[t].opt_of >= 0) t = g->t[t].opt_of;
+    if (g->t[t].kind == IR_T_PARAM && g->t[t].grad >= 0) t = g->t[t].grad;
+    int op = g->t[t].producer;
+    in->blk = op >= 0 ? g->op[op].block : -1;
+    in->rep = op >= 0 ? g->op[op].rep : -1;
 }
 
 static int64_t off(const lctx *c, int pt)
@@ -55,8 +68,8 @@ static void load_input(lctx *c, int pt)
     const ir_graph *g = c->d->g;
     const ir_ptensor *p = &c->d->pt[pt];
     const ir_tensor *t = &g->t[p->tensor];
-    if (c->loaded[pt]) return;
-    c->loaded[pt] = 1;
+    if (c->loaded[c->d->pt_local[pt]]) return;
+    c->loaded[c->d->pt_local[pt]] = 1;
     int idx = 0;
     for (int i = 0; i < p->tensor; i++) idx += g->t[i].kind == IR_T_INPUT;
     pg_instr *in = add(c, IR_SEC_MB, RT_K_data, t->name);
@@ -88,6 +101,42 @@ static void put_acc(lctx *c, pg_instr *in, int acc, int sec)
 {
     if (acc && !c->eval && sec == IR_SEC_MB) pg_iv(in, 0, 0, 1);
     else pg_i(in, acc);
+}
+
+/* Model FLOPs of sub-op s per step when it runs in section sec (matmuls and
+ * attention dominate; pointwise ops ~ a few per element): this rank's cost
+ * (ir_prog.flops) and, summed over every rank's sub-ops, the manifest's
+ * flops_per_step. */
+static double subop_flops(const ir_graph *g, const ir_subop *s, int sec)
+{
+    const ir_op *o = &g->op[s->op];
+    int64_t ext[IR_MAXID];
+    memcpy(ext, s->ext, sizeof ext);
+    int b = pass_batch_id(g, s->op);
+    if (b >= 0 && sec == IR_SEC_MB) ext[b] /= g->train.micro_batches;
+    int nd0 = o->anno.ndim[0];
+    int64_t rows = ext_prod(o, ext, 0, 0, nd0 - 1), last = nd0 ? ext_prod(o, ext, 0, nd0 - 1, nd0) : 1;
+    double fl = 0, execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1;
+    switch (o->kind) {
+    case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN: /* 2 M K N: rows x last x the other dim */
+        fl = 2.0 * (double)rows * (double)last *
+             (double)(o->kind == IR_OP_MATMUL    ? ext_prod(o, ext, 1, 1, 2)
+                      : o->kind == IR_OP_MATMUL_NT ? ext_prod(o, ext, 1, 0, 1)
+                                                   : ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
+        break;
+    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: {
+        const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
+        double t = (double)ext_prod(o, ext, 0, nd0 - 2, nd0 - 1);
+        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)ext[hd->id] * t * t * (double)ext[hd->sub[0]];
+        if (o->iattr[IR_IA_CAUSAL]) fl /= 2;
+        if (o->kind == IR_OP_ATTENTION_BWD) fl *= 2;
+        break;
+    }
+    default:
+        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0);
+        break;
+    }
+    return fl * execs;
 }
 
 static void lower_subop(lctx *c, int si, int sec)
@@ -137,31 +186,12 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_ADAMW: kern = RT_K_adamw; break;
     default: ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
     }
-    /* model FLOPs (matmuls and attention dominate; pointwise ops ~ a few per element) */
-    double fl = 0, execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1;
-    switch (o->kind) {
-    case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN: /* 2 M K N: rows x last x the other dim */
-        fl = 2.0 * (double)rows * (double)last *
-             (double)(o->kind == IR_OP_MATMUL    ? ext_prod(o, ext, 1, 1, 2)
-                      : o->kind == IR_OP_MATMUL_NT ? ext_prod(o, ext, 1, 0, 1)
-                                                   : ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
-        break;
-    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: {
-        const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
-        double t = (double)ext_prod(o, ext, 0, nd0 - 2, nd0 - 1);
-        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)ext[hd->id] * t * t * (double)ext[hd->sub[0]];
-        if (o->iattr[IR_IA_CAUSAL]) fl /= 2;
-        if (o->kind == IR_OP_ATTENTION_BWD) fl *= 2;
-        break;
-    }
-    default:
-        fl = 4.0 * (double)n0;
-        break;
-    }
-    if (!c->eval) c->p->flops += fl * execs;
+    if (!c->eval) c->p->flops += subop_flops(g, s, sec);
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
     pg_instr *in = add(c, sec, kern, note);
+    in->blk = o->block, in->rep = o->rep;   /* provenance; an update's: its param's */
+    if (o->phase == IR_PH_OPT) prov_tensor(g, o->in[0], in);
     for (int k = 0; k < o->nin; k++)
         if (!(o->kind == IR_OP_EMBEDDING_BWD && k == 2)) pg_buf(in, off(c, s->in[k]));   /* table: shape only */
     for (int k = 0; k < o->nout; k++) {
@@ -268,9 +298,15 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank)
 {
     const ir_comm *cm = &d->comm[ci];
     const ir_tensor *t = &d->g->t[cm->tensor];
-    int member = 0;
-    for (int k = 0; k < cm->n; k++) member |= d->ints[d->grp[cm->group].devs + k] == rank;
-    if (!member || cm->kind == IR_COMM_ALLREDUCE || cm->kind == IR_COMM_SLICE || cm->kind == IR_COMM_ZERO) return 0;
+    if (cm->kind == IR_COMM_ALLREDUCE || cm->kind == IR_COMM_SLICE || cm->kind == IR_COMM_ZERO) return 0;
+    const int *devs = d->ints + d->grp[cm->group].devs;   /* ascending: is rank a member? */
+    int a = 0, b = cm->n;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (devs[mid] < rank) a = mid + 1;
+        else b = mid;
+    }
+    if (a == cm->n || devs[a] != rank) return 0;
     /* two buffers of the largest box involved (per step: an upper bound of a micro-batch's) */
     int64_t big = ir_box_numel(&cm->region, t->ndim);
     for (int k = 0; k < cm->n; k++) {
@@ -315,21 +351,24 @@ static int direct_tiles(const ir_box *whole, const ir_box *const *tile, int k, i
     return 1;
 }
 
-static void lower_comm(lctx *c, int ci, int sec)
+/* The rank's part of comm ci: it is member k of the group (the rank's
+ * schedule items say which). */
+static void lower_comm(lctx *c, int ci, int sec, int k)
 {
     const ir_dist *d = c->d;
     const ir_comm *cm = &d->comm[ci];
     const ir_tensor *t = &d->g->t[cm->tensor];
     const int nd = t->ndim, es = pass_elsize(t), K = cm->n;
-    const int *devs = d->ints + d->grp[cm->group].devs;
-    int k = -1;
-    for (int i = 0; i < K; i++)
-        if (devs[i] == c->p->rank) k = i;
-    if (k < 0) return;
+    IR_ASSERT(k >= 0 && k < K && d->ints[d->grp[cm->group].devs + k] == c->p->rank);
+    const int psec = c->place >= 0 ? c->place : sec, pfrom = c->p->nins[psec];   /* provenance, below */
     int pin = d->ints[cm->in + k], pout = d->ints[cm->out + k];
-    ir_box ib[64], ob[64];   /* every member's in / out boxes, per micro-batch */
+    ir_box ib[64], ob[64];   /* the members' in / out boxes, per micro-batch */
     IR_ASSERT(K <= 64);
+    /* every member's only where the collective moves tiles between them,
+       else this rank's: the others' are theirs to lower */
+    int all = cm->kind == IR_COMM_ALLGATHER || cm->kind == IR_COMM_REDUCESCATTER || cm->kind == IR_COMM_ALLTOALL;
     for (int i = 0; i < K; i++) {
+        if (!all && i != k) continue;
         int a = d->ints[cm->in + i], b = d->ints[cm->out + i];
         memset(&ib[i], 0, sizeof ib[i]);
         memset(&ob[i], 0, sizeof ob[i]);
@@ -418,7 +457,7 @@ static void lower_comm(lctx *c, int ci, int sec)
     }
     case IR_COMM_ALLGATHER: {
         int64_t n = ir_box_numel(&ib[k], nd) * es / 4;
-        const ir_box *tl[64];
+        const ir_box *tl[64] = {0};
         for (int i = 0; i < K; i++) tl[i] = &ib[i];
         int direct = direct_tiles(&ob[k], tl, K, nd);
         in = add(c, sec, RT_K_allgather, nt);
@@ -433,7 +472,7 @@ static void lower_comm(lctx *c, int ci, int sec)
     }
     case IR_COMM_REDUCESCATTER: {
         int64_t n = ir_box_numel(&ob[k], nd) * es / 4;
-        const ir_box *tl[64];
+        const ir_box *tl[64] = {0};
         for (int i = 0; i < K; i++) tl[i] = &ob[i];
         int direct = direct_tiles(&ib[k], tl, K, nd);
         if (!direct)
@@ -471,6 +510,7 @@ static void lower_comm(lctx *c, int ci, int sec)
         ir_die(__FILE__, __LINE__, "lowering of %s is not implemented", ir_comm_name(cm->kind));
     }
     if (!c->eval) c->p->comm_bytes[cm->kind] += sent * execs;
+    for (int x = pfrom; x < c->p->nins[psec]; x++) prov_tensor(d->g, cm->tensor, &c->p->ins[psec][x]);
 }
 
 /* Sum of squares of every gradient element the optimizer reads, each
@@ -482,18 +522,13 @@ static void grad_norm(lctx *c)
     const ir_graph *g = d->g;
     if (c->m->gnorm < 0) return;
     int first = 1;
-    for (int i = 0; i < d->nsop; i++) {
-        const ir_subop *s = &d->sop[i];
+    for (int q = d->rank_sop0[c->p->rank]; q < d->rank_sop0[c->p->rank + 1]; q++) {
+        const ir_subop *s = &d->sop[d->rank_sop[q]];
         const ir_op *o = &g->op[s->op];
-        if (s->dev != c->p->rank || o->phase != IR_PH_OPT) continue;
+        if (o->phase != IR_PH_OPT || !d->norm_owner[d->rank_sop[q]]) continue;
         const ir_ptensor *gp = &d->pt[s->in[1]];
-        int owner = 1;
-        for (int j = 0; j < d->nsop; j++)
-            if (d->sop[j].op == s->op && d->sop[j].dev < s->dev &&
-                ir_box_eq(&d->pt[d->sop[j].in[1]].box, &gp->box, g->t[gp->tensor].ndim))
-                owner = 0;
-        if (!owner) continue;
         pg_instr *in = add(c, IR_SEC_POST, RT_K_sumsq, g->t[gp->tensor].name);
+        prov_tensor(g, gp->tensor, in);
         pg_buf(in, off(c, s->in[1]));
         pg_buf(in, c->m->gnorm);
         pg_i(in, c->m->bytes[s->in[1]] / 4);
@@ -524,36 +559,41 @@ static void lower_eval(lctx *c)
 {
     const ir_dist *d = c->d;
     const ir_graph *g = d->g;
+    const int r = c->p->rank, *item = d->rank_item + d->rank_item0[r];
+    const int nitem = d->rank_item0[r + 1] - d->rank_item0[r];
     c->eval = 1;
-    memset(c->loaded, 0, (size_t)d->npt + 1);
-    for (int i = 0; i < d->nsop; i++) {
-        const ir_subop *s = &d->sop[i];
-        if (s->dev != c->p->rank || g->op[s->op].nout == 0 || g->op[s->op].out[0] != g->train.loss) continue;
+    memset(c->loaded, 0, (size_t)(d->rank_pt0[r + 1] - d->rank_pt0[r]) + 1);
+    for (int q = d->rank_sop0[r]; q < d->rank_sop0[r + 1]; q++) {
+        const ir_subop *s = &d->sop[d->rank_sop[q]];
+        if (g->op[s->op].nout == 0 || g->op[s->op].out[0] != g->train.loss) continue;
         pg_instr *in = ir_prog_add(c->p, IR_SEC_EVAL_PRE, RT_K_zero, "eval loss");
         pg_buf(in, off(c, s->out[0]));
         pg_i(in, c->m->bytes[s->out[0]] / 4);
     }
     c->place = IR_SEC_EVAL;
-    for (int n = 0; n < d->nseq; n++) {
-        const ir_item *it = &d->seq[n];
+    for (int q = 0; q < nitem; q++) {   /* the rank's items: its sub-ops, the comms it is in */
+        const ir_item *it = &d->seq[item[q]];
         if (it->sec != IR_SEC_MB) continue;
         if (it->comm) {
             const ir_tensor *t = &g->t[d->comm[it->id].tensor];
-            if (t->kind != IR_T_GRAD) lower_comm(c, it->id, it->sec);
-        } else if (d->sop[it->id].dev == c->p->rank && g->op[d->sop[it->id].op].phase == IR_PH_FWD) {
+            if (t->kind != IR_T_GRAD) lower_comm(c, it->id, it->sec, d->rank_member[d->rank_item0[r] + q]);
+        } else if (g->op[d->sop[it->id].op].phase == IR_PH_FWD) {
             lower_subop(c, it->id, it->sec);
         }
     }
     c->place = IR_SEC_EVAL_POST;
-    for (int n = 0; n < d->nseq; n++) {
-        const ir_item *it = &d->seq[n];
-        if (it->comm && d->comm[it->id].tensor == g->train.loss) lower_comm(c, it->id, it->sec);
+    for (int q = 0; q < nitem; q++) {
+        const ir_item *it = &d->seq[item[q]];
+        if (it->comm && d->comm[it->id].tensor == g->train.loss)
+            lower_comm(c, it->id, it->sec, d->rank_member[d->rank_item0[r] + q]);
     }
     c->place = -1;
     c->eval = 0;
 }
 
-/* Manifest records: header, groups, params this rank stores, inputs. */
+/* Manifest records: header, groups, params this rank stores, inputs, and
+ * what the rank's banner and MFU need (mesh, param count, the FLOPs of a
+ * step summed over every rank's sub-ops: known before any rank is lowered). */
 static void manifest(lctx *c)
 {
     const ir_dist *d = c->d;
@@ -565,6 +605,15 @@ static void manifest(lctx *c)
                g->model ? g->model : "model", p->rank, p->world, (long long)p->arena, (long long)g->train.steps,
                (long long)g->train.micro_batches);
     ir_bprintf(b, "seed %llu\nlr %.9g\n", (unsigned long long)g->seed, g->train.lr);
+    ir_bprintf(b, "mesh dp %d tp %d policy %s\n", d->mesh_dp, d->mesh_tp, g->req.policy ? g->req.policy : "dp");
+    int64_t nparam = 0;
+    for (int t = 0; t < g->nt; t++)
+        if (g->t[t].kind == IR_T_PARAM) nparam += ir_numel(&g->t[t]);
+    double flops = 0;
+    for (int n = 0; n < d->nseq; n++)
+        if (!d->seq[n].comm) flops += subop_flops(g, &d->sop[d->seq[n].id], d->seq[n].sec);
+    ir_bprintf(b, "param_count %lld\nflops_per_step %.17g\ndtype %s\n", (long long)nparam, flops,
+               g->train.bf16 ? "bf16" : "f32");
     for (int i = 0; i < d->ngrp; i++) {
         ir_bprintf(b, "group %d %d", i, d->grp[i].n);
         for (int k = 0; k < d->grp[i].n; k++) ir_bprintf(b, " %d", d->ints[d->grp[i].devs + k]);
@@ -618,9 +667,12 @@ static void manifest(lctx *c)
         if (tt->kind != IR_T_INPUT) continue;
         ir_bprintf(b, "input %d %s %s %d", ni++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
         for (int j = 0; j < tt->ndim; j++) ir_bprintf(b, " %lld", (long long)tt->shape[j]);
-        if (tt->stream >= 0 && (tr->data || tr->eval_data)) ir_bprintf(b, " dist stream %d", tt->stream);
-        else if (tt->data == IR_DATA_INT) ir_bprintf(b, " dist int %lld", (long long)tt->data_range);
-        else ir_bprintf(b, " dist normal 0");
+        /* a token input streams the data file of the run (the build's or --data); without
+           one rtlib draws its synthetic values (int RANGE) as for a `dist int` input */
+        if (tt->stream >= 0) ir_bprintf(b, " dist stream %d", tt->stream);
+        if (tt->data == IR_DATA_INT)   /* stream inputs are i32: they always have a range */
+            ir_bprintf(b, " %s %lld", tt->stream >= 0 ? "int" : "dist int", (long long)tt->data_range);
+        else if (tt->stream < 0) ir_bprintf(b, " dist normal 0");
         ir_bprintf(b, " period %lld\n", (long long)g->train.data_period);
     }
     ir_bprintf(b, "end\n");
@@ -629,57 +681,69 @@ static void manifest(lctx *c)
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
 {
     const ir_graph *g = d->g;
-    lctx c = {d, m, p, ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), ir_xcalloc((size_t)d->npt + 1, 1), -1, 0};
-    for (int i = 0; i < d->npt; i++) c.pidx[i] = -1;
+    /* the rank's share (pass_schedule's indexes): its items in schedule
+       order, its sub-ops and pTensors ascending; nothing here walks another
+       rank's, so lowering every rank is linear in the DistGraph */
+    IR_ASSERT(d->rank_item0 && d->norm_owner);
+    const int rk = p->rank, *item = d->rank_item + d->rank_item0[rk], *rpt = d->rank_pt + d->rank_pt0[rk];
+    const int nitem = d->rank_item0[rk + 1] - d->rank_item0[rk], nrpt = d->rank_pt0[rk + 1] - d->rank_pt0[rk];
+    lctx c = {d, m, p, ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), ir_xcalloc((size_t)nrpt + 1, 1), -1, 0};
+    memset(c.pidx, 0xff, sizeof(int) * (size_t)d->npt);   /* -1: not a param of this rank */
     p->arena = m->arena;
     p->micro_batches = g->train.micro_batches;
     p->steps = g->train.steps;
     p->loss_off = -1;
     manifest(&c);
     /* prologue: params from the RNG, optimizer state zeroed */
-    for (int i = 0; i < d->npt; i++) {
+    for (int q = 0; q < nrpt; q++) {
+        int i = rpt[q];
         if (m->off[i] < 0) continue;
         const ir_tensor *t = &g->t[d->pt[i].tensor];
         if (c.pidx[i] >= 0) {
             pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_init_param, t->name);
+            prov_tensor(g, d->pt[i].tensor, in);
             pg_buf(in, m->off[i]);
             pg_i(in, c.pidx[i]);
         } else if (t->kind == IR_T_OPTSTATE) {
             pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_zero, t->name);
+            prov_tensor(g, d->pt[i].tensor, in);
             pg_buf(in, m->off[i]);
             pg_i(in, m->bytes[i] / pass_elsize(t));
         }
     }
     /* pre: accumulators written outside the micro-batch loop (the ones inside
        overwrite on micro-batch 0, see put_acc) */
-    for (int i = 0; i < d->nsop; i++) {
-        const ir_subop *s = &d->sop[i];
-        if (s->dev != p->rank || s->sec == IR_SEC_MB) continue;
+    for (int q = d->rank_sop0[rk]; q < d->rank_sop0[rk + 1]; q++) {
+        const ir_subop *s = &d->sop[d->rank_sop[q]];
+        if (s->sec == IR_SEC_MB) continue;
         const ir_op *o = &g->op[s->op];
         for (int k = 0; k < o->nout; k++) {
             if (!d->accum[o->out[k]]) continue;
             const ir_tensor *t = &g->t[o->out[k]];
             pg_instr *in = ir_prog_add(p, IR_SEC_PRE, RT_K_zero, t->name);
+            prov_tensor(g, o->out[k], in);
             pg_buf(in, off(&c, s->out[k]));
             pg_i(in, m->bytes[s->out[k]] / pass_elsize(t));
         }
     }
     int normed = 0;
-    for (int n = 0; n < d->nseq; n++) {
-        const ir_item *it = &d->seq[n];
-        /* the global gradient norm: after the gradients' comms, before the first update */
-        if (!it->comm && it->sec == IR_SEC_POST && g->op[d->sop[it->id].op].phase == IR_PH_OPT && !normed++)
-            grad_norm(&c);
-        if (it->comm) lower_comm(&c, it->id, it->sec);
-        else if (d->sop[it->id].dev == p->rank) lower_subop(&c, it->id, it->sec);
+    for (int q = 0; q < nitem; q++) {
+        const ir_item *it = &d->seq[item[q]];
+        /* the global gradient norm: after the gradients' comms, before the first
+           update (the schedule's first, on whichever rank it runs) */
+        if (d->seq_opt >= 0 && item[q] >= d->seq_opt && !normed++) grad_norm(&c);
+        if (it->comm) lower_comm(&c, it->id, it->sec, d->rank_member[d->rank_item0[rk] + q]);
+        else lower_subop(&c, it->id, it->sec);
     }
+    if (d->seq_opt >= 0 && !normed++) grad_norm(&c);
     if (g->train.eval_every > 0) lower_eval(&c);
     /* the replicated loss this rank reports */
-    for (int i = 0; i < d->npt; i++)
-        if (d->pt[i].tensor == g->train.loss && d->pt[i].dev == p->rank && d->pt[i].vn == 1 && m->off[i] >= 0)
-            p->loss_off = m->off[i];
+    for (int q = 0; q < nrpt; q++)
+        if (d->pt[rpt[q]].tensor == g->train.loss && d->pt[rpt[q]].vn == 1 && m->off[rpt[q]] >= 0)
+            p->loss_off = m->off[rpt[q]];
     /* arena map */
-    for (int i = 0; i < d->npt; i++) {
+    for (int q = 0; q < nrpt; q++) {
+        int i = rpt[q];
         if (m->off[i] < 0) continue;
         ir_buf nb = {0};
         ir_pt_print(d, i, &nb);

@@ -15,6 +15,11 @@
  * the result gets a buffer of its own and lower.c copies before reducing:
  * the later reader must see the value from before the collective.
  * Tensors with a batch dim hold one micro-batch.
+ *
+ * Cost: a rank walks only its own schedule items and pTensors (the indexes
+ * pass_schedule builds), first fit asks a segment tree over lifetimes
+ * instead of every placed buffer, and pass_memcheck's replay keeps the last
+ * writer of every byte in a segment tree: O(n log n) in the rank's share.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +31,7 @@
 typedef struct buf {
     int pt;           /* pTensor */
     int64_t bytes;    /* size, aligned */
-    int first, last;  /* lifetime in schedule positions */
+    int first, last;  /* lifetime in the rank's schedule positions */
 } buf;
 
 static int64_t align_up(int64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
@@ -38,74 +43,241 @@ static int cmp_buf(const void *a, const void *b)
     return x->pt - y->pt;
 }
 
-/* Record a use of pt at schedule position pos. */
-static void use(int *first, int *last, int pt, int pos)
+/* Record a use of local buffer i at schedule position pos. */
+static void use(int *first, int *last, int i, int pos)
 {
-    if (first[pt] < 0 || pos < first[pt]) first[pt] = pos;
-    if (pos > last[pt]) last[pt] = pos;
+    if (first[i] < 0 || pos < first[i]) first[i] = pos;
+    if (pos > last[i]) last[i] = pos;
+}
+
+/* The rank's share of the DistGraph: its items and pTensors (ir_dist's
+ * per-rank indexes); per-buffer arrays are indexed by the pTensor's local
+ * index (pt_local), so a rank costs its own items and pTensors only. */
+typedef struct mrank {
+    const int *item, *member;  /* its schedule items and its member index in each comm */
+    int nitem;                 /* how many items */
+    const int *pt;             /* its pTensors, ascending */
+    int npt;                   /* how many pTensors */
+} mrank;
+
+/* The share of rank in d. */
+static mrank rank_share(const ir_dist *d, int rank)
+{
+    IR_ASSERT(d->rank_item0 && rank >= 0 && rank < d->ndev);   /* pass_schedule's index */
+    mrank r;
+    r.item = d->rank_item + d->rank_item0[rank];
+    r.member = d->rank_member + d->rank_item0[rank];
+    r.nitem = d->rank_item0[rank + 1] - d->rank_item0[rank];
+    r.pt = d->rank_pt + d->rank_pt0[rank];
+    r.npt = d->rank_pt0[rank + 1] - d->rank_pt0[rank];
+    return r;
+}
+
+/* ---- first fit over lifetimes
+ *
+ * Buffer i goes to the lowest offset >= top where its bytes meet no placed
+ * buffer whose lifetime meets its own.  Scanning every placed buffer for
+ * every new one is quadratic in the buffers of a rank (layers), so placed
+ * buffers live in a segment tree over schedule positions: a buffer is
+ * stored at the O(log n) nodes that tile its lifetime (own), and every node
+ * keeps the union of the byte ranges stored in its subtree (sub).  The
+ * buffers whose lifetimes meet [a, b] are those stored at nodes that meet
+ * it: the unions sub of the nodes inside [a, b] and own of the nodes that
+ * straddle it, O(log n) sets of merged byte ranges.  Bumping the offset
+ * past whatever range it hits in any set until none is hit gives the
+ * lowest fitting offset, the same answer as bumping past single buffers. */
+
+/* Disjoint byte ranges [lo, hi), ascending; ranges that meet are merged. */
+typedef struct mset {
+    int64_t *lo, *hi;  /* the ranges */
+    int n, cap;        /* how many, allocated */
+} mset;
+
+/* The first range of s that ends after y (s->n: none). */
+static int mset_after(const mset *s, int64_t y)
+{
+    int a = 0, b = s->n;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (s->hi[mid] <= y) a = mid + 1;
+        else b = mid;
+    }
+    return a;
+}
+
+/* Add [lo, hi) to s, merging the ranges it meets or touches. */
+static void mset_add(mset *s, int64_t lo, int64_t hi)
+{
+    int a = mset_after(s, lo - 1), b = a;   /* ranges a .. b-1 meet or touch [lo, hi) */
+    while (b < s->n && s->lo[b] <= hi) b++;
+    if (a < b) {
+        if (s->lo[a] < lo) lo = s->lo[a];
+        if (s->hi[b - 1] > hi) hi = s->hi[b - 1];
+    }
+    int n = s->n - (b - a) + 1;
+    if (n > s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 4;
+        if (s->cap < n) s->cap = n;
+        s->lo = ir_xrealloc(s->lo, sizeof(int64_t) * (size_t)s->cap);
+        s->hi = ir_xrealloc(s->hi, sizeof(int64_t) * (size_t)s->cap);
+    }
+    /* ranges b .. n-1 move to a + 1 */
+    memmove(s->lo + a + 1, s->lo + b, sizeof(int64_t) * (size_t)(s->n - b));
+    memmove(s->hi + a + 1, s->hi + b, sizeof(int64_t) * (size_t)(s->n - b));
+    s->lo[a] = lo;
+    s->hi[a] = hi;
+    s->n = n;
+}
+
+/* The placed buffers: a segment tree over schedule positions 0 .. size-1. */
+typedef struct ffit {
+    int size;          /* leaves, a power of two */
+    mset *own, *sub;   /* per node (1-based heap order): stored here, stored in the subtree */
+    const mset **q;    /* the sets of one query */
+    int nq, qcap;      /* how many, allocated */
+} ffit;
+
+/* An empty tree over schedule positions 0 .. npos - 1. */
+static void ffit_init(ffit *f, int npos)
+{
+    memset(f, 0, sizeof *f);
+    f->size = 1;
+    while (f->size < npos) f->size *= 2;
+    f->own = ir_xcalloc(2 * (size_t)f->size, sizeof(mset));
+    f->sub = ir_xcalloc(2 * (size_t)f->size, sizeof(mset));
+}
+
+/* Free the tree and every set in it. */
+static void ffit_free(ffit *f)
+{
+    for (int v = 0; v < 2 * f->size; v++) {
+        free(f->own[v].lo), free(f->own[v].hi);
+        free(f->sub[v].lo), free(f->sub[v].hi);
+    }
+    free(f->own);
+    free(f->sub);
+    free(f->q);
+}
+
+/* Store bytes [lo, hi) for positions [a, b] below node v (spanning [vl, vr)). */
+static void ffit_insert(ffit *f, int v, int vl, int vr, int a, int b, int64_t lo, int64_t hi)
+{
+    if (b < vl || vr <= a) return;
+    mset_add(&f->sub[v], lo, hi);
+    if (a <= vl && vr - 1 <= b) {
+        mset_add(&f->own[v], lo, hi);
+        return;
+    }
+    int mid = (vl + vr) / 2;
+    ffit_insert(f, 2 * v, vl, mid, a, b, lo, hi);
+    ffit_insert(f, 2 * v + 1, mid, vr, a, b, lo, hi);
+}
+
+/* Collect the sets holding every buffer whose lifetime meets [a, b]. */
+static void ffit_query(ffit *f, int v, int vl, int vr, int a, int b)
+{
+    if (b < vl || vr <= a) return;
+    int inside = a <= vl && vr - 1 <= b;
+    const mset *s = inside ? &f->sub[v] : &f->own[v];
+    if (s->n) {
+        if (f->nq == f->qcap) {
+            f->qcap = f->qcap ? 2 * f->qcap : 64;
+            f->q = ir_xrealloc(f->q, sizeof *f->q * (size_t)f->qcap);
+        }
+        f->q[f->nq++] = s;
+    }
+    if (inside || f->sub[v].n == 0) return;   /* inside: sub has it all; else nothing stored below */
+    int mid = (vl + vr) / 2;
+    ffit_query(f, 2 * v, vl, mid, a, b);
+    ffit_query(f, 2 * v + 1, mid, vr, a, b);
+}
+
+/* The lowest offset >= top where `bytes` (> 0) fit during positions [a, b]. */
+static int64_t ffit_lowest(ffit *f, int a, int b, int64_t top, int64_t bytes)
+{
+    f->nq = 0;
+    ffit_query(f, 1, 0, f->size, a, b);
+    int64_t at = top;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int k = 0; k < f->nq; k++) {
+            const mset *s = f->q[k];
+            int j = mset_after(s, at);
+            if (j < s->n && s->lo[j] < at + bytes) at = s->hi[j], moved = 1;
+        }
+    }
+    return at;
 }
 
 void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
 {
     const ir_graph *g = d->g;
+    const mrank R = rank_share(d, rank);
+    const int *loc = d->pt_local;
     memset(m, 0, sizeof *m);
     m->rank = rank;
+    /* pass_mem's arrays are per pTensor of the whole DistGraph: filling them
+       is the one thing per rank that grows with the other ranks' pTensors (a
+       memset; the rest of the plan works on the rank's own, by pt_local) */
     m->off = ir_xmalloc(sizeof(int64_t) * ((size_t)d->npt + 1));
+    memset(m->off, 0xff, sizeof(int64_t) * (size_t)d->npt);   /* -1: not on this rank */
     m->bytes = ir_xcalloc((size_t)d->npt + 1, sizeof(int64_t));
-    int *first = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
-    int *last = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
-    int *alias = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
-    int *apos = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));  /* in-place candidate: where it reduces */
-    char *pers = ir_xcalloc((size_t)d->npt + 1, 1);
-    for (int i = 0; i < d->npt; i++) m->off[i] = -1, first[i] = -1, last[i] = -1, alias[i] = -1, apos[i] = -1;
-    /* uses along the global schedule, this rank's items only */
-    for (int n = 0; n < d->nseq; n++) {
+    /* per local buffer */
+    size_t nl = (size_t)R.npt + 1;
+    int *first = ir_xmalloc(sizeof(int) * nl), *last = ir_xmalloc(sizeof(int) * nl);
+    int *alias = ir_xmalloc(sizeof(int) * nl);  /* local index of the buffer it shares, or -1 */
+    int *apos = ir_xmalloc(sizeof(int) * nl);   /* in-place candidate: where it reduces */
+    char *pers = ir_xcalloc(nl, 1);
+    for (int i = 0; i < R.npt; i++) first[i] = -1, last[i] = -1, alias[i] = -1, apos[i] = -1;
+    /* uses along the global schedule, this rank's items only; lifetimes are
+       in the rank's own item positions q (the same order as seq's) */
+    for (int q = 0; q < R.nitem; q++) {
+        int n = R.item[q];
         const ir_item *it = &d->seq[n];
         int post = it->sec != IR_SEC_MB;
         if (it->comm) {
             const ir_comm *c = &d->comm[it->id];
-            for (int k = 0; k < c->n; k++) {
-                int in = d->ints[c->in + k], out = d->ints[c->out + k];
-                if (d->ints[d->grp[c->group].devs + k] != rank) continue;
-                if (in >= 0) use(first, last, in, n);
-                if (out >= 0) use(first, last, out, n);
-                if (c->kind == IR_COMM_ALLREDUCE) alias[out] = in, apos[out] = n;
-                if (post && in >= 0) pers[in] = 1;
-                if (post && out >= 0) pers[out] = 1;
-            }
+            int k = R.member[q];
+            int in = d->ints[c->in + k], out = d->ints[c->out + k];
+            int li = in >= 0 ? loc[in] : -1, lo = out >= 0 ? loc[out] : -1;
+            if (in >= 0) use(first, last, li, q);
+            if (out >= 0) use(first, last, lo, q);
+            if (c->kind == IR_COMM_ALLREDUCE) alias[lo] = li, apos[lo] = q;
+            if (post && in >= 0) pers[li] = 1;
+            if (post && out >= 0) pers[lo] = 1;
             int64_t sb = pass_comm_scratch(d, it->id, rank);
             if (sb > m->scratch_bytes) m->scratch_bytes = sb;
         } else {
             const ir_subop *s = &d->sop[it->id];
-            if (s->dev != rank) continue;
             const ir_op *o = &g->op[s->op];
             for (int k = 0; k < o->nin; k++) {
-                use(first, last, s->in[k], n);
-                if (post) pers[s->in[k]] = 1;
+                use(first, last, loc[s->in[k]], q);
+                if (post) pers[loc[s->in[k]]] = 1;
             }
             for (int k = 0; k < o->nout; k++) {
-                use(first, last, s->out[k], n);
-                if (post) pers[s->out[k]] = 1;
+                use(first, last, loc[s->out[k]], q);
+                if (post) pers[loc[s->out[k]]] = 1;
             }
         }
     }
-    for (int i = 0; i < d->npt; i++) {
-        const ir_tensor *t = &g->t[d->pt[i].tensor];
-        if (first[i] < 0 || d->pt[i].dev != rank) continue;
-        if (t->kind == IR_T_PARAM || t->kind == IR_T_OPTSTATE || d->accum[d->pt[i].tensor]) pers[i] = 1;
-        int64_t n = ir_box_numel(&d->pt[i].box, t->ndim) * pass_elsize(t);
+    for (int i = 0; i < R.npt; i++) {
+        const ir_ptensor *p = &d->pt[R.pt[i]];
+        const ir_tensor *t = &g->t[p->tensor];
+        if (first[i] < 0) continue;
+        if (t->kind == IR_T_PARAM || t->kind == IR_T_OPTSTATE || d->accum[p->tensor]) pers[i] = 1;
+        int64_t n = ir_box_numel(&p->box, t->ndim) * pass_elsize(t);
         if (t->batch_dim >= 0) {
             IR_ASSERT(!pers[i]);
             n /= g->train.micro_batches;
         }
-        m->bytes[i] = n;
+        m->bytes[R.pt[i]] = n;
     }
     /* in place only when the all-reduce is the input's last use on this
        rank: a reader of the input after it must see the unreduced value */
-    for (int i = 0; i < d->npt; i++)
+    for (int i = 0; i < R.npt; i++)
         if (alias[i] >= 0 && last[alias[i]] > apos[i]) alias[i] = -1;
     /* an alias chain ends in its buffer's owner; the owner lives as long as the chain */
-    for (int i = 0; i < d->npt; i++) {
+    for (int i = 0; i < R.npt; i++) {
         if (alias[i] < 0 || first[i] < 0) continue;
         int r = alias[i];
         while (alias[r] >= 0) r = alias[r];
@@ -114,14 +286,14 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         pers[r] |= pers[i];
     }
     int64_t top = 0;
-    for (int i = 0; i < d->npt; i++)
+    for (int i = 0; i < R.npt; i++)
         if (first[i] >= 0 && alias[i] < 0 && pers[i]) {
-            m->off[i] = top;
-            top += align_up(m->bytes[i]);
+            m->off[R.pt[i]] = top;
+            top += align_up(m->bytes[R.pt[i]]);
         }
     m->gnorm = -1;
-    for (int i = 0; i < d->nsop; i++)
-        if (d->sop[i].dev == rank && g->op[d->sop[i].op].phase == IR_PH_OPT) m->gnorm = 0;
+    for (int i = d->rank_sop0[rank]; i < d->rank_sop0[rank + 1]; i++)
+        if (g->op[d->sop[d->rank_sop[i]].op].phase == IR_PH_OPT) m->gnorm = 0;
     if (m->gnorm == 0) {
         m->gnorm = top;
         top += ALIGN;
@@ -132,34 +304,28 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     }
     m->persistent = top;
     /* transient buffers: first fit by size */
-    buf *bs = ir_xmalloc(sizeof(buf) * ((size_t)d->npt + 1));
+    buf *bs = ir_xmalloc(sizeof(buf) * nl);
     int nb = 0;
-    for (int i = 0; i < d->npt; i++)
+    for (int i = 0; i < R.npt; i++)
         if (first[i] >= 0 && alias[i] < 0 && !pers[i])
-            bs[nb++] = (buf){i, align_up(m->bytes[i]), first[i], last[i]};
+            bs[nb++] = (buf){R.pt[i], align_up(m->bytes[R.pt[i]]), first[i], last[i]};
     qsort(bs, (size_t)nb, sizeof *bs, cmp_buf);
     int64_t end = top;
+    ffit f;
+    ffit_init(&f, R.nitem);
     for (int i = 0; i < nb; i++) {
-        int64_t at = top;
-        for (int again = 1; again;) {
-            again = 0;
-            for (int j = 0; j < i; j++) {
-                if (bs[j].last < bs[i].first || bs[i].last < bs[j].first) continue;
-                int64_t o = m->off[bs[j].pt];
-                if (at < o + bs[j].bytes && o < at + bs[i].bytes) {
-                    at = o + bs[j].bytes;
-                    again = 1;
-                }
-            }
-        }
+        IR_ASSERT(bs[i].bytes > 0);
+        int64_t at = ffit_lowest(&f, bs[i].first, bs[i].last, top, bs[i].bytes);
         m->off[bs[i].pt] = at;
+        ffit_insert(&f, 1, 0, f.size, bs[i].first, bs[i].last, at, at + bs[i].bytes);
         if (at + bs[i].bytes > end) end = at + bs[i].bytes;
     }
-    for (int i = 0; i < d->npt; i++)
+    ffit_free(&f);
+    for (int i = 0; i < R.npt; i++)
         if (alias[i] >= 0 && first[i] >= 0) {
             int r = alias[i];
             while (alias[r] >= 0) r = alias[r];
-            m->off[i] = m->off[r];
+            m->off[R.pt[i]] = m->off[R.pt[r]];
         }
     m->arena = end > 0 ? end : ALIGN;
     free(bs);
@@ -182,14 +348,129 @@ void pass_mem_free(pass_mem *m)
 typedef struct mck {
     const ir_dist *d;
     const pass_mem *m;
-    int *byoff;        /* the rank's pTensors, by offset */
+    mrank R;           /* the rank's items and pTensors */
+    int *byoff;        /* the rank's pTensors with a buffer, by offset */
     int n;             /* how many */
-    int64_t maxbytes;  /* the largest buffer */
-    char *valid;       /* per pTensor: its buffer holds its value */
-    int *clobber;      /* per pTensor: the pTensor whose write overwrote it, or -1 */
+    int64_t *mx;       /* segment tree (1-based, size leaves) of the largest buffer end below each node */
+    int size;          /* its leaves, a power of two >= n */
+    char *valid;       /* per local pTensor (pt_local): its buffer holds its value */
+    int *clobber;      /* per local pTensor: the pTensor whose write overwrote it, or -1 */
     int *clob_item;    /* ... and the schedule item that wrote it */
-    char *loaded;      /* per pTensor: input loaded in this micro-batch body */
+    char *loaded;      /* per local pTensor: input loaded in this micro-batch body */
+    /* the quick replay (mck_paint): who wrote each byte last */
+    int painting;      /* 1: replay with the paint below, not valid / clobber */
+    int unsure;        /* the paint cannot tell (a buffer without bytes, params sharing bytes) */
+    int64_t *cut;      /* the buffers' starts and ends, ascending, distinct: cell c is [cut[c], cut[c + 1]) */
+    int ncut;          /* how many */
+    int psize;         /* leaves of own, a power of two >= ncut - 1 */
+    int *own;          /* segment tree (1-based): the pTensor that wrote every cell below, -1: none, -2: mixed */
 } mck;
+
+/* ---- the quick replay
+ *
+ * Marking every buffer a write overlaps costs as many as share its bytes
+ * over the whole schedule (the same low offsets serve a temporary of every
+ * layer).  The replay only needs to know, at each read, whether the
+ * buffer's bytes still hold what it wrote: that is, whether the last
+ * writer of every one of its bytes is the buffer itself.  A segment tree
+ * over the cells between buffer boundaries keeps the last writer per cell
+ * (a write assigns a range, a read asks whether a range is all one
+ * writer): O(log n) per access.  When a read fails, or the paint cannot
+ * tell, pass_memcheck replays again the exact way, which names the
+ * pTensor that overwrote the value. */
+
+/* Orders int64s (buffer boundaries). */
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The cell starting at byte x, or -1 when no buffer boundary is there. */
+static int mck_cell(const mck *k, int64_t x)
+{
+    int a = 0, b = k->ncut;
+    while (a < b) {
+        int mid = (a + b) / 2;
+        if (k->cut[mid] < x) a = mid + 1;
+        else b = mid;
+    }
+    return a < k->ncut && k->cut[a] == x ? a : -1;
+}
+
+/* Cells [a, b) below node v (spanning [vl, vr)) were written by pt. */
+static void mck_assign(mck *k, int v, int vl, int vr, int a, int b, int pt)
+{
+    if (b <= vl || vr <= a) return;
+    if (a <= vl && vr <= b) {
+        k->own[v] = pt;
+        return;
+    }
+    if (k->own[v] != -2) k->own[2 * v] = k->own[2 * v + 1] = k->own[v];   /* push the uniform writer down */
+    int mid = (vl + vr) / 2;
+    mck_assign(k, 2 * v, vl, mid, a, b, pt);
+    mck_assign(k, 2 * v + 1, mid, vr, a, b, pt);
+    k->own[v] = k->own[2 * v] == k->own[2 * v + 1] ? k->own[2 * v] : -2;
+}
+
+/* Did pt write every one of cells [a, b) below node v last? */
+static int mck_owns(const mck *k, int v, int vl, int vr, int a, int b, int pt)
+{
+    if (b <= vl || vr <= a) return 1;
+    if (k->own[v] != -2) return k->own[v] == pt;
+    int mid = (vl + vr) / 2;
+    return mck_owns(k, 2 * v, vl, mid, a, b, pt) && mck_owns(k, 2 * v + 1, mid, vr, a, b, pt);
+}
+
+/* The cells of pt's buffer, [*a, *b); 0 when it has none (unsure). */
+static int mck_cells(mck *k, int pt, int *a, int *b)
+{
+    const pass_mem *m = k->m;
+    if (m->off[pt] < 0 || m->bytes[pt] <= 0) return 0;
+    *a = mck_cell(k, m->off[pt]);
+    *b = mck_cell(k, m->off[pt] + m->bytes[pt]);
+    return *a >= 0 && *b > *a;
+}
+
+/* pt wrote its buffer. */
+static void mck_paint(mck *k, int pt)
+{
+    int a, b;
+    if (!mck_cells(k, pt, &a, &b)) k->unsure = 1;
+    else mck_assign(k, 1, 0, k->psize, a, b, pt);
+}
+
+/* Set up the paint over the rank's buffers (byoff, sorted): boundaries,
+ * and params and optimizer state written by the prologue; unsure when two
+ * of those share bytes (both hold their values at the start, which one
+ * last writer per byte cannot say). */
+static void mck_paint_init(mck *k)
+{
+    const ir_dist *d = k->d;
+    const pass_mem *m = k->m;
+    k->painting = 1;
+    k->cut = ir_xmalloc(sizeof(int64_t) * (2 * (size_t)k->n + 1));
+    for (int j = 0; j < k->n; j++) {
+        int64_t lo = m->off[k->byoff[j]], hi = lo + m->bytes[k->byoff[j]];
+        k->cut[2 * j] = lo, k->cut[2 * j + 1] = hi;
+    }
+    int n = 2 * k->n;
+    qsort(k->cut, (size_t)n, sizeof *k->cut, cmp_i64);
+    for (int i = 0; i < n; i++)
+        if (!k->ncut || k->cut[k->ncut - 1] != k->cut[i]) k->cut[k->ncut++] = k->cut[i];
+    k->psize = 1;
+    while (k->psize < k->ncut) k->psize *= 2;
+    k->own = ir_xmalloc(sizeof(int) * 2 * (size_t)k->psize);
+    for (int v = 0; v < 2 * k->psize; v++) k->own[v] = -1;
+    int64_t end = INT64_MIN;
+    for (int j = 0; j < k->n; j++) {
+        int pt = k->byoff[j], kind = d->g->t[d->pt[pt].tensor].kind;
+        if ((kind != IR_T_PARAM && kind != IR_T_OPTSTATE) || !m->bytes[pt]) continue;
+        if (m->off[pt] < end) k->unsure = 1;
+        if (m->off[pt] + m->bytes[pt] > end) end = m->off[pt] + m->bytes[pt];
+        mck_paint(k, pt);
+    }
+}
 
 static const pass_mem *mck_sort_mem;
 static int cmp_off(const void *a, const void *b)
@@ -199,27 +480,45 @@ static int cmp_off(const void *a, const void *b)
     return ox != oy ? (ox < oy ? -1 : 1) : x - y;
 }
 
+/* Mark every buffer among byoff[vl .. vr) below node v that ends after lo
+ * as overwritten by pt (byoff[.. vr) all start before pt's end). */
+static void mck_clobber(mck *k, int v, int vl, int vr, int to, int pt, int64_t lo, int item)
+{
+    const pass_mem *m = k->m;
+    if (vl >= to || k->mx[v] <= lo) return;
+    if (vr - vl == 1) {
+        int q = k->byoff[vl], lq = k->d->pt_local[q];
+        if (q == pt || !m->bytes[q]) return;
+        if (k->valid[lq]) k->clobber[lq] = pt, k->clob_item[lq] = item;
+        k->valid[lq] = 0;
+        return;
+    }
+    int mid = (vl + vr) / 2;
+    mck_clobber(k, 2 * v, vl, mid, to, pt, lo, item);
+    mck_clobber(k, 2 * v + 1, mid, vr, to, pt, lo, item);
+}
+
 /* pt's buffer now holds pt's value: every other buffer overlapping it lost
  * its own (item: the schedule position, for the message). */
 static void mck_write(mck *k, int pt, int item)
 {
     const pass_mem *m = k->m;
     int64_t lo = m->off[pt], hi = lo + m->bytes[pt];
-    k->valid[pt] = 1;
-    k->clobber[pt] = -1;
-    /* the first buffer that may overlap starts after lo - maxbytes */
+    int lp = k->d->pt_local[pt];
+    if (k->painting) {
+        mck_paint(k, pt);
+        return;
+    }
+    k->valid[lp] = 1;
+    k->clobber[lp] = -1;
+    /* the buffers that start before hi and end after lo */
     int a = 0, b = k->n;
     while (a < b) {
         int mid = (a + b) / 2;
-        if (m->off[k->byoff[mid]] + k->maxbytes <= lo) a = mid + 1;
+        if (m->off[k->byoff[mid]] < hi) a = mid + 1;
         else b = mid;
     }
-    for (int j = a; j < k->n && m->off[k->byoff[j]] < hi; j++) {
-        int q = k->byoff[j];
-        if (q == pt || m->off[q] + m->bytes[q] <= lo || !m->bytes[q]) continue;
-        if (k->valid[q]) k->clobber[q] = pt, k->clob_item[q] = item;
-        k->valid[q] = 0;
-    }
+    mck_clobber(k, 1, 0, k->size, a, pt, lo, item);
 }
 
 /* A read of pt at schedule item `item`: 0, or 1 with a message. */
@@ -227,19 +526,25 @@ static int mck_read(mck *k, int pt, int item, char *msg, size_t cap)
 {
     const ir_dist *d = k->d;
     const ir_graph *g = d->g;
-    if (g->t[d->pt[pt].tensor].kind == IR_T_INPUT && !k->loaded[pt]) {
-        k->loaded[pt] = 1;   /* lower.c loads an input just before its first reader */
+    int lp = d->pt_local[pt];
+    if (g->t[d->pt[pt].tensor].kind == IR_T_INPUT && !k->loaded[lp]) {
+        k->loaded[lp] = 1;   /* lower.c loads an input just before its first reader */
         mck_write(k, pt, item);
     }
-    if (k->valid[pt] || !k->m->bytes[pt]) return 0;
+    if (!k->m->bytes[pt]) return 0;
+    if (k->painting) {   /* 1: replay the exact way, for the verdict and the message */
+        int a, b;
+        return k->unsure || !mck_cells(k, pt, &a, &b) || !mck_owns(k, 1, 0, k->psize, a, b, pt);
+    }
+    if (k->valid[lp]) return 0;
     const ir_item *it = &d->seq[item];
     const char *who = it->comm ? ir_comm_name(d->comm[it->id].kind) : g->op[d->sop[it->id].op].name;
-    if (k->clobber[pt] >= 0) {
-        const ir_item *w = &d->seq[k->clob_item[pt]];
+    if (k->clobber[lp] >= 0) {
+        const ir_item *w = &d->seq[k->clob_item[lp]];
         snprintf(msg, cap, "rank %d: %s reads p%d (%s) at @%lld, but %s wrote p%d (%s) over it before",
                  k->m->rank, who, pt, g->t[d->pt[pt].tensor].name, (long long)k->m->off[pt],
-                 w->comm ? ir_comm_name(d->comm[w->id].kind) : g->op[d->sop[w->id].op].name, k->clobber[pt],
-                 g->t[d->pt[k->clobber[pt]].tensor].name);
+                 w->comm ? ir_comm_name(d->comm[w->id].kind) : g->op[d->sop[w->id].op].name, k->clobber[lp],
+                 g->t[d->pt[k->clobber[lp]].tensor].name);
     } else {
         snprintf(msg, cap, "rank %d: %s reads p%d (%s), which nothing wrote before", k->m->rank, who, pt,
                  g->t[d->pt[pt].tensor].name);
@@ -251,22 +556,19 @@ static int mck_read(mck *k, int pt, int item, char *msg, size_t cap)
 static int mck_section(mck *k, int sec, char *msg, size_t cap)
 {
     const ir_dist *d = k->d;
-    const int rank = k->m->rank;
-    memset(k->loaded, 0, (size_t)d->npt + 1);
-    for (int n = 0; n < d->nseq; n++) {
+    memset(k->loaded, 0, (size_t)k->R.npt + 1);
+    for (int q = 0; q < k->R.nitem; q++) {
+        int n = k->R.item[q];
         const ir_item *it = &d->seq[n];
         if (it->sec != sec) continue;
         if (it->comm) {
             const ir_comm *c = &d->comm[it->id];
-            for (int j = 0; j < c->n; j++) {
-                if (d->ints[d->grp[c->group].devs + j] != rank) continue;
-                int in = d->ints[c->in + j], out = d->ints[c->out + j];
-                if (in >= 0 && mck_read(k, in, n, msg, cap)) return 1;
-                if (out >= 0) mck_write(k, out, n);
-            }
+            int j = k->R.member[q];
+            int in = d->ints[c->in + j], out = d->ints[c->out + j];
+            if (in >= 0 && mck_read(k, in, n, msg, cap)) return 1;
+            if (out >= 0) mck_write(k, out, n);
         } else {
             const ir_subop *s = &d->sop[it->id];
-            if (s->dev != rank) continue;
             const ir_op *o = &d->g->op[s->op];
             for (int j = 0; j < o->nin; j++)
                 if (mck_read(k, s->in[j], n, msg, cap)) return 1;
@@ -279,28 +581,53 @@ static int mck_section(mck *k, int sec, char *msg, size_t cap)
 int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap)
 {
     const ir_graph *g = d->g;
-    mck k = {d, m, ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), 0, 0, ir_xcalloc((size_t)d->npt + 1, 1),
-             ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)),
-             ir_xcalloc((size_t)d->npt + 1, 1)};
-    for (int i = 0; i < d->npt; i++) {
+    mck k;
+    memset(&k, 0, sizeof k);
+    k.d = d;
+    k.m = m;
+    k.R = rank_share(d, m->rank);
+    size_t nl = (size_t)k.R.npt + 1;
+    k.byoff = ir_xmalloc(sizeof(int) * nl);
+    k.valid = ir_xcalloc(nl, 1);
+    k.clobber = ir_xmalloc(sizeof(int) * nl);
+    k.clob_item = ir_xmalloc(sizeof(int) * nl);
+    k.loaded = ir_xcalloc(nl, 1);
+    for (int i = 0; i < k.R.npt; i++) {
+        int pt = k.R.pt[i];
         k.clobber[i] = -1;
-        if (m->off[i] < 0) continue;
-        k.byoff[k.n++] = i;
-        if (m->bytes[i] > k.maxbytes) k.maxbytes = m->bytes[i];
+        if (m->off[pt] >= 0) k.byoff[k.n++] = pt;
     }
     mck_sort_mem = m;
     qsort(k.byoff, (size_t)k.n, sizeof *k.byoff, cmp_off);
-    /* the prologue: params and optimizer state */
-    for (int j = 0; j < k.n; j++) {
-        int kind = g->t[d->pt[k.byoff[j]].tensor].kind;
-        if (kind == IR_T_PARAM || kind == IR_T_OPTSTATE) k.valid[k.byoff[j]] = 1;
-    }
     /* two micro-batches, the step's end, the next step's first micro-batch:
        every way the program goes on from each section */
     static const int order[] = {IR_SEC_MB, IR_SEC_MB, IR_SEC_POST, IR_SEC_MB, IR_SEC_POST};
+    const int nsec = (int)(sizeof order / sizeof *order);
     int bad = 0;
-    for (size_t s = 0; s < sizeof order / sizeof *order && !bad; s++) bad = mck_section(&k, order[s], msg, cap);
+    mck_paint_init(&k);
+    for (int s = 0; s < nsec && !bad; s++) bad = mck_section(&k, order[s], msg, cap);
+    if (bad || k.unsure) {
+        /* the exact replay: mark every buffer a write overlaps (a segment tree of
+           buffer ends by start finds them) */
+        k.painting = 0;
+        k.size = 1;
+        while (k.size < k.n) k.size *= 2;
+        k.mx = ir_xmalloc(sizeof(int64_t) * 2 * (size_t)k.size);
+        for (int j = 0; j < k.size; j++)
+            k.mx[k.size + j] = j < k.n ? m->off[k.byoff[j]] + m->bytes[k.byoff[j]] : INT64_MIN;
+        for (int v = k.size - 1; v >= 1; v--) k.mx[v] = k.mx[2 * v] > k.mx[2 * v + 1] ? k.mx[2 * v] : k.mx[2 * v + 1];
+        /* the prologue: params and optimizer state */
+        for (int j = 0; j < k.n; j++) {
+            int kind = g->t[d->pt[k.byoff[j]].tensor].kind;
+            if (kind == IR_T_PARAM || kind == IR_T_OPTSTATE) k.valid[d->pt_local[k.byoff[j]]] = 1;
+        }
+        bad = 0;
+        for (int s = 0; s < nsec && !bad; s++) bad = mck_section(&k, order[s], msg, cap);
+    }
     free(k.byoff);
+    free(k.mx);
+    free(k.cut);
+    free(k.own);
     free(k.valid);
     free(k.clobber);
     free(k.clob_item);

@@ -11,6 +11,8 @@
  *               and op-order on each device
  *   memplan.c   per rank: a static arena offset for every buffer
  *   lower.c     DistGraph + memory plan -> per-rank Program
+ *   fuse.c      per-rank Programs: elementwise chains -> one `ew` call each
+ *   outline.c   per-rank Program: repeated layers -> calls of bodies (loops)
  *
  * Passes report bad input (something the spec asks that cannot be done) as
  * FILE:LINE: error: ... and return 2; broken invariants die.
@@ -67,6 +69,12 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank);
  * chains of the build 0, 1, ... (i[0], the same number on every rank).
  * Shared by the cpu and cuda targets.  Returns the number of distinct chains. */
 int pass_fuse(ir_prog *progs, int nprogs);
+
+/* outline.c: in each section of p, the runs of instructions of consecutive
+ * repeats of a block that have the same shape become one call of a body
+ * (pg_body) with a table of one row per repeat; equal bodies are shared.
+ * Run after fusion, per rank.  Returns the number of calls made. */
+int pass_outline(ir_prog *p);
 
 /* Shared helpers (plan.c). */
 /* The annotation identifier of op that carries the batch, or -1. */

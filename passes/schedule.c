@@ -10,6 +10,8 @@
  * The schedule is ONE global order of sub-ops and comms; each device runs
  * the items placed on it in that order, so the members of every group call
  * their collectives in the same order (no deadlock by construction).
+ * Once complete, the order is indexed by rank (ir_dist_index_ranks): the
+ * per-rank passes after it walk only their own rank's items.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,7 @@ static void place_maker(sctx *c, int pt, int sec)
 void pass_schedule(ir_dist *d)
 {
     const ir_graph *g = d->g;
+    IR_ASSERT(d->op_sop && d->op_sop[g->nop] == d->nsop);   /* pass_split's index: each op's sub-ops */
     sctx c = {d, ir_xcalloc((size_t)d->ncomm + 1, 1), ir_xcalloc((size_t)d->npt + 2, sizeof(int)), NULL};
     int nw = 0;
     for (int i = 0; i < d->ncomm; i++)
@@ -64,16 +67,18 @@ void pass_schedule(ir_dist *d)
             if (o >= 0) c.makers[c.first[o] + fill[o]++] = i;   /* members write distinct pTensors */
         }
     free(fill);
-    /* accumulated tensors: made per micro-batch, read per step */
+    /* accumulated tensors: made per micro-batch, read per step (by the
+       optimizer, or the loss) */
+    char *opt_read = ir_xcalloc((size_t)g->nt + 1, 1);
+    for (int i = 0; i < g->nop; i++)
+        if (g->op[i].phase == IR_PH_OPT)
+            for (int k = 0; k < g->op[i].nin; k++) opt_read[g->op[i].in[k]] = 1;
     for (int t = 0; t < g->nt; t++) {
         int p = g->t[t].producer;
         if (p < 0 || g->op[p].phase == IR_PH_OPT) continue;
-        int acc = t == g->train.loss;
-        for (int i = 0; i < g->nop; i++)
-            if (g->op[i].phase == IR_PH_OPT)
-                for (int k = 0; k < g->op[i].nin; k++) acc |= g->op[i].in[k] == t;
-        d->accum[t] = (char)acc;
+        d->accum[t] = (char)(t == g->train.loss || opt_read[t]);
     }
+    free(opt_read);
     int *order = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
     int cyc;
     IR_ASSERT(!ir_topo(g, order, &cyc));
@@ -92,9 +97,8 @@ void pass_schedule(ir_dist *d)
                 int op = order[n];
                 int opsec = g->op[op].phase == IR_PH_OPT ? IR_SEC_POST : IR_SEC_MB;
                 if (opsec != sec) continue;
-                for (int i = 0; i < d->nsop; i++) {
+                for (int i = d->op_sop[op]; i < d->op_sop[op + 1]; i++) {
                     ir_subop *s = &d->sop[i];
-                    if (s->op != op) continue;
                     for (int k = 0; k < g->op[op].nin; k++) place_maker(&c, s->in[k], sec);
                     if (pass == 0) continue;
                     s->sec = sec;
@@ -111,6 +115,7 @@ void pass_schedule(ir_dist *d)
     }
     for (int i = 0; i < d->ncomm; i++)
         for (int k = 0; k < d->comm[i].n && !c.comm_done[i]; k++) place_maker(&c, d->ints[d->comm[i].out + k], IR_SEC_POST);
+    ir_dist_index_ranks(d);
     free(order);
     free(c.comm_done);
     free(c.first);

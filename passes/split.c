@@ -89,4 +89,5 @@ void pass_split(ir_dist *d)
             *IR_PUSH(d->sop, d->nsop, d->sopcap) = so;
         }
     }
+    ir_dist_index_sops(d);
 }

@@ -7,6 +7,7 @@
 #             Megatron's communication volume under the tp policy (tests/megatron.sh),
 #             the issue-9 family really reduces still-read values out of place (tests/inplace.sh),
 #             plan.txt's header, why ops stay whole, replicated-layer warnings (tests/plan.sh),
+#             every command in README.md and docs/ run or accounted for (tests/docs.sh),
 #             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh)
 #   cuda      --target cuda without a GPU: NVRTC builds of every example, embedded
 #             cubins, linking, determinism, the no-driver failure (tests/cuda.sh);
@@ -73,7 +74,10 @@ want cli && run "cli" "$top/tests/cli.sh"
 want cli && run "megatron" "$top/tests/megatron.sh"
 want cli && run "inplace" "$top/tests/inplace.sh"
 want cli && run "plan" "$top/tests/plan.sh"
+want cli && run "scaling" "$top/tests/scaling.sh"
+want cli && run "docs" "$top/tests/docs.sh"
 want cli && run "resume" "$top/tests/resume.sh"
+want cli && run "runtime_ux" "$top/tests/runtime_ux.sh"
 (want cli || want cuda) && run "cuda" "$top/tests/cuda.sh"
 [[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"
 [[ -f $top/tests/cuda_ops.sh ]] && (want cli || want cuda) && run "cuda_ops" "$top/tests/cuda_ops.sh"

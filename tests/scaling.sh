@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# tests/scaling.sh -- compile time grows linearly in ops x devices (issue 10).
+#
+# Builds examples/gpt2-tiny.ini at a size and at twice that size, once
+# doubling the layers and once doubling the devices, and reads the per-pass
+# times `nnsc-aot -v` prints.  No output directory: --dump=graph prints the
+# (small) graph, and every pass up to and including lowering and fusion runs
+# for every rank, without code generation.  A linear pass takes about 2x as
+# long at twice the size (2.0-2.4x here: a build's arrays and tables outgrow
+# the caches as they double); a quadratic one 4x.  The test fails when a
+# pass takes more than LIMIT (2.5) times as long.
+#
+# Robust on a loaded, shared machine: each size is built once to warm up
+# (not counted), then RUNS (3) times, and each pass keeps its fastest time
+# (load only ever adds time).  A comparison over the limit is measured again
+# (RUNS more builds of each size) before it fails.  A pass faster than MIN_MS
+# (20 ms) at the smaller size is too quick to time against the scheduler's
+# noise: it is summed with the passes after it (in pipeline order) until the
+# sum reaches MIN_MS, and the table says which passes were summed.  Passes
+# that do not depend on the doubled quantity (frontend and autograd do not
+# see the devices) are timed all the same: they stay near 1x.
+#
+#   tests/scaling.sh                    the two doublings, a table each (~20 s)
+#   LIMIT=3 RUNS=5 tests/scaling.sh     looser, more runs
+. "$(dirname "$0")/lib.sh" scaling
+
+limit=${LIMIT:-2.5}
+runs=${RUNS:-3}
+min_ms=${MIN_MS:-20}
+spec=$top/examples/gpt2-tiny.ini
+# the passes checked, in pipeline order (the outline pass and codegen are not)
+passes=(frontend autograd plan comm schedule lower)
+
+# build NAME ARGS...: one build, its per-pass times ("pass ms" lines)
+# appended to $tmp/NAME.all
+build() {
+  local name=$1
+  shift
+  if ! timeout 300 "$nn" "$spec" -v --dump=graph "$@" >/dev/null 2>"$tmp/$name.err"; then
+    no "nnsc-aot $* failed: $(tail -n 3 "$tmp/$name.err")"
+    return 1
+  fi
+  sed -n 's/^nnsc-aot: \([a-z]*\) *\([0-9.]*\) ms$/\1 \2/p' "$tmp/$name.err" >>"$tmp/$name.all"
+}
+
+# times NAME ARGS...: a build to warm up (not counted: the first build after
+# one of the other size pays for its memory), then RUNS builds; the fastest
+# time per pass so far into $tmp/NAME
+times() {
+  local name=$1
+  shift
+  build warm "$@" || return 1
+  for ((r = 0; r < runs; r++)); do build "$name" "$@" || return 1; done
+  awk '!($1 in m) || $2 < m[$1] { m[$1] = $2 } END { for (p in m) print p, m[p] }' "$tmp/$name.all" >"$tmp/$name"
+}
+
+# table TITLE LABEL_SMALL LABEL_BIG: the table of $tmp/small against
+# $tmp/big; exits 1 when a pass (or sum) of MIN_MS or more grows past LIMIT
+table() {
+  echo
+  echo "$1 (fastest of $2 runs, ms)"
+  awk -v list="${passes[*]}" -v lim="$limit" -v minms="$min_ms" -v ls="$3" -v lb="$4" '
+    FILENAME == ARGV[1] { a[$1] = $2; next }
+    { b[$1] = $2 }
+    END {
+      n = split(list, p, " ")
+      printf "  %-28s %10s %10s %7s\n", "passes", ls, lb, "ratio"
+      bad = 0; g = ""; sa = 0; sb = 0
+      for (i = 1; i <= n; i++) {
+        if (!(p[i] in a) || !(p[i] in b)) { printf "  %s: no time printed\n", p[i]; bad = 1; continue }
+        g = g (g == "" ? "" : "+") p[i]; sa += a[p[i]]; sb += b[p[i]]
+        # close the group once it is long enough to time, or at the end
+        if (sa < minms && i < n) continue
+        r = sa > 0 ? sb / sa : 0
+        flag = r > lim ? "  > " lim : ""
+        if (sa < minms) flag = flag "  (under " minms " ms: not checked)"
+        printf "  %-28s %10.1f %10.1f %7.2f%s\n", g, sa, sb, r, flag
+        if (r > lim && sa >= minms) bad = 1
+        g = ""; sa = 0; sb = 0
+      }
+      exit bad
+    }' "$tmp/small" "$tmp/big"
+}
+
+# compare TITLE LABEL_SMALL LABEL_BIG SMALL_ARGS -- BIG_ARGS: measure both
+# sizes, print the table, once more with more runs if a pass is over the
+# limit, and count the check
+compare() {
+  local title=$1 ls=$2 lb=$3 small=() big=()
+  shift 3
+  while [[ $1 != -- ]]; do small+=("$1"); shift; done
+  shift
+  big=("$@")
+  rm -f "$tmp/small.all" "$tmp/big.all"
+  times small "${small[@]}" && times big "${big[@]}" || return
+  if ! table "$title" "$runs" "$ls" "$lb"; then
+    echo "  over ${limit}x: measuring again"
+    times small "${small[@]}" && times big "${big[@]}" || return
+    if ! table "$title" $((2 * runs)) "$ls" "$lb"; then
+      no "$title: a pass grows more than ${limit}x (table above)"
+      return
+    fi
+  fi
+  ok "$title: no pass grows more than ${limit}x"
+}
+
+# doubling the layers: dp 2 x tp 4 on 8 devices, 128 and 256 layers
+common=(--devices 8 --set plan.policy=hybrid --set plan.tp=4 --set dims.B=16)
+compare "layers 128 -> 256 (gpt2-tiny, 8 devices: dp 2 x tp 4)" "L=128" "L=256" \
+  "${common[@]}" --set dims.L=128 -- "${common[@]}" --set dims.L=256
+
+# doubling the devices: dp 8 -> 16 x tp 4 (one sequence per micro-batch and
+# data-parallel rank), 32 layers
+common=(--set plan.policy=hybrid --set plan.tp=4 --set dims.L=32)
+compare "devices 32 -> 64 (gpt2-tiny, 32 layers, dp 8 -> 16 x tp 4)" "N=32" "N=64" \
+  "${common[@]}" --devices 32 --set dims.B=64 -- "${common[@]}" --devices 64 --set dims.B=128
+
+echo
+echo "$pass passed, $fail failed"
+((fail == 0))
