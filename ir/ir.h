@@ -422,6 +422,7 @@ typedef struct ir_dist {
     char **pool; int npool, poolcap; /* owned strings */
     int mesh_dp, mesh_tp;      /* the plan's mesh dp x tp (plan.c; 1 x 1 on one device) */
     const char *warnings;      /* what the planner warned about, one per line, or NULL (plan.c) */
+    double step_flops;         /* model FLOPs of a step summed over every rank's sub-ops (schedule.c) */
     uint64_t *pt_hash;         /* open-addressing index of pt by content (ir_dist_pt): per slot
                                   0 (empty) or id + 1 in the low 32 bits and the high 32 bits of
                                   the pTensor's hash above them (most mismatches are told without

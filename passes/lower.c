@@ -107,7 +107,7 @@ static void put_acc(lctx *c, pg_instr *in, int acc, int sec)
  * attention dominate; pointwise ops ~ a few per element): this rank's cost
  * (ir_prog.flops) and, summed over every rank's sub-ops, the manifest's
  * flops_per_step. */
-static double subop_flops(const ir_graph *g, const ir_subop *s, int sec)
+double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
 {
     const ir_op *o = &g->op[s->op];
     int64_t ext[IR_MAXID];
@@ -186,7 +186,7 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_ADAMW: kern = RT_K_adamw; break;
     default: ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
     }
-    if (!c->eval) c->p->flops += subop_flops(g, s, sec);
+    if (!c->eval) c->p->flops += pass_subop_flops(g, s, sec);
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
     pg_instr *in = add(c, sec, kern, note);
@@ -609,10 +609,7 @@ static void manifest(lctx *c)
     int64_t nparam = 0;
     for (int t = 0; t < g->nt; t++)
         if (g->t[t].kind == IR_T_PARAM) nparam += ir_numel(&g->t[t]);
-    double flops = 0;
-    for (int n = 0; n < d->nseq; n++)
-        if (!d->seq[n].comm) flops += subop_flops(g, &d->sop[d->seq[n].id], d->seq[n].sec);
-    ir_bprintf(b, "param_count %lld\nflops_per_step %.17g\ndtype %s\n", (long long)nparam, flops,
+    ir_bprintf(b, "param_count %lld\nflops_per_step %.17g\ndtype %s\n", (long long)nparam, d->step_flops,
                g->train.bf16 ? "bf16" : "f32");
     for (int i = 0; i < d->ngrp; i++) {
         ir_bprintf(b, "group %d %d", i, d->grp[i].n);

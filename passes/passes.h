@@ -57,6 +57,9 @@ void pass_mem_free(pass_mem *m);
 int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap);
 
 /* lower.c */
+/* Model FLOPs of sub-op s per step when it runs in section sec (the cost
+ * model behind plan.txt's compute figures and the manifest's flops_per_step). */
+double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec);
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);
 /* A box in the coordinates of one micro-batch when sec is IR_SEC_MB (the
  * batch dim divided by micro_batches). */
