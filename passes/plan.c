@@ -364,9 +364,9 @@ static int apply_cons(planctx *c, int op, const ucons *u)
     return 0;
 }
 
-/* The first forward op of block b's repeat r (or of the ops outside
- * blocks, b = -1) that the tp axis splits, or -2; *why: the first reason an
- * op of it did not split for its size (*whyop: that op), or NULL. */
+/* Among the forward ops outside blocks: -2 when none splits on the tp axis
+ * (*why: the first reason an op did not split for its size, *whyop: that
+ * op, or NULL), else the first that splits. */
 static int tp_split_op(const planctx *c, int b, int r, const char **why, const char **whyop)
 {
     const ir_graph *g = c->d->g;
@@ -394,12 +394,28 @@ static void warn_replicated(planctx *c)
     base = base ? base + 1 : file;
     for (int i = 0; i < g->nop; i++)
         if (g->op[i].block + 1 > nblk) nblk = g->op[i].block + 1;
+    /* one pass over the ops: per (block, repeat) whether a forward op splits
+       on the tp axis, else the first op whose size stood in the way */
+    int *rbase = ir_xcalloc((size_t)nblk + 1, sizeof(int));
+    for (int b = 0; b < nblk; b++) rbase[b + 1] = rbase[b] + g->blk[b].repeat;
+    char *split = ir_xcalloc((size_t)rbase[nblk] + 1, 1);
+    const char **rwhy = ir_xcalloc((size_t)rbase[nblk] + 1, sizeof *rwhy);
+    const char **rop = ir_xcalloc((size_t)rbase[nblk] + 1, sizeof *rop);
+    for (int i = 0; i < g->nop; i++) {
+        const ir_op *o = &g->op[i];
+        if (o->phase != IR_PH_FWD || o->block < 0) continue;
+        int k = rbase[o->block] + o->rep;
+        if (c->tpid[i] != IR_REPLICATE || c->fixed[i]) split[k] = 1;   /* a user constraint is a choice */
+        const char *wt = d->trans[i].why, *x = wt ? strstr(wt, "tp axis: ") : NULL;
+        if (!rwhy[k] && x && strstr(x, "does not divide")) rwhy[k] = x + strlen("tp axis: "), rop[k] = o->name;
+    }
     for (int b = 0; b < nblk; b++) {
         const ir_block *bk = &g->blk[b];
         int first = -1, last = -1, count = 0;
         const char *why = NULL, *wr, *whyop = NULL, *wo;
         for (int r = 0; r < bk->repeat; r++) {
-            if (tp_split_op(c, b, r, &wr, &wo) != -2) continue;
+            if (split[rbase[b] + r]) continue;
+            wr = rwhy[rbase[b] + r], wo = rop[rbase[b] + r];
             if (first < 0) first = r;
             last = r;
             count++;
@@ -414,6 +430,10 @@ static void warn_replicated(planctx *c)
                    "group computes them whole%s%s%s%s%s\n", base, bk->line, bk->name, reps, c->tp,
                    why ? " (" : "", why ? whyop : "", why ? ": " : "", why ? why : "", why ? ")" : "");
     }
+    free(rbase);
+    free(split);
+    free(rwhy);
+    free(rop);
     const char *why, *whyop;
     int any = 0;
     for (int i = 0; i < g->nop && !any; i++)

@@ -8,7 +8,8 @@
 # for every rank, without code generation.  A linear pass takes about 2x as
 # long at twice the size (2.0-2.4x here: a build's arrays and tables outgrow
 # the caches as they double); a quadratic one 4x.  The test fails when a
-# pass takes more than LIMIT (2.5) times as long.
+# pass takes more than LIMIT (3) times as long (a quadratic pass takes ~4x;
+# linear ones measured 2.0-2.55x on the loaded 2-core CI machine, cache effects).
 #
 # Robust on a loaded, shared machine: each size is built once to warm up
 # (not counted), then RUNS (3) times, and each pass keeps its fastest time
@@ -31,7 +32,7 @@ if grep -q '^NNSC_SANITIZE:[A-Z]*=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   exit 77
 fi
 
-limit=${LIMIT:-2.5}
+limit=${LIMIT:-3}
 runs=${RUNS:-3}
 min_ms=${MIN_MS:-20}
 spec=$top/examples/gpt2-tiny.ini
