@@ -25,6 +25,8 @@ typedef struct cg_opts {
     const char *features;   /* extra target features, "" for none */
     int opt_level;          /* 0..3 */
     int emit_llvm;          /* also write rankN.ll */
+    int prog_id;            /* a shared program (p->nmember > 0): its function is
+                               nnsc_prog<prog_id>, called by the dispatcher's main */
 } cg_opts;
 
 /* What the cuda target adds to a build: the images every rank embeds. */
@@ -46,12 +48,24 @@ int cg_host_cuda(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const ch
 /* Link obj into exe with rtlib.  rtlib_path: the static library.
  * Returns 0, or 1 after printing a message. */
 int cg_link(const char *obj, const char *rtlib_path, const char *exe);
+/* The same for nobj objects. */
+int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, const char *exe);
+
+/* A build's shared programs (passes/share.c) are functions nnsc_prog<k>(argc,
+ * argv, row), one object each; the dispatcher's object holds main(): the
+ * rank from the environment (rt_rank_select, rtlib/rt.h), then
+ * nnsc_prog<cls_of[rank]>(argc, argv, row_of[rank]).  Writes obj_path;
+ * 0, or 1 after a message. */
+int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, const char *model, const cg_opts *o,
+                const char *obj_path);
 
 /* emit.c: write DIR/launch (runs all ranks here, forwards their output,
  * fails when any rank fails) and DIR/plan.txt.  gpu: NULL for the cpu
  * target; for cuda, the images (plan.txt lists them, launch gives every
- * rank a GPU and the rendezvous address).  Returns 0 or 1. */
-int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs,
+ * rank a GPU and the rendezvous address).  progs: per rank, what plan.txt
+ * reports (arena, persistent, flops, comm_bytes); nprog: the distinct
+ * programs built for them (0: not said).  Returns 0 or 1. */
+int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs, int nprog,
             const cg_gpu *gpu);
 
 /* Where libnnsc_rt.a is: $NNSC_RTLIB, else next to the running compiler. */

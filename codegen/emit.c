@@ -195,29 +195,6 @@ static void count(ir_buf *b, double n)
     else ir_bprintf(b, "%.0f", n);
 }
 
-/* Orders persistent regions by offset, then by index (the first at an offset counts). */
-static int cmp_region(const void *a, const void *b)
-{
-    const int64_t *x = a, *y = b;
-    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] > y[1]) - (x[1] < y[1]);
-}
-
-/* Persistent bytes of rank p (params, grads, optimizer state; regions that
- * share a buffer count once: the first region at an offset).  Sorted by
- * offset, not compared pairwise: linear in the regions but for the sort. */
-static int64_t persistent_bytes(const ir_prog *p)
-{
-    int64_t pers = 0, *r = ir_xmalloc(sizeof(int64_t) * 2 * ((size_t)p->nreg + 1));
-    int n = 0;
-    for (int i = 0; i < p->nreg; i++)
-        if (p->reg[i].persistent) r[2 * n] = p->reg[i].off, r[2 * n++ + 1] = i;
-    qsort(r, (size_t)n, 2 * sizeof(int64_t), cmp_region);
-    for (int k = 0; k < n; k++)
-        if (k == 0 || r[2 * k] != r[2 * k - 2]) pers += p->reg[r[2 * k + 1]].bytes;
-    free(r);
-    return pers;
-}
-
 /* Bytes rank p sends per step, all collectives. */
 static int64_t sent_bytes(const ir_prog *p)
 {
@@ -228,7 +205,7 @@ static int64_t sent_bytes(const ir_prog *p)
 
 /* plan.txt's summary: mesh, size, memory and communication per rank in
  * human units, and the planner's warnings. */
-static void plan_header(const ir_dist *d, const ir_prog *progs, ir_buf *b)
+static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_buf *b)
 {
     const ir_graph *g = d->g;
     double params = 0, flops = 0;
@@ -252,13 +229,16 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     ir_bprintf(b, " in f32)\nmemory    per rank at most ");
     human(b, (double)progs[rmax].arena);
     ir_bprintf(b, " (rank %d), of which params, grads and optimizer state ", rmax);
-    human(b, (double)persistent_bytes(&progs[rmax]));
+    human(b, (double)progs[rmax].persistent);
     ir_bprintf(b, "\ncomm      per step at most ");
     human(b, (double)sent_bytes(&progs[cmax]));
     ir_bprintf(b, " sent by one rank (rank %d), ", cmax);
     human(b, (double)tsent);
     ir_bprintf(b, " by all ranks\ncompute   %.3f GFLOP per step in all, at most %.3f on one rank (rank %d)\n",
                flops / 1e9, progs[fmax].flops / 1e9, fmax);
+    if (nprog > 0)
+        ir_bprintf(b, "programs  %d distinct program%s for %d rank%s (out/rank; rankK are links to it)\n", nprog,
+                   nprog == 1 ? "" : "s", d->ndev, d->ndev == 1 ? "" : "s");
     if (d->warnings) {
         ir_bprintf(b, "warnings\n");
         for (const char *w = d->warnings; *w;) {
@@ -278,7 +258,8 @@ static void arch_list(const cg_gpu *gpu, ir_buf *b)
 
 /* plan.txt: what was decided and why.  gpu: the cuda target's images, or
  * NULL (the cpu target, whose plan.txt has no target line). */
-static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, const cg_gpu *gpu, ir_buf *b)
+static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, int nprog, const cg_gpu *gpu,
+                      ir_buf *b)
 {
     const ir_graph *g = d->g;
     const char *base = strrchr(spec, '/');
@@ -304,7 +285,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         kib(b, gpu->src_bytes);
         ir_bprintf(b, " of CUDA C with %d fused elementwise kernel%s\n", gpu->nfused, gpu->nfused == 1 ? "" : "s");
     }
-    plan_header(d, progs, b);
+    plan_header(d, progs, nprog, b);
     ir_bprintf(b, "\n");
     ir_bprintf(b, "ops: op-trans (split) and op-assign (devices)\n");
     for (int i = 0; i < g->nop; i++) {
@@ -360,7 +341,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
     ir_bprintf(b, "\nper rank: arena (persistent + per-micro-batch), bytes sent per step by collective\n");
     for (int r = 0; r < d->ndev; r++) {
         const ir_prog *p = &progs[r];
-        int64_t pers = persistent_bytes(p);
+        int64_t pers = p->persistent;
         ir_bprintf(b, "  rank %-4d arena ", r);
         kib(b, p->arena);
         ir_bprintf(b, " (params/grads/state ");
@@ -392,7 +373,8 @@ static void launch_text(const ir_dist *d, const cg_gpu *gpu, ir_buf *b)
 }
 
 /* DIR/launch and DIR/plan.txt (codegen.h). */
-int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs, const cg_gpu *gpu)
+int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs, int nprog,
+            const cg_gpu *gpu)
 {
     char path[4200];
     ir_buf b = {0};
@@ -401,7 +383,7 @@ int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *
     int rc = write_file(path, b.s, 1);
     ir_buf_free(&b);
     if (rc) return rc;
-    plan_text(spec, d, progs, gpu, &b);
+    plan_text(spec, d, progs, nprog, gpu, &b);
     snprintf(path, sizeof path, "%s/plan.txt", dir);
     rc = write_file(path, b.s, 0);
     ir_buf_free(&b);

@@ -133,6 +133,8 @@ typedef struct cg_host_ctx {
                                       int64_t *); NULL in main */
     LLVMTypeRef body_ty;           /* void (ptr ctx, ptr arena, ptr row, i64 step, i64 mb) */
     LLVMValueRef *body_fn;         /* per body of the Program: its function (owned array) */
+    LLVMValueRef rvg;              /* a shared program's internal global nnsc_rv: the running
+                                      rank's row of rank variables (const int64_t *); else NULL */
 } cg_host_ctx;
 
 /* Declare an external function, marked nounwind (rtlib is plain C). */
@@ -248,9 +250,22 @@ static LLVMValueRef cg_slot(cg_host_ctx *h, int k) {
     return v;
 }
 
+/* Rank variable v of a shared program: nnsc_rv[v] (i64), loaded where it
+ * is used. */
+static LLVMValueRef cg_rankvar(cg_host_ctx *h, int v) {
+    IR_ASSERT(h->rvg && v >= 0 && v < h->p->nvar);
+    LLVMValueRef row = LLVMBuildLoad2(h->b, h->ptr, h->rvg, "rv");
+    LLVMValueRef idx = LLVMConstInt(h->i64, (unsigned long long)v, 0);
+    LLVMValueRef at = LLVMBuildInBoundsGEP2(h->b, h->i64, row, &idx, 1, "");
+    LLVMValueRef x = LLVMBuildLoad2(h->b, h->i64, at, "rvar");
+    LLVMSetAlignment(x, 8);
+    return x;
+}
+
 /* The value of an integer argument: c + s * step + m * mb, where c is
- * slot islot - 1 of the row when islot is not 0. */
-static LLVMValueRef cg_int_value(cg_host_ctx *h, pg_int v, int islot) {
+ * slot islot - 1 of the row when islot is not 0, rank variable ivar - 1
+ * when ivar is not 0. */
+static LLVMValueRef cg_int_value(cg_host_ctx *h, pg_int v, int islot, int ivar) {
     LLVMValueRef r = NULL;
     if (v.s) {
         IR_ASSERT(h->step);
@@ -261,8 +276,8 @@ static LLVMValueRef cg_int_value(cg_host_ctx *h, pg_int v, int islot) {
         LLVMValueRef t = LLVMBuildMul(h->b, h->mb, LLVMConstInt(h->i64, (unsigned long long)v.m, 1), "");
         r = r ? LLVMBuildAdd(h->b, r, t, "") : t;
     }
-    if (islot) {
-        LLVMValueRef c = cg_slot(h, islot - 1);
+    if (islot || ivar) {
+        LLVMValueRef c = islot ? cg_slot(h, islot - 1) : cg_rankvar(h, ivar - 1);
         return r ? LLVMBuildAdd(h->b, r, c, "") : c;
     }
     LLVMValueRef c = LLVMConstInt(h->i64, (unsigned long long)v.c, 1);
@@ -298,7 +313,8 @@ static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
         args[1] = cg_stack_array(h, h->ptr, (unsigned)in->nbuf, name, &size[0]);
         for (int j = 0; j < in->nbuf; j++) {
             LLVMValueRef off = in->bslot[j] ? cg_slot(h, in->bslot[j] - 1)
-                                            : LLVMConstInt(h->i64, (unsigned long long)in->buf[j], 1);
+                               : in->bvar[j] ? cg_rankvar(h, in->bvar[j] - 1)
+                                             : LLVMConstInt(h->i64, (unsigned long long)in->buf[j], 1);
             LLVMValueRef ptr = LLVMBuildInBoundsGEP2(h->b, h->i8, h->arena, &off, 1, "");
             cg_store_elem(h, args[1], h->ptr, (unsigned)in->nbuf, (unsigned)j, ptr);
         }
@@ -308,7 +324,7 @@ static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
         args[2] = cg_stack_array(h, h->i64, (unsigned)in->nint, name, &size[1]);
         for (int j = 0; j < in->nint; j++)
             cg_store_elem(h, args[2], h->i64, (unsigned)in->nint, (unsigned)j,
-                          cg_int_value(h, in->ints[j], in->islot[j]));
+                          cg_int_value(h, in->ints[j], in->islot[j], in->ivar[j]));
     }
     if (in->nflt) {  /* static const float f[nflt] = {...} */
         snprintf(name, sizeof name, "%s.f", stem);
@@ -394,10 +410,19 @@ static void cg_call(cg_host_ctx *h, const pg_instr *in) {
         snprintf(name, sizeof name, "body%d.tab", in->body);
         tab = LLVMAddGlobal(h->m, LLVMTypeOf(init), name);
         LLVMSetInitializer(tab, init);
-        LLVMSetGlobalConstant(tab, 1);
+        int vars = 0;   /* entries that are rank variables: stored before the loop */
+        for (int64_t j = 0; p->tabvar && j < nv; j++) vars |= p->tabvar[in->tab + j] != 0;
+        LLVMSetGlobalConstant(tab, !vars);
         LLVMSetLinkage(tab, LLVMPrivateLinkage);
-        LLVMSetUnnamedAddress(tab, LLVMGlobalUnnamedAddr);
+        if (!vars) LLVMSetUnnamedAddress(tab, LLVMGlobalUnnamedAddr);
         LLVMSetAlignment(tab, 8);
+        for (int64_t j = 0; vars && j < nv; j++) {
+            int var = p->tabvar[in->tab + j];
+            if (!var) continue;
+            LLVMValueRef idx = LLVMConstInt(h->i64, (unsigned long long)j, 0);
+            LLVMValueRef at = LLVMBuildInBoundsGEP2(h->b, h->i64, tab, &idx, 1, "");
+            LLVMSetAlignment(LLVMBuildStore(h->b, cg_rankvar(h, var - 1), at), 8);
+        }
     }
     LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInsertBlock(h->b));
     LLVMBasicBlockRef from = LLVMGetInsertBlock(h->b), cond = cg_block(h, fn, "call.cond"),
@@ -552,10 +577,13 @@ static void cg_eval(cg_host_ctx *h, LLVMValueRef fn, LLVMValueRef loss) {
 }
 
 /* int main(int argc, char **argv): the rank program of rtlib/rt.h. */
-static void cg_main(cg_host_ctx *h, const char *cpu, const char *features) {
+static void cg_main(cg_host_ctx *h, const char *cpu, const char *features, int prog_id) {
     const ir_prog *p = h->p;
-    LLVMTypeRef margs[2] = {h->i32, h->ptr};
-    LLVMValueRef fn = LLVMAddFunction(h->m, "main", LLVMFunctionType(h->i32, margs, 2, 0));
+    int shared = p->nmember > 0;
+    LLVMTypeRef margs[3] = {h->i32, h->ptr, h->i64};
+    char fname[32] = "main";
+    if (shared) snprintf(fname, sizeof fname, "nnsc_prog%d", prog_id);
+    LLVMValueRef fn = LLVMAddFunction(h->m, fname, LLVMFunctionType(h->i32, margs, shared ? 3 : 2, 0));
     /* Unwind tables (async, as C compilers emit them) keep debuggers' and
      * profilers' backtraces through main() working. */
     cg_fn_attrs(h, fn, cpu, features);
@@ -572,7 +600,35 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features) {
     /* rt_ctx *ctx = rt_init(argc, argv, MANIFEST) (cuda: rt_init_cuda(argc, argv,
        MANIFEST, nnsc_images, N)); char *A = rt_arena(ctx); prologue */
     LLVMPositionBuilderAtEnd(h->b, init);
-    LLVMValueRef a5[5] = {argc, argv, cg_manifest(h), NULL, NULL};
+    LLVMValueRef man = cg_manifest(h);
+    if (shared) {
+        /* nnsc_rv = nnsc_rv_tab + row * NVAR; the manifest is the template filled in */
+        LLVMValueRef row = LLVMGetParam(fn, 2);
+        LLVMSetValueName2(row, "row", 3);
+        LLVMValueRef tab = LLVMConstNull(h->ptr);
+        if (p->nvar) {
+            size_t nv = (size_t)p->nmember * (size_t)p->nvar;
+            LLVMValueRef *v = ir_xmalloc(sizeof *v * nv);
+            for (size_t j = 0; j < nv; j++) v[j] = LLVMConstInt(h->i64, (unsigned long long)p->rv[j], 1);
+            LLVMValueRef rows = LLVMConstArray2(h->i64, v, (uint64_t)nv);
+            free(v);
+            tab = LLVMAddGlobal(h->m, LLVMTypeOf(rows), "nnsc_rv_tab");
+            LLVMSetInitializer(tab, rows);
+            LLVMSetGlobalConstant(tab, 1);
+            LLVMSetLinkage(tab, LLVMPrivateLinkage);
+            LLVMSetAlignment(tab, 8);
+        }
+        LLVMValueRef at = LLVMBuildNSWMul(h->b, row, LLVMConstInt(h->i64, (unsigned long long)p->nvar, 0), "");
+        LLVMValueRef rowp = LLVMBuildInBoundsGEP2(h->b, h->i64, tab, &at, 1, "rv.row");
+        LLVMBuildStore(h->b, rowp, h->rvg);
+        if (p->manifest.s && strchr(p->manifest.s, PG_VAR_MARK)) {
+            LLVMValueRef fa[2] = {man, rowp};
+            LLVMTypeRef fty = LLVMFunctionType(h->ptr, (LLVMTypeRef[]){h->ptr, h->ptr}, 2, 0);
+            LLVMValueRef fill = cg_declare(h, "rt_manifest_fill", fty);
+            man = LLVMBuildCall2(h->b, fty, fill, fa, 2, "manifest.rank");
+        }
+    }
+    LLVMValueRef a5[5] = {argc, argv, man, NULL, NULL};
     if (h->gpu) {
         a5[3] = cg_images(h);
         a5[4] = LLVMConstInt(h->i32, (unsigned long long)h->gpu->ncubin, 0);
@@ -619,7 +675,8 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features) {
     cg_section(h, IR_SEC_POST);
     LLVMValueRef loss = LLVMConstNull(h->ptr);
     if (p->loss_off >= 0) {
-        LLVMValueRef off = LLVMConstInt(h->i64, (unsigned long long)p->loss_off, 1);
+        LLVMValueRef off = p->loss_var ? cg_rankvar(h, p->loss_var - 1)
+                                       : LLVMConstInt(h->i64, (unsigned long long)p->loss_off, 1);
         loss = LLVMBuildInBoundsGEP2(h->b, h->i8, h->arena, &off, 1, "loss");
     }
     LLVMValueRef a3e[3] = {h->ctx, h->step, loss};
@@ -709,7 +766,7 @@ static LLVMTargetMachineRef cg_target_machine(const cg_target *t, int opt_level)
 }
 
 /* Default options: the portable CPU, no extra features, -O2. */
-static const cg_opts cg_default_opts = {CG_DEFAULT_CPU, "", 2, 0};
+static const cg_opts cg_default_opts = {CG_DEFAULT_CPU, "", 2, 0, 0};
 
 /* Build rank p's module (for the cuda target when gpu is not NULL) and
  * write obj_path (and ll_path if not NULL). */
@@ -728,7 +785,8 @@ static int cg_host_build(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, 
 
     cg_host_ctx h = {.p = p, .gpu = gpu};
     char modname[32];
-    snprintf(modname, sizeof modname, "rank%d", p->rank);
+    if (p->nmember > 0) snprintf(modname, sizeof modname, "prog%d", o->prog_id);
+    else snprintf(modname, sizeof modname, "rank%d", p->rank);
     h.c = LLVMContextCreate();
     h.m = LLVMModuleCreateWithNameInContext(modname, h.c);
     LLVMSetSourceFileName(h.m, modname, strlen(modname));
@@ -748,8 +806,14 @@ static int cg_host_build(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, 
     LLVMTypeRef bargs[5] = {h.ptr, h.ptr, h.ptr, h.i64, h.i64};
     h.body_ty = LLVMFunctionType(h.vd, bargs, 5, 0);
     h.body_fn = ir_xcalloc((size_t)p->nbody + 1, sizeof *h.body_fn);
+    if (p->nmember > 0) {   /* a shared program: the running rank's row of variables */
+        h.rvg = LLVMAddGlobal(h.m, h.ptr, "nnsc_rv");
+        LLVMSetInitializer(h.rvg, LLVMConstNull(h.ptr));
+        LLVMSetLinkage(h.rvg, LLVMInternalLinkage);
+        LLVMSetAlignment(h.rvg, 8);
+    }
     for (int k = 0; k < p->nbody; k++) cg_body(&h, k, t.cpu, t.features);
-    cg_main(&h, t.cpu, t.features);
+    cg_main(&h, t.cpu, t.features, o->prog_id);
     free(h.body_fn);
     LLVMDisposeBuilder(h.b);
     LLVMDisposeBuilder(h.ab);
@@ -791,6 +855,100 @@ int cg_host_cuda(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const ch
     return cg_host_build(p, o, gpu, obj_path, ll_path);
 }
 
+/* ------------------------------------------------------------ dispatch */
+
+/* A private constant i32 array. */
+static LLVMValueRef cg_i32_table(LLVMModuleRef m, LLVMTypeRef i32, const int *v, int n, const char *name) {
+    LLVMValueRef *c = ir_xmalloc(sizeof *c * ((size_t)n + 1));
+    for (int i = 0; i < n; i++) c[i] = LLVMConstInt(i32, (unsigned long long)v[i], 1);
+    LLVMValueRef init = LLVMConstArray2(i32, c, (uint64_t)n);
+    free(c);
+    LLVMValueRef g = LLVMAddGlobal(m, LLVMTypeOf(init), name);
+    LLVMSetInitializer(g, init);
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, LLVMPrivateLinkage);
+    LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
+    LLVMSetAlignment(g, 4);
+    return g;
+}
+
+/* int main(int argc, char **argv) {
+ *     int r = rt_rank_select(argc, argv, WORLD, MODEL);
+ *     switch (cls_of[r]) { case k: return nnsc_prog<k>(argc, argv, row_of[r]); ... }
+ * } */
+int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, const char *model, const cg_opts *o,
+                const char *obj_path) {
+    if (!o) o = &cg_default_opts;
+    cg_target t;
+    cg_target_init(&t, o);
+    LLVMTargetMachineRef tm = cg_target_machine(&t, o->opt_level);
+    if (!tm) {
+        cg_target_free(&t);
+        return 1;
+    }
+    LLVMContextRef c = LLVMContextCreate();
+    LLVMModuleRef m = LLVMModuleCreateWithNameInContext("dispatch", c);
+    LLVMSetSourceFileName(m, "dispatch", 8);
+    LLVMSetTarget(m, t.triple);
+    LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+    LLVMSetModuleDataLayout(m, td);
+    LLVMTypeRef i32 = LLVMInt32TypeInContext(c), i64 = LLVMInt64TypeInContext(c), ptr = LLVMPointerTypeInContext(c, 0);
+    LLVMTypeRef sel_args[4] = {i32, ptr, i32, ptr}, prog_args[3] = {i32, ptr, i64}, main_args[2] = {i32, ptr};
+    LLVMTypeRef sel_ty = LLVMFunctionType(i32, sel_args, 4, 0), prog_ty = LLVMFunctionType(i32, prog_args, 3, 0);
+    LLVMValueRef sel = LLVMAddFunction(m, "rt_rank_select", sel_ty);
+    LLVMValueRef fn = LLVMAddFunction(m, "main", LLVMFunctionType(i32, main_args, 2, 0));
+    unsigned uw = LLVMGetEnumAttributeKindForName("uwtable", 7);
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(c, uw, 2));
+    LLVMAddTargetDependentFunctionAttr(fn, "target-cpu", t.cpu);
+    if (t.features[0]) LLVMAddTargetDependentFunctionAttr(fn, "target-features", t.features);
+    LLVMBuilderRef b = LLVMCreateBuilderInContext(c);
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c, fn, "entry");
+    LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(c, fn, "bad");
+    LLVMPositionBuilderAtEnd(b, entry);
+    LLVMValueRef name = LLVMConstStringInContext2(c, model, strlen(model), 0);
+    LLVMValueRef mg = LLVMAddGlobal(m, LLVMTypeOf(name), "model");
+    LLVMSetInitializer(mg, name);
+    LLVMSetGlobalConstant(mg, 1);
+    LLVMSetLinkage(mg, LLVMPrivateLinkage);
+    LLVMValueRef argc = LLVMGetParam(fn, 0), argv = LLVMGetParam(fn, 1);
+    LLVMValueRef sa[4] = {argc, argv, LLVMConstInt(i32, (unsigned long long)world, 0), mg};
+    LLVMValueRef r = LLVMBuildCall2(b, sel_ty, sel, sa, 4, "rank");
+    LLVMValueRef r64 = LLVMBuildSExt(b, r, i64, "");
+    LLVMValueRef cls = cg_i32_table(m, i32, cls_of, world, "cls_of");
+    LLVMValueRef rows = cg_i32_table(m, i32, row_of, world, "row_of");
+    LLVMValueRef k = LLVMBuildLoad2(b, i32, LLVMBuildInBoundsGEP2(b, i32, cls, &r64, 1, ""), "class");
+    LLVMValueRef row = LLVMBuildLoad2(b, i32, LLVMBuildInBoundsGEP2(b, i32, rows, &r64, 1, ""), "row");
+    LLVMValueRef row64 = LLVMBuildSExt(b, row, i64, "");
+    LLVMValueRef sw = LLVMBuildSwitch(b, k, bad, (unsigned)nprog);
+    for (int j = 0; j < nprog; j++) {
+        char pn[32];
+        snprintf(pn, sizeof pn, "nnsc_prog%d", j);
+        LLVMValueRef pf = LLVMAddFunction(m, pn, prog_ty);
+        LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(c, fn, pn);
+        LLVMAddCase(sw, LLVMConstInt(i32, (unsigned long long)j, 0), bb);
+        LLVMPositionBuilderAtEnd(b, bb);
+        LLVMValueRef pa[3] = {argc, argv, row64};
+        LLVMBuildRet(b, LLVMBuildCall2(b, prog_ty, pf, pa, 3, ""));
+    }
+    LLVMPositionBuilderAtEnd(b, bad);
+    LLVMBuildUnreachable(b);
+    LLVMDisposeBuilder(b);
+    int rc = 1;
+    char *msg;
+    if (CG_CHECK("dispatcher verification", LLVMVerifyModule(m, LLVMReturnStatusAction, &msg), msg)) goto done;
+    if (CG_CHECK("writing the dispatcher's object", LLVMTargetMachineEmitToFile(tm, m, (char *)obj_path,
+                                                                               LLVMObjectFile, &msg), msg))
+        goto done;
+    rc = 0;
+done:
+    LLVMDisposeModule(m);
+    LLVMDisposeTargetData(td);
+    LLVMContextDispose(c);
+    LLVMDisposeTargetMachine(tm);
+    cg_target_free(&t);
+    return rc;
+}
+
 /* ------------------------------------------------------------ --cpu */
 
 /* LLVM says that it does not know a CPU only as a line on stderr (and then
@@ -810,7 +968,7 @@ typedef enum cg_probe {
 /* The child's work: exit 0 when it got through, 3 when an LLVM call failed
  * (its message is on stderr); LLVM itself may abort on the way. */
 static void cg_probe_run(cg_probe what, const char *cpu) {
-    cg_opts o = {what == CG_PROBE_LIST ? "help" : cpu, "", 2, 0};
+    cg_opts o = {what == CG_PROBE_LIST ? "help" : cpu, "", 2, 0, 0};
     cg_target t;
     cg_target_init(&t, &o);
     LLVMTargetMachineRef tm = cg_target_machine(&t, o.opt_level);

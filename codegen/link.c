@@ -42,6 +42,11 @@ static void cg_print_cmd(char *const *argv) {
 
 /* Link obj into exe with rtlib; 0, or 1 after printing a message. */
 int cg_link(const char *obj, const char *rtlib_path, const char *exe) {
+    return cg_link_objs(&obj, 1, rtlib_path, exe);
+}
+
+/* Link objs into exe with rtlib; 0, or 1 after printing a message. */
+int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, const char *exe) {
     const char *cc = getenv("NNSC_CC");
     if (!cc || !cc[0]) cc = "cc";
     if (access(rtlib_path, R_OK) != 0) {
@@ -50,30 +55,40 @@ int cg_link(const char *obj, const char *rtlib_path, const char *exe) {
                 rtlib_path, strerror(errno));
         return 1;
     }
-    char *argv[] = {
-        (char *)cc, "-o", (char *)exe, (char *)obj, (char *)rtlib_path,
+    static const char *const tail[] = {
 #ifdef NNSC_SANITIZE
         /* A sanitized build's rtlib calls into the sanitizer runtimes. */
         "-fsanitize=address,undefined",
 #endif
         "-lm", "-lpthread", "-lrt", "-ldl", NULL,
     };
+    int ntail = (int)(sizeof tail / sizeof *tail), na = 0;
+    char **argv = ir_xmalloc(sizeof *argv * ((size_t)nobj + (size_t)ntail + 5));
+    argv[na++] = (char *)cc, argv[na++] = "-o", argv[na++] = (char *)exe;
+    for (int i = 0; i < nobj; i++) argv[na++] = (char *)objs[i];
+    argv[na++] = (char *)rtlib_path;
+    for (int i = 0; i < ntail; i++) argv[na++] = (char *)tail[i];
     pid_t pid;
     int err = posix_spawnp(&pid, cc, NULL, NULL, argv, environ);
     if (err) {
         fprintf(stderr, "nnsc-aot: cannot run the C compiler driver '%s': %s\n"
                         "  hint: install cc or set NNSC_CC to a C compiler driver\n",
                 cc, strerror(err));
+        free(argv);
         return 1;
     }
     int status;
     while (waitpid(pid, &status, 0) < 0) {
         if (errno != EINTR) {
             fprintf(stderr, "nnsc-aot: waiting for '%s': %s\n", cc, strerror(errno));
+            free(argv);
             return 1;
         }
     }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        free(argv);
+        return 0;
+    }
     if (WIFEXITED(status))
         fprintf(stderr, "nnsc-aot: linking %s failed (%s exited with status %d):\n  ", exe, cc,
                 WEXITSTATUS(status));
@@ -81,6 +96,7 @@ int cg_link(const char *obj, const char *rtlib_path, const char *exe) {
         fprintf(stderr, "nnsc-aot: linking %s failed (%s killed by signal %d):\n  ", exe, cc,
                 WTERMSIG(status));
     cg_print_cmd(argv);
+    free(argv);
     return 1;
 }
 

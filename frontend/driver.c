@@ -1,10 +1,11 @@
 /* driver.c -- the pipeline, in a straight line (like QBE's main):
  *
  *   fe_load -> pass_autograd -> pass_plan -> pass_split -> pass_comm ->
- *   pass_schedule -> per rank: pass_memplan -> pass_lower -> pass_fuse (all
- *   ranks) -> per rank: pass_outline -> [cuda: cg_cuda_build_source ->
- *   cg_nvrtc_compile, once for the build] -> per rank: cg_host -> cg_link ->
- *   cg_emit (launch, plan.txt)
+ *   pass_schedule -> per rank: pass_memplan -> pass_lower -> pass_fuse ->
+ *   pass_outline -> pass_share (ranks of equal shape share a program) ->
+ *   [cuda: cg_cuda_build_source -> cg_nvrtc_compile, once for the build] ->
+ *   per shared program: cg_host -> cg_dispatch -> cg_link (out/rank, and
+ *   out/rankK links to it) -> cg_emit (launch, plan.txt)
  *
  * Verifiers run after every pass; --dump=P prints the IR after pass P.
  */
@@ -186,72 +187,69 @@ static int build_kernels(const fe_opts *o, const ir_prog *progs, int nprogs, cg_
     return rc;
 }
 
-/* The ranks' code generation, shared by the worker threads. */
+/* The code generation of the shared programs, by the worker threads. */
 typedef struct cg_work {
     const fe_opts *o;          /* options */
-    const ir_prog *progs;      /* every rank's Program */
-    int n;                     /* ranks */
+    const ir_prog *progs;      /* the shared programs */
+    int n;                     /* how many */
     const cg_gpu *gpu;         /* the cuda target's images, or NULL */
-    const char *rtlib;         /* build/libnnsc_rt.a */
-    atomic_int next;           /* the next rank to take */
-    atomic_int done;           /* ranks finished (progress) */
-    atomic_int failed;         /* set when any rank failed: the others stop taking work */
-    int *rc;                   /* per rank: 0, or the failure */
+    atomic_int next;           /* the next program to take */
+    atomic_int done;           /* programs finished (progress) */
+    atomic_int failed;         /* set when any failed: the others stop taking work */
+    int *rc;                   /* per program: 0, or the failure */
     pthread_mutex_t out;       /* one progress line at a time */
 } cg_work;
 
-/* Generate, optimise and link rank r (one LLVM context per call). */
-static int build_rank(cg_work *w, int r)
+/* Generate and optimise shared program k into DIR/prog<k>.o (and .ll with
+ * --emit-llvm), one LLVM context per call. */
+static int build_prog(cg_work *w, int k)
 {
     const fe_opts *o = w->o;
-    char obj[4200], ll[4200], exe[4200];
-    snprintf(obj, sizeof obj, "%s/rank%d.o", o->out, r);
-    snprintf(ll, sizeof ll, "%s/rank%d.ll", o->out, r);
-    snprintf(exe, sizeof exe, "%s/rank%d", o->out, r);
-    cg_opts co = {o->cpu, "", o->opt_level, o->emit_llvm};
-    int rc = w->gpu ? cg_host_cuda(&w->progs[r], &co, w->gpu, obj, o->emit_llvm ? ll : NULL)
-                    : cg_host(&w->progs[r], &co, obj, o->emit_llvm ? ll : NULL);
-    if (!rc) rc = cg_link(obj, w->rtlib, exe);
-    if (!rc) remove(obj);
-    return rc;
+    char obj[4200], ll[4200];
+    snprintf(obj, sizeof obj, "%s/prog%d.o", o->out, k);
+    snprintf(ll, sizeof ll, "%s/prog%d.ll", o->out, k);
+    cg_opts co = {o->cpu, "", o->opt_level, o->emit_llvm, k};
+    return w->gpu ? cg_host_cuda(&w->progs[k], &co, w->gpu, obj, o->emit_llvm ? ll : NULL)
+                  : cg_host(&w->progs[k], &co, obj, o->emit_llvm ? ll : NULL);
 }
 
-/* A worker: take ranks in order until none is left or one failed. */
+/* A worker: take programs in order until none is left or one failed. */
 static void *build_worker(void *arg)
 {
     cg_work *w = arg;
     int tty = isatty(2);
-    for (int r; !atomic_load(&w->failed) && (r = atomic_fetch_add(&w->next, 1)) < w->n;) {
-        w->rc[r] = build_rank(w, r);
-        if (w->rc[r]) atomic_store(&w->failed, 1);
+    for (int k; !atomic_load(&w->failed) && (k = atomic_fetch_add(&w->next, 1)) < w->n;) {
+        w->rc[k] = build_prog(w, k);
+        if (w->rc[k]) atomic_store(&w->failed, 1);
         int d = atomic_fetch_add(&w->done, 1) + 1;
-        /* progress of the long phase: a line per rank with -v, one updated line on a terminal */
+        /* progress of the long phase: a line per program with -v, one updated line on a terminal */
         pthread_mutex_lock(&w->out);
-        if (w->o->verbose) fprintf(stderr, "nnsc-aot: codegen + link rank %d (%d/%d done)\n", r, d, w->n);
-        else if (!w->o->quiet && tty) fprintf(stderr, "\rnnsc-aot: codegen + link %d/%d", d, w->n);
+        if (w->o->verbose)
+            fprintf(stderr, "nnsc-aot: codegen program %d (%d ranks) (%d/%d done)\n", k, w->progs[k].nmember, d,
+                    w->n);
+        else if (!w->o->quiet && tty) fprintf(stderr, "\rnnsc-aot: codegen %d/%d", d, w->n);
         pthread_mutex_unlock(&w->out);
     }
     return NULL;
 }
 
-/* How many ranks to generate at once: $NNSC_JOBS, else the CPUs online,
- * at most the ranks.  Each rank's output depends on nothing else, so the
- * files are the same for any count. */
-static int codegen_jobs(int nranks)
+/* How many programs to generate at once: $NNSC_JOBS, else the CPUs
+ * online, at most the programs.  Each program's object depends on nothing
+ * else, so the files are the same for any count. */
+static int codegen_jobs(int nprogs)
 {
     const char *e = getenv("NNSC_JOBS");
     long j = e && *e ? strtol(e, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
     if (j < 1) j = 1;
     if (j > 64) j = 64;
-    return j > nranks ? nranks : (int)j;
+    return j > nprogs ? nprogs : (int)j;
 }
 
-/* Generate and link every rank on `codegen_jobs` threads; 0 or the first
- * failing rank's status. */
-static int build_all(const fe_opts *o, const ir_prog *progs, int n, const cg_gpu *gpu, const char *rtlib)
+/* Generate every shared program on `codegen_jobs` threads; 0 or the first
+ * failing program's status. */
+static int build_all(const fe_opts *o, const ir_prog *progs, int n, const cg_gpu *gpu)
 {
-    cg_work w = {.o = o, .progs = progs, .n = n, .gpu = gpu, .rtlib = rtlib,
-                 .rc = ir_xcalloc((size_t)n + 1, sizeof(int))};
+    cg_work w = {.o = o, .progs = progs, .n = n, .gpu = gpu, .rc = ir_xcalloc((size_t)n + 1, sizeof(int))};
     atomic_init(&w.next, 0);
     atomic_init(&w.done, 0);
     atomic_init(&w.failed, 0);
@@ -265,42 +263,123 @@ static int build_all(const fe_opts *o, const ir_prog *progs, int n, const cg_gpu
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     pthread_mutex_destroy(&w.out);
     int rc = 0;
-    for (int r = 0; r < n && !rc; r++) rc = w.rc[r];
+    for (int k = 0; k < n && !rc; k++) rc = w.rc[k];
     if (!rc && atomic_load(&w.failed)) rc = 1;
     free(w.rc);
     return rc;
 }
 
-/* Lower, generate and link every rank. */
+/* path2 becomes another name of path1 (a hard link; a copy where the file
+ * system has none).  0, or 1 after a message. */
+static int same_file_as(const char *path1, const char *path2)
+{
+    remove(path2);
+    if (link(path1, path2) == 0) return 0;
+    FILE *in = fopen(path1, "rb"), *out = in ? fopen(path2, "wb") : NULL;
+    int bad = !in || !out;
+    char buf[1 << 16];
+    for (size_t n; !bad && (n = fread(buf, 1, sizeof buf, in)) > 0;) bad = fwrite(buf, 1, n, out) != n;
+    if (in) bad |= ferror(in), fclose(in);
+    if (out) bad |= fclose(out) != 0;
+    if (!bad) bad = chmod(path2, 0755) != 0;
+    if (bad) fprintf(stderr, "nnsc-aot: error: cannot write %s: %s\n", path2, strerror(errno));
+    return bad;
+}
+
+/* The executable: the shared programs' objects, the dispatcher's and
+ * rtlib linked into DIR/rank; DIR/rankK (and DIR/rankK.ll) name it (and
+ * the code rank K runs) too. */
+static int link_all(const fe_opts *o, const ir_dist *d, const ir_prog *progs, int nprog, const int *cls_of,
+                    const int *row_of, const char *rtlib)
+{
+    const int n = d->ndev;
+    char **objs = ir_xcalloc((size_t)nprog + 2, sizeof *objs);
+    char path[4200], path2[4200];
+    for (int k = 0; k <= nprog; k++) {
+        if (k < nprog) snprintf(path, sizeof path, "%s/prog%d.o", o->out, k);
+        else snprintf(path, sizeof path, "%s/dispatch.o", o->out);
+        objs[k] = ir_xstrdup(path);
+    }
+    cg_opts co = {o->cpu, "", o->opt_level, 0, 0};
+    int rc = cg_dispatch(n, nprog, cls_of, row_of, d->g->model ? d->g->model : "model", &co, objs[nprog]);
+    snprintf(path, sizeof path, "%s/rank", o->out);
+    if (!rc) rc = cg_link_objs((const char *const *)objs, nprog + 1, rtlib, path);
+    for (int r = 0; r < n && !rc; r++) {
+        snprintf(path2, sizeof path2, "%s/rank%d", o->out, r);
+        rc = same_file_as(path, path2);
+        if (!rc && o->emit_llvm) {
+            char ll[4200];
+            snprintf(ll, sizeof ll, "%s/prog%d.ll", o->out, cls_of[r]);
+            snprintf(path2, sizeof path2, "%s/rank%d.ll", o->out, r);
+            rc = same_file_as(ll, path2);
+        }
+    }
+    for (int k = 0; k <= nprog; k++) remove(objs[k]), free(objs[k]);
+    free(objs);
+    (void)progs;
+    return rc;
+}
+
+/* Lower every rank, one at a time, into the shared programs: memory plan
+ * (checked), lowering, fusion, outlining; each rank's Program goes to the
+ * share pass at once, which keeps only one per class and the differences,
+ * so memory grows with the classes, not the ranks.  Then generate the
+ * shared programs, link the executable, write launch and plan.txt. */
 static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
 {
-    ir_buf lowered = {0};
-    ir_prog *progs = ir_xcalloc((size_t)d->ndev, sizeof *progs);
-    for (int r = 0; r < d->ndev; r++) {
+    const int n = d->ndev;
+    ir_buf lowered = {0}, outlined = {0};
+    ir_prog *sum = ir_xcalloc((size_t)n + 1, sizeof *sum);   /* per rank: what plan.txt says */
+    int *cls_of = ir_xcalloc((size_t)n + 1, sizeof(int)), *row_of = ir_xcalloc((size_t)n + 1, sizeof(int));
+    pass_share *sh = pass_share_new(n);
+    pass_fuse_ids *fz = pass_fuse_new();
+    double t_low = 0, t_out = 0, t_share = 0;
+    for (int r = 0; r < n; r++) {
+        double a = now();
         pass_mem m;
         pass_memplan(d, r, &m);
         char why[600];
         if (pass_memcheck(d, &m, why, sizeof why)) ir_die(__FILE__, __LINE__, "memory plan: %s", why);
-        ir_prog_init(&progs[r], r, d->ndev);
-        pass_lower(d, &m, &progs[r]);
-        ir_prog_verify(&progs[r]);
+        ir_prog p;
+        ir_prog_init(&p, r, n);
+        pass_lower(d, &m, &p);
+        ir_prog_verify(&p);
         pass_mem_free(&m);
+        if (!o->no_fuse) {
+            pass_fuse_prog(fz, &p);
+            ir_prog_verify(&p);
+        }
+        if (want(o, "lower")) ir_prog_print(&p, &lowered);
+        double b = now();
+        /* repeated layers stay loops: calls of bodies (passes/outline.c) */
+        if (!o->no_loops) {
+            pass_outline(&p);
+            ir_prog_verify(&p);
+        }
+        if (want(o, "prog")) ir_prog_print(&p, &outlined);
+        double c = now();
+        sum[r].rank = r;
+        sum[r].arena = p.arena;
+        sum[r].flops = p.flops;
+        sum[r].persistent = ir_prog_persistent(&p);
+        memcpy(sum[r].comm_bytes, p.comm_bytes, sizeof p.comm_bytes);
+        pass_share_add(sh, &p);
+        t_low += b - a, t_out += c - b, t_share += now() - c;
     }
-    if (!o->no_fuse) {
-        pass_fuse(progs, d->ndev);
-        for (int r = 0; r < d->ndev; r++) ir_prog_verify(&progs[r]);
+    pass_fuse_free(fz);
+    int nprog = 0;
+    ir_prog *progs = pass_share_finish(sh, &nprog, cls_of, row_of);
+    for (int k = 0; k < nprog; k++) ir_prog_verify(&progs[k]);
+    if (o->verbose) {
+        fprintf(stderr, "nnsc-aot: %-10s %8.1f ms\n", "lower", 1e3 * t_low);
+        fprintf(stderr, "nnsc-aot: %-10s %8.1f ms\n", "outline", 1e3 * t_out);
     }
-    for (int r = 0; r < d->ndev && want(o, "lower"); r++) ir_prog_print(&progs[r], &lowered);
-    tick(o, t0, "lower");
+    *t0 += t_low + t_out;
+    tick(o, t0, "share");
+    if (o->verbose) fprintf(stderr, "nnsc-aot: %d rank%s share %d distinct program%s\n", n, n == 1 ? "" : "s",
+                            nprog, nprog == 1 ? "" : "s");
     if (want(o, "lower")) dump("lower", &lowered);
-    /* repeated layers stay loops: calls of bodies (passes/outline.c) */
-    for (int r = 0; r < d->ndev && !o->no_loops; r++) {
-        pass_outline(&progs[r]);
-        ir_prog_verify(&progs[r]);
-    }
-    for (int r = 0; r < d->ndev && want(o, "prog"); r++) ir_prog_print(&progs[r], &lowered);
-    tick(o, t0, "outline");
-    if (want(o, "prog")) dump("prog", &lowered);
+    if (want(o, "prog")) dump("prog", &outlined);
     int rc = 0;
     if (o->out) {
         if (mkdir_p(o->out)) {
@@ -311,16 +390,21 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         if (!rc && !rtlib) rc = 1;
         cg_gpu gpu = {0};   /* the cuda target's images */
         int cuda = o->target == FE_TARGET_CUDA;
-        if (!rc && cuda) rc = build_kernels(o, progs, d->ndev, &gpu, t0);
-        if (!rc) rc = build_all(o, progs, d->ndev, cuda ? &gpu : NULL, rtlib);
+        if (!rc && cuda) rc = build_kernels(o, progs, nprog, &gpu, t0);
+        if (!rc) rc = build_all(o, progs, nprog, cuda ? &gpu : NULL);
         if (!o->verbose && !o->quiet && isatty(2)) fprintf(stderr, "\r\033[K");
         tick(o, t0, "codegen");
-        if (!rc) rc = cg_emit(o->out, o->spec, d, progs, cuda ? &gpu : NULL);
+        if (!rc) rc = link_all(o, d, progs, nprog, cls_of, row_of, rtlib);
+        tick(o, t0, "link");
+        if (!rc) rc = cg_emit(o->out, o->spec, d, sum, nprog, cuda ? &gpu : NULL);
         cg_cubin_free((cg_cubin *)gpu.cubin, gpu.ncubin);
         free((void *)gpu.cubin);
     }
-    for (int r = 0; r < d->ndev; r++) ir_prog_free(&progs[r]);
+    for (int k = 0; k < nprog; k++) ir_prog_free(&progs[k]);
     free(progs);
+    free(sum);
+    free(cls_of);
+    free(row_of);
     return rc;
 }
 

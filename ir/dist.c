@@ -46,6 +46,8 @@ void ir_dist_free(ir_dist *d)
     free(d->rank_pt);
     free(d->pt_local);
     free(d->norm_owner);
+    free(d->pt_store);
+    free(d->pt_writer);
     memset(d, 0, sizeof *d);
 }
 
@@ -232,6 +234,49 @@ static void index_owner(ir_dist *d, int op)
 }
 
 /* The per-rank indexes, from the complete schedule (see ir.h). */
+/* A stored piece, for finding each box's lowest holder. */
+typedef struct spiece {
+    const ir_box *box;
+    int nd, dev, pt;
+} spiece;
+
+static int cmp_spiece(const void *a, const void *b)
+{
+    const spiece *x = a, *y = b;
+    for (int i = 0; i < x->nd; i++) {
+        if (x->box->lo[i] != y->box->lo[i]) return x->box->lo[i] < y->box->lo[i] ? -1 : 1;
+        if (x->box->hi[i] != y->box->hi[i]) return x->box->hi[i] < y->box->hi[i] ? -1 : 1;
+    }
+    return (x->dev > y->dev) - (x->dev < y->dev);
+}
+
+/* pt_store and pt_writer from the store lists (pass_comm's): per tensor, its
+ * pieces sorted by box then device, the first of each box writes it. */
+static void index_stores(ir_dist *d)
+{
+    const ir_graph *g = d->g;
+    free(d->pt_store), free(d->pt_writer);
+    d->pt_store = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
+    memset(d->pt_store, 0xff, sizeof(int) * ((size_t)d->npt + 1));
+    d->pt_writer = ir_xcalloc((size_t)d->npt + 1, 1);
+    spiece *sp = NULL;
+    int cap = 0;
+    for (int t = 0; t < g->nt; t++) {
+        if (!d->store || d->store[t] < 0) continue;
+        int n = d->nstore[t];
+        ir_grow((void **)&sp, &cap, n + 1, sizeof *sp);
+        for (int s = 0; s < n; s++) {
+            int pt = d->ints[d->store[t] + s];
+            d->pt_store[pt] = s;
+            sp[s] = (spiece){&d->pt[pt].box, g->t[t].ndim, d->pt[pt].dev, pt};
+        }
+        qsort(sp, (size_t)n, sizeof *sp, cmp_spiece);
+        for (int s = 0; s < n; s++)
+            d->pt_writer[sp[s].pt] = s == 0 || !ir_box_eq(sp[s - 1].box, sp[s].box, sp[s].nd);
+    }
+    free(sp);
+}
+
 void ir_dist_index_ranks(ir_dist *d)
 {
     const int nd = d->ndev;
@@ -290,6 +335,7 @@ void ir_dist_index_ranks(ir_dist *d)
     free(cnt);
     d->norm_owner = ir_xcalloc((size_t)d->nsop + 1, 1);
     for (int op = 0; op < d->g->nop; op++) index_owner(d, op);
+    index_stores(d);
 }
 
 int64_t ir_box_numel(const ir_box *b, int ndim)

@@ -443,6 +443,9 @@ typedef struct ir_dist {
     int *rank_pt0;             /* per device + 1: CSR start into rank_pt */
     int *rank_pt;              /* per device, ascending: the pTensors on it */
     int *pt_local;             /* per pTensor: its index in its device's part of rank_pt */
+    int *pt_store;             /* per pTensor: its index in its tensor's store list, -1: none */
+    char *pt_writer;           /* per pTensor of a store list: 1 when no lower device stores
+                                  the same box (it writes the box to checkpoints) */
     int seq_opt;               /* position in seq of the first optimizer sub-op (post), -1: none */
     char *norm_owner;          /* per sub-op: 1 when no sub-op of the same op on a lower device
                                   reads the same box of input 1 (an optimizer's gradient, which
@@ -524,6 +527,9 @@ typedef struct pg_instr {
     int rep;                    /* ... and the repeat of that block, -1: none */
     uint16_t bslot[PG_MAXBUF];  /* in a body: 0, or k + 1 when buffer j is slot k of the row */
     uint16_t islot[PG_MAXINT];  /* in a body: 0, or k + 1 when ints[j].c is slot k of the row */
+    uint16_t bvar[PG_MAXBUF];   /* in a shared program: 0, or v + 1 when buffer j's offset is rank
+                                   variable v (the rank's row of ir_prog.rv), see passes/share.c */
+    uint16_t ivar[PG_MAXINT];   /* ... 0, or v + 1 when ints[j].c is rank variable v */
     int body;                   /* PG_CALL: the body (index into ir_prog.body) */
     int nrows;                  /* PG_CALL: rows of the table, the body runs once per row in order */
     int tab;                    /* PG_CALL: index into ir_prog.tab of row 0; row r's slot k is
@@ -562,8 +568,25 @@ typedef struct ir_prog {
     ir_buf manifest;                  /* text handed to rt_init (see rtlib/rt.h) */
     int64_t comm_bytes[IR_COMM_COUNT];/* bytes this rank sends per step, by kind */
     double flops;                     /* model FLOPs this rank computes per step (cost model) */
+    int64_t persistent;               /* bytes of params, grads and optimizer state (regions that
+                                         share a buffer once), for plan.txt */
     char **pool; int npool, poolcap;  /* owned strings */
+    /* A shared program (passes/share.c): the Program of several ranks, the
+       members, equal but for rank variables; nmember == 0: not shared. */
+    int nmember;                      /* ranks running it */
+    int *member;                      /* their ranks, ascending: row i of rv is member[i]'s */
+    int nvar;                         /* rank variables */
+    int64_t *rv;                      /* nmember x nvar values, row after row */
+    uint16_t *tabvar;                 /* per entry of tab: 0, or v + 1 when it is rank variable v
+                                         (NULL: none is) */
+    int loss_var;                     /* 0, or v + 1 when loss_off is rank variable v */
+    /* the manifest is then a template: a rank variable v stands where a
+       number was, as the bytes PG_VAR_MARK, v in decimal, PG_VAR_END */
 } ir_prog;
+
+/* Marks of a rank variable in a shared program's manifest template. */
+#define PG_VAR_MARK '\x01'
+#define PG_VAR_END '\x02'
 
 /* How instruction in uses its buffer j: a mask of PG_RD (reads it), PG_WR
  * (writes it) and PG_PART (the write does not simply overwrite the whole
@@ -576,6 +599,8 @@ int ir_prog_acc_index(int kernel);
 
 void ir_prog_init(ir_prog *p, int rank, int world);
 void ir_prog_free(ir_prog *p);
+/* Persistent bytes of p's arena map (params, grads, optimizer state). */
+int64_t ir_prog_persistent(const ir_prog *p);
 const char *ir_prog_str(ir_prog *p, const char *s);
 pg_instr *ir_prog_add(ir_prog *p, int sec, int kernel, const char *note);
 /* Append body b to the Program (taking its instructions); returns its id. */

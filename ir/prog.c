@@ -53,10 +53,32 @@ void ir_prog_free(ir_prog *p) {
     for (int k = 0; k < p->nbody; k++) free(p->body[k].ins);
     free(p->body);
     free(p->tab);
+    free(p->member);
+    free(p->rv);
+    free(p->tabvar);
     ir_buf_free(&p->manifest);
     for (int i = 0; i < p->npool; i++) free(p->pool[i]);
     free(p->pool);
     memset(p, 0, sizeof *p);
+}
+
+static int cmp_region(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* Persistent bytes of p from its arena map (params, grads, optimizer
+ * state; regions that share a buffer count once: the first at an offset). */
+int64_t ir_prog_persistent(const ir_prog *p) {
+    int64_t pers = 0, *r = ir_xmalloc(sizeof(int64_t) * 2 * ((size_t)p->nreg + 1));
+    int n = 0;
+    for (int i = 0; i < p->nreg; i++)
+        if (p->reg[i].persistent) r[2 * n] = p->reg[i].off, r[2 * n++ + 1] = i;
+    qsort(r, (size_t)n, 2 * sizeof(int64_t), cmp_region);
+    for (int k = 0; k < n; k++)
+        if (k == 0 || r[2 * k] != r[2 * k - 2]) pers += p->reg[r[2 * k + 1]].bytes;
+    free(r);
+    return pers;
 }
 
 /* Copy s into the Program's string pool (NULL stays NULL). */
@@ -186,8 +208,8 @@ static void pg_print_float(ir_buf *b, float f) {
 }
 
 /* A slotted integer argument: "$3", "$3+s", "$0-2m". */
-static void pg_print_slot_int(ir_buf *b, int slot, pg_int v) {
-    ir_bprintf(b, "$%d", slot);
+static void pg_print_slot_int(ir_buf *b, const char *mark, int slot, pg_int v) {
+    ir_bprintf(b, "%s%d", mark, slot);
     pg_print_term(b, v.s, 's', 0);
     pg_print_term(b, v.m, 'm', 0);
 }
@@ -224,12 +246,14 @@ static void pg_print_line(ir_buf *b, const char *tag, const ir_prog *p, const pg
     /* Counts are clamped: the verifier prints instructions it rejects. */
     for (int j = 0; j < in->nbuf && j < PG_MAXBUF; j++) {
         if (in->bslot[j]) ir_bprintf(b, "%s$%d", j ? " " : "", in->bslot[j] - 1);
+        else if (in->bvar[j]) ir_bprintf(b, "%s@r%d", j ? " " : "", in->bvar[j] - 1);
         else ir_bprintf(b, "%s@%" PRId64, j ? " " : "", in->buf[j]);
     }
     ir_bprintf(b, "] i=[");
     for (int j = 0; j < in->nint && j < PG_MAXINT; j++) {
         if (j) ir_bprintf(b, " ");
-        if (in->islot[j]) pg_print_slot_int(b, in->islot[j] - 1, in->ints[j]);
+        if (in->islot[j]) pg_print_slot_int(b, "$", in->islot[j] - 1, in->ints[j]);
+        else if (in->ivar[j]) pg_print_slot_int(b, "r", in->ivar[j] - 1, in->ints[j]);
         else pg_print_int(b, in->ints[j]);
     }
     ir_bprintf(b, "] f=[");

@@ -80,7 +80,35 @@ typedef struct cctx {
     int snextcap, nnextcap;  /* allocated entries of snext, nnext */
     struct pcache *pc;       /* the tensor's pieces, by value split (pieces) */
     int npc, pccap;          /* how many value splits, allocated */
+    /* the rules' scratch arrays (one rule runs at a time), each of scap
+       entries: at least the devices and the tensor's sources and needs, so
+       a collective may span every device (no fixed member limit) */
+    int scap;
+    const struct piece **ch;
+    const ir_box **bx, **nb;
+    int *grp, *devs, *in, *out, *order, *norder;
+    int *mstamp, mgen;       /* per device: mgen when taken by the current match */
 } cctx;
+
+/* Make the scratch arrays hold at least n entries. */
+static void scratch(cctx *c, int n)
+{
+    if (n <= c->scap) return;
+    int cap = c->scap ? c->scap : 64;
+    while (cap < n) cap *= 2;
+    c->ch = ir_xrealloc(c->ch, sizeof *c->ch * (size_t)cap);
+    c->bx = ir_xrealloc(c->bx, sizeof *c->bx * (size_t)cap);
+    c->nb = ir_xrealloc(c->nb, sizeof *c->nb * (size_t)cap);
+    int **iv[] = {&c->grp, &c->devs, &c->in, &c->out, &c->order, &c->norder};
+    for (size_t k = 0; k < sizeof iv / sizeof *iv; k++) *iv[k] = ir_xrealloc(*iv[k], sizeof(int) * (size_t)cap);
+    c->scap = cap;
+}
+
+static void scratch_free(cctx *c)
+{
+    free(c->ch), free(c->bx), free(c->nb), free(c->grp), free(c->devs), free(c->in), free(c->out);
+    free(c->order), free(c->norder), free(c->mstamp);
+}
 
 static int is_made(const cctx *c, int pt) { return pt < c->madecap && c->made[pt]; }
 
@@ -97,7 +125,11 @@ static int64_t bytes_of(const cctx *c, const ir_box *b)
     return ir_box_numel(b, c->nd) * pass_elsize(&c->d->g->t[c->t]);
 }
 
-static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
 
 /* Add a comm over members devs[0..n) (any order: sorted here, with their
  * in/out pTensors); returns its id.  root is a device (or -1). */
@@ -105,16 +137,20 @@ static int add_comm(cctx *c, ir_commkind k, int n, const int *devs, const int *i
                     const ir_box *region, int root, int acc, int64_t bytes, const char *why)
 {
     ir_dist *d = c->d;
-    int *sd = ir_xmalloc(sizeof(int) * 3 * (size_t)n), *si = sd + n, *so = si + n;
-    memcpy(sd, devs, sizeof(int) * (size_t)n);
-    qsort(sd, (size_t)n, sizeof *sd, cmp_int);
+    int *sd = ir_xmalloc(sizeof(int) * 4 * (size_t)n), *si = sd + n, *so = si + n, *ix = so + n;
+    /* members by device: sort (device, position) pairs packed in 64 bits */
+    int64_t *key = ir_xmalloc(sizeof *key * (size_t)n);
+    for (int j = 0; j < n; j++) key[j] = (int64_t)devs[j] << 32 | j;
+    qsort(key, (size_t)n, sizeof *key, cmp_i64);
+    for (int i = 0; i < n; i++) ix[i] = (int)(key[i] & 0xffffffff), sd[i] = devs[ix[i]];
+    free(key);
     ir_comm cm;
     memset(&cm, 0, sizeof cm);
     cm.root = -1;
     for (int i = 0; i < n; i++) {
         IR_ASSERT(i == 0 || sd[i] != sd[i - 1]);
-        for (int j = 0; j < n; j++)
-            if (devs[j] == sd[i]) si[i] = in ? in[j] : -1, so[i] = out ? out[j] : -1;
+        si[i] = in ? in[ix[i]] : -1;
+        so[i] = out ? out[ix[i]] : -1;
         if (sd[i] == root) cm.root = i;
     }
     cm.kind = k;
@@ -159,8 +195,8 @@ static int diff_dim(const ir_box *a, const ir_box *b, int nd)
 /* Pieces: distinct boxes, each with its holders (pTensors, by device). */
 typedef struct piece {
     ir_box box;
-    int n;          /* holders */
-    int pt[64];     /* holder pTensors, ascending device */
+    int n, cap;     /* holders, allocated */
+    int *pt;        /* holder pTensors, ascending device */
 } piece;
 
 /* The pieces of one selection of the tensor's sources (value split vn, one
@@ -203,7 +239,7 @@ static int pset_find(const cctx *c, const pset *S, const ir_box *b)
 }
 
 /* Add source pTensor pt to S: to the piece of its box (made when new), in
- * device order, at most 64 holders (the first 64 sources). */
+ * device order. */
 static void pset_add(const cctx *c, pset *S, int pt)
 {
     const ir_ptensor *s = P(c, pt);
@@ -229,8 +265,8 @@ static void pset_add(const cctx *c, pset *S, int pt)
         S->tab[i] = k;
     }
     piece *p = &S->ps[k];
-    if (p->n == 64) return;
-    int at = p->n++;
+    int at = p->n;
+    *IR_PUSH(p->pt, p->n, p->cap) = pt;
     while (at > 0 && P(c, p->pt[at - 1])->dev > s->dev) p->pt[at] = p->pt[at - 1], at--;
     p->pt[at] = pt;
 }
@@ -262,7 +298,11 @@ static const pset *pieces(cctx *c, int vn, int vpart)
 static void pieces_free(cctx *c)
 {
     for (int i = 0; i < c->npc; i++) {
-        for (int j = 0; j <= c->pc[i].vn; j++) free(c->pc[i].set[j].ps), free(c->pc[i].set[j].tab);
+        for (int j = 0; j <= c->pc[i].vn; j++) {
+            pset *S = &c->pc[i].set[j];
+            for (int q = 0; q < S->np; q++) free(S->ps[q].pt);
+            free(S->ps), free(S->tab);
+        }
         free(c->pc[i].set);
     }
     c->npc = 0;
@@ -271,7 +311,7 @@ static void pieces_free(cctx *c)
 /* Replica matching: chunks[i] (i < k) are pieces with the same number of
  * holders R; dev is the r-th holder of one of them; grp[i] = the r-th holder
  * pTensor of chunk i.  Returns 1 on success. */
-static int match(const cctx *c, const piece *const *chunks, int k, int dev, int *grp)
+static int match(cctx *c, const piece *const *chunks, int k, int dev, int *grp)
 {
     int R = chunks[0]->n, r = -1;
     for (int i = 0; i < k; i++) {
@@ -280,10 +320,15 @@ static int match(const cctx *c, const piece *const *chunks, int k, int dev, int 
             if (P(c, chunks[i]->pt[q])->dev == dev) r = q;
     }
     if (r < 0) return 0;
+    if (++c->mgen == 0) {   /* wrapped: forget every stamp */
+        memset(c->mstamp, 0, sizeof(int) * (size_t)c->d->ndev);
+        c->mgen = 1;
+    }
     for (int i = 0; i < k; i++) {
         grp[i] = chunks[i]->pt[r];
-        for (int j = 0; j < i; j++)
-            if (P(c, grp[j])->dev == P(c, grp[i])->dev) return 0;
+        int dv = P(c, grp[i])->dev;
+        if (c->mstamp[dv] == c->mgen) return 0;   /* two members on one device */
+        c->mstamp[dv] = c->mgen;
     }
     return 1;
 }
@@ -368,8 +413,9 @@ static int rule_allreduce(cctx *c, int need)
         const ir_ptensor *s = P(c, c->src.v[i]);
         if (s->vn == 1 || !ir_box_eq(&s->box, &n.box, c->nd)) continue;
         int V = s->vn;
-        const piece *ch[64];
-        int grp[64], devs[64], out[64], good = V <= 64;
+        scratch(c, V + 1);
+        const piece **ch = c->ch;
+        int *grp = c->grp, *devs = c->devs, *out = c->out, good = 1;
         for (int j = 0; j < V && good; j++) {
             const pset *S = pieces(c, V, j);
             int q = pset_find(c, S, &n.box);
@@ -400,10 +446,12 @@ static int rule_reducescatter(cctx *c, int need)
     int ok = 0;
     for (int i = 0; i < c->src.n && !ok; i++) {
         const ir_ptensor s = *P(c, c->src.v[i]);
-        if (s.vn == 1 || s.vn > 64 || ir_box_eq(&s.box, &n.box, c->nd) || !ir_box_contains(&s.box, &n.box, c->nd))
+        if (s.vn == 1 || ir_box_eq(&s.box, &n.box, c->nd) || !ir_box_contains(&s.box, &n.box, c->nd))
             continue;
-        int V = s.vn, good = 1, grp[64], devs[64], out[64], order[64];
-        const piece *ch[64];
+        int V = s.vn, good = 1;
+        scratch(c, V + 1);
+        int *grp = c->grp, *devs = c->devs, *out = c->out, *order = c->order;
+        const piece **ch = c->ch;
         for (int j = 0; j < V; j++) {
             const pset *S = pieces(c, V, j);
             int q = pset_find(c, S, &s.box);
@@ -412,7 +460,7 @@ static int rule_reducescatter(cctx *c, int need)
         }
         if (good && match(c, ch, V, n.dev, grp)) {
             int dim = diff_dim(&s.box, &n.box, c->nd);
-            const ir_box *bx[64];
+            const ir_box **bx = c->bx;
             for (int j = 0; j < V && good; j++) {
                 devs[j] = P(c, grp[j])->dev;
                 out[j] = -1;
@@ -445,10 +493,11 @@ static int rule_allgather(cctx *c, int need)
     const pset *S = pieces(c, 1, -1);
     const piece *ps = S->ps;
     int np = S->np, ok = 0;
-    const piece *ch[64];
-    const ir_box *bx[64];
+    scratch(c, np + 1);
+    const piece **ch = c->ch;
+    const ir_box **bx = c->bx;
     int k = 0, dim = -1;
-    for (int q = 0; q < np && k < 64; q++) {
+    for (int q = 0; q < np; q++) {
         if (!ir_box_contains(&n.box, &ps[q].box, c->nd) || ir_box_eq(&n.box, &ps[q].box, c->nd)) continue;
         int j = diff_dim(&n.box, &ps[q].box, c->nd);
         if (j < 0 || (dim >= 0 && j != dim)) continue;
@@ -456,7 +505,7 @@ static int rule_allgather(cctx *c, int need)
         ch[k] = &ps[q];
         bx[k++] = &ps[q].box;
     }
-    int order[64], grp[64], devs[64], out[64];
+    int *order = c->order, *grp = c->grp, *devs = c->devs, *out = c->out;
     if (k >= 2 && tiles(bx, k, &n.box, dim, c->nd, order) && match(c, ch, k, n.dev, grp)) {
         ok = 1;
         for (int j = 0; j < k && ok; j++) {
@@ -504,10 +553,11 @@ static int rule_alltoall(cctx *c, int need)
             }
         }
         if (a < 0 || b < 0) continue;
-        const piece *ch[64];
-        const ir_box *bx[64], *nb[64];
-        int k = 0, order[64], grp[64], devs[64], out[64], norder[64];
-        for (int p = 0; p < np && k < 64; p++)
+        scratch(c, np + 1);
+        const piece **ch = c->ch;
+        const ir_box **bx = c->bx, **nb = c->nb;
+        int k = 0, *order = c->order, *grp = c->grp, *devs = c->devs, *out = c->out, *norder = c->norder;
+        for (int p = 0; p < np; p++)
             if (ir_box_contains(&whole, &ps[p].box, c->nd) && diff_dim(&whole, &ps[p].box, c->nd) == a)
                 ch[k] = &ps[p], bx[k] = &ps[p].box, k++;
         if (k < 2 || !tiles(bx, k, &whole, a, c->nd, order) || !match(c, ch, k, n.dev, grp)) continue;
@@ -546,9 +596,15 @@ static int rule_broadcast(cctx *c, int need)
         if (root < 0 || s->dev < root) root = s->dev, rpt = c->src.v[i];
     }
     if (root < 0) return 0;
-    int devs[65], in[65], out[65], k = 1;
+    scratch(c, c->need.n + 2);
+    int *devs = c->devs, *in = c->in, *out = c->out, k = 1;
     devs[0] = root, in[0] = rpt, out[0] = -1;
-    for (int i = 0; i < c->need.n && k < 65; i++) {
+    if (++c->mgen == 0) {   /* wrapped: forget every stamp */
+        memset(c->mstamp, 0, sizeof(int) * (size_t)c->d->ndev);
+        c->mgen = 1;
+    }
+    c->mstamp[root] = c->mgen;
+    for (int i = 0; i < c->need.n; i++) {
         int q = c->need.v[i];
         const ir_ptensor *m = P(c, q);
         if (m->vn != 1 || !ir_box_eq(&m->box, &n.box, c->nd) || have(c, q) || m->dev == root) continue;
@@ -558,9 +614,8 @@ static int rule_broadcast(cctx *c, int need)
             local |= sp->vn == 1 && ir_box_contains(&sp->box, &m->box, c->nd);
         }
         if (local) continue;
-        int dup = 0;
-        for (int j = 0; j < k; j++) dup |= devs[j] == m->dev;
-        if (dup) continue;
+        if (c->mstamp[m->dev] == c->mgen) continue;   /* the device is a member already */
+        c->mstamp[m->dev] = c->mgen;
         devs[k] = m->dev, in[k] = -1, out[k] = q, k++;
     }
     if (k < 3) return 0;   /* one receiver: send/recv is as cheap */
@@ -756,6 +811,7 @@ void pass_comm(ir_dist *d)
     c.dstamp = ir_xcalloc((size_t)d->ndev + 1, sizeof(int));
     c.shead = ir_xmalloc(sizeof(int) * ((size_t)d->ndev + 1));
     c.nhead = ir_xmalloc(sizeof(int) * ((size_t)d->ndev + 1));
+    c.mstamp = ir_xcalloc((size_t)d->ndev + 1, sizeof(int));
     index_graph(&c);
     for (int t = 0; t < g->nt; t++) {
         c.t = t;
@@ -800,6 +856,7 @@ void pass_comm(ir_dist *d)
     free(c.snext);
     free(c.nnext);
     pieces_free(&c);
+    scratch_free(&c);
     free(c.pc);
     free(c.made);
     free(c.sent);

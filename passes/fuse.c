@@ -854,45 +854,61 @@ static uint64_t fz_ops_hash(const pg_instr *a) {
     return h;
 }
 
-int pass_fuse(ir_prog *progs, int nprogs) {
-    /* fuse, then number the distinct programs in order of appearance (a
-       table by program finds an earlier one) */
-    const pg_instr **seen = NULL;
-    int nseen = 0, cap = 0, *tab = NULL, tcap = 0;
-    for (int r = 0; r < nprogs; r++)
-        for (int sec = 0; sec < IR_SEC_COUNT; sec++) {
-            fz_sum_in_place(&progs[r], sec);
-            fz_section(&progs[r], sec);
-            for (int x = 0; x < progs[r].nins[sec]; x++) {
-                pg_instr *in = &progs[r].ins[sec][x];
-                if (in->kernel != RT_K_ew) continue;
-                if (2 * (nseen + 1) > tcap) {   /* grow the table, re-enter every program */
-                    tcap = tcap ? 2 * tcap : 64;
-                    free(tab);
-                    tab = ir_xmalloc(sizeof(int) * (size_t)tcap);
-                    for (int k = 0; k < tcap; k++) tab[k] = -1;
-                    for (int k = 0; k < nseen; k++) {
-                        size_t i = (size_t)fz_ops_hash(seen[k]) & (size_t)(tcap - 1);
-                        while (tab[i] >= 0) i = (i + 1) & (size_t)(tcap - 1);
-                        tab[i] = k;
-                    }
+/* The distinct chains of a build so far: copies of their first `ew`
+ * instructions and a table by program (open addressing). */
+struct pass_fuse_ids {
+    pg_instr *seen;    /* chain id -> its first instruction (a copy) */
+    int nseen, cap;
+    int *tab, tcap;    /* chain ids by fz_ops_hash, -1: empty */
+};
+
+pass_fuse_ids *pass_fuse_new(void) { return ir_xcalloc(1, sizeof(pass_fuse_ids)); }
+
+int pass_fuse_count(const pass_fuse_ids *f) { return f->nseen; }
+
+void pass_fuse_free(pass_fuse_ids *f) {
+    if (!f) return;
+    free(f->seen);
+    free(f->tab);
+    free(f);
+}
+
+void pass_fuse_prog(pass_fuse_ids *f, ir_prog *p) {
+    /* fuse, then number the distinct programs in order of appearance */
+    for (int sec = 0; sec < IR_SEC_COUNT; sec++) {
+        fz_sum_in_place(p, sec);
+        fz_section(p, sec);
+        for (int x = 0; x < p->nins[sec]; x++) {
+            pg_instr *in = &p->ins[sec][x];
+            if (in->kernel != RT_K_ew) continue;
+            if (2 * (f->nseen + 1) > f->tcap) {   /* grow the table, re-enter every program */
+                f->tcap = f->tcap ? 2 * f->tcap : 64;
+                free(f->tab);
+                f->tab = ir_xmalloc(sizeof(int) * (size_t)f->tcap);
+                for (int k = 0; k < f->tcap; k++) f->tab[k] = -1;
+                for (int k = 0; k < f->nseen; k++) {
+                    size_t i = (size_t)fz_ops_hash(&f->seen[k]) & (size_t)(f->tcap - 1);
+                    while (f->tab[i] >= 0) i = (i + 1) & (size_t)(f->tcap - 1);
+                    f->tab[i] = k;
                 }
-                size_t i = (size_t)fz_ops_hash(in) & (size_t)(tcap - 1);
-                while (tab[i] >= 0 && !fz_same_ops(seen[tab[i]], in)) i = (i + 1) & (size_t)(tcap - 1);
-                int id = tab[i];
-                if (id < 0) {
-                    if (nseen == cap) {
-                        cap = cap ? 2 * cap : 16;
-                        seen = realloc(seen, (size_t)cap * sizeof *seen);
-                        IR_ASSERT(seen);
-                    }
-                    seen[id = nseen++] = in;
-                    tab[i] = id;
-                }
-                in->ints[0].c = id;
             }
+            size_t i = (size_t)fz_ops_hash(in) & (size_t)(f->tcap - 1);
+            while (f->tab[i] >= 0 && !fz_same_ops(&f->seen[f->tab[i]], in)) i = (i + 1) & (size_t)(f->tcap - 1);
+            int id = f->tab[i];
+            if (id < 0) {
+                id = f->nseen;
+                *IR_PUSH(f->seen, f->nseen, f->cap) = *in;
+                f->tab[i] = id;
+            }
+            in->ints[0].c = id;
         }
-    free(seen);
-    free(tab);
-    return nseen;
+    }
+}
+
+int pass_fuse(ir_prog *progs, int nprogs) {
+    pass_fuse_ids *f = pass_fuse_new();
+    for (int r = 0; r < nprogs; r++) pass_fuse_prog(f, &progs[r]);
+    int n = f->nseen;
+    pass_fuse_free(f);
+    return n;
 }

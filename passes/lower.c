@@ -22,10 +22,13 @@ typedef struct lctx {
     const ir_dist *d;
     const pass_mem *m;
     ir_prog *p;
-    int *pidx;       /* per pTensor: manifest param index, or -1 */
+    int *pidx;       /* per pTensor of the rank (ir_dist.pt_local): manifest param index, or -1 */
     char *loaded;    /* per pTensor of the rank (ir_dist.pt_local): data already loaded in the mb section */
     int place;       /* section instructions go to, overriding theirs (-1: theirs) */
     int eval;        /* lowering the evaluation copy of the forward pass */
+    ir_box *ib, *ob; /* lower_comm's scratch: the members' in / out boxes (bcap each) */
+    const ir_box **tl;
+    int bcap;
 } lctx;
 
 /* Append an instruction to section sec (or to the overriding section). */
@@ -48,8 +51,16 @@ static void prov_tensor(const ir_graph *g, int t, pg_instr *in)
 
 static int64_t off(const lctx *c, int pt)
 {
-    IR_ASSERT(c->m->off[pt] >= 0);
-    return c->m->off[pt];
+    int64_t o = pass_mem_off(c->d, c->m, pt);
+    IR_ASSERT(o >= 0);
+    return o;
+}
+
+/* Buffer bytes of pTensor pt (on the rank). */
+static int64_t bytes(const lctx *c, int pt)
+{
+    IR_ASSERT(c->d->pt[pt].dev == c->m->rank);
+    return c->m->bytes[c->d->pt_local[pt]];
 }
 
 /* Product of the sub-op's extents over operand k's dims [from, to). */
@@ -362,8 +373,13 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     IR_ASSERT(k >= 0 && k < K && d->ints[d->grp[cm->group].devs + k] == c->p->rank);
     const int psec = c->place >= 0 ? c->place : sec, pfrom = c->p->nins[psec];   /* provenance, below */
     int pin = d->ints[cm->in + k], pout = d->ints[cm->out + k];
-    ir_box ib[64], ob[64];   /* the members' in / out boxes, per micro-batch */
-    IR_ASSERT(K <= 64);
+    if (K > c->bcap) {   /* the members' in / out boxes, per micro-batch: any group size */
+        c->bcap = K;
+        c->ib = ir_xrealloc(c->ib, sizeof *c->ib * (size_t)K);
+        c->ob = ir_xrealloc(c->ob, sizeof *c->ob * (size_t)K);
+        c->tl = ir_xrealloc(c->tl, sizeof *c->tl * (size_t)K);
+    }
+    ir_box *ib = c->ib, *ob = c->ob;
     /* every member's only where the collective moves tiles between them,
        else this rank's: the others' are theirs to lower */
     int all = cm->kind == IR_COMM_ALLGATHER || cm->kind == IR_COMM_REDUCESCATTER || cm->kind == IR_COMM_ALLTOALL;
@@ -457,7 +473,7 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     }
     case IR_COMM_ALLGATHER: {
         int64_t n = ir_box_numel(&ib[k], nd) * es / 4;
-        const ir_box *tl[64] = {0};
+        const ir_box **tl = c->tl;
         for (int i = 0; i < K; i++) tl[i] = &ib[i];
         int direct = direct_tiles(&ob[k], tl, K, nd);
         in = add(c, sec, RT_K_allgather, nt);
@@ -472,7 +488,7 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     }
     case IR_COMM_REDUCESCATTER: {
         int64_t n = ir_box_numel(&ob[k], nd) * es / 4;
-        const ir_box *tl[64] = {0};
+        const ir_box **tl = c->tl;
         for (int i = 0; i < K; i++) tl[i] = &ob[i];
         int direct = direct_tiles(&ib[k], tl, K, nd);
         if (!direct)
@@ -521,33 +537,33 @@ static void grad_norm(lctx *c)
     const ir_dist *d = c->d;
     const ir_graph *g = d->g;
     if (c->m->gnorm < 0) return;
-    int first = 1;
+    pg_instr *in = add(c, IR_SEC_POST, RT_K_zero, "grad norm");
+    pg_buf(in, c->m->gnorm);
+    pg_i(in, 1);
     for (int q = d->rank_sop0[c->p->rank]; q < d->rank_sop0[c->p->rank + 1]; q++) {
         const ir_subop *s = &d->sop[d->rank_sop[q]];
         const ir_op *o = &g->op[s->op];
-        if (o->phase != IR_PH_OPT || !d->norm_owner[d->rank_sop[q]]) continue;
+        if (o->phase != IR_PH_OPT) continue;
+        /* a gradient counts once, on its owner (norm_owner); its other
+           holders sum it into the unused float after the norm, so that every
+           replica runs the same program (passes/share.c: ranks of equal
+           shape share one), a number apart */
         const ir_ptensor *gp = &d->pt[s->in[1]];
-        pg_instr *in = add(c, IR_SEC_POST, RT_K_sumsq, g->t[gp->tensor].name);
+        in = add(c, IR_SEC_POST, RT_K_sumsq, g->t[gp->tensor].name);
         prov_tensor(g, gp->tensor, in);
         pg_buf(in, off(c, s->in[1]));
-        pg_buf(in, c->m->gnorm);
-        pg_i(in, c->m->bytes[s->in[1]] / 4);
-        pg_i(in, !first);
-        first = 0;
-    }
-    if (first) {   /* this rank owns no gradient: contribute 0 */
-        pg_instr *in = add(c, IR_SEC_POST, RT_K_zero, "grad norm");
-        pg_buf(in, c->m->gnorm);
+        pg_buf(in, c->m->gnorm + (d->norm_owner[d->rank_sop[q]] ? 0 : 4));
+        pg_i(in, bytes(c, s->in[1]) / 4);
         pg_i(in, 1);
     }
     if (d->ndev > 1) {
         IR_ASSERT(d->world_group >= 0);
-        pg_instr *in = add(c, IR_SEC_POST, RT_K_allreduce, "grad norm");
+        in = add(c, IR_SEC_POST, RT_K_allreduce, "grad norm");
         pg_buf(in, c->m->gnorm);
         pg_i(in, 1);
         pg_i(in, d->world_group);
     }
-    pg_instr *in = add(c, IR_SEC_POST, RT_K_gradclip, "grad norm");
+    in = add(c, IR_SEC_POST, RT_K_gradclip, "grad norm");
     pg_buf(in, c->m->gnorm);
     pg_f(in, (float)g->train.grad_clip);
 }
@@ -568,7 +584,7 @@ static void lower_eval(lctx *c)
         if (g->op[s->op].nout == 0 || g->op[s->op].out[0] != g->train.loss) continue;
         pg_instr *in = ir_prog_add(c->p, IR_SEC_EVAL_PRE, RT_K_zero, "eval loss");
         pg_buf(in, off(c, s->out[0]));
-        pg_i(in, c->m->bytes[s->out[0]] / 4);
+        pg_i(in, bytes(c, s->out[0]) / 4);
     }
     c->place = IR_SEC_EVAL;
     for (int q = 0; q < nitem; q++) {   /* the rank's items: its sub-ops, the comms it is in */
@@ -589,6 +605,12 @@ static void lower_eval(lctx *c)
     }
     c->place = -1;
     c->eval = 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
 /* Manifest records: header, groups, params this rank stores, inputs, and
@@ -616,39 +638,44 @@ static void manifest(lctx *c)
         for (int k = 0; k < d->grp[i].n; k++) ir_bprintf(b, " %d", d->ints[d->grp[i].devs + k]);
         ir_bprintf(b, "\n");
     }
-    /* params (initialised here) and optimizer state (zeroed), both saved in checkpoints */
-    int np = 0, ns = 0;
-    for (int t = 0; t < g->nt; t++) {
-        const ir_tensor *tt = &g->t[t];
-        if ((tt->kind != IR_T_PARAM && tt->kind != IR_T_OPTSTATE) || d->store[t] < 0) continue;
-        int nst = d->nstore[t];
-        for (int s = 0; s < nst; s++) {
-            int pt = d->ints[d->store[t] + s];
-            const ir_ptensor *pp = &d->pt[pt];
-            if (pp->dev != p->rank) continue;
-            /* the lowest device holding this box writes it when saving */
-            int writer = 1;
-            for (int s2 = 0; s2 < nst; s2++) {
-                const ir_ptensor *q = &d->pt[d->ints[d->store[t] + s2]];
-                if (q->dev < pp->dev && ir_box_eq(&q->box, &pp->box, tt->ndim)) writer = 0;
-            }
-            if (tt->kind == IR_T_PARAM) {
-                c->pidx[pt] = np;
-                ir_bprintf(b, "param %d %s %s %d", np++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
-            } else {
-                ir_bprintf(b, "state %d %s %s %d", ns++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
-            }
-            for (int j = 0; j < tt->ndim; j++) ir_bprintf(b, " %lld", (long long)tt->shape[j]);
-            ir_bprintf(b, " box");
-            for (int j = 0; j < tt->ndim; j++)
-                ir_bprintf(b, " %lld %lld", (long long)pp->box.lo[j], (long long)pp->box.hi[j]);
-            if (tt->kind == IR_T_PARAM)
-                ir_bprintf(b, " init %s %.9g %.9g", ik[tt->init], tt->init_a, tt->init_b);
-            else
-                ir_bprintf(b, " of %s", g->t[tt->opt_of].name);
-            ir_bprintf(b, " off %lld writer %d\n", (long long)off(c, pt), writer);
-        }
+    /* params (initialised here) and optimizer state (zeroed), both saved in
+       checkpoints: the rank's stored pieces by tensor, then store order (the
+       rank's pTensors only, so every rank's manifest costs its own share) */
+    const int *rpt = d->rank_pt + d->rank_pt0[p->rank];
+    int nrpt = d->rank_pt0[p->rank + 1] - d->rank_pt0[p->rank], nmine = 0;
+    int64_t *mine = ir_xmalloc(sizeof *mine * ((size_t)nrpt + 1));
+    for (int q = 0; q < nrpt; q++) {
+        int pt = rpt[q], t = d->pt[pt].tensor;
+        if (d->pt_store[pt] >= 0 && (g->t[t].kind == IR_T_PARAM || g->t[t].kind == IR_T_OPTSTATE))
+            mine[nmine++] = (int64_t)t * ((int64_t)d->npt + 1) + d->pt_store[pt];   /* (tensor, store index) */
     }
+    qsort(mine, (size_t)nmine, sizeof *mine, cmp_i64);
+    int np = 0, ns = 0;
+    for (int q = 0; q < nmine; q++) {
+        int t = (int)(mine[q] / ((int64_t)d->npt + 1)), s = (int)(mine[q] % ((int64_t)d->npt + 1));
+        int pt = d->ints[d->store[t] + s];
+        const ir_tensor *tt = &g->t[t];
+        const ir_ptensor *pp = &d->pt[pt];
+        IR_ASSERT(pp->dev == p->rank);
+        /* the lowest device holding this box writes it when saving */
+        int writer = d->pt_writer[pt];
+        if (tt->kind == IR_T_PARAM) {
+            c->pidx[d->pt_local[pt]] = np;
+            ir_bprintf(b, "param %d %s %s %d", np++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
+        } else {
+            ir_bprintf(b, "state %d %s %s %d", ns++, tt->name, ir_dtype_name(tt->dtype), tt->ndim);
+        }
+        for (int j = 0; j < tt->ndim; j++) ir_bprintf(b, " %lld", (long long)tt->shape[j]);
+        ir_bprintf(b, " box");
+        for (int j = 0; j < tt->ndim; j++)
+            ir_bprintf(b, " %lld %lld", (long long)pp->box.lo[j], (long long)pp->box.hi[j]);
+        if (tt->kind == IR_T_PARAM)
+            ir_bprintf(b, " init %s %.9g %.9g", ik[tt->init], tt->init_a, tt->init_b);
+        else
+            ir_bprintf(b, " of %s", g->t[tt->opt_of].name);
+        ir_bprintf(b, " off %lld writer %d\n", (long long)off(c, pt), writer);
+    }
+    free(mine);
     const ir_train *tr = &g->train;
     int64_t tokens = 0;
     for (int t = 0; t < g->nt && !tokens; t++)
@@ -684,8 +711,9 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
     IR_ASSERT(d->rank_item0 && d->norm_owner);
     const int rk = p->rank, *item = d->rank_item + d->rank_item0[rk], *rpt = d->rank_pt + d->rank_pt0[rk];
     const int nitem = d->rank_item0[rk + 1] - d->rank_item0[rk], nrpt = d->rank_pt0[rk + 1] - d->rank_pt0[rk];
-    lctx c = {d, m, p, ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), ir_xcalloc((size_t)nrpt + 1, 1), -1, 0};
-    memset(c.pidx, 0xff, sizeof(int) * (size_t)d->npt);   /* -1: not a param of this rank */
+    lctx c = {.d = d, .m = m, .p = p, .pidx = ir_xmalloc(sizeof(int) * ((size_t)nrpt + 1)),
+              .loaded = ir_xcalloc((size_t)nrpt + 1, 1), .place = -1};
+    memset(c.pidx, 0xff, sizeof(int) * (size_t)nrpt);   /* -1: not a param of this rank */
     p->arena = m->arena;
     p->micro_batches = g->train.micro_batches;
     p->steps = g->train.steps;
@@ -694,18 +722,18 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
     /* prologue: params from the RNG, optimizer state zeroed */
     for (int q = 0; q < nrpt; q++) {
         int i = rpt[q];
-        if (m->off[i] < 0) continue;
+        if (m->off[q] < 0) continue;
         const ir_tensor *t = &g->t[d->pt[i].tensor];
-        if (c.pidx[i] >= 0) {
+        if (c.pidx[q] >= 0) {
             pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_init_param, t->name);
             prov_tensor(g, d->pt[i].tensor, in);
-            pg_buf(in, m->off[i]);
-            pg_i(in, c.pidx[i]);
+            pg_buf(in, m->off[q]);
+            pg_i(in, c.pidx[q]);
         } else if (t->kind == IR_T_OPTSTATE) {
             pg_instr *in = ir_prog_add(p, IR_SEC_PROLOGUE, RT_K_zero, t->name);
             prov_tensor(g, d->pt[i].tensor, in);
-            pg_buf(in, m->off[i]);
-            pg_i(in, m->bytes[i] / pass_elsize(t));
+            pg_buf(in, m->off[q]);
+            pg_i(in, m->bytes[q] / pass_elsize(t));
         }
     }
     /* pre: accumulators written outside the micro-batch loop (the ones inside
@@ -720,7 +748,7 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
             pg_instr *in = ir_prog_add(p, IR_SEC_PRE, RT_K_zero, t->name);
             prov_tensor(g, o->out[k], in);
             pg_buf(in, off(&c, s->out[k]));
-            pg_i(in, m->bytes[s->out[k]] / pass_elsize(t));
+            pg_i(in, bytes(&c, s->out[k]) / pass_elsize(t));
         }
     }
     int normed = 0;
@@ -736,21 +764,24 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
     if (g->train.eval_every > 0) lower_eval(&c);
     /* the replicated loss this rank reports */
     for (int q = 0; q < nrpt; q++)
-        if (d->pt[rpt[q]].tensor == g->train.loss && d->pt[rpt[q]].vn == 1 && m->off[rpt[q]] >= 0)
-            p->loss_off = m->off[rpt[q]];
+        if (d->pt[rpt[q]].tensor == g->train.loss && d->pt[rpt[q]].vn == 1 && m->off[q] >= 0)
+            p->loss_off = m->off[q];
     /* arena map */
     for (int q = 0; q < nrpt; q++) {
         int i = rpt[q];
-        if (m->off[i] < 0) continue;
+        if (m->off[q] < 0) continue;
         ir_buf nb = {0};
         ir_pt_print(d, i, &nb);
         pg_region *r = IR_PUSH(p->reg, p->nreg, p->regcap);
         r->name = ir_prog_str(p, nb.s);
-        r->off = m->off[i];
-        r->bytes = m->bytes[i];
-        r->persistent = m->off[i] < m->persistent;
+        r->off = m->off[q];
+        r->bytes = m->bytes[q];
+        r->persistent = m->off[q] < m->persistent;
         ir_buf_free(&nb);
     }
     free(c.pidx);
     free(c.loaded);
+    free(c.ib);
+    free(c.ob);
+    free(c.tl);
 }

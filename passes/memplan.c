@@ -216,14 +216,12 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     const int *loc = d->pt_local;
     memset(m, 0, sizeof *m);
     m->rank = rank;
-    /* pass_mem's arrays are per pTensor of the whole DistGraph: filling them
-       is the one thing per rank that grows with the other ranks' pTensors (a
-       memset; the rest of the plan works on the rank's own, by pt_local) */
-    m->off = ir_xmalloc(sizeof(int64_t) * ((size_t)d->npt + 1));
-    memset(m->off, 0xff, sizeof(int64_t) * (size_t)d->npt);   /* -1: not on this rank */
-    m->bytes = ir_xcalloc((size_t)d->npt + 1, sizeof(int64_t));
-    /* per local buffer */
+    /* every array is per pTensor of the rank (pt_local): nothing here grows
+       with the other ranks' pTensors */
     size_t nl = (size_t)R.npt + 1;
+    m->off = ir_xmalloc(sizeof(int64_t) * nl);
+    memset(m->off, 0xff, sizeof(int64_t) * nl);   /* -1: no buffer */
+    m->bytes = ir_xcalloc(nl, sizeof(int64_t));
     int *first = ir_xmalloc(sizeof(int) * nl), *last = ir_xmalloc(sizeof(int) * nl);
     int *alias = ir_xmalloc(sizeof(int) * nl);  /* local index of the buffer it shares, or -1 */
     int *apos = ir_xmalloc(sizeof(int) * nl);   /* in-place candidate: where it reduces */
@@ -270,7 +268,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             IR_ASSERT(!pers[i]);
             n /= g->train.micro_batches;
         }
-        m->bytes[R.pt[i]] = n;
+        m->bytes[i] = n;
     }
     /* in place only when the all-reduce is the input's last use on this
        rank: a reader of the input after it must see the unreduced value */
@@ -288,8 +286,8 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     int64_t top = 0;
     for (int i = 0; i < R.npt; i++)
         if (first[i] >= 0 && alias[i] < 0 && pers[i]) {
-            m->off[R.pt[i]] = top;
-            top += align_up(m->bytes[R.pt[i]]);
+            m->off[i] = top;
+            top += align_up(m->bytes[i]);
         }
     m->gnorm = -1;
     for (int i = d->rank_sop0[rank]; i < d->rank_sop0[rank + 1]; i++)
@@ -308,7 +306,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     int nb = 0;
     for (int i = 0; i < R.npt; i++)
         if (first[i] >= 0 && alias[i] < 0 && !pers[i])
-            bs[nb++] = (buf){R.pt[i], align_up(m->bytes[R.pt[i]]), first[i], last[i]};
+            bs[nb++] = (buf){i, align_up(m->bytes[i]), first[i], last[i]};
     qsort(bs, (size_t)nb, sizeof *bs, cmp_buf);
     int64_t end = top;
     ffit f;
@@ -325,7 +323,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         if (alias[i] >= 0 && first[i] >= 0) {
             int r = alias[i];
             while (alias[r] >= 0) r = alias[r];
-            m->off[R.pt[i]] = m->off[R.pt[r]];
+            m->off[i] = m->off[r];
         }
     m->arena = end > 0 ? end : ALIGN;
     free(bs);
@@ -426,9 +424,10 @@ static int mck_owns(const mck *k, int v, int vl, int vr, int a, int b, int pt)
 static int mck_cells(mck *k, int pt, int *a, int *b)
 {
     const pass_mem *m = k->m;
-    if (m->off[pt] < 0 || m->bytes[pt] <= 0) return 0;
-    *a = mck_cell(k, m->off[pt]);
-    *b = mck_cell(k, m->off[pt] + m->bytes[pt]);
+    int lp = k->d->pt_local[pt];
+    if (m->off[lp] < 0 || m->bytes[lp] <= 0) return 0;
+    *a = mck_cell(k, m->off[lp]);
+    *b = mck_cell(k, m->off[lp] + m->bytes[lp]);
     return *a >= 0 && *b > *a;
 }
 
@@ -451,7 +450,7 @@ static void mck_paint_init(mck *k)
     k->painting = 1;
     k->cut = ir_xmalloc(sizeof(int64_t) * (2 * (size_t)k->n + 1));
     for (int j = 0; j < k->n; j++) {
-        int64_t lo = m->off[k->byoff[j]], hi = lo + m->bytes[k->byoff[j]];
+        int64_t lo = m->off[k->d->pt_local[k->byoff[j]]], hi = lo + m->bytes[k->d->pt_local[k->byoff[j]]];
         k->cut[2 * j] = lo, k->cut[2 * j + 1] = hi;
     }
     int n = 2 * k->n;
@@ -465,18 +464,20 @@ static void mck_paint_init(mck *k)
     int64_t end = INT64_MIN;
     for (int j = 0; j < k->n; j++) {
         int pt = k->byoff[j], kind = d->g->t[d->pt[pt].tensor].kind;
-        if ((kind != IR_T_PARAM && kind != IR_T_OPTSTATE) || !m->bytes[pt]) continue;
-        if (m->off[pt] < end) k->unsure = 1;
-        if (m->off[pt] + m->bytes[pt] > end) end = m->off[pt] + m->bytes[pt];
+        int lp = d->pt_local[pt];
+        if ((kind != IR_T_PARAM && kind != IR_T_OPTSTATE) || !m->bytes[lp]) continue;
+        if (m->off[lp] < end) k->unsure = 1;
+        if (m->off[lp] + m->bytes[lp] > end) end = m->off[lp] + m->bytes[lp];
         mck_paint(k, pt);
     }
 }
 
 static const pass_mem *mck_sort_mem;
+static const int *mck_sort_loc;
 static int cmp_off(const void *a, const void *b)
 {
     int x = *(const int *)a, y = *(const int *)b;
-    int64_t ox = mck_sort_mem->off[x], oy = mck_sort_mem->off[y];
+    int64_t ox = mck_sort_mem->off[mck_sort_loc[x]], oy = mck_sort_mem->off[mck_sort_loc[y]];
     return ox != oy ? (ox < oy ? -1 : 1) : x - y;
 }
 
@@ -488,7 +489,7 @@ static void mck_clobber(mck *k, int v, int vl, int vr, int to, int pt, int64_t l
     if (vl >= to || k->mx[v] <= lo) return;
     if (vr - vl == 1) {
         int q = k->byoff[vl], lq = k->d->pt_local[q];
-        if (q == pt || !m->bytes[q]) return;
+        if (q == pt || !m->bytes[lq]) return;
         if (k->valid[lq]) k->clobber[lq] = pt, k->clob_item[lq] = item;
         k->valid[lq] = 0;
         return;
@@ -503,8 +504,8 @@ static void mck_clobber(mck *k, int v, int vl, int vr, int to, int pt, int64_t l
 static void mck_write(mck *k, int pt, int item)
 {
     const pass_mem *m = k->m;
-    int64_t lo = m->off[pt], hi = lo + m->bytes[pt];
     int lp = k->d->pt_local[pt];
+    int64_t lo = m->off[lp], hi = lo + m->bytes[lp];
     if (k->painting) {
         mck_paint(k, pt);
         return;
@@ -515,7 +516,7 @@ static void mck_write(mck *k, int pt, int item)
     int a = 0, b = k->n;
     while (a < b) {
         int mid = (a + b) / 2;
-        if (m->off[k->byoff[mid]] < hi) a = mid + 1;
+        if (m->off[k->d->pt_local[k->byoff[mid]]] < hi) a = mid + 1;
         else b = mid;
     }
     mck_clobber(k, 1, 0, k->size, a, pt, lo, item);
@@ -531,7 +532,7 @@ static int mck_read(mck *k, int pt, int item, char *msg, size_t cap)
         k->loaded[lp] = 1;   /* lower.c loads an input just before its first reader */
         mck_write(k, pt, item);
     }
-    if (!k->m->bytes[pt]) return 0;
+    if (!k->m->bytes[lp]) return 0;
     if (k->painting) {   /* 1: replay the exact way, for the verdict and the message */
         int a, b;
         return k->unsure || !mck_cells(k, pt, &a, &b) || !mck_owns(k, 1, 0, k->psize, a, b, pt);
@@ -542,7 +543,7 @@ static int mck_read(mck *k, int pt, int item, char *msg, size_t cap)
     if (k->clobber[lp] >= 0) {
         const ir_item *w = &d->seq[k->clob_item[lp]];
         snprintf(msg, cap, "rank %d: %s reads p%d (%s) at @%lld, but %s wrote p%d (%s) over it before",
-                 k->m->rank, who, pt, g->t[d->pt[pt].tensor].name, (long long)k->m->off[pt],
+                 k->m->rank, who, pt, g->t[d->pt[pt].tensor].name, (long long)k->m->off[lp],
                  w->comm ? ir_comm_name(d->comm[w->id].kind) : g->op[d->sop[w->id].op].name, k->clobber[lp],
                  g->t[d->pt[k->clobber[lp]].tensor].name);
     } else {
@@ -595,9 +596,10 @@ int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap)
     for (int i = 0; i < k.R.npt; i++) {
         int pt = k.R.pt[i];
         k.clobber[i] = -1;
-        if (m->off[pt] >= 0) k.byoff[k.n++] = pt;
+        if (m->off[i] >= 0) k.byoff[k.n++] = pt;
     }
     mck_sort_mem = m;
+    mck_sort_loc = d->pt_local;
     qsort(k.byoff, (size_t)k.n, sizeof *k.byoff, cmp_off);
     /* two micro-batches, the step's end, the next step's first micro-batch:
        every way the program goes on from each section */
@@ -614,7 +616,7 @@ int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap)
         while (k.size < k.n) k.size *= 2;
         k.mx = ir_xmalloc(sizeof(int64_t) * 2 * (size_t)k.size);
         for (int j = 0; j < k.size; j++)
-            k.mx[k.size + j] = j < k.n ? m->off[k.byoff[j]] + m->bytes[k.byoff[j]] : INT64_MIN;
+            k.mx[k.size + j] = j < k.n ? m->off[d->pt_local[k.byoff[j]]] + m->bytes[d->pt_local[k.byoff[j]]] : INT64_MIN;
         for (int v = k.size - 1; v >= 1; v--) k.mx[v] = k.mx[2 * v] > k.mx[2 * v + 1] ? k.mx[2 * v] : k.mx[2 * v + 1];
         /* the prologue: params and optimizer state */
         for (int j = 0; j < k.n; j++) {

@@ -91,11 +91,16 @@ static int ol_slot(ol_cols *c, const int64_t *col, int isbuf) {
     return c->n++;
 }
 
-/* Are bodies a and b the same code: instructions (notes aside) and slots? */
+/* Are bodies a and b the same code: instructions, slots and notes?  The
+ * notes keep bodies of different instructions apart even where their
+ * numbers happen to be equal on this rank, so whether two bodies are
+ * shared does not depend on the rank (passes/share.c: ranks of equal
+ * shape share a program). */
 static int ol_same_body(const pg_body *a, const pg_body *b) {
     if (a->nins != b->nins || a->nslots != b->nslots) return 0;
     for (int i = 0; i < a->nins; i++) {
         const pg_instr *x = &a->ins[i], *y = &b->ins[i];
+        if (strcmp(x->note ? x->note : "", y->note ? y->note : "") != 0) return 0;
         if (!ol_same_shape(x, y) || memcmp(x->buf, y->buf, sizeof x->buf[0] * (size_t)x->nbuf) ||
             memcmp(x->bslot, y->bslot, sizeof x->bslot[0] * (size_t)x->nbuf) ||
             memcmp(x->islot, y->islot, sizeof x->islot[0] * (size_t)x->nint))

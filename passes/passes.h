@@ -40,8 +40,8 @@ void pass_schedule(ir_dist *d);
 /* memplan.c: buffer of each pTensor on one rank */
 typedef struct pass_mem {
     int rank;
-    int64_t *off;        /* per pTensor id: arena byte offset, -1 if not on this rank */
-    int64_t *bytes;      /* per pTensor id: buffer bytes (per micro-batch for MB tensors) */
+    int64_t *off;        /* per pTensor of the rank (ir_dist.pt_local): arena byte offset, -1: no buffer */
+    int64_t *bytes;      /* per pTensor of the rank: buffer bytes (per micro-batch for MB tensors) */
     int64_t arena;       /* total bytes */
     int64_t persistent;  /* bytes of buffers that live across steps */
     int64_t scratch;     /* offset of the scratch area comms pack into (see lower.c) */
@@ -50,6 +50,12 @@ typedef struct pass_mem {
 } pass_mem;
 void pass_memplan(const ir_dist *d, int rank, pass_mem *m);
 void pass_mem_free(pass_mem *m);
+/* pTensor pt's arena offset in m, -1 when it has no buffer there (pt on
+ * another rank, or not used). */
+static inline int64_t pass_mem_off(const ir_dist *d, const pass_mem *m, int pt)
+{
+    return d->pt[pt].dev == m->rank ? m->off[d->pt_local[pt]] : -1;
+}
 /* Replay the rank's schedule against its memory plan (two micro-batches,
  * the step's end, the next step): every read must find the value its
  * producer wrote, not another buffer's that shares the bytes.  Returns 0,
@@ -72,12 +78,30 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank);
  * chains of the build 0, 1, ... (i[0], the same number on every rank).
  * Shared by the cpu and cuda targets.  Returns the number of distinct chains. */
 int pass_fuse(ir_prog *progs, int nprogs);
+/* The same one Program at a time (the chain numbers live in f): the
+ * driver fuses each rank's as it is lowered. */
+typedef struct pass_fuse_ids pass_fuse_ids;
+pass_fuse_ids *pass_fuse_new(void);
+void pass_fuse_prog(pass_fuse_ids *f, ir_prog *p);
+int pass_fuse_count(const pass_fuse_ids *f);
+void pass_fuse_free(pass_fuse_ids *f);
 
 /* outline.c: in each section of p, the runs of instructions of consecutive
  * repeats of a block that have the same shape become one call of a body
  * (pg_body) with a table of one row per repeat; equal bodies are shared.
  * Run after fusion, per rank.  Returns the number of calls made. */
 int pass_outline(ir_prog *p);
+
+/* share.c: ranks that share one program.  Add every rank's Program in
+ * rank order (pass_share_add takes it and leaves *p empty; it returns the
+ * rank's class); pass_share_finish returns the shared Programs, one per
+ * class in order of their first rank (nmember, member, nvar, rv, the
+ * marks and the manifest template set), with each rank's class and row,
+ * and frees the state. */
+typedef struct pass_share pass_share;
+pass_share *pass_share_new(int world);
+int pass_share_add(pass_share *s, ir_prog *p);
+ir_prog *pass_share_finish(pass_share *s, int *nprog, int *cls_of, int *row_of);
 
 /* Shared helpers (plan.c). */
 /* The annotation identifier of op that carries the batch, or -1. */

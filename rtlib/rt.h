@@ -105,6 +105,27 @@ void rt_eval_end(rt_ctx *ctx, int64_t step, const float *loss);
 /* Save (when asked), synchronise, tear down; returns the process exit code. */
 int rt_finish(rt_ctx *ctx);
 
+/* ---- shared programs (docs/cluster.md)
+ *
+ * One executable serves every rank of a build: its main() is
+ *
+ *     int r = rt_rank_select(argc, argv, WORLD, MODEL);
+ *     return nnsc_prog<CLASS[r]>(argc, argv, ROW[r]);
+ *
+ * and each nnsc_prog<k> is the program above for the ranks of class k,
+ * its rank-specific numbers (groups, slice starts, the rank itself) taken
+ * from row ROW[r] of its table, its manifest a template filled from that
+ * row by rt_manifest_fill.  out/rank and out/rankK are the same file. */
+/* The rank this process runs: from the environment (NNSC_RANK, RANK,
+ * SLURM_PROCID, OMPI_COMM_WORLD_RANK), checked against the name it was
+ * started by (rankK runs only as rank K; any other name as any rank);
+ * exits 2 with a message when no rank is set in a world of several, or
+ * the name and the environment disagree.  Always in [0, world). */
+int rt_rank_select(int argc, char **argv, int world, const char *model);
+/* The manifest of a shared program's rank: the template with every rank
+ * variable (the byte 1, its number, the byte 2) replaced by row[number]. */
+const char *rt_manifest_fill(const char *tmpl, const int64_t *row);
+
 /* ---- the CUDA target (docs/cuda.md, docs/cluster.md)
  *
  * A cuda-target rank program is the same loop with two differences: it

@@ -414,6 +414,99 @@ static void rt_rank_from_env(rt_ctx *ctx)
     ctx->world = w;
 }
 
+/* The rank the executable's name gives: K for ".../rankK" with K < world,
+ * else -1 (the shared name "rank", or a copy under another name). */
+static int rt_rank_of_name(const char *prog, int world)
+{
+    const char *base = strrchr(prog, '/');
+    base = base ? base + 1 : prog;
+    if (strncmp(base, "rank", 4) != 0 || !base[4])
+        return -1;
+    long k = 0;
+    for (const char *c = base + 4; *c; c++) {
+        if (*c < '0' || *c > '9' || k > INT32_MAX / 10)
+            return -1;
+        k = 10 * k + (*c - '0');
+    }
+    return k < world ? (int)k : -1;
+}
+
+int rt_rank_select(int argc, char **argv, int world, const char *model)
+{
+    static const char *const pairs[][2] = {
+        {"NNSC_RANK", "NNSC_WORLD"},
+        {"RANK", "WORLD_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    };
+    const char *prog = argc > 0 && argv[0] ? argv[0] : "rank";
+    int named = rt_rank_of_name(prog, world);
+    for (int a = 1; a < argc; a++)   /* --help works anywhere: as the named rank, or rank 0 */
+        if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h"))
+            return named >= 0 ? named : 0;
+    int r = 0, w = 1;
+    const char *src = NULL;
+    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0] && !src; k++)
+        if (rt_env_pair(pairs[k][0], pairs[k][1], &r, &w))
+            src = pairs[k][0];
+    const char *slash = strrchr(prog, '/');
+    int dirlen = slash ? (int)(slash - prog) : 1;
+    const char *dir = slash ? prog : ".";
+    if (!src) {
+        if (world == 1 || named >= 0)
+            return named >= 0 ? named : 0;   /* rankK alone: rt_init says how ranks are started */
+        rt_fatal(NULL, 2, "this program runs any rank of a job of %d (model '%s') and no rank is set in "
+                          "the environment: start all %d ranks with %.*s/launch (it passes its arguments "
+                          "on), or start %.*s/rank once per rank under a launcher that sets the rank "
+                          "(srun: SLURM_PROCID/SLURM_NTASKS; mpirun: OMPI_COMM_WORLD_RANK/"
+                          "OMPI_COMM_WORLD_SIZE; torchrun: RANK/WORLD_SIZE) or with NNSC_RANK=K "
+                          "NNSC_WORLD=%d, and the same NNSC_JOB (docs/cluster.md)",
+                 world, model, world, dirlen, dir, dirlen, dir, world);
+    }
+    if (w != world)   /* rt_init says so, naming the world it was built for */
+        return named >= 0 ? named : 0;
+    if (named >= 0 && r != named)
+        rt_fatal(NULL, 2, "this program is rank %d of %d (model '%s'), but the environment says "
+                          "rank %d of %d (%s): run the rank%d executable for rank %d, or %.*s/rank, "
+                          "which runs as the rank the environment gives", named, world, model, r, w, src,
+                 r, r, dirlen, dir);
+    return r;
+}
+
+/* The filled manifest (one per process; kept reachable for leak checkers). */
+static char *rt_filled_manifest;
+
+const char *rt_manifest_fill(const char *tmpl, const int64_t *row)
+{
+    size_t n = strlen(tmpl), cap = n + 64, len = 0;
+    char *out = malloc(cap);
+    if (!out)
+        rt_fatal(NULL, 1, "out of memory");
+    for (const char *s = tmpl; *s;) {
+        if (len + 32 > cap) {
+            cap = 2 * cap + 64;
+            char *grown = realloc(out, cap);
+            if (!grown)
+                rt_fatal(NULL, 1, "out of memory");
+            out = grown;
+        }
+        if (*s != '\x01') {
+            out[len++] = *s++;
+            continue;
+        }
+        char *end;
+        long v = strtol(s + 1, &end, 10);
+        if (end == s + 1 || *end != '\x02' || v < 0)
+            rt_fatal(NULL, 2, "bad embedded manifest template at byte %ld", (long)(s - tmpl));
+        len += (size_t)snprintf(out + len, cap - len, "%lld", (long long)row[v]);
+        s = end + 1;
+    }
+    out[len] = 0;
+    free(rt_filled_manifest);
+    rt_filled_manifest = out;
+    return out;
+}
+
 /* rt_init and rt_init_cuda: cuda = 1 keeps the shm communicator out (the
  * ranks may be on several hosts) and sets up the device instead. */
 static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int cuda,

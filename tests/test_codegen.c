@@ -367,7 +367,7 @@ static void test_module(const char *self, const char *dir) {
 
     ir_prog p;
     build_prog(&p);
-    cg_opts o = {"x86-64-v3", "", 2, 1};
+    cg_opts o = {"x86-64-v3", "", 2, 1, 0};
     CHECK(cg_host(&p, &o, obj, ll) == 0, "cg_host writes rank0.o and rank0.ll");
 
     char *text = read_file(ll, NULL);
@@ -406,7 +406,7 @@ static void test_module(const char *self, const char *dir) {
     free(msg);
 
     /* "native" is the build host's CPU, by name, with its features. */
-    cg_opts native = {"native", "", 2, 0};
+    cg_opts native = {"native", "", 2, 0, 0};
     CHECK(cg_host(&p, &native, obj2, ll2) == 0 && (text = read_file(ll2, NULL)) &&
               !strstr(text, "\"target-cpu\"=\"native\"") && strstr(text, "\"target-features\"=\"+"),
           "--cpu native compiles for the host's CPU by name and features");
@@ -430,7 +430,7 @@ static void test_run(const char *dir, int opt_level) {
     const char *save = scratch(dir, "run.safetensors");
     ir_prog p;
     build_prog(&p);
-    cg_opts o = {NULL, NULL, opt_level, 0};
+    cg_opts o = {NULL, NULL, opt_level, 0, 0};
     int ok = cg_host(&p, &o, obj, NULL) == 0;
     ir_prog_free(&p);
     ok = ok && cg_link(obj, cg_rtlib_path(), exe) == 0;
@@ -535,7 +535,7 @@ static void test_cuda_module(const char *dir) {
     cg_gpu gpu = {cb, 2, 0, 0};
     ir_prog p;
     build_prog(&p);
-    cg_opts o = {"x86-64-v3", "", 2, 1};
+    cg_opts o = {"x86-64-v3", "", 2, 1, 0};
     CHECK(cg_host_cuda(&p, &o, &gpu, obj, ll) == 0, "cg_host_cuda writes the cuda rank0.o and rank0.ll");
 
     char *text = read_file(ll, NULL);
@@ -607,7 +607,7 @@ static void test_cuda_module(const char *dir) {
 static int gen_only(const char *obj, const char *ll) {
     ir_prog p;
     build_prog(&p);
-    cg_opts o = {"x86-64-v3", "", 2, 1};
+    cg_opts o = {"x86-64-v3", "", 2, 1, 0};
     int rc = cg_host(&p, &o, obj, ll);
     ir_prog_free(&p);
     return rc;

@@ -139,9 +139,9 @@ static void test_dp(int ndev, int mbs)
     for (int r = 0; r < ndev; r++) {
         pass_mem m;
         pass_memplan(&d, r, &m);
-        int overlap = 0;
-        for (int i = 0; i < d.npt; i++)
-            for (int j = i + 1; j < d.npt; j++) {
+        int overlap = 0, nl = d.rank_pt0[r + 1] - d.rank_pt0[r];   /* the rank's pTensors (pt_local) */
+        for (int i = 0; i < nl; i++)
+            for (int j = i + 1; j < nl; j++) {
                 if (m.off[i] < 0 || m.off[j] < 0 || m.off[i] == m.off[j]) continue;
                 /* persistent buffers must never share */
                 if (m.off[i] < m.persistent && m.off[j] < m.persistent)
@@ -379,10 +379,11 @@ static void test_inplace_readers(const char *tests)
     pass_mem m;
     pass_memplan(&d, 0, &m);
     char msg[600] = "";
-    CHECK(m.off[pin] != m.off[pout], "the partial still read by the add is not reduced in place");
+    int lin = d.pt_local[pin], lout = d.pt_local[pout];
+    CHECK(m.off[lin] != m.off[lout], "the partial still read by the add is not reduced in place");
     CHECK(pass_memcheck(&d, &m, msg, sizeof msg) == 0, "the plan passes the check (%s)", msg);
     /* the old plan: the all-reduce in place over the partial */
-    m.off[pout] = m.off[pin];
+    m.off[lout] = m.off[lin];
     CHECK(pass_memcheck(&d, &m, msg, sizeof msg) == 1 && strstr(msg, "res reads") && strstr(msg, "allreduce"),
           "an in-place all-reduce under a later reader is caught: %s", msg);
     pass_mem_free(&m);
