@@ -320,10 +320,106 @@ static int link_all(const fe_opts *o, const ir_dist *d, const ir_prog *progs, in
     return rc;
 }
 
-/* Lower every rank, one at a time, into the shared programs: memory plan
- * (checked), lowering, fusion, outlining; each rank's Program goes to the
- * share pass at once, which keeps only one per class and the differences,
- * so memory grows with the classes, not the ranks.  Then generate the
+/* The lowering of the ranks, on several threads: workers take ranks in
+ * order and make each one's Program (memory plan, its check, lowering,
+ * fusion, outlining: per rank, no shared state); the main thread takes
+ * the Programs in rank order (the chains' numbers, dumps, the share pass:
+ * the order-dependent parts, so the output is the same for any number of
+ * threads).  Workers stay at most `window` ranks ahead of it. */
+typedef struct lw_work {
+    const fe_opts *o;
+    const ir_dist *d;
+    ir_prog *slot;             /* per rank: its Program once ready */
+    char *ready;               /* per rank: slot holds it */
+    int next;                  /* the next rank to take */
+    int taken;                 /* ranks the main thread has consumed */
+    int window;                /* how far ahead of it workers may go */
+    double busy;               /* seconds spent lowering (all workers) */
+    uint64_t *checked;         /* memory plans checked: keys (pass_memcheck_key), open addressing */
+    int nchecked, checkcap;    /* how many, slots (a power of two) */
+    int nskipped;              /* ranks whose plan's key was checked already */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;         /* a rank got ready, or one was consumed */
+} lw_work;
+
+/* Has a plan with this key been checked (or is it being checked)?  If
+ * not, it is marked so now. */
+static int key_seen(lw_work *w, const uint64_t key[2])
+{
+    pthread_mutex_lock(&w->mu);
+    if (2 * (w->nchecked + 1) > w->checkcap) {   /* grow: re-enter every key */
+        int cap = w->checkcap ? 2 * w->checkcap : 64;
+        uint64_t *t = ir_xcalloc((size_t)cap * 2, sizeof *t);
+        for (int i = 0; i < w->checkcap; i++) {
+            uint64_t *k = &w->checked[2 * i];
+            if (!k[0] && !k[1]) continue;
+            size_t j = (size_t)k[0] & (size_t)(cap - 1);
+            while (t[2 * j] || t[2 * j + 1]) j = (j + 1) & (size_t)(cap - 1);
+            t[2 * j] = k[0], t[2 * j + 1] = k[1];
+        }
+        free(w->checked);
+        w->checked = t;
+        w->checkcap = cap;
+    }
+    uint64_t k0 = key[0] | (key[0] == 0 && key[1] == 0);   /* (0, 0) marks an empty slot */
+    size_t j = (size_t)k0 & (size_t)(w->checkcap - 1);
+    int seen = 0;
+    for (; w->checked[2 * j] || w->checked[2 * j + 1]; j = (j + 1) & (size_t)(w->checkcap - 1))
+        if (w->checked[2 * j] == k0 && w->checked[2 * j + 1] == key[1]) seen = 1;
+    if (!seen) w->checked[2 * j] = k0, w->checked[2 * j + 1] = key[1], w->nchecked++;
+    else w->nskipped++;
+    pthread_mutex_unlock(&w->mu);
+    return seen;
+}
+
+/* The per-rank part: rank r's Program into *p.  The memory plan is checked
+ * once per key: ranks whose schedules and plans are alike (SPMD replicas)
+ * get one check. */
+static void lower_rank(lw_work *w, int r, ir_prog *p)
+{
+    const fe_opts *o = w->o;
+    const ir_dist *d = w->d;
+    pass_mem m;
+    pass_memplan(d, r, &m);
+    uint64_t key[2];
+    pass_memcheck_key(d, &m, key);
+    char why[600];
+    if (!key_seen(w, key) && pass_memcheck(d, &m, why, sizeof why))
+        ir_die(__FILE__, __LINE__, "memory plan: %s", why);
+    ir_prog_init(p, r, d->ndev);
+    pass_lower(d, &m, p);
+    ir_prog_verify(p);
+    pass_mem_free(&m);
+    if (!o->no_fuse) pass_fuse_local(p);
+    /* repeated layers stay loops: calls of bodies (passes/outline.c) */
+    if (!o->no_loops && !want(o, "lower")) pass_outline(p);
+}
+
+static void *lower_worker(void *arg)
+{
+    lw_work *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->next < w->d->ndev && w->next >= w->taken + w->window) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->next >= w->d->ndev) break;
+        int r = w->next++;
+        pthread_mutex_unlock(&w->mu);
+        double a = now();
+        lower_rank(w, r, &w->slot[r]);
+        double b = now();
+        pthread_mutex_lock(&w->mu);
+        w->busy += b - a;
+        w->ready[r] = 1;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Lower every rank into the shared programs: the ranks' Programs made on
+ * the worker threads go to the share pass in rank order, which keeps only
+ * one per class and the differences, so memory grows with the classes and
+ * the window of ranks in flight, not with the ranks.  Then generate the
  * shared programs, link the executable, write launch and plan.txt. */
 static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
 {
@@ -333,49 +429,61 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
     int *cls_of = ir_xcalloc((size_t)n + 1, sizeof(int)), *row_of = ir_xcalloc((size_t)n + 1, sizeof(int));
     pass_share *sh = pass_share_new(n);
     pass_fuse_ids *fz = pass_fuse_new();
-    double t_low = 0, t_out = 0, t_share = 0;
-    for (int r = 0; r < n; r++) {
-        double a = now();
-        pass_mem m;
-        pass_memplan(d, r, &m);
-        char why[600];
-        if (pass_memcheck(d, &m, why, sizeof why)) ir_die(__FILE__, __LINE__, "memory plan: %s", why);
-        ir_prog p;
-        ir_prog_init(&p, r, n);
-        pass_lower(d, &m, &p);
-        ir_prog_verify(&p);
-        pass_mem_free(&m);
-        if (!o->no_fuse) {
-            pass_fuse_prog(fz, &p);
-            ir_prog_verify(&p);
-        }
-        if (want(o, "lower")) ir_prog_print(&p, &lowered);
-        double b = now();
-        /* repeated layers stay loops: calls of bodies (passes/outline.c) */
-        if (!o->no_loops) {
-            pass_outline(&p);
-            ir_prog_verify(&p);
-        }
-        if (want(o, "prog")) ir_prog_print(&p, &outlined);
-        double c = now();
-        sum[r].rank = r;
-        sum[r].arena = p.arena;
-        sum[r].flops = p.flops;
-        sum[r].persistent = ir_prog_persistent(&p);
-        memcpy(sum[r].comm_bytes, p.comm_bytes, sizeof p.comm_bytes);
-        pass_share_add(sh, &p);
-        t_low += b - a, t_out += c - b, t_share += now() - c;
+    int jobs = codegen_jobs(n);
+    lw_work w = {.o = o, .d = d, .slot = ir_xcalloc((size_t)n + 1, sizeof(ir_prog)),
+                 .ready = ir_xcalloc((size_t)n + 1, 1), .window = 4 * jobs};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    pthread_t th[64];
+    int started = 0;
+    for (int t = 0; t < jobs; t++)
+        if (pthread_create(&th[started], NULL, lower_worker, &w) == 0) started++;
+    if (!started) {   /* no thread: lower them all here first */
+        w.window = n;
+        lower_worker(&w);
     }
+    double t_main = 0;
+    for (int r = 0; r < n; r++) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.ready[r]) pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        double a = now();
+        ir_prog *p = &w.slot[r];
+        if (!o->no_fuse) pass_fuse_number(fz, p);
+        if (want(o, "lower")) {   /* the dump before outlining: outline here */
+            ir_prog_print(p, &lowered);
+            if (!o->no_loops) pass_outline(p);
+        }
+        ir_prog_verify(p);
+        if (want(o, "prog")) ir_prog_print(p, &outlined);
+        sum[r].rank = r;
+        sum[r].arena = p->arena;
+        sum[r].flops = p->flops;
+        sum[r].persistent = ir_prog_persistent(p);
+        memcpy(sum[r].comm_bytes, p->comm_bytes, sizeof p->comm_bytes);
+        pass_share_add(sh, p);
+        pthread_mutex_lock(&w.mu);
+        w.taken = r + 1;
+        pthread_cond_broadcast(&w.cv);
+        pthread_mutex_unlock(&w.mu);
+        t_main += now() - a;
+    }
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    free(w.slot);
+    free(w.ready);
+    free(w.checked);
+    if (o->verbose)
+        fprintf(stderr, "nnsc-aot: lowered %d rank%s on %d thread%s (%.1f ms of work; numbering, checks and the "
+                        "share pass %.1f ms); %d memory plan%s checked, %d alike skipped\n", n, n == 1 ? "" : "s",
+                jobs, jobs == 1 ? "" : "s", 1e3 * w.busy, 1e3 * t_main, w.nchecked, w.nchecked == 1 ? "" : "s",
+                w.nskipped);
     pass_fuse_free(fz);
     int nprog = 0;
     ir_prog *progs = pass_share_finish(sh, &nprog, cls_of, row_of);
     for (int k = 0; k < nprog; k++) ir_prog_verify(&progs[k]);
-    if (o->verbose) {
-        fprintf(stderr, "nnsc-aot: %-10s %8.1f ms\n", "lower", 1e3 * t_low);
-        fprintf(stderr, "nnsc-aot: %-10s %8.1f ms\n", "outline", 1e3 * t_out);
-    }
-    *t0 += t_low + t_out;
-    tick(o, t0, "share");
+    tick(o, t0, "lower");
     if (o->verbose) fprintf(stderr, "nnsc-aot: %d rank%s share %d distinct program%s\n", n, n == 1 ? "" : "s",
                             nprog, nprog == 1 ? "" : "s");
     if (want(o, "lower")) dump("lower", &lowered);

@@ -94,11 +94,21 @@ const char *ir_prog_str(ir_prog *p, const char *s) {
 pg_instr *ir_prog_add(ir_prog *p, int sec, int kernel, const char *note) {
     IR_ASSERT(sec >= 0 && sec < IR_SEC_COUNT);
     IR_ASSERT(kernel >= 0 && kernel < RT_K_COUNT);
-    pg_instr *in = IR_PUSH(p->ins[sec], p->nins[sec], p->inscap[sec]);
-    memset(in, 0, sizeof *in);
+    /* no zeroing of the argument arrays (most of an instruction's kilobyte):
+       pg_buf / pg_i / pg_f clear what they append, and nothing reads past
+       nbuf / nint / nflt */
+    if (p->nins[sec] == p->inscap[sec]) {
+        int cap = p->inscap[sec] ? 2 * p->inscap[sec] : 16;
+        IR_ASSERT(cap > p->nins[sec]);
+        p->ins[sec] = ir_xrealloc(p->ins[sec], sizeof *p->ins[sec] * (size_t)cap);
+        p->inscap[sec] = cap;
+    }
+    pg_instr *in = &p->ins[sec][p->nins[sec]++];
     in->kernel = kernel;
+    in->nbuf = in->nint = in->nflt = 0;
     in->note = ir_prog_str(p, note);
     in->blk = in->rep = -1;
+    in->body = in->nrows = in->tab = 0;
     return in;
 }
 
@@ -155,6 +165,7 @@ const pg_instr *ir_prog_walk(const ir_prog *p, int sec, int *i, int *k) {
 /* Append a buffer argument (arena byte offset). */
 void pg_buf(pg_instr *in, int64_t off) {
     IR_ASSERT(in->nbuf < PG_MAXBUF);
+    in->bslot[in->nbuf] = in->bvar[in->nbuf] = 0;
     in->buf[in->nbuf++] = off;
 }
 
@@ -166,6 +177,7 @@ void pg_i(pg_instr *in, int64_t c) {
 /* Append the integer argument c + s * step + m * micro_batch. */
 void pg_iv(pg_instr *in, int64_t c, int64_t s, int64_t m) {
     IR_ASSERT(in->nint < PG_MAXINT);
+    in->islot[in->nint] = in->ivar[in->nint] = 0;
     in->ints[in->nint++] = (pg_int){c, s, m};
 }
 
@@ -628,8 +640,10 @@ static void pg_verify_var(const pg_where *w, const pg_instr *in) {
 static void pg_verify_instr(const pg_where *w, const pg_instr *in) {
     const ir_prog *p = w->p;
     PG_CHECK(w, in->kernel >= 0 && in->kernel < RT_K_COUNT, "kernel id %d", in->kernel);
-    for (int j = 0; j < PG_MAXBUF; j++) PG_CHECK(w, !in->bslot[j], "buffer %d is a slot outside a body", j);
-    for (int j = 0; j < PG_MAXINT; j++) PG_CHECK(w, !in->islot[j], "int %d is a slot outside a body", j);
+    for (int j = 0; j < in->nbuf && j < PG_MAXBUF; j++)
+        PG_CHECK(w, !in->bslot[j], "buffer %d is a slot outside a body", j);
+    for (int j = 0; j < in->nint && j < PG_MAXINT; j++)
+        PG_CHECK(w, !in->islot[j], "int %d is a slot outside a body", j);
     const struct pg_kinfo *k = &pg_kinfo[in->kernel];
     PG_CHECK(w, in->nbuf >= k->nbuf && in->nbuf <= PG_MAXBUF, "%d buffers, kernel takes %d",
              in->nbuf, k->nbuf);

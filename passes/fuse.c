@@ -873,36 +873,50 @@ void pass_fuse_free(pass_fuse_ids *f) {
     free(f);
 }
 
-void pass_fuse_prog(pass_fuse_ids *f, ir_prog *p) {
-    /* fuse, then number the distinct programs in order of appearance */
+void pass_fuse_local(ir_prog *p) {
     for (int sec = 0; sec < IR_SEC_COUNT; sec++) {
         fz_sum_in_place(p, sec);
         fz_section(p, sec);
-        for (int x = 0; x < p->nins[sec]; x++) {
-            pg_instr *in = &p->ins[sec][x];
-            if (in->kernel != RT_K_ew) continue;
-            if (2 * (f->nseen + 1) > f->tcap) {   /* grow the table, re-enter every program */
-                f->tcap = f->tcap ? 2 * f->tcap : 64;
-                free(f->tab);
-                f->tab = ir_xmalloc(sizeof(int) * (size_t)f->tcap);
-                for (int k = 0; k < f->tcap; k++) f->tab[k] = -1;
-                for (int k = 0; k < f->nseen; k++) {
-                    size_t i = (size_t)fz_ops_hash(&f->seen[k]) & (size_t)(f->tcap - 1);
-                    while (f->tab[i] >= 0) i = (i + 1) & (size_t)(f->tcap - 1);
-                    f->tab[i] = k;
-                }
-            }
-            size_t i = (size_t)fz_ops_hash(in) & (size_t)(f->tcap - 1);
-            while (f->tab[i] >= 0 && !fz_same_ops(&f->seen[f->tab[i]], in)) i = (i + 1) & (size_t)(f->tcap - 1);
-            int id = f->tab[i];
-            if (id < 0) {
-                id = f->nseen;
-                *IR_PUSH(f->seen, f->nseen, f->cap) = *in;
-                f->tab[i] = id;
-            }
-            in->ints[0].c = id;
+    }
+}
+
+/* The chain number of ew instruction in (its first instruction copied
+ * when new). */
+static int fz_number(pass_fuse_ids *f, const pg_instr *in) {
+    if (2 * (f->nseen + 1) > f->tcap) {   /* grow the table, re-enter every program */
+        f->tcap = f->tcap ? 2 * f->tcap : 64;
+        free(f->tab);
+        f->tab = ir_xmalloc(sizeof(int) * (size_t)f->tcap);
+        for (int k = 0; k < f->tcap; k++) f->tab[k] = -1;
+        for (int k = 0; k < f->nseen; k++) {
+            size_t i = (size_t)fz_ops_hash(&f->seen[k]) & (size_t)(f->tcap - 1);
+            while (f->tab[i] >= 0) i = (i + 1) & (size_t)(f->tcap - 1);
+            f->tab[i] = k;
         }
     }
+    size_t i = (size_t)fz_ops_hash(in) & (size_t)(f->tcap - 1);
+    while (f->tab[i] >= 0 && !fz_same_ops(&f->seen[f->tab[i]], in)) i = (i + 1) & (size_t)(f->tcap - 1);
+    if (f->tab[i] < 0) {
+        f->tab[i] = f->nseen;
+        *IR_PUSH(f->seen, f->nseen, f->cap) = *in;
+    }
+    return f->tab[i];
+}
+
+void pass_fuse_number(pass_fuse_ids *f, ir_prog *p) {
+    /* in program order, bodies where they are called (a body's instruction
+       is numbered at its first call; every call runs the same chain) */
+    for (int sec = 0; sec < IR_SEC_COUNT; sec++)
+        for (int i = 0, k = 0;;) {
+            pg_instr *in = (pg_instr *)ir_prog_walk(p, sec, &i, &k);
+            if (!in) break;
+            if (in->kernel == RT_K_ew) in->ints[0].c = fz_number(f, in);
+        }
+}
+
+void pass_fuse_prog(pass_fuse_ids *f, ir_prog *p) {
+    pass_fuse_local(p);
+    pass_fuse_number(f, p);
 }
 
 int pass_fuse(ir_prog *progs, int nprogs) {

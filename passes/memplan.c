@@ -472,13 +472,17 @@ static void mck_paint_init(mck *k)
     }
 }
 
-static const pass_mem *mck_sort_mem;
-static const int *mck_sort_loc;
+/* A buffer by its offset, for sorting (no shared state: ranks are planned
+ * on several threads). */
+typedef struct offpt {
+    int64_t off;
+    int pt;
+} offpt;
+
 static int cmp_off(const void *a, const void *b)
 {
-    int x = *(const int *)a, y = *(const int *)b;
-    int64_t ox = mck_sort_mem->off[mck_sort_loc[x]], oy = mck_sort_mem->off[mck_sort_loc[y]];
-    return ox != oy ? (ox < oy ? -1 : 1) : x - y;
+    const offpt *x = a, *y = b;
+    return x->off != y->off ? (x->off < y->off ? -1 : 1) : (x->pt > y->pt) - (x->pt < y->pt);
 }
 
 /* Mark every buffer among byoff[vl .. vr) below node v that ends after lo
@@ -579,6 +583,48 @@ static int mck_section(mck *k, int sec, char *msg, size_t cap)
     return 0;
 }
 
+/* What pass_memcheck's verdict depends on, hashed twice (128 bits): the
+ * rank's items (sub-ops by op and section, comms by kind, member and
+ * section) with their operands as the rank's own pTensor indices, and
+ * every local pTensor's tensor, buffer offset and bytes. */
+void pass_memcheck_key(const ir_dist *d, const pass_mem *m, uint64_t key[2])
+{
+    const mrank R = rank_share(d, m->rank);
+    uint64_t h[2] = {0x243f6a8885a308d3ull, 0x13198a2e03707344ull};
+#define MK_MIX(x)                                                               \
+    do {                                                                        \
+        uint64_t x_ = (uint64_t)(x);                                            \
+        h[0] = (h[0] ^ x_) * 0x9e3779b97f4a7c15ull, h[0] ^= h[0] >> 29;         \
+        h[1] = (h[1] + x_) * 0xff51afd7ed558ccdull, h[1] ^= h[1] >> 33;         \
+    } while (0)
+    MK_MIX(R.nitem);
+    MK_MIX(R.npt);
+    for (int q = 0; q < R.nitem; q++) {
+        const ir_item *it = &d->seq[R.item[q]];
+        MK_MIX(it->comm << 8 | it->sec);
+        if (it->comm) {
+            const ir_comm *c = &d->comm[it->id];
+            int k = R.member[q], in = d->ints[c->in + k], out = d->ints[c->out + k];
+            MK_MIX(c->kind);   /* the member index differs from rank to rank; its operands tell */
+            MK_MIX(in >= 0 ? d->pt_local[in] : -1);
+            MK_MIX(out >= 0 ? d->pt_local[out] : -1);
+        } else {
+            const ir_subop *s = &d->sop[it->id];
+            const ir_op *o = &d->g->op[s->op];
+            MK_MIX(s->op);
+            for (int j = 0; j < o->nin; j++) MK_MIX(d->pt_local[s->in[j]]);
+            for (int j = 0; j < o->nout; j++) MK_MIX(d->pt_local[s->out[j]]);
+        }
+    }
+    for (int i = 0; i < R.npt; i++) {
+        MK_MIX(d->pt[R.pt[i]].tensor);
+        MK_MIX(m->off[i]);
+        MK_MIX(m->bytes[i]);
+    }
+#undef MK_MIX
+    key[0] = h[0], key[1] = h[1];
+}
+
 int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap)
 {
     const ir_graph *g = d->g;
@@ -598,9 +644,11 @@ int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap)
         k.clobber[i] = -1;
         if (m->off[i] >= 0) k.byoff[k.n++] = pt;
     }
-    mck_sort_mem = m;
-    mck_sort_loc = d->pt_local;
-    qsort(k.byoff, (size_t)k.n, sizeof *k.byoff, cmp_off);
+    offpt *ob = ir_xmalloc(sizeof *ob * ((size_t)k.n + 1));
+    for (int j = 0; j < k.n; j++) ob[j] = (offpt){m->off[d->pt_local[k.byoff[j]]], k.byoff[j]};
+    qsort(ob, (size_t)k.n, sizeof *ob, cmp_off);
+    for (int j = 0; j < k.n; j++) k.byoff[j] = ob[j].pt;
+    free(ob);
     /* two micro-batches, the step's end, the next step's first micro-batch:
        every way the program goes on from each section */
     static const int order[] = {IR_SEC_MB, IR_SEC_MB, IR_SEC_POST, IR_SEC_MB, IR_SEC_POST};

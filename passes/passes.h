@@ -61,6 +61,10 @@ static inline int64_t pass_mem_off(const ir_dist *d, const pass_mem *m, int pt)
  * producer wrote, not another buffer's that shares the bytes.  Returns 0,
  * or 1 with a message naming the reader, the pTensor and what overwrote it. */
 int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap);
+/* A 128-bit key of everything pass_memcheck's verdict on m depends on (the
+ * rank's items and operands in its own pTensor indices, the plan): ranks
+ * with equal keys get the same verdict, so a build checks each key once. */
+void pass_memcheck_key(const ir_dist *d, const pass_mem *m, uint64_t key[2]);
 
 /* lower.c */
 /* Model FLOPs of sub-op s per step when it runs in section sec (the cost
@@ -79,10 +83,17 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank);
  * Shared by the cpu and cuda targets.  Returns the number of distinct chains. */
 int pass_fuse(ir_prog *progs, int nprogs);
 /* The same one Program at a time (the chain numbers live in f): the
- * driver fuses each rank's as it is lowered. */
+ * driver fuses each rank's as it is lowered.  pass_fuse_prog is
+ * pass_fuse_local (the fusion; the chains' numbers not yet set) then
+ * pass_fuse_number (in program order, bodies at their calls: it may run
+ * after pass_outline, which treats equal chains alike whatever their
+ * number), so ranks can be fused on several threads and numbered in rank
+ * order. */
 typedef struct pass_fuse_ids pass_fuse_ids;
 pass_fuse_ids *pass_fuse_new(void);
 void pass_fuse_prog(pass_fuse_ids *f, ir_prog *p);
+void pass_fuse_local(ir_prog *p);
+void pass_fuse_number(pass_fuse_ids *f, ir_prog *p);
 int pass_fuse_count(const pass_fuse_ids *f);
 void pass_fuse_free(pass_fuse_ids *f);
 
