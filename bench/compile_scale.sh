@@ -8,10 +8,11 @@
 # so every phase runs: planning, lowering, code generation and linking of
 # every rank (the cuda target also compiles its kernels with NVRTC).
 # Per row it prints the wall time and peak RSS (/usr/bin/time), the number
-# of distinct rank programs (distinct executables in out/, by content) and
-# the bytes of out/.
+# of distinct programs in the executable (plan.txt's `programs` line: ranks
+# of equal shape share one, passes/share.c) and the bytes of out/ as du
+# counts them (out/rankK are hard links of out/rank: counted once).
 #
-#   bench/compile_scale.sh                      every row (hours today; each row stops at TIMEOUT)
+#   bench/compile_scale.sh                      every row (about 6 minutes on 2 cores)
 #   LAYERS="12 24" DEVICES="8 64" bench/compile_scale.sh
 #
 # Environment: LAYERS (default "12 24 48 96"), DEVICES ("8 64 256 1024"),
@@ -55,7 +56,7 @@ for target in $targets; do
         continue
       fi
       read -r secs kb <"$work/time"
-      progs=$(find "$out" -maxdepth 1 -name 'rank*' -type f ! -name '*.ll' -exec md5sum {} + | awk '{print $1}' | sort -u | wc -l)
+      progs=$(sed -n 's/^programs  *\([0-9]*\) distinct.*/\1/p' "$out/plan.txt")
       bytes=$(du -sb "$out" | cut -f1)
       printf '%-6s %-7s %-8s %-8s %10s %10d %9d %12d\n' "$target" "$L" "$N" "${dp}x$tp" "$secs" $((kb / 1024)) \
         "$progs" "$bytes"

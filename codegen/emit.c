@@ -195,6 +195,34 @@ static void count(ir_buf *b, double n)
     else ir_bprintf(b, "%.0f", n);
 }
 
+/* A list of devices, runs of 3 or more with one stride as "a-b" (stride 1)
+ * or "a-b/s": "0-1023", "3-1019/8", "0,4". */
+static void devlist(ir_buf *b, const int *v, int n)
+{
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        if (j < n) {
+            int s = v[j] - v[i];
+            while (j + 1 < n && v[j + 1] - v[j] == s) j++;
+            if (j - i >= 2 && s > 0) {
+                ir_bprintf(b, "%s%d-%d", i ? "," : "", v[i], v[j]);
+                if (s > 1) ir_bprintf(b, "/%d", s);
+                i = j + 1;
+                continue;
+            }
+        }
+        ir_bprintf(b, "%s%d", i ? "," : "", v[i]);
+        i++;
+    }
+}
+
+/* Do comms a and b differ only in their groups (one line in plan.txt)? */
+static int same_but_group(const ir_comm *a, const ir_comm *b)
+{
+    return a->kind == b->kind && a->tensor == b->tensor && a->n == b->n && a->sec == b->sec && a->bytes == b->bytes &&
+           ((!a->why && !b->why) || (a->why && b->why && !strcmp(a->why, b->why)));
+}
+
 /* Bytes rank p sends per step, all collectives. */
 static int64_t sent_bytes(const ir_prog *p)
 {
@@ -298,21 +326,41 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
             else if (tr->id[j] < 0) ir_bprintf(b, "%sreplicate x%d", j ? " * " : "", tr->n[j]);
             else ir_bprintf(b, "%ssplit %s /%d", j ? " * " : "", o->anno.idname[tr->id[j]], tr->n[j]);
         }
-        ir_bprintf(b, " on");
-        for (int s = 0; s < tr->nsub; s++) ir_bprintf(b, "%s%d", s ? "," : " ", d->ints[tr->devs + s]);
+        ir_bprintf(b, " on ");
+        devlist(b, d->ints + tr->devs, tr->nsub);
         if (tr->why) ir_bprintf(b, "   ; %s", tr->why);
         ir_bprintf(b, "\n");
     }
     ir_bprintf(b, "\ncommunication (derived from pTensor mismatches; bytes: sent by the busiest member)\n");
     int any = 0;
-    for (int i = 0; i < d->ncomm; i++) {
+    for (int i = 0; i < d->ncomm;) {
         const ir_comm *c = &d->comm[i];
-        if (c->kind == IR_COMM_SLICE) continue;
+        if (c->kind == IR_COMM_SLICE) {
+            i++;
+            continue;
+        }
         any = 1;
-        ir_bprintf(b, "  %-13s %-28s group {", ir_comm_name(c->kind), g->t[c->tensor].name);
-        for (int k = 0; k < c->n; k++) ir_bprintf(b, "%s%d", k ? "," : "", d->ints[d->grp[c->group].devs + k]);
-        ir_bprintf(b, "} %s, %lld bytes per step%s%s\n", c->sec == IR_SEC_MB ? "in each micro-batch" : "once a step",
-                   (long long)c->bytes, c->why ? "; " : "", c->why ? c->why : "");
+        /* a run of the same comm in other groups (data-parallel replicas of a
+           tensor-parallel collective, ...) is one line: the first two groups
+           and the last */
+        int j = i + 1;
+        while (j < d->ncomm && same_but_group(c, &d->comm[j])) j++;
+        ir_bprintf(b, "  %-13s %-28s ", ir_comm_name(c->kind), g->t[c->tensor].name);
+        if (j - i > 1) ir_bprintf(b, "%d groups of %d: ", j - i, c->n);
+        for (int q = i; q < j; q++) {
+            if (j - i > 3 && q == i + 2) {
+                ir_bprintf(b, ", ...");
+                q = j - 2;
+                continue;
+            }
+            const ir_comm *cq = &d->comm[q];
+            ir_bprintf(b, "%sgroup {", q > i ? ", " : "");
+            devlist(b, d->ints + d->grp[cq->group].devs, cq->n);
+            ir_bprintf(b, "}");
+        }
+        ir_bprintf(b, " %s, %lld bytes per step%s%s%s\n", c->sec == IR_SEC_MB ? "in each micro-batch" : "once a step",
+                   (long long)c->bytes, j - i > 1 ? " each" : "", c->why ? "; " : "", c->why ? c->why : "");
+        i = j;
     }
     if (!any) ir_bprintf(b, "  none\n");
     /* per layer: the collectives of one repeat of each block (rank 0's view) */

@@ -5,6 +5,14 @@
 
 #include "ir.h"
 
+/* One tensor's index: per slot the upper 32 bits of the pTensor's hash and
+ * its id + 1 (0: empty), so most probes are decided without reading the
+ * pTensor; cap slots, a power of two (0: none yet), at most half full. */
+typedef struct ir_ptindex {
+    uint64_t *slot;
+    int cap, n;
+} ir_ptindex;
+
 void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev)
 {
     memset(d, 0, sizeof *d);
@@ -34,7 +42,8 @@ void ir_dist_free(ir_dist *d)
     free(d->nstore);
     free(d->seq);
     free(d->accum);
-    free(d->pt_hash);
+    for (int t = 0; d->pt_index && t < d->g->nt; t++) free(d->pt_index[t].slot);
+    free(d->pt_index);
     free(d->grp_hash);
     free(d->op_sop);
     free(d->rank_item0);
@@ -122,38 +131,55 @@ static void hash_put(int *tab, int cap, uint64_t h, int id)
     tab[i] = id;
 }
 
-/* A slot of pt_hash for pTensor id with hash h (see ir_dist.pt_hash). */
 static uint64_t pt_slot(int id, uint64_t h) { return (h & 0xffffffff00000000ull) | (uint64_t)(id + 1); }
 
-/* Keep the pTensor index at most half full, rebuilt from d->pt when it grows. */
-static void pt_index_grow(ir_dist *d)
+/* Keep tensor t's index at most half full, rebuilt from its own slots. */
+static ir_ptindex *pt_index_grow(ir_dist *d, int t)
 {
-    if (2 * (d->npt + 1) <= d->pt_hcap) return;
-    int cap = d->pt_hcap ? 2 * d->pt_hcap : 1024;
-    while (2 * (d->npt + 1) > cap) cap *= 2;
-    free(d->pt_hash);
-    d->pt_hash = ir_xcalloc((size_t)cap, sizeof *d->pt_hash);
-    d->pt_hcap = cap;
-    for (int i = 0; i < d->npt; i++) {
-        uint64_t h = pt_hash(d, &d->pt[i]);
-        size_t k = (size_t)h & (size_t)(cap - 1);
-        while (d->pt_hash[k]) k = (k + 1) & (size_t)(cap - 1);
-        d->pt_hash[k] = pt_slot(i, h);
+    if (!d->pt_index) d->pt_index = ir_xcalloc((size_t)d->g->nt + 1, sizeof *d->pt_index);
+    ir_ptindex *x = &d->pt_index[t];
+    if (2 * (x->n + 1) <= x->cap) return x;
+    int cap = x->cap ? 2 * x->cap : 16;
+    uint64_t *slot = ir_xcalloc((size_t)cap, sizeof *slot);
+    for (int i = 0; i < x->cap; i++) {
+        if (!x->slot[i]) continue;
+        int id = (int)(x->slot[i] & 0xffffffffu) - 1;
+        size_t k = (size_t)pt_hash(d, &d->pt[id]) & (size_t)(cap - 1);
+        while (slot[k]) k = (k + 1) & (size_t)(cap - 1);
+        slot[k] = x->slot[i];
+    }
+    free(x->slot);
+    x->slot = slot;
+    x->cap = cap;
+    return x;
+}
+
+void ir_dist_reserve(ir_dist *d, int64_t npt, int64_t nsop)
+{
+    IR_ASSERT(npt >= 0 && nsop >= 0 && npt < (1ll << 29) && nsop < (1ll << 29));
+    if (npt > d->ptcap) {   /* no zeroing: entries are written as they are added */
+        d->pt = ir_xrealloc(d->pt, sizeof *d->pt * (size_t)npt);
+        d->ptcap = (int)npt;
+    }
+    if (nsop > d->sopcap) {
+        d->sop = ir_xrealloc(d->sop, sizeof *d->sop * (size_t)nsop);
+        d->sopcap = (int)nsop;
     }
 }
 
 int ir_dist_pt(ir_dist *d, const ir_ptensor *p)
 {
-    pt_index_grow(d);
+    ir_ptindex *x = pt_index_grow(d, p->tensor);
     uint64_t h = pt_hash(d, p), tag = h & 0xffffffff00000000ull;
-    size_t mask = (size_t)d->pt_hcap - 1, i = (size_t)h & mask;
-    for (; d->pt_hash[i]; i = (i + 1) & mask) {
-        int id = (int)(d->pt_hash[i] & 0xffffffffu) - 1;
-        if ((d->pt_hash[i] & 0xffffffff00000000ull) == tag && pt_eq(d, &d->pt[id], p)) return id;
+    size_t mask = (size_t)x->cap - 1, i = (size_t)h & mask;
+    for (; x->slot[i]; i = (i + 1) & mask) {
+        int id = (int)(x->slot[i] & 0xffffffffu) - 1;
+        if ((x->slot[i] & 0xffffffff00000000ull) == tag && pt_eq(d, &d->pt[id], p)) return id;
     }
     ir_ptensor *n = IR_PUSH(d->pt, d->npt, d->ptcap);
     *n = *p;
-    d->pt_hash[i] = pt_slot(d->npt - 1, h);
+    x->slot[i] = pt_slot(d->npt - 1, h);
+    x->n++;
     return d->npt - 1;
 }
 

@@ -423,11 +423,9 @@ typedef struct ir_dist {
     int mesh_dp, mesh_tp;      /* the plan's mesh dp x tp (plan.c; 1 x 1 on one device) */
     const char *warnings;      /* what the planner warned about, one per line, or NULL (plan.c) */
     double step_flops;         /* model FLOPs of a step summed over every rank's sub-ops (schedule.c) */
-    uint64_t *pt_hash;         /* open-addressing index of pt by content (ir_dist_pt): per slot
-                                  0 (empty) or id + 1 in the low 32 bits and the high 32 bits of
-                                  the pTensor's hash above them (most mismatches are told without
-                                  reading the pTensor); pt_hcap slots, a power of two (0: none yet) */
-    int pt_hcap;               /* slots of pt_hash */
+    struct ir_ptindex *pt_index; /* per vTensor: an open-addressing index of its pTensors by
+                                  content (ir_dist_pt); one small table per tensor, so the
+                                  lookups of one op's sub-ops stay in a few cache lines */
     int *grp_hash;             /* the same for grp by member list (ir_dist_group) */
     int grp_hcap;              /* slots of grp_hash */
     /* indexes that keep the passes linear in ops x devices (ir_dist_index_sops,
@@ -457,6 +455,9 @@ void ir_dist_free(ir_dist *d);
 const char *ir_dist_str(ir_dist *d, const char *s);
 /* Append n ints to the pool; returns the start index. */
 int ir_dist_ints(ir_dist *d, const int *v, int n);
+/* Make room for npt pTensors and nsop sub-ops in all (arrays and the
+ * pTensor index sized once, not grown step by step). */
+void ir_dist_reserve(ir_dist *d, int64_t npt, int64_t nsop);
 /* Find or add a pTensor; returns its id. */
 int ir_dist_pt(ir_dist *d, const ir_ptensor *p);
 /* Find or add a group over the given ascending ranks; returns its id. */

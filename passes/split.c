@@ -65,6 +65,12 @@ static int operand_pt(ir_dist *d, int op, int k, const int *c, int dev)
 void pass_split(ir_dist *d)
 {
     const ir_graph *g = d->g;
+    int64_t nsop = 0, npt = 0;   /* at most: every operand of every sub-op a new pTensor */
+    for (int i = 0; i < g->nop; i++) {
+        nsop += d->trans[i].nsub;
+        npt += (int64_t)d->trans[i].nsub * (g->op[i].nin + g->op[i].nout);
+    }
+    ir_dist_reserve(d, d->npt + npt, d->nsop + nsop);
     for (int i = 0; i < g->nop; i++) {
         const ir_op *o = &g->op[i];
         const ir_trans *tr = &d->trans[i];

@@ -391,6 +391,46 @@ static void test_inplace_readers(const char *tests)
     ir_graph_free(&g);
 }
 
+/* Data parallelism wider than any fixed member limit: 128 replicas sum
+ * their gradients and the loss in all-reduces over all 128 (the rules once
+ * stopped at 64 members and fell back to a send/recv per cell). */
+static void test_dp_wide(int ndev)
+{
+    ir_graph g;
+    mlp(&g, 2 * ndev, 1);
+    g.req.devices = ndev;
+    pass_autograd(&g);
+    ir_dist d;
+    ir_dist_init(&d, &g, ndev);
+    CHECK(pass_plan(&d) == 0, "dp plan on %d devices", ndev);
+    pass_split(&d);
+    pass_comm(&d);
+    ir_dist_verify(&d);
+    pass_schedule(&d);
+    int nar = count_comm(&d, IR_COMM_ALLREDUCE), nsr = count_comm(&d, IR_COMM_SENDRECV), wide = 1;
+    for (int i = 0; i < d.ncomm; i++)
+        if (d.comm[i].kind == IR_COMM_ALLREDUCE) wide &= d.grp[d.comm[i].group].n == ndev;
+    CHECK(nar == 4 && nsr == 0 && wide, "%d devices: %d all-reduces over all of them (3 grads + loss), %d send/recv",
+          ndev, nar, nsr);
+    for (int r = 0; r < ndev; r += ndev - 1) {
+        pass_mem m;
+        pass_memplan(&d, r, &m);
+        char why[600] = "";
+        CHECK(pass_memcheck(&d, &m, why, sizeof why) == 0, "rank %d: memory plan checks (%s)", r, why);
+        ir_prog p;
+        ir_prog_init(&p, r, ndev);
+        pass_lower(&d, &m, &p);
+        ir_prog_verify(&p);
+        int n = 0;
+        for (int i = 0; i < p.nins[IR_SEC_POST]; i++) n += p.ins[IR_SEC_POST][i].kernel == RT_K_allreduce;
+        CHECK(n == 5, "rank %d: 5 all-reduce calls (3 grads, loss, grad norm), got %d", r, n);
+        ir_prog_free(&p);
+        pass_mem_free(&m);
+    }
+    ir_dist_free(&d);
+    ir_graph_free(&g);
+}
+
 int main(int argc, char **argv)
 {
     test_inplace_readers(argc > 1 ? argv[1] : "tests");
@@ -401,5 +441,6 @@ int main(int argc, char **argv)
     test_dp(2, 1);
     test_dp(4, 2);
     test_batch_divides();
+    test_dp_wide(128);
     return check_done();
 }
