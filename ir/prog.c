@@ -644,6 +644,11 @@ static void pg_verify_instr(const pg_where *w, const pg_instr *in) {
         PG_CHECK(w, !in->bslot[j], "buffer %d is a slot outside a body", j);
     for (int j = 0; j < in->nint && j < PG_MAXINT; j++)
         PG_CHECK(w, !in->islot[j], "int %d is a slot outside a body", j);
+    /* rank variables (a shared program's, passes/share.c) name one of its variables */
+    for (int j = 0; j < in->nbuf && j < PG_MAXBUF; j++)
+        PG_CHECK(w, in->bvar[j] <= p->nvar, "buffer %d is rank variable %d of %d", j, in->bvar[j] - 1, p->nvar);
+    for (int j = 0; j < in->nint && j < PG_MAXINT; j++)
+        PG_CHECK(w, in->ivar[j] <= p->nvar, "int %d is rank variable %d of %d", j, in->ivar[j] - 1, p->nvar);
     const struct pg_kinfo *k = &pg_kinfo[in->kernel];
     PG_CHECK(w, in->nbuf >= k->nbuf && in->nbuf <= PG_MAXBUF, "%d buffers, kernel takes %d",
              in->nbuf, k->nbuf);
@@ -743,6 +748,24 @@ void ir_prog_verify(const ir_prog *p) {
              "loss at @%" PRId64 " outside the arena", p->loss_off);
     PG_CHECK(&w, p->manifest.n == 0 || strlen(p->manifest.s) == p->manifest.n,
              "manifest holds a NUL byte");
+    /* a shared program: members ascending, a row of variables each, every
+       variable named in range (in the manifest template too) */
+    PG_CHECK(&w, p->nmember >= 0 && p->nvar >= 0 && p->nvar <= UINT16_MAX - 1 &&
+                     (p->nmember == 0 || (p->member && (p->nvar == 0 || p->rv))),
+             "%d members, %d rank variables", p->nmember, p->nvar);
+    for (int m = 1; m < p->nmember; m++)
+        PG_CHECK(&w, p->member[m] > p->member[m - 1], "members not ascending at %d", m);
+    PG_CHECK(&w, p->loss_var >= 0 && p->loss_var <= p->nvar, "loss is rank variable %d of %d", p->loss_var - 1,
+             p->nvar);
+    for (int t = 0; p->tabvar && t < p->ntab; t++)
+        PG_CHECK(&w, p->tabvar[t] <= p->nvar, "table entry %d is rank variable %d of %d", t, p->tabvar[t] - 1,
+                 p->nvar);
+    for (const char *c = p->manifest.s ? strchr(p->manifest.s, PG_VAR_MARK) : NULL; c; c = strchr(c + 1, PG_VAR_MARK)) {
+        char *e;
+        long v = strtol(c + 1, &e, 10);
+        PG_CHECK(&w, e > c + 1 && *e == PG_VAR_END && v >= 0 && v < p->nvar, "manifest names rank variable %ld of %d",
+                 v, p->nvar);
+    }
     for (int r = 0; r < p->nreg; r++) {
         const pg_region *g = &p->reg[r];
         PG_CHECK(&w, g->off >= 0 && g->bytes >= 0 && g->off <= p->arena - g->bytes,
