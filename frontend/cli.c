@@ -22,7 +22,7 @@ static const char usage[] =
     "  --set S.K=V        override key K of section S of the spec (repeatable), e.g.\n"
     "                     --set train.steps=5  --set \"param fc1.w.init=normal 0.1\"\n"
     "  --dump=P[,P...]    print the IR after passes to stdout; P is one of\n"
-    "                     graph autograd plan comm schedule lower prog (or all)\n"
+    "                     graph autograd plan comm schedule lower prog share (or all)\n"
     "  --emit-llvm        also write DIR/progK.ll (the optimised host code of each distinct\n"
     "                     program) and DIR/rankN.ll (rank N's)\n"
     "  --cpu CPU          target CPU of rank code (default x86-64-v3; e.g. x86-64-v4, native,\n"

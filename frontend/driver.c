@@ -23,7 +23,7 @@
 #include "frontend.h"
 #include "passes.h"
 
-static const char *const dump_names[] = {"graph", "autograd", "plan", "comm", "schedule", "lower", "prog"};
+static const char *const dump_names[] = {"graph", "autograd", "plan", "comm", "schedule", "lower", "prog", "share"};
 
 /* Is pass P asked for in the --dump list? */
 static int want(const fe_opts *o, const char *p)
@@ -50,7 +50,7 @@ static int check_dump(const fe_opts *o)
             ok |= strlen(dump_names[i]) == len && strncmp(s, dump_names[i], len) == 0;
         if (!ok) {
             fprintf(stderr, "nnsc-aot: error: --dump: unknown pass '%.*s'\n  hint: one of graph autograd plan comm "
-                            "schedule lower prog all\n", (int)len, s);
+                            "schedule lower prog share all\n", (int)len, s);
             return 2;
         }
         s += len + (e != NULL);
@@ -483,11 +483,17 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
     int nprog = 0;
     ir_prog *progs = pass_share_finish(sh, &nprog, cls_of, row_of);
     for (int k = 0; k < nprog; k++) ir_prog_verify(&progs[k]);
+    ir_buf shared = {0};
+    for (int k = 0; k < nprog && want(o, "share"); k++) {
+        ir_bprintf(&shared, "program %d of %d\n", k, nprog);
+        ir_prog_print(&progs[k], &shared);
+    }
     tick(o, t0, "lower");
     if (o->verbose) fprintf(stderr, "nnsc-aot: %d rank%s share %d distinct program%s\n", n, n == 1 ? "" : "s",
                             nprog, nprog == 1 ? "" : "s");
     if (want(o, "lower")) dump("lower", &lowered);
     if (want(o, "prog")) dump("prog", &outlined);
+    if (want(o, "share")) dump("share", &shared);
     int rc = 0;
     if (o->out) {
         if (mkdir_p(o->out)) {

@@ -237,8 +237,11 @@ static void pg_print_call(ir_buf *b, const char *tag, const ir_prog *p, const pg
     for (int r = 0; r < in->nrows; r++) {
         if (in->tab < 0 || (int64_t)in->tab + (int64_t)(r + 1) * ns > p->ntab) break;
         ir_bprintf(b, "         [");
-        for (int k = 0; k < ns; k++)
-            ir_bprintf(b, "%s%" PRId64, k ? " " : "", p->tab[in->tab + (int64_t)r * ns + k]);
+        for (int k = 0; k < ns; k++) {
+            int64_t t = in->tab + (int64_t)r * ns + k;
+            if (p->tabvar && p->tabvar[t]) ir_bprintf(b, "%sr%d", k ? " " : "", p->tabvar[t] - 1);
+            else ir_bprintf(b, "%s%" PRId64, k ? " " : "", p->tab[t]);
+        }
         ir_bprintf(b, "]\n");
     }
 }
@@ -290,7 +293,18 @@ void ir_prog_print(const ir_prog *p, ir_buf *b) {
                   " micro_batches %" PRId64 " loss ",
                p->rank, p->world, p->arena, p->steps, p->micro_batches);
     if (p->loss_off < 0) ir_bprintf(b, "none\n");
+    else if (p->loss_var) ir_bprintf(b, "@r%d\n", p->loss_var - 1);
     else ir_bprintf(b, "@%" PRId64 "\n", p->loss_off);
+    if (p->nmember > 0) {   /* a shared program: its ranks and their rows of rank variables */
+        ir_bprintf(b, "shared by %d rank%s, %d rank variable%s (rN below)\n", p->nmember, p->nmember == 1 ? "" : "s",
+                   p->nvar, p->nvar == 1 ? "" : "s");
+        for (int m = 0; m < p->nmember; m++) {
+            ir_bprintf(b, "  rank %d: [", p->member[m]);
+            for (int v = 0; v < p->nvar; v++)
+                ir_bprintf(b, "%s%" PRId64, v ? " " : "", p->rv[(size_t)m * p->nvar + v]);
+            ir_bprintf(b, "]\n");
+        }
+    }
     for (int k = 0; k < IR_COMM_COUNT; k++)
         if (p->comm_bytes[k])
             ir_bprintf(b, "comm %s %" PRId64 " bytes/step\n", ir_comm_name(k), p->comm_bytes[k]);
@@ -314,7 +328,13 @@ void ir_prog_print(const ir_prog *p, ir_buf *b) {
         const char *line = p->manifest.s;
         while (*line) {
             size_t len = strcspn(line, "\n");
-            ir_bprintf(b, "  | %.*s\n", (int)len, line);
+            ir_bprintf(b, "  | ");
+            for (size_t i = 0; i < len; i++) {   /* a template's rank variable reads {rN} */
+                if (line[i] == PG_VAR_MARK) ir_bprintf(b, "{r");
+                else if (line[i] == PG_VAR_END) ir_bprintf(b, "}");
+                else ir_bprintf(b, "%c", line[i]);
+            }
+            ir_bprintf(b, "\n");
             line += len + (line[len] == '\n');
         }
     }
