@@ -391,8 +391,13 @@ static void lower_rank(lw_work *w, int r, ir_prog *p)
     ir_prog_verify(p);
     pass_mem_free(&m);
     if (!o->no_fuse) pass_fuse_local(p);
-    /* repeated layers stay loops: calls of bodies (passes/outline.c) */
-    if (!o->no_loops && !want(o, "lower")) pass_outline(p);
+    /* repeated layers stay loops: calls of bodies (passes/outline.c); with
+       --dump=lower the main thread outlines after printing */
+    if (!want(o, "lower")) {
+        if (!o->no_loops) pass_outline(p);
+        ir_prog_verify(p);   /* numbering the chains later changes no checked field */
+    }
+    p->persistent = ir_prog_persistent(p);
 }
 
 static void *lower_worker(void *arg)
@@ -453,13 +458,13 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         if (want(o, "lower")) {   /* the dump before outlining: outline here */
             ir_prog_print(p, &lowered);
             if (!o->no_loops) pass_outline(p);
+            ir_prog_verify(p);
         }
-        ir_prog_verify(p);
         if (want(o, "prog")) ir_prog_print(p, &outlined);
         sum[r].rank = r;
         sum[r].arena = p->arena;
         sum[r].flops = p->flops;
-        sum[r].persistent = ir_prog_persistent(p);
+        sum[r].persistent = p->persistent;
         memcpy(sum[r].comm_bytes, p->comm_bytes, sizeof p->comm_bytes);
         pass_share_add(sh, p);
         pthread_mutex_lock(&w.mu);
