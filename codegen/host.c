@@ -285,18 +285,32 @@ static LLVMValueRef cg_int_value(cg_host_ctx *h, pg_int v, int islot, int ivar) 
     return v.c ? LLVMBuildAdd(h->b, r, c, "") : r;
 }
 
-/* A private constant array of the instruction's floats. */
-static LLVMValueRef cg_float_array(cg_host_ctx *h, const pg_instr *in, const char *name) {
-    LLVMValueRef v[PG_MAXFLT];
-    for (int j = 0; j < in->nflt; j++) v[j] = LLVMConstReal(h->f32, (double)in->flt[j]);
-    LLVMValueRef init = LLVMConstArray2(h->f32, v, (uint64_t)in->nflt);
-    LLVMValueRef g = LLVMAddGlobal(h->m, LLVMTypeOf(init), name);
+/* A private constant global `name` holding init, unnamed_addr (its address
+ * is not compared), aligned to align bytes (0: the type's). */
+static LLVMValueRef cg_private_const(LLVMModuleRef m, LLVMValueRef init, const char *name, unsigned align) {
+    LLVMValueRef g = LLVMAddGlobal(m, LLVMTypeOf(init), name);
     LLVMSetInitializer(g, init);
     LLVMSetGlobalConstant(g, 1);
     LLVMSetLinkage(g, LLVMPrivateLinkage);
     LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
-    LLVMSetAlignment(g, 4);
+    if (align) LLVMSetAlignment(g, align);
     return g;
+}
+
+/* The constant array of n integers v (signed) of type ty. */
+static LLVMValueRef cg_const_ints(LLVMTypeRef ty, const int64_t *v, size_t n) {
+    LLVMValueRef *c = ir_xmalloc(sizeof *c * (n + 1));
+    for (size_t j = 0; j < n; j++) c[j] = LLVMConstInt(ty, (unsigned long long)v[j], 1);
+    LLVMValueRef init = LLVMConstArray2(ty, c, (uint64_t)n);
+    free(c);
+    return init;
+}
+
+/* A private constant array of the instruction's floats. */
+static LLVMValueRef cg_float_array(cg_host_ctx *h, const pg_instr *in, const char *name) {
+    LLVMValueRef v[PG_MAXFLT];
+    for (int j = 0; j < in->nflt; j++) v[j] = LLVMConstReal(h->f32, (double)in->flt[j]);
+    return cg_private_const(h->m, LLVMConstArray2(h->f32, v, (uint64_t)in->nflt), name, 4);
 }
 
 /* One instruction: fill its argument arrays and call rt_k_<name> (cpu) or
@@ -402,20 +416,15 @@ static void cg_call(cg_host_ctx *h, const pg_instr *in) {
     int64_t nv = (int64_t)in->nrows * ns;
     LLVMValueRef tab = LLVMConstNull(h->ptr);
     if (nv) {
-        LLVMValueRef *v = ir_xmalloc(sizeof *v * (size_t)nv);
-        for (int64_t j = 0; j < nv; j++) v[j] = LLVMConstInt(h->i64, (unsigned long long)p->tab[in->tab + j], 1);
-        LLVMValueRef init = LLVMConstArray2(h->i64, v, (uint64_t)nv);
-        free(v);
         char name[48];
         snprintf(name, sizeof name, "body%d.tab", in->body);
-        tab = LLVMAddGlobal(h->m, LLVMTypeOf(init), name);
-        LLVMSetInitializer(tab, init);
+        tab = cg_private_const(h->m, cg_const_ints(h->i64, p->tab + in->tab, (size_t)nv), name, 8);
         int vars = 0;   /* entries that are rank variables: stored before the loop */
         for (int64_t j = 0; p->tabvar && j < nv; j++) vars |= p->tabvar[in->tab + j] != 0;
-        LLVMSetGlobalConstant(tab, !vars);
-        LLVMSetLinkage(tab, LLVMPrivateLinkage);
-        if (!vars) LLVMSetUnnamedAddress(tab, LLVMGlobalUnnamedAddr);
-        LLVMSetAlignment(tab, 8);
+        if (vars) {   /* then the table is written: a plain private global */
+            LLVMSetGlobalConstant(tab, 0);
+            LLVMSetUnnamedAddress(tab, LLVMNoUnnamedAddr);
+        }
         for (int64_t j = 0; vars && j < nv; j++) {
             int var = p->tabvar[in->tab + j];
             if (!var) continue;
@@ -463,13 +472,7 @@ static void cg_section(cg_host_ctx *h, int sec) {
 /* The manifest as a private constant NUL-terminated string. */
 static LLVMValueRef cg_manifest(cg_host_ctx *h) {
     const char *s = h->p->manifest.s ? h->p->manifest.s : "";
-    LLVMValueRef init = LLVMConstStringInContext2(h->c, s, strlen(s), 0);
-    LLVMValueRef g = LLVMAddGlobal(h->m, LLVMTypeOf(init), "manifest");
-    LLVMSetInitializer(g, init);
-    LLVMSetGlobalConstant(g, 1);
-    LLVMSetLinkage(g, LLVMPrivateLinkage);
-    LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
-    return g;
+    return cg_private_const(h->m, LLVMConstStringInContext2(h->c, s, strlen(s), 0), "manifest", 0);
 }
 
 /* The cuda target's images: each cubin as an internal constant
@@ -496,12 +499,7 @@ static LLVMValueRef cg_images(cg_host_ctx *h) {
         LLVMSetLinkage(g, LLVMInternalLinkage);
         LLVMSetAlignment(g, 16);
         snprintf(name, sizeof name, "nnsc_arch_%s", cb->arch);
-        LLVMValueRef arch = LLVMConstStringInContext2(h->c, cb->arch, strlen(cb->arch), 0);
-        LLVMValueRef a = LLVMAddGlobal(h->m, LLVMTypeOf(arch), name);
-        LLVMSetInitializer(a, arch);
-        LLVMSetGlobalConstant(a, 1);
-        LLVMSetLinkage(a, LLVMPrivateLinkage);
-        LLVMSetUnnamedAddress(a, LLVMGlobalUnnamedAddr);
+        LLVMValueRef a = cg_private_const(h->m, LLVMConstStringInContext2(h->c, cb->arch, strlen(cb->arch), 0), name, 0);
         LLVMValueRef row[3] = {a, g, LLVMConstInt(h->i64, (unsigned long long)cb->size, 0)};
         rows[k] = LLVMConstNamedStruct(img, row, 3);
     }
@@ -606,18 +604,9 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features, int p
         LLVMValueRef row = LLVMGetParam(fn, 2);
         LLVMSetValueName2(row, "row", 3);
         LLVMValueRef tab = LLVMConstNull(h->ptr);
-        if (p->nvar) {
-            size_t nv = (size_t)p->nmember * (size_t)p->nvar;
-            LLVMValueRef *v = ir_xmalloc(sizeof *v * nv);
-            for (size_t j = 0; j < nv; j++) v[j] = LLVMConstInt(h->i64, (unsigned long long)p->rv[j], 1);
-            LLVMValueRef rows = LLVMConstArray2(h->i64, v, (uint64_t)nv);
-            free(v);
-            tab = LLVMAddGlobal(h->m, LLVMTypeOf(rows), "nnsc_rv_tab");
-            LLVMSetInitializer(tab, rows);
-            LLVMSetGlobalConstant(tab, 1);
-            LLVMSetLinkage(tab, LLVMPrivateLinkage);
-            LLVMSetAlignment(tab, 8);
-        }
+        if (p->nvar)
+            tab = cg_private_const(h->m, cg_const_ints(h->i64, p->rv, (size_t)p->nmember * (size_t)p->nvar),
+                                   "nnsc_rv_tab", 8);
         LLVMValueRef at = LLVMBuildNSWMul(h->b, row, LLVMConstInt(h->i64, (unsigned long long)p->nvar, 0), "");
         LLVMValueRef rowp = LLVMBuildInBoundsGEP2(h->b, h->i64, tab, &at, 1, "rv.row");
         LLVMBuildStore(h->b, rowp, h->rvg);
@@ -857,18 +846,12 @@ int cg_host_cuda(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const ch
 
 /* ------------------------------------------------------------ dispatch */
 
-/* A private constant i32 array. */
+/* A private constant i32 array of the n ints v. */
 static LLVMValueRef cg_i32_table(LLVMModuleRef m, LLVMTypeRef i32, const int *v, int n, const char *name) {
-    LLVMValueRef *c = ir_xmalloc(sizeof *c * ((size_t)n + 1));
-    for (int i = 0; i < n; i++) c[i] = LLVMConstInt(i32, (unsigned long long)v[i], 1);
-    LLVMValueRef init = LLVMConstArray2(i32, c, (uint64_t)n);
-    free(c);
-    LLVMValueRef g = LLVMAddGlobal(m, LLVMTypeOf(init), name);
-    LLVMSetInitializer(g, init);
-    LLVMSetGlobalConstant(g, 1);
-    LLVMSetLinkage(g, LLVMPrivateLinkage);
-    LLVMSetUnnamedAddress(g, LLVMGlobalUnnamedAddr);
-    LLVMSetAlignment(g, 4);
+    int64_t *w = ir_xmalloc(sizeof *w * ((size_t)n + 1));
+    for (int i = 0; i < n; i++) w[i] = v[i];
+    LLVMValueRef g = cg_private_const(m, cg_const_ints(i32, w, (size_t)n), name, 4);
+    free(w);
     return g;
 }
 
@@ -905,11 +888,7 @@ int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, cons
     LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(c, fn, "entry");
     LLVMBasicBlockRef bad = LLVMAppendBasicBlockInContext(c, fn, "bad");
     LLVMPositionBuilderAtEnd(b, entry);
-    LLVMValueRef name = LLVMConstStringInContext2(c, model, strlen(model), 0);
-    LLVMValueRef mg = LLVMAddGlobal(m, LLVMTypeOf(name), "model");
-    LLVMSetInitializer(mg, name);
-    LLVMSetGlobalConstant(mg, 1);
-    LLVMSetLinkage(mg, LLVMPrivateLinkage);
+    LLVMValueRef mg = cg_private_const(m, LLVMConstStringInContext2(c, model, strlen(model), 0), "model", 0);
     LLVMValueRef argc = LLVMGetParam(fn, 0), argv = LLVMGetParam(fn, 1);
     LLVMValueRef sa[4] = {argc, argv, LLVMConstInt(i32, (unsigned long long)world, 0), mg};
     LLVMValueRef r = LLVMBuildCall2(b, sel_ty, sel, sa, 4, "rank");

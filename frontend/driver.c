@@ -233,9 +233,9 @@ static void *build_worker(void *arg)
     return NULL;
 }
 
-/* How many programs to generate at once: $NNSC_JOBS, else the CPUs
- * online, at most the programs.  Each program's object depends on nothing
- * else, so the files are the same for any count. */
+/* How many threads for n units of work (ranks to lower, programs to
+ * generate): $NNSC_JOBS, else the CPUs online, at most n.  A unit's result
+ * depends on nothing else, so the files are the same for any count. */
 static int codegen_jobs(int nprogs)
 {
     const char *e = getenv("NNSC_JOBS");
@@ -289,8 +289,8 @@ static int same_file_as(const char *path1, const char *path2)
 /* The executable: the shared programs' objects, the dispatcher's and
  * rtlib linked into DIR/rank; DIR/rankK (and DIR/rankK.ll) name it (and
  * the code rank K runs) too. */
-static int link_all(const fe_opts *o, const ir_dist *d, const ir_prog *progs, int nprog, const int *cls_of,
-                    const int *row_of, const char *rtlib)
+static int link_all(const fe_opts *o, const ir_dist *d, int nprog, const int *cls_of, const int *row_of,
+                    const char *rtlib)
 {
     const int n = d->ndev;
     char **objs = ir_xcalloc((size_t)nprog + 2, sizeof *objs);
@@ -316,7 +316,6 @@ static int link_all(const fe_opts *o, const ir_dist *d, const ir_prog *progs, in
     }
     for (int k = 0; k <= nprog; k++) remove(objs[k]), free(objs[k]);
     free(objs);
-    (void)progs;
     return rc;
 }
 
@@ -513,7 +512,7 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         if (!rc) rc = build_all(o, progs, nprog, cuda ? &gpu : NULL);
         if (!o->verbose && !o->quiet && isatty(2)) fprintf(stderr, "\r\033[K");
         tick(o, t0, "codegen");
-        if (!rc) rc = link_all(o, d, progs, nprog, cls_of, row_of, rtlib);
+        if (!rc) rc = link_all(o, d, nprog, cls_of, row_of, rtlib);
         tick(o, t0, "link");
         if (!rc) rc = cg_emit(o->out, o->spec, d, sum, nprog, cuda ? &gpu : NULL);
         cg_cubin_free((cg_cubin *)gpu.cubin, gpu.ncubin);

@@ -125,11 +125,6 @@ static int64_t bytes_of(const cctx *c, const ir_box *b)
     return ir_box_numel(b, c->nd) * pass_elsize(&c->d->g->t[c->t]);
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
 
 /* Add a comm over members devs[0..n) (any order: sorted here, with their
  * in/out pTensors); returns its id.  root is a device (or -1). */
@@ -141,7 +136,7 @@ static int add_comm(cctx *c, ir_commkind k, int n, const int *devs, const int *i
     /* members by device: sort (device, position) pairs packed in 64 bits */
     int64_t *key = ir_xmalloc(sizeof *key * (size_t)n);
     for (int j = 0; j < n; j++) key[j] = (int64_t)devs[j] << 32 | j;
-    qsort(key, (size_t)n, sizeof *key, cmp_i64);
+    qsort(key, (size_t)n, sizeof *key, ir_cmp_i64);
     for (int i = 0; i < n; i++) ix[i] = (int)(key[i] & 0xffffffff), sd[i] = devs[ix[i]];
     free(key);
     ir_comm cm;

@@ -467,11 +467,6 @@ typedef struct fz_ctx {
     fz_ints keys, cur, ecur;   /* scratch of fz_iscan: candidate keys, their cursors */
 } fz_ctx;
 
-/* Orders int64s (the first of each persistent region's pair). */
-static int fz_cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* A context for p: its persistent regions sorted, no section indexed yet. */
 static void fz_ctx_init(fz_ctx *F, const ir_prog *p) {
@@ -484,7 +479,7 @@ static void fz_ctx_init(fz_ctx *F, const ir_prog *p) {
             pr[2 * F->npers] = p->reg[g].off;
             pr[2 * F->npers++ + 1] = p->reg[g].off + p->reg[g].bytes;
         }
-    qsort(pr, (size_t)F->npers, 2 * sizeof(int64_t), fz_cmp_i64);
+    qsort(pr, (size_t)F->npers, 2 * sizeof(int64_t), ir_cmp_i64);   /* by the first of each pair */
     F->plo = ir_xmalloc(sizeof(int64_t) * ((size_t)F->npers + 1));
     F->pmx = ir_xmalloc(sizeof(int64_t) * ((size_t)F->npers + 1));
     for (int k = 0; k < F->npers; k++) {

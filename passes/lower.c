@@ -607,12 +607,6 @@ static void lower_eval(lctx *c)
     c->eval = 0;
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Manifest records: header, groups, params this rank stores, inputs, and
  * what the rank's banner and MFU need (mesh, param count, the FLOPs of a
  * step summed over every rank's sub-ops: known before any rank is lowered). */
@@ -649,7 +643,7 @@ static void manifest(lctx *c)
         if (d->pt_store[pt] >= 0 && (g->t[t].kind == IR_T_PARAM || g->t[t].kind == IR_T_OPTSTATE))
             mine[nmine++] = (int64_t)t * ((int64_t)d->npt + 1) + d->pt_store[pt];   /* (tensor, store index) */
     }
-    qsort(mine, (size_t)nmine, sizeof *mine, cmp_i64);
+    qsort(mine, (size_t)nmine, sizeof *mine, ir_cmp_i64);
     int np = 0, ns = 0;
     for (int q = 0; q < nmine; q++) {
         int t = (int)(mine[q] / ((int64_t)d->npt + 1)), s = (int)(mine[q] % ((int64_t)d->npt + 1));

@@ -377,12 +377,6 @@ typedef struct mck {
  * tell, pass_memcheck replays again the exact way, which names the
  * pTensor that overwrote the value. */
 
-/* Orders int64s (buffer boundaries). */
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* The cell starting at byte x, or -1 when no buffer boundary is there. */
 static int mck_cell(const mck *k, int64_t x)
@@ -454,7 +448,7 @@ static void mck_paint_init(mck *k)
         k->cut[2 * j] = lo, k->cut[2 * j + 1] = hi;
     }
     int n = 2 * k->n;
-    qsort(k->cut, (size_t)n, sizeof *k->cut, cmp_i64);
+    qsort(k->cut, (size_t)n, sizeof *k->cut, ir_cmp_i64);
     for (int i = 0; i < n; i++)
         if (!k->ncut || k->cut[k->ncut - 1] != k->cut[i]) k->cut[k->ncut++] = k->cut[i];
     k->psize = 1;

@@ -83,14 +83,34 @@ static const char *tok_end(const char *s)
 /* Does ints j of in hold a number (not shape)? */
 static int int_is_number(const pg_instr *in, int j) { return in->kernel != RT_K_ew && !in->islot[j]; }
 
-/* The numbers of one instruction. */
-static void walk_instr(const pg_instr *in, vec *out)
+/* The numbers of p's instructions in walk order (sections, then bodies;
+ * a call's table comes later): fn(ctx, value, its mark) for each, the mark
+ * being the bvar / ivar entry that names a rank variable there.  walk and
+ * mark both go through here, so their orders cannot differ. */
+typedef void visit_fn(void *ctx, int64_t v, uint16_t *mark);
+
+static void visit_list(pg_instr *ins, int n, visit_fn *fn, void *ctx)
 {
-    if (in->kernel == PG_CALL) return;   /* its table comes later */
-    for (int j = 0; j < in->nbuf; j++)
-        if (!in->bslot[j]) vpush(out, in->buf[j]);
-    for (int j = 0; j < in->nint; j++)
-        if (int_is_number(in, j)) vpush(out, in->ints[j].c);
+    for (int i = 0; i < n; i++) {
+        pg_instr *in = &ins[i];
+        if (in->kernel == PG_CALL) continue;
+        for (int j = 0; j < in->nbuf; j++)
+            if (!in->bslot[j]) fn(ctx, in->buf[j], &in->bvar[j]);
+        for (int j = 0; j < in->nint; j++)
+            if (int_is_number(in, j)) fn(ctx, in->ints[j].c, &in->ivar[j]);
+    }
+}
+
+static void visit_instrs(ir_prog *p, visit_fn *fn, void *ctx)
+{
+    for (int s = 0; s < IR_SEC_COUNT; s++) visit_list(p->ins[s], p->nins[s], fn, ctx);
+    for (int k = 0; k < p->nbody; k++) visit_list(p->body[k].ins, p->body[k].nins, fn, ctx);
+}
+
+static void push_value(void *out, int64_t v, uint16_t *mark)
+{
+    (void)mark;
+    vpush(out, v);
 }
 
 /* Every number of p in walk order: sections, bodies, tables, the loss
@@ -98,10 +118,7 @@ static void walk_instr(const pg_instr *in, vec *out)
 static void walk(const ir_prog *p, vec *out)
 {
     out->n = 0;
-    for (int s = 0; s < IR_SEC_COUNT; s++)
-        for (int i = 0; i < p->nins[s]; i++) walk_instr(&p->ins[s][i], out);
-    for (int k = 0; k < p->nbody; k++)
-        for (int i = 0; i < p->body[k].nins; i++) walk_instr(&p->body[k].ins[i], out);
+    visit_instrs((ir_prog *)p, push_value, out);   /* reads only */
     for (int t = 0; t < p->ntab; t++) vpush(out, p->tab[t]);
     vpush(out, p->loss_off);
     for (const char *s = p->manifest.s ? p->manifest.s : ""; *s;) {
@@ -241,30 +258,24 @@ int pass_share_add(pass_share *s, ir_prog *p)
     return (int)(c - s->cls);
 }
 
-/* Mark position pos of the walk of p as variable v. */
+/* Marking: position pos of the walk gets variable var[pos] (0: none). */
 typedef struct marker {
-    ir_prog *p;
     const int *var;     /* per position: 0, or v + 1 */
     int pos;
 } marker;
 
-static void mark_instr(marker *m, pg_instr *in)
+static void set_mark(void *ctx, int64_t v, uint16_t *mark)
 {
-    if (in->kernel == PG_CALL) return;
-    for (int j = 0; j < in->nbuf; j++)
-        if (!in->bslot[j]) in->bvar[j] = (uint16_t)m->var[m->pos++];
-    for (int j = 0; j < in->nint; j++)
-        if (int_is_number(in, j)) in->ivar[j] = (uint16_t)m->var[m->pos++];
+    marker *m = ctx;
+    (void)v;
+    *mark = (uint16_t)m->var[m->pos++];
 }
 
 /* Turn the class's Program into the shared one: marks where var says. */
 static void mark(ir_prog *p, const int *var)
 {
-    marker m = {p, var, 0};
-    for (int s = 0; s < IR_SEC_COUNT; s++)
-        for (int i = 0; i < p->nins[s]; i++) mark_instr(&m, &p->ins[s][i]);
-    for (int k = 0; k < p->nbody; k++)
-        for (int i = 0; i < p->body[k].nins; i++) mark_instr(&m, &p->body[k].ins[i]);
+    marker m = {var, 0};
+    visit_instrs(p, set_mark, &m);
     for (int t = 0; t < p->ntab; t++) {
         if (!var[m.pos]) {
             m.pos++;

@@ -241,15 +241,21 @@ static double rt_parse_peak(const char *what, const char *v)
     return x;
 }
 
+/* The launchers' rank and world variables, in the order they are read. */
+static const char *const rt_rank_vars[][2] = {
+    {"NNSC_RANK", "NNSC_WORLD"},
+    {"RANK", "WORLD_SIZE"},
+    {"SLURM_PROCID", "SLURM_NTASKS"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+};
+
 /* The rank the environment gives this process (the first pair set, as
  * rt_rank_from_env reads it), or -1 when none is set or it is not a number;
  * nothing is checked (for --help, which must work in any environment). */
 static int rt_env_rank_peek(void)
 {
-    static const char *const names[] = {"NNSC_RANK", "RANK", "SLURM_PROCID",
-                                        "OMPI_COMM_WORLD_RANK"};
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        const char *v = getenv(names[k]);
+    for (size_t k = 0; k < sizeof rt_rank_vars / sizeof rt_rank_vars[0]; k++) {
+        const char *v = getenv(rt_rank_vars[k][0]);
         if (v && *v) {
             char *end;
             long r = strtol(v, &end, 10);
@@ -372,23 +378,25 @@ static int rt_env_pair(const char *rname, const char *wname, int *r, int *w)
     return 1;
 }
 
+/* Rank and world from the first launcher convention present (0 and 1
+ * when none is); the variables' names in *src, or NULL. */
+static void rt_rank_env(int *r, int *w, const char **src)
+{
+    *r = 0, *w = 1, *src = NULL;
+    for (size_t k = 0; k < sizeof rt_rank_vars / sizeof rt_rank_vars[0] && !*src; k++)
+        if (rt_env_pair(rt_rank_vars[k][0], rt_rank_vars[k][1], r, w))
+            *src = rt_rank_vars[k][0];
+}
+
 /* Rank and world from the first launcher convention present; exits 2 when
  * none is set in a world of several ranks, or when they disagree with the
  * manifest this program was built with. */
 static void rt_rank_from_env(rt_ctx *ctx)
 {
-    static const char *const pairs[][2] = {
-        {"NNSC_RANK", "NNSC_WORLD"},
-        {"RANK", "WORLD_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-    };
     const rt_manifest *m = &ctx->man;
-    int r = 0, w = 1;
-    const char *src = NULL;
-    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0] && !src; k++)
-        if (rt_env_pair(pairs[k][0], pairs[k][1], &r, &w))
-            src = pairs[k][0];
+    int r, w;
+    const char *src;
+    rt_rank_env(&r, &w, &src);
     if (!src && m->world > 1) {
         /* started by hand, alone: say how the ranks of a job are started */
         const char *slash = strrchr(ctx->prog, '/');
@@ -433,22 +441,14 @@ static int rt_rank_of_name(const char *prog, int world)
 
 int rt_rank_select(int argc, char **argv, int world, const char *model)
 {
-    static const char *const pairs[][2] = {
-        {"NNSC_RANK", "NNSC_WORLD"},
-        {"RANK", "WORLD_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-    };
     const char *prog = argc > 0 && argv[0] ? argv[0] : "rank";
     int named = rt_rank_of_name(prog, world);
     for (int a = 1; a < argc; a++)   /* --help works anywhere: as the named rank, or rank 0 */
         if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h"))
             return named >= 0 ? named : 0;
-    int r = 0, w = 1;
-    const char *src = NULL;
-    for (size_t k = 0; k < sizeof pairs / sizeof pairs[0] && !src; k++)
-        if (rt_env_pair(pairs[k][0], pairs[k][1], &r, &w))
-            src = pairs[k][0];
+    int r, w;
+    const char *src;
+    rt_rank_env(&r, &w, &src);
     const char *slash = strrchr(prog, '/');
     int dirlen = slash ? (int)(slash - prog) : 1;
     const char *dir = slash ? prog : ".";

@@ -104,20 +104,27 @@ static int count_comm(const ir_dist *d, ir_commkind k)
     return n;
 }
 
+/* The mlp of batch B in mbs micro-batches, planned (dp) for ndev devices
+ * through the schedule, verified after split and comm. */
+static void plan_mlp(ir_graph *g, ir_dist *d, int64_t B, int mbs, int ndev)
+{
+    mlp(g, B, mbs);
+    g->req.devices = ndev;
+    pass_autograd(g);
+    ir_dist_init(d, g, ndev);
+    CHECK(pass_plan(d) == 0, "dp plan on %d devices", ndev);
+    pass_split(d);
+    ir_dist_verify(d);
+    pass_comm(d);
+    ir_dist_verify(d);
+    pass_schedule(d);
+}
+
 static void test_dp(int ndev, int mbs)
 {
     ir_graph g;
-    mlp(&g, 8, mbs);
-    g.req.devices = ndev;
-    pass_autograd(&g);
     ir_dist d;
-    ir_dist_init(&d, &g, ndev);
-    CHECK(pass_plan(&d) == 0, "dp plan on %d devices", ndev);
-    pass_split(&d);
-    ir_dist_verify(&d);
-    pass_comm(&d);
-    ir_dist_verify(&d);
-    pass_schedule(&d);
+    plan_mlp(&g, &d, 8, mbs, ndev);
     int nar = count_comm(&d, IR_COMM_ALLREDUCE);
     /* three param gradients and the loss are sums over the devices */
     CHECK(nar == (ndev > 1 ? 4 : 0), "%d devices: %d all-reduces derived (3 grads + loss)", ndev, nar);
@@ -397,16 +404,8 @@ static void test_inplace_readers(const char *tests)
 static void test_dp_wide(int ndev)
 {
     ir_graph g;
-    mlp(&g, 2 * ndev, 1);
-    g.req.devices = ndev;
-    pass_autograd(&g);
     ir_dist d;
-    ir_dist_init(&d, &g, ndev);
-    CHECK(pass_plan(&d) == 0, "dp plan on %d devices", ndev);
-    pass_split(&d);
-    pass_comm(&d);
-    ir_dist_verify(&d);
-    pass_schedule(&d);
+    plan_mlp(&g, &d, 2 * ndev, 1, ndev);
     int nar = count_comm(&d, IR_COMM_ALLREDUCE), nsr = count_comm(&d, IR_COMM_SENDRECV), wide = 1;
     for (int i = 0; i < d.ncomm; i++)
         if (d.comm[i].kind == IR_COMM_ALLREDUCE) wide &= d.grp[d.comm[i].group].n == ndev;
