@@ -643,11 +643,11 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features, int p
     LLVMBasicBlockRef pre_end = LLVMGetInsertBlock(h->b);
     LLVMBuildBr(h->b, mb_cond);
 
-    /* for (int64_t mb = 0; mb < MICRO_BATCHES; mb++) { mb section } */
+    /* for (int64_t mb = 0; mb < MB_TRIPS; mb++) { mb section } (1 trip: a pipeline's tasks unrolled) */
     LLVMPositionBuilderAtEnd(h->b, mb_cond);
     h->mb = LLVMBuildPhi(h->b, h->i64, "mb");
     LLVMValueRef mb_more = LLVMBuildICmp(h->b, LLVMIntSLT, h->mb,
-                                         LLVMConstInt(h->i64, (unsigned long long)p->micro_batches, 1), "mb.more");
+                                         LLVMConstInt(h->i64, (unsigned long long)p->mb_trips, 1), "mb.more");
     LLVMBuildCondBr(h->b, mb_more, mb_body, mb_exit);
     LLVMPositionBuilderAtEnd(h->b, mb_body);
     cg_section(h, IR_SEC_MB);

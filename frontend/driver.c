@@ -569,6 +569,7 @@ int fe_compile(const fe_opts *o)
     if (want(o, "comm")) ir_dist_print(&d, &b), dump("comm", &b);
     pass_schedule(&d);
     ir_dist_verify(&d);
+    if ((rc = pass_pipeline(&d))) goto out_d;
     tick(o, &t0, "schedule");
     if (want(o, "schedule")) ir_dist_print(&d, &b), dump("schedule", &b);
     rc = build_ranks(o, &d, &t0);

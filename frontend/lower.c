@@ -1154,29 +1154,43 @@ static int lower_train(fe_lw *L)
 }
 
 /* [cluster] devices = INT, device = cpu;
- * [plan] policy = dp|tp|hybrid, dp = INT, tp = INT, trans = CONSTRAINT {, CONSTRAINT}
- * (the constraints are checked by the planner, which knows the annotations) */
+ * [plan] policy = dp|tp|hybrid, dp = INT, tp = INT, pp = INT, trans = CONSTRAINT {, CONSTRAINT},
+ * stage = OPS STAGE {, OPS STAGE}, schedule = gpipe|1f1b, order = TASKS {; TASKS}
+ * (constraints, stages and orders are checked by the planner, which knows the ops) */
 static int lower_cluster(fe_lw *L)
 {
     const fe_section *cl = section(L->s, "cluster"), *pl = section(L->s, "plan");
     static const char *const devs[] = {"cpu", NULL};
     static const char *const pols[] = {"dp", "tp", "hybrid", NULL};
-    int64_t n, dp, tp;
-    int dev, pol;
+    static const char *const scheds[] = {"1f1b", "gpipe", NULL};
+    int64_t n, dp, tp, pp;
+    int dev, pol, sch;
     if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) || get_choice(L, cl, "device", devs, 0, &dev) ||
         get_choice(L, pl, "policy", pols, 0, &pol) || get_int(L, pl, "dp", 0, 1, FE_MAX_DEVICES, &dp) ||
-        get_int(L, pl, "tp", 0, 1, FE_MAX_DEVICES, &tp))
+        get_int(L, pl, "tp", 0, 1, FE_MAX_DEVICES, &tp) || get_int(L, pl, "pp", 1, 1, FE_MAX_DEVICES, &pp) ||
+        get_choice(L, pl, "schedule", scheds, 0, &sch))
         return 2;
     ir_planreq *r = &L->g->req;
     r->devices = (int)n;
     r->policy = ir_str(L->g, pols[pol]);
     r->dp = (int)dp;
     r->tp = (int)tp;
+    r->pp = (int)pp;
+    r->schedule = sch == 1 ? IR_SCHED_GPIPE : IR_SCHED_1F1B;
     const fe_kv *kv = pl ? fe_get(pl, "trans") : NULL;
     if (kv) {
         r->trans = ir_str(L->g, kv->val);
         r->trans_line = kv->line;
     }
+    if ((kv = pl ? fe_get(pl, "stage") : NULL)) {
+        r->stage = ir_str(L->g, kv->val);
+        r->stage_line = kv->line;
+    }
+    if ((kv = pl ? fe_get(pl, "order") : NULL)) {
+        r->order = ir_str(L->g, kv->val);
+        r->order_line = kv->line;
+    }
+    if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line;
     const fe_kv *pk = pl ? fe_get(pl, "policy") : NULL;
     if (pk) r->policy_line = pk->line;
     return 0;

@@ -19,10 +19,12 @@ void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev)
     d->g = g;
     d->ndev = ndev;
     d->trans = ir_xcalloc((size_t)g->nop + 1, sizeof *d->trans);
+    d->op_stage = ir_xcalloc((size_t)g->nop + 1, sizeof *d->op_stage);
     d->accum = ir_xcalloc((size_t)g->nt + 1, 1);
     d->world_group = -1;
     d->seq_opt = -1;
-    d->mesh_dp = d->mesh_tp = 1;
+    d->mesh_dp = d->mesh_tp = d->mesh_pp = 1;
+    d->seq_bwd = -1;
     d->store = ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1));
     d->nstore = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
     for (int i = 0; i < g->nt; i++) d->store[i] = -1;
@@ -33,6 +35,13 @@ void ir_dist_free(ir_dist *d)
     for (int i = 0; i < d->npool; i++) free(d->pool[i]);
     free(d->pool);
     free(d->trans);
+    free(d->op_stage);
+    if (d->pipe) {
+        free(d->pipe->task0);
+        free(d->pipe->task);
+        free(d->pipe->nslot);
+        free(d->pipe);
+    }
     free(d->pt);
     free(d->sop);
     free(d->comm);

@@ -19,7 +19,7 @@
 #define IR_MAXDIM   8   /* most dimensions of a tensor */
 #define IR_MAXIO    6   /* most inputs (or outputs) of an op */
 #define IR_MAXID    16  /* most distinct identifiers in one annotation */
-#define IR_MAXSPLIT 4   /* most nested op-trans splits of one op */
+#define IR_MAXSPLIT 5   /* most nested op-trans splits of one op */
 #define IR_MAXFATTR 6   /* float attributes of an op */
 #define IR_MAXIATTR 4   /* integer attributes of an op */
 
@@ -247,7 +247,20 @@ typedef struct ir_planreq {
     int dp, tp;               /* hybrid degrees (0: not given) */
     const char *trans;        /* user op-trans constraints, as written, or NULL */
     int trans_line;           /* spec line of trans */
+    int pp;                   /* pipeline stages (1: none) */
+    int pp_line;              /* spec line of pp (0: default or --set) */
+    const char *stage;        /* user op-assign to stages ("h.0-5 0, lm_head 1"), or NULL */
+    int stage_line;           /* spec line of stage */
+    int schedule;             /* IR_SCHED_*: the pipeline's op-order */
+    const char *order;        /* a user order of tasks per stage ("F0 F1 B0 B1; ..."), or NULL */
+    int order_line;           /* spec line of order */
 } ir_planreq;
+
+/* Pipeline schedules ([plan] schedule). */
+enum {
+    IR_SCHED_1F1B,   /* one forward one backward (PipeDream-flush, Megatron's default) */
+    IR_SCHED_GPIPE,  /* all forwards, then all backwards */
+};
 
 typedef struct ir_graph {
     const char *model;        /* model name */
@@ -406,6 +419,26 @@ typedef struct ir_item {
     int id;       /* sub-op or comm id */
 } ir_item;
 
+/* A pipeline's op-order (passes/pipeline.c): per stage, the tasks it runs
+ * in one step, each the stage's forward (F) or backward (B) items for one
+ * micro-batch; a micro-batch in flight (its F done, its B not) keeps the
+ * buffers its B reads in one of the stage's stash slots. */
+enum { IR_TASK_F, IR_TASK_B };
+typedef struct ir_task {
+    int kind;   /* IR_TASK_F or IR_TASK_B */
+    int mb;     /* micro-batch */
+    int slot;   /* stash slot of the micro-batch */
+} ir_task;
+
+typedef struct ir_pipe {
+    int pp;          /* stages */
+    int m;           /* micro-batches per step */
+    int sched;       /* IR_SCHED_*, or -1: the user's order */
+    int *task0;      /* per stage + 1: CSR start into task (2 m tasks per stage) */
+    ir_task *task;   /* the tasks, stage after stage, in the order each stage runs them */
+    int *nslot;      /* per stage: stash slots (the most micro-batches in flight) */
+} ir_pipe;
+
 typedef struct ir_dist {
     const ir_graph *g;         /* the logical graph (not owned) */
     int ndev;                  /* devices */
@@ -423,6 +456,13 @@ typedef struct ir_dist {
     int *nstore;               /* per tensor: length of that list */
     char **pool; int npool, poolcap; /* owned strings */
     int mesh_dp, mesh_tp;      /* the plan's mesh dp x tp (plan.c; 1 x 1 on one device) */
+    int mesh_pp;               /* pipeline stages (plan.c): stage k runs on devices
+                                  k * dp * tp .. (k + 1) * dp * tp - 1; 1: no pipeline */
+    int *op_stage;             /* per op: its stage (plan.c); an optimizer update of a param
+                                  read on several stages runs on each of them (the lowest here) */
+    ir_pipe *pipe;             /* the pipeline's op-order (pipeline.c), NULL: no pipeline */
+    int seq_bwd;               /* position in seq of the first backward item of the mb section
+                                  (schedule.c): a rank's mb items before it are its forward task */
     const char *warnings;      /* what the planner warned about, one per line, or NULL (plan.c) */
     double step_flops;         /* model FLOPs of a step summed over every rank's sub-ops (schedule.c) */
     struct ir_ptindex *pt_index; /* per vTensor: an open-addressing index of its pTensors by
@@ -560,7 +600,9 @@ typedef struct pg_region {
 typedef struct ir_prog {
     int rank, world;
     int64_t arena;                    /* arena bytes */
-    int64_t micro_batches;            /* trip count of the IR_SEC_MB loop */
+    int64_t micro_batches;            /* micro-batches per step (trip count of the IR_SEC_EVAL loop) */
+    int64_t mb_trips;                 /* trip count of the IR_SEC_MB loop: micro_batches, or 1 when the
+                                         section holds a pipeline's tasks unrolled (passes/lower.c) */
     int64_t steps;                    /* default step count */
     int64_t loss_off;                 /* arena offset of the replicated loss, -1: none */
     pg_instr *ins[IR_SEC_COUNT];      /* instructions per section */

@@ -819,8 +819,12 @@ void pass_comm(ir_dist *d)
         }
         consumed(&c, t, 0, &c.need);
         /* the loss is reported by every device that holds a part of it */
-        if (t == g->train.loss)
+        if (t == g->train.loss) {
             for (int i = 0; i < c.src.n; i++) lpush(&c.need, full_pt(&c, c.src.v[i], P(&c, c.src.v[i])->dev));
+            /* ... and, in a pipeline, by every device (the last stage holds it) */
+            for (int dev = 0; dev < d->ndev && d->mesh_pp > 1 && c.src.n; dev++)
+                lpush(&c.need, full_pt(&c, c.src.v[0], dev));
+        }
         if (g->t[t].kind == IR_T_INPUT) continue;   /* data is loaded where it is needed */
         index_devs(&c);
         pieces_free(&c);

@@ -621,7 +621,9 @@ static void manifest(lctx *c)
                g->model ? g->model : "model", p->rank, p->world, (long long)p->arena, (long long)g->train.steps,
                (long long)g->train.micro_batches);
     ir_bprintf(b, "seed %llu\nlr %.9g\n", (unsigned long long)g->seed, g->train.lr);
-    ir_bprintf(b, "mesh dp %d tp %d policy %s\n", d->mesh_dp, d->mesh_tp, g->req.policy ? g->req.policy : "dp");
+    ir_bprintf(b, "mesh dp %d tp %d", d->mesh_dp, d->mesh_tp);
+    if (d->mesh_pp > 1) ir_bprintf(b, " pp %d", d->mesh_pp);
+    ir_bprintf(b, " policy %s\n", g->req.policy ? g->req.policy : "dp");
     int64_t nparam = 0;
     for (int t = 0; t < g->nt; t++)
         if (g->t[t].kind == IR_T_PARAM) nparam += ir_numel(&g->t[t]);
@@ -696,6 +698,43 @@ static void manifest(lctx *c)
     ir_bprintf(b, "end\n");
 }
 
+/* Pipeline: the mb section, lowered item by item for one micro-batch
+ * (item q's instructions are at[q] .. at[q + 1] - 1 of the rank's mb items;
+ * other items add none there), becomes the rank's tasks of one step in
+ * pipeline order (pass_pipe_order): each item once per task, with the
+ * task's micro-batch folded into the integer arguments (c + m * mb) and
+ * buffers of the stash moved to the task's slot.  The section then runs
+ * once per step. */
+static void unroll(lctx *c, const int *at)
+{
+    ir_prog *p = c->p;
+    const pass_mem *m = c->m;
+    pass_pipe_ent *e;
+    int ne = pass_pipe_order(c->d, p->rank, &e);
+    int64_t n = 0;
+    for (int i = 0; i < ne; i++) n += at[e[i].q + 1] - at[e[i].q];
+    IR_ASSERT(n < INT32_MAX);
+    pg_instr *old = p->ins[IR_SEC_MB], *ins = ir_xmalloc(sizeof *ins * ((size_t)n + 1));
+    int k = 0;
+    for (int i = 0; i < ne; i++)
+        for (int j = at[e[i].q]; j < at[e[i].q + 1]; j++) {
+            pg_instr *in = &ins[k++];
+            *in = old[j];
+            for (int a = 0; a < in->nint; a++) {
+                in->ints[a].c += in->ints[a].m * e[i].mb;
+                in->ints[a].m = 0;
+            }
+            for (int a = 0; a < in->nbuf; a++)
+                if (in->buf[a] >= m->stash && in->buf[a] < m->stash + m->stash_bytes)
+                    in->buf[a] += e[i].slot * m->stash_bytes;
+        }
+    free(old);
+    free(e);
+    p->ins[IR_SEC_MB] = ins;
+    p->nins[IR_SEC_MB] = p->inscap[IR_SEC_MB] = k;
+    p->mb_trips = 1;
+}
+
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
 {
     const ir_graph *g = d->g;
@@ -709,7 +748,7 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
               .loaded = ir_xcalloc((size_t)nrpt + 1, 1), .place = -1};
     memset(c.pidx, 0xff, sizeof(int) * (size_t)nrpt);   /* -1: not a param of this rank */
     p->arena = m->arena;
-    p->micro_batches = g->train.micro_batches;
+    p->micro_batches = p->mb_trips = g->train.micro_batches;
     p->steps = g->train.steps;
     p->loss_off = -1;
     manifest(&c);
@@ -746,13 +785,20 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
         }
     }
     int normed = 0;
+    int *at = d->pipe ? ir_xmalloc(sizeof(int) * ((size_t)nitem + 1)) : NULL;   /* pipeline: item q's first */
     for (int q = 0; q < nitem; q++) {
         const ir_item *it = &d->seq[item[q]];
         /* the global gradient norm: after the gradients' comms, before the first
            update (the schedule's first, on whichever rank it runs) */
         if (d->seq_opt >= 0 && item[q] >= d->seq_opt && !normed++) grad_norm(&c);
+        if (at) at[q] = p->nins[IR_SEC_MB];
         if (it->comm) lower_comm(&c, it->id, it->sec, d->rank_member[d->rank_item0[rk] + q]);
         else lower_subop(&c, it->id, it->sec);
+    }
+    if (at) {
+        at[nitem] = p->nins[IR_SEC_MB];
+        unroll(&c, at);
+        free(at);
     }
     if (d->seq_opt >= 0 && !normed++) grad_norm(&c);
     if (g->train.eval_every > 0) lower_eval(&c);

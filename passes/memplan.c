@@ -226,6 +226,9 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     int *alias = ir_xmalloc(sizeof(int) * nl);  /* local index of the buffer it shares, or -1 */
     int *apos = ir_xmalloc(sizeof(int) * nl);   /* in-place candidate: where it reduces */
     char *pers = ir_xcalloc(nl, 1);
+    char *xfer = ir_xcalloc(nl, 1);   /* pipeline: touched by a transfer between stages */
+    int qb = R.nitem;                 /* pipeline: the rank's first backward item */
+    const int sd = d->ndev / d->mesh_pp;
     for (int i = 0; i < R.npt; i++) first[i] = -1, last[i] = -1, alias[i] = -1, apos[i] = -1;
     /* uses along the global schedule, this rank's items only; lifetimes are
        in the rank's own item positions q (the same order as seq's) */
@@ -233,11 +236,18 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         int n = R.item[q];
         const ir_item *it = &d->seq[n];
         int post = it->sec != IR_SEC_MB;
+        if (!post && n >= d->seq_bwd && q < qb) qb = q;
         if (it->comm) {
             const ir_comm *c = &d->comm[it->id];
             int k = R.member[q];
             int in = d->ints[c->in + k], out = d->ints[c->out + k];
             int li = in >= 0 ? loc[in] : -1, lo = out >= 0 ? loc[out] : -1;
+            if (d->pipe && !post) {
+                const int *gm = d->ints + d->grp[c->group].devs;
+                int cross = gm[0] / sd != gm[c->n - 1] / sd;   /* members ascend */
+                if (cross && li >= 0) xfer[li] = 1;
+                if (cross && lo >= 0) xfer[lo] = 1;
+            }
             if (in >= 0) use(first, last, li, q);
             if (out >= 0) use(first, last, lo, q);
             if (c->kind == IR_COMM_ALLREDUCE) alias[lo] = li, apos[lo] = q;
@@ -282,6 +292,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         use(first, last, r, first[i]);
         use(first, last, r, last[i]);
         pers[r] |= pers[i];
+        xfer[r] |= xfer[i];
     }
     int64_t top = 0;
     for (int i = 0; i < R.npt; i++)
@@ -301,11 +312,28 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         top += align_up(m->scratch_bytes);
     }
     m->persistent = top;
+    /* pipeline: the stash -- what a micro-batch keeps from its forward task
+       for its backward task, and the buffers of transfers between stages
+       (which the schedule may move across a task boundary) -- one copy per
+       slot, each buffer at the same place in every copy (pipeline.c) */
+    char *stashed = ir_xcalloc(nl, 1);
+    if (d->pipe) {
+        m->nslot = d->pipe->nslot[rank / sd];
+        m->stash = top;
+        for (int i = 0; i < R.npt; i++)
+            if (first[i] >= 0 && alias[i] < 0 && !pers[i] && (xfer[i] || (first[i] < qb && last[i] >= qb))) {
+                stashed[i] = 1;
+                m->off[i] = top;
+                top += align_up(m->bytes[i]);
+            }
+        m->stash_bytes = top - m->stash;
+        top = m->stash + m->stash_bytes * m->nslot;
+    }
     /* transient buffers: first fit by size */
     buf *bs = ir_xmalloc(sizeof(buf) * nl);
     int nb = 0;
     for (int i = 0; i < R.npt; i++)
-        if (first[i] >= 0 && alias[i] < 0 && !pers[i])
+        if (first[i] >= 0 && alias[i] < 0 && !pers[i] && !stashed[i])
             bs[nb++] = (buf){i, align_up(m->bytes[i]), first[i], last[i]};
     qsort(bs, (size_t)nb, sizeof *bs, cmp_buf);
     int64_t end = top;
@@ -332,6 +360,8 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     free(alias);
     free(apos);
     free(pers);
+    free(xfer);
+    free(stashed);
 }
 
 void pass_mem_free(pass_mem *m)

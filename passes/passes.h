@@ -37,6 +37,18 @@ void pass_comm(ir_dist *d);
 /* schedule.c */
 void pass_schedule(ir_dist *d);
 
+/* pipeline.c: with pp stages, each stage's tasks per step (d->pipe) from
+ * [plan] schedule or order, checked deadlock-free.  Returns 0 or 2. */
+int pass_pipeline(ir_dist *d);
+/* The rank's mb-section items in pipeline order: one entry per item and
+ * task (the item's index q among the rank's items, the task's micro-batch,
+ * stash slot and index in the stage's task list); returns the count, *out
+ * malloc'd. */
+typedef struct pass_pipe_ent {
+    int q, mb, slot, task;
+} pass_pipe_ent;
+int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out);
+
 /* memplan.c: buffer of each pTensor on one rank */
 typedef struct pass_mem {
     int rank;
@@ -47,6 +59,10 @@ typedef struct pass_mem {
     int64_t scratch;     /* offset of the scratch area comms pack into (see lower.c) */
     int64_t scratch_bytes; /* its size (0: no comm needs one) */
     int64_t gnorm;       /* offset of the gradient-norm scalar, or -1 (no optimizer) */
+    int64_t stash;       /* pipeline: offset of the stash (buffers a micro-batch keeps between
+                            its tasks), slot 0; slot k's copy is at stash + k * stash_bytes */
+    int64_t stash_bytes; /* bytes of one slot (0: no pipeline) */
+    int nslot;           /* slots */
 } pass_mem;
 void pass_memplan(const ir_dist *d, int rank, pass_mem *m);
 void pass_mem_free(pass_mem *m);

@@ -80,6 +80,14 @@ static int64_t id_extent(const ir_graph *g, int op, int id)
     return id >= 0 ? g->op[op].ext[id] : -1;
 }
 
+/* The stages of every op (op-assign): one, or for an update of a param
+ * read on several stages each of them, ascending; op's are
+ * v[at[op]] .. v[at[op + 1] - 1]. */
+typedef struct stages {
+    int *at;   /* per op + 1 */
+    int *v;    /* stage lists */
+} stages;
+
 /* Planner state: the mesh and each tensor's layout on the tp axis. */
 enum { LAY_REP = -1, LAY_PARTIAL = -2 };
 
@@ -89,22 +97,35 @@ typedef struct planctx {
     int *lay;           /* per tensor: dim split on the tp axis, LAY_REP or LAY_PARTIAL */
     int *tpid;          /* per op: identifier split on the tp axis, IR_REPLICATE, IR_VALUE */
     char *fixed;        /* per op: set by a user constraint */
+    stages st;          /* per op: its stages */
 } planctx;
 
-/* Set op's trans: nsplit splits (id[j], n[j]), sub-op s on device s. */
-static void set_trans(ir_dist *d, int op, int nsplit, const int *id, const int *n, const char *why)
+/* Set op's trans: nsplit splits (id[j], n[j]), sub-op s on device s of
+ * its stage (op_stage; an update read on several stages is replicated on
+ * each, outermost). */
+static void set_trans(ir_dist *d, const stages *S, int op, int nsplit, const int *id, const int *n,
+                      const char *why)
 {
     ir_trans *tr = &d->trans[op];
     memset(tr, 0, sizeof *tr);
     tr->nsub = 1;
+    const int *st = S->v + S->at[op];
+    int nst = S->at[op + 1] - S->at[op];
+    IR_ASSERT(nst >= 1 && nsplit + (nst > 1) <= IR_MAXSPLIT);
+    if (nst > 1) {
+        tr->id[tr->nsplit] = IR_REPLICATE;
+        tr->n[tr->nsplit++] = nst;
+        tr->nsub = nst;
+    }
     for (int j = 0; j < nsplit; j++) {
         if (n[j] == 1 && id[j] == IR_REPLICATE) continue;
         tr->id[tr->nsplit] = id[j];
         tr->n[tr->nsplit++] = n[j];
         tr->nsub *= n[j];
     }
+    int per = tr->nsub / nst, sd = d->ndev / d->mesh_pp;
     int *devs = ir_xmalloc(sizeof(int) * (size_t)tr->nsub);
-    for (int i = 0; i < tr->nsub; i++) devs[i] = i;
+    for (int i = 0; i < tr->nsub; i++) devs[i] = st[i / per] * sd + i % per;
     tr->devs = ir_dist_ints(d, devs, tr->nsub);
     free(devs);
     tr->why = why ? ir_dist_str(d, why) : NULL;
@@ -354,12 +375,16 @@ static int apply_cons(planctx *c, int op, const ucons *u)
                                   "divide into %d", u->id[j], o->name, (long long)e, u->parts[j]);
         }
     }
-    if (total != c->d->ndev)
-        return pass_error(g, g->req.trans_line, "the product of a constraint's parts is the device count",
-                          "[plan] trans: the splits for %s make %d sub-ops, but there are %d devices", o->name,
-                          total, c->d->ndev);
+    int sd = c->d->ndev / c->d->mesh_pp;
+    if (total != sd)
+        return pass_error(g, g->req.trans_line,
+                          c->d->mesh_pp > 1 ? "the product of a constraint's parts is the devices of a stage "
+                                              "(devices / pp)"
+                                            : "the product of a constraint's parts is the device count",
+                          "[plan] trans: the splits for %s make %d sub-ops, but there are %d devices%s", o->name,
+                          total, sd, c->d->mesh_pp > 1 ? " per stage" : "");
     snprintf(why, sizeof why, "user constraint '%s'", u->pat);
-    set_trans(c->d, op, u->n, ids, u->parts, why);
+    set_trans(c->d, &c->st, op, u->n, ids, u->parts, why);
     c->fixed[op] = 1;
     return 0;
 }
@@ -453,13 +478,20 @@ static void warn_replicated(planctx *c)
     ir_buf_free(&w);
 }
 
-/* The mesh from the policy; returns 0 or 2. */
-static int mesh(ir_dist *d, int *dp, int *tp)
+/* The mesh from the policy; returns 0 or 2.  pp stages take devices / pp
+ * each; the policy's dp and tp divide a stage's devices. */
+static int mesh(ir_dist *d, int *dp, int *tp, int *pp)
 {
     const ir_graph *g = d->g;
     const ir_planreq *r = &g->req;
     const char *pol = r->policy ? r->policy : "dp";
-    int n = d->ndev;
+    *pp = r->pp > 1 ? r->pp : 1;
+    if (d->ndev % *pp) {
+        char hint[200];
+        snprintf(hint, sizeof hint, "with %d devices choose pp among the divisors of %d", d->ndev, d->ndev);
+        return pass_error(g, r->pp_line, hint, "[plan] pp %d does not divide %d devices", *pp, d->ndev);
+    }
+    int n = d->ndev / *pp;
     if (strcmp(pol, "dp") == 0) *dp = n, *tp = 1;
     else if (strcmp(pol, "tp") == 0) *dp = 1, *tp = n;
     else {
@@ -468,19 +500,198 @@ static int mesh(ir_dist *d, int *dp, int *tp)
     }
     if (*dp * *tp != n || (r->dp && r->dp != *dp) || (r->tp && r->tp != *tp)) {
         char hint[200];
-        snprintf(hint, sizeof hint, "with %d devices give dp and tp whose product is %d", n, n);
-        return pass_error(g, r->policy_line, hint, "[plan] %s: dp %d x tp %d does not make %d devices", pol,
-                          r->dp ? r->dp : *dp, r->tp ? r->tp : *tp, n);
+        snprintf(hint, sizeof hint, "with %d devices%s give dp and tp whose product is %d", d->ndev,
+                 *pp > 1 ? " in pp stages" : "", n);
+        return pass_error(g, r->policy_line, hint, "[plan] %s: dp %d x tp %d%s does not make %d devices", pol,
+                          r->dp ? r->dp : *dp, r->tp ? r->tp : *tp, *pp > 1 ? " x pp" : "", d->ndev);
     }
     return 0;
+}
+
+/* ---- op-assign: pipeline stages ([plan] pp, stage; docs/plans.md)
+ *
+ * Forward ops: a user `stage = ITEM STAGE, ...` first (ITEM: an op pattern
+ * as in trans, or a block's repeats `h.0-5`, `h.3`); the repeats of the
+ * blocks are otherwise cut into pp runs of consecutive layers, as even as
+ * they go (earlier stages take the extra one); other ops go with the latest
+ * stage they read from (the embedding on the first, the head and loss on
+ * the last).  Backward ops run on their forward op's stage; an update on
+ * every stage that reads its param (a tied embedding: first and last),
+ * each stage keeping its replica. */
+
+/* Is item "BLOCK.A-B" / "BLOCK.A" / "BLOCK"?  Then *b, *lo, *hi. */
+static int block_item(const ir_graph *g, const char *item, int *b, int *lo, int *hi)
+{
+    for (int k = 0; k < g->nblk; k++) {
+        size_t l = strlen(g->blk[k].name);
+        if (strncmp(item, g->blk[k].name, l) != 0) continue;
+        const char *r = item + l;
+        if (!*r) return *b = k, *lo = 0, *hi = g->blk[k].repeat - 1, 1;
+        char *e;
+        if (*r != '.' || r[1] < '0' || r[1] > '9') continue;
+        long a = strtol(r + 1, &e, 10), z = a;
+        if (*e == '-') z = strtol(e + 1, &e, 10);
+        if (*e) continue;
+        return *b = k, *lo = (int)a, *hi = (int)z, 1;
+    }
+    return 0;
+}
+
+static int assign_stages(planctx *c, int pp, const int *order)
+{
+    ir_dist *d = c->d;
+    const ir_graph *g = d->g;
+    const ir_planreq *r = &g->req;
+    int *st = d->op_stage;
+    for (int i = 0; i < g->nop; i++) st[i] = -1;
+    static const char hint[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
+                               "block's repeats (h.0-5, h.6); STAGE 0 .. pp-1";
+    /* user items, in order: a later item overrides an earlier one */
+    const char *s = r->stage;
+    while (s && *s) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char item[512], name[256], extra[8];
+        int k;
+        if (len >= sizeof item) return pass_error(g, r->stage_line, hint, "[plan] stage: item too long");
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (sscanf(item, " %255s %d %7s", name, &k, extra) != 2)
+            return pass_error(g, r->stage_line, hint, "[plan] stage: '%s' is not ITEM STAGE", item);
+        if (k < 0 || k >= pp)
+            return pass_error(g, r->stage_line, hint, "[plan] stage: stage %d of '%s' is not in 0 .. %d (pp %d)", k,
+                              name, pp - 1, pp);
+        int b, lo, hi, hit = 0;
+        int isblk = block_item(g, name, &b, &lo, &hi);
+        if (isblk && (lo < 0 || hi < lo || hi >= g->blk[b].repeat))
+            return pass_error(g, r->stage_line, hint, "[plan] stage: block '%s' has repeats 0 .. %d, not %s",
+                              g->blk[b].name, g->blk[b].repeat - 1, name);
+        for (int i = 0; i < g->nop; i++) {
+            const ir_op *o = &g->op[i];
+            if (o->phase != IR_PH_FWD) continue;
+            if (isblk ? o->block == b && o->rep >= lo && o->rep <= hi : matches(g, o, name)) st[i] = k, hit = 1;
+        }
+        if (!hit)
+            return pass_error(g, r->stage_line, "patterns match forward op names (--dump=graph lists them); "
+                              "blocks are named with their repeats, h.0-5", "[plan] stage: nothing matches '%s'", name);
+        s += len + (e != NULL);
+    }
+    /* the blocks' layers, cut evenly */
+    int nl = 0, *lb = ir_xcalloc((size_t)g->nblk + 1, sizeof(int));
+    for (int b = 0; b < g->nblk; b++) lb[b] = nl, nl += g->blk[b].repeat;
+    int nf = 0, kf = 0;
+    for (int i = 0; i < g->nop; i++) nf += g->op[i].phase == IR_PH_FWD;
+    for (int n = 0; n < g->nop; n++) {
+        int op = order[n];
+        const ir_op *o = &g->op[op];
+        if (o->phase != IR_PH_FWD) continue;
+        int from = 0;   /* the latest stage it reads from */
+        for (int k = 0; k < o->nin; k++) {
+            int p = g->t[o->in[k]].producer;
+            if (p >= 0 && st[p] > from) from = st[p];
+        }
+        if (st[op] < 0) {
+            if (o->block >= 0) st[op] = (int)((int64_t)(lb[o->block] + o->rep) * pp / nl);
+            else if (nl == 0) st[op] = (int)((int64_t)kf * pp / nf);   /* no blocks: ops cut evenly */
+            if (st[op] < from) st[op] = from;
+        }
+        kf++;
+        if (st[op] < from) {
+            int p = -1;
+            for (int k = 0; k < o->nin && p < 0; k++) {
+                int q = g->t[o->in[k]].producer;
+                if (q >= 0 && st[q] == from) p = q;
+            }
+            free(lb);
+            return pass_error(g, r->stage_line ? r->stage_line : r->pp_line,
+                              "a stage reads only from itself and earlier stages: move the op to a later stage or "
+                              "its producer to an earlier one",
+                              "[plan] stage: op %s on stage %d reads %s from op %s on stage %d", o->name, st[op],
+                              g->t[g->op[p].out[0]].name, g->op[p].name, from);
+        }
+    }
+    free(lb);
+    /* every stage runs something */
+    char *busy = ir_xcalloc((size_t)pp, 1);
+    for (int i = 0; i < g->nop; i++)
+        if (g->op[i].phase == IR_PH_FWD) busy[st[i]] = 1;
+    for (int k = 0; k < pp; k++)
+        if (!busy[k]) {
+            free(busy);
+            char h[300];
+            snprintf(h, sizeof h, "pp %d needs at least %d layers (block repeats) or a [plan] stage for each stage; "
+                     "use a smaller pp", pp, pp);
+            return pass_error(g, r->stage_line ? r->stage_line : r->pp_line, h,
+                              "[plan] pp %d: stage %d has no ops", pp, k);
+        }
+    free(busy);
+    /* backward ops with their forward op; updates where their param is read
+       (the forward readers of each tensor, CSR) */
+    int *pr0 = ir_xcalloc((size_t)g->nt + 2, sizeof(int)), *pr, *fill;
+    for (int j = 0; j < g->nop; j++)
+        if (g->op[j].phase == IR_PH_FWD)
+            for (int k = 0; k < g->op[j].nin; k++) pr0[g->op[j].in[k] + 1]++;
+    for (int t = 0; t < g->nt; t++) pr0[t + 1] += pr0[t];
+    pr = ir_xmalloc(sizeof(int) * ((size_t)pr0[g->nt] + 1));
+    fill = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
+    for (int j = 0; j < g->nop; j++)
+        if (g->op[j].phase == IR_PH_FWD)
+            for (int k = 0; k < g->op[j].nin; k++) pr[pr0[g->op[j].in[k]] + fill[g->op[j].in[k]]++] = j;
+    free(fill);
+    int *at = c->st.at = ir_xcalloc((size_t)g->nop + 2, sizeof(int));
+    int cap = g->nop + 1, *v = c->st.v = ir_xmalloc(sizeof(int) * (size_t)cap);
+    char *on = ir_xcalloc((size_t)pp, 1);
+    for (int i = 0; i < g->nop; i++) {
+        const ir_op *o = &g->op[i];
+        int n0 = at[i], n = n0;
+        if (o->phase == IR_PH_BWD) st[i] = o->fwd >= 0 ? st[o->fwd] : 0;
+        if (o->phase == IR_PH_BWD && o->kind == IR_OP_ADD) {
+            /* a sum of gradient contributions made on one other stage runs there (one
+               transfer of the sum, not one per contribution) */
+            int a = g->t[o->in[0]].producer, b = g->t[o->in[1]].producer;
+            if (a >= 0 && b >= 0 && st[a] == st[b]) st[i] = st[a];
+        }
+        if (o->phase == IR_PH_OPT) {
+            memset(on, 0, (size_t)pp);
+            for (int q = pr0[o->in[0]]; q < pr0[o->in[0] + 1]; q++) on[st[pr[q]]] = 1;
+            st[i] = -1;
+            for (int k = 0; k < pp; k++)
+                if (on[k]) {
+                    if (st[i] < 0) st[i] = k;
+                    if (n + 1 > cap) cap *= 2, v = c->st.v = ir_xrealloc(v, sizeof(int) * (size_t)cap);
+                    v[n++] = k;
+                }
+            if (st[i] < 0) st[i] = 0;
+        }
+        if (n == n0) {
+            if (n + 1 > cap) cap *= 2, v = c->st.v = ir_xrealloc(v, sizeof(int) * (size_t)cap);
+            v[n++] = st[i] < 0 ? 0 : st[i];
+        }
+        at[i + 1] = n;
+    }
+    free(on);
+    free(pr0);
+    free(pr);
+    return 0;
+}
+
+/* One stage: every op on stage 0. */
+static void one_stage(planctx *c)
+{
+    const ir_graph *g = c->d->g;
+    c->st.at = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 2));
+    c->st.v = ir_xcalloc((size_t)g->nop + 1, sizeof(int));
+    for (int i = 0; i <= g->nop; i++) c->st.at[i] = i;
+    memset(c->d->op_stage, 0, sizeof(int) * (size_t)g->nop);
 }
 
 int pass_plan(ir_dist *d)
 {
     const ir_graph *g = d->g;
-    int dp = 1, tp = 1, rc;
+    int dp = 1, tp = 1, pp = 1, rc;
     /* one device has one plan: every op whole (verify builds its reference so) */
-    if (d->ndev > 1 && (rc = mesh(d, &dp, &tp))) return rc;
+    if (d->ndev > 1 && (rc = mesh(d, &dp, &tp, &pp))) return rc;
+    d->mesh_pp = pp;
     if ((rc = check_batch(d, dp))) return rc;
     ucons *cons = NULL;
     int ncons = d->ndev > 1 ? parse_cons(g, &cons) : 0;
@@ -489,16 +700,19 @@ int pass_plan(ir_dist *d)
         return 2;
     }
     planctx c = {d, dp, tp, ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1)),
-                 ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), ir_xcalloc((size_t)g->nop + 1, 1)};
+                 ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), ir_xcalloc((size_t)g->nop + 1, 1), {NULL, NULL}};
     for (int i = 0; i < g->nt; i++) c.lay[i] = LAY_REP;
     int *order = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
     int cyc;
     IR_ASSERT(!ir_topo(g, order, &cyc));
+    if (pp > 1) rc = assign_stages(&c, pp, order);
+    else one_stage(&c);
     int *used = ir_xcalloc((size_t)ncons + 1, sizeof(int));
     for (int n = 0; n < g->nop && !rc; n++) {
         int op = order[n];
         const ir_op *o = &g->op[op];
         int u = -1;
+        if (!c.st.at) break;
         for (int i = 0; i < ncons && u < 0; i++)
             if (matches(g, o, cons[i].pat)) u = i;
         if (u >= 0) {
@@ -524,7 +738,7 @@ int pass_plan(ir_dist *d)
                      tw);
         else
             snprintf(why, sizeof why, "%s%s", tp > 1 ? "tp: " : "single device", tw);
-        set_trans(d, op, 2, ids, parts, why);
+        set_trans(d, &c.st, op, 2, ids, parts, why);
         record_layout(&c, op);
     }
     d->mesh_dp = dp;
@@ -541,5 +755,7 @@ int pass_plan(ir_dist *d)
     free(c.lay);
     free(c.tpid);
     free(c.fixed);
+    free(c.st.at);
+    free(c.st.v);
     return rc;
 }

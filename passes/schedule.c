@@ -92,11 +92,16 @@ void pass_schedule(ir_dist *d)
         }
         /* post: every comm the updates read first (the gradient norm needs
            all gradients), then the updates */
-        for (int pass = sec == IR_SEC_POST ? 0 : 1; pass < 2; pass++)
+        /* mb: every forward op before every backward op (a rank's forward
+           items form its forward task, the rest its backward task: the
+           pipeline schedules order the two per micro-batch, pipeline.c) */
+        for (int pass = sec == IR_SEC_POST ? 0 : 1; pass < (sec == IR_SEC_MB ? 3 : 2); pass++)
             for (int n = 0; n < g->nop; n++) {
                 int op = order[n];
                 int opsec = g->op[op].phase == IR_PH_OPT ? IR_SEC_POST : IR_SEC_MB;
                 if (opsec != sec) continue;
+                if (sec == IR_SEC_MB && (g->op[op].phase == IR_PH_BWD) != (pass == 2)) continue;
+                if (sec == IR_SEC_MB && pass == 2 && d->seq_bwd < 0) d->seq_bwd = d->nseq;
                 for (int i = d->op_sop[op]; i < d->op_sop[op + 1]; i++) {
                     ir_subop *s = &d->sop[i];
                     for (int k = 0; k < g->op[op].nin; k++) place_maker(&c, s->in[k], sec);
@@ -107,6 +112,7 @@ void pass_schedule(ir_dist *d)
                 }
             }
     }
+    if (d->seq_bwd < 0) d->seq_bwd = d->nseq;
     if (d->ndev > 1) {
         int *all = ir_xmalloc(sizeof(int) * (size_t)d->ndev);
         for (int i = 0; i < d->ndev; i++) all[i] = i;

@@ -506,12 +506,20 @@ static int man_mesh(man_parser *ps, rt_manifest *m)
         man_err(ps, "'mesh' before 'rank R world W'");
         return 1;
     }
+    int64_t pp = 1;
     if (man_kw(ps, "dp") || man_i64(ps, "dp degree", 1, m->world, &dp) || man_kw(ps, "tp") ||
-        man_i64(ps, "tp degree", 1, m->world, &tp) || man_kw(ps, "policy"))
+        man_i64(ps, "tp degree", 1, m->world, &tp))
         return 1;
-    if (dp * tp != m->world) {
-        man_err(ps, "mesh dp %lld x tp %lld is not the world of %d", (long long)dp,
-                (long long)tp, m->world);
+    /* pipeline stages: optional, 1 without */
+    man_line *l = ps->ln;
+    if (l->pos < l->ntok && !strcmp(l->tok[l->pos], "pp") &&
+        (man_kw(ps, "pp") || man_i64(ps, "pp degree", 1, m->world, &pp)))
+        return 1;
+    if (man_kw(ps, "policy"))
+        return 1;
+    if (dp * tp * pp != m->world) {
+        man_err(ps, "mesh dp %lld x tp %lld x pp %lld is not the world of %d", (long long)dp,
+                (long long)tp, (long long)pp, m->world);
         return 1;
     }
     const char *t = man_tok(ps, "policy");
@@ -524,6 +532,7 @@ static int man_mesh(man_parser *ps, rt_manifest *m)
     strcpy(m->policy, t);
     m->mesh_dp = (int)dp;
     m->mesh_tp = (int)tp;
+    m->mesh_pp = (int)pp;
     return man_end_of_line(ps);
 }
 

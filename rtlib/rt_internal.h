@@ -127,6 +127,7 @@ typedef struct rt_manifest {
     int64_t tokens_per_step;    /* tokens per optimizer step, for tokens/s (0: unknown) */
     char policy[32];            /* `mesh dp D tp T policy P`: the plan's policy ("": unknown) */
     int mesh_dp, mesh_tp;       /* ... and its mesh (0: unknown) */
+    int mesh_pp;                /* ... pipeline stages (1: none) */
     int64_t param_count;        /* `param_count N`: elements of all params of the model (0: unknown) */
     double flops_per_step;      /* `flops_per_step F`: model FLOPs of one step, all ranks (0: unknown) */
     int bf16;                   /* `dtype bf16`: matmuls read bf16 inputs (selects the peak) */

@@ -344,7 +344,10 @@ void rt_banner(rt_ctx *ctx)
     if (m->param_count > 0)
         snprintf(params, sizeof params, " %s params,", rt_human_count(b1, sizeof b1,
                                                                     (double)m->param_count));
-    if (m->mesh_dp > 0)
+    if (m->mesh_dp > 0 && m->mesh_pp > 1)
+        snprintf(mesh, sizeof mesh, " mesh dp%d x tp%d x pp%d (%s),", m->mesh_dp, m->mesh_tp,
+                 m->mesh_pp, m->policy);
+    else if (m->mesh_dp > 0)
         snprintf(mesh, sizeof mesh, " mesh dp%d x tp%d (%s),", m->mesh_dp, m->mesh_tp,
                  m->policy);
     if (m->tokens_per_step > 0)
@@ -367,12 +370,12 @@ void rt_banner(rt_ctx *ctx)
     if (ctx->log) {
         char line[2048], jm[600], jd[1100], jp[32], jf[32], jpol[80];
         snprintf(line, sizeof line,
-                 "{\"start\":{\"model\":%s,\"params\":%lld,\"policy\":%s,\"dp\":%d,\"tp\":%d,"
+                 "{\"start\":{\"model\":%s,\"params\":%lld,\"policy\":%s,\"dp\":%d,\"tp\":%d,\"pp\":%d,"
                  "\"world\":%d,\"tokens_per_step\":%lld,\"arena_bytes\":%lld,"
                  "\"flops_per_step\":%s,\"peak_flops\":%s,\"steps\":%lld,\"data\":%s}}\n",
                  rt_json_str(jm, sizeof jm, m->model), (long long)m->param_count,
                  rt_json_str(jpol, sizeof jpol, m->policy[0] ? m->policy : NULL), m->mesh_dp,
-                 m->mesh_tp, ctx->world, (long long)m->tokens_per_step, (long long)m->arena,
+                 m->mesh_tp, m->mesh_pp > 0 ? m->mesh_pp : 1, ctx->world, (long long)m->tokens_per_step, (long long)m->arena,
                  rt_json_num(jf, sizeof jf, m->flops_per_step > 0 ? m->flops_per_step : NAN),
                  rt_json_num(jp, sizeof jp, ctx->peak_flops > 0 ? ctx->peak_flops : NAN),
                  (long long)ctx->steps, rt_json_str(jd, sizeof jd, path));
