@@ -248,8 +248,12 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
         flops += progs[r].flops;
         tsent += sent_bytes(&progs[r]);
     }
-    ir_bprintf(b, "mesh      dp %d x tp %d = %d device%s (device = i_dp * %d + i_tp)\n", d->mesh_dp, d->mesh_tp,
-               d->ndev, d->ndev == 1 ? "" : "s", d->mesh_tp);
+    if (d->mesh_pp > 1)
+        ir_bprintf(b, "mesh      dp %d x tp %d x pp %d = %d devices (device = i_pp * %d + i_dp * %d + i_tp)\n",
+                   d->mesh_dp, d->mesh_tp, d->mesh_pp, d->ndev, d->mesh_dp * d->mesh_tp, d->mesh_tp);
+    else
+        ir_bprintf(b, "mesh      dp %d x tp %d = %d device%s (device = i_dp * %d + i_tp)\n", d->mesh_dp, d->mesh_tp,
+                   d->ndev, d->ndev == 1 ? "" : "s", d->mesh_tp);
     ir_bprintf(b, "model     ");
     count(b, params);
     ir_bprintf(b, " parameters (");
@@ -276,6 +280,66 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
             w += n + (e != NULL);
         }
     }
+}
+
+/* plan.txt's pipeline: stages (ops, devices), the schedule per stage, the
+ * step on the cost model (a timeline per stage, the bubble next to its
+ * formula) and the stash each stage keeps per micro-batch in flight. */
+static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
+{
+    const ir_graph *g = d->g;
+    const ir_pipe *p = d->pipe;
+    int pp = p->pp, m = p->m, sd = d->ndev / pp;
+    static const char *names[] = {"1f1b", "gpipe"};
+    ir_bprintf(b, "pipeline  %d stages x %d device%s, schedule %s, %d micro-batches per step\n", pp, sd,
+               sd == 1 ? "" : "s", p->sched < 0 ? "user order" : names[p->sched], m);
+    double *fw = ir_xmalloc(sizeof(double) * (size_t)pp), *bw = ir_xmalloc(sizeof(double) * (size_t)pp);
+    double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[pp] + 1)), bubble;
+    pass_pipe_costs(d, fw, bw);
+    double span = pass_pipe_simulate(p, fw, bw, start, &bubble);
+    for (int s = 0; s < pp; s++) {
+        int first = -1, last = -1, nf = 0;
+        for (int i = 0; i < g->nop; i++)
+            if (g->op[i].phase == IR_PH_FWD && d->op_stage[i] == s) {
+                if (first < 0) first = i;
+                last = i;
+                nf++;
+            }
+        const ir_prog *r0 = &progs[s * sd];
+        ir_bprintf(b, "  stage %d on ", s);
+        if (sd > 1) ir_bprintf(b, "%d-%d", s * sd, s * sd + sd - 1);
+        else ir_bprintf(b, "%d", s * sd);
+        ir_bprintf(b, ": %d forward ops %s .. %s; F %.3f, B %.3f GFLOP per micro-batch; stash %d x ", nf,
+                   first >= 0 ? g->op[first].name : "-", last >= 0 ? g->op[last].name : "-", fw[s] / 1e9,
+                   bw[s] / 1e9, r0->nslot);
+        kib(b, r0->stash_bytes);
+        ir_bprintf(b, " = ");
+        kib(b, r0->stash_bytes * r0->nslot);
+        ir_bprintf(b, " (rank %d)\n    order  ", s * sd);
+        for (int k = p->task0[s]; k < p->task0[s + 1]; k++)
+            ir_bprintf(b, "%s%c%d", k > p->task0[s] ? " " : "", p->task[k].kind ? 'B' : 'F', p->task[k].mb);
+        /* the timeline: 72 columns for the step; a forward shows its
+           micro-batch (0-9), a backward a letter (a-z), idle time '.' */
+        char line[73];
+        memset(line, '.', 72);
+        line[72] = '\0';
+        for (int k = p->task0[s]; k < p->task0[s + 1] && span > 0; k++) {
+            double c = p->task[k].kind ? bw[s] : fw[s];
+            int a = (int)(start[k] / span * 72 + 0.5), z = (int)((start[k] + c) / span * 72 + 0.5);
+            char ch = p->task[k].kind ? (char)('a' + p->task[k].mb % 26) : (char)('0' + p->task[k].mb % 10);
+            for (int x = a; x < z && x < 72; x++) line[x] = ch;
+        }
+        ir_bprintf(b, "\n    time   |%s|\n", line);
+    }
+    ir_bprintf(b, "  time: forwards by micro-batch 0-9, backwards a-z, idle '.' (cost model: FLOPs only)\n");
+    ir_bprintf(b, "  bubble %.1f %% of the stages' time on the cost model", 100 * bubble);
+    if (p->sched >= 0)
+        ir_bprintf(b, "; (p-1)/(m+p-1) = %d/%d = %.1f %% for equal stages", pp - 1, m + pp - 1,
+                   100.0 * (pp - 1) / (m + pp - 1));
+    ir_bprintf(b, "\n");
+    free(fw);
+    free(bw);
+    free(start);
 }
 
 /* The architectures of gpu's images, comma-separated, into b. */
@@ -314,6 +378,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         ir_bprintf(b, " of CUDA C with %d fused elementwise kernel%s\n", gpu->nfused, gpu->nfused == 1 ? "" : "s");
     }
     plan_header(d, progs, nprog, b);
+    if (d->pipe) plan_pipeline(d, progs, b);
     ir_bprintf(b, "\n");
     ir_bprintf(b, "ops: op-trans (split) and op-assign (devices)\n");
     for (int i = 0; i < g->nop; i++) {

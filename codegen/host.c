@@ -647,7 +647,7 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features, int p
     LLVMPositionBuilderAtEnd(h->b, mb_cond);
     h->mb = LLVMBuildPhi(h->b, h->i64, "mb");
     LLVMValueRef mb_more = LLVMBuildICmp(h->b, LLVMIntSLT, h->mb,
-                                         LLVMConstInt(h->i64, (unsigned long long)p->mb_trips, 1), "mb.more");
+                                         LLVMConstInt(h->i64, p->pipelined ? 1 : (unsigned long long)p->micro_batches, 1), "mb.more");
     LLVMBuildCondBr(h->b, mb_more, mb_body, mb_exit);
     LLVMPositionBuilderAtEnd(h->b, mb_body);
     cg_section(h, IR_SEC_MB);

@@ -464,6 +464,8 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         sum[r].arena = p->arena;
         sum[r].flops = p->flops;
         sum[r].persistent = p->persistent;
+        sum[r].stash_bytes = p->stash_bytes;
+        sum[r].nslot = p->nslot;
         memcpy(sum[r].comm_bytes, p->comm_bytes, sizeof p->comm_bytes);
         pass_share_add(sh, p);
         pthread_mutex_lock(&w.mu);

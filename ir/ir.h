@@ -601,8 +601,8 @@ typedef struct ir_prog {
     int rank, world;
     int64_t arena;                    /* arena bytes */
     int64_t micro_batches;            /* micro-batches per step (trip count of the IR_SEC_EVAL loop) */
-    int64_t mb_trips;                 /* trip count of the IR_SEC_MB loop: micro_batches, or 1 when the
-                                         section holds a pipeline's tasks unrolled (passes/lower.c) */
+    int pipelined;                    /* 1: the IR_SEC_MB section holds a pipeline's tasks unrolled
+                                         (passes/lower.c) and runs once per step, not micro_batches times */
     int64_t steps;                    /* default step count */
     int64_t loss_off;                 /* arena offset of the replicated loss, -1: none */
     pg_instr *ins[IR_SEC_COUNT];      /* instructions per section */
@@ -615,6 +615,8 @@ typedef struct ir_prog {
     double flops;                     /* model FLOPs this rank computes per step (cost model) */
     int64_t persistent;               /* bytes of params, grads and optimizer state (regions that
                                          share a buffer once), for plan.txt */
+    int64_t stash_bytes;              /* pipeline: bytes a micro-batch in flight keeps (one slot) */
+    int nslot;                        /* pipeline: slots (micro-batches in flight at most) */
     char **pool; int npool, poolcap;  /* owned strings */
     /* A shared program (passes/share.c): the Program of several ranks, the
        members, equal but for rank variables; nmember == 0: not shared. */

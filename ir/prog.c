@@ -43,7 +43,6 @@ void ir_prog_init(ir_prog *p, int rank, int world) {
     p->rank = rank;
     p->world = world;
     p->micro_batches = 1;
-    p->mb_trips = 1;
     p->loss_off = -1;
 }
 
@@ -293,7 +292,7 @@ void ir_prog_print(const ir_prog *p, ir_buf *b) {
     ir_bprintf(b, "prog rank %d world %d arena %" PRId64 " steps %" PRId64
                   " micro_batches %" PRId64,
                p->rank, p->world, p->arena, p->steps, p->micro_batches);
-    if (p->mb_trips != p->micro_batches) ir_bprintf(b, " (mb once: pipeline tasks)");
+    if (p->pipelined) ir_bprintf(b, " (mb once: pipeline tasks)");
     ir_bprintf(b, " loss ");
     if (p->loss_off < 0) ir_bprintf(b, "none\n");
     else if (p->loss_var) ir_bprintf(b, "@r%d\n", p->loss_var - 1);
@@ -765,8 +764,7 @@ void ir_prog_verify(const ir_prog *p) {
              p->rank, p->world);
     PG_CHECK(&w, p->arena >= 0, "arena of %" PRId64 " bytes", p->arena);
     PG_CHECK(&w, p->micro_batches >= 1, "%" PRId64 " micro-batches", p->micro_batches);
-    PG_CHECK(&w, p->mb_trips == p->micro_batches || p->mb_trips == 1, "mb section run %" PRId64 " times",
-             p->mb_trips);
+    PG_CHECK(&w, p->pipelined == 0 || p->pipelined == 1, "pipelined %d", p->pipelined);
     PG_CHECK(&w, p->steps >= 0, "%" PRId64 " steps", p->steps);
     PG_CHECK(&w, p->loss_off == -1 || (p->loss_off >= 0 && p->loss_off % PG_ELEM == 0 &&
                                        p->loss_off <= p->arena - PG_ELEM),

@@ -732,7 +732,7 @@ static void unroll(lctx *c, const int *at)
     free(e);
     p->ins[IR_SEC_MB] = ins;
     p->nins[IR_SEC_MB] = p->inscap[IR_SEC_MB] = k;
-    p->mb_trips = 1;
+    p->pipelined = 1;
 }
 
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
@@ -748,7 +748,9 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
               .loaded = ir_xcalloc((size_t)nrpt + 1, 1), .place = -1};
     memset(c.pidx, 0xff, sizeof(int) * (size_t)nrpt);   /* -1: not a param of this rank */
     p->arena = m->arena;
-    p->micro_batches = p->mb_trips = g->train.micro_batches;
+    p->stash_bytes = m->stash_bytes;
+    p->nslot = m->nslot;
+    p->micro_batches = g->train.micro_batches;
     p->steps = g->train.steps;
     p->loss_off = -1;
     manifest(&c);

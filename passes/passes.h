@@ -48,6 +48,15 @@ typedef struct pass_pipe_ent {
     int q, mb, slot, task;
 } pass_pipe_ent;
 int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out);
+/* The pipeline's task costs on the cost model: fwd[s], bwd[s] get the FLOPs
+ * of stage s's forward and backward task of one micro-batch (its first
+ * rank's sub-ops). */
+void pass_pipe_costs(const ir_dist *d, double *fwd, double *bwd);
+/* The step of pipeline p with those task costs: the tasks list scheduled in
+ * their orders (F(s, i) after F(s - 1, i), B(s, i) after B(s + 1, i));
+ * start[k] per task of p->task (or NULL); returns the makespan, *bubble the
+ * idle fraction of the stages. */
+double pass_pipe_simulate(const ir_pipe *p, const double *fwd, const double *bwd, double *start, double *bubble);
 
 /* memplan.c: buffer of each pTensor on one rank */
 typedef struct pass_mem {

@@ -321,3 +321,68 @@ int pass_pipeline(ir_dist *d)
     for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
     return rc ? rc : check(d);
 }
+
+void pass_pipe_costs(const ir_dist *d, double *fwd, double *bwd)
+{
+    const ir_graph *g = d->g;
+    const ir_pipe *p = d->pipe;
+    IR_ASSERT(p);
+    int sd = d->ndev / d->mesh_pp;
+    for (int s = 0; s < p->pp; s++) fwd[s] = bwd[s] = 0;
+    for (int i = 0; i < d->nsop; i++) {
+        const ir_subop *so = &d->sop[i];
+        if (so->sec != IR_SEC_MB || so->dev % sd) continue;
+        double f = pass_subop_flops(g, so, IR_SEC_MB) / (double)p->m;
+        if (g->op[so->op].phase == IR_PH_BWD) bwd[so->dev / sd] += f;
+        else fwd[so->dev / sd] += f;
+    }
+}
+
+double pass_pipe_simulate(const ir_pipe *p, const double *fwd, const double *bwd, double *start, double *bubble)
+{
+    /* list scheduling in task order: F(s, i) after F(s - 1, i), B(s, i)
+       after B(s + 1, i); the check proved the orders deadlock-free, so every
+       sweep over the stages starts at least one task */
+    int n = p->task0[p->pp];
+    double *end = ir_xmalloc(sizeof(double) * (size_t)n), *fend = ir_xmalloc(sizeof(double) * (size_t)n),
+           *bend = ir_xmalloc(sizeof(double) * (size_t)n);
+    char *fdone = ir_xcalloc((size_t)n, 1), *bdone = ir_xcalloc((size_t)n, 1);
+    int *next = ir_xcalloc((size_t)p->pp, sizeof(int)), left = n;
+    double span = 0, busy = 0;
+    while (left) {
+        int moved = 0;
+        for (int s = 0; s < p->pp; s++) {
+            while (next[s] < 2 * p->m) {
+                const ir_task *t = p->task + p->task0[s] + next[s];
+                int ds = t->kind == IR_TASK_F ? s - 1 : s + 1;   /* the stage it waits for */
+                double ready = next[s] ? end[p->task0[s] + next[s] - 1] : 0;
+                if (ds >= 0 && ds < p->pp) {
+                    size_t k = (size_t)ds * (size_t)p->m + (size_t)t->mb;
+                    char *done = t->kind == IR_TASK_F ? fdone : bdone;
+                    if (!done[k]) break;
+                    double e = t->kind == IR_TASK_F ? fend[k] : bend[k];
+                    if (e > ready) ready = e;
+                }
+                double cost = t->kind == IR_TASK_F ? fwd[s] : bwd[s];
+                int at = p->task0[s] + next[s];
+                if (start) start[at] = ready;
+                end[at] = ready + cost;
+                size_t k = (size_t)s * (size_t)p->m + (size_t)t->mb;
+                if (t->kind == IR_TASK_F) fdone[k] = 1, fend[k] = end[at];
+                else bdone[k] = 1, bend[k] = end[at];
+                if (end[at] > span) span = end[at];
+                busy += cost;
+                next[s]++, left--, moved = 1;
+            }
+        }
+        IR_ASSERT(moved);
+    }
+    *bubble = span > 0 ? 1 - busy / (span * p->pp) : 0;
+    free(end);
+    free(fend);
+    free(bend);
+    free(fdone);
+    free(bdone);
+    free(next);
+    return span;
+}

@@ -128,6 +128,16 @@ static void set_trans(ir_dist *d, const stages *S, int op, int nsplit, const int
     for (int i = 0; i < tr->nsub; i++) devs[i] = st[i / per] * sd + i % per;
     tr->devs = ir_dist_ints(d, devs, tr->nsub);
     free(devs);
+    if (d->mesh_pp > 1 && why) {
+        /* the stage(s) first: "stage 1: tp: column parallel ..." */
+        char w[512];
+        int k0 = snprintf(w, sizeof w, "stage%s ", nst > 1 ? "s" : "");
+        for (int k = 0; k < nst && k0 < (int)sizeof w; k++)
+            k0 += snprintf(w + k0, sizeof w - (size_t)k0, "%s%d", k ? "," : "", st[k]);
+        if (k0 < (int)sizeof w) snprintf(w + k0, sizeof w - (size_t)k0, ": %s", strcmp(why, "single device") ? why : "whole");
+        tr->why = ir_dist_str(d, w);
+        return;
+    }
     tr->why = why ? ir_dist_str(d, why) : NULL;
 }
 

@@ -158,7 +158,7 @@ static uint64_t shape_instr(uint64_t h, const pg_instr *in)
 static uint64_t shape_hash(const ir_prog *p)
 {
     uint64_t h = mix(mix(mix(mix(0, (uint64_t)p->world), (uint64_t)p->micro_batches), (uint64_t)p->steps),
-                     (uint64_t)p->mb_trips);
+                     (uint64_t)p->pipelined);
     h = mix(h, p->loss_off >= 0);
     for (int s = 0; s < IR_SEC_COUNT; s++) {
         h = mix(h, (uint64_t)p->nins[s]);
@@ -195,7 +195,7 @@ static int same_instr(const pg_instr *a, const pg_instr *b)
 /* Are the shapes of a and b equal? */
 static int same_shape(const ir_prog *a, const ir_prog *b)
 {
-    if (a->world != b->world || a->micro_batches != b->micro_batches || a->mb_trips != b->mb_trips ||
+    if (a->world != b->world || a->micro_batches != b->micro_batches || a->pipelined != b->pipelined ||
         a->steps != b->steps ||
         a->nbody != b->nbody || a->ntab != b->ntab || (a->loss_off >= 0) != (b->loss_off >= 0))
         return 0;

@@ -430,6 +430,81 @@ static void test_dp_wide(int ndev)
     ir_graph_free(&g);
 }
 
+/* Pipelines: the mlp's 5 forward ops cut into pp stages, each a device;
+ * the schedule's stash slots, the transfers the comm pass derives, every
+ * rank's Program unrolled from its tasks, and the cost model's bubble. */
+static void test_pipeline(int pp, int m, int sched)
+{
+    const char *sn = sched == IR_SCHED_GPIPE ? "gpipe" : "1f1b";
+    ir_graph g;
+    ir_dist d;
+    mlp(&g, 4 * m, m);
+    g.req.devices = pp;
+    g.req.pp = pp;
+    g.req.schedule = sched;
+    pass_autograd(&g);
+    ir_dist_init(&d, &g, pp);
+    CHECK(pass_plan(&d) == 0 && d.mesh_pp == pp, "%s pp %d m %d: planned", sn, pp, m);
+    int mono = 1, prev = 0;
+    for (int i = 0; i < g.nop; i++)
+        if (g.op[i].phase == IR_PH_FWD) mono &= d.op_stage[i] >= prev, prev = d.op_stage[i];
+    CHECK(mono && d.op_stage[ir_find_op(&g, "fc1")] == 0 && d.op_stage[ir_find_op(&g, "mse")] == pp - 1,
+          "%s pp %d: stages ascend from fc1 on 0 to the loss on %d", sn, pp, pp - 1);
+    pass_split(&d);
+    pass_comm(&d);
+    pass_schedule(&d);
+    CHECK(pass_pipeline(&d) == 0 && d.pipe, "%s pp %d m %d: schedule checks", sn, pp, m);
+    int slots_ok = 1;
+    for (int s = 0; s < pp; s++) {
+        int want = sched == IR_SCHED_GPIPE ? m : (pp - s < m ? pp - s : m);
+        slots_ok &= d.pipe->nslot[s] == want;
+    }
+    CHECK(slots_ok, "%s pp %d m %d: stage s keeps %s micro-batches in flight", sn, pp, m,
+          sched == IR_SCHED_GPIPE ? "m" : "min(pp - s, m)");
+    /* every stage boundary: a send/recv of the activation from stage s to s + 1, and a gradient sent back
+       across it (from a later stage: bias_add's identity gradient skips a stage) */
+    int fwd_ok = 1, bwd_ok = 1;
+    for (int s = 0; s + 1 < pp; s++) {
+        int fw = 0, bw = 0;
+        for (int i = 0; i < d.ncomm; i++) {
+            const ir_comm *c = &d.comm[i];
+            if (c->kind != IR_COMM_SENDRECV && c->kind != IR_COMM_BROADCAST) continue;
+            const int *mem = d.ints + d.grp[c->group].devs;
+            int to_s = 0, to_s1 = 0;   /* a receiver on stage s or before, on s + 1 */
+            for (int k = 0; k < c->n; k++) to_s |= k != c->root && mem[k] <= s, to_s1 |= k != c->root && mem[k] == s + 1;
+            fw |= mem[c->root] == s && to_s1 && g.t[c->tensor].kind == IR_T_ACT;
+            bw |= mem[c->root] > s && to_s && g.t[c->tensor].kind == IR_T_GRAD;
+        }
+        fwd_ok &= fw, bwd_ok &= bw;
+    }
+    CHECK(fwd_ok && bwd_ok, "%s pp %d: every boundary sends an activation forward and a gradient back", sn, pp);
+    for (int r = 0; r < pp; r++) {
+        pass_mem mm;
+        pass_memplan(&d, r, &mm);
+        CHECK(mm.nslot == d.pipe->nslot[r] && mm.stash_bytes > 0, "rank %d: %d stash slots of %lld bytes", r, mm.nslot,
+              (long long)mm.stash_bytes);
+        ir_prog p;
+        ir_prog_init(&p, r, pp);
+        pass_lower(&d, &mm, &p);
+        ir_prog_verify(&p);
+        int nomb = 1;
+        for (int i = 0; i < p.nins[IR_SEC_MB]; i++)
+            for (int a = 0; a < p.ins[IR_SEC_MB][i].nint; a++) nomb &= p.ins[IR_SEC_MB][i].ints[a].m == 0;
+        CHECK(p.pipelined && nomb, "rank %d: mb section unrolled, micro-batch folded into the constants", r);
+        ir_prog_free(&p);
+        pass_mem_free(&mm);
+    }
+    /* equal stages (F 1, B 2): the bubble is (p - 1) / (m + p - 1) for gpipe and 1f1b */
+    double f[8], b[8], bubble;
+    for (int s = 0; s < pp; s++) f[s] = 1, b[s] = 2;
+    double span = pass_pipe_simulate(d.pipe, f, b, NULL, &bubble);
+    double want = (double)(pp - 1) / (m + pp - 1);
+    CHECK(span == 3.0 * (m + pp - 1) && bubble > want - 1e-12 && bubble < want + 1e-12,
+          "%s pp %d m %d: step %.1f, bubble %.4f = (p-1)/(m+p-1) = %.4f", sn, pp, m, span, bubble, want);
+    ir_dist_free(&d);
+    ir_graph_free(&g);
+}
+
 int main(int argc, char **argv)
 {
     test_inplace_readers(argc > 1 ? argv[1] : "tests");
@@ -441,5 +516,10 @@ int main(int argc, char **argv)
     test_dp(4, 2);
     test_batch_divides();
     test_dp_wide(128);
+    test_pipeline(2, 2, IR_SCHED_1F1B);
+    test_pipeline(4, 4, IR_SCHED_1F1B);
+    test_pipeline(3, 5, IR_SCHED_1F1B);
+    test_pipeline(2, 4, IR_SCHED_GPIPE);
+    test_pipeline(5, 2, IR_SCHED_1F1B);
     return check_done();
 }
