@@ -20,7 +20,7 @@
 #              gradient clipping, evaluation), f32 and bf16 (mixed precision):
 #              per-step and eval losses within 1e-5 relative, final weights
 #              within 1e-4 relative L2 (the tolerances of nnsc-aot verify)
-#   N devices  gpt2-tiny dp2, tp2, dp2 x tp2 and a user-constrained 4-rank plan
+#   N devices  gpt2-tiny dp2, tp2, dp2 x tp2, pp2 and a user-constrained 4-rank plan
 #              (grouped send/recv) against the same 1-device run
 #   resume     a checkpoint and --resume under the doubles give the same losses
 #              and bitwise the same weights as the uninterrupted run (4 ranks)
@@ -266,9 +266,10 @@ check_run() {
   build gpt-tp2 "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
   build gpt-dp2tp2 "${gpt[@]}" --target cuda --arch sm_90 --devices 4 --set plan.policy=hybrid \
     --set plan.tp=2
+  build gpt-pp2 "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.pp=2
 ) &
 wait
-built mlp-cpu gpt-cpu gpt-bf16-cpu mlp gpt gpt-bf16 gpt-dp2 gpt-tp2 gpt-dp2tp2 gpt-plan
+built mlp-cpu gpt-cpu gpt-bf16-cpu mlp gpt gpt-bf16 gpt-dp2 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2
 
 # the cpu-target references (no doubles involved, but the same environment)
 for ref in mlp-cpu gpt-cpu gpt-bf16-cpu; do
@@ -293,6 +294,9 @@ check_run gpt-dp2tp2 gpt-cpu 4 "gpt2-tiny, dp2 x tp2 (4 ranks)"
 # ncclSend / ncclRecv) besides all-reduces and all-gathers
 [[ -x $tmp/gpt-plan/launch ]] && run gpt-plan
 check_run gpt-plan gpt-cpu 4 "gpt2-tiny, 4 ranks, user-constrained plan (send/recv)"
+# a pipeline (pp 2, 1f1b): the stages' transfers are ncclSend / ncclRecv, the mb section unrolled
+[[ -x $tmp/gpt-pp2/launch ]] && run gpt-pp2
+check_run gpt-pp2 gpt-cpu 2 "gpt2-tiny, pp2 (1f1b)"
 if [[ -s $tmp/gpt-plan.err ]] && ! grep -q '^nnsc-mock-nccl: .* send=[1-9]' "$tmp/gpt-plan.err"; then
   no "gpt-plan: no ncclSend went through the NCCL double"
 fi
