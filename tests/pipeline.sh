@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tests/pipeline.sh -- pipelines end to end (docs/plans.md, Pipelines):
+# checkpoints move between a pipeline and other plans (a pp 2 checkpoint
+# resumed under tp 2 and a tp 2 checkpoint resumed under pp 2 give the
+# steps the uninterrupted run gives), plan.txt's pipeline section (stages,
+# orders, stash slots: m under gpipe, min(pp - s, m) under 1f1b, the bubble
+# and its formula), and the banner's mesh.  Training equivalence of every
+# schedule is in tests/equiv.list (verify).  About 10 s.
+. "$(dirname "$0")/lib.sh" pipeline
+spec=$top/examples/gpt2-tiny.ini
+losses() { grep '^step ' "$1" | cut -d' ' -f1-4; }
+
+build() {   # build NAME OPTIONS...
+  local name=$1
+  shift
+  "$nn" "$spec" -o "$tmp/$name" -q "$@" >"$tmp/$name.log" 2>&1 || no "build $name: $(tail -n 3 "$tmp/$name.log")"
+}
+build pp --devices 2 --set plan.pp=2
+build tp --devices 2 --set plan.policy=tp
+build gp --devices 4 --set plan.pp=4 --set plan.schedule=gpipe --set train.micro_batches=4
+build fb --devices 4 --set plan.pp=4 --set train.micro_batches=4
+
+# ---- 1. checkpoints: pp -> tp and tp -> pp, steps 6..8 as in the uninterrupted run
+for pair in "pp tp" "tp pp"; do
+  set -- $pair
+  from=$1 to=$2
+  mkdir -p "$tmp/ck-$from" "$tmp/re-$to"
+  "$tmp/$from/launch" --steps 8 --ckpt-dir "$tmp/ck-$from" --ckpt-every 5 >"$tmp/$from.run" 2>&1 ||
+    no "$from: run failed: $(tail -n 3 "$tmp/$from.run")"
+  cp "$tmp/ck-$from/step-5.safetensors" "$tmp/re-$to/" 2>/dev/null || no "$from: no step-5 checkpoint"
+  "$tmp/$to/launch" --steps 8 --ckpt-dir "$tmp/re-$to" --resume >"$tmp/$to.resumed" 2>&1 ||
+    no "$to: resume failed: $(tail -n 3 "$tmp/$to.resumed")"
+  losses "$tmp/$from.run" | tail -n 3 >"$tmp/a"
+  losses "$tmp/$to.resumed" >"$tmp/b"
+  if [[ $(wc -l <"$tmp/b") == 3 ]] && python3 - "$tmp/a" "$tmp/b" <<'PY'
+import sys
+a = [float(l.split()[3]) for l in open(sys.argv[1])]
+b = [float(l.split()[3]) for l in open(sys.argv[2])]
+sys.exit(0 if len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)
+PY
+  then ok "a $from checkpoint resumed under $to: steps 6-8 as in the $from run ($(tr '\n' ' ' <"$tmp/b" | cut -c1-80))"
+  else no "$from -> $to: $(cat "$tmp/a") vs $(cat "$tmp/b")"; fi
+done
+grep -q "mesh dp1 x tp1 x pp2" "$tmp/pp.run" && ok "the banner names the pipeline mesh" ||
+  no "banner: $(grep '^model' "$tmp/pp.run")"
+
+# ---- 2. plan.txt's pipeline section
+p=$tmp/gp/plan.txt
+grep -q "^pipeline  4 stages x 1 device, schedule gpipe, 4 micro-batches per step" "$p" &&
+  ok "plan.txt: pipeline line (gpipe)" || no "plan.txt pipeline line: $(grep '^pipeline' "$p")"
+[[ $(grep -c "stash 4 x" "$p") == 4 ]] && ok "gpipe: every stage keeps 4 micro-batches" ||
+  no "gpipe stash: $(grep -o 'stash [0-9]* x' "$p" | tr '\n' ' ')"
+slots=$(grep -o 'stash [0-9]* x' "$tmp/fb/plan.txt" | cut -d' ' -f2 | tr '\n' ' ')
+[[ $slots == "4 3 2 1 " ]] && ok "1f1b: stages keep 4 3 2 1 micro-batches" || no "1f1b stash slots: $slots"
+grep -q "order  F0 B0 F1 B1 F2 B2 F3 B3" "$tmp/fb/plan.txt" && ok "1f1b: the last stage alternates" ||
+  no "1f1b last stage order: $(grep 'order' "$tmp/fb/plan.txt" | tail -n 1)"
+grep -q "(p-1)/(m+p-1) = 3/7 = 42.9 %" "$p" && ok "plan.txt: the bubble next to (p-1)/(m+p-1)" ||
+  no "bubble line: $(grep 'bubble' "$p")"
+grep -q "^programs  4 distinct programs for 4 ranks" "$p" && ok "a program per stage" ||
+  no "programs: $(grep '^programs' "$p")"
+
+echo "$pass passed, $fail failed"
+((fail == 0))
