@@ -290,13 +290,13 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     const ir_graph *g = d->g;
     const ir_pipe *p = d->pipe;
     int pp = p->pp, m = p->m, sd = d->ndev / pp;
-    static const char *names[] = {"1f1b", "gpipe"};
+    static const char *names[] = {"1f1b", "gpipe", "zb-h1"};
     ir_bprintf(b, "pipeline  %d stages x %d device%s, schedule %s, %d micro-batches per step\n", pp, sd,
                sd == 1 ? "" : "s", p->sched < 0 ? "user order" : names[p->sched], m);
-    double *fw = ir_xmalloc(sizeof(double) * (size_t)pp), *bw = ir_xmalloc(sizeof(double) * (size_t)pp);
+    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)pp);
     double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[pp] + 1)), bubble;
-    pass_pipe_costs(d, fw, bw);
-    double span = pass_pipe_simulate(p, fw, bw, start, &bubble);
+    pass_pipe_costs(d, cost);
+    double span = pass_pipe_simulate(p, cost, start, &bubble);
     for (int s = 0; s < pp; s++) {
         int first = -1, last = -1, nf = 0;
         for (int i = 0; i < g->nop; i++)
@@ -309,36 +309,42 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
         ir_bprintf(b, "  stage %d on ", s);
         if (sd > 1) ir_bprintf(b, "%d-%d", s * sd, s * sd + sd - 1);
         else ir_bprintf(b, "%d", s * sd);
-        ir_bprintf(b, ": %d forward ops %s .. %s; F %.3f, B %.3f GFLOP per micro-batch; stash %d x ", nf,
-                   first >= 0 ? g->op[first].name : "-", last >= 0 ? g->op[last].name : "-", fw[s] / 1e9,
-                   bw[s] / 1e9, r0->nslot);
+        ir_bprintf(b, ": %d forward ops %s .. %s; F %.3f, B %.3f", nf, first >= 0 ? g->op[first].name : "-",
+                   last >= 0 ? g->op[last].name : "-", cost[3 * s] / 1e9, cost[3 * s + 1] / 1e9);
+        if (p->split_w) ir_bprintf(b, ", W %.3f", cost[3 * s + 2] / 1e9);
+        ir_bprintf(b, " GFLOP per micro-batch; stash %d x ", r0->nslot);
         kib(b, r0->stash_bytes);
         ir_bprintf(b, " = ");
         kib(b, r0->stash_bytes * r0->nslot);
         ir_bprintf(b, " (rank %d)\n    order  ", s * sd);
         for (int k = p->task0[s]; k < p->task0[s + 1]; k++)
-            ir_bprintf(b, "%s%c%d", k > p->task0[s] ? " " : "", p->task[k].kind ? 'B' : 'F', p->task[k].mb);
+            ir_bprintf(b, "%s%c%d", k > p->task0[s] ? " " : "", "FBW"[p->task[k].kind], p->task[k].mb);
         /* the timeline: 72 columns for the step; a forward shows its
            micro-batch (0-9), a backward a letter (a-z), idle time '.' */
         char line[73];
         memset(line, '.', 72);
         line[72] = '\0';
         for (int k = p->task0[s]; k < p->task0[s + 1] && span > 0; k++) {
-            double c = p->task[k].kind ? bw[s] : fw[s];
-            int a = (int)(start[k] / span * 72 + 0.5), z = (int)((start[k] + c) / span * 72 + 0.5);
-            char ch = p->task[k].kind ? (char)('a' + p->task[k].mb % 26) : (char)('0' + p->task[k].mb % 10);
+            double c = cost[3 * s + p->task[k].kind];
+            int a = (int)(start[k] / span * 72 + 0.5), z = (int)((start[k] + c) / span * 72 + 0.5), mb = p->task[k].mb;
+            char ch = p->task[k].kind == IR_TASK_F   ? (char)('0' + mb % 10)
+                      : p->task[k].kind == IR_TASK_B ? (char)('a' + mb % 26)
+                                                     : (char)('A' + mb % 26);
             for (int x = a; x < z && x < 72; x++) line[x] = ch;
         }
         ir_bprintf(b, "\n    time   |%s|\n", line);
     }
-    ir_bprintf(b, "  time: forwards by micro-batch 0-9, backwards a-z, idle '.' (cost model: FLOPs only)\n");
+    ir_bprintf(b, "  time: forwards by micro-batch 0-9, backwards a-z%s, idle '.' (cost model: FLOPs only)\n",
+               p->split_w ? ", weight gradients A-Z" : "");
     ir_bprintf(b, "  bubble %.1f %% of the stages' time on the cost model", 100 * bubble);
-    if (p->sched >= 0)
+    if (p->sched == IR_SCHED_ZBH1)
+        ir_bprintf(b, "; (p-1)/(3m+p-1) = %d/%d = %.1f %% for equal stages and F = B = W", pp - 1, 3 * m + pp - 1,
+                   100.0 * (pp - 1) / (3 * m + pp - 1));
+    else if (p->sched >= 0)
         ir_bprintf(b, "; (p-1)/(m+p-1) = %d/%d = %.1f %% for equal stages", pp - 1, m + pp - 1,
                    100.0 * (pp - 1) / (m + pp - 1));
     ir_bprintf(b, "\n");
-    free(fw);
-    free(bw);
+    free(cost);
     free(start);
 }
 

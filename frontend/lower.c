@@ -1155,14 +1155,15 @@ static int lower_train(fe_lw *L)
 
 /* [cluster] devices = INT, device = cpu;
  * [plan] policy = dp|tp|hybrid, dp = INT, tp = INT, pp = INT, trans = CONSTRAINT {, CONSTRAINT},
- * stage = OPS STAGE {, OPS STAGE}, schedule = gpipe|1f1b, order = TASKS {; TASKS}
+ * stage = OPS STAGE {, OPS STAGE}, schedule = 1f1b|gpipe|zb-h1, order = TASKS {; TASKS},
+ * recompute = BLOCK {, BLOCK}
  * (constraints, stages and orders are checked by the planner, which knows the ops) */
 static int lower_cluster(fe_lw *L)
 {
     const fe_section *cl = section(L->s, "cluster"), *pl = section(L->s, "plan");
     static const char *const devs[] = {"cpu", NULL};
     static const char *const pols[] = {"dp", "tp", "hybrid", NULL};
-    static const char *const scheds[] = {"1f1b", "gpipe", NULL};
+    static const char *const scheds[] = {"1f1b", "gpipe", "zb-h1", NULL};
     int64_t n, dp, tp, pp;
     int dev, pol, sch;
     if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) || get_choice(L, cl, "device", devs, 0, &dev) ||
@@ -1176,7 +1177,7 @@ static int lower_cluster(fe_lw *L)
     r->dp = (int)dp;
     r->tp = (int)tp;
     r->pp = (int)pp;
-    r->schedule = sch == 1 ? IR_SCHED_GPIPE : IR_SCHED_1F1B;
+    r->schedule = sch == 2 ? IR_SCHED_ZBH1 : sch == 1 ? IR_SCHED_GPIPE : IR_SCHED_1F1B;
     const fe_kv *kv = pl ? fe_get(pl, "trans") : NULL;
     if (kv) {
         r->trans = ir_str(L->g, kv->val);
@@ -1191,6 +1192,10 @@ static int lower_cluster(fe_lw *L)
         r->order_line = kv->line;
     }
     if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line;
+    if ((kv = pl ? fe_get(pl, "recompute") : NULL)) {
+        r->recompute = ir_str(L->g, kv->val);
+        r->recompute_line = kv->line;
+    }
     const fe_kv *pk = pl ? fe_get(pl, "policy") : NULL;
     if (pk) r->policy_line = pk->line;
     return 0;

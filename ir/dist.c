@@ -36,10 +36,12 @@ void ir_dist_free(ir_dist *d)
     free(d->pool);
     free(d->trans);
     free(d->op_stage);
+    free(d->item_w);
     if (d->pipe) {
         free(d->pipe->task0);
         free(d->pipe->task);
         free(d->pipe->nslot);
+        free(d->pipe->dep);
         free(d->pipe);
     }
     free(d->pt);

@@ -185,6 +185,7 @@ typedef struct ir_op {
     int block;              /* block id or -1 */
     int rep;                /* repeat index within the block, or -1 */
     int fwd;                /* for backward ops: the forward op id, else -1 */
+    int recomp;             /* 1: a copy of forward op fwd run in the backward pass (passes/recompute.c) */
     int line;               /* spec line (0: derived) */
 } ir_op;
 
@@ -254,12 +255,16 @@ typedef struct ir_planreq {
     int schedule;             /* IR_SCHED_*: the pipeline's op-order */
     const char *order;        /* a user order of tasks per stage ("F0 F1 B0 B1; ..."), or NULL */
     int order_line;           /* spec line of order */
+    const char *recompute;    /* blocks (or repeats) whose forward is recomputed in the backward, or NULL */
+    int recompute_line;       /* spec line of recompute */
 } ir_planreq;
 
 /* Pipeline schedules ([plan] schedule). */
 enum {
     IR_SCHED_1F1B,   /* one forward one backward (PipeDream-flush, Megatron's default) */
     IR_SCHED_GPIPE,  /* all forwards, then all backwards */
+    IR_SCHED_ZBH1,   /* zero bubble H1: backward split into B and W, W filling the bubbles,
+                        1F1B's memory (Qi et al., Zero Bubble Pipeline Parallelism) */
 };
 
 typedef struct ir_graph {
@@ -423,20 +428,32 @@ typedef struct ir_item {
  * in one step, each the stage's forward (F) or backward (B) items for one
  * micro-batch; a micro-batch in flight (its F done, its B not) keeps the
  * buffers its B reads in one of the stage's stash slots. */
-enum { IR_TASK_F, IR_TASK_B };
+enum { IR_TASK_F, IR_TASK_B, IR_TASK_W };
 typedef struct ir_task {
-    int kind;   /* IR_TASK_F or IR_TASK_B */
+    int kind;   /* IR_TASK_F, IR_TASK_B, or IR_TASK_W (weight gradients, split from B) */
     int mb;     /* micro-batch */
     int slot;   /* stash slot of the micro-batch */
 } ir_task;
+
+/* A dependency between tasks of one micro-batch: stage s's task of kind
+ * `kind` receives what stage from_s's task of kind from_kind sends (derived
+ * from the transfers between stages: forward to the next stage, gradients
+ * back, a tied embedding's gradient from the last stage to the first). */
+typedef struct ir_pdep {
+    int s, kind, from_s, from_kind;
+} ir_pdep;
 
 typedef struct ir_pipe {
     int pp;          /* stages */
     int m;           /* micro-batches per step */
     int sched;       /* IR_SCHED_*, or -1: the user's order */
-    int *task0;      /* per stage + 1: CSR start into task (2 m tasks per stage) */
+    int split_w;     /* 1: the backward is split into B (input gradients) and W (weight
+                        gradients) tasks, 3 m tasks per stage; 0: 2 m */
+    int *task0;      /* per stage + 1: CSR start into task */
     ir_task *task;   /* the tasks, stage after stage, in the order each stage runs them */
     int *nslot;      /* per stage: stash slots (the most micro-batches in flight) */
+    ir_pdep *dep;    /* the dependencies between stages' tasks */
+    int ndep;
 } ir_pipe;
 
 typedef struct ir_dist {
@@ -461,6 +478,8 @@ typedef struct ir_dist {
     int *op_stage;             /* per op: its stage (plan.c); an optimizer update of a param
                                   read on several stages runs on each of them (the lowest here) */
     ir_pipe *pipe;             /* the pipeline's op-order (pipeline.c), NULL: no pipeline */
+    char *item_w;              /* per position in seq: a weight-gradient item (the W task when
+                                  pipe->split_w; pipeline.c), NULL: none */
     int seq_bwd;               /* position in seq of the first backward item of the mb section
                                   (schedule.c): a rank's mb items before it are its forward task */
     const char *warnings;      /* what the planner warned about, one per line, or NULL (plan.c) */

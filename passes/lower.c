@@ -716,7 +716,25 @@ static void unroll(lctx *c, const int *at)
     IR_ASSERT(n < INT32_MAX);
     pg_instr *old = p->ins[IR_SEC_MB], *ins = ir_xmalloc(sizeof *ins * ((size_t)n + 1));
     int k = 0;
-    for (int i = 0; i < ne; i++)
+    for (int i = 0; i < ne; i++) {
+        if (e[i].merge) {
+            /* one call with the previous entry's: a send and a receive with the same peer */
+            IR_ASSERT(k > 0 && at[e[i].q + 1] - at[e[i].q] == 1 && at[e[i - 1].q + 1] - at[e[i - 1].q] == 1);
+            pg_instr *a = &ins[k - 1];
+            const pg_instr *b = &old[at[e[i].q]];
+            IR_ASSERT(a->kernel == RT_K_sendrecv && b->kernel == RT_K_sendrecv && a->ints[0].c == b->ints[0].c &&
+                      a->ints[1].c == b->ints[1].c && (a->ints[2].c < 0) != (b->ints[2].c < 0));
+            int bs = b->ints[2].c >= 0;   /* b sends */
+            if (bs) a->buf[0] = b->buf[0], a->ints[2] = b->ints[2];
+            else a->buf[1] = b->buf[1], a->ints[3] = b->ints[3];
+            for (int x = 0; x < 2; x++)
+                if (a->buf[x] >= m->stash && a->buf[x] < m->stash + m->stash_bytes && x == (bs ? 0 : 1))
+                    a->buf[x] += e[i].slot * m->stash_bytes;
+            char note[600];
+            snprintf(note, sizeof note, "%s | %s", a->note ? a->note : "", b->note ? b->note : "");
+            a->note = ir_prog_str(p, note);
+            continue;
+        }
         for (int j = at[e[i].q]; j < at[e[i].q + 1]; j++) {
             pg_instr *in = &ins[k++];
             *in = old[j];
@@ -728,6 +746,7 @@ static void unroll(lctx *c, const int *at)
                 if (in->buf[a] >= m->stash && in->buf[a] < m->stash + m->stash_bytes)
                     in->buf[a] += e[i].slot * m->stash_bytes;
         }
+    }
     free(old);
     free(e);
     p->ins[IR_SEC_MB] = ins;

@@ -227,7 +227,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     int *apos = ir_xmalloc(sizeof(int) * nl);   /* in-place candidate: where it reduces */
     char *pers = ir_xcalloc(nl, 1);
     char *xfer = ir_xcalloc(nl, 1);   /* pipeline: touched by a transfer between stages */
-    int qb = R.nitem;                 /* pipeline: the rank's first backward item */
+    char *tasks = ir_xcalloc(nl, 1);  /* pipeline: the task kinds using it (bit per IR_TASK_*) */
     const int sd = d->ndev / d->mesh_pp;
     for (int i = 0; i < R.npt; i++) first[i] = -1, last[i] = -1, alias[i] = -1, apos[i] = -1;
     /* uses along the global schedule, this rank's items only; lifetimes are
@@ -236,7 +236,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         int n = R.item[q];
         const ir_item *it = &d->seq[n];
         int post = it->sec != IR_SEC_MB;
-        if (!post && n >= d->seq_bwd && q < qb) qb = q;
+        int tk = d->pipe && !post ? 1 << pass_pipe_kind(d, n) : 0;
         if (it->comm) {
             const ir_comm *c = &d->comm[it->id];
             int k = R.member[q];
@@ -248,8 +248,8 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
                 if (cross && li >= 0) xfer[li] = 1;
                 if (cross && lo >= 0) xfer[lo] = 1;
             }
-            if (in >= 0) use(first, last, li, q);
-            if (out >= 0) use(first, last, lo, q);
+            if (in >= 0) use(first, last, li, q), tasks[li] |= (char)tk;
+            if (out >= 0) use(first, last, lo, q), tasks[lo] |= (char)tk;
             if (c->kind == IR_COMM_ALLREDUCE) alias[lo] = li, apos[lo] = q;
             if (post && in >= 0) pers[li] = 1;
             if (post && out >= 0) pers[lo] = 1;
@@ -260,10 +260,12 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             const ir_op *o = &g->op[s->op];
             for (int k = 0; k < o->nin; k++) {
                 use(first, last, loc[s->in[k]], q);
+                tasks[loc[s->in[k]]] |= (char)tk;
                 if (post) pers[loc[s->in[k]]] = 1;
             }
             for (int k = 0; k < o->nout; k++) {
                 use(first, last, loc[s->out[k]], q);
+                tasks[loc[s->out[k]]] |= (char)tk;
                 if (post) pers[loc[s->out[k]]] = 1;
             }
         }
@@ -293,6 +295,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         use(first, last, r, last[i]);
         pers[r] |= pers[i];
         xfer[r] |= xfer[i];
+        tasks[r] |= tasks[i];
     }
     int64_t top = 0;
     for (int i = 0; i < R.npt; i++)
@@ -312,16 +315,18 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         top += align_up(m->scratch_bytes);
     }
     m->persistent = top;
-    /* pipeline: the stash -- what a micro-batch keeps from its forward task
-       for its backward task, and the buffers of transfers between stages
-       (which the schedule may move across a task boundary) -- one copy per
-       slot, each buffer at the same place in every copy (pipeline.c) */
+    /* pipeline: the stash -- what a micro-batch keeps from one of its tasks
+       for a later one (forward for backward, B for W), and the buffers of
+       transfers between stages (which the schedule moves within their task)
+       -- one copy per slot, each buffer at the same place in every copy
+       (pipeline.c); buffers of one task share the rest by lifetime, as
+       tasks never interleave */
     char *stashed = ir_xcalloc(nl, 1);
     if (d->pipe) {
         m->nslot = d->pipe->nslot[rank / sd];
         m->stash = top;
         for (int i = 0; i < R.npt; i++)
-            if (first[i] >= 0 && alias[i] < 0 && !pers[i] && (xfer[i] || (first[i] < qb && last[i] >= qb))) {
+            if (first[i] >= 0 && alias[i] < 0 && !pers[i] && (xfer[i] || (tasks[i] & (tasks[i] - 1)))) {
                 stashed[i] = 1;
                 m->off[i] = top;
                 top += align_up(m->bytes[i]);
@@ -361,6 +366,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     free(apos);
     free(pers);
     free(xfer);
+    free(tasks);
     free(stashed);
 }
 

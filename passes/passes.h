@@ -25,6 +25,11 @@
 /* autograd.c */
 int pass_autograd(ir_graph *g);
 
+/* recompute.c: copies of the forward ops of the [plan] recompute blocks
+ * into the backward pass, read by those blocks' backward ops.  Returns 0
+ * or 2 after a message. */
+int pass_recompute(ir_graph *g);
+
 /* plan.c */
 int pass_plan(ir_dist *d);
 
@@ -46,17 +51,26 @@ int pass_pipeline(ir_dist *d);
  * malloc'd. */
 typedef struct pass_pipe_ent {
     int q, mb, slot, task;
+    int merge;   /* 1: a transfer run in one call with the previous entry's (a send and a
+                    receive with the same peer at a task boundary, lower.c) */
 } pass_pipe_ent;
 int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out);
-/* The pipeline's task costs on the cost model: fwd[s], bwd[s] get the FLOPs
- * of stage s's forward and backward task of one micro-batch (its first
+/* Fill p->task with built-in schedule p->sched for p->pp, m, split_w and
+ * the dependencies p->dep (task0 and task allocated); returns 0, or 1 when
+ * zb-h1 finds no order under those dependencies. */
+int pass_pipe_schedule(ir_pipe *p);
+/* The task kind (IR_TASK_F, B, W) of the mb-section item at schedule
+ * position n. */
+int pass_pipe_kind(const ir_dist *d, int n);
+/* The pipeline's task costs on the cost model: cost[3 s + kind] gets the
+ * FLOPs of stage s's task of that kind for one micro-batch (its first
  * rank's sub-ops). */
-void pass_pipe_costs(const ir_dist *d, double *fwd, double *bwd);
+void pass_pipe_costs(const ir_dist *d, double *cost);
 /* The step of pipeline p with those task costs: the tasks list scheduled in
- * their orders (F(s, i) after F(s - 1, i), B(s, i) after B(s + 1, i));
- * start[k] per task of p->task (or NULL); returns the makespan, *bubble the
- * idle fraction of the stages. */
-double pass_pipe_simulate(const ir_pipe *p, const double *fwd, const double *bwd, double *start, double *bubble);
+ * their orders, each after the tasks it depends on (p->dep); start[k] per
+ * task of p->task (or NULL); returns the makespan, *bubble the idle
+ * fraction of the stages. */
+double pass_pipe_simulate(const ir_pipe *p, const double *cost, double *start, double *bubble);
 
 /* memplan.c: buffer of each pTensor on one rank */
 typedef struct pass_mem {

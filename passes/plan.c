@@ -655,7 +655,7 @@ static int assign_stages(planctx *c, int pp, const int *order)
         const ir_op *o = &g->op[i];
         int n0 = at[i], n = n0;
         if (o->phase == IR_PH_BWD) st[i] = o->fwd >= 0 ? st[o->fwd] : 0;
-        if (o->phase == IR_PH_BWD && o->kind == IR_OP_ADD) {
+        if (o->phase == IR_PH_BWD && o->kind == IR_OP_ADD && !o->recomp) {
             /* a sum of gradient contributions made on one other stage runs there (one
                transfer of the sum, not one per contribution) */
             int a = g->t[o->in[0]].producer, b = g->t[o->in[1]].producer;

@@ -49,6 +49,34 @@ static void place_maker(sctx *c, int pt, int sec)
     }
 }
 
+/* Place op's sub-ops in section sec, each after the comms making its inputs. */
+static void place_op(sctx *c, int op, int sec)
+{
+    ir_dist *d = c->d;
+    for (int i = d->op_sop[op]; i < d->op_sop[op + 1]; i++) {
+        ir_subop *s = &d->sop[i];
+        for (int k = 0; k < d->g->op[op].nin; k++) place_maker(c, s->in[k], sec);
+        s->sec = sec;
+        s->order = d->nseq;
+        place(d, sec, 0, i);
+    }
+}
+
+/* Place the recomputation copies op's inputs need that are not placed yet
+ * (and, first, the copies they read): a copy runs just before the first
+ * backward op that reads it (recompute.c). */
+static void place_copies(sctx *c, int op, char *placed)
+{
+    const ir_graph *g = c->d->g;
+    for (int k = 0; k < g->op[op].nin; k++) {
+        int p = g->t[g->op[op].in[k]].producer;
+        if (p < 0 || !g->op[p].recomp || placed[p]) continue;
+        placed[p] = 1;
+        place_copies(c, p, placed);
+        place_op(c, p, IR_SEC_MB);
+    }
+}
+
 void pass_schedule(ir_dist *d)
 {
     const ir_graph *g = d->g;
@@ -80,6 +108,7 @@ void pass_schedule(ir_dist *d)
     }
     free(opt_read);
     int *order = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
+    char *placed = ir_xcalloc((size_t)g->nop + 1, 1);   /* recomputation copies placed */
     int cyc;
     IR_ASSERT(!ir_topo(g, order, &cyc));
     /* mb: forward and backward in topological order */
@@ -102,16 +131,17 @@ void pass_schedule(ir_dist *d)
                 if (opsec != sec) continue;
                 if (sec == IR_SEC_MB && (g->op[op].phase == IR_PH_BWD) != (pass == 2)) continue;
                 if (sec == IR_SEC_MB && pass == 2 && d->seq_bwd < 0) d->seq_bwd = d->nseq;
-                for (int i = d->op_sop[op]; i < d->op_sop[op + 1]; i++) {
-                    ir_subop *s = &d->sop[i];
-                    for (int k = 0; k < g->op[op].nin; k++) place_maker(&c, s->in[k], sec);
-                    if (pass == 0) continue;
-                    s->sec = sec;
-                    s->order = d->nseq;
-                    place(d, sec, 0, i);
+                if (g->op[op].recomp) continue;   /* placed with its first reader */
+                if (pass == 0) {
+                    for (int i = d->op_sop[op]; i < d->op_sop[op + 1]; i++)
+                        for (int k = 0; k < g->op[op].nin; k++) place_maker(&c, d->sop[i].in[k], sec);
+                    continue;
                 }
+                if (sec == IR_SEC_MB && pass == 2) place_copies(&c, op, placed);
+                place_op(&c, op, sec);
             }
     }
+    for (int i = 0; i < g->nop; i++) IR_ASSERT(!g->op[i].recomp || placed[i]);   /* every copy is read */
     if (d->seq_bwd < 0) d->seq_bwd = d->nseq;
     if (d->ndev > 1) {
         int *all = ir_xmalloc(sizeof(int) * (size_t)d->ndev);
@@ -127,6 +157,7 @@ void pass_schedule(ir_dist *d)
     for (int n = 0; n < d->nseq; n++)
         if (!d->seq[n].comm) d->step_flops += pass_subop_flops(g, &d->sop[d->seq[n].id], d->seq[n].sec);
     free(order);
+    free(placed);
     free(c.comm_done);
     free(c.first);
     free(c.makers);

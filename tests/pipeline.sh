@@ -4,7 +4,8 @@
 # resumed under tp 2 and a tp 2 checkpoint resumed under pp 2 give the
 # steps the uninterrupted run gives), plan.txt's pipeline section (stages,
 # orders, stash slots: m under gpipe, min(pp - s, m) under 1f1b, the bubble
-# and its formula), and the banner's mesh.  Training equivalence of every
+# and its formula), the banner's mesh, and recompute (the same losses bit
+# for bit, a smaller stash).  Training equivalence of every
 # schedule is in tests/equiv.list (verify).  About 10 s.
 . "$(dirname "$0")/lib.sh" pipeline
 spec=$top/examples/gpt2-tiny.ini
@@ -58,6 +59,19 @@ grep -q "(p-1)/(m+p-1) = 3/7 = 42.9 %" "$p" && ok "plan.txt: the bubble next to 
   no "bubble line: $(grep 'bubble' "$p")"
 grep -q "^programs  4 distinct programs for 4 ranks" "$p" && ok "a program per stage" ||
   no "programs: $(grep '^programs' "$p")"
+
+# ---- 3. recompute: the same losses bit for bit, a smaller stash
+build rc --devices 2 --set plan.pp=2 --set plan.recompute=h
+"$tmp/pp/launch" --steps 3 >"$tmp/pp3.run" 2>&1 || no "pp: run failed"
+"$tmp/rc/launch" --steps 3 >"$tmp/rc3.run" 2>&1 || no "pp + recompute: run failed"
+losses "$tmp/pp3.run" >"$tmp/a"
+losses "$tmp/rc3.run" >"$tmp/b"
+[[ -s $tmp/a ]] && cmp -s "$tmp/a" "$tmp/b" && ok "recompute = h: the same losses, bit for bit" ||
+  no "recompute losses: $(cat "$tmp/b") vs $(cat "$tmp/a")"
+kb() { grep -o "stash [0-9]* x [0-9.]* KiB" "$1" | head -n 1 | cut -d' ' -f4; }
+a=$(kb "$tmp/pp/plan.txt") b=$(kb "$tmp/rc/plan.txt")
+python3 -c "import sys; sys.exit(0 if float('$b') < 0.5 * float('$a') else 1)" 2>/dev/null &&
+  ok "recompute = h: stage 0 stashes $b KiB per micro-batch instead of $a" || no "stash with recompute: $b vs $a KiB"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

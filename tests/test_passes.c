@@ -435,7 +435,7 @@ static void test_dp_wide(int ndev)
  * rank's Program unrolled from its tasks, and the cost model's bubble. */
 static void test_pipeline(int pp, int m, int sched)
 {
-    const char *sn = sched == IR_SCHED_GPIPE ? "gpipe" : "1f1b";
+    const char *sn = sched == IR_SCHED_GPIPE ? "gpipe" : sched == IR_SCHED_ZBH1 ? "zb-h1" : "1f1b";
     ir_graph g;
     ir_dist d;
     mlp(&g, 4 * m, m);
@@ -456,11 +456,11 @@ static void test_pipeline(int pp, int m, int sched)
     CHECK(pass_pipeline(&d) == 0 && d.pipe, "%s pp %d m %d: schedule checks", sn, pp, m);
     int slots_ok = 1;
     for (int s = 0; s < pp; s++) {
-        int want = sched == IR_SCHED_GPIPE ? m : (pp - s < m ? pp - s : m);
+        int want = sched == IR_SCHED_GPIPE ? m : sched == IR_SCHED_ZBH1 ? (pp < m ? pp : m) : (pp - s < m ? pp - s : m);
         slots_ok &= d.pipe->nslot[s] == want;
     }
     CHECK(slots_ok, "%s pp %d m %d: stage s keeps %s micro-batches in flight", sn, pp, m,
-          sched == IR_SCHED_GPIPE ? "m" : "min(pp - s, m)");
+          sched == IR_SCHED_GPIPE ? "m" : sched == IR_SCHED_ZBH1 ? "min(pp, m)" : "min(pp - s, m)");
     /* every stage boundary: a send/recv of the activation from stage s to s + 1, and a gradient sent back
        across it (from a later stage: bias_add's identity gradient skips a stage) */
     int fwd_ok = 1, bwd_ok = 1;
@@ -494,15 +494,59 @@ static void test_pipeline(int pp, int m, int sched)
         ir_prog_free(&p);
         pass_mem_free(&mm);
     }
-    /* equal stages (F 1, B 2): the bubble is (p - 1) / (m + p - 1) for gpipe and 1f1b */
-    double f[8], b[8], bubble;
-    for (int s = 0; s < pp; s++) f[s] = 1, b[s] = 2;
-    double span = pass_pipe_simulate(d.pipe, f, b, NULL, &bubble);
-    double want = (double)(pp - 1) / (m + pp - 1);
-    CHECK(span == 3.0 * (m + pp - 1) && bubble > want - 1e-12 && bubble < want + 1e-12,
-          "%s pp %d m %d: step %.1f, bubble %.4f = (p-1)/(m+p-1) = %.4f", sn, pp, m, span, bubble, want);
+    double cost[24], bubble;
+    for (int s = 0; s < pp; s++) cost[3 * s] = 1, cost[3 * s + 1] = 2, cost[3 * s + 2] = 1;
+    double span = pass_pipe_simulate(d.pipe, cost, NULL, &bubble);
+    CHECK(span > 0 && bubble >= 0 && bubble < 1, "%s pp %d m %d: the cost model runs the step (%.1f)", sn, pp, m, span);
     ir_dist_free(&d);
     ir_graph_free(&g);
+}
+
+/* The schedules on a chain of equal stages against the formulas: gpipe
+ * and 1f1b (F 1, B 2) leave (p - 1) / (m + p - 1) of the step idle, zb-h1
+ * (F = B = W = 1) (p - 1) / (3 m + p - 1), with 1f1b's in-flight bound. */
+static void test_bubble(int pp, int m, int sched)
+{
+    const char *sn = sched == IR_SCHED_GPIPE ? "gpipe" : sched == IR_SCHED_ZBH1 ? "zb-h1" : "1f1b";
+    ir_pipe p;
+    memset(&p, 0, sizeof p);
+    p.pp = pp, p.m = m, p.sched = sched, p.split_w = sched == IR_SCHED_ZBH1;
+    int nt = (p.split_w ? 3 : 2) * m;
+    p.task0 = malloc(sizeof(int) * (size_t)(pp + 1));
+    for (int s = 0; s <= pp; s++) p.task0[s] = nt * s;
+    p.task = calloc((size_t)(nt * pp), sizeof(ir_task));
+    p.dep = calloc((size_t)(2 * pp), sizeof(ir_pdep));
+    for (int s = 0; s + 1 < pp; s++) {
+        p.dep[p.ndep++] = (ir_pdep){s + 1, IR_TASK_F, s, IR_TASK_F};
+        p.dep[p.ndep++] = (ir_pdep){s, IR_TASK_B, s + 1, IR_TASK_B};
+    }
+    CHECK(pass_pipe_schedule(&p) == 0, "%s pp %d m %d: built", sn, pp, m);
+    double cost[3 * 16], bubble;
+    for (int s = 0; s < pp; s++) cost[3 * s] = 1, cost[3 * s + 1] = p.split_w ? 1 : 2, cost[3 * s + 2] = 1;
+    double span = pass_pipe_simulate(&p, cost, NULL, &bubble);
+    double want = (double)(pp - 1) / (m + pp - 1), wspan = 3.0 * (m + pp - 1);
+    if (sched == IR_SCHED_ZBH1) want = (double)(pp - 1) / (3 * m + pp - 1), wspan = 3.0 * m + pp - 1;
+    CHECK(span == wspan && bubble > want - 1e-12 && bubble < want + 1e-12,
+          "%s pp %d m %d: step %.1f (formula %.1f), bubble %.4f (formula %.4f)", sn, pp, m, span, wspan, bubble, want);
+    /* in flight: 1f1b at most min(pp - s, m) on stage s; zb-h1 as many before their B, and at most pp before
+       their W (1f1b's first stage); gpipe m */
+    int ok = 1;
+    for (int s = 0; s < pp; s++) {
+        int fb = 0, fw = 0, tfb = 0, tfw = 0, lim = pp - s < m ? pp - s : m;
+        for (int k = p.task0[s]; k < p.task0[s + 1]; k++) {
+            int kd = p.task[k].kind;
+            fb += kd == IR_TASK_F ? 1 : kd == IR_TASK_B ? -1 : 0;
+            fw += kd == IR_TASK_F ? 1 : kd == (p.split_w ? IR_TASK_W : IR_TASK_B) ? -1 : 0;
+            if (fb > tfb) tfb = fb;
+            if (fw > tfw) tfw = fw;
+        }
+        if (sched == IR_SCHED_GPIPE) ok &= tfw == m;
+        else ok &= tfb <= lim && tfw <= (sched == IR_SCHED_ZBH1 ? (pp < m ? pp : m) : lim);
+    }
+    CHECK(ok, "%s pp %d m %d: micro-batches in flight within the schedule's bound", sn, pp, m);
+    free(p.task0);
+    free(p.task);
+    free(p.dep);
 }
 
 int main(int argc, char **argv)
@@ -521,5 +565,14 @@ int main(int argc, char **argv)
     test_pipeline(3, 5, IR_SCHED_1F1B);
     test_pipeline(2, 4, IR_SCHED_GPIPE);
     test_pipeline(5, 2, IR_SCHED_1F1B);
+    for (int pp = 2; pp <= 8; pp *= 2)
+        for (int m = pp; m <= 4 * pp; m *= 2) {
+            test_bubble(pp, m, IR_SCHED_1F1B);
+            test_bubble(pp, m, IR_SCHED_GPIPE);
+            test_bubble(pp, m, IR_SCHED_ZBH1);
+        }
+    test_pipeline(2, 4, IR_SCHED_ZBH1);
+    test_pipeline(4, 8, IR_SCHED_ZBH1);
+    test_pipeline(3, 3, IR_SCHED_ZBH1);
     return check_done();
 }

@@ -1,0 +1,137 @@
+/* recompute.c -- activation recomputation per block ([plan] recompute).
+ *
+ * For every recomputed repeat of a block, the forward ops of that repeat
+ * are copied into the backward pass (phase bwd, fwd = the original, so the
+ * planner splits each copy like its original and a pipeline runs it on the
+ * same stage), and the repeat's backward ops read the copies' outputs
+ * instead of the forward's.  The forward's activations inside the repeat
+ * then die in the forward pass; what the backward keeps of it is the
+ * repeat's inputs (the block input, params), which the copies read.  The
+ * schedule places a copy just before the first backward op that needs it
+ * (schedule.c), so one repeat's recomputed activations live at a time.
+ * The copies compute exactly what the forward did: training is bitwise
+ * the same as without recomputation.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+/* Does block item `item` (BLOCK, BLOCK.A, BLOCK.A-B) name repeat r of block b? */
+static int names(const ir_graph *g, const char *item, int b, int r, int *known)
+{
+    const char *bn = g->blk[b].name;
+    size_t l = strlen(bn);
+    if (strncmp(item, bn, l) != 0) return 0;
+    const char *s = item + l;
+    if (!*s) return *known = 1, 1;
+    if (*s != '.' || s[1] < '0' || s[1] > '9') return 0;
+    char *e;
+    long lo = strtol(s + 1, &e, 10), hi = lo;
+    if (*e == '-') hi = strtol(e + 1, &e, 10);
+    if (*e) return 0;
+    *known = 1;
+    return r >= lo && r <= hi;
+}
+
+/* Is tensor t made by a forward op of the same repeat as forward op f (what
+ * f's copy and backward read again, not the repeat's inputs)? */
+static int own(const ir_graph *g, int t, int f)
+{
+    int p = g->t[t].producer;
+    return p >= 0 && p != f && g->op[p].phase == IR_PH_FWD && g->op[p].block == g->op[f].block &&
+           g->op[p].rep == g->op[f].rep && g->op[f].block >= 0;
+}
+
+int pass_recompute(ir_graph *g)
+{
+    const char *spec = g->req.recompute;
+    int line = g->req.recompute_line;
+    /* one device has one plan, every op whole and nothing recomputed
+       (verify builds its reference so) */
+    if (!spec || !*spec || g->req.devices <= 1) return 0;
+    static const char hint[] = "write recompute = BLOCK {, BLOCK}: a block's name (h) or some of its repeats (h.0-5); "
+                               "--dump=graph lists the blocks' ops";
+    /* the items, checked */
+    char buf[1024];
+    if (strlen(spec) >= sizeof buf) return pass_error(g, line, hint, "[plan] recompute: list too long");
+    int nop0 = g->nop, nt0 = g->nt;
+    char *rec = ir_xcalloc((size_t)nop0 + 1, 1);   /* per forward op: recomputed */
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save, *tok;
+    for (tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+        int known = 0, hit = 0;
+        for (int i = 0; i < nop0; i++) {
+            const ir_op *o = &g->op[i];
+            if (o->phase != IR_PH_FWD || o->block < 0) continue;
+            if (names(g, tok, o->block, o->rep, &known)) rec[i] = 1, hit = 1;
+        }
+        for (int b = 0; b < g->nblk && !known; b++) names(g, tok, b, -1, &known);
+        if (!known) {
+            free(rec);
+            return pass_error(g, line, hint, "[plan] recompute: '%s' is not a block (or BLOCK.A-B)", tok);
+        }
+        if (!hit) {
+            free(rec);
+            return pass_error(g, line, hint, "[plan] recompute: '%s' names no repeat of its block", tok);
+        }
+    }
+    for (int i = 0; i < nop0; i++)
+        if (rec[i] && (ir_ops[g->op[i].kind].flags & OPF_LOSS)) {
+            free(rec);
+            return pass_error(g, line, "recompute blocks of layers; the loss is computed once",
+                              "[plan] recompute: block of op %s computes the loss", g->op[i].name);
+        }
+    /* which forward ops the backward needs again: the producers of what the
+       repeats' backward ops read, and the recomputed ops those read */
+    char *need = ir_xcalloc((size_t)nop0 + 1, 1);
+    for (int i = 0; i < nop0; i++) {
+        const ir_op *o = &g->op[i];
+        if (o->phase != IR_PH_BWD || o->fwd < 0 || !rec[o->fwd]) continue;
+        for (int k = 0; k < o->nin; k++)
+            if (own(g, o->in[k], o->fwd)) need[g->t[o->in[k]].producer] = 1;
+    }
+    for (int i = nop0 - 1; i >= 0; i--)
+        if (need[i])
+            for (int k = 0; k < g->op[i].nin; k++)
+                if (own(g, g->op[i].in[k], i)) need[g->t[g->op[i].in[k]].producer] = 1;
+    /* the copies, in op order (a repeat's ops are in dependency order) */
+    int *copy = ir_xmalloc(sizeof(int) * ((size_t)nt0 + 1));   /* per tensor: its copy, or -1 */
+    for (int t = 0; t < nt0; t++) copy[t] = -1;
+    char err[256];
+    for (int i = 0; i < nop0; i++) {
+        if (!need[i]) continue;
+        ir_op o = g->op[i];   /* by value: adding ops moves the array */
+        int in[IR_MAXIO];
+        const char *on[IR_MAXIO];
+        char names_[IR_MAXIO][300];
+        for (int k = 0; k < o.nin; k++) in[k] = own(g, o.in[k], i) ? copy[o.in[k]] : o.in[k];
+        for (int k = 0; k < o.nout; k++) {
+            snprintf(names_[k], sizeof names_[k], "rc.%s", g->t[o.out[k]].name);
+            on[k] = names_[k];
+        }
+        char nm[300];
+        snprintf(nm, sizeof nm, "rc.%s", o.name);
+        int c = ir_add_op_attr(g, nm, o.kind, o.nin, in, on, o.iattr, o.fattr, o.line, err, sizeof err);
+        if (c < 0) ir_die(__FILE__, __LINE__, "recompute %s: %s", o.name, err);
+        ir_op *co = &g->op[c];
+        memcpy(co->fattr, o.fattr, sizeof co->fattr);
+        co->phase = IR_PH_BWD;
+        co->fwd = i;
+        co->block = o.block;
+        co->rep = o.rep;
+        co->recomp = 1;
+        for (int k = 0; k < o.nout; k++) copy[o.out[k]] = co->out[k];
+    }
+    /* the repeats' backward ops read the copies */
+    for (int i = 0; i < nop0; i++) {
+        ir_op *o = &g->op[i];
+        if (o->phase != IR_PH_BWD || o->fwd < 0 || !rec[o->fwd]) continue;
+        for (int k = 0; k < o->nin; k++)
+            if (o->in[k] < nt0 && own(g, o->in[k], o->fwd)) o->in[k] = copy[o->in[k]];
+    }
+    free(copy);
+    free(rec);
+    free(need);
+    return 0;
+}
