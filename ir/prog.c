@@ -451,6 +451,10 @@ static int64_t pg_extent(const pg_instr *in, int j) {
     switch (in->kernel) {
     case RT_K_init_param:
         return -1;  /* the box size is in the manifest */
+    case RT_K_p2p: {   /* nops (dir n group peer)*: op j's buffer n floats */
+        int64_t x;
+        return 2 + 4 * j < in->nint && pg_const(in, 2 + 4 * j, &x) ? x : -1;
+    }
     case RT_K_data:       /* input step ndim (lo hi)*: dst the box */
         return pg_const(in, 2, &ndim) ? pg_box(in, 3, 2, ndim) : -1;
     case RT_K_matmul:    /* M K N: A M*K, B K*N, C M*N */
@@ -538,6 +542,7 @@ static const struct pg_role {
     [RT_K_broadcast] = {1u << 0, 1u << 0, -1},
     [RT_K_sendrecv] = {1u << 1, 1u << 1, -1},   /* no recv when peer_recv = -1 */
     [RT_K_alltoall] = {1u << 1, 0, -1},
+    [RT_K_p2p] = {0, 0, -1},   /* per op: receives write, sends read (ir_prog_access) */
     [RT_K_embedding] = {1u << 2, 0, 4},
     [RT_K_embedding_bwd] = {1u << 2, 0, 4},
     [RT_K_layernorm] = {1u << 3 | 1u << 4 | 1u << 5, 0, -1},
@@ -578,6 +583,11 @@ int ir_prog_access(const pg_instr *in, int j, int64_t *bytes) {
                 else r |= PG_RD;
             }
         return r;
+    }
+    if (k == RT_K_p2p) {   /* op j receives (dir 1: writes all of it) or sends (reads it) */
+        int64_t dir = 1;
+        if (1 + 4 * j >= in->nint || !pg_const(in, 1 + 4 * j, &dir)) return PG_RD | PG_WR | PG_PART;
+        return dir ? PG_WR : PG_RD;
     }
     const struct pg_role *ro = &pg_role[k];
     int64_t acc = 0;
@@ -674,6 +684,13 @@ static void pg_verify_instr(const pg_where *w, const pg_instr *in) {
     const struct pg_kinfo *k = &pg_kinfo[in->kernel];
     PG_CHECK(w, in->nbuf >= k->nbuf && in->nbuf <= PG_MAXBUF, "%d buffers, kernel takes %d",
              in->nbuf, k->nbuf);
+    if (in->kernel == RT_K_p2p) {   /* nops, then (dir n group peer) per op: one buffer each */
+        int64_t nops, dir;
+        PG_CHECK(w, pg_const(in, 0, &nops) && nops >= 1 && nops <= 6 && in->nbuf == nops &&
+                        in->nint == 1 + 4 * nops, "p2p: %d buffers, %d ints", in->nbuf, in->nint);
+        for (int j = 0; j < in->nbuf; j++)
+            PG_CHECK(w, pg_const(in, 1 + 4 * j, &dir) && (dir == 0 || dir == 1), "p2p op %d: direction", j);
+    }
     PG_CHECK(w, in->nint >= k->nint && in->nint <= PG_MAXINT, "%d ints, kernel takes %d",
              in->nint, k->nint);
     PG_CHECK(w, in->nflt >= k->nflt && in->nflt <= PG_MAXFLT, "%d floats, kernel takes %d",

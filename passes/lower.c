@@ -698,6 +698,68 @@ static void manifest(lctx *c)
     ir_bprintf(b, "end\n");
 }
 
+/* The unrolled tasks keep every order the per-micro-batch program had
+ * between instructions of one micro-batch that share a buffer (read after
+ * write, write after write, write after read; buffers compared by their
+ * offset, which covers the items pipeline.c moves and the writers of one
+ * buffer split between tasks): the check that the task split and the moved
+ * transfers change no result.  old: the per-micro-batch instructions, item
+ * q's at[q] .. at[q + 1] - 1; entry i's first unrolled instruction
+ * start[i] (entries of one call share it). */
+static void unroll_check(const ir_prog *p, const pg_instr *old, const int *at, const pass_pipe_ent *e, int ne,
+                         const int *start, const pg_instr *ins)
+{
+    int mbs = 0;
+    for (int i = 0; i < ne; i++)
+        if (e[i].mb + 1 > mbs) mbs = e[i].mb + 1;
+    /* per micro-batch, its entries in item order (the per-micro-batch order) */
+    int *idx = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
+    for (int mb = 0; mb < mbs; mb++) {
+        int n = 0;
+        for (int i = 0; i < ne; i++)
+            if (e[i].mb == mb) idx[n++] = i;
+        for (int a = 1; a < n; a++)   /* entries of one micro-batch by item (insertion sort: mostly sorted) */
+            for (int b = a; b > 0 && e[idx[b - 1]].q > e[idx[b]].q; b--) {
+                int t = idx[b];
+                idx[b] = idx[b - 1], idx[b - 1] = t;
+            }
+        /* per buffer offset: position of its last writer, the latest reader since */
+        int64_t cap2 = 1;
+        int64_t nins = 0;
+        for (int a = 0; a < n; a++) nins += at[e[idx[a]].q + 1] - at[e[idx[a]].q];
+        while (cap2 < 4 * (nins * PG_MAXBUF + 1)) cap2 *= 2;
+        int64_t *key = ir_xmalloc(sizeof(int64_t) * (size_t)cap2);
+        int *lw = ir_xmalloc(sizeof(int) * (size_t)cap2), *lr = ir_xmalloc(sizeof(int) * (size_t)cap2);
+        for (int64_t h = 0; h < cap2; h++) key[h] = -1;
+        for (int a = 0; a < n; a++) {
+            int i = idx[a];
+            for (int j = at[e[i].q]; j < at[e[i].q + 1]; j++) {
+                /* its position: merged entries share their call's */
+                int pos = start[i] + (e[i].merge || (i + 1 < ne && e[i + 1].merge) ? 0 : j - at[e[i].q]);
+                const pg_instr *in = &old[j];
+                for (int b = 0; b < in->nbuf; b++) {
+                    int64_t bytes, off = in->buf[b];
+                    int r = ir_prog_access(in, b, &bytes);
+                    uint64_t h = ((uint64_t)off * 0x9E3779B97F4A7C15u) & (uint64_t)(cap2 - 1);
+                    while (key[h] >= 0 && key[h] != off) h = (h + 1) & (uint64_t)(cap2 - 1);
+                    if (key[h] < 0) key[h] = off, lw[h] = -1, lr[h] = -1;
+                    if (lw[h] > pos || ((r & PG_WR) && lr[h] > pos))
+                        ir_die(__FILE__, __LINE__, "rank %d: the pipeline order moves '%s' (micro-batch %d) across "
+                               "'%s', which shares its buffer @%lld", p->rank, in->note ? in->note : "?", mb,
+                               ins[lw[h] > pos ? lw[h] : lr[h]].note ? ins[lw[h] > pos ? lw[h] : lr[h]].note : "?",
+                               (long long)off);
+                    if (r & PG_WR) lw[h] = pos, lr[h] = -1;
+                    if ((r & PG_RD) && pos > lr[h]) lr[h] = pos;
+                }
+            }
+        }
+        free(key);
+        free(lw);
+        free(lr);
+    }
+    free(idx);
+}
+
 /* Pipeline: the mb section, lowered item by item for one micro-batch
  * (item q's instructions are at[q] .. at[q + 1] - 1 of the rank's mb items;
  * other items add none there), becomes the rank's tasks of one step in
@@ -715,26 +777,39 @@ static void unroll(lctx *c, const int *at)
     for (int i = 0; i < ne; i++) n += at[e[i].q + 1] - at[e[i].q];
     IR_ASSERT(n < INT32_MAX);
     pg_instr *old = p->ins[IR_SEC_MB], *ins = ir_xmalloc(sizeof *ins * ((size_t)n + 1));
+    int *start = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));   /* per entry: its first instruction */
     int k = 0;
     for (int i = 0; i < ne; i++) {
-        if (e[i].merge) {
-            /* one call with the previous entry's: a send and a receive with the same peer */
-            IR_ASSERT(k > 0 && at[e[i].q + 1] - at[e[i].q] == 1 && at[e[i - 1].q + 1] - at[e[i - 1].q] == 1);
-            pg_instr *a = &ins[k - 1];
-            const pg_instr *b = &old[at[e[i].q]];
-            IR_ASSERT(a->kernel == RT_K_sendrecv && b->kernel == RT_K_sendrecv && a->ints[0].c == b->ints[0].c &&
-                      a->ints[1].c == b->ints[1].c && (a->ints[2].c < 0) != (b->ints[2].c < 0));
-            int bs = b->ints[2].c >= 0;   /* b sends */
-            if (bs) a->buf[0] = b->buf[0], a->ints[2] = b->ints[2];
-            else a->buf[1] = b->buf[1], a->ints[3] = b->ints[3];
-            for (int x = 0; x < 2; x++)
-                if (a->buf[x] >= m->stash && a->buf[x] < m->stash + m->stash_bytes && x == (bs ? 0 : 1))
-                    a->buf[x] += e[i].slot * m->stash_bytes;
-            char note[600];
-            snprintf(note, sizeof note, "%s | %s", a->note ? a->note : "", b->note ? b->note : "");
-            a->note = ir_prog_str(p, note);
+        start[i] = e[i].merge ? start[i - 1] : k;
+        if (i + 1 < ne && e[i + 1].merge && !e[i].merge) {
+            /* a batch of transfers in one call: each entry's one sendrecv becomes a p2p op */
+            pg_instr *in = &ins[k++];
+            const pg_instr *f = &old[at[e[i].q]];
+            *in = *f;
+            in->kernel = RT_K_p2p;
+            in->nbuf = in->nint = in->nflt = 0;
+            pg_i(in, 0);
+            ir_buf nb = {0};
+            for (int j = i; j < ne && (j == i || e[j].merge); j++) {
+                IR_ASSERT(at[e[j].q + 1] - at[e[j].q] == 1);
+                const pg_instr *x = &old[at[e[j].q]];
+                IR_ASSERT(x->kernel == RT_K_sendrecv && (x->ints[2].c < 0) != (x->ints[3].c < 0));
+                int send = x->ints[2].c >= 0;
+                int64_t b = x->buf[send ? 0 : 1];
+                if (b >= m->stash && b < m->stash + m->stash_bytes) b += e[j].slot * m->stash_bytes;
+                pg_buf(in, b);
+                pg_i(in, send ? 0 : 1);
+                pg_i(in, x->ints[0].c);
+                pg_i(in, x->ints[1].c);
+                pg_i(in, send ? x->ints[2].c : x->ints[3].c);
+                in->ints[0].c++;
+                ir_bprintf(&nb, "%s%s", j > i ? " | " : "", x->note ? x->note : "");
+            }
+            in->note = ir_prog_str(p, nb.s);
+            ir_buf_free(&nb);
             continue;
         }
+        if (e[i].merge) continue;   /* in the batch above */
         for (int j = at[e[i].q]; j < at[e[i].q + 1]; j++) {
             pg_instr *in = &ins[k++];
             *in = old[j];
@@ -747,8 +822,10 @@ static void unroll(lctx *c, const int *at)
                     in->buf[a] += e[i].slot * m->stash_bytes;
         }
     }
+    unroll_check(p, old, at, e, ne, start, ins);
     free(old);
     free(e);
+    free(start);
     p->ins[IR_SEC_MB] = ins;
     p->nins[IR_SEC_MB] = p->inscap[IR_SEC_MB] = k;
     p->pipelined = 1;

@@ -51,9 +51,10 @@ int pass_pipeline(ir_dist *d);
  * malloc'd. */
 typedef struct pass_pipe_ent {
     int q, mb, slot, task;
-    int merge;   /* 1: a transfer run in one call with the previous entry's (a send and a
-                    receive with the same peer at a task boundary, lower.c) */
+    int merge;   /* 1: a transfer run in one call (rt_k_p2p) with the previous entry's: the
+                    transfers where two tasks meet progress together (lower.c) */
 } pass_pipe_ent;
+#define PASS_P2P_MAX 6   /* transfers in one call (rtlib's RT_P2P_MAX) */
 int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out);
 /* Fill p->task with built-in schedule p->sched for p->pp, m, split_w and
  * the dependencies p->dep (task0 and task allocated); returns 0, or 1 when

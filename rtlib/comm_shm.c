@@ -90,7 +90,10 @@ typedef struct shm_pair {
     _Atomic uint64_t sent;         /* chunks src has posted to dst, ever (written by src) */
     _Atomic uint64_t ack;          /* chunks dst has copied out, ever (written by dst) */
     _Atomic int64_t n;             /* floats in src's current transfer (checked by dst) */
-    int64_t pad;                   /* (32 bytes) */
+    _Atomic int64_t off;           /* ... where in src's staging its chunks go (bytes) */
+    _Atomic int64_t chunk;         /* ... floats per chunk */
+    _Atomic int64_t depth;         /* ... chunks in flight (chunk k at off + (k % depth) * chunk) */
+    int64_t pad[2];                /* (64 bytes) */
 } shm_pair;
 
 /* One process's view of the segment. */
@@ -915,9 +918,145 @@ void rt_comm_alltoall(rt_ctx *ctx, const float *send, float *recv, int64_t n, in
     shm_barrier(ctx, &gr, w, g);
 }
 
-/* sendrecv: post chunks to one peer and take chunks from another, each pair
- * of ranks synchronising on its own sequence numbers (members of the group
- * that take no part do not wait).  fast: two chunks in flight. */
+/* p2p: a batch of sends and receives, each with its own group and peer,
+ * progressing together (a rank sending to a peer that is itself sending to
+ * this rank in the same batch does not wait for it), each pair of ranks
+ * synchronising on its own sequence numbers.  The sends share this rank's
+ * staging: each gets a slice, cut into `depth` chunks (fast: two in
+ * flight), and states the slice in its pair record, where the receiver
+ * reads it once the first chunk is posted. */
+typedef struct p2p_op {
+    int send;            /* 1: send, 0: receive */
+    char *buf;           /* the data */
+    int64_t n;           /* floats */
+    int peer;            /* the other rank */
+    shm_pair *pr;        /* the pair record (this -> peer for a send, peer -> this for a receive) */
+    int state;           /* 0: waits for an earlier transfer on its pair, 1: running, 2: done */
+    uint64_t base;       /* chunks of the pair before this transfer */
+    int64_t chunk;       /* floats per chunk (a receive: the sender's, once known) */
+    int64_t off, depth;  /* the slice of the sender's staging */
+    int64_t nch, done;   /* chunks in all (-1: not known yet), posted (send) or taken (receive) */
+} p2p_op;
+
+void rt_comm_p2p(rt_ctx *ctx, int nops, const int *dir, void *const *buf, const int64_t *n, const int *g,
+                 const int *peer, int fast)
+{
+    const int w = RT_COLL_SENDRECV;
+    rt_comm *c = ctx->comm;
+    p2p_op op[RT_P2P_MAX];
+    int nsend = 0, k = 0;
+    if (nops < 1 || nops > RT_P2P_MAX)
+        rt_fatal(ctx, 1, "p2p with %d transfers (1 .. %d)", nops, RT_P2P_MAX);
+    for (int j = 0; j < nops; j++) nsend += dir[j] == 0 && n[j] > 0;
+    int64_t depth = fast ? 2 : 1, share = nsend ? 2 * c->half / nsend : 0;
+    int64_t chunk = share / depth / 4 / 16 * 16;   /* floats, a multiple of 64 bytes */
+    if (nsend && chunk < 16)
+        rt_fatal(ctx, 1, "p2p: %d sends at once do not fit the staging", nsend);
+    for (int j = 0, si = 0; j < nops; j++) {
+        shm_grp gr = shm_group(ctx, g[j], w);
+        if (peer[j] < 0 || peer[j] >= gr.n || peer[j] == gr.me)
+            rt_fatal(ctx, 1, "p2p on group %d: peer %d is not another member (group has %d)", g[j], peer[j], gr.n);
+        if (n[j] <= 0)
+            continue;
+        p2p_op *o = &op[k++];
+        memset(o, 0, sizeof *o);
+        o->send = dir[j] == 0;
+        o->buf = buf[j];
+        o->n = n[j];
+        o->peer = gr.ranks[peer[j]];
+        o->nch = -1;
+        if (o->send) {
+            o->pr = &c->pairs[(int64_t)ctx->rank * ctx->world + o->peer];
+            o->chunk = chunk;
+            o->depth = depth;
+            o->off = (int64_t)si++ * share;
+        } else {
+            o->pr = &c->pairs[(int64_t)o->peer * ctx->world + ctx->rank];
+        }
+    }
+    shm_waiter wt;
+    shm_waiter_init(&wt, ctx, w, g[0]);
+    for (;;) {
+        int progress = 0, busy = 0, first = -1;
+        for (int j = 0; j < k; j++) {
+            p2p_op *o = &op[j];
+            if (o->state == 2) continue;
+            busy = 1;
+            if (first < 0) first = o->peer;
+            if (o->state == 0) {
+                /* transfers on one pair go one after the other, in batch order (the peer's
+                   batch lists them in the same order) */
+                int wait = 0;
+                for (int q = 0; q < j; q++) wait |= op[q].state != 2 && op[q].send == o->send && op[q].peer == o->peer;
+                if (wait) continue;
+                o->state = 1;
+                if (o->send) {
+                    o->base = c->sent[o->peer];
+                    o->nch = (o->n + o->chunk - 1) / o->chunk;
+                    /* published by the release of the first chunk's count */
+                    atomic_store_explicit(&o->pr->n, o->n, memory_order_relaxed);
+                    atomic_store_explicit(&o->pr->off, o->off, memory_order_relaxed);
+                    atomic_store_explicit(&o->pr->chunk, o->chunk, memory_order_relaxed);
+                    atomic_store_explicit(&o->pr->depth, o->depth, memory_order_relaxed);
+                } else {
+                    o->base = c->recvd[o->peer];
+                }
+            }
+            if (o->send) {
+                /* post the next chunk once the slot it reuses has been taken */
+                uint64_t acked = atomic_load_explicit(&o->pr->ack, memory_order_acquire);
+                if (o->done < o->nch && acked + (uint64_t)o->depth >= o->base + (uint64_t)o->done + 1) {
+                    int64_t at = o->done * o->chunk, cnt = o->n - at < o->chunk ? o->n - at : o->chunk;
+                    memcpy(c->stage + (int64_t)ctx->rank * 2 * c->half + o->off + (o->done % o->depth) * o->chunk * 4,
+                           o->buf + at * 4, (size_t)cnt * 4);
+                    atomic_store_explicit(&o->pr->sent, o->base + (uint64_t)o->done + 1, memory_order_release);
+                    o->done++;
+                    progress = 1;
+                }
+                if (o->done == o->nch && acked >= o->base + (uint64_t)o->nch) {
+                    c->sent[o->peer] = o->base + (uint64_t)o->nch;
+                    o->state = 2;
+                    progress = 1;
+                }
+                continue;
+            }
+            /* a receive: the sender's record once its first chunk is posted */
+            uint64_t posted = atomic_load_explicit(&o->pr->sent, memory_order_acquire);
+            if (o->nch < 0 && posted >= o->base + 1) {
+                int64_t theirs = atomic_load_explicit(&o->pr->n, memory_order_relaxed);
+                if (theirs != o->n)
+                    rt_fatal(ctx, 1, "p2p: rank %d sends %lld floats, this rank expects %lld", o->peer,
+                             (long long)theirs, (long long)o->n);
+                o->chunk = atomic_load_explicit(&o->pr->chunk, memory_order_relaxed);
+                o->off = atomic_load_explicit(&o->pr->off, memory_order_relaxed);
+                o->depth = atomic_load_explicit(&o->pr->depth, memory_order_relaxed);
+                o->nch = (o->n + o->chunk - 1) / o->chunk;
+            }
+            if (o->nch >= 0 && o->done < o->nch && posted >= o->base + (uint64_t)o->done + 1) {
+                int64_t at = o->done * o->chunk, cnt = o->n - at < o->chunk ? o->n - at : o->chunk;
+                memcpy(o->buf + at * 4,
+                       c->stage + (int64_t)o->peer * 2 * c->half + o->off + (o->done % o->depth) * o->chunk * 4,
+                       (size_t)cnt * 4);
+                atomic_store_explicit(&o->pr->ack, o->base + (uint64_t)o->done + 1, memory_order_release);
+                o->done++;
+                progress = 1;
+            }
+            if (o->nch >= 0 && o->done == o->nch) {
+                c->recvd[o->peer] = o->base + (uint64_t)o->nch;
+                o->state = 2;
+                progress = 1;
+            }
+        }
+        if (!busy)
+            break;
+        if (progress)
+            shm_waiter_progress(&wt);
+        else
+            shm_pause(&wt, first, -1);
+    }
+}
+
+/* sendrecv: one send and one receive in one batch (the same or a self copy). */
 void rt_comm_sendrecv(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g,
                       int peer_send, int peer_recv, int fast)
 {
@@ -935,59 +1074,12 @@ void rt_comm_sendrecv(rt_ctx *ctx, const float *send, float *recv, int64_t n, in
         memmove(recv, send, (size_t)n * 4);
         return;
     }
-    rt_comm *c = ctx->comm;
-    int dst = peer_send >= 0 ? gr.ranks[peer_send] : -1;
-    int src = peer_recv >= 0 ? gr.ranks[peer_recv] : -1;
-    int64_t chunk = c->half / 4;
-    int64_t nchunks = (n + chunk - 1) / chunk;
-    int64_t ns = dst >= 0 ? nchunks : 0, nr = src >= 0 ? nchunks : 0;
-    int64_t is = 0, ir = 0;          /* chunks posted / taken in this call */
-    uint64_t base_s = dst >= 0 ? c->sent[dst] : 0, base_r = src >= 0 ? c->recvd[src] : 0;
-    shm_pair *out = dst >= 0 ? &c->pairs[(int64_t)ctx->rank * ctx->world + dst] : NULL;
-    shm_pair *in = src >= 0 ? &c->pairs[(int64_t)src * ctx->world + ctx->rank] : NULL;
-    int depth = fast ? 2 : 1;        /* chunks that may be posted but not yet taken */
-    shm_waiter wt;
-    shm_waiter_init(&wt, ctx, w, g);
-    if (out)
-        atomic_store_explicit(&out->n, n, memory_order_relaxed);
-    for (;;) {
-        int progress = 0;
-        /* post the next chunk once the half it reuses has been taken */
-        if (is < ns && atomic_load_explicit(&out->ack, memory_order_acquire) + (uint64_t)depth >=
-                           base_s + (uint64_t)is + 1) {
-            int64_t o = is * chunk, cnt = n - o < chunk ? n - o : chunk;
-            memcpy(shm_stage(c, ctx->rank, (int)(is % depth)), send + o, (size_t)cnt * 4);
-            atomic_store_explicit(&out->sent, base_s + (uint64_t)is + 1, memory_order_release);
-            is++;
-            progress = 1;
-        }
-        /* take the next chunk once it is posted */
-        if (ir < nr && atomic_load_explicit(&in->sent, memory_order_acquire) >=
-                           base_r + (uint64_t)ir + 1) {
-            int64_t theirs = atomic_load_explicit(&in->n, memory_order_relaxed);
-            if (theirs != n)
-                rt_fatal(ctx, 1, "sendrecv on group %d: rank %d sends %lld floats, this rank "
-                                 "expects %lld", g, src, (long long)theirs, (long long)n);
-            int64_t o = ir * chunk, cnt = n - o < chunk ? n - o : chunk;
-            memcpy(recv + o, shm_stage(c, src, (int)(ir % depth)), (size_t)cnt * 4);
-            atomic_store_explicit(&in->ack, base_r + (uint64_t)ir + 1, memory_order_release);
-            ir++;
-            progress = 1;
-        }
-        int sends_done = is == ns &&
-                         (!out || atomic_load_explicit(&out->ack, memory_order_acquire) >=
-                                      base_s + (uint64_t)ns);
-        if (sends_done && ir == nr)
-            break;
-        if (progress)
-            shm_waiter_progress(&wt);
-        else
-            shm_pause(&wt, is < ns || !sends_done ? dst : src, ir < nr ? src : -1);
-    }
-    if (dst >= 0)
-        c->sent[dst] = base_s + (uint64_t)ns;
-    if (src >= 0)
-        c->recvd[src] = base_r + (uint64_t)nr;
+    int dir[2], gs[2] = {g, g}, peer[2], k = 0;
+    void *bufs[2];
+    int64_t ns[2] = {n, n};
+    if (peer_send >= 0) dir[k] = 0, peer[k] = peer_send, bufs[k++] = (void *)send;
+    if (peer_recv >= 0) dir[k] = 1, peer[k] = peer_recv, bufs[k++] = recv;
+    rt_comm_p2p(ctx, k, dir, bufs, ns, gs, peer, fast);
 }
 
 /* ---- helpers for the runtime itself (save) */

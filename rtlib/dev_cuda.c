@@ -193,6 +193,7 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_broadcast] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_sendrecv] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_alltoall] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
+    [RT_KN_p2p] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     /* embedding: R * C = i[0] * i[3] elements */
     [RT_KN_embedding] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 3, -1}, -1, 0},
     /* embedding_bwd: a block per token position R = i[0]; acc = 0 zeroes the

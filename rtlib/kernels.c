@@ -304,6 +304,28 @@ void rt_k_sendrecv(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
     rt_comm_sendrecv(ctx, b[0], b[1], i[0], (int)i[1], (int)i[2], (int)i[3], 1);
 }
 
+int rt_p2p_ops(rt_ctx *ctx, const int64_t *i, int *dir, int64_t *n, int *g, int *peer)
+{
+    int k = (int)i[0];
+    if (k < 1 || k > RT_P2P_MAX) rt_fatal(ctx, 1, "p2p with %lld ops (1 .. %d)", (long long)i[0], RT_P2P_MAX);
+    for (int j = 0; j < k; j++) {
+        dir[j] = (int)i[1 + 4 * j];
+        n[j] = i[2 + 4 * j];
+        g[j] = (int)i[3 + 4 * j];
+        peer[j] = (int)i[4 + 4 * j];
+    }
+    return k;
+}
+
+void rt_k_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    int dir[RT_P2P_MAX], g[RT_P2P_MAX], peer[RT_P2P_MAX];
+    int64_t n[RT_P2P_MAX];
+    (void)f;
+    int k = rt_p2p_ops(ctx, i, dir, n, g, peer);
+    rt_comm_p2p(ctx, k, dir, b, n, g, peer, 1);
+}
+
 void rt_k_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 1);

@@ -325,6 +325,15 @@ void rt_ref_sendrecv(rt_ctx *ctx, void *const *b, const int64_t *i, const float 
     rt_comm_sendrecv(ctx, b[0], b[1], i[0], (int)i[1], (int)i[2], (int)i[3], 0);
 }
 
+void rt_ref_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    int dir[RT_P2P_MAX], g[RT_P2P_MAX], peer[RT_P2P_MAX];
+    int64_t n[RT_P2P_MAX];
+    (void)f;
+    int k = rt_p2p_ops(ctx, i, dir, n, g, peer);
+    rt_comm_p2p(ctx, k, dir, b, n, g, peer, 0);
+}
+
 void rt_ref_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 0);

@@ -229,8 +229,35 @@ static const char *nccl_kernel_name(int kernel)
     case RT_KN_broadcast: return "broadcast";
     case RT_KN_sendrecv: return "sendrecv";
     case RT_KN_alltoall: return "alltoall";
+    case RT_KN_p2p: return "p2p";
     }
     return NULL;
+}
+
+/* p2p: the batch of sends and receives as one NCCL group (they progress
+ * together), each on its own group's communicator. */
+static void nccl_p2p(rt_ctx *ctx, rt_nccl *nc, void *const *b, const int64_t *i)
+{
+    int dir[RT_P2P_MAX], g[RT_P2P_MAX], peer[RT_P2P_MAX];
+    int64_t n[RT_P2P_MAX];
+    int k = rt_p2p_ops(ctx, i, dir, n, g, peer);
+    void *stream = rt_dev_stream(ctx);
+    snprintf(nc->op, sizeof nc->op, "p2p of %d transfers", k);
+    for (int j = 0; j < k; j++) {
+        if (g[j] < 0 || g[j] >= nc->ngroups || nc->me[g[j]] < 0)
+            rt_fatal(ctx, 1, "p2p on group %d, which does not contain rank %d", g[j], ctx->rank);
+        if (peer[j] < 0 || peer[j] >= ctx->man.groups[g[j]].n || peer[j] == nc->me[g[j]])
+            rt_fatal(ctx, 1, "p2p on group %d: peer %d is not another member", g[j], peer[j]);
+        nccl_async_check(ctx, nc, nc->comm[g[j]]);
+    }
+    NCCL_CALL(ctx, nc, GroupStart);
+    for (int j = 0; j < k; j++) {
+        if (n[j] <= 0) continue;
+        if (dir[j] == 0) NCCL_CALL(ctx, nc, Send, b[j], (size_t)n[j], ncclFloat32, peer[j], nc->comm[g[j]], stream);
+        else NCCL_CALL(ctx, nc, Recv, b[j], (size_t)n[j], ncclFloat32, peer[j], nc->comm[g[j]], stream);
+    }
+    NCCL_CALL(ctx, nc, GroupEnd);
+    nc->op[0] = 0;
 }
 
 void rt_nccl_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i)
@@ -238,6 +265,10 @@ void rt_nccl_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i)
     rt_nccl *nc = ctx->nccl;
     const char *name = nccl_kernel_name(kernel);
     RT_ASSERT(nc && name);
+    if (kernel == RT_KN_p2p) {   /* its ints are per transfer */
+        nccl_p2p(ctx, nc, b, i);
+        return;
+    }
     int64_t n = i[0], g = i[1];
     if (g < 0 || g >= nc->ngroups)
         rt_fatal(ctx, 1, "%s on group %lld, but the manifest has %d groups", name, (long long)g,

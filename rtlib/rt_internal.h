@@ -484,6 +484,14 @@ void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, i
 void rt_comm_sendrecv(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g,
                       int peer_send, int peer_recv, int fast);
 void rt_comm_alltoall(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast);
+/* A batch of point-to-point transfers (rt_k_p2p): op j sends (dir 0) buf[j]
+ * or receives (dir 1) into it n[j] floats to / from member peer[j] of group
+ * g[j]; all progress together, the call returns when all are done. */
+#define RT_P2P_MAX 6
+/* The ops of a p2p call from its ints (checked): returns their count. */
+int rt_p2p_ops(rt_ctx *ctx, const int64_t *i, int *dir, int64_t *n, int *g, int *peer);
+void rt_comm_p2p(rt_ctx *ctx, int nops, const int *dir, void *const *buf, const int64_t *n, const int *g,
+                 const int *peer, int fast);
 /* Barrier over group g. */
 void rt_comm_barrier(rt_ctx *ctx, int g, rt_coll what);
 /* Byte allgather over the world with per-rank lengths: every rank gets all

@@ -61,6 +61,11 @@ RT_K(reducescatter,   2,   2,   0)  /* b: send (n * size floats), recv (n floats
 RT_K(broadcast,       1,   3,   0)  /* b: buf.  i: n, group, root (index within the group). */
 RT_K(sendrecv,        2,   4,   0)  /* b: send, recv.  i: n, group, peer_send, peer_recv (indices
                                        within the group, -1: none).  Pairs with the peers' calls. */
+RT_K(p2p,            1,   5,   0)  /* var. b: one buffer per op.  i: nops (1..6), then per op j: dir (0 send,
+                                       1 receive), n, group, peer (member index, not this rank).  The
+                                       sends and receives progress together and the call returns when
+                                       all are done (a batch, as NCCL's grouped send/recv): pipelines'
+                                       transfers at a task boundary.  Pairs with the peers' calls. */
 RT_K(alltoall,        2,   2,   0)  /* b: send (size chunks of n floats), recv (same).  i: n, group.
                                        member k's recv chunk j = member j's send chunk k. */
 RT_K(embedding,       3,   5,   0)  /* b: tokens (i32, R), table (Vext, C), Y (R, C).  i: R, Vlo, Vext, C, acc.

@@ -282,6 +282,54 @@ static void t_sendrecv(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_
     }
 }
 
+/* p2p: one batch in which every member sends two buffers (n and n / 2 + 1
+ * floats) to the next member and one to the previous, and receives the
+ * matching three: every rank sends before it receives, which only a batch
+ * whose transfers progress together completes; two transfers on one pair go
+ * in batch order. */
+static void t_p2p(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
+{
+    int me = member(g, me_rank), p = g->n;
+    if (p < 2)
+        return;
+    int next = (me + 1) % p, prev = (me - 1 + p) % p;
+    int64_t len[3] = {n, n / 2 + 1, n};
+    for (int fast = 1; fast >= 0; fast--) {
+        kfn *f = fast ? rt_k_p2p : rt_ref_p2p;
+        float *out[3], *in[3];
+        for (int j = 0; j < 3; j++) {
+            out[j] = gbuf(len[j]);
+            in[j] = gbuf(len[j]);
+            for (int64_t k = 0; k < len[j]; k++) {
+                out[j][k] = val(me_rank, k, gi + 50 + j);
+                in[j][k] = -7.0f;
+            }
+        }
+        /* sends: 0 and 1 to next, 2 to prev; receives: 0 and 1 from prev, 2 from next */
+        int64_t i[1 + 4 * 6] = {6};
+        void *b[6];
+        for (int j = 0; j < 3; j++) {
+            int64_t *s = &i[1 + 4 * j], *r = &i[1 + 4 * (3 + j)];
+            s[0] = 0, s[1] = len[j], s[2] = gi, s[3] = j < 2 ? next : prev;
+            r[0] = 1, r[1] = len[j], r[2] = gi, r[3] = j < 2 ? prev : next;
+            b[j] = out[j];
+            b[3 + j] = in[j];
+        }
+        f(ctx, b, i, NULL);
+        int ok = 1;
+        for (int j = 0; j < 3; j++) {
+            int from = g->ranks[j < 2 ? prev : next];
+            ok &= guard_ok(in[j], len[j]);
+            for (int64_t k = 0; k < len[j] && ok; k++)
+                ok = in[j][k] == val(from, k, gi + 50 + j);
+            free(out[j]);
+            free(in[j]);
+        }
+        rcheck(ok, "p2p %s batch (2 sends each way to next, 1 to prev) group %d n=%lld", fast ? "fast" : "ref", gi,
+               (long long)n);
+    }
+}
+
 /* Every collective on every group this rank is in, in one global order, so
  * collectives on different groups interleave. */
 static void run_all(rt_ctx *ctx, int rank, const scen *s)
@@ -290,7 +338,8 @@ static void run_all(rt_ctx *ctx, int rank, const scen *s)
         int64_t n = s->sizes[si];
         typedef void tfn(rt_ctx *, int, const tgroup *, int, int64_t);
         static tfn *const tests[] = {t_allreduce, t_reducescatter, t_allgather,
-                                     t_broadcast, t_alltoall,      t_sendrecv};
+                                     t_broadcast, t_alltoall,      t_sendrecv,
+                                     t_p2p};
         for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++)
             for (int gi = 0; gi < s->ngroups; gi++)
                 if (member(&s->groups[gi], rank) >= 0)
