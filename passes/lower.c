@@ -702,12 +702,14 @@ static void manifest(lctx *c)
  * between instructions of one micro-batch that share a buffer (read after
  * write, write after write, write after read; buffers compared by their
  * offset, which covers the items pipeline.c moves and the writers of one
- * buffer split between tasks): the check that the task split and the moved
+ * buffer split between tasks) -- within a task, and across tasks for the
+ * stash (outside it, a task's buffers live within the task and may share
+ * bytes with another task's): the check that the task split and the moved
  * transfers change no result.  old: the per-micro-batch instructions, item
  * q's at[q] .. at[q + 1] - 1; entry i's first unrolled instruction
  * start[i] (entries of one call share it). */
-static void unroll_check(const ir_prog *p, const pg_instr *old, const int *at, const pass_pipe_ent *e, int ne,
-                         const int *start, const pg_instr *ins)
+static void unroll_check(const ir_prog *p, const pass_mem *mm, const int *kind, const pg_instr *old, const int *at,
+                         const pass_pipe_ent *e, int ne, const int *start, const pg_instr *ins)
 {
     int mbs = 0;
     for (int i = 0; i < ne; i++)
@@ -730,6 +732,7 @@ static void unroll_check(const ir_prog *p, const pg_instr *old, const int *at, c
         while (cap2 < 4 * (nins * PG_MAXBUF + 1)) cap2 *= 2;
         int64_t *key = ir_xmalloc(sizeof(int64_t) * (size_t)cap2);
         int *lw = ir_xmalloc(sizeof(int) * (size_t)cap2), *lr = ir_xmalloc(sizeof(int) * (size_t)cap2);
+        int *lk = ir_xmalloc(sizeof(int) * (size_t)cap2);   /* the task kind that used it last */
         for (int64_t h = 0; h < cap2; h++) key[h] = -1;
         for (int a = 0; a < n; a++) {
             int i = idx[a];
@@ -742,7 +745,11 @@ static void unroll_check(const ir_prog *p, const pg_instr *old, const int *at, c
                     int r = ir_prog_access(in, b, &bytes);
                     uint64_t h = ((uint64_t)off * 0x9E3779B97F4A7C15u) & (uint64_t)(cap2 - 1);
                     while (key[h] >= 0 && key[h] != off) h = (h + 1) & (uint64_t)(cap2 - 1);
-                    if (key[h] < 0) key[h] = off, lw[h] = -1, lr[h] = -1;
+                    /* outside the stash, tasks of one micro-batch share bytes by design (each
+                       task's buffers live within it): only the orders within a task count */
+                    int stash = off >= mm->stash && off < mm->stash + mm->stash_bytes;
+                    if (key[h] < 0 || (!stash && lk[h] != kind[i])) key[h] = off, lw[h] = -1, lr[h] = -1;
+                    lk[h] = kind[i];
                     if (lw[h] > pos || ((r & PG_WR) && lr[h] > pos))
                         ir_die(__FILE__, __LINE__, "rank %d: the pipeline order moves '%s' (micro-batch %d) across "
                                "'%s', which shares its buffer @%lld", p->rank, in->note ? in->note : "?", mb,
@@ -756,6 +763,7 @@ static void unroll_check(const ir_prog *p, const pg_instr *old, const int *at, c
         free(key);
         free(lw);
         free(lr);
+        free(lk);
     }
     free(idx);
 }
@@ -822,7 +830,12 @@ static void unroll(lctx *c, const int *at)
                     in->buf[a] += e[i].slot * m->stash_bytes;
         }
     }
-    unroll_check(p, old, at, e, ne, start, ins);
+    int *kind = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
+    const ir_pipe *pl = c->d->pipe;
+    int st = p->rank / (c->d->ndev / c->d->mesh_pp);
+    for (int i = 0; i < ne; i++) kind[i] = pl->task[pl->task0[st] + e[i].task].kind;
+    unroll_check(p, m, kind, old, at, e, ne, start, ins);
+    free(kind);
     free(old);
     free(e);
     free(start);

@@ -662,9 +662,12 @@ static int check(const ir_dist *d, int quiet)
         const ir_comm *c = &d->comm[x.comm];
         /* an incomplete instance of r's step, and a member not at it */
         int r2 = -1;
+        int at_r = ptr[r];
         for (int j = 0; j < steplen(joined, ptr[r], at0[r + 1]) && r2 < 0; j++) {
             x = seq[ptr[r] + j];
             c = &d->comm[x.comm];
+            if (cnt[(size_t)x.comm * (size_t)m + (size_t)x.mb] == c->n) continue;   /* done */
+            at_r = ptr[r] + j;
             for (int k = 0; k < c->n && r2 < 0; k++) {
                 int o = d->ints[d->grp[c->group].devs + k], at = 0;
                 for (int i = ptr[o]; i < at0[o + 1] && i < ptr[o] + steplen(joined, ptr[o], at0[o + 1]); i++)
@@ -673,11 +676,15 @@ static int check(const ir_dist *d, int quiet)
             }
         }
         IR_ASSERT(r2 >= 0);
-        const ir_task *t1 = p->task + p->task0[stage_of(d, r)] + task[ptr[r]];
+        const ir_task *t1 = p->task + p->task0[stage_of(d, r)] + task[at_r];
         char w2[300] = "has finished its step";
         if (ptr[r2] < at0[r2 + 1]) {
-            inst y = seq[ptr[r2]];
-            const ir_task *t2 = p->task + p->task0[stage_of(d, r2)] + task[ptr[r2]];
+            int a2 = ptr[r2];   /* its first transfer not done */
+            while (a2 + 1 < ptr[r2] + steplen(joined, ptr[r2], at0[r2 + 1]) &&
+                   cnt[(size_t)seq[a2].comm * (size_t)m + (size_t)seq[a2].mb] == d->comm[seq[a2].comm].n)
+                a2++;
+            inst y = seq[a2];
+            const ir_task *t2 = p->task + p->task0[stage_of(d, r2)] + task[a2];
             snprintf(w2, sizeof w2, "waits in its task %c%d (stage %d) at the %s of %s", kind_ch[t2->kind], t2->mb,
                      stage_of(d, r2), ir_comm_name(d->comm[y.comm].kind), g->t[d->comm[y.comm].tensor].name);
         }
