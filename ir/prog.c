@@ -542,7 +542,8 @@ static const struct pg_role {
     [RT_K_broadcast] = {1u << 0, 1u << 0, -1},
     [RT_K_sendrecv] = {1u << 1, 1u << 1, -1},   /* no recv when peer_recv = -1 */
     [RT_K_alltoall] = {1u << 1, 0, -1},
-    [RT_K_p2p] = {0, 0, -1},   /* per op: receives write, sends read (ir_prog_access) */
+    [RT_K_p2p] = {0, 0, -1},
+    [RT_K_mark] = {0, 0, -1},   /* per op: receives write, sends read (ir_prog_access) */
     [RT_K_embedding] = {1u << 2, 0, 4},
     [RT_K_embedding_bwd] = {1u << 2, 0, 4},
     [RT_K_layernorm] = {1u << 3 | 1u << 4 | 1u << 5, 0, -1},

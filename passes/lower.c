@@ -768,6 +768,22 @@ static void unroll_check(const ir_prog *p, const pass_mem *mm, const int *kind, 
     free(idx);
 }
 
+/* A trace mark (rt_k_mark) of the edge (0 begin, 1 end) of task `task` of
+ * stage st into *in. */
+static void put_mark(ir_prog *p, pg_instr *in, const ir_pipe *pl, int st, int task, int edge)
+{
+    const ir_task *t = &pl->task[pl->task0[st] + task];
+    char note[64];
+    memset(in, 0, sizeof *in);
+    in->kernel = RT_K_mark;
+    in->blk = in->rep = -1;
+    pg_i(in, t->kind);
+    pg_i(in, t->mb);
+    pg_i(in, edge);
+    snprintf(note, sizeof note, "task %c%d %s", "FBW"[t->kind], t->mb, edge ? "ends" : "begins");
+    in->note = ir_prog_str(p, note);
+}
+
 /* Pipeline: the mb section, lowered item by item for one micro-batch
  * (item q's instructions are at[q] .. at[q + 1] - 1 of the rank's mb items;
  * other items add none there), becomes the rank's tasks of one step in
@@ -784,10 +800,22 @@ static void unroll(lctx *c, const int *at)
     int64_t n = 0;
     for (int i = 0; i < ne; i++) n += at[e[i].q + 1] - at[e[i].q];
     IR_ASSERT(n < INT32_MAX);
-    pg_instr *old = p->ins[IR_SEC_MB], *ins = ir_xmalloc(sizeof *ins * ((size_t)n + 1));
+    pg_instr *old = p->ins[IR_SEC_MB], *ins = ir_xmalloc(sizeof *ins * ((size_t)n + 2 * (size_t)ne + 2));
     int *start = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));   /* per entry: its first instruction */
-    int k = 0;
+    const ir_pipe *pl = c->d->pipe;
+    int k = 0, st = p->rank / (c->d->ndev / c->d->mesh_pp), cur = -1, pend = -1;
     for (int i = 0; i < ne; i++) {
+        /* marks around each task's compute (rt_k_mark, --trace): a batch of
+           transfers where two tasks meet falls between them */
+        if (!e[i].merge) {
+            int j = i;
+            while (j + 1 < ne && e[j + 1].merge) j++;
+            if (e[j].task != cur) {
+                if (cur >= 0) put_mark(p, &ins[k++], pl, st, cur, 1);
+                if (j > i) pend = e[j].task;
+                else put_mark(p, &ins[k++], pl, st, cur = e[j].task, 0);
+            }
+        }
         start[i] = e[i].merge ? start[i - 1] : k;
         if (i + 1 < ne && e[i + 1].merge && !e[i].merge) {
             /* a batch of transfers in one call: each entry's one sendrecv becomes a p2p op */
@@ -815,6 +843,7 @@ static void unroll(lctx *c, const int *at)
             }
             in->note = ir_prog_str(p, nb.s);
             ir_buf_free(&nb);
+            if (pend >= 0) put_mark(p, &ins[k++], pl, st, cur = pend, 0), pend = -1;
             continue;
         }
         if (e[i].merge) continue;   /* in the batch above */
@@ -830,9 +859,8 @@ static void unroll(lctx *c, const int *at)
                     in->buf[a] += e[i].slot * m->stash_bytes;
         }
     }
+    if (cur >= 0) put_mark(p, &ins[k++], pl, st, cur, 1);
     int *kind = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
-    const ir_pipe *pl = c->d->pipe;
-    int st = p->rank / (c->d->ndev / c->d->mesh_pp);
     for (int i = 0; i < ne; i++) kind[i] = pl->task[pl->task0[st] + e[i].task].kind;
     unroll_check(p, m, kind, old, at, e, ne, start, ins);
     free(kind);

@@ -194,6 +194,8 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_sendrecv] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_alltoall] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_p2p] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
+    /* mark: a trace event, on the host */
+    [RT_KN_mark] = {CU_HOST, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     /* embedding: R * C = i[0] * i[3] elements */
     [RT_KN_embedding] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 3, -1}, -1, 0},
     /* embedding_bwd: a block per token position R = i[0]; acc = 0 zeroes the
@@ -863,6 +865,11 @@ void rt_dev_download(rt_ctx *ctx, int64_t off, int64_t bytes)
     CU(ctx, cuStreamSynchronize, d->stream);
 }
 
+void rt_dev_sync(rt_ctx *ctx)
+{
+    CU(ctx, cuStreamSynchronize, ctx->dev->stream);
+}
+
 void rt_dev_step_begin(rt_ctx *ctx)
 {
     rt_dev *d = ctx->dev;
@@ -922,6 +929,10 @@ static void cu_host_kernel(rt_ctx *ctx, int kernel, void *const *b, const int64_
     rt_dev *d = ctx->dev;
     const rt_manifest *m = &ctx->man;
     int64_t bytes = 0;
+    if (kernel == RT_KN_mark) {
+        rt_trace_mark(ctx, i[0], i[1], i[2]);
+        return;
+    }
     if (kernel == RT_KN_init_param) {
         if (i[0] < 0 || i[0] >= m->nparams)
             rt_fatal(ctx, 1, "init_param: param index %lld out of range (manifest has %d)",

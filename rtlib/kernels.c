@@ -326,6 +326,12 @@ void rt_k_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
     rt_comm_p2p(ctx, k, dir, b, n, g, peer, 1);
 }
 
+void rt_k_mark(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)b, (void)f;
+    rt_trace_mark(ctx, i[0], i[1], i[2]);
+}
+
 void rt_k_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 1);

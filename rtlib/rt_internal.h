@@ -157,6 +157,8 @@ struct rt_ctx {
     int rank, world;            /* from the environment (equal to the manifest's) */
     int64_t steps;              /* steps to run (manifest or --steps) */
     const char *save_path;      /* --save FILE, or NULL */
+    const char *trace_path;     /* --trace FILE, or NULL (trace.c) */
+    struct rt_trace *trace;     /* the events so far with --trace, else NULL */
     const char *data_path;      /* --data PATH (overrides the manifest's), or NULL */
     const char *eval_path;      /* --eval-data PATH, or NULL */
     const char *init_path;      /* --init FILE: params to start from, or NULL */
@@ -613,10 +615,21 @@ const char *rt_dev_name(const rt_ctx *ctx);
 void *rt_dev_stream(rt_ctx *ctx);
 /* Step begin: this step's lr scale and grad scale 1 into the device state. */
 void rt_dev_step_begin(rt_ctx *ctx);
+/* Wait for the rank's stream (trace marks). */
+void rt_dev_sync(rt_ctx *ctx);
 /* Wait for the stream, stop on a device-side error (the CPU target's
  * message), copy ctx->grad_norm from the device state; returns the float
  * at device address dloss (NaN when dloss is NULL). */
 float rt_dev_step_end(rt_ctx *ctx, const void *dloss);
+
+/* ---- trace.c: --trace FILE, the measured task and step timeline */
+typedef struct rt_trace rt_trace;
+void rt_trace_open(rt_ctx *ctx);
+/* A pipeline task edge: what 0 F, 1 B, 2 W; micro-batch mb; edge 0 begin, 1 end. */
+void rt_trace_mark(rt_ctx *ctx, int64_t what, int64_t mb, int64_t edge);
+void rt_trace_step(rt_ctx *ctx, int64_t step, int edge);
+/* Write the rank's file (rt_finish). */
+void rt_trace_write(rt_ctx *ctx);
 
 /* ---- nccl.c: collectives on the device (world > 1).
  *

@@ -168,6 +168,8 @@ static void rt_usage(const char *prog, const rt_manifest *m)
            "  --log FILE      also write the step and eval log to FILE as JSON lines\n"
            "                  (rank 0; appended to with --resume)\n"
            "  --save FILE     write the final weights to FILE (safetensors, full tensors)\n"
+           "  --trace FILE    write the measured timeline of steps and pipeline tasks as\n"
+           "                  Chrome-trace JSON (rank K of several: FILE-rankK.json)\n"
            "  --quiet         do not print the per-step loss line\n"
            "  --peak-flops X  peak FLOP/s of one device, for the MFU in the log: 1.5e12,\n"
            "                  312T, 50G (default $NNSC_PEAK_FLOPS, else the GPU's table\n"
@@ -282,7 +284,7 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
         name[nlen] = 0;
         static const char *const valued[] = {"--steps", "--save", "--timeout", "--threads",
                                              "--data", "--eval-data", "--init", "--ckpt-dir",
-                                             "--ckpt-every", "--log", "--peak-flops"};
+                                             "--ckpt-every", "--log", "--peak-flops", "--trace"};
         int takes_value = 0;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             takes_value |= !strcmp(name, valued[k]);
@@ -307,6 +309,8 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
             ctx->steps = rt_flag_int("--steps", val);
         } else if (!strcmp(name, "--save")) {
             ctx->save_path = rt_flag_path("--save", val);
+        } else if (!strcmp(name, "--trace")) {
+            ctx->trace_path = rt_flag_path("--trace", val);
         } else if (!strcmp(name, "--data")) {
             ctx->data_path = rt_flag_path("--data", val);
         } else if (!strcmp(name, "--eval-data")) {
@@ -332,12 +336,13 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
         } else {
             rt_fatal(NULL, 2, "unknown %s '%s' (flags: --steps N --data PATH --eval-data PATH "
                               "--init FILE --ckpt-dir DIR --ckpt-every N --resume --log FILE "
-                              "--save FILE --quiet --peak-flops X --timeout SEC --threads N "
+                              "--save FILE --trace FILE --quiet --peak-flops X --timeout SEC --threads N "
                               "--help)", arg[0] == '-' ? "flag" : "argument", arg);
         }
     }
     if ((ctx->ckpt_every || ctx->resume) && !ctx->ckpt_dir)
         rt_fatal(NULL, 2, "%s needs --ckpt-dir DIR", ctx->resume ? "--resume" : "--ckpt-every");
+    rt_trace_open(ctx);
     if (!have_timeout) {
         const char *t = getenv("NNSC_TIMEOUT");
         ctx->timeout = t && *t ? rt_parse_timeout("NNSC_TIMEOUT", t) : 60.0;
@@ -619,6 +624,7 @@ int64_t rt_steps(rt_ctx *ctx)
 
 int rt_finish(rt_ctx *ctx)
 {
+    rt_trace_write(ctx);
     rt_ckpt_finish(ctx);
     if (ctx->started)
         rt_summary(ctx);

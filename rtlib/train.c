@@ -433,6 +433,7 @@ void rt_step_begin(rt_ctx *ctx, int64_t step)
     if (!ctx->steps_done)
         ctx->run_t0 = now;
     ctx->step_t0 = now;
+    rt_trace_step(ctx, step, 0);
     ctx->lr_scale = rt_lr_scale(&ctx->man, ctx->steps, step);
     ctx->grad_scale = 1.0f;
     ctx->grad_norm = NAN;
@@ -451,6 +452,7 @@ void rt_step_end(rt_ctx *ctx, int64_t step, const float *loss)
         loss = &dev_loss;
     }
     double now = rt_now(), ms = (now - ctx->step_t0) * 1e3;
+    rt_trace_step(ctx, step, 1);
     ctx->steps_done++;
     ctx->sum_ms += ms;
     ctx->last_loss = loss ? (double)loss[0] : (double)NAN;

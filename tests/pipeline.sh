@@ -4,8 +4,9 @@
 # resumed under tp 2 and a tp 2 checkpoint resumed under pp 2 give the
 # steps the uninterrupted run gives), plan.txt's pipeline section (stages,
 # orders, stash slots: m under gpipe, min(pp - s, m) under 1f1b, the bubble
-# and its formula), the banner's mesh, and recompute (the same losses bit
-# for bit, a smaller stash).  Training equivalence of every
+# and its formula), the banner's mesh, recompute (the same losses bit for
+# bit, a smaller stash), and --trace's files (each rank's tasks in its
+# plan.txt order).  Training equivalence of every
 # schedule is in tests/equiv.list (verify).  About 10 s.
 . "$(dirname "$0")/lib.sh" pipeline
 spec=$top/examples/gpt2-tiny.ini
@@ -72,6 +73,24 @@ kb() { grep -o "stash [0-9]* x [0-9.]* KiB" "$1" | head -n 1 | cut -d' ' -f4; }
 a=$(kb "$tmp/pp/plan.txt") b=$(kb "$tmp/rc/plan.txt")
 python3 -c "import sys; sys.exit(0 if float('$b') < 0.5 * float('$a') else 1)" 2>/dev/null &&
   ok "recompute = h: stage 0 stashes $b KiB per micro-batch instead of $a" || no "stash with recompute: $b vs $a KiB"
+
+# ---- 4. --trace: every rank's tasks of every step, each in order, as Chrome-trace JSON
+build zb --devices 2 --set plan.pp=2 --set plan.schedule=zb-h1 --set train.micro_batches=4
+"$tmp/zb/launch" --steps 2 --quiet --trace "$tmp/zb/t.json" >"$tmp/zb.run" 2>&1 || no "zb-h1 run with --trace failed"
+if python3 - "$tmp/zb/t" "$tmp/zb/plan.txt" <<'PY'
+import json, re, sys
+orders = re.findall(r"^    order  (.*)$", open(sys.argv[2]).read(), re.M)
+for r in range(2):
+    ev = json.load(open(f"{sys.argv[1]}-rank{r}.json"))["traceEvents"]
+    tasks = [e["name"] for e in ev if e["cat"] == "task" and e["ph"] == "B"]
+    ends = [e["name"] for e in ev if e["cat"] == "task" and e["ph"] == "E"]
+    steps = [e for e in ev if e["cat"] == "step"]
+    ts = [e["ts"] for e in ev]
+    assert tasks == ends and len(steps) == 4 and ts == sorted(ts), r
+    assert tasks == orders[r].split() * 2, (tasks, orders[r])
+PY
+then ok "--trace: each rank's file holds its plan.txt order of F, B and W tasks, twice, in time order"
+else no "--trace files: $(ls "$tmp/zb")"; fi
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

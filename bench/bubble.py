@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""bench/bubble.py TRACE-PREFIX P M SCHED [SKIP] -- the measured pipeline bubble
+from the --trace files of a P-rank pipeline run (one rank per stage).
+
+Reads TRACE-PREFIX-rank0.json .. -rank(P-1).json (rtlib/trace.c), and for
+every step after the first SKIP: the step's span (first task begin to last
+task end over the ranks) and the busy time (sum of the task spans); the
+bubble is 1 - busy / (P * span).  Prints the median over the steps, the
+median task times T_F, T_B (and T_W), and the formula: (p-1)/(m+p-1) for
+gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1 (equal F, B, W), and the formula
+with the measured times where it has one: 1f1b and gpipe
+(p-1)(T_F+T_B)/(m(T_F+T_B)+(p-1)(T_F+T_B)) = the same ratio; zb-h1
+(p-1)(T_F+T_B-T_W)/(m(T_F+T_B+T_W)+(p-1)(T_F+T_B-T_W)) (Qi et al.).
+A test oracle / benchmark tool, not part of the product.
+"""
+import json
+import statistics
+import sys
+
+
+def main():
+    prefix, P, M, sched = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    skip = int(sys.argv[5]) if len(sys.argv) > 5 else 2
+    tasks = {}   # (rank, step) -> list of (kind, begin, end)
+    kinds = {"F": [], "B": [], "W": []}
+    for r in range(P):
+        ev = json.load(open(f"{prefix}-rank{r}.json"))["traceEvents"]
+        step, open_ = -1, {}
+        for e in ev:
+            if e["cat"] == "step":
+                if e["ph"] == "B":
+                    step = int(e["name"].split()[1])
+                continue
+            if e["ph"] == "B":
+                open_[e["name"]] = e["ts"]
+            else:
+                b = open_.pop(e["name"])
+                tasks.setdefault((r, step), []).append((e["name"][0], b, e["ts"]))
+                if step > skip:
+                    kinds[e["name"][0]].append(e["ts"] - b)
+    steps = sorted({s for (_, s) in tasks if s > skip})
+    bubbles = []
+    for s in steps:
+        ts = [t for r in range(P) for t in tasks.get((r, s), [])]
+        span = max(t[2] for t in ts) - min(t[1] for t in ts)
+        busy = sum(t[2] - t[1] for t in ts)
+        bubbles.append(1 - busy / (P * span))
+    tf = statistics.median(kinds["F"])
+    tb = statistics.median(kinds["B"])
+    tw = statistics.median(kinds["W"]) if kinds["W"] else 0.0
+    p, m = P, M
+    if sched == "zb-h1":
+        formula = (p - 1) / (3 * m + p - 1)
+        measured_f = (p - 1) * (tf + tb - tw) / (m * (tf + tb + tw) + (p - 1) * (tf + tb - tw))
+    else:
+        formula = (p - 1) / (m + p - 1)
+        measured_f = formula
+    print(f"{sched:6s} p {p} m {m:2d}: bubble {100 * statistics.median(bubbles):5.1f} % "
+          f"(median of {len(bubbles)} steps); formula {100 * formula:5.1f} % "
+          f"(with the measured T_F {tf / 1e3:.2f} ms, T_B {tb / 1e3:.2f} ms"
+          + (f", T_W {tw / 1e3:.2f} ms" if kinds["W"] else "")
+          + f": {100 * measured_f:5.1f} %)")
+
+
+main()
