@@ -1164,12 +1164,12 @@ static int lower_cluster(fe_lw *L)
     static const char *const devs[] = {"cpu", NULL};
     static const char *const pols[] = {"dp", "tp", "hybrid", NULL};
     static const char *const scheds[] = {"1f1b", "gpipe", "zb-h1", NULL};
-    int64_t n, dp, tp, pp;
+    int64_t n, dp, tp, pp, zero;
     int dev, pol, sch;
     if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) || get_choice(L, cl, "device", devs, 0, &dev) ||
         get_choice(L, pl, "policy", pols, 0, &pol) || get_int(L, pl, "dp", 0, 1, FE_MAX_DEVICES, &dp) ||
         get_int(L, pl, "tp", 0, 1, FE_MAX_DEVICES, &tp) || get_int(L, pl, "pp", 1, 1, FE_MAX_DEVICES, &pp) ||
-        get_choice(L, pl, "schedule", scheds, 0, &sch))
+        get_choice(L, pl, "schedule", scheds, 0, &sch) || get_int(L, pl, "zero", 0, 0, 3, &zero))
         return 2;
     ir_planreq *r = &L->g->req;
     r->devices = (int)n;
@@ -1177,6 +1177,7 @@ static int lower_cluster(fe_lw *L)
     r->dp = (int)dp;
     r->tp = (int)tp;
     r->pp = (int)pp;
+    r->zero = (int)zero;
     r->schedule = sch == 2 ? IR_SCHED_ZBH1 : sch == 1 ? IR_SCHED_GPIPE : IR_SCHED_1F1B;
     const fe_kv *kv = pl ? fe_get(pl, "trans") : NULL;
     if (kv) {
@@ -1192,6 +1193,7 @@ static int lower_cluster(fe_lw *L)
         r->order_line = kv->line;
     }
     if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line;
+    if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line;
     if ((kv = pl ? fe_get(pl, "recompute") : NULL)) {
         r->recompute = ir_str(L->g, kv->val);
         r->recompute_line = kv->line;

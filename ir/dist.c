@@ -21,6 +21,7 @@ void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev)
     d->trans = ir_xcalloc((size_t)g->nop + 1, sizeof *d->trans);
     d->op_stage = ir_xcalloc((size_t)g->nop + 1, sizeof *d->op_stage);
     d->accum = ir_xcalloc((size_t)g->nt + 1, 1);
+    d->zgrad = ir_xcalloc((size_t)g->nt + 1, 1);
     d->world_group = -1;
     d->seq_opt = -1;
     d->mesh_dp = d->mesh_tp = d->mesh_pp = 1;
@@ -37,6 +38,7 @@ void ir_dist_free(ir_dist *d)
     free(d->trans);
     free(d->op_stage);
     free(d->item_w);
+    free(d->zgrad);
     if (d->pipe) {
         free(d->pipe->task0);
         free(d->pipe->task);

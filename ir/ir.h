@@ -255,6 +255,9 @@ typedef struct ir_planreq {
     int schedule;             /* IR_SCHED_*: the pipeline's op-order */
     const char *order;        /* a user order of tasks per stage ("F0 F1 B0 B1; ..."), or NULL */
     int order_line;           /* spec line of order */
+    int zero;                 /* ZeRO level 0..3: the optimizer update (1, 2), and the params (3), sharded
+                                 on the dp axis */
+    int zero_line;            /* spec line of zero */
     const char *recompute;    /* blocks (or repeats) whose forward is recomputed in the backward, or NULL */
     int recompute_line;       /* spec line of recompute */
 } ir_planreq;
@@ -390,9 +393,12 @@ typedef struct ir_comm {
     int n;             /* members (= group size) */
     ir_box region;     /* BROADCAST, SENDRECV, COPY: the box moved */
     int root;          /* BROADCAST, SENDRECV: member index of the sender */
-    int acc;           /* SENDRECV, COPY: add into the output */
+    int acc;           /* SENDRECV, COPY: add into the output; REDUCESCATTER: in each micro-batch,
+                          summed over the step's micro-batches (ZeRO 2's gradient shards) */
     int64_t bytes;     /* bytes the busiest member sends per execution (cost model) */
     int sec;           /* section, set by schedule */
+    int prologue;      /* also once in the prologue (ZeRO-1/2: the params gathered after the updates
+                          are gathered after their initialisation too; schedule.c) */
     const char *why;   /* reason, shown in dumps and plan.txt */
 } ir_comm;
 
@@ -478,6 +484,8 @@ typedef struct ir_dist {
     int *op_stage;             /* per op: its stage (plan.c); an optimizer update of a param
                                   read on several stages runs on each of them (the lowest here) */
     ir_pipe *pipe;             /* the pipeline's op-order (pipeline.c), NULL: no pipeline */
+    char *zgrad;               /* per tensor: a param's gradient reduce-scattered in every micro-batch
+                                  into the update's dp shard, which accumulates (ZeRO 2, plan.c) */
     char *item_w;              /* per position in seq: a weight-gradient item (the W task when
                                   pipe->split_w; pipeline.c), NULL: none */
     int seq_bwd;               /* position in seq of the first backward item of the mb section

@@ -161,7 +161,7 @@ static void lower_subop(lctx *c, int si, int sec)
     if (b >= 0 && sec == IR_SEC_MB) ext[b] /= g->train.micro_batches;
     for (int k = 0; k < o->nin; k++)
         if (g->t[o->in[k]].kind == IR_T_INPUT) load_input(c, s->in[k]);
-    int acc = o->nout && c->d->accum[o->out[0]];
+    int acc = o->nout && pass_pt_accum(c->d, s->out[0]);
     int nd0 = o->anno.ndim[0];
     int64_t rows = ext_prod(o, ext, 0, 0, nd0 - 1), last = nd0 ? ext_prod(o, ext, 0, nd0 - 1, nd0) : 1;
     int64_t n0 = ext_prod(o, ext, 0, 0, nd0);
@@ -207,7 +207,7 @@ static void lower_subop(lctx *c, int si, int sec)
         if (!(o->kind == IR_OP_EMBEDDING_BWD && k == 2)) pg_buf(in, off(c, s->in[k]));   /* table: shape only */
     for (int k = 0; k < o->nout; k++) {
         pg_buf(in, off(c, s->out[k]));
-        if (c->d->accum[o->out[k]] != acc)
+        if (pass_pt_accum(c->d, s->out[k]) != acc)
             ir_die(__FILE__, __LINE__, "op %s: outputs disagree on accumulation", o->name);
     }
     switch (o->kind) {
@@ -337,7 +337,8 @@ static void emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const 
     pg_buf(in, src);
     pg_buf(in, dst);
     pg_i(in, nd);
-    pg_i(in, acc);
+    if (acc < 0) pg_iv(in, 0, 0, 1);   /* per micro-batch: overwrite on the first, then add */
+    else pg_i(in, acc);
     for (int j = 0; j < nd; j++) {
         pg_i(in, full->hi[j] - full->lo[j]);
         pg_i(in, region->lo[j] - full->lo[j]);
@@ -493,11 +494,14 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         int direct = direct_tiles(&ib[k], tl, K, nd);
         if (!direct)
             for (int i = 0; i < K; i++) emit_box(c, sec, 0, off(c, pin), S + i * n * 4, &ib[k], &ob[i], nd, 0, nt);
+        /* ZeRO 2: each micro-batch's shard added to the step's (acc = mb) */
+        int64_t R = cm->acc ? (direct ? S : S + K * n * 4) : off(c, pout);
         in = add(c, sec, RT_K_reducescatter, nt);
         pg_buf(in, direct ? off(c, pin) : S);
-        pg_buf(in, off(c, pout));
+        pg_buf(in, R);
         pg_i(in, n);
         pg_i(in, cm->group);
+        if (cm->acc) emit_box(c, sec, 1, R, off(c, pout), &ob[k], &ob[k], nd, sec == IR_SEC_MB ? -1 : 1, nt);
         sent = n * 4 * (K - 1);
         break;
     }
@@ -908,6 +912,13 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
             pg_i(in, m->bytes[q] / pass_elsize(t));
         }
     }
+    /* ZeRO 1, 2: the params gathered from their dp shards once initialised */
+    c.place = IR_SEC_PROLOGUE;
+    for (int q = 0; q < nitem; q++) {
+        const ir_item *it = &d->seq[item[q]];
+        if (it->comm && d->comm[it->id].prologue) lower_comm(&c, it->id, IR_SEC_POST, d->rank_member[d->rank_item0[rk] + q]);
+    }
+    c.place = -1;
     /* pre: accumulators written outside the micro-batch loop (the ones inside
        overwrite on micro-batch 0, see put_acc) */
     for (int q = d->rank_sop0[rk]; q < d->rank_sop0[rk + 1]; q++) {

@@ -274,7 +274,11 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         const ir_ptensor *p = &d->pt[R.pt[i]];
         const ir_tensor *t = &g->t[p->tensor];
         if (first[i] < 0) continue;
-        if (t->kind == IR_T_PARAM || t->kind == IR_T_OPTSTATE || d->accum[p->tensor]) pers[i] = 1;
+        /* a param's or optimizer state's stored pieces live across steps; a copy a
+           comm makes for use within a micro-batch (ZeRO 3's gathered params) does not */
+        if (((t->kind == IR_T_PARAM || t->kind == IR_T_OPTSTATE) && d->pt_store[R.pt[i]] >= 0) ||
+            pass_pt_accum(d, R.pt[i]))
+            pers[i] = 1;
         int64_t n = ir_box_numel(&p->box, t->ndim) * pass_elsize(t);
         if (t->batch_dim >= 0) {
             IR_ASSERT(!pers[i]);

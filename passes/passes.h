@@ -154,6 +154,15 @@ pass_share *pass_share_new(int world);
 int pass_share_add(pass_share *s, ir_prog *p);
 ir_prog *pass_share_finish(pass_share *s, int *nprog, int *cls_of, int *row_of);
 
+/* Is pTensor pt summed over the micro-batches of a step (schedule.c's
+ * accum, but for ZeRO 2 a gradient's partial pieces: those are reduced in
+ * each micro-batch and their shards accumulate)? */
+static inline int pass_pt_accum(const ir_dist *d, int pt)
+{
+    int t = d->pt[pt].tensor;
+    return d->accum[t] && !(d->zgrad[t] && d->pt[pt].vn > 1);
+}
+
 /* Shared helpers (plan.c). */
 /* The annotation identifier of op that carries the batch, or -1. */
 int pass_batch_id(const ir_graph *g, int op);

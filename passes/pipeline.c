@@ -127,6 +127,8 @@ static void classify_w(ir_dist *d)
         int t = c->tensor, any = 0, all = !xs[t];
         for (int q = c0[t]; q < c0[t + 1]; q++)
             if (g->op[cs[q]].phase != IR_PH_OPT) any = 1, all &= w[cs[q]];
+        /* read by nothing in the micro-batch (ZeRO 2's reduce-scatter of a gradient): with its maker */
+        if (!any) any = g->t[t].producer >= 0 && w[g->t[t].producer];
         d->item_w[n] = (char)(any && all);
     }
     free(c0);

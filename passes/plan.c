@@ -739,7 +739,26 @@ int pass_plan(ir_dist *d)
             ids[1] = IR_REPLICATE;   /* the batch is already split on the dp axis */
             snprintf(tw, sizeof tw, "replicated on the tp axis");
         }
-        if (b >= 0 && dp > 1)
+        char zw[200] = "";
+        if (o->phase == IR_PH_OPT && dp > 1 && g->req.zero > 0) {
+            /* ZeRO: the update (and its state, and under zero 3 its param) on the dp axis,
+               along the param's first dim that divides and that tp leaves whole */
+            for (int j = 0; j < o->anno.ndim[0] && ids[0] < 0; j++) {
+                int id = o->anno.dim[0][j].id;
+                if (id >= 0 && id != ids[1] && splittable(g, op, id, dp)) {
+                    ids[0] = id;
+                    snprintf(zw, sizeof zw, "zero %d: the update's shard on the dp axis, dim %d (%lld) split %d ways",
+                             g->req.zero, j, (long long)id_extent(g, op, id), dp);
+                    if (g->req.zero == 2 && o->nin > 1) d->zgrad[o->in[1]] = 1;
+                }
+            }
+            if (ids[0] < 0)
+                snprintf(zw, sizeof zw, "zero %d: no dim of the param divides by dp %d (or tp splits it): replicated",
+                         g->req.zero, dp);
+        }
+        if (*zw)
+            snprintf(why, sizeof why, "%s%s%s", zw, tp > 1 ? "; tp: " : "", tw);
+        else if (b >= 0 && dp > 1)
             snprintf(why, sizeof why, "dp: batch dim '%s' (%lld) split %d ways%s%s%s", o->anno.idname[b],
                      (long long)id_extent(g, op, b), dp,
                      o->anno.id_reduce[b] ? ", a reduction: outputs are partial sums" : "", tp > 1 ? "; tp: " : "", tw);

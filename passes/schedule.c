@@ -20,6 +20,7 @@
 
 typedef struct sctx {
     ir_dist *d;
+    int *tcomm0, *tcomm;  /* per tensor + 1: CSR of its comms (ZeRO 2) */
     char *comm_done;  /* per comm: already placed */
     int *first;       /* per pTensor + 1: CSR start of the comms that write it */
     int *makers;      /* comm ids, in creation order */
@@ -62,6 +63,26 @@ static void place_op(sctx *c, int op, int sec)
     }
 }
 
+/* ZeRO 2: the reduce-scatters of op's outputs that are reduced in every
+ * micro-batch, right after op (their shards accumulate over the step). */
+static void place_zero2(sctx *c, int op)
+{
+    ir_dist *d = c->d;
+    const ir_op *o = &d->g->op[op];
+    for (int k = 0; k < o->nout; k++) {
+        int t = o->out[k];
+        if (!d->zgrad[t]) continue;
+        for (int q = c->tcomm0[t]; q < c->tcomm0[t + 1]; q++) {
+            int ci = c->tcomm[q];
+            if (c->comm_done[ci] || d->comm[ci].kind != IR_COMM_REDUCESCATTER) continue;
+            c->comm_done[ci] = 1;
+            d->comm[ci].acc = 1;
+            d->comm[ci].sec = IR_SEC_MB;
+            place(d, IR_SEC_MB, 1, ci);
+        }
+    }
+}
+
 /* Place the recomputation copies op's inputs need that are not placed yet
  * (and, first, the copies they read): a copy runs just before the first
  * backward op that reads it (recompute.c). */
@@ -81,7 +102,7 @@ void pass_schedule(ir_dist *d)
 {
     const ir_graph *g = d->g;
     IR_ASSERT(d->op_sop && d->op_sop[g->nop] == d->nsop);   /* pass_split's index: each op's sub-ops */
-    sctx c = {d, ir_xcalloc((size_t)d->ncomm + 1, 1), ir_xcalloc((size_t)d->npt + 2, sizeof(int)), NULL};
+    sctx c = {d, NULL, NULL, ir_xcalloc((size_t)d->ncomm + 1, 1), ir_xcalloc((size_t)d->npt + 2, sizeof(int)), NULL};
     int nw = 0;
     for (int i = 0; i < d->ncomm; i++)
         for (int k = 0; k < d->comm[i].n; k++)
@@ -107,6 +128,21 @@ void pass_schedule(ir_dist *d)
         d->accum[t] = (char)(t == g->train.loss || opt_read[t]);
     }
     free(opt_read);
+    /* each tensor's comms (ZeRO 2 places some by tensor) */
+    c.tcomm0 = ir_xcalloc((size_t)g->nt + 2, sizeof(int));
+    for (int i = 0; i < d->ncomm; i++) c.tcomm0[d->comm[i].tensor + 1]++;
+    for (int t = 0; t < g->nt; t++) c.tcomm0[t + 1] += c.tcomm0[t];
+    c.tcomm = ir_xmalloc(sizeof(int) * ((size_t)d->ncomm + 1));
+    {
+        int *f2 = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
+        for (int i = 0; i < d->ncomm; i++) c.tcomm[c.tcomm0[d->comm[i].tensor] + f2[d->comm[i].tensor]++] = i;
+        free(f2);
+    }
+    /* ZeRO 1, 2: a param stored as dp shards is gathered once a step, after the
+       updates (and once after its initialisation), not before each use */
+    int zero12 = g->req.zero == 1 || g->req.zero == 2;
+    for (int i = 0; i < d->ncomm && zero12; i++)
+        if (g->t[d->comm[i].tensor].kind == IR_T_PARAM) c.comm_done[i] = 1;
     int *order = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
     char *placed = ir_xcalloc((size_t)g->nop + 1, 1);   /* recomputation copies placed */
     int cyc;
@@ -139,9 +175,16 @@ void pass_schedule(ir_dist *d)
                 }
                 if (sec == IR_SEC_MB && pass == 2) place_copies(&c, op, placed);
                 place_op(&c, op, sec);
+                if (sec == IR_SEC_MB && pass == 2) place_zero2(&c, op);
             }
     }
     for (int i = 0; i < g->nop; i++) IR_ASSERT(!g->op[i].recomp || placed[i]);   /* every copy is read */
+    for (int i = 0; i < d->ncomm && zero12; i++)
+        if (g->t[d->comm[i].tensor].kind == IR_T_PARAM) {
+            d->comm[i].sec = IR_SEC_POST;
+            d->comm[i].prologue = 1;
+            place(d, IR_SEC_POST, 1, i);
+        }
     if (d->seq_bwd < 0) d->seq_bwd = d->nseq;
     if (d->ndev > 1) {
         int *all = ir_xmalloc(sizeof(int) * (size_t)d->ndev);
@@ -158,6 +201,8 @@ void pass_schedule(ir_dist *d)
         if (!d->seq[n].comm) d->step_flops += pass_subop_flops(g, &d->sop[d->seq[n].id], d->seq[n].sec);
     free(order);
     free(placed);
+    free(c.tcomm0);
+    free(c.tcomm);
     free(c.comm_done);
     free(c.first);
     free(c.makers);
