@@ -713,6 +713,7 @@ int pass_plan(ir_dist *d)
                  ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), ir_xcalloc((size_t)g->nop + 1, 1), {NULL, NULL}};
     for (int i = 0; i < g->nt; i++) c.lay[i] = LAY_REP;
     int *order = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
+    char *dppart = ir_xcalloc((size_t)g->nt + 1, 1);   /* per tensor: a partial sum on the dp axis */
     int cyc;
     IR_ASSERT(!ir_topo(g, order, &cyc));
     if (pp > 1) rc = assign_stages(&c, pp, order);
@@ -734,6 +735,15 @@ int pass_plan(ir_dist *d)
         char why[300], tw[200] = "";
         int b = pass_batch_id(g, op);
         int ids[2] = {b >= 0 && dp > 1 ? b : IR_REPLICATE, IR_REPLICATE}, parts[2] = {dp, tp};
+        /* a linear op without a batch dim over partial sums of the dp axis (a sum of a
+           tied param's gradient contributions) stays partial: one reduction of the
+           sum, not one per contribution */
+        int dpval = 0;
+        if (ids[0] == IR_REPLICATE && dp > 1 && (ir_ops[o->kind].flags & OPF_LINEAR) && o->phase == IR_PH_BWD) {
+            dpval = 1;
+            for (int k = 0; k < o->nin; k++) dpval &= dppart[o->in[k]];
+            if (dpval) ids[0] = IR_VALUE;
+        }
         if (tp > 1) ids[1] = choose_tp(&c, op, tw, sizeof tw);
         if (ids[1] >= 0 && ids[1] == ids[0]) {
             ids[1] = IR_REPLICATE;   /* the batch is already split on the dp axis */
@@ -758,6 +768,8 @@ int pass_plan(ir_dist *d)
         }
         if (*zw)
             snprintf(why, sizeof why, "%s%s%s", zw, tp > 1 ? "; tp: " : "", tw);
+        else if (dpval)
+            snprintf(why, sizeof why, "dp: linear op over partial sums: stays partial%s%s", tp > 1 ? "; tp: " : "", tw);
         else if (b >= 0 && dp > 1)
             snprintf(why, sizeof why, "dp: batch dim '%s' (%lld) split %d ways%s%s%s", o->anno.idname[b],
                      (long long)id_extent(g, op, b), dp,
@@ -769,6 +781,9 @@ int pass_plan(ir_dist *d)
             snprintf(why, sizeof why, "%s%s", tp > 1 ? "tp: " : "single device", tw);
         set_trans(d, &c.st, op, 2, ids, parts, why);
         record_layout(&c, op);
+        /* its outputs are partial on the dp axis when that split reduces */
+        if (ids[0] == IR_VALUE || (ids[0] >= 0 && o->anno.id_reduce[ids[0]]))
+            for (int k = 0; k < o->nout; k++) dppart[o->out[k]] = 1;
     }
     d->mesh_dp = dp;
     d->mesh_tp = tp;
@@ -780,6 +795,7 @@ int pass_plan(ir_dist *d)
                             cons[i].pat);
     free(used);
     free(order);
+    free(dppart);
     free(cons);
     free(c.lay);
     free(c.tpid);

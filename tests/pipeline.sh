@@ -6,7 +6,8 @@
 # orders, stash slots: m under gpipe, min(pp - s, m) under 1f1b, the bubble
 # and its formula), the banner's mesh, recompute (the same losses bit for
 # bit, a smaller stash), and --trace's files (each rank's tasks in its
-# plan.txt order).  Training equivalence of every
+# plan.txt order), and ZeRO (checkpoints between zero 3 and none, the
+# persistent memory per level).  Training equivalence of every
 # schedule is in tests/equiv.list (verify).  About 10 s.
 . "$(dirname "$0")/lib.sh" pipeline
 spec=$top/examples/gpt2-tiny.ini
@@ -74,7 +75,54 @@ a=$(kb "$tmp/pp/plan.txt") b=$(kb "$tmp/rc/plan.txt")
 python3 -c "import sys; sys.exit(0 if float('$b') < 0.5 * float('$a') else 1)" 2>/dev/null &&
   ok "recompute = h: stage 0 stashes $b KiB per micro-batch instead of $a" || no "stash with recompute: $b vs $a KiB"
 
-# ---- 4. --trace: every rank's tasks of every step, each in order, as Chrome-trace JSON
+# ---- 4. ZeRO: a zero 3 checkpoint (sharded params and state) resumed without ZeRO and back;
+#         the persistent memory of gpt2-124m on 4 ranks falls with the level as the formulas say
+build z3 --devices 2 --set plan.zero=3
+build z0 --devices 2 --set plan.policy=dp
+for pair in "z3 z0" "z0 z3"; do
+  set -- $pair
+  from=$1 to=$2
+  mkdir -p "$tmp/ck-$from" "$tmp/re-$to"
+  "$tmp/$from/launch" --steps 8 --ckpt-dir "$tmp/ck-$from" --ckpt-every 5 >"$tmp/$from.run" 2>&1 ||
+    no "$from: run failed: $(tail -n 3 "$tmp/$from.run")"
+  cp "$tmp/ck-$from/step-5.safetensors" "$tmp/re-$to/" 2>/dev/null || no "$from: no step-5 checkpoint"
+  "$tmp/$to/launch" --steps 8 --ckpt-dir "$tmp/re-$to" --resume >"$tmp/$to.resumed" 2>&1 ||
+    no "$to: resume failed: $(tail -n 3 "$tmp/$to.resumed")"
+  losses "$tmp/$from.run" | tail -n 3 >"$tmp/a"
+  losses "$tmp/$to.resumed" >"$tmp/b"
+  if [[ $(wc -l <"$tmp/b") == 3 ]] && python3 - "$tmp/a" "$tmp/b" <<'PY'
+import sys
+a = [float(l.split()[3]) for l in open(sys.argv[1])]
+b = [float(l.split()[3]) for l in open(sys.argv[2])]
+sys.exit(0 if len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)
+PY
+  then ok "a $from checkpoint resumed under $to: steps 6-8 as in the $from run"
+  else no "$from -> $to: $(cat "$tmp/a") vs $(cat "$tmp/b")"; fi
+done
+pers=()
+for z in 0 1 2 3; do
+  "$nn" "$top/examples/gpt2-124m.ini" -o "$tmp/g$z" -q --devices 4 --set dims.T=64 --set "plan.zero=$z" >/dev/null 2>&1 ||
+    no "gpt2-124m zero $z: build failed"
+  pers+=("$(grep -o 'optimizer state [0-9.]* [MG]iB' "$tmp/g$z/plan.txt" | cut -d' ' -f3-4)")
+done
+# in copies of the params' f32 bytes, N = 4: zero 0: params 1, grads 1, adamw 2 = 4; zero 1: the
+# params whole and as shards (1 + 1/4), the grads whole and as shards (1 + 1/4), the state as
+# shards (2/4) = 3; zero 2: the grads only as shards = 2; zero 3: the params only as shards, the
+# grads' partial sums whole = 2
+if python3 - "${pers[@]}" <<'PY'
+import sys
+def gib(s):
+    v, u = s.split()
+    return float(v) / (1024 if u == "MiB" else 1)
+copy = 124.48e6 * 4 / 2**30   # GiB of one f32 copy of the params
+r = [gib(s) / copy for s in sys.argv[1:]]
+want = [4, 3, 2, 2]
+sys.exit(0 if all(abs(a - b) < 0.05 for a, b in zip(r, want)) else 1)
+PY
+then ok "zero 0-3: params, grads and optimizer state per rank ${pers[*]} (4, 3, 2, 2 copies of the params' f32 bytes on 4 ranks)"
+else no "zero memory: ${pers[*]}"; fi
+
+# ---- 5. --trace: every rank's tasks of every step, each in order, as Chrome-trace JSON
 build zb --devices 2 --set plan.pp=2 --set plan.schedule=zb-h1 --set train.micro_batches=4
 "$tmp/zb/launch" --steps 2 --quiet --trace "$tmp/zb/t.json" >"$tmp/zb.run" 2>&1 || no "zb-h1 run with --trace failed"
 if python3 - "$tmp/zb/t" "$tmp/zb/plan.txt" <<'PY'
