@@ -481,6 +481,65 @@ static void launch_text(const ir_dist *d, const cg_gpu *gpu, ir_buf *b)
     ir_bprintf(b, "%s%s%s", launch_mid, gpu ? launch_cuda_rank : launch_cpu_rank, launch_tail);
 }
 
+/* plan.svg: a pipeline's step on the cost model, one row per stage: each
+ * task a box from its start to its end (F blue, B green, W orange, its
+ * micro-batch inside), idle time blank, the time axis in units of the
+ * step; the title states the schedule and the bubble next to its
+ * formula.  Plain SVG 1.1, no scripts, deterministic. */
+static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
+{
+    const ir_pipe *p = d->pipe;
+    int pp = p->pp, m = p->m, sd = d->ndev / pp;
+    static const char *names[] = {"1f1b", "gpipe", "zb-h1"};
+    static const char *fill[] = {"#4e79a7", "#59a14f", "#f28e2b"};
+    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)pp);
+    double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[pp] + 1)), bubble;
+    pass_pipe_costs(d, cost);
+    double span = pass_pipe_simulate(p, cost, start, &bubble);
+    const int W = 960, left = 120, row = 34, top = 54, width = W - left - 20, H = top + pp * row + 40;
+    ir_bprintf(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                  "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
+    ir_bprintf(b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
+    ir_bprintf(b, "<text x=\"10\" y=\"20\" font-size=\"14\">%s: %d stages x %d device%s, schedule %s, %d "
+                  "micro-batches; bubble %.1f %% on the cost model", d->g->model ? d->g->model : "model", pp, sd,
+               sd == 1 ? "" : "s", p->sched < 0 ? "user order" : names[p->sched], m, 100 * bubble);
+    if (p->sched == IR_SCHED_ZBH1)
+        ir_bprintf(b, " ((p-1)/(3m+p-1) = %.1f %% for equal stages)", 100.0 * (pp - 1) / (3 * m + pp - 1));
+    else if (p->sched >= 0)
+        ir_bprintf(b, " ((p-1)/(m+p-1) = %.1f %% for equal stages)", 100.0 * (pp - 1) / (m + pp - 1));
+    ir_bprintf(b, "</text>\n<text x=\"10\" y=\"38\" fill=\"#555\">F forward, B backward%s; a box per task "
+                  "and micro-batch, from the FLOPs of its stage's sub-ops (transfers free)</text>\n",
+               p->split_w ? ", W weight gradients" : "");
+    for (int s = 0; s < pp; s++) {
+        int y = top + s * row;
+        ir_bprintf(b, "<text x=\"10\" y=\"%d\">stage %d (", y + row / 2 + 4, s);
+        if (sd > 1) ir_bprintf(b, "%d-%d", s * sd, s * sd + sd - 1);
+        else ir_bprintf(b, "%d", s * sd);
+        ir_bprintf(b, ")</text>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f4f4f4\"/>\n",
+                   left, y + 3, width, row - 6);
+        for (int k = p->task0[s]; k < p->task0[s + 1] && span > 0; k++) {
+            const ir_task *t = &p->task[k];
+            double c = cost[3 * s + t->kind], x0 = left + start[k] / span * width, w = c / span * width;
+            ir_bprintf(b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
+                          "stroke=\"white\" stroke-width=\"0.5\"><title>%c%d: %.3f GFLOP</title></rect>\n",
+                       x0, y + 3, w, row - 6, fill[t->kind], "FBW"[t->kind], t->mb, c / 1e9);
+            if (w >= 16)
+                ir_bprintf(b, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%c%d</text>\n",
+                           x0 + w / 2, y + row / 2 + 4, "FBW"[t->kind], t->mb);
+        }
+    }
+    int ya = top + pp * row + 12;
+    ir_bprintf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", left, ya, left + width, ya);
+    for (int q = 0; q <= 4; q++)
+        ir_bprintf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">%.2f GFLOP</text>\n",
+                   left + q * width / 4, ya + 16, span * q / 4 / 1e9);
+    ir_bprintf(b, "</svg>\n");
+    (void)progs;
+    free(cost);
+    free(start);
+}
+
 /* DIR/launch and DIR/plan.txt (codegen.h). */
 int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs, int nprog,
             const cg_gpu *gpu)
@@ -494,6 +553,11 @@ int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *
     if (rc) return rc;
     plan_text(spec, d, progs, nprog, gpu, &b);
     snprintf(path, sizeof path, "%s/plan.txt", dir);
+    rc = write_file(path, b.s, 0);
+    ir_buf_free(&b);
+    if (rc || !d->pipe) return rc;
+    plan_svg(d, progs, &b);   /* a pipeline's step, drawn */
+    snprintf(path, sizeof path, "%s/plan.svg", dir);
     rc = write_file(path, b.s, 0);
     ir_buf_free(&b);
     return rc;

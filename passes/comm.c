@@ -591,6 +591,12 @@ static int rule_broadcast(cctx *c, int need)
         if (root < 0 || s->dev < root) root = s->dev, rpt = c->src.v[i];
     }
     if (root < 0) return 0;
+    /* in a pipeline, a value one stage sends to others goes point to point (the
+       send/recv fallback): a transfer to each, which the pipeline batches at its
+       task boundaries, not one collective that ties three stages' orders together
+       (the loss, reduced once a step for every rank to report, stays a broadcast) */
+    int sd = c->d->ndev / c->d->mesh_pp;
+    if (c->d->mesh_pp > 1 && c->t != c->d->g->train.loss && n.dev / sd != root / sd) return 0;
     scratch(c, c->need.n + 2);
     int *devs = c->devs, *in = c->in, *out = c->out, k = 1;
     devs[0] = root, in[0] = rpt, out[0] = -1;
@@ -603,6 +609,7 @@ static int rule_broadcast(cctx *c, int need)
         int q = c->need.v[i];
         const ir_ptensor *m = P(c, q);
         if (m->vn != 1 || !ir_box_eq(&m->box, &n.box, c->nd) || have(c, q) || m->dev == root) continue;
+        if (c->d->mesh_pp > 1 && c->t != c->d->g->train.loss && m->dev / sd != root / sd) continue;
         int local = 0;
         for (int s = src_on(c, m->dev); s >= 0; s = c->snext[s]) {
             const ir_ptensor *sp = P(c, c->src.v[s]);
@@ -720,6 +727,33 @@ static int rule_fallback(cctx *c, int need)
 
 /* A value-split need (a linear op's input): part 0 from a local full
  * value, the other parts zero. */
+/* Pipelines: a whole value needed on a stage that holds none of it, made
+ * as partial sums on another stage (a vocabulary-parallel embedding read by
+ * a later stage): sum the parts where they are (all-reduce on their stage),
+ * then send the sum, from the device with the same place in its stage when
+ * it holds one -- one transfer per need, not one per part. */
+static int rule_stage_sum(cctx *c, int need)
+{
+    const ir_dist *d = c->d;
+    const ir_ptensor n = *P(c, need);
+    int sd = d->ndev / d->mesh_pp, best = -1;
+    if (d->mesh_pp <= 1 || n.vn != 1) return 0;
+    for (int i = 0; i < c->src.n; i++)
+        if (P(c, c->src.v[i])->dev / sd == n.dev / sd) return 0;   /* its own stage has pieces */
+    for (int i = 0; i < c->src.n; i++) {
+        const ir_ptensor *s = P(c, c->src.v[i]);
+        if (s->vn == 1 || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
+        int full = full_pt(c, c->src.v[i], s->dev);
+        if (!have(c, full) && !rule_allreduce(c, full)) return 0;
+        if (best < 0 || s->dev % sd == n.dev % sd) best = full;
+    }
+    if (best < 0) return 0;
+    int devs[2] = {P(c, best)->dev, n.dev}, in[2] = {best, -1}, out[2] = {-1, need};
+    add_comm(c, IR_COMM_SENDRECV, 2, devs, in, out, &n.box, devs[0], 0, bytes_of(c, &n.box),
+             "the sum made on its stage, sent on");
+    return 1;
+}
+
 static int rule_partial(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
@@ -834,7 +868,7 @@ void pass_comm(ir_dist *d)
             int ok = P(&c, nd)->vn > 1 ? rule_partial(&c, nd)
                                        : rule_slice(&c, nd) || rule_allreduce(&c, nd) || rule_reducescatter(&c, nd) ||
                                              rule_allgather(&c, nd) || rule_alltoall(&c, nd) ||
-                                             rule_broadcast(&c, nd) || rule_fallback(&c, nd);
+                                             rule_broadcast(&c, nd) || rule_stage_sum(&c, nd) || rule_fallback(&c, nd);
             if (!ok) {
                 ir_buf b = {0};
                 ir_pt_print(d, nd, &b);

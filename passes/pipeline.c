@@ -552,19 +552,21 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
             }
             e[j] = x;
         }
-        /* the boundary's transfers go in one call (rt_k_p2p, at most
-           RT_P2P_MAX each): they progress together, so neighbours that both
-           send before they receive do not wait for each other */
-        int run = 0;
-        for (int i = a; i < b; i++) {
-            int64_t nf;
-            if (!direct(d, item[e[i].q], mem[e[i].q], &nf)) {
-                run = 0;
-                continue;
-            }
-            if (run > 0 && run < PASS_P2P_MAX) e[i].merge = 1, run++;
-            else run = 1;
+    }
+    /* every run of transfers that may move (a task's first receives, its last
+       sends, and where two tasks meet, both) goes in one call (rt_k_p2p, at
+       most PASS_P2P_MAX each): they progress together, so ranks that both
+       send before they receive do not wait for each other */
+    int run = 0, peer, recv;
+    for (int i = 0; i < n; i++) {
+        int64_t nf;
+        if (!transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) ||
+            !movable(d, item, mem, nitem, e[i].q, t[e[i].task].kind, recv) || !direct(d, item[e[i].q], mem[e[i].q], &nf)) {
+            run = 0;
+            continue;
         }
+        if (run > 0 && run < PASS_P2P_MAX) e[i].merge = 1, run++;
+        else run = 1;
     }
     *out = e;
     return n;

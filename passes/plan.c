@@ -739,9 +739,15 @@ int pass_plan(ir_dist *d)
            tied param's gradient contributions) stays partial: one reduction of the
            sum, not one per contribution */
         int dpval = 0;
-        if (ids[0] == IR_REPLICATE && dp > 1 && (ir_ops[o->kind].flags & OPF_LINEAR) && o->phase == IR_PH_BWD) {
+        if (ids[0] == IR_REPLICATE && dp > 1 && tp == 1 && pp == 1 && (ir_ops[o->kind].flags & OPF_LINEAR) &&
+            o->phase == IR_PH_BWD) {
+            /* (a plain dp mesh: the partial pieces then sit on the same devices; a
+               value split across stages or beside tp splits is left to the comm pass) */
             dpval = 1;
-            for (int k = 0; k < o->nin; k++) dpval &= dppart[o->in[k]];
+            for (int k = 0; k < o->nin; k++) {
+                int pr = g->t[o->in[k]].producer;
+                dpval &= dppart[o->in[k]] && pr >= 0 && !c.fixed[pr];
+            }
             if (dpval) ids[0] = IR_VALUE;
         }
         if (tp > 1) ids[1] = choose_tp(&c, op, tw, sizeof tw);

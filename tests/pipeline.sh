@@ -61,6 +61,17 @@ grep -q "(p-1)/(m+p-1) = 3/7 = 42.9 %" "$p" && ok "plan.txt: the bubble next to 
   no "bubble line: $(grep 'bubble' "$p")"
 grep -q "^programs  4 distinct programs for 4 ranks" "$p" && ok "a program per stage" ||
   no "programs: $(grep '^programs' "$p")"
+# plan.svg: the same step drawn, a box per task (<title>F3: ...</title>), none without a pipeline
+if python3 - "$tmp/gp/plan.svg" <<'PY'
+import sys, xml.dom.minidom as m
+doc = m.parse(sys.argv[1])
+titles = [t.firstChild.data for t in doc.getElementsByTagName("title")]
+names = sorted(t.split(":")[0] for t in titles)
+sys.exit(0 if names == sorted([f"{k}{i}" for k in "FB" for i in range(4)] * 4) else 1)
+PY
+then ok "plan.svg: one box per task of every stage (32 for 4 stages x 8 tasks)"
+else no "plan.svg: $(head -c 300 "$tmp/gp/plan.svg")"; fi
+[[ ! -e $tmp/tp/plan.svg ]] && ok "no plan.svg without a pipeline" || no "plan.svg written for tp 2"
 
 # ---- 3. recompute: the same losses bit for bit, a smaller stash
 build rc --devices 2 --set plan.pp=2 --set plan.recompute=h
