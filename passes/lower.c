@@ -708,8 +708,9 @@ static void manifest(lctx *c)
  * offset, which covers the items pipeline.c moves and the writers of one
  * buffer split between tasks) -- within a task, and across tasks for the
  * stash (outside it, a task's buffers live within the task and may share
- * bytes with another task's): the check that the task split and the moved
- * transfers change no result.  old: the per-micro-batch instructions, item
+ * bytes with another task's; the comms' scratch area is used within one
+ * item): the check that the task split and the moved transfers change no
+ * result.  old: the per-micro-batch instructions, item
  * q's at[q] .. at[q + 1] - 1; entry i's first unrolled instruction
  * start[i] (entries of one call share it). */
 static void unroll_check(const ir_prog *p, const pass_mem *mm, const int *kind, const pg_instr *old, const int *at,
@@ -746,6 +747,8 @@ static void unroll_check(const ir_prog *p, const pass_mem *mm, const int *kind, 
                 const pg_instr *in = &old[j];
                 for (int b = 0; b < in->nbuf; b++) {
                     int64_t bytes, off = in->buf[b];
+                    /* the scratch area is each comm's own, written and read within its item */
+                    if (mm->scratch_bytes && off >= mm->scratch && off < mm->scratch + mm->scratch_bytes) continue;
                     int r = ir_prog_access(in, b, &bytes);
                     uint64_t h = ((uint64_t)off * 0x9E3779B97F4A7C15u) & (uint64_t)(cap2 - 1);
                     while (key[h] >= 0 && key[h] != off) h = (h + 1) & (uint64_t)(cap2 - 1);
