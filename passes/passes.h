@@ -57,9 +57,10 @@ typedef struct pass_pipe_ent {
 #define PASS_P2P_MAX 6   /* transfers in one call (rtlib's RT_P2P_MAX) */
 int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out);
 /* Fill p->task with built-in schedule p->sched for p->pp, m, split_w and
- * the dependencies p->dep (task0 and task allocated); returns 0, or 1 when
- * zb-h1 finds no order under those dependencies. */
-int pass_pipe_schedule(ir_pipe *p);
+ * the dependencies p->dep (task0 and task allocated); zb-h1 orders by
+ * cost[3 s + kind] (pass_pipe_costs), or unit costs when cost is NULL.
+ * Returns 0, or 1 when zb-h1 finds no order under those dependencies. */
+int pass_pipe_schedule(ir_pipe *p, const double *cost);
 /* The task kind (IR_TASK_F, B, W) of the mb-section item at schedule
  * position n. */
 int pass_pipe_kind(const ir_dist *d, int n);

@@ -209,10 +209,13 @@ static int deps_met(const ir_pipe *p, const double *tdone, int s, int kind, int 
     return 1;
 }
 
-/* zb-h1 on unit costs (see the header), transfers taken as free: the
- * order whose step meets (p-1)/(3m+p-1).  Returns 0, or 1 when some stage
- * could never go on (dependencies no schedule of this kind satisfies). */
-static int build_zb(ir_pipe *p)
+/* zb-h1 by list scheduling (see the header), transfers taken as free: on
+ * unit costs (dur NULL) the order whose step meets (p-1)/(3m+p-1); with
+ * dur[3 s + kind] (the cost model's task times in small integer units) the
+ * same rule on the stages' real F, B and W.  Returns 0, or 1 when some
+ * stage could never go on (dependencies no schedule of this kind
+ * satisfies). */
+static int build_zb(ir_pipe *p, const int *dur)
 {
     int pp = p->pp, m = p->m;
     double *tdone = ir_xmalloc(sizeof(double) * (size_t)pp * 3 * (size_t)m);
@@ -234,7 +237,7 @@ static int build_zb(ir_pipe *p)
                 kind = IR_TASK_W, mb = nw;
             if (kind < 0) continue;
             p->task[p->task0[s] + len[s]++] = (ir_task){kind, mb, 0};
-            DONE(tdone, m, s, kind, mb) = t + 1;
+            DONE(tdone, m, s, kind, mb) = t + (dur ? dur[3 * s + kind] : 1);
             cnt[3 * s + kind]++;
             left--;
             moved = 1;
@@ -343,9 +346,23 @@ static int build_zb_rdv(ir_pipe *p)
     return rc;
 }
 
-int pass_pipe_schedule(ir_pipe *p)
+int pass_pipe_schedule(ir_pipe *p, const double *cost)
 {
-    if (p->sched == IR_SCHED_ZBH1) return build_zb(p);
+    if (p->sched == IR_SCHED_ZBH1) {
+        if (!cost) return build_zb(p, NULL);
+        /* the costs in units of 1/32 of the largest task (at least 1) */
+        double top = 0;
+        int *dur = ir_xmalloc(sizeof(int) * 3 * (size_t)p->pp);
+        for (int k = 0; k < 3 * p->pp; k++)
+            if (cost[k] > top) top = cost[k];
+        for (int k = 0; k < 3 * p->pp; k++) {
+            int u = top > 0 ? (int)(cost[k] / top * 32 + 0.5) : 1;
+            dur[k] = u < 1 ? 1 : u;
+        }
+        int rc = build_zb(p, dur);
+        free(dur);
+        return rc;
+    }
     for (int s = 0; s < p->pp; s++) builtin(p->sched, p->pp, p->m, s, p->task + p->task0[s]);
     return 0;
 }
@@ -734,8 +751,10 @@ int pass_pipeline(ir_dist *d)
     if (p->split_w) classify_w(d);
     derive_deps(d);
     int rc = 0;
+    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp);
+    pass_pipe_costs(d, cost);   /* zb-h1 orders its tasks by the cost model's times */
     if (p->sched < 0) rc = user_order(d, p);
-    else if (pass_pipe_schedule(p))
+    else if (pass_pipe_schedule(p, cost))
         rc = pass_error(g, g->req.pp_line, "use schedule = 1f1b or gpipe",
                         "[plan] schedule zb-h1: the stages' dependencies leave no order of this kind");
     for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
@@ -743,10 +762,11 @@ int pass_pipeline(ir_dist *d)
         /* the bubble-optimal order needs transfers the blocking sends cannot
            make in that order: build it again with the sends' waits */
         if (build_zb_rdv(p))
-            return pass_error(g, g->req.pp_line, "use schedule = 1f1b or gpipe",
-                              "[plan] schedule zb-h1: no order of this kind whose transfers can be made");
+            rc = pass_error(g, g->req.pp_line, "use schedule = 1f1b or gpipe",
+                            "[plan] schedule zb-h1: no order of this kind whose transfers can be made");
         for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
     }
+    free(cost);
     return rc ? rc : check(d, 0);
 }
 

@@ -457,10 +457,11 @@ static void test_pipeline(int pp, int m, int sched)
     int slots_ok = 1;
     for (int s = 0; s < pp; s++) {
         int want = sched == IR_SCHED_GPIPE ? m : sched == IR_SCHED_ZBH1 ? (pp < m ? pp : m) : (pp - s < m ? pp - s : m);
-        slots_ok &= d.pipe->nslot[s] == want;
+        /* zb-h1 orders by the stages' costs: at most its bound */
+        slots_ok &= sched == IR_SCHED_ZBH1 ? d.pipe->nslot[s] >= 1 && d.pipe->nslot[s] <= want : d.pipe->nslot[s] == want;
     }
     CHECK(slots_ok, "%s pp %d m %d: stage s keeps %s micro-batches in flight", sn, pp, m,
-          sched == IR_SCHED_GPIPE ? "m" : sched == IR_SCHED_ZBH1 ? "min(pp, m)" : "min(pp - s, m)");
+          sched == IR_SCHED_GPIPE ? "m" : sched == IR_SCHED_ZBH1 ? "at most min(pp, m)" : "min(pp - s, m)");
     /* every stage boundary: a send/recv of the activation from stage s to s + 1, and a gradient sent back
        across it (from a later stage: bias_add's identity gradient skips a stage) */
     int fwd_ok = 1, bwd_ok = 1;
@@ -520,7 +521,7 @@ static void test_bubble(int pp, int m, int sched)
         p.dep[p.ndep++] = (ir_pdep){s + 1, IR_TASK_F, s, IR_TASK_F};
         p.dep[p.ndep++] = (ir_pdep){s, IR_TASK_B, s + 1, IR_TASK_B};
     }
-    CHECK(pass_pipe_schedule(&p) == 0, "%s pp %d m %d: built", sn, pp, m);
+    CHECK(pass_pipe_schedule(&p, NULL) == 0, "%s pp %d m %d: built", sn, pp, m);
     double cost[3 * 16], bubble;
     for (int s = 0; s < pp; s++) cost[3 * s] = 1, cost[3 * s + 1] = p.split_w ? 1 : 2, cost[3 * s + 2] = 1;
     double span = pass_pipe_simulate(&p, cost, NULL, &bubble);
