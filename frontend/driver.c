@@ -556,6 +556,7 @@ int fe_compile(const fe_opts *o)
     if (want(o, "graph")) ir_graph_print(&g, &b), dump("graph", &b);
     if ((rc = pass_autograd(&g))) goto out_g;
     if ((rc = pass_recompute(&g))) goto out_g;
+    pass_zero3_regather(&g);
     ir_graph_verify(&g);
     tick(o, &t0, "autograd");
     if (want(o, "autograd")) ir_graph_print(&g, &b), dump("autograd", &b);

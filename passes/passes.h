@@ -29,6 +29,9 @@ int pass_autograd(ir_graph *g);
  * into the backward pass, read by those blocks' backward ops.  Returns 0
  * or 2 after a message. */
 int pass_recompute(ir_graph *g);
+/* ZeRO 3: every backward op reads a copy of its params made just before it
+ * (gathered again for the backward).  Returns 0. */
+int pass_zero3_regather(ir_graph *g);
 
 /* plan.c */
 int pass_plan(ir_dist *d);

@@ -756,16 +756,20 @@ int pass_plan(ir_dist *d)
             snprintf(tw, sizeof tw, "replicated on the tp axis");
         }
         char zw[200] = "";
-        if (o->phase == IR_PH_OPT && dp > 1 && g->req.zero > 0) {
+        /* (and zero 3's backward copy of a param, recompute.c: its shard, which the
+           comm pass then gathers for the backward) */
+        int zcopy = o->recomp && o->kind == IR_OP_COPY && g->t[o->in[0]].kind == IR_T_PARAM;
+        if ((o->phase == IR_PH_OPT || zcopy) && dp > 1 && g->req.zero > 0) {
             /* ZeRO: the update (and its state, and under zero 3 its param) on the dp axis,
                along the param's first dim that divides and that tp leaves whole */
             for (int j = 0; j < o->anno.ndim[0] && ids[0] < 0; j++) {
                 int id = o->anno.dim[0][j].id;
                 if (id >= 0 && id != ids[1] && splittable(g, op, id, dp)) {
                     ids[0] = id;
-                    snprintf(zw, sizeof zw, "zero %d: the update's shard on the dp axis, dim %d (%lld) split %d ways",
-                             g->req.zero, j, (long long)id_extent(g, op, id), dp);
-                    if (g->req.zero == 2 && o->nin > 1) d->zgrad[o->in[1]] = 1;
+                    snprintf(zw, sizeof zw, "zero %d: %s on the dp axis, dim %d (%lld) split %d ways", g->req.zero,
+                             zcopy ? "the param's shard, gathered again for the backward" : "the update's shard", j,
+                             (long long)id_extent(g, op, id), dp);
+                    if (g->req.zero == 2 && o->phase == IR_PH_OPT && o->nin > 1) d->zgrad[o->in[1]] = 1;
                 }
             }
             if (ids[0] < 0)

@@ -135,3 +135,37 @@ int pass_recompute(ir_graph *g)
     free(need);
     return 0;
 }
+
+int pass_zero3_regather(ir_graph *g)
+{
+    /* ZeRO 3 (plan.c shards the params on the dp axis; the comm pass gathers
+       them where they are read): a backward op reads its own copy of a param,
+       made just before it, so the comm pass gathers the param again for the
+       backward and the forward's gathered copy dies after the forward -- as
+       DeepSpeed gathers a layer's weights twice per micro-batch.  One device
+       has nothing to gather. */
+    if (g->req.zero != 3 || g->req.devices <= 1) return 0;
+    int nop0 = g->nop;
+    char err[256];
+    for (int i = 0; i < nop0; i++) {
+        if (g->op[i].phase != IR_PH_BWD || g->op[i].recomp) continue;
+        for (int k = 0; k < g->op[i].nin; k++) {
+            int t = g->op[i].in[k];
+            if (g->t[t].kind != IR_T_PARAM) continue;
+            char nm[300], on[300];
+            snprintf(nm, sizeof nm, "rg.%s.%s", g->t[t].name, g->op[i].name);
+            snprintf(on, sizeof on, "rg.%s.%s", g->t[t].name, g->op[i].name);
+            const char *outs[1] = {on};
+            int c = ir_add_op(g, nm, IR_OP_COPY, 1, &t, outs, g->op[i].line, err, sizeof err);
+            if (c < 0) ir_die(__FILE__, __LINE__, "zero 3 copy of %s: %s", g->t[t].name, err);
+            ir_op *co = &g->op[c];
+            co->phase = IR_PH_BWD;
+            co->fwd = g->op[i].fwd;   /* its reader's stage; split like the param's readers */
+            co->block = g->op[i].block;
+            co->rep = g->op[i].rep;
+            co->recomp = 1;           /* placed just before its reader (schedule.c) */
+            g->op[i].in[k] = co->out[0];
+        }
+    }
+    return 0;
+}
