@@ -272,6 +272,47 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
     }
 }
 
+/* A pipeline's step on the cost model (plan.txt and plan.svg draw it). */
+typedef struct pipe_step {
+    double *cost;   /* per stage and task kind (pass_pipe_costs) */
+    double *start;  /* per task of d->pipe */
+    double span;    /* the step */
+    double bubble;  /* its idle fraction */
+} pipe_step;
+
+static pipe_step step_of(const ir_dist *d)
+{
+    const ir_pipe *p = d->pipe;
+    pipe_step s;
+    s.cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp);
+    s.start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1));
+    pass_pipe_costs(d, s.cost);
+    s.span = pass_pipe_simulate(p, s.cost, s.start, &s.bubble);
+    return s;
+}
+
+static void step_free(pipe_step *s)
+{
+    free(s->cost);
+    free(s->start);
+}
+
+/* The schedule's name. */
+static const char *sched_name(const ir_pipe *p)
+{
+    static const char *names[] = {"1f1b", "gpipe", "zb-h1"};
+    return p->sched < 0 ? "user order" : names[p->sched];
+}
+
+/* The bubble formula of a built-in schedule for equal stages: its text,
+ * and *den with the fraction (p-1)/den; NULL for a user order. */
+static const char *bubble_formula(const ir_pipe *p, int *den)
+{
+    if (p->sched < 0) return NULL;
+    if (p->sched == IR_SCHED_ZBH1) return *den = 3 * p->m + p->pp - 1, "(p-1)/(3m+p-1)";
+    return *den = p->m + p->pp - 1, "(p-1)/(m+p-1)";
+}
+
 /* plan.txt's pipeline: stages (ops, devices), the schedule per stage, the
  * step on the cost model (a timeline per stage, the bubble next to its
  * formula) and the stash each stage keeps per micro-batch in flight. */
@@ -279,14 +320,11 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
 {
     const ir_graph *g = d->g;
     const ir_pipe *p = d->pipe;
-    int pp = p->pp, m = p->m, sd = d->ndev / pp;
-    static const char *names[] = {"1f1b", "gpipe", "zb-h1"};
+    int pp = p->pp, m = p->m, sd = d->ndev / pp, den;
     ir_bprintf(b, "pipeline  %d stages x %d device%s, schedule %s, %d micro-batches per step\n", pp, sd,
-               sd == 1 ? "" : "s", p->sched < 0 ? "user order" : names[p->sched], m);
-    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)pp);
-    double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[pp] + 1)), bubble;
-    pass_pipe_costs(d, cost);
-    double span = pass_pipe_simulate(p, cost, start, &bubble);
+               sd == 1 ? "" : "s", sched_name(p), m);
+    pipe_step step = step_of(d);
+    const double *cost = step.cost, *start = step.start, span = step.span;
     for (int s = 0; s < pp; s++) {
         int first = -1, last = -1, nf = 0;
         for (int i = 0; i < g->nop; i++)
@@ -326,16 +364,13 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     }
     ir_bprintf(b, "  time: forwards by micro-batch 0-9, backwards a-z%s, idle '.' (cost model: FLOPs only)\n",
                p->split_w ? ", weight gradients A-Z" : "");
-    ir_bprintf(b, "  bubble %.1f %% of the stages' time on the cost model", 100 * bubble);
-    if (p->sched == IR_SCHED_ZBH1)
-        ir_bprintf(b, "; (p-1)/(3m+p-1) = %d/%d = %.1f %% for equal stages and F = B = W", pp - 1, 3 * m + pp - 1,
-                   100.0 * (pp - 1) / (3 * m + pp - 1));
-    else if (p->sched >= 0)
-        ir_bprintf(b, "; (p-1)/(m+p-1) = %d/%d = %.1f %% for equal stages", pp - 1, m + pp - 1,
-                   100.0 * (pp - 1) / (m + pp - 1));
+    ir_bprintf(b, "  bubble %.1f %% of the stages' time on the cost model", 100 * step.bubble);
+    const char *f = bubble_formula(p, &den);
+    if (f)
+        ir_bprintf(b, "; %s = %d/%d = %.1f %% for equal stages%s", f, pp - 1, den, 100.0 * (pp - 1) / den,
+                   p->split_w ? " and F = B = W" : "");
     ir_bprintf(b, "\n");
-    free(cost);
-    free(start);
+    step_free(&step);
 }
 
 /* The architectures of gpu's images, comma-separated, into b. */
@@ -489,13 +524,10 @@ static void launch_text(const ir_dist *d, const cg_gpu *gpu, ir_buf *b)
 static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
 {
     const ir_pipe *p = d->pipe;
-    int pp = p->pp, m = p->m, sd = d->ndev / pp;
-    static const char *names[] = {"1f1b", "gpipe", "zb-h1"};
+    int pp = p->pp, m = p->m, sd = d->ndev / pp, den;
     static const char *fill[] = {"#4e79a7", "#59a14f", "#f28e2b"};
-    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)pp);
-    double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[pp] + 1)), bubble;
-    pass_pipe_costs(d, cost);
-    double span = pass_pipe_simulate(p, cost, start, &bubble);
+    pipe_step step = step_of(d);
+    const double *cost = step.cost, *start = step.start, span = step.span;
     const int W = 960, left = 120, row = 34, top = 54, width = W - left - 20, H = top + pp * row + 40;
     ir_bprintf(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                   "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -503,11 +535,9 @@ static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     ir_bprintf(b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
     ir_bprintf(b, "<text x=\"10\" y=\"20\" font-size=\"14\">%s: %d stages x %d device%s, schedule %s, %d "
                   "micro-batches; bubble %.1f %% on the cost model", d->g->model ? d->g->model : "model", pp, sd,
-               sd == 1 ? "" : "s", p->sched < 0 ? "user order" : names[p->sched], m, 100 * bubble);
-    if (p->sched == IR_SCHED_ZBH1)
-        ir_bprintf(b, " ((p-1)/(3m+p-1) = %.1f %% for equal stages)", 100.0 * (pp - 1) / (3 * m + pp - 1));
-    else if (p->sched >= 0)
-        ir_bprintf(b, " ((p-1)/(m+p-1) = %.1f %% for equal stages)", 100.0 * (pp - 1) / (m + pp - 1));
+               sd == 1 ? "" : "s", sched_name(p), m, 100 * step.bubble);
+    const char *f = bubble_formula(p, &den);
+    if (f) ir_bprintf(b, " (%s = %.1f %% for equal stages)", f, 100.0 * (pp - 1) / den);
     ir_bprintf(b, "</text>\n<text x=\"10\" y=\"38\" fill=\"#555\">F forward, B backward%s; a box per task "
                   "and micro-batch, from the FLOPs of its stage's sub-ops (transfers free)</text>\n",
                p->split_w ? ", W weight gradients" : "");
@@ -536,8 +566,7 @@ static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
                    left + q * width / 4, ya + 16, span * q / 4 / 1e9);
     ir_bprintf(b, "</svg>\n");
     (void)progs;
-    free(cost);
-    free(start);
+    step_free(&step);
 }
 
 /* DIR/launch and DIR/plan.txt (codegen.h). */

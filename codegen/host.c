@@ -754,6 +754,14 @@ static LLVMTargetMachineRef cg_target_machine(const cg_target *t, int opt_level)
     return tm;
 }
 
+/* t for o, and its target machine; NULL (t freed) after printing a message. */
+static LLVMTargetMachineRef cg_target_open(cg_target *t, const cg_opts *o) {
+    cg_target_init(t, o);
+    LLVMTargetMachineRef tm = cg_target_machine(t, o->opt_level);
+    if (!tm) cg_target_free(t);
+    return tm;
+}
+
 /* Default options: the portable CPU, no extra features, -O2. */
 static const cg_opts cg_default_opts = {CG_DEFAULT_CPU, "", 2, 0, 0};
 
@@ -765,12 +773,8 @@ static int cg_host_build(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, 
     IR_ASSERT(o->opt_level >= 0 && o->opt_level <= 3);
     ir_prog_verify(p);
     cg_target t;
-    cg_target_init(&t, o);
-    LLVMTargetMachineRef tm = cg_target_machine(&t, o->opt_level);
-    if (!tm) {
-        cg_target_free(&t);
-        return 1;
-    }
+    LLVMTargetMachineRef tm = cg_target_open(&t, o);
+    if (!tm) return 1;
 
     cg_host_ctx h = {.p = p, .gpu = gpu};
     char modname[32];
@@ -863,12 +867,8 @@ int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, cons
                 const char *obj_path) {
     if (!o) o = &cg_default_opts;
     cg_target t;
-    cg_target_init(&t, o);
-    LLVMTargetMachineRef tm = cg_target_machine(&t, o->opt_level);
-    if (!tm) {
-        cg_target_free(&t);
-        return 1;
-    }
+    LLVMTargetMachineRef tm = cg_target_open(&t, o);
+    if (!tm) return 1;
     LLVMContextRef c = LLVMContextCreate();
     LLVMModuleRef m = LLVMModuleCreateWithNameInContext("dispatch", c);
     LLVMSetSourceFileName(m, "dispatch", 8);

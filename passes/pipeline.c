@@ -751,8 +751,11 @@ int pass_pipeline(ir_dist *d)
     if (p->split_w) classify_w(d);
     derive_deps(d);
     int rc = 0;
-    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp);
-    pass_pipe_costs(d, cost);   /* zb-h1 orders its tasks by the cost model's times */
+    double *cost = NULL;
+    if (p->sched == IR_SCHED_ZBH1) {   /* zb-h1 orders its tasks by the cost model's times */
+        cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp);
+        pass_pipe_costs(d, cost);
+    }
     if (p->sched < 0) rc = user_order(d, p);
     else if (pass_pipe_schedule(p, cost))
         rc = pass_error(g, g->req.pp_line, "use schedule = 1f1b or gpipe",

@@ -69,7 +69,7 @@ static void place_zero2(sctx *c, int op)
 {
     ir_dist *d = c->d;
     const ir_op *o = &d->g->op[op];
-    for (int k = 0; k < o->nout; k++) {
+    for (int k = 0; k < o->nout && c->tcomm0; k++) {
         int t = o->out[k];
         if (!d->zgrad[t]) continue;
         for (int q = c->tcomm0[t]; q < c->tcomm0[t + 1]; q++) {
@@ -129,11 +129,11 @@ void pass_schedule(ir_dist *d)
     }
     free(opt_read);
     /* each tensor's comms (ZeRO 2 places some by tensor) */
-    c.tcomm0 = ir_xcalloc((size_t)g->nt + 2, sizeof(int));
-    for (int i = 0; i < d->ncomm; i++) c.tcomm0[d->comm[i].tensor + 1]++;
-    for (int t = 0; t < g->nt; t++) c.tcomm0[t + 1] += c.tcomm0[t];
-    c.tcomm = ir_xmalloc(sizeof(int) * ((size_t)d->ncomm + 1));
-    {
+    if (g->req.zero == 2) {
+        c.tcomm0 = ir_xcalloc((size_t)g->nt + 2, sizeof(int));
+        for (int i = 0; i < d->ncomm; i++) c.tcomm0[d->comm[i].tensor + 1]++;
+        for (int t = 0; t < g->nt; t++) c.tcomm0[t + 1] += c.tcomm0[t];
+        c.tcomm = ir_xmalloc(sizeof(int) * ((size_t)d->ncomm + 1));
         int *f2 = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
         for (int i = 0; i < d->ncomm; i++) c.tcomm[c.tcomm0[d->comm[i].tensor] + f2[d->comm[i].tensor]++] = i;
         free(f2);

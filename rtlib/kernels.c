@@ -317,13 +317,18 @@ int rt_p2p_ops(rt_ctx *ctx, const int64_t *i, int *dir, int64_t *n, int *g, int 
     return k;
 }
 
-void rt_k_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+void rt_p2p_run(rt_ctx *ctx, void *const *b, const int64_t *i, int fast)
 {
     int dir[RT_P2P_MAX], g[RT_P2P_MAX], peer[RT_P2P_MAX];
     int64_t n[RT_P2P_MAX];
-    (void)f;
     int k = rt_p2p_ops(ctx, i, dir, n, g, peer);
-    rt_comm_p2p(ctx, k, dir, b, n, g, peer, 1);
+    rt_comm_p2p(ctx, k, dir, b, n, g, peer, fast);
+}
+
+void rt_k_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)f;
+    rt_p2p_run(ctx, b, i, 1);
 }
 
 void rt_k_mark(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)

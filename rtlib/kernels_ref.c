@@ -327,11 +327,8 @@ void rt_ref_sendrecv(rt_ctx *ctx, void *const *b, const int64_t *i, const float 
 
 void rt_ref_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    int dir[RT_P2P_MAX], g[RT_P2P_MAX], peer[RT_P2P_MAX];
-    int64_t n[RT_P2P_MAX];
     (void)f;
-    int k = rt_p2p_ops(ctx, i, dir, n, g, peer);
-    rt_comm_p2p(ctx, k, dir, b, n, g, peer, 0);
+    rt_p2p_run(ctx, b, i, 0);
 }
 
 void rt_ref_mark(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)

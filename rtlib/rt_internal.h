@@ -492,6 +492,8 @@ void rt_comm_alltoall(rt_ctx *ctx, const float *send, float *recv, int64_t n, in
 #define RT_P2P_MAX 6
 /* The ops of a p2p call from its ints (checked): returns their count. */
 int rt_p2p_ops(rt_ctx *ctx, const int64_t *i, int *dir, int64_t *n, int *g, int *peer);
+/* rt_k_p2p's body (fast) and rt_ref_p2p's: the ops of i, then rt_comm_p2p. */
+void rt_p2p_run(rt_ctx *ctx, void *const *b, const int64_t *i, int fast);
 void rt_comm_p2p(rt_ctx *ctx, int nops, const int *dir, void *const *buf, const int64_t *n, const int *g,
                  const int *peer, int fast);
 /* Barrier over group g. */

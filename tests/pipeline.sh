@@ -23,10 +23,9 @@ build tp --devices 2 --set plan.policy=tp
 build gp --devices 4 --set plan.pp=4 --set plan.schedule=gpipe --set train.micro_batches=4
 build fb --devices 4 --set plan.pp=4 --set train.micro_batches=4
 
-# ---- 1. checkpoints: pp -> tp and tp -> pp, steps 6..8 as in the uninterrupted run
-for pair in "pp tp" "tp pp"; do
-  set -- $pair
-  from=$1 to=$2
+# resumes FROM TO: FROM's step-5 checkpoint resumed by build TO gives FROM's steps 6..8
+resumes() {
+  local from=$1 to=$2
   mkdir -p "$tmp/ck-$from" "$tmp/re-$to"
   "$tmp/$from/launch" --steps 8 --ckpt-dir "$tmp/ck-$from" --ckpt-every 5 >"$tmp/$from.run" 2>&1 ||
     no "$from: run failed: $(tail -n 3 "$tmp/$from.run")"
@@ -43,7 +42,11 @@ sys.exit(0 if len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y
 PY
   then ok "a $from checkpoint resumed under $to: steps 6-8 as in the $from run ($(tr '\n' ' ' <"$tmp/b" | cut -c1-80))"
   else no "$from -> $to: $(cat "$tmp/a") vs $(cat "$tmp/b")"; fi
-done
+}
+
+# ---- 1. checkpoints: pp -> tp and tp -> pp, steps 6..8 as in the uninterrupted run
+resumes pp tp
+resumes tp pp
 grep -q "mesh dp1 x tp1 x pp2" "$tmp/pp.run" && ok "the banner names the pipeline mesh" ||
   no "banner: $(grep '^model' "$tmp/pp.run")"
 
@@ -90,26 +93,8 @@ python3 -c "import sys; sys.exit(0 if float('$b') < 0.5 * float('$a') else 1)" 2
 #         the persistent memory of gpt2-124m on 4 ranks falls with the level as the formulas say
 build z3 --devices 2 --set plan.zero=3
 build z0 --devices 2 --set plan.policy=dp
-for pair in "z3 z0" "z0 z3"; do
-  set -- $pair
-  from=$1 to=$2
-  mkdir -p "$tmp/ck-$from" "$tmp/re-$to"
-  "$tmp/$from/launch" --steps 8 --ckpt-dir "$tmp/ck-$from" --ckpt-every 5 >"$tmp/$from.run" 2>&1 ||
-    no "$from: run failed: $(tail -n 3 "$tmp/$from.run")"
-  cp "$tmp/ck-$from/step-5.safetensors" "$tmp/re-$to/" 2>/dev/null || no "$from: no step-5 checkpoint"
-  "$tmp/$to/launch" --steps 8 --ckpt-dir "$tmp/re-$to" --resume >"$tmp/$to.resumed" 2>&1 ||
-    no "$to: resume failed: $(tail -n 3 "$tmp/$to.resumed")"
-  losses "$tmp/$from.run" | tail -n 3 >"$tmp/a"
-  losses "$tmp/$to.resumed" >"$tmp/b"
-  if [[ $(wc -l <"$tmp/b") == 3 ]] && python3 - "$tmp/a" "$tmp/b" <<'PY'
-import sys
-a = [float(l.split()[3]) for l in open(sys.argv[1])]
-b = [float(l.split()[3]) for l in open(sys.argv[2])]
-sys.exit(0 if len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)) else 1)
-PY
-  then ok "a $from checkpoint resumed under $to: steps 6-8 as in the $from run"
-  else no "$from -> $to: $(cat "$tmp/a") vs $(cat "$tmp/b")"; fi
-done
+resumes z3 z0
+resumes z0 z3
 pers=()
 for z in 0 1 2 3; do
   "$nn" "$top/examples/gpt2-124m.ini" -o "$tmp/g$z" -q --devices 4 --set dims.T=64 --set "plan.zero=$z" >/dev/null 2>&1 ||
