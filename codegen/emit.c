@@ -284,7 +284,7 @@ static pipe_step step_of(const ir_dist *d)
 {
     const ir_pipe *p = d->pipe;
     pipe_step s;
-    s.cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp);
+    s.cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->v);
     s.start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1));
     pass_pipe_costs(d, s.cost);
     s.span = pass_pipe_simulate(p, s.cost, s.start, &s.bubble);
@@ -298,10 +298,14 @@ static void step_free(pipe_step *s)
 }
 
 /* The schedule's name. */
-static const char *sched_name(const ir_pipe *p)
+static const char *sched_name(const ir_pipe *p, char *buf, size_t n)
 {
-    static const char *names[] = {"1f1b", "gpipe", "zb-h1"};
-    return p->sched < 0 ? "user order" : names[p->sched];
+    static const char *names[] = {"1f1b", "gpipe", "zb-h1", "kfkb", "interleaved"};
+    if (p->sched < 0) return "user order";
+    if (p->sched == IR_SCHED_KFKB) return snprintf(buf, n, "%df%db", p->k, p->k), buf;
+    if (p->v > 1 && p->sched != IR_SCHED_GPIPE) return snprintf(buf, n, "interleaved 1f1b, %d chunks", p->v), buf;
+    if (p->v > 1) return snprintf(buf, n, "gpipe, %d chunks", p->v), buf;
+    return names[p->sched];
 }
 
 /* The bubble formula of a built-in schedule for equal stages: its text,
@@ -310,7 +314,16 @@ static const char *bubble_formula(const ir_pipe *p, int *den)
 {
     if (p->sched < 0) return NULL;
     if (p->sched == IR_SCHED_ZBH1) return *den = 3 * p->m + p->pp - 1, "(p-1)/(3m+p-1)";
+    if (p->v > 1) return *den = p->v * p->m + p->pp - 1, "(p-1)/(vm+p-1)";
     return *den = p->m + p->pp - 1, "(p-1)/(m+p-1)";
+}
+
+/* A task's name: F3, with chunks F3.1. */
+static const char *task_name(const ir_pipe *p, const ir_task *t, char *buf, size_t n)
+{
+    if (p->v > 1) snprintf(buf, n, "%c%d.%d", "FBW"[t->kind], t->mb, t->chunk);
+    else snprintf(buf, n, "%c%d", "FBW"[t->kind], t->mb);
+    return buf;
 }
 
 /* plan.txt's pipeline: stages (ops, devices), the schedule per stage, the
@@ -321,39 +334,46 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     const ir_graph *g = d->g;
     const ir_pipe *p = d->pipe;
     int pp = p->pp, m = p->m, sd = d->ndev / pp, den;
+    char sn[64], tn[24];
     ir_bprintf(b, "pipeline  %d stages x %d device%s, schedule %s, %d micro-batches per step\n", pp, sd,
-               sd == 1 ? "" : "s", sched_name(p), m);
+               sd == 1 ? "" : "s", sched_name(p, sn, sizeof sn), m);
     pipe_step step = step_of(d);
     const double *cost = step.cost, *start = step.start, span = step.span;
     for (int s = 0; s < pp; s++) {
-        int first = -1, last = -1, nf = 0;
-        for (int i = 0; i < g->nop; i++)
-            if (g->op[i].phase == IR_PH_FWD && d->op_stage[i] == s) {
-                if (first < 0) first = i;
-                last = i;
-                nf++;
-            }
         const ir_prog *r0 = &progs[s * sd];
         ir_bprintf(b, "  stage %d on ", s);
         if (sd > 1) ir_bprintf(b, "%d-%d", s * sd, s * sd + sd - 1);
         else ir_bprintf(b, "%d", s * sd);
-        ir_bprintf(b, ": %d forward ops %s .. %s; F %.3f, B %.3f", nf, first >= 0 ? g->op[first].name : "-",
-                   last >= 0 ? g->op[last].name : "-", cost[3 * s] / 1e9, cost[3 * s + 1] / 1e9);
-        if (p->split_w) ir_bprintf(b, ", W %.3f", cost[3 * s + 2] / 1e9);
-        ir_bprintf(b, " GFLOP per micro-batch; stash %d x ", r0->nslot);
+        ir_bprintf(b, ":");
+        for (int c = 0; c < p->v; c++) {   /* its chunks: virtual stage c pp + s each */
+            int first = -1, last = -1, nf = 0;
+            for (int i = 0; i < g->nop; i++)
+                if (g->op[i].phase == IR_PH_FWD && d->op_stage[i] == c * pp + s) {
+                    if (first < 0) first = i;
+                    last = i;
+                    nf++;
+                }
+            if (p->v > 1) ir_bprintf(b, "\n    chunk %d (virtual stage %d):", c, c * pp + s);
+            ir_bprintf(b, " %d forward ops %s .. %s; F %.3f, B %.3f", nf, first >= 0 ? g->op[first].name : "-",
+                       last >= 0 ? g->op[last].name : "-", cost[PASS_PIPE_C(p, s, c, IR_TASK_F)] / 1e9,
+                       cost[PASS_PIPE_C(p, s, c, IR_TASK_B)] / 1e9);
+            if (p->split_w) ir_bprintf(b, ", W %.3f", cost[PASS_PIPE_C(p, s, c, IR_TASK_W)] / 1e9);
+            ir_bprintf(b, " GFLOP per micro-batch%s", p->v > 1 ? "" : ";");
+        }
+        ir_bprintf(b, "%s stash %d x ", p->v > 1 ? "\n   " : "", r0->nslot);
         kib(b, r0->stash_bytes);
         ir_bprintf(b, " = ");
         kib(b, r0->stash_bytes * r0->nslot);
         ir_bprintf(b, " (rank %d)\n    order  ", s * sd);
         for (int k = p->task0[s]; k < p->task0[s + 1]; k++)
-            ir_bprintf(b, "%s%c%d", k > p->task0[s] ? " " : "", "FBW"[p->task[k].kind], p->task[k].mb);
+            ir_bprintf(b, "%s%s", k > p->task0[s] ? " " : "", task_name(p, &p->task[k], tn, sizeof tn));
         /* the timeline: 72 columns for the step; a forward shows its
            micro-batch (0-9), a backward a letter (a-z), idle time '.' */
         char line[73];
         memset(line, '.', 72);
         line[72] = '\0';
         for (int k = p->task0[s]; k < p->task0[s + 1] && span > 0; k++) {
-            double c = cost[3 * s + p->task[k].kind];
+            double c = cost[PASS_PIPE_C(p, s, p->task[k].chunk, p->task[k].kind)];
             int a = (int)(start[k] / span * 72 + 0.5), z = (int)((start[k] + c) / span * 72 + 0.5), mb = p->task[k].mb;
             char ch = p->task[k].kind == IR_TASK_F   ? (char)('0' + mb % 10)
                       : p->task[k].kind == IR_TASK_B ? (char)('a' + mb % 26)
@@ -362,8 +382,8 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
         }
         ir_bprintf(b, "\n    time   |%s|\n", line);
     }
-    ir_bprintf(b, "  time: forwards by micro-batch 0-9, backwards a-z%s, idle '.' (cost model: FLOPs only)\n",
-               p->split_w ? ", weight gradients A-Z" : "");
+    ir_bprintf(b, "  time: forwards by micro-batch 0-9, backwards a-z%s%s, idle '.' (cost model: FLOPs only)\n",
+               p->split_w ? ", weight gradients A-Z" : "", p->v > 1 ? " (every chunk alike)" : "");
     ir_bprintf(b, "  bubble %.1f %% of the stages' time on the cost model", 100 * step.bubble);
     const char *f = bubble_formula(p, &den);
     if (f)
@@ -525,6 +545,7 @@ static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
 {
     const ir_pipe *p = d->pipe;
     int pp = p->pp, m = p->m, sd = d->ndev / pp, den;
+    char sn[64], tn[24];
     static const char *fill[] = {"#4e79a7", "#59a14f", "#f28e2b"};
     pipe_step step = step_of(d);
     const double *cost = step.cost, *start = step.start, span = step.span;
@@ -535,7 +556,7 @@ static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     ir_bprintf(b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
     ir_bprintf(b, "<text x=\"10\" y=\"20\" font-size=\"14\">%s: %d stages x %d device%s, schedule %s, %d "
                   "micro-batches; bubble %.1f %% on the cost model", d->g->model ? d->g->model : "model", pp, sd,
-               sd == 1 ? "" : "s", sched_name(p), m, 100 * step.bubble);
+               sd == 1 ? "" : "s", sched_name(p, sn, sizeof sn), m, 100 * step.bubble);
     const char *f = bubble_formula(p, &den);
     if (f) ir_bprintf(b, " (%s = %.1f %% for equal stages)", f, 100.0 * (pp - 1) / den);
     ir_bprintf(b, "</text>\n<text x=\"10\" y=\"38\" fill=\"#555\">F forward, B backward%s; a box per task "
@@ -550,13 +571,16 @@ static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
                    left, y + 3, width, row - 6);
         for (int k = p->task0[s]; k < p->task0[s + 1] && span > 0; k++) {
             const ir_task *t = &p->task[k];
-            double c = cost[3 * s + t->kind], x0 = left + start[k] / span * width, w = c / span * width;
+            double c = cost[PASS_PIPE_C(p, s, t->chunk, t->kind)], x0 = left + start[k] / span * width;
+            double w = c / span * width;
+            task_name(p, t, tn, sizeof tn);
             ir_bprintf(b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
-                          "stroke=\"white\" stroke-width=\"0.5\"><title>%c%d: %.3f GFLOP</title></rect>\n",
-                       x0, y + 3, w, row - 6, fill[t->kind], "FBW"[t->kind], t->mb, c / 1e9);
+                          "stroke=\"white\" stroke-width=\"0.5\"%s><title>%s: %.3f GFLOP</title></rect>\n",
+                       x0, y + 3, w, row - 6, fill[t->kind], t->chunk % 2 ? " fill-opacity=\"0.7\"" : "", tn,
+                       c / 1e9);
             if (w >= 16)
-                ir_bprintf(b, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%c%d</text>\n",
-                           x0 + w / 2, y + row / 2 + 4, "FBW"[t->kind], t->mb);
+                ir_bprintf(b, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%s</text>\n",
+                           x0 + w / 2, y + row / 2 + 4, tn);
         }
     }
     int ya = top + pp * row + 12;

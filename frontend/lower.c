@@ -1155,7 +1155,8 @@ static int lower_train(fe_lw *L)
 
 /* [cluster] devices = INT, device = cpu;
  * [plan] policy = dp|tp|hybrid, dp = INT, tp = INT, pp = INT, trans = CONSTRAINT {, CONSTRAINT},
- * stage = OPS STAGE {, OPS STAGE}, schedule = 1f1b|gpipe|zb-h1, order = TASKS {; TASKS},
+ * stage = OPS STAGE {, OPS STAGE}, schedule = 1f1b|gpipe|zb-h1|interleaved|KfKb, chunks = V,
+ * order = TASKS {; TASKS},
  * recompute = BLOCK {, BLOCK}
  * (constraints, stages and orders are checked by the planner, which knows the ops) */
 static int lower_cluster(fe_lw *L)
@@ -1163,13 +1164,27 @@ static int lower_cluster(fe_lw *L)
     const fe_section *cl = section(L->s, "cluster"), *pl = section(L->s, "plan");
     static const char *const devs[] = {"cpu", NULL};
     static const char *const pols[] = {"dp", "tp", "hybrid", NULL};
-    static const char *const scheds[] = {"1f1b", "gpipe", "zb-h1", NULL};
-    int64_t n, dp, tp, pp, zero;
-    int dev, pol, sch;
+    static const char *const scheds[] = {"1f1b", "gpipe", "zb-h1", "interleaved", "KfKb (2f2b, 3f3b, ...)", NULL};
+    int64_t n, dp, tp, pp, zero, chunks;
+    int dev, pol, sch, group = 1;
+    const fe_kv *skv = pl ? fe_get(pl, "schedule") : NULL;
+    char kf[2];
+    int ka, kb, kn = 0;
+    if (skv && sscanf(skv->val, "%d%1[f]%d%1[b]%n", &ka, kf, &kb, kf + 1, &kn) == 4 && !skv->val[kn] &&
+        strcmp(skv->val, "1f1b")) {
+        /* kFkB: 1F1B over groups of k micro-batches */
+        char clip[96];
+        if (ka != kb || ka < 1 || ka > 4096)
+            return fe_kv_error(L->s, pl, skv, "kFkB runs k forwards then k backwards: write 2f2b, 3f3b, ... "
+                               "(1f1b for k = 1)", "schedule '%s': the forward and backward counts differ or are "
+                               "out of range", fe_clip(skv->val, clip, sizeof clip));
+        group = ka;
+    }
     if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) || get_choice(L, cl, "device", devs, 0, &dev) ||
         get_choice(L, pl, "policy", pols, 0, &pol) || get_int(L, pl, "dp", 0, 1, FE_MAX_DEVICES, &dp) ||
         get_int(L, pl, "tp", 0, 1, FE_MAX_DEVICES, &tp) || get_int(L, pl, "pp", 1, 1, FE_MAX_DEVICES, &pp) ||
-        get_choice(L, pl, "schedule", scheds, 0, &sch) || get_int(L, pl, "zero", 0, 0, 3, &zero))
+        (kn == 0 && get_choice(L, pl, "schedule", scheds, 0, &sch)) || get_int(L, pl, "zero", 0, 0, 3, &zero) ||
+        get_int(L, pl, "chunks", 0, 1, 64, &chunks))
         return 2;
     ir_planreq *r = &L->g->req;
     r->devices = (int)n;
@@ -1178,7 +1193,12 @@ static int lower_cluster(fe_lw *L)
     r->tp = (int)tp;
     r->pp = (int)pp;
     r->zero = (int)zero;
-    r->schedule = sch == 2 ? IR_SCHED_ZBH1 : sch == 1 ? IR_SCHED_GPIPE : IR_SCHED_1F1B;
+    if (kn) sch = group == 1 ? 0 : 4;
+    r->schedule = sch == 4 ? IR_SCHED_KFKB : sch == 3 ? IR_SCHED_INTERLEAVED : sch == 2 ? IR_SCHED_ZBH1
+                : sch == 1 ? IR_SCHED_GPIPE : IR_SCHED_1F1B;
+    r->group = group;
+    /* interleaved: 2 chunks unless given; the others: 1 (the planner refuses more) */
+    r->chunks = chunks ? (int)chunks : r->schedule == IR_SCHED_INTERLEAVED ? 2 : 1;
     const fe_kv *kv = pl ? fe_get(pl, "trans") : NULL;
     if (kv) {
         r->trans = ir_str(L->g, kv->val);
@@ -1193,6 +1213,7 @@ static int lower_cluster(fe_lw *L)
         r->order_line = kv->line;
     }
     if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line;
+    if ((kv = pl ? fe_get(pl, "chunks") : NULL)) r->chunks_line = kv->line;
     if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line;
     if ((kv = pl ? fe_get(pl, "recompute") : NULL)) {
         r->recompute = ir_str(L->g, kv->val);

@@ -24,7 +24,7 @@ void ir_dist_init(ir_dist *d, const ir_graph *g, int ndev)
     d->zgrad = ir_xcalloc((size_t)g->nt + 1, 1);
     d->world_group = -1;
     d->seq_opt = -1;
-    d->mesh_dp = d->mesh_tp = d->mesh_pp = 1;
+    d->mesh_dp = d->mesh_tp = d->mesh_pp = d->mesh_v = 1;
     d->seq_bwd = -1;
     d->store = ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1));
     d->nstore = ir_xcalloc((size_t)g->nt + 1, sizeof(int));
@@ -38,12 +38,14 @@ void ir_dist_free(ir_dist *d)
     free(d->trans);
     free(d->op_stage);
     free(d->item_w);
+    free(d->item_chunk);
     free(d->zgrad);
     if (d->pipe) {
         free(d->pipe->task0);
         free(d->pipe->task);
         free(d->pipe->nslot);
         free(d->pipe->dep);
+        free(d->pipe->hoist);
         free(d->pipe);
     }
     free(d->pt);

@@ -253,6 +253,9 @@ typedef struct ir_planreq {
     const char *stage;        /* user op-assign to stages ("h.0-5 0, lm_head 1"), or NULL */
     int stage_line;           /* spec line of stage */
     int schedule;             /* IR_SCHED_*: the pipeline's op-order */
+    int group;                /* kFkB: micro-batches per group k (IR_SCHED_KFKB) */
+    int chunks;               /* model chunks per stage (interleaved: virtual stages = pp x chunks) */
+    int chunks_line;          /* spec line of chunks */
     const char *order;        /* a user order of tasks per stage ("F0 F1 B0 B1; ..."), or NULL */
     int order_line;           /* spec line of order */
     int zero;                 /* ZeRO level 0..3: the optimizer update (1, 2), and the params (3), sharded
@@ -268,6 +271,9 @@ enum {
     IR_SCHED_GPIPE,  /* all forwards, then all backwards */
     IR_SCHED_ZBH1,   /* zero bubble H1: backward split into B and W, W filling the bubbles,
                         1F1B's memory (Qi et al., Zero Bubble Pipeline Parallelism) */
+    IR_SCHED_KFKB,   /* 1F1B over groups of k micro-batches: k forwards, k backwards */
+    IR_SCHED_INTERLEAVED, /* 1F1B over model chunks, chunks per stage (Megatron's interleaved
+                        schedule, Narayanan et al. 2021) */
 };
 
 typedef struct ir_graph {
@@ -439,27 +445,41 @@ typedef struct ir_task {
     int kind;   /* IR_TASK_F, IR_TASK_B, or IR_TASK_W (weight gradients, split from B) */
     int mb;     /* micro-batch */
     int slot;   /* stash slot of the micro-batch */
+    int chunk;  /* model chunk (interleaved: virtual stage chunk x pp + stage), else 0 */
 } ir_task;
 
 /* A dependency between tasks of one micro-batch: stage s's task of kind
- * `kind` receives what stage from_s's task of kind from_kind sends (derived
- * from the transfers between stages: forward to the next stage, gradients
- * back, a tied embedding's gradient from the last stage to the first). */
+ * `kind` (and chunk) receives what stage from_s's task of kind from_kind
+ * (and from_chunk) sends (derived from the transfers between stages:
+ * forward to the next stage, gradients back, a tied embedding's gradient
+ * from the last stage to the first). */
 typedef struct ir_pdep {
-    int s, kind, from_s, from_kind;
+    int s, kind, from_s, from_kind, chunk, from_chunk;
 } ir_pdep;
+
+/* A receive the pipeline posts early (pipeline.c): on rank `rank`, the
+ * transfer at schedule position n of micro-batch mb runs at the start of
+ * the stage's task `task` (an index into its list), before the task that
+ * reads it, so that the sender's blocking send meets it. */
+typedef struct ir_hoist {
+    int rank, n, mb, task;
+} ir_hoist;
 
 typedef struct ir_pipe {
     int pp;          /* stages */
+    int v;           /* model chunks per stage (1; interleaved: virtual stages pp x v) */
+    int k;           /* kFkB: micro-batches per group */
     int m;           /* micro-batches per step */
     int sched;       /* IR_SCHED_*, or -1: the user's order */
     int split_w;     /* 1: the backward is split into B (input gradients) and W (weight
-                        gradients) tasks, 3 m tasks per stage; 0: 2 m */
+                        gradients) tasks, 3 m v tasks per stage; 0: 2 m v */
     int *task0;      /* per stage + 1: CSR start into task */
     ir_task *task;   /* the tasks, stage after stage, in the order each stage runs them */
     int *nslot;      /* per stage: stash slots (the most micro-batches in flight) */
     ir_pdep *dep;    /* the dependencies between stages' tasks */
     int ndep;
+    ir_hoist *hoist; /* receives posted early */
+    int nhoist;
 } ir_pipe;
 
 typedef struct ir_dist {
@@ -481,8 +501,13 @@ typedef struct ir_dist {
     int mesh_dp, mesh_tp;      /* the plan's mesh dp x tp (plan.c; 1 x 1 on one device) */
     int mesh_pp;               /* pipeline stages (plan.c): stage k runs on devices
                                   k * dp * tp .. (k + 1) * dp * tp - 1; 1: no pipeline */
-    int *op_stage;             /* per op: its stage (plan.c); an optimizer update of a param
-                                  read on several stages runs on each of them (the lowest here) */
+    int mesh_v;                /* model chunks per stage (plan.c; 1: none): op_stage numbers
+                                  virtual stages, virtual stage j on stage j % mesh_pp as its
+                                  chunk j / mesh_pp */
+    int *op_stage;             /* per op: its (virtual) stage (plan.c); an optimizer update of a
+                                  param read on several stages runs on each of them (the lowest here) */
+    signed char *item_chunk;   /* pipeline: per position n in seq and stage s, [n * mesh_pp + s]: the
+                                  chunk whose tasks run it on s (pipeline.c), -1: not on s */
     ir_pipe *pipe;             /* the pipeline's op-order (pipeline.c), NULL: no pipeline */
     char *zgrad;               /* per tensor: a param's gradient reduce-scattered in every micro-batch
                                   into the update's dp shard, which accumulates (ZeRO 2, plan.c) */

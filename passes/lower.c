@@ -784,10 +784,13 @@ static void put_mark(ir_prog *p, pg_instr *in, const ir_pipe *pl, int st, int ta
     memset(in, 0, sizeof *in);
     in->kernel = RT_K_mark;
     in->blk = in->rep = -1;
-    pg_i(in, t->kind);
+    pg_i(in, pl->v > 1 ? t->kind + 3 * (t->chunk + 1) : t->kind);   /* with chunks: F0.0 is 3 */
     pg_i(in, t->mb);
     pg_i(in, edge);
-    snprintf(note, sizeof note, "task %c%d %s", "FBW"[t->kind], t->mb, edge ? "ends" : "begins");
+    if (pl->v > 1)
+        snprintf(note, sizeof note, "task %c%d.%d %s", "FBW"[t->kind], t->mb, t->chunk, edge ? "ends" : "begins");
+    else
+        snprintf(note, sizeof note, "task %c%d %s", "FBW"[t->kind], t->mb, edge ? "ends" : "begins");
     in->note = ir_prog_str(p, note);
 }
 
@@ -815,12 +818,12 @@ static void unroll(lctx *c, const int *at)
         /* marks around each task's compute (rt_k_mark, --trace): a batch of
            transfers where two tasks meet falls between them */
         if (!e[i].merge) {
-            int j = i;
-            while (j + 1 < ne && e[j + 1].merge) j++;
-            if (e[j].task != cur) {
+            int j = i, tj = e[i].task;   /* a call's last task: where the marks go on */
+            while (j + 1 < ne && e[j + 1].merge) j++, tj = e[j].task > tj ? e[j].task : tj;
+            if (tj != cur) {
                 if (cur >= 0) put_mark(p, &ins[k++], pl, st, cur, 1);
-                if (j > i) pend = e[j].task;
-                else put_mark(p, &ins[k++], pl, st, cur = e[j].task, 0);
+                if (j > i) pend = tj;
+                else put_mark(p, &ins[k++], pl, st, cur = tj, 0);
             }
         }
         start[i] = e[i].merge ? start[i - 1] : k;
@@ -868,7 +871,7 @@ static void unroll(lctx *c, const int *at)
     }
     if (cur >= 0) put_mark(p, &ins[k++], pl, st, cur, 1);
     int *kind = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
-    for (int i = 0; i < ne; i++) kind[i] = pl->task[pl->task0[st] + e[i].task].kind;
+    for (int i = 0; i < ne; i++) kind[i] = pl->task[pl->task0[st] + e[i].task].kind + 3 * pl->task[pl->task0[st] + e[i].task].chunk;
     unroll_check(p, m, kind, old, at, e, ne, start, ins);
     free(kind);
     free(old);

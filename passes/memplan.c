@@ -50,6 +50,15 @@ static void use(int *first, int *last, int i, int pos)
     if (pos > last[i]) last[i] = pos;
 }
 
+/* Pipeline: buffer i is used by a task of class cls (-1: outside the
+ * tasks); multi[i] once two classes use it (the stash). */
+static void task_use(int *tcls, char *multi, int i, int cls)
+{
+    if (cls < 0) return;
+    if (tcls[i] < 0) tcls[i] = cls;
+    else if (tcls[i] != cls) multi[i] = 1;
+}
+
 /* The rank's share of the DistGraph: its items and pTensors (ir_dist's
  * per-rank indexes); per-buffer arrays are indexed by the pTensor's local
  * index (pt_local), so a rank costs its own items and pTensors only. */
@@ -227,16 +236,17 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     int *apos = ir_xmalloc(sizeof(int) * nl);   /* in-place candidate: where it reduces */
     char *pers = ir_xcalloc(nl, 1);
     char *xfer = ir_xcalloc(nl, 1);   /* pipeline: touched by a transfer between stages */
-    char *tasks = ir_xcalloc(nl, 1);  /* pipeline: the task kinds using it (bit per IR_TASK_*) */
+    int *tcls = ir_xmalloc(sizeof(int) * nl);   /* pipeline: the task class using it (-1: none yet) */
+    char *multi = ir_xcalloc(nl, 1);  /* pipeline: used by tasks of more than one class */
     const int sd = d->ndev / d->mesh_pp;
-    for (int i = 0; i < R.npt; i++) first[i] = -1, last[i] = -1, alias[i] = -1, apos[i] = -1;
+    for (int i = 0; i < R.npt; i++) first[i] = -1, last[i] = -1, alias[i] = -1, apos[i] = -1, tcls[i] = -1;
     /* uses along the global schedule, this rank's items only; lifetimes are
        in the rank's own item positions q (the same order as seq's) */
     for (int q = 0; q < R.nitem; q++) {
         int n = R.item[q];
         const ir_item *it = &d->seq[n];
         int post = it->sec != IR_SEC_MB;
-        int tk = d->pipe && !post ? 1 << pass_pipe_kind(d, n) : 0;
+        int tk = d->pipe && !post ? pass_pipe_class(d, n, rank / sd) : -1;
         if (it->comm) {
             const ir_comm *c = &d->comm[it->id];
             int k = R.member[q];
@@ -248,8 +258,8 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
                 if (cross && li >= 0) xfer[li] = 1;
                 if (cross && lo >= 0) xfer[lo] = 1;
             }
-            if (in >= 0) use(first, last, li, q), tasks[li] |= (char)tk;
-            if (out >= 0) use(first, last, lo, q), tasks[lo] |= (char)tk;
+            if (in >= 0) use(first, last, li, q), task_use(tcls, multi, li, tk);
+            if (out >= 0) use(first, last, lo, q), task_use(tcls, multi, lo, tk);
             if (c->kind == IR_COMM_ALLREDUCE) alias[lo] = li, apos[lo] = q;
             if (post && in >= 0) pers[li] = 1;
             if (post && out >= 0) pers[lo] = 1;
@@ -260,12 +270,12 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             const ir_op *o = &g->op[s->op];
             for (int k = 0; k < o->nin; k++) {
                 use(first, last, loc[s->in[k]], q);
-                tasks[loc[s->in[k]]] |= (char)tk;
+                task_use(tcls, multi, loc[s->in[k]], tk);
                 if (post) pers[loc[s->in[k]]] = 1;
             }
             for (int k = 0; k < o->nout; k++) {
                 use(first, last, loc[s->out[k]], q);
-                tasks[loc[s->out[k]]] |= (char)tk;
+                task_use(tcls, multi, loc[s->out[k]], tk);
                 if (post) pers[loc[s->out[k]]] = 1;
             }
         }
@@ -299,7 +309,8 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         use(first, last, r, last[i]);
         pers[r] |= pers[i];
         xfer[r] |= xfer[i];
-        tasks[r] |= tasks[i];
+        multi[r] |= multi[i];
+        task_use(tcls, multi, r, tcls[i]);
     }
     int64_t top = 0;
     for (int i = 0; i < R.npt; i++)
@@ -330,7 +341,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         m->nslot = d->pipe->nslot[rank / sd];
         m->stash = top;
         for (int i = 0; i < R.npt; i++)
-            if (first[i] >= 0 && alias[i] < 0 && !pers[i] && (xfer[i] || (tasks[i] & (tasks[i] - 1)))) {
+            if (first[i] >= 0 && alias[i] < 0 && !pers[i] && (xfer[i] || multi[i])) {
                 stashed[i] = 1;
                 m->off[i] = top;
                 top += align_up(m->bytes[i]);
@@ -370,7 +381,8 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     free(apos);
     free(pers);
     free(xfer);
-    free(tasks);
+    free(tcls);
+    free(multi);
     free(stashed);
 }
 

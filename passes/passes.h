@@ -56,20 +56,28 @@ typedef struct pass_pipe_ent {
     int q, mb, slot, task;
     int merge;   /* 1: a transfer run in one call (rt_k_p2p) with the previous entry's: the
                     transfers where two tasks meet progress together (lower.c) */
+    int hoisted; /* 1: a receive moved to the start of this task from its own, later one
+                    (ir_pipe.hoist) */
 } pass_pipe_ent;
 #define PASS_P2P_MAX 6   /* transfers in one call (rtlib's RT_P2P_MAX) */
 int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out);
-/* Fill p->task with built-in schedule p->sched for p->pp, m, split_w and
- * the dependencies p->dep (task0 and task allocated); zb-h1 orders by
- * cost[3 s + kind] (pass_pipe_costs), or unit costs when cost is NULL.
- * Returns 0, or 1 when zb-h1 finds no order under those dependencies. */
+/* Fill p->task with built-in schedule p->sched for p->pp, v, k, m, split_w
+ * and the dependencies p->dep (task0 and task allocated); zb-h1 orders by
+ * cost[PASS_PIPE_C(p, s, 0, kind)] (pass_pipe_costs), or unit costs when
+ * cost is NULL.  Returns 0, or 1 when zb-h1 finds no order under those
+ * dependencies, 2 when the built-in needs what p lacks (interleaved: m a
+ * multiple of pp). */
 int pass_pipe_schedule(ir_pipe *p, const double *cost);
 /* The task kind (IR_TASK_F, B, W) of the mb-section item at schedule
  * position n. */
 int pass_pipe_kind(const ir_dist *d, int n);
-/* The pipeline's task costs on the cost model: cost[3 s + kind] gets the
- * FLOPs of stage s's task of that kind for one micro-batch (its first
- * rank's sub-ops). */
+/* The task class of that item on stage s: kind + 3 x chunk (-1: not on s). */
+int pass_pipe_class(const ir_dist *d, int n, int s);
+/* Index of stage s's task (chunk, kind) in a cost array (3 pp v entries). */
+#define PASS_PIPE_C(p, s, chunk, kind) ((((s) * (p)->v + (chunk)) * 3) + (kind))
+/* The pipeline's task costs on the cost model: cost[PASS_PIPE_C(p, s, c,
+ * kind)] gets the FLOPs of stage s's task of that kind and chunk for one
+ * micro-batch (its first rank's sub-ops). */
 void pass_pipe_costs(const ir_dist *d, double *cost);
 /* The step of pipeline p with those task costs: the tasks list scheduled in
  * their orders, each after the tasks it depends on (p->dep); start[k] per

@@ -61,12 +61,74 @@ static const char kind_ch[] = "FBW";
 static int stage_of(const ir_dist *d, int dev) { return dev / (d->ndev / d->mesh_pp); }
 
 /* Tasks per stage. */
-static int ntask(const ir_pipe *p) { return (p->split_w ? 3 : 2) * p->m; }
+static int ntask(const ir_pipe *p) { return (p->split_w ? 3 : 2) * p->m * p->v; }
 
 int pass_pipe_kind(const ir_dist *d, int n)
 {
     if (n < d->seq_bwd) return IR_TASK_F;
     return d->pipe && d->pipe->split_w && d->item_w && d->item_w[n] ? IR_TASK_W : IR_TASK_B;
+}
+
+int pass_pipe_class(const ir_dist *d, int n, int s)
+{
+    int c = d->item_chunk ? d->item_chunk[(size_t)n * (size_t)d->mesh_pp + (size_t)s] : 0;
+    return c < 0 ? -1 : pass_pipe_kind(d, n) + 3 * c;
+}
+
+/* A task's name: F3, or with chunks F3.1 (micro-batch 3, chunk 1). */
+static const char *tname(const ir_pipe *p, const ir_task *t, char *buf, size_t n)
+{
+    if (p->v > 1) snprintf(buf, n, "%c%d.%d", kind_ch[t->kind], t->mb, t->chunk);
+    else snprintf(buf, n, "%c%d", kind_ch[t->kind], t->mb);
+    return buf;
+}
+
+/* ---- the chunk of every item on every stage (interleaved schedules)
+ *
+ * With pp x v virtual stages, virtual stage j runs on stage j % pp as its
+ * chunk j / pp, and a stage's F, B and W tasks are one per chunk and
+ * micro-batch.  A sub-op runs in its op's chunk.  A comm runs, on each
+ * stage it touches, in the chunk of its tensor's producer when that is on
+ * the stage (what it sends or reduces was made there), else in the first
+ * chunk there that reads the tensor (a receive, in time for every reader;
+ * a later chunk reads it from the stash). */
+static void item_chunks(ir_dist *d)
+{
+    const ir_graph *g = d->g;
+    int pp = d->mesh_pp;
+    size_t n0 = (size_t)d->nseq * (size_t)pp;
+    d->item_chunk = ir_xmalloc(n0 + 1);
+    memset(d->item_chunk, 0xff, n0 + 1);
+    /* per tensor and stage: the first chunk reading it (non-update readers) */
+    signed char *rd = ir_xmalloc((size_t)g->nt * (size_t)pp + 1);
+    memset(rd, 0x7f, (size_t)g->nt * (size_t)pp + 1);
+    for (int op = 0; op < g->nop; op++) {
+        if (g->op[op].phase == IR_PH_OPT) continue;
+        int vs = d->op_stage[op];
+        for (int k = 0; k < g->op[op].nin; k++) {
+            signed char *r = &rd[(size_t)g->op[op].in[k] * (size_t)pp + (size_t)(vs % pp)];
+            if (vs / pp < *r) *r = (signed char)(vs / pp);
+        }
+    }
+    for (int n = 0; n < d->nseq; n++) {
+        const ir_item *it = &d->seq[n];
+        signed char *ic = d->item_chunk + (size_t)n * (size_t)pp;
+        if (!it->comm) {
+            int vs = d->op_stage[d->sop[it->id].op];
+            ic[vs % pp] = (signed char)(vs / pp);
+            continue;
+        }
+        const ir_comm *c = &d->comm[it->id];
+        const int *mem = d->ints + d->grp[c->group].devs;
+        int pr = g->t[c->tensor].producer;
+        for (int k = 0; k < c->n; k++) {
+            int s = stage_of(d, mem[k]);
+            if (ic[s] >= 0) continue;
+            int ch = pr >= 0 && d->op_stage[pr] % pp == s ? d->op_stage[pr] / pp : rd[(size_t)c->tensor * (size_t)pp + (size_t)s];
+            ic[s] = (signed char)(ch < d->mesh_v ? ch : 0);
+        }
+    }
+    free(rd);
 }
 
 /* ---- the weight-gradient items (W) */
@@ -140,14 +202,13 @@ static void classify_w(ir_dist *d)
 
 /* ---- dependencies between the stages' tasks */
 
-static void add_dep(ir_pipe *p, int s, int kind, int from_s, int from_kind)
+static void add_dep(ir_pipe *p, int s, int kind, int chunk, int from_s, int from_kind, int from_chunk)
 {
+    ir_pdep x = {s, kind, from_s, from_kind, chunk, from_chunk};
     for (int i = 0; i < p->ndep; i++)
-        if (p->dep[i].s == s && p->dep[i].kind == kind && p->dep[i].from_s == from_s &&
-            p->dep[i].from_kind == from_kind)
-            return;
+        if (!memcmp(&p->dep[i], &x, sizeof x)) return;
     p->dep = ir_xrealloc(p->dep, sizeof *p->dep * ((size_t)p->ndep + 1));
-    p->dep[p->ndep++] = (ir_pdep){s, kind, from_s, from_kind};
+    p->dep[p->ndep++] = x;
 }
 
 /* From every comm of the mb section whose members sit on several stages:
@@ -168,42 +229,76 @@ static void derive_deps(ir_dist *d)
             for (int b = 0; b < c->n; b++) {
                 int sa = stage_of(d, mem[a]), sb = stage_of(d, mem[b]);
                 if (sa == sb || (p2p && (a != c->root || b == c->root))) continue;
-                add_dep(p, sb, kind, sa, kind);
+                add_dep(p, sb, kind, d->item_chunk[(size_t)n * (size_t)d->mesh_pp + (size_t)sb], sa, kind,
+                        d->item_chunk[(size_t)n * (size_t)d->mesh_pp + (size_t)sa]);
             }
     }
 }
 
 /* ---- the schedules */
 
-/* The tasks of stage s under gpipe or 1f1b. */
-static void builtin(int sched, int pp, int m, int s, ir_task *t)
+/* The k-th forward (backward: bwd) task of stage s under Megatron's
+ * interleaved order: micro-batches in groups of pp, each group through
+ * chunk 0, 1, .. v-1 (backwards v-1 .. 0). */
+static ir_task ilv(const ir_pipe *p, int k, int bwd)
 {
-    int n = 0;
-    if (sched == IR_SCHED_GPIPE) {
-        for (int i = 0; i < m; i++) t[n++] = (ir_task){IR_TASK_F, i, 0};
-        for (int i = 0; i < m; i++) t[n++] = (ir_task){IR_TASK_B, i, 0};
-        return;
-    }
-    int w = pp - s - 1 < m ? pp - s - 1 : m;   /* 1f1b: warm-up forwards */
-    for (int i = 0; i < w; i++) t[n++] = (ir_task){IR_TASK_F, i, 0};
-    for (int i = 0; i < m - w; i++) {
-        t[n++] = (ir_task){IR_TASK_F, w + i, 0};
-        t[n++] = (ir_task){IR_TASK_B, i, 0};
-    }
-    for (int i = m - w; i < m; i++) t[n++] = (ir_task){IR_TASK_B, i, 0};
+    int pv = p->pp * p->v, r = k % pv, c = r / p->pp;
+    return (ir_task){bwd ? IR_TASK_B : IR_TASK_F, k / pv * p->pp + r % p->pp, 0, bwd ? p->v - 1 - c : c};
 }
 
-/* Finish time of stage s's task (kind, mb) in a list schedule, -1: not yet. */
+/* The tasks of stage s under gpipe, 1f1b, kFkB or interleaved.  Returns 0,
+ * or 2 when interleaved needs m a multiple of pp. */
+static int builtin(const ir_pipe *p, int s, ir_task *t)
+{
+    int n = 0, pp = p->pp, m = p->m, v = p->v;
+    if (p->sched == IR_SCHED_GPIPE) {   /* with chunks: breadth first, chunk by chunk */
+        for (int c = 0; c < v; c++)
+            for (int i = 0; i < m; i++) t[n++] = (ir_task){IR_TASK_F, i, 0, c};
+        for (int c = v - 1; c >= 0; c--)
+            for (int i = 0; i < m; i++) t[n++] = (ir_task){IR_TASK_B, i, 0, c};
+        return 0;
+    }
+    if (v > 1) {
+        /* interleaved 1F1B: (pp - s - 1) x 2 + (v - 1) x pp warm-up forwards
+           (all of them when m = pp), then a forward and a backward in turn */
+        if (m % pp) return 2;
+        int tot = m * v, w = m == pp ? tot : (pp - s - 1) * 2 + (v - 1) * pp;
+        if (w > tot) w = tot;
+        for (int k = 0; k < w; k++) t[n++] = ilv(p, k, 0);
+        for (int k = 0; k < tot - w; k++) {
+            t[n++] = ilv(p, w + k, 0);
+            t[n++] = ilv(p, k, 1);
+        }
+        for (int k = tot - w; k < tot; k++) t[n++] = ilv(p, k, 1);
+        return 0;
+    }
+    /* 1f1b over groups of k micro-batches (k = 1: 1f1b): the warm-up
+       forwards of pp - s - 1 groups, then a group's forwards and a group's
+       backwards in turn, then the remaining backwards */
+    int k = p->sched == IR_SCHED_KFKB ? p->k : 1, ng = (m + k - 1) / k;
+    int wg = pp - s - 1 < ng ? pp - s - 1 : ng, w = wg * k < m ? wg * k : m, f = 0, b = 0;
+    while (f < w) t[n++] = (ir_task){IR_TASK_F, f++, 0, 0};
+    while (f < m) {
+        for (int j = 0; j < k && f < m; j++) t[n++] = (ir_task){IR_TASK_F, f++, 0, 0};
+        for (int j = 0; j < k && b < f; j++) t[n++] = (ir_task){IR_TASK_B, b++, 0, 0};
+    }
+    while (b < m) t[n++] = (ir_task){IR_TASK_B, b++, 0, 0};
+    return 0;
+}
+
+/* Finish time of stage s's task (chunk, kind, mb) in a list schedule, -1:
+ * not yet; DONE for one chunk (zb-h1). */
+#define DONEC(p, tdone, s, chunk, kind, mb) (tdone)[(size_t)PASS_PIPE_C(p, s, chunk, kind) * (size_t)(p)->m + (size_t)(mb)]
 #define DONE(tdone, m, s, kind, mb) (tdone)[((size_t)(s) * 3 + (size_t)(kind)) * (size_t)(m) + (size_t)(mb)]
 
-/* May stage s start its task (kind, mb) at time t: has every task it
- * depends on finished by then? */
+/* May stage s start its task (kind, mb) of chunk 0 at time t (zb-h1): has
+ * every task it depends on finished by then? */
 static int deps_met(const ir_pipe *p, const double *tdone, int s, int kind, int mb, double t)
 {
     for (int i = 0; i < p->ndep; i++) {
         const ir_pdep *e = &p->dep[i];
         if (e->s != s || e->kind != kind) continue;
-        double f = DONE(tdone, p->m, e->from_s, e->from_kind, mb);
+        double f = DONEC(p, tdone, e->from_s, e->from_chunk, e->from_kind, mb);
         if (f < 0 || f > t) return 0;
     }
     return 1;
@@ -236,7 +331,7 @@ static int build_zb(ir_pipe *p, const int *dur)
             else if (nw < nb && DONE(tdone, m, s, IR_TASK_B, nw) <= t && deps_met(p, tdone, s, IR_TASK_W, nw, t))
                 kind = IR_TASK_W, mb = nw;
             if (kind < 0) continue;
-            p->task[p->task0[s] + len[s]++] = (ir_task){kind, mb, 0};
+            p->task[p->task0[s] + len[s]++] = (ir_task){kind, mb, 0, 0};
             DONE(tdone, m, s, kind, mb) = t + (dur ? dur[3 * s + kind] : 1);
             cnt[3 * s + kind]++;
             left--;
@@ -320,7 +415,7 @@ static int build_zb_rdv(ir_pipe *p)
         for (int s = 0; s < pp; s++) {
             running |= busy_until[s] > t;
             if (!valid[s]) continue;
-            p->task[p->task0[s] + len[s]++] = (ir_task){pk[s], pmb[s], 0};
+            p->task[p->task0[s] + len[s]++] = (ir_task){pk[s], pmb[s], 0, 0};
             STARTED(s, pk[s], pmb[s]) = 1;
             DONE(tdone, m, s, pk[s], pmb[s]) = t + 1;
             busy_until[s] = t + 1;
@@ -348,6 +443,8 @@ static int build_zb_rdv(ir_pipe *p)
 
 int pass_pipe_schedule(ir_pipe *p, const double *cost)
 {
+    if (p->v < 1) p->v = 1;
+    if (p->k < 1) p->k = 1;
     if (p->sched == IR_SCHED_ZBH1) {
         if (!cost) return build_zb(p, NULL);
         /* the costs in units of 1/32 of the largest task (at least 1) */
@@ -363,7 +460,8 @@ int pass_pipe_schedule(ir_pipe *p, const double *cost)
         free(dur);
         return rc;
     }
-    for (int s = 0; s < p->pp; s++) builtin(p->sched, p->pp, p->m, s, p->task + p->task0[s]);
+    for (int s = 0; s < p->pp; s++)
+        if (builtin(p, s, p->task + p->task0[s])) return 2;
     return 0;
 }
 
@@ -374,9 +472,13 @@ static int user_order(const ir_dist *d, ir_pipe *p)
     const ir_graph *g = d->g;
     const char *s = g->req.order;
     int line = g->req.order_line;
-    static const char hint[] = "write order = TASKS; TASKS; ... with one list per stage, each task F<mb>, B<mb> "
-                               "(or, splitting the backward, also W<mb>) (e.g. for pp 2, micro_batches 2: "
-                               "order = F0 F1 B0 B1; F0 B0 F1 B1)";
+    static const char hint1[] = "write order = TASKS; TASKS; ... with one list per stage, each task F<mb>, B<mb> "
+                                "(or, splitting the backward, also W<mb>) (e.g. for pp 2, micro_batches 2: "
+                                "order = F0 F1 B0 B1; F0 B0 F1 B1)";
+    static const char hintv[] = "write order = TASKS; TASKS; ... with one list per stage, each task F<mb>.<chunk>, "
+                                "B<mb>.<chunk> (or, splitting the backward, also W<mb>.<chunk>) (e.g. for pp 2, "
+                                "chunks 2, micro_batches 2: order = F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0; ...)";
+    const char *hint = p->v > 1 ? hintv : hint1;
     p->split_w = strchr(s, 'W') != NULL;
     int nt = ntask(p);
     for (int st = 0; st < p->pp; st++) {
@@ -393,62 +495,79 @@ static int user_order(const ir_dist *d, ir_pipe *p)
             if (s == end) break;
             char *q = (char *)s;
             const char *k = strchr(kind_ch, *s);
-            long mb = k && *s ? strtol(s + 1, &q, 10) : -1;
+            long mb = k && *s ? strtol(s + 1, &q, 10) : -1, ch = 0;
+            if (mb >= 0 && q > s + 1 && p->v > 1) {   /* .chunk */
+                char *q2 = q;
+                ch = *q == '.' && q[1] >= '0' && q[1] <= '9' ? strtol(q + 1, &q2, 10) : -1;
+                if (ch < 0) mb = -1;
+                q = q2;
+            }
             if (mb < 0 || q == s + 1 || (q < end && *q != ' ' && *q != '\t'))
                 return pass_error(g, line, hint, "[plan] order: stage %d: '%.*s' is not a task", st,
                                   (int)strcspn(s, " \t;"), s);
             if (mb >= p->m)
                 return pass_error(g, line, hint, "[plan] order: stage %d: %c%ld, but micro_batches is %d", st, *s, mb,
                                   p->m);
+            if (ch >= p->v)
+                return pass_error(g, line, hint, "[plan] order: stage %d: %c%ld.%ld, but chunks is %d", st, *s, mb, ch,
+                                  p->v);
             if (n == nt)
                 return pass_error(g, line, hint, "[plan] order: stage %d has more than the %d tasks of %d micro-batches",
                                   st, nt, p->m);
-            t[n++] = (ir_task){(int)(k - kind_ch), (int)mb, 0};
+            t[n++] = (ir_task){(int)(k - kind_ch), (int)mb, 0, (int)ch};
             s = q;
         }
         if (n != nt)
-            return pass_error(g, line, hint, "[plan] order: stage %d has %d tasks, not the %d of F0..F%d, B0..B%d%s", st,
-                              n, nt, p->m - 1, p->m - 1, p->split_w ? ", W0.." : "");
+            return pass_error(g, line, hint, "[plan] order: stage %d has %d tasks, not the %d of F0..F%d, B0..B%d%s%s",
+                              st, n, nt, p->m - 1, p->m - 1, p->split_w ? ", W0.." : "",
+                              p->v > 1 ? " for every chunk" : "");
         s = e ? e + 1 : end;
     }
     return 0;
 }
 
-/* Check stage st's tasks (each once; each kind in micro-batch order; F(i)
- * before B(i) before W(i)) and give every micro-batch a slot from its F to
- * its last task.  Returns 0 or 2. */
+/* Check stage st's tasks (each once; each kind and chunk in micro-batch
+ * order; F(i) before B(i) before W(i) in a chunk) and give every
+ * micro-batch a slot from its first task to its last (one slot holds the
+ * stash of all the stage's chunks).  Returns 0 or 2. */
 static int slots(const ir_dist *d, ir_pipe *p, int st)
 {
     const ir_graph *g = d->g;
     ir_task *t = p->task + p->task0[st];
-    int cnt[3] = {0, 0, 0}, inflight = 0, *slot = ir_xmalloc(sizeof(int) * (size_t)p->m);
-    int last = p->split_w ? IR_TASK_W : IR_TASK_B;
-    char *used = ir_xcalloc((size_t)p->m + 1, 1);
+    int ncls = 3 * p->v, *cnt = ir_xcalloc((size_t)ncls, sizeof(int)), inflight = 0;
+    int *slot = ir_xmalloc(sizeof(int) * (size_t)p->m), *done = ir_xcalloc((size_t)p->m, sizeof(int));
+    int per = (p->split_w ? 3 : 2) * p->v;   /* tasks of a micro-batch on the stage */
+    char *used = ir_xcalloc((size_t)p->m + 1, 1), n1[24], n2[24];
     int rc = 0;
     p->nslot[st] = 0;
     for (int k = 0; k < ntask(p) && !rc; k++) {
-        int kd = t[k].kind, mb = t[k].mb;
-        if (mb != cnt[kd])
+        int kd = t[k].kind, mb = t[k].mb, cl = kd + 3 * t[k].chunk;
+        ir_task want = t[k], prev = t[k];
+        want.mb = cnt[cl];
+        prev.kind = kd - 1;
+        if (mb != cnt[cl])
             rc = pass_error(g, g->req.order_line, "a stage runs each kind of task in micro-batch order",
-                            "[plan] order: stage %d runs %c%d where %c%d is next", st, kind_ch[kd], mb, kind_ch[kd],
-                            cnt[kd]);
-        else if (kd > IR_TASK_F && mb >= cnt[kd - 1])
+                            "[plan] order: stage %d runs %s where %s is next", st, tname(p, &t[k], n1, sizeof n1),
+                            tname(p, &want, n2, sizeof n2));
+        else if (kd > IR_TASK_F && mb >= cnt[cl - 1])
             rc = pass_error(g, g->req.order_line, "a micro-batch runs F, then B, then W",
-                            "[plan] order: stage %d runs %c%d before %c%d", st, kind_ch[kd], mb, kind_ch[kd - 1], mb);
+                            "[plan] order: stage %d runs %s before %s", st, tname(p, &t[k], n1, sizeof n1),
+                            tname(p, &prev, n2, sizeof n2));
         if (rc) break;
-        cnt[kd]++;
-        if (kd == IR_TASK_F) {
+        cnt[cl]++;
+        if (done[mb]++ == 0) {
             int s = 0;
             while (used[s]) s++;
             used[s] = 1;
-            slot[mb] = t[k].slot = s;
+            slot[mb] = s;
             if (++inflight > p->nslot[st]) p->nslot[st] = inflight;
-        } else {
-            t[k].slot = slot[mb];
-            if (kd == last) used[t[k].slot] = 0, inflight--;
         }
+        t[k].slot = slot[mb];
+        if (done[mb] == per) used[t[k].slot] = 0, inflight--;
     }
+    free(cnt);
     free(slot);
+    free(done);
     free(used);
     return rc;
 }
@@ -508,18 +627,50 @@ static int touches(const ir_dist *d, int n, int k, int pt, int wr)
     return 0;
 }
 
-/* May transfer item q of the rank (in task kind `kind`) move to the start of
- * its task (a receive) or the end (a send)?  Not when an item it passes
- * touches what it writes (a receive) or writes what it reads (a send). */
-static int movable(const ir_dist *d, const int *item, const int *mem, int nitem, int q, int kind, int recv)
+/* May transfer item q of the rank (on stage st, in task class cls) move
+ * to the start of its task (a receive) or the end (a send)?  Not when an
+ * item it passes touches what it writes (a receive) or writes what it reads
+ * (a send). */
+static int movable(const ir_dist *d, const int *item, const int *mem, int nitem, int q, int st, int cls, int recv)
 {
     const ir_comm *c = &d->comm[d->seq[item[q]].id];
     int k = mem[q], pt = recv ? d->ints[c->out + k] : d->ints[c->in + k];
     for (int j = recv ? 0 : q + 1; j < (recv ? q : nitem); j++)
-        if (d->seq[item[j]].sec == IR_SEC_MB && pass_pipe_kind(d, item[j]) == kind &&
+        if (d->seq[item[j]].sec == IR_SEC_MB && pass_pipe_class(d, item[j], st) == cls &&
             touches(d, item[j], mem[j], pt, !recv))
             return 0;
     return 1;
+}
+
+/* The index in stage ss's task list of the task that runs item n of
+ * micro-batch mb there. */
+static int task_of(const ir_dist *d, int n, int mb, int ss)
+{
+    const ir_pipe *p = d->pipe;
+    int cls = pass_pipe_class(d, n, ss);
+    for (int k = 0; k < ntask(p); k++) {
+        const ir_task *t = &p->task[p->task0[ss] + k];
+        if (t->mb == mb && t->kind + 3 * t->chunk == cls) return k;
+    }
+    return -1;
+}
+
+/* In one call, does transfer x go before y?  By peer stage, receive before
+ * send, then as the sender sends them: by its task, schedule position (the
+ * runtimes match the transfers between two ranks in one direction in call
+ * order; a receive posted early may share a call with a later one the
+ * sender makes in an earlier call). */
+static int p2p_before(const ir_dist *d, const int *item, const int *mem, int st, const pass_pipe_ent *x,
+                      const pass_pipe_ent *y)
+{
+    int px, rx, py, ry;
+    transfer(d, item[x->q], mem[x->q], st, &px, &rx);
+    transfer(d, item[y->q], mem[y->q], st, &py, &ry);
+    if (px != py) return px < py;
+    if (rx != ry) return rx > ry;
+    int tx = task_of(d, item[x->q], x->mb, rx ? px : st), ty = task_of(d, item[y->q], y->mb, ry ? py : st);
+    if (tx != ty) return tx < ty;
+    return item[x->q] < item[y->q];
 }
 
 int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
@@ -532,25 +683,47 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     pass_pipe_ent *e = ir_xmalloc(sizeof *e * ((size_t)nmb * (size_t)p->m + 1));
     int n = 0;
     const ir_task *t = p->task + p->task0[st];
+    /* this rank's hoisted receives (pass_pipeline): item q of micro-batch mb
+       at the start of task hk (-1: none) */
+    int nh = 0, *hq = ir_xmalloc(sizeof(int) * ((size_t)p->nhoist + 1)), *hmb = ir_xmalloc(sizeof(int) * ((size_t)p->nhoist + 1));
+    int *hk = ir_xmalloc(sizeof(int) * ((size_t)p->nhoist + 1));
+    for (int h = 0; h < p->nhoist; h++) {
+        const ir_hoist *x = &p->hoist[h];
+        if (x->rank != rank) continue;
+        hq[nh] = -1;
+        for (int q = 0; q < nitem && hq[nh] < 0; q++)
+            if (item[q] == x->n) hq[nh] = q;
+        IR_ASSERT(hq[nh] >= 0);
+        hmb[nh] = x->mb, hk[nh++] = x->task;
+    }
     for (int k = 0; k < ntask(p); k++) {
-        int start = n, peer, recv;
+        int start = n, peer, recv, cls = t[k].kind + 3 * t[k].chunk;
         /* the task's items: its receives from other stages first, its sends
            to other stages last, everything else in schedule order between
-           (the buffers of transfers are stash, which nothing else shares) */
+           (the buffers of transfers are stash, which nothing else shares);
+           receives hoisted here from later tasks first of all */
+        for (int h = 0; h < nh; h++)
+            if (hk[h] == k) {
+                int slot = -1;
+                for (int j = 0; j < ntask(p) && slot < 0; j++)
+                    if (t[j].mb == hmb[h]) slot = t[j].slot;
+                e[n++] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1};
+            }
         for (int pass = 0; pass < 3; pass++)
             for (int q = 0; q < nitem; q++) {
-                if (d->seq[item[q]].sec != IR_SEC_MB || pass_pipe_kind(d, item[q]) != t[k].kind) continue;
+                if (d->seq[item[q]].sec != IR_SEC_MB || pass_pipe_class(d, item[q], st) != cls) continue;
                 int x = transfer(d, item[q], mem[q], st, &peer, &recv) &&
-                        movable(d, item, mem, nitem, q, t[k].kind, recv);
+                        movable(d, item, mem, nitem, q, st, cls, recv), moved = 0;
                 if (pass != (!x ? 1 : recv ? 0 : 2)) continue;
-                e[n++] = (pass_pipe_ent){q, t[k].mb, t[k].slot, k, 0};
+                for (int h = 0; h < nh && !moved; h++) moved = hq[h] == q && hmb[h] == t[k].mb;
+                if (!moved) e[n++] = (pass_pipe_ent){q, t[k].mb, t[k].slot, k, 0, 0};
             }
         if (k == 0) continue;
         /* the boundary: the previous task's trailing transfers and this one's
            leading ones; with a lower stage receive first, with a higher send first */
         int a = start, b = start;
 #define MOVES(x) (transfer(d, item[e[x].q], mem[e[x].q], st, &peer, &recv) && \
-                  movable(d, item, mem, nitem, e[x].q, t[e[x].task].kind, recv))
+                  (e[x].hoisted || movable(d, item, mem, nitem, e[x].q, st, t[e[x].task].kind + 3 * t[e[x].task].chunk, recv)))
         while (a > 0 && e[a - 1].task == k - 1 && MOVES(a - 1)) a--;
         while (b < n && MOVES(b)) b++;
 #undef MOVES
@@ -578,13 +751,32 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     for (int i = 0; i < n; i++) {
         int64_t nf;
         if (!transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) ||
-            !movable(d, item, mem, nitem, e[i].q, t[e[i].task].kind, recv) || !direct(d, item[e[i].q], mem[e[i].q], &nf)) {
+            (!e[i].hoisted && !movable(d, item, mem, nitem, e[i].q, st, t[e[i].task].kind + 3 * t[e[i].task].chunk, recv)) ||
+            !direct(d, item[e[i].q], mem[e[i].q], &nf)) {
             run = 0;
             continue;
         }
         if (run > 0 && run < PASS_P2P_MAX) e[i].merge = 1, run++;
         else run = 1;
     }
+    /* one call's transfers in an order both sides agree on: the runtimes
+       (shared memory, NCCL groups) match transfers between two ranks in one
+       direction in call order; by peer, direction, micro-batch, position */
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && e[j].merge) j++;
+        for (int a = i + 1; a < j; a++) {
+            pass_pipe_ent x = e[a];
+            int b = a;
+            while (b > i && p2p_before(d, item, mem, st, &x, &e[b - 1])) e[b] = e[b - 1], b--;
+            e[b] = x;
+        }
+        for (int a = i; a < j; a++) e[a].merge = a > i;
+        i = j;
+    }
+    free(hq);
+    free(hmb);
+    free(hk);
     *out = e;
     return n;
 }
@@ -607,8 +799,15 @@ typedef struct inst {
 /* Every rank's collectives and transfers of one step (the mb section in
  * pipeline order; the other sections follow the global order, deadlock-free
  * by construction) must each find all its members.  Returns 0 or 2 after a
- * message naming two ranks that wait on each other. */
-static int check(const ir_dist *d, int quiet)
+ * message naming two ranks that wait on each other.
+ *
+ * With hoist (not NULL), where ranks wait on each other, a rank that sends
+ * to a rank waiting between two tasks gets that rank's receive posted
+ * there (*hoist, *nhoist grow): the receive's buffer is its micro-batch's
+ * stash, which nothing else touches before it, so it may be received early
+ * (Megatron's interleaved schedule posts its receives so); returns 1 when
+ * it added some (check again), 2 with none possible. */
+static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
 {
     const ir_graph *g = d->g;
     const ir_pipe *p = d->pipe;
@@ -617,11 +816,14 @@ static int check(const ir_dist *d, int quiet)
     inst *seq = NULL;
     int *task = NULL;   /* per instance: the task index (messages) */
     char *joined = NULL;/* per instance: in one call with the previous one (a step of two) */
+    int *nat = NULL;    /* per instance: its schedule position */
+    char *flag = NULL;  /* per instance: 1 a transfer between tasks (moved to a task's edge), 2 a receive, 4 direct */
     int nseq = 0, cap = 0, tcap = 0;
     for (int r = 0; r < W; r++) {
         pass_pipe_ent *e;
         int n = pass_pipe_order(d, r, &e);
-        const int *item = d->rank_item + d->rank_item0[r];
+        const int *item = d->rank_item + d->rank_item0[r], *mem = d->rank_member + d->rank_item0[r];
+        int nitem = d->rank_item0[r + 1] - d->rank_item0[r], st = stage_of(d, r);
         at0[r] = nseq;
         for (int i = 0; i < n; i++) {
             const ir_item *it = &d->seq[item[e[i].q]];
@@ -631,10 +833,19 @@ static int check(const ir_dist *d, int quiet)
             if (tcap < cap) {
                 task = ir_xrealloc(task, sizeof(int) * (size_t)cap);
                 joined = ir_xrealloc(joined, (size_t)cap);
+                nat = ir_xrealloc(nat, sizeof(int) * (size_t)cap);
+                flag = ir_xrealloc(flag, (size_t)cap);
                 tcap = cap;
             }
             task[c] = e[i].task;
             joined[c] = (char)e[i].merge;
+            nat[c] = item[e[i].q];
+            int peer, recv;
+            int64_t nf;
+            const ir_task *tk = p->task + p->task0[st] + e[i].task;
+            int mv = transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) &&
+                     (e[i].hoisted || movable(d, item, mem, nitem, e[i].q, st, tk->kind + 3 * tk->chunk, recv));
+            flag[c] = (char)(mv | (mv && recv ? 2 : 0) | (mv && direct(d, item[e[i].q], mem[e[i].q], &nf) ? 4 : 0));
         }
         free(e);
     }
@@ -661,21 +872,89 @@ static int check(const ir_dist *d, int quiet)
         }                                                                                      \
     } while (0)
     for (int r = 0; r < W; r++) ARRIVE(r);
-    for (int h = 0; h < nready; h++) {
-        inst x = ready[h];
-        const ir_comm *c = &d->comm[x.comm];
-        for (int k = 0; k < c->n; k++) {
-            int r = d->ints[d->grp[c->group].devs + k];
-            IR_ASSERT(ptr[r] < at0[r + 1] && left[r] > 0);
-            if (--left[r] == 0) {
-                ptr[r] += STEPLEN(r, ptr[r]);
-                ARRIVE(r);
+    /* a transfer between two ranks completes only after the ones before it
+       in the same direction in both calls (the runtimes match them in call
+       order); one that would overtake waits (deferred) */
+    char *fin = ir_xcalloc((size_t)d->ncomm * (size_t)m + 1, 1);
+    inst *defer = ir_xmalloc(sizeof(inst) * ((size_t)nseq + 1));
+    int ndefer = 0;
+#define FIN(a_) fin[(size_t)(a_).comm * (size_t)m + (size_t)(a_).mb]
+    for (int h = 0;;) {
+        int progress = 0;
+        for (; h < nready; h++) {
+            inst x = ready[h];
+            const ir_comm *c = &d->comm[x.comm];
+            int ok = 1;
+            for (int k = 0; k < c->n && ok && c->kind == IR_COMM_SENDRECV && c->n == 2; k++) {
+                int r = d->ints[d->grp[c->group].devs + k];
+                for (int i = ptr[r]; i < at0[r + 1] && i < ptr[r] + steplen(joined, ptr[r], at0[r + 1]); i++) {
+                    if (seq[i].comm == x.comm && seq[i].mb == x.mb) break;
+                    const ir_comm *c2 = &d->comm[seq[i].comm];
+                    if (!FIN(seq[i]) && c2->kind == IR_COMM_SENDRECV && c2->group == c->group && c2->root == c->root)
+                        ok = 0;
+                }
+            }
+            if (!ok) {
+                defer[ndefer++] = x;
+                continue;
+            }
+            FIN(x) = 1;
+            progress = 1;
+            for (int k = 0; k < c->n; k++) {
+                int r = d->ints[d->grp[c->group].devs + k];
+                IR_ASSERT(ptr[r] < at0[r + 1] && left[r] > 0);
+                if (--left[r] == 0) {
+                    ptr[r] += STEPLEN(r, ptr[r]);
+                    ARRIVE(r);
+                }
             }
         }
+        /* the deferred go again once something completed since they were */
+        if (!ndefer || !progress) break;
+        memcpy(ready, defer, sizeof(inst) * (size_t)ndefer);
+        nready = ndefer, ndefer = 0, h = 0;
     }
+    free(defer);
 #undef ARRIVE
 #undef STEPLEN
-    int rc = 0;
+    int rc = 0, added = 0;
+    for (int r = 0; r < W && hoist; r++) {
+        if (ptr[r] == at0[r + 1]) continue;
+        int len = steplen(joined, ptr[r], at0[r + 1]);
+        for (int j = ptr[r]; j < ptr[r] + len; j++) {
+            inst x = seq[j];
+            const ir_comm *c = &d->comm[x.comm];
+            if (FIN(x) || c->kind != IR_COMM_SENDRECV || c->n != 2)
+                continue;
+            int o = d->ints[d->grp[c->group].devs + (c->root == 0 ? 1 : 0)];
+            if (d->ints[d->grp[c->group].devs + c->root] != r || ptr[o] == at0[o + 1]) continue;   /* r sends */
+            /* o waits between two tasks (every transfer of its step moves to a task edge) */
+            int ol = steplen(joined, ptr[o], at0[o + 1]), ok = ol < PASS_P2P_MAX, po = -1;
+            for (int i = ptr[o]; i < ptr[o] + ol; i++) ok &= flag[i] & 1;
+            for (int i = ptr[o] + ol; i < at0[o + 1] && ok && po < 0; i++)
+                if (seq[i].comm == x.comm && seq[i].mb == x.mb) po = i;
+            if (!ok || po < 0 || (flag[po] & 7) != 7) continue;
+            /* the edge: before the task of o's last instance there if a receive, else after it */
+            int last = ptr[o] + ol - 1, so = stage_of(d, o);
+            int tt = task[last] + ((flag[last] & 2) ? 0 : 1), first = -1;
+            for (int k = 0; k < ntask(p) && first < 0; k++)
+                if (p->task[p->task0[so] + k].mb == x.mb) first = k;
+            if (tt > task[po] || tt < first) continue;   /* before its micro-batch has a slot */
+            int dup = 0;
+            for (int h = 0; h < *nhoist && !dup; h++)
+                dup = (*hoist)[h].rank == o && (*hoist)[h].n == nat[po] && (*hoist)[h].mb == x.mb;
+            if (dup) {   /* moved already: to an earlier edge */
+                for (int h = 0; h < *nhoist; h++)
+                    if ((*hoist)[h].rank == o && (*hoist)[h].n == nat[po] && (*hoist)[h].mb == x.mb && (*hoist)[h].task > tt)
+                        (*hoist)[h].task = tt, added = 1;
+                continue;
+            }
+            *hoist = ir_xrealloc(*hoist, sizeof **hoist * ((size_t)*nhoist + 1));
+            (*hoist)[(*nhoist)++] = (ir_hoist){o, nat[po], x.mb, tt};
+            added = 1;
+        }
+    }
+    if (added) rc = 1;
     for (int r = 0; r < W && !rc; r++) {
         if (ptr[r] == at0[r + 1]) continue;
         /* r waits at x for a member that waits elsewhere */
@@ -687,7 +966,7 @@ static int check(const ir_dist *d, int quiet)
         for (int j = 0; j < steplen(joined, ptr[r], at0[r + 1]) && r2 < 0; j++) {
             x = seq[ptr[r] + j];
             c = &d->comm[x.comm];
-            if (cnt[(size_t)x.comm * (size_t)m + (size_t)x.mb] == c->n) continue;   /* done */
+            if (FIN(x)) continue;   /* done */
             at_r = ptr[r] + j;
             for (int k = 0; k < c->n && r2 < 0; k++) {
                 int o = d->ints[d->grp[c->group].devs + k], at = 0;
@@ -696,28 +975,43 @@ static int check(const ir_dist *d, int quiet)
                 if (!at) r2 = o;
             }
         }
-        IR_ASSERT(r2 >= 0);
-        const ir_task *t1 = p->task + p->task0[stage_of(d, r)] + task[at_r];
         char w2[300] = "has finished its step";
-        if (ptr[r2] < at0[r2 + 1]) {
+        int same = r2 < 0;
+        if (same) {
+            /* every member is there: a transfer the two calls order differently */
+            for (int j = 0; j < steplen(joined, ptr[r], at0[r + 1]) && r2 < 0; j++) {
+                x = seq[ptr[r] + j];
+                c = &d->comm[x.comm];
+                if (FIN(x)) continue;
+                at_r = ptr[r] + j;
+                for (int k = 0; k < c->n && r2 < 0; k++)
+                    if (d->ints[d->grp[c->group].devs + k] != r) r2 = d->ints[d->grp[c->group].devs + k];
+            }
+            IR_ASSERT(r2 >= 0);
+            snprintf(w2, sizeof w2, "has it in the same call after another transfer between the two");
+        }
+        const ir_task *t1 = p->task + p->task0[stage_of(d, r)] + task[at_r];
+        if (!same && ptr[r2] < at0[r2 + 1]) {
             int a2 = ptr[r2];   /* its first transfer not done */
             while (a2 + 1 < ptr[r2] + steplen(joined, ptr[r2], at0[r2 + 1]) &&
-                   cnt[(size_t)seq[a2].comm * (size_t)m + (size_t)seq[a2].mb] == d->comm[seq[a2].comm].n)
+                   FIN(seq[a2]))
                 a2++;
             inst y = seq[a2];
             const ir_task *t2 = p->task + p->task0[stage_of(d, r2)] + task[a2];
-            snprintf(w2, sizeof w2, "waits in its task %c%d (stage %d) at the %s of %s", kind_ch[t2->kind], t2->mb,
+            char n2[24];
+            snprintf(w2, sizeof w2, "waits in its task %s (stage %d) at the %s of %s", tname(p, t2, n2, sizeof n2),
                      stage_of(d, r2), ir_comm_name(d->comm[y.comm].kind), g->t[d->comm[y.comm].tensor].name);
         }
         if (quiet) {
             rc = 2;
             break;
         }
+        char n1[24];
         rc = pass_error(g, g->req.order_line ? g->req.order_line : g->req.pp_line,
                         "every rank of a group must reach its collectives and transfers in the same order; "
                         "change the order of these tasks, or use schedule = 1f1b, gpipe or zb-h1",
-                        "[plan] the pipeline schedule deadlocks: rank %d waits in its task %c%d (stage %d) at the %s "
-                        "of %s, but rank %d %s", r, kind_ch[t1->kind], t1->mb, stage_of(d, r),
+                        "[plan] the pipeline schedule deadlocks: rank %d waits in its task %s (stage %d) at the %s "
+                        "of %s, but rank %d %s", r, tname(p, t1, n1, sizeof n1), stage_of(d, r),
                         ir_comm_name(c->kind), g->t[c->tensor].name, r2, w2);
     }
     free(at0);
@@ -725,10 +1019,28 @@ static int check(const ir_dist *d, int quiet)
     free(seq);
     free(task);
     free(joined);
+#undef FIN
+    free(fin);
+    free(nat);
+    free(flag);
     free(cnt);
     free(left);
     free(ready);
     return rc;
+}
+
+/* The check, posting receives early where ranks wait on each other until
+ * none do (0) or no receive can move (2, after the check's message unless
+ * quiet). */
+static int settle(ir_dist *d, int quiet)
+{
+    ir_pipe *p = d->pipe;
+    for (int round = 0; round < 100000; round++) {
+        int rc = check(d, 1, &p->hoist, &p->nhoist);
+        if (rc == 0) return 0;
+        if (rc == 2) break;
+    }
+    return quiet ? 2 : check(d, 0, NULL, NULL);
 }
 
 int pass_pipeline(ir_dist *d)
@@ -741,6 +1053,8 @@ int pass_pipeline(ir_dist *d)
     }
     ir_pipe *p = d->pipe = ir_xcalloc(1, sizeof *p);
     p->pp = d->mesh_pp;
+    p->v = d->mesh_v;
+    p->k = g->req.group > 0 ? g->req.group : 1;
     p->m = (int)g->train.micro_batches;
     p->sched = g->req.order ? -1 : g->req.schedule;
     p->split_w = p->sched == IR_SCHED_ZBH1 || (g->req.order && strchr(g->req.order, 'W'));
@@ -748,29 +1062,37 @@ int pass_pipeline(ir_dist *d)
     for (int s = 0; s <= p->pp; s++) p->task0[s] = ntask(p) * s;
     p->task = ir_xcalloc((size_t)p->task0[p->pp] + 1, sizeof(ir_task));
     p->nslot = ir_xcalloc((size_t)p->pp, sizeof(int));
+    item_chunks(d);
     if (p->split_w) classify_w(d);
     derive_deps(d);
     int rc = 0;
     double *cost = NULL;
     if (p->sched == IR_SCHED_ZBH1) {   /* zb-h1 orders its tasks by the cost model's times */
-        cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp);
+        cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->v);
         pass_pipe_costs(d, cost);
     }
     if (p->sched < 0) rc = user_order(d, p);
-    else if (pass_pipe_schedule(p, cost))
+    else if ((rc = pass_pipe_schedule(p, cost)) == 2)
+        rc = pass_error(g, g->req.chunks_line ? g->req.chunks_line : g->req.pp_line,
+                        "Megatron's interleaved order takes the micro-batches in groups of pp: make micro_batches a "
+                        "multiple of pp, or use schedule = gpipe with chunks",
+                        "[plan] interleaved schedule: micro_batches %d is not a multiple of pp %d", p->m, p->pp);
+    else if (rc)
         rc = pass_error(g, g->req.pp_line, "use schedule = 1f1b or gpipe",
                         "[plan] schedule zb-h1: the stages' dependencies leave no order of this kind");
     for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
-    if (!rc && p->sched == IR_SCHED_ZBH1 && check(d, 1)) {
+    if (!rc && p->sched == IR_SCHED_ZBH1 && settle(d, 1)) {
         /* the bubble-optimal order needs transfers the blocking sends cannot
            make in that order: build it again with the sends' waits */
+        free(p->hoist);
+        p->hoist = NULL, p->nhoist = 0;
         if (build_zb_rdv(p))
             rc = pass_error(g, g->req.pp_line, "use schedule = 1f1b or gpipe",
                             "[plan] schedule zb-h1: no order of this kind whose transfers can be made");
         for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
     }
     free(cost);
-    return rc ? rc : check(d, 0);
+    return rc ? rc : settle(d, 0);
 }
 
 /* ---- the cost model */
@@ -781,13 +1103,14 @@ void pass_pipe_costs(const ir_dist *d, double *cost)
     const ir_pipe *p = d->pipe;
     IR_ASSERT(p);
     int sd = d->ndev / d->mesh_pp;
-    for (int s = 0; s < 3 * p->pp; s++) cost[s] = 0;
+    for (int s = 0; s < 3 * p->pp * p->v; s++) cost[s] = 0;
     for (int n = 0; n < d->nseq; n++) {
         const ir_item *it = &d->seq[n];
         if (it->comm || it->sec != IR_SEC_MB) continue;
         const ir_subop *so = &d->sop[it->id];
         if (so->dev % sd) continue;
-        cost[3 * (so->dev / sd) + pass_pipe_kind(d, n)] += pass_subop_flops(g, so, IR_SEC_MB) / (double)p->m;
+        cost[3 * (so->dev / sd) * p->v + pass_pipe_class(d, n, so->dev / sd)] +=
+            pass_subop_flops(g, so, IR_SEC_MB) / (double)p->m;
     }
 }
 
@@ -796,8 +1119,9 @@ double pass_pipe_simulate(const ir_pipe *p, const double *cost, double *start, d
     /* list scheduling in task order; the check proved the orders
        deadlock-free, so every sweep over the stages starts a task */
     int pp = p->pp, m = p->m, nt = ntask(p);
-    double *tdone = ir_xmalloc(sizeof(double) * (size_t)pp * 3 * (size_t)m);
-    for (size_t i = 0; i < (size_t)pp * 3 * (size_t)m; i++) tdone[i] = -1;
+    size_t ndone = (size_t)pp * (size_t)p->v * 3 * (size_t)m;
+    double *tdone = ir_xmalloc(sizeof(double) * ndone);
+    for (size_t i = 0; i < ndone; i++) tdone[i] = -1;
     int *next = ir_xcalloc((size_t)pp, sizeof(int)), left = nt * pp;
     double *free_at = ir_xcalloc((size_t)pp, sizeof(double)), span = 0, busy = 0;
     while (left) {
@@ -809,15 +1133,15 @@ double pass_pipe_simulate(const ir_pipe *p, const double *cost, double *start, d
                 int ok = 1;
                 for (int i = 0; i < p->ndep && ok; i++) {
                     const ir_pdep *e = &p->dep[i];
-                    if (e->s != s || e->kind != t->kind) continue;
-                    double f = DONE(tdone, m, e->from_s, e->from_kind, t->mb);
+                    if (e->s != s || e->kind != t->kind || e->chunk != t->chunk) continue;
+                    double f = DONEC(p, tdone, e->from_s, e->from_chunk, e->from_kind, t->mb);
                     if (f < 0) ok = 0;
                     else if (f > ready) ready = f;
                 }
                 if (!ok) break;
-                double c = cost[3 * s + t->kind];
+                double c = cost[PASS_PIPE_C(p, s, t->chunk, t->kind)];
                 if (start) start[p->task0[s] + next[s]] = ready;
-                free_at[s] = DONE(tdone, m, s, t->kind, t->mb) = ready + c;
+                free_at[s] = DONEC(p, tdone, s, t->chunk, t->kind, t->mb) = ready + c;
                 if (free_at[s] > span) span = free_at[s];
                 busy += c;
                 next[s]++, left--, moved = 1;

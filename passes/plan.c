@@ -125,7 +125,7 @@ static void set_trans(ir_dist *d, const stages *S, int op, int nsplit, const int
     }
     int per = tr->nsub / nst, sd = d->ndev / d->mesh_pp;
     int *devs = ir_xmalloc(sizeof(int) * (size_t)tr->nsub);
-    for (int i = 0; i < tr->nsub; i++) devs[i] = st[i / per] * sd + i % per;
+    for (int i = 0; i < tr->nsub; i++) devs[i] = st[i / per] % d->mesh_pp * sd + i % per;
     tr->devs = ir_dist_ints(d, devs, tr->nsub);
     free(devs);
     if (d->mesh_pp > 1 && why) {
@@ -547,15 +547,21 @@ static int block_item(const ir_graph *g, const char *item, int *b, int *lo, int 
     return 0;
 }
 
+/* pp here counts the virtual stages (pp x chunks); virtual stage j runs on
+ * stage j % mesh_pp (set_trans). */
 static int assign_stages(planctx *c, int pp, const int *order)
 {
     ir_dist *d = c->d;
     const ir_graph *g = d->g;
     const ir_planreq *r = &g->req;
-    int *st = d->op_stage;
+    int *st = d->op_stage, nv = d->mesh_v, nphys = d->mesh_pp;
     for (int i = 0; i < g->nop; i++) st[i] = -1;
-    static const char hint[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
-                               "block's repeats (h.0-5, h.6); STAGE 0 .. pp-1";
+    static const char hint1[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
+                                "block's repeats (h.0-5, h.6); STAGE 0 .. pp-1";
+    static const char hintv[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
+                                "block's repeats (h.0-5, h.6); STAGE a virtual stage 0 .. pp x chunks - 1 (virtual "
+                                "stage j runs on stage j % pp as its chunk j / pp)";
+    const char *hint = nv > 1 ? hintv : hint1;
     /* user items, in order: a later item overrides an earlier one */
     const char *s = r->stage;
     while (s && *s) {
@@ -569,8 +575,8 @@ static int assign_stages(planctx *c, int pp, const int *order)
         if (sscanf(item, " %255s %d %7s", name, &k, extra) != 2)
             return pass_error(g, r->stage_line, hint, "[plan] stage: '%s' is not ITEM STAGE", item);
         if (k < 0 || k >= pp)
-            return pass_error(g, r->stage_line, hint, "[plan] stage: stage %d of '%s' is not in 0 .. %d (pp %d)", k,
-                              name, pp - 1, pp);
+            return pass_error(g, r->stage_line, hint, "[plan] stage: stage %d of '%s' is not in 0 .. %d (pp %d%s)", k,
+                              name, pp - 1, pp / nv, nv > 1 ? " x chunks" : "");
         int b, lo, hi, hit = 0;
         int isblk = block_item(g, name, &b, &lo, &hi);
         if (isblk && (lo < 0 || hi < lo || hi >= g->blk[b].repeat))
@@ -629,10 +635,14 @@ static int assign_stages(planctx *c, int pp, const int *order)
         if (!busy[k]) {
             free(busy);
             char h[300];
-            snprintf(h, sizeof h, "pp %d needs at least %d layers (block repeats) or a [plan] stage for each stage; "
-                     "use a smaller pp", pp, pp);
-            return pass_error(g, r->stage_line ? r->stage_line : r->pp_line, h,
-                              "[plan] pp %d: stage %d has no ops", pp, k);
+            if (nv > 1)
+                snprintf(h, sizeof h, "pp %d x chunks %d needs at least %d layers (block repeats) or a [plan] stage "
+                         "for each virtual stage; use fewer chunks or a smaller pp", pp / nv, nv, pp);
+            else
+                snprintf(h, sizeof h, "pp %d needs at least %d layers (block repeats) or a [plan] stage for each "
+                         "stage; use a smaller pp", pp, pp);
+            return pass_error(g, r->stage_line ? r->stage_line : r->pp_line, h, "[plan] pp %d%s: %sstage %d has no ops",
+                              pp / nv, nv > 1 ? " x chunks" : "", nv > 1 ? "virtual " : "", k);
         }
     free(busy);
     /* backward ops with their forward op; updates where their param is read
@@ -662,8 +672,11 @@ static int assign_stages(planctx *c, int pp, const int *order)
             if (a >= 0 && b >= 0 && st[a] == st[b]) st[i] = st[a];
         }
         if (o->phase == IR_PH_OPT) {
+            /* once per stage (device group): the first virtual stage there reading it */
             memset(on, 0, (size_t)pp);
             for (int q = pr0[o->in[0]]; q < pr0[o->in[0] + 1]; q++) on[st[pr[q]]] = 1;
+            for (int k = pp - 1; k >= 0; k--)
+                for (int k2 = k - nphys; k2 >= 0 && on[k]; k2 -= nphys) on[k] &= (char)!on[k2];
             st[i] = -1;
             for (int k = 0; k < pp; k++)
                 if (on[k]) {
@@ -702,6 +715,14 @@ int pass_plan(ir_dist *d)
     /* one device has one plan: every op whole (verify builds its reference so) */
     if (d->ndev > 1 && (rc = mesh(d, &dp, &tp, &pp))) return rc;
     d->mesh_pp = pp;
+    d->mesh_v = pp > 1 && g->req.chunks > 1 ? g->req.chunks : 1;
+    if (d->mesh_v > 1 && (g->req.schedule == IR_SCHED_ZBH1 || g->req.schedule == IR_SCHED_KFKB))
+        return pass_error(g, g->req.chunks_line, "chunks go with schedule = interleaved (1f1b), gpipe or an order",
+                          "[plan] chunks %d with schedule %s: not built", d->mesh_v,
+                          g->req.schedule == IR_SCHED_ZBH1 ? "zb-h1" : "kFkB");
+    if (d->ndev > 1 && pp == 1 && g->req.chunks > 1 && g->req.chunks_line)
+        return pass_error(g, g->req.chunks_line, "chunks split each pipeline stage's layers into model chunks: set "
+                          "pp > 1", "[plan] chunks %d without pp > 1", g->req.chunks);
     if ((rc = check_batch(d, dp))) return rc;
     ucons *cons = NULL;
     int ncons = d->ndev > 1 ? parse_cons(g, &cons) : 0;
@@ -716,7 +737,7 @@ int pass_plan(ir_dist *d)
     char *dppart = ir_xcalloc((size_t)g->nt + 1, 1);   /* per tensor: a partial sum on the dp axis */
     int cyc;
     IR_ASSERT(!ir_topo(g, order, &cyc));
-    if (pp > 1) rc = assign_stages(&c, pp, order);
+    if (pp > 1) rc = assign_stages(&c, pp * d->mesh_v, order);
     else one_stage(&c);
     int *used = ir_xcalloc((size_t)ncons + 1, sizeof(int));
     for (int n = 0; n < g->nop && !rc; n++) {

@@ -66,7 +66,8 @@ RT_K(p2p,            1,   5,   0)  /* var. b: one buffer per op.  i: nops (1..6)
                                        sends and receives progress together and the call returns when
                                        all are done (a batch, as NCCL's grouped send/recv): pipelines'
                                        transfers at a task boundary.  Pairs with the peers' calls. */
-RT_K(mark,            0,   3,   0)  /* i: what (0 F, 1 B, 2 W), micro-batch, edge (0 begin, 1 end).  A
+RT_K(mark,            0,   3,   0)  /* i: what (0 F, 1 B, 2 W; + 3 (chunk + 1) for a model chunk's task),
+                                       micro-batch, edge (0 begin, 1 end).  A
                                        pipeline task's edge: recorded with --trace (rtlib/trace.c) */
 RT_K(alltoall,        2,   2,   0)  /* b: send (size chunks of n floats), recv (same).  i: n, group.
                                        member k's recv chunk j = member j's send chunk k. */

@@ -20,8 +20,8 @@
 
 #include "rt_internal.h"
 
-/* One event: what (0 F, 1 B, 2 W, 3 step), micro-batch or step, 0 begin
- * 1 end, time in microseconds. */
+/* One event: what (0 F, 1 B, 2 W, each + 3 (chunk + 1) with model chunks;
+ * -1 a step), micro-batch or step, 0 begin 1 end, time in microseconds. */
 typedef struct rt_tevent {
     int what, edge;
     int64_t id;
@@ -38,7 +38,7 @@ static void trace_add(rt_ctx *ctx, int what, int64_t id, int edge)
     rt_trace *t = ctx->trace;
     if (!t)
         return;
-    if (ctx->dev && what < 3)
+    if (ctx->dev && what >= 0)
         rt_dev_sync(ctx);
     if (t->n == t->cap) {
         int64_t cap = t->cap ? 2 * t->cap : 4096;
@@ -62,15 +62,15 @@ void rt_trace_open(rt_ctx *ctx)
 
 void rt_trace_mark(rt_ctx *ctx, int64_t what, int64_t mb, int64_t edge)
 {
-    if (what < 0 || what > 2 || (edge != 0 && edge != 1))
-        rt_fatal(ctx, 1, "mark: event %lld edge %lld (0 F, 1 B, 2 W; 0 begin, 1 end)", (long long)what,
-                 (long long)edge);
+    if (what < 0 || what >= 3 * 65 || (edge != 0 && edge != 1))
+        rt_fatal(ctx, 1, "mark: event %lld edge %lld (0 F, 1 B, 2 W, + 3 (chunk + 1); 0 begin, 1 end)",
+                 (long long)what, (long long)edge);
     trace_add(ctx, (int)what, mb, (int)edge);
 }
 
 void rt_trace_step(rt_ctx *ctx, int64_t step, int edge)
 {
-    trace_add(ctx, 3, step, edge);
+    trace_add(ctx, -1, step, edge);
 }
 
 void rt_trace_write(rt_ctx *ctx)
@@ -94,12 +94,14 @@ void rt_trace_write(rt_ctx *ctx)
     for (int64_t k = 0; k < t->n; k++) {
         const rt_tevent *e = &t->ev[k];
         char name[32];
-        if (e->what == 3)
+        if (e->what < 0)
             snprintf(name, sizeof name, "step %lld", (long long)e->id + 1);
+        else if (e->what >= 3)   /* a chunk's task: F3.1 */
+            snprintf(name, sizeof name, "%c%lld.%d", kind[e->what % 3], (long long)e->id, e->what / 3 - 1);
         else
             snprintf(name, sizeof name, "%c%lld", kind[e->what], (long long)e->id);
         fprintf(f, "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"%s\", \"ts\": %.3f, \"pid\": 0, \"tid\": %d}",
-                k ? ",\n" : "", name, e->what == 3 ? "step" : "task", e->edge ? "E" : "B", e->us, ctx->rank);
+                k ? ",\n" : "", name, e->what < 0 ? "step" : "task", e->edge ? "E" : "B", e->us, ctx->rank);
     }
     fprintf(f, "\n]}\n");
     if (fclose(f))

@@ -518,8 +518,8 @@ static void test_bubble(int pp, int m, int sched)
     p.task = calloc((size_t)(nt * pp), sizeof(ir_task));
     p.dep = calloc((size_t)(2 * pp), sizeof(ir_pdep));
     for (int s = 0; s + 1 < pp; s++) {
-        p.dep[p.ndep++] = (ir_pdep){s + 1, IR_TASK_F, s, IR_TASK_F};
-        p.dep[p.ndep++] = (ir_pdep){s, IR_TASK_B, s + 1, IR_TASK_B};
+        p.dep[p.ndep++] = (ir_pdep){s + 1, IR_TASK_F, s, IR_TASK_F, 0, 0};
+        p.dep[p.ndep++] = (ir_pdep){s, IR_TASK_B, s + 1, IR_TASK_B, 0, 0};
     }
     CHECK(pass_pipe_schedule(&p, NULL) == 0, "%s pp %d m %d: built", sn, pp, m);
     double cost[3 * 16], bubble;
