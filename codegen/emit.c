@@ -390,6 +390,10 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
         ir_bprintf(b, "; %s = %d/%d = %.1f %% for equal stages%s", f, pp - 1, den, 100.0 * (pp - 1) / den,
                    p->split_w ? " and F = B = W" : "");
     ir_bprintf(b, "\n");
+    if (p->nhoist)
+        ir_bprintf(b, "  %d receive%s posted early, at the edge of an earlier task than the one that reads %s (the "
+                   "sender's blocking send meets %s there)\n", p->nhoist, p->nhoist == 1 ? "" : "s",
+                   p->nhoist == 1 ? "it" : "them", p->nhoist == 1 ? "it" : "them");
     step_free(&step);
 }
 

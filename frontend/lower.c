@@ -1197,8 +1197,7 @@ static int lower_cluster(fe_lw *L)
     r->schedule = sch == 4 ? IR_SCHED_KFKB : sch == 3 ? IR_SCHED_INTERLEAVED : sch == 2 ? IR_SCHED_ZBH1
                 : sch == 1 ? IR_SCHED_GPIPE : IR_SCHED_1F1B;
     r->group = group;
-    /* interleaved: 2 chunks unless given; the others: 1 (the planner refuses more) */
-    r->chunks = chunks ? (int)chunks : r->schedule == IR_SCHED_INTERLEAVED ? 2 : 1;
+    r->chunks = (int)chunks;   /* 0: not given (plan.c: 2 for interleaved, else 1) */
     const fe_kv *kv = pl ? fe_get(pl, "trans") : NULL;
     if (kv) {
         r->trans = ir_str(L->g, kv->val);

@@ -254,7 +254,7 @@ typedef struct ir_planreq {
     int stage_line;           /* spec line of stage */
     int schedule;             /* IR_SCHED_*: the pipeline's op-order */
     int group;                /* kFkB: micro-batches per group k (IR_SCHED_KFKB) */
-    int chunks;               /* model chunks per stage (interleaved: virtual stages = pp x chunks) */
+    int chunks;               /* model chunks per stage (virtual stages = pp x chunks); 0: not given */
     int chunks_line;          /* spec line of chunks */
     const char *order;        /* a user order of tasks per stage ("F0 F1 B0 B1; ..."), or NULL */
     int order_line;           /* spec line of order */

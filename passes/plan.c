@@ -641,8 +641,11 @@ static int assign_stages(planctx *c, int pp, const int *order)
             else
                 snprintf(h, sizeof h, "pp %d needs at least %d layers (block repeats) or a [plan] stage for each "
                          "stage; use a smaller pp", pp, pp);
-            return pass_error(g, r->stage_line ? r->stage_line : r->pp_line, h, "[plan] pp %d%s: %sstage %d has no ops",
-                              pp / nv, nv > 1 ? " x chunks" : "", nv > 1 ? "virtual " : "", k);
+            if (nv > 1)
+                return pass_error(g, r->stage_line ? r->stage_line : r->pp_line, h,
+                                  "[plan] pp %d x chunks %d: virtual stage %d has no ops", pp / nv, nv, k);
+            return pass_error(g, r->stage_line ? r->stage_line : r->pp_line, h, "[plan] pp %d: stage %d has no ops",
+                              pp, k);
         }
     free(busy);
     /* backward ops with their forward op; updates where their param is read
@@ -715,12 +718,14 @@ int pass_plan(ir_dist *d)
     /* one device has one plan: every op whole (verify builds its reference so) */
     if (d->ndev > 1 && (rc = mesh(d, &dp, &tp, &pp))) return rc;
     d->mesh_pp = pp;
-    d->mesh_v = pp > 1 && g->req.chunks > 1 ? g->req.chunks : 1;
+    /* model chunks: as given; interleaved without chunks takes 2 */
+    int chunks = g->req.chunks ? g->req.chunks : g->req.schedule == IR_SCHED_INTERLEAVED ? 2 : 1;
+    d->mesh_v = pp > 1 ? chunks : 1;
     if (d->mesh_v > 1 && (g->req.schedule == IR_SCHED_ZBH1 || g->req.schedule == IR_SCHED_KFKB))
         return pass_error(g, g->req.chunks_line, "chunks go with schedule = interleaved (1f1b), gpipe or an order",
                           "[plan] chunks %d with schedule %s: not built", d->mesh_v,
                           g->req.schedule == IR_SCHED_ZBH1 ? "zb-h1" : "kFkB");
-    if (d->ndev > 1 && pp == 1 && g->req.chunks > 1 && g->req.chunks_line)
+    if (d->ndev > 1 && pp == 1 && g->req.chunks > 1)
         return pass_error(g, g->req.chunks_line, "chunks split each pipeline stage's layers into model chunks: set "
                           "pp > 1", "[plan] chunks %d without pp > 1", g->req.chunks);
     if ((rc = check_batch(d, dp))) return rc;

@@ -550,6 +550,56 @@ static void test_bubble(int pp, int m, int sched)
     free(p.dep);
 }
 
+/* Interleaved 1F1B (v chunks, Megatron's order) and kFkB on a chain of
+ * equal virtual stages (each chunk F 1, B 2; virtual stage j on stage
+ * j % pp): interleaving leaves (p - 1) / (v m + p - 1) of the step idle;
+ * kFkB the same (p - 1) / (m + p - 1) as 1f1b (the micro-batches of a group
+ * still pipeline), with up to k (p - s) micro-batches in flight; every task
+ * once, each kind and chunk in micro-batch order. */
+static void test_bubble_v(int pp, int m, int v, int k)
+{
+    ir_pipe p;
+    memset(&p, 0, sizeof p);
+    p.pp = pp, p.m = m, p.v = v, p.k = k, p.sched = v > 1 ? IR_SCHED_INTERLEAVED : IR_SCHED_KFKB;
+    const char *sn = v > 1 ? "interleaved" : "kfkb";
+    int nt = 2 * m * v;
+    p.task0 = malloc(sizeof(int) * (size_t)(pp + 1));
+    for (int s = 0; s <= pp; s++) p.task0[s] = nt * s;
+    p.task = calloc((size_t)(nt * pp), sizeof(ir_task));
+    p.dep = calloc((size_t)(2 * pp * v), sizeof(ir_pdep));
+    for (int j = 0; j + 1 < pp * v; j++) {   /* virtual stage j -> j + 1 and back */
+        int s = j % pp, c = j / pp, s1 = (j + 1) % pp, c1 = (j + 1) / pp;
+        p.dep[p.ndep++] = (ir_pdep){s1, IR_TASK_F, s, IR_TASK_F, c1, c};
+        p.dep[p.ndep++] = (ir_pdep){s, IR_TASK_B, s1, IR_TASK_B, c, c1};
+    }
+    CHECK(pass_pipe_schedule(&p, NULL) == 0, "%s pp %d m %d v %d k %d: built", sn, pp, m, v, k);
+    int ok = 1;
+    for (int s = 0; s < pp; s++) {
+        int seen[2][8][64];
+        memset(seen, 0, sizeof seen);
+        int next[2][8];
+        memset(next, 0, sizeof next);
+        for (int q = p.task0[s]; q < p.task0[s + 1]; q++) {
+            const ir_task *t = &p.task[q];
+            ok &= t->mb == next[t->kind][t->chunk]++ && !seen[t->kind][t->chunk][t->mb]++;
+            /* kFkB: at most k (pp - s) micro-batches between their F and B */
+            int fl = next[IR_TASK_F][0] - next[IR_TASK_B][0];
+            if (v == 1) ok &= fl <= k * (pp - s);
+        }
+    }
+    CHECK(ok, "%s pp %d m %d v %d k %d: every task once, each kind and chunk in micro-batch order", sn, pp, m, v, k);
+    double cost[3 * 8 * 8], bubble;
+    for (int i = 0; i < 3 * pp * v; i++) cost[i] = i % 3 == IR_TASK_F ? 1 : i % 3 == IR_TASK_B ? 2 : 0;
+    double span = pass_pipe_simulate(&p, cost, NULL, &bubble);
+    double want = (double)(pp - 1) / (v * m + pp - 1), wspan = 3.0 * (v * m + pp - 1);
+    CHECK(span == wspan && bubble > want - 1e-12 && bubble < want + 1e-12,
+          "%s pp %d m %d v %d k %d: step %.1f (formula %.1f), bubble %.4f (formula %.4f)", sn, pp, m, v, k, span, wspan,
+          bubble, want);
+    free(p.task0);
+    free(p.task);
+    free(p.dep);
+}
+
 int main(int argc, char **argv)
 {
     test_inplace_readers(argc > 1 ? argv[1] : "tests");
@@ -571,6 +621,9 @@ int main(int argc, char **argv)
             test_bubble(pp, m, IR_SCHED_1F1B);
             test_bubble(pp, m, IR_SCHED_GPIPE);
             test_bubble(pp, m, IR_SCHED_ZBH1);
+            test_bubble_v(pp, m, 2, 1);
+            test_bubble_v(pp, m, 4, 1);
+            test_bubble_v(pp, m, 1, 2);
         }
     test_pipeline(2, 4, IR_SCHED_ZBH1);
     test_pipeline(4, 8, IR_SCHED_ZBH1);
