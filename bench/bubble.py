@@ -7,7 +7,9 @@ every step after the first SKIP: the step's span (first task begin to last
 task end over the ranks) and the busy time (sum of the task spans); the
 bubble is 1 - busy / (P * span).  Prints the median over the steps, the
 median task times T_F, T_B (and T_W), and the formula: (p-1)/(m+p-1) for
-gpipe and 1f1b, (p-1)/(3m+p-1) for zb-h1 (equal F, B, W), and the formula
+gpipe, 1f1b and kFkB (2f2b), (p-1)/(3m+p-1) for zb-h1 (equal F, B, W),
+(p-1)/(vm+p-1) for interleaved with v = 2 chunks (a task is one chunk's,
+so T_F, T_B are per chunk), and the formula
 with the measured times where it has one: 1f1b and gpipe
 (p-1)(T_F+T_B)/(m(T_F+T_B)+(p-1)(T_F+T_B)) = the same ratio; zb-h1
 (p-1)(T_F+T_B-T_W)/(m(T_F+T_B+T_W)+(p-1)(T_F+T_B-T_W)) (Qi et al.).
@@ -52,6 +54,9 @@ def main():
     if sched == "zb-h1":
         formula = (p - 1) / (3 * m + p - 1)
         measured_f = (p - 1) * (tf + tb - tw) / (m * (tf + tb + tw) + (p - 1) * (tf + tb - tw))
+    elif sched == "interleaved":   # 2 chunks per stage (the build's default)
+        formula = (p - 1) / (2 * m + p - 1)
+        measured_f = formula
     else:
         formula = (p - 1) / (m + p - 1)
         measured_f = formula

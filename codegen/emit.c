@@ -390,10 +390,12 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
         ir_bprintf(b, "; %s = %d/%d = %.1f %% for equal stages%s", f, pp - 1, den, 100.0 * (pp - 1) / den,
                    p->split_w ? " and F = B = W" : "");
     ir_bprintf(b, "\n");
+    int nlate = 0;
+    for (int h = 0; h < p->nhoist; h++) nlate += p->hoist[h].late;
     if (p->nhoist)
-        ir_bprintf(b, "  %d receive%s posted early, at the edge of an earlier task than the one that reads %s (the "
-                   "sender's blocking send meets %s there)\n", p->nhoist, p->nhoist == 1 ? "" : "s",
-                   p->nhoist == 1 ? "it" : "them", p->nhoist == 1 ? "it" : "them");
+        ir_bprintf(b, "  transfers moved out of their tasks: %d receive%s posted early (where a sender would wait "
+                   "on its receiver), %d send%s made late (where the cost model has the receiver come later)\n",
+                   p->nhoist - nlate, p->nhoist - nlate == 1 ? "" : "s", nlate, nlate == 1 ? "" : "s");
     step_free(&step);
 }
 

@@ -457,12 +457,15 @@ typedef struct ir_pdep {
     int s, kind, from_s, from_kind, chunk, from_chunk;
 } ir_pdep;
 
-/* A receive the pipeline posts early (pipeline.c): on rank `rank`, the
- * transfer at schedule position n of micro-batch mb runs at the start of
- * the stage's task `task` (an index into its list), before the task that
- * reads it, so that the sender's blocking send meets it. */
+/* A transfer the pipeline moves out of its task (pipeline.c): on rank
+ * `rank`, the transfer at schedule position n of micro-batch mb runs at the
+ * start of the stage's task `task` (an index into its list): a receive
+ * posted early, before the task that reads it, so that the sender's
+ * blocking send meets it; or (late) at the end of task `task`: a send
+ * made late, when the receiver gets to it on the cost model, so that the
+ * sender does not wait for it. */
 typedef struct ir_hoist {
-    int rank, n, mb, task;
+    int rank, n, mb, task, late;
 } ir_hoist;
 
 typedef struct ir_pipe {
@@ -478,7 +481,7 @@ typedef struct ir_pipe {
     int *nslot;      /* per stage: stash slots (the most micro-batches in flight) */
     ir_pdep *dep;    /* the dependencies between stages' tasks */
     int ndep;
-    ir_hoist *hoist; /* receives posted early */
+    ir_hoist *hoist; /* receives posted early, sends made late */
     int nhoist;
 } ir_pipe;
 

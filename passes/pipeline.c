@@ -683,10 +683,12 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     pass_pipe_ent *e = ir_xmalloc(sizeof *e * ((size_t)nmb * (size_t)p->m + 1));
     int n = 0;
     const ir_task *t = p->task + p->task0[st];
-    /* this rank's hoisted receives (pass_pipeline): item q of micro-batch mb
-       at the start of task hk (-1: none) */
-    int nh = 0, *hq = ir_xmalloc(sizeof(int) * ((size_t)p->nhoist + 1)), *hmb = ir_xmalloc(sizeof(int) * ((size_t)p->nhoist + 1));
-    int *hk = ir_xmalloc(sizeof(int) * ((size_t)p->nhoist + 1));
+    /* this rank's moved transfers (pass_pipeline): item q of micro-batch mb
+       at the start of task hk (a receive posted early) or at its end (hl: a
+       send made late) */
+    size_t hn = (size_t)p->nhoist + 1;
+    int nh = 0, *hq = ir_xmalloc(sizeof(int) * hn), *hmb = ir_xmalloc(sizeof(int) * hn);
+    int *hk = ir_xmalloc(sizeof(int) * hn), *hl = ir_xmalloc(sizeof(int) * hn);
     for (int h = 0; h < p->nhoist; h++) {
         const ir_hoist *x = &p->hoist[h];
         if (x->rank != rank) continue;
@@ -694,7 +696,7 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
         for (int q = 0; q < nitem && hq[nh] < 0; q++)
             if (item[q] == x->n) hq[nh] = q;
         IR_ASSERT(hq[nh] >= 0);
-        hmb[nh] = x->mb, hk[nh++] = x->task;
+        hmb[nh] = x->mb, hl[nh] = x->late, hk[nh++] = x->task;
     }
     for (int k = 0; k < ntask(p); k++) {
         int start = n, peer, recv, cls = t[k].kind + 3 * t[k].chunk;
@@ -702,22 +704,28 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
            to other stages last, everything else in schedule order between
            (the buffers of transfers are stash, which nothing else shares);
            receives hoisted here from later tasks first of all */
-        for (int h = 0; h < nh; h++)
-            if (hk[h] == k) {
-                int slot = -1;
-                for (int j = 0; j < ntask(p) && slot < 0; j++)
-                    if (t[j].mb == hmb[h]) slot = t[j].slot;
-                e[n++] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1};
-            }
-        for (int pass = 0; pass < 3; pass++)
-            for (int q = 0; q < nitem; q++) {
-                if (d->seq[item[q]].sec != IR_SEC_MB || pass_pipe_class(d, item[q], st) != cls) continue;
-                int x = transfer(d, item[q], mem[q], st, &peer, &recv) &&
-                        movable(d, item, mem, nitem, q, st, cls, recv), moved = 0;
-                if (pass != (!x ? 1 : recv ? 0 : 2)) continue;
-                for (int h = 0; h < nh && !moved; h++) moved = hq[h] == q && hmb[h] == t[k].mb;
-                if (!moved) e[n++] = (pass_pipe_ent){q, t[k].mb, t[k].slot, k, 0, 0};
-            }
+        for (int late = 0; late < 2; late++) {
+            for (int pass = 0; pass < 3 && !late; pass++)
+                for (int q = 0; q < nitem; q++) {
+                    if (d->seq[item[q]].sec != IR_SEC_MB || pass_pipe_class(d, item[q], st) != cls) continue;
+                    int x = transfer(d, item[q], mem[q], st, &peer, &recv) &&
+                            movable(d, item, mem, nitem, q, st, cls, recv), moved = 0;
+                    if (pass != (!x ? 1 : recv ? 0 : 2)) continue;
+                    for (int h = 0; h < nh && !moved; h++) moved = hq[h] == q && hmb[h] == t[k].mb;
+                    if (!moved) e[n++] = (pass_pipe_ent){q, t[k].mb, t[k].slot, k, 0, 0};
+                }
+            for (int h = 0; h < nh; h++)   /* early receives first, late sends last */
+                if (hk[h] == k && hl[h] == late) {
+                    int slot = -1;
+                    for (int j = 0; j < ntask(p) && slot < 0; j++)
+                        if (t[j].mb == hmb[h]) slot = t[j].slot;
+                    if (!late) {   /* before the task's own items */
+                        memmove(e + start + 1, e + start, sizeof *e * (size_t)(n - start));
+                        e[start] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1};
+                        n++;
+                    } else e[n++] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1};
+                }
+        }
         if (k == 0) continue;
         /* the boundary: the previous task's trailing transfers and this one's
            leading ones; with a lower stage receive first, with a higher send first */
@@ -777,6 +785,7 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     free(hq);
     free(hmb);
     free(hk);
+    free(hl);
     *out = e;
     return n;
 }
@@ -950,7 +959,7 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
                 continue;
             }
             *hoist = ir_xrealloc(*hoist, sizeof **hoist * ((size_t)*nhoist + 1));
-            (*hoist)[(*nhoist)++] = (ir_hoist){o, nat[po], x.mb, tt};
+            (*hoist)[(*nhoist)++] = (ir_hoist){o, nat[po], x.mb, tt, 0};
             added = 1;
         }
     }
@@ -1029,6 +1038,64 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
     return rc;
 }
 
+/* Sends made late: on the cost model's step (pass_pipe_simulate), a send
+ * whose receiver starts the task that takes it after the sender's task
+ * ends would hold the sender there (the sends block); it moves to the end
+ * of the sender's last task that ends by then, as long as its micro-batch
+ * keeps its slot there and nothing of that micro-batch on the way writes
+ * what it sends.  The check then proves the new order (and posts receives
+ * early where it needs to). */
+static void late_sends(ir_dist *d)
+{
+    ir_pipe *p = d->pipe;
+    int nt = ntask(p);
+    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->v), bubble;
+    double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1));
+    pass_pipe_costs(d, cost);
+    pass_pipe_simulate(p, cost, start, &bubble);
+#define END(s_, k_) (start[p->task0[s_] + (k_)] + \
+                     cost[PASS_PIPE_C(p, s_, p->task[p->task0[s_] + (k_)].chunk, p->task[p->task0[s_] + (k_)].kind)])
+    for (int r = 0; r < d->ndev; r++) {
+        pass_pipe_ent *e;
+        int n = pass_pipe_order(d, r, &e), st = stage_of(d, r);
+        const int *item = d->rank_item + d->rank_item0[r], *mem = d->rank_member + d->rank_item0[r];
+        int nitem = d->rank_item0[r + 1] - d->rank_item0[r];
+        const ir_task *t = p->task + p->task0[st];
+        for (int i = 0; i < n; i++) {
+            int peer, recv;
+            int64_t nf;
+            const ir_task *tk = &t[e[i].task];
+            if (!transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) || recv ||
+                !movable(d, item, mem, nitem, e[i].q, st, tk->kind + 3 * tk->chunk, 0) ||
+                !direct(d, item[e[i].q], mem[e[i].q], &nf))
+                continue;
+            int kr = task_of(d, item[e[i].q], e[i].mb, peer);
+            if (kr < 0) continue;
+            double tr = start[p->task0[peer] + kr];
+            int last = e[i].task;   /* the micro-batch's last task here */
+            for (int k = e[i].task + 1; k < nt; k++)
+                if (t[k].mb == e[i].mb) last = k;
+            const ir_comm *c = &d->comm[d->seq[item[e[i].q]].id];
+            int pt = d->ints[c->in + mem[e[i].q]], to = e[i].task;
+            for (int k = e[i].task + 1; k < last && END(st, k) <= tr + 1e-9 * (1 + tr); k++) {
+                int wr = 0;   /* what it sends, written by this micro-batch's items of task k? */
+                for (int q = 0; q < nitem && !wr && t[k].mb == e[i].mb; q++)
+                    wr = d->seq[item[q]].sec == IR_SEC_MB && pass_pipe_class(d, item[q], st) == t[k].kind + 3 * t[k].chunk &&
+                         touches(d, item[q], mem[q], pt, 1);
+                if (wr) break;
+                to = k;
+            }
+            if (to == e[i].task) continue;
+            p->hoist = ir_xrealloc(p->hoist, sizeof *p->hoist * ((size_t)p->nhoist + 1));
+            p->hoist[p->nhoist++] = (ir_hoist){r, item[e[i].q], e[i].mb, to, 1};
+        }
+        free(e);
+    }
+#undef END
+    free(cost);
+    free(start);
+}
+
 /* The check, posting receives early where ranks wait on each other until
  * none do (0) or no receive can move (2, after the check's message unless
  * quiet). */
@@ -1092,7 +1159,15 @@ int pass_pipeline(ir_dist *d)
         for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
     }
     free(cost);
-    return rc ? rc : settle(d, 0);
+    if (rc) return rc;
+    /* sends made late where the cost model says the receiver comes later;
+       if no order of the transfers can then be made, without them */
+    late_sends(d);
+    if (p->nhoist && settle(d, 1)) {
+        free(p->hoist);
+        p->hoist = NULL, p->nhoist = 0;
+    }
+    return settle(d, 0);
 }
 
 /* ---- the cost model */

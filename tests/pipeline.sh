@@ -119,9 +119,15 @@ then ok "zero 0-3: params, grads and optimizer state per rank ${pers[*]} (4, 3, 
 else no "zero memory: ${pers[*]}"; fi
 
 # ---- 5. --trace: every rank's tasks of every step, each in order, as Chrome-trace JSON
-build zb --devices 2 --set plan.pp=2 --set plan.schedule=zb-h1 --set train.micro_batches=4
-"$tmp/zb/launch" --steps 2 --quiet --trace "$tmp/zb/t.json" >"$tmp/zb.run" 2>&1 || no "zb-h1 run with --trace failed"
-if python3 - "$tmp/zb/t" "$tmp/zb/plan.txt" <<'PY'
+# (zb-h1's F, B, W; interleaved's tasks of each chunk, F0.1 ...)
+for sch in zb il; do
+if [[ $sch == zb ]]; then
+  build zb --devices 2 --set plan.pp=2 --set plan.schedule=zb-h1 --set train.micro_batches=4
+else
+  build il --devices 2 --set plan.pp=2 --set plan.schedule=interleaved --set train.micro_batches=4
+fi
+"$tmp/$sch/launch" --steps 2 --quiet --trace "$tmp/$sch/t.json" >"$tmp/$sch.run" 2>&1 || no "$sch run with --trace failed"
+if python3 - "$tmp/$sch/t" "$tmp/$sch/plan.txt" <<'PY'
 import json, re, sys
 orders = re.findall(r"^    order  (.*)$", open(sys.argv[2]).read(), re.M)
 for r in range(2):
@@ -133,8 +139,13 @@ for r in range(2):
     assert tasks == ends and len(steps) == 4 and ts == sorted(ts), r
     assert tasks == orders[r].split() * 2, (tasks, orders[r])
 PY
-then ok "--trace: each rank's file holds its plan.txt order of F, B and W tasks, twice, in time order"
-else no "--trace files: $(ls "$tmp/zb")"; fi
+then ok "--trace ($sch): each rank's file holds its plan.txt order of tasks, twice, in time order"
+else no "--trace files ($sch): $(ls "$tmp/$sch")"; fi
+done
+grep -q "F0.1" "$tmp/il/plan.txt" && grep -q "receives posted early" "$tmp/il/plan.txt" &&
+  grep -q "(p-1)/(vm+p-1)" "$tmp/il/plan.txt" && grep -q "F0.1" "$tmp/il/plan.svg" &&
+  ok "interleaved: plan.txt and plan.svg name each chunk's tasks, count the receives posted early and give (p-1)/(vm+p-1)" ||
+  no "interleaved plan.txt: $(grep -A3 '^pipeline' "$tmp/il/plan.txt")"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
