@@ -288,6 +288,7 @@ static pipe_step step_of(const ir_dist *d)
     s.start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1));
     pass_pipe_costs(d, s.cost);
     s.span = pass_pipe_simulate(p, s.cost, s.start, &s.bubble);
+    IR_ASSERT(s.span >= 0);   /* the check proved the order */
     return s;
 }
 

@@ -82,7 +82,7 @@ void pass_pipe_costs(const ir_dist *d, double *cost);
 /* The step of pipeline p with those task costs: the tasks list scheduled in
  * their orders, each after the tasks it depends on (p->dep); start[k] per
  * task of p->task (or NULL); returns the makespan, *bubble the idle
- * fraction of the stages. */
+ * fraction of the stages; -1 when the orders wait on each other. */
 double pass_pipe_simulate(const ir_pipe *p, const double *cost, double *start, double *bubble);
 
 /* memplan.c: buffer of each pTensor on one rank */

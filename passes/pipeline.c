@@ -1052,7 +1052,11 @@ static void late_sends(ir_dist *d)
     double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->v), bubble;
     double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1));
     pass_pipe_costs(d, cost);
-    pass_pipe_simulate(p, cost, start, &bubble);
+    if (pass_pipe_simulate(p, cost, start, &bubble) < 0) {   /* an order no step completes: the check says why */
+        free(cost);
+        free(start);
+        return;
+    }
 #define END(s_, k_) (start[p->task0[s_] + (k_)] + \
                      cost[PASS_PIPE_C(p, s_, p->task[p->task0[s_] + (k_)].chunk, p->task[p->task0[s_] + (k_)].kind)])
     for (int r = 0; r < d->ndev; r++) {
@@ -1161,7 +1165,7 @@ int pass_pipeline(ir_dist *d)
     free(cost);
     if (rc) return rc;
     /* sends made late where the cost model says the receiver comes later;
-       if no order of the transfers can then be made, without them */
+       if the transfers can then not be made, the order without them */
     late_sends(d);
     if (p->nhoist && settle(d, 1)) {
         free(p->hoist);
@@ -1191,8 +1195,8 @@ void pass_pipe_costs(const ir_dist *d, double *cost)
 
 double pass_pipe_simulate(const ir_pipe *p, const double *cost, double *start, double *bubble)
 {
-    /* list scheduling in task order; the check proved the orders
-       deadlock-free, so every sweep over the stages starts a task */
+    /* list scheduling in task order; once the check proved the orders
+       deadlock-free, every sweep over the stages starts a task */
     int pp = p->pp, m = p->m, nt = ntask(p);
     size_t ndone = (size_t)pp * (size_t)p->v * 3 * (size_t)m;
     double *tdone = ir_xmalloc(sizeof(double) * ndone);
@@ -1221,9 +1225,12 @@ double pass_pipe_simulate(const ir_pipe *p, const double *cost, double *start, d
                 busy += c;
                 next[s]++, left--, moved = 1;
             }
-        IR_ASSERT(moved);
+        if (!moved) {   /* the order waits on itself */
+            span = -1;
+            break;
+        }
     }
-    *bubble = span > 0 ? 1 - busy / (span * pp) : 0;
+    *bubble = span > 0 ? 1 - busy / (span * pp) : 0;   /* (span -1: stuck) */
     free(tdone);
     free(next);
     free(free_at);
