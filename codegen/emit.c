@@ -284,7 +284,7 @@ static pipe_step step_of(const ir_dist *d)
 {
     const ir_pipe *p = d->pipe;
     pipe_step s;
-    s.cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->v);
+    s.cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->nch);
     s.start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1));
     pass_pipe_costs(d, s.cost);
     s.span = pass_pipe_simulate(p, s.cost, s.start, &s.bubble);
@@ -301,7 +301,7 @@ static void step_free(pipe_step *s)
 /* The schedule's name. */
 static const char *sched_name(const ir_pipe *p, char *buf, size_t n)
 {
-    static const char *names[] = {"1f1b", "gpipe", "zb-h1", "kfkb", "interleaved"};
+    static const char *names[] = {"1f1b", "gpipe", "zb-h1", "kfkb", "interleaved", "interlaced"};
     if (p->sched < 0) return "user order";
     if (p->sched == IR_SCHED_KFKB) return snprintf(buf, n, "%df%db", p->k, p->k), buf;
     if (p->v > 1 && p->sched != IR_SCHED_GPIPE) return snprintf(buf, n, "interleaved 1f1b, %d chunks", p->v), buf;
@@ -313,7 +313,7 @@ static const char *sched_name(const ir_pipe *p, char *buf, size_t n)
  * and *den with the fraction (p-1)/den; NULL for a user order. */
 static const char *bubble_formula(const ir_pipe *p, int *den)
 {
-    if (p->sched < 0) return NULL;
+    if (p->sched < 0 || p->sched == IR_SCHED_INTERLACED) return NULL;
     if (p->sched == IR_SCHED_ZBH1) return *den = 3 * p->m + p->pp - 1, "(p-1)/(3m+p-1)";
     if (p->v > 1) return *den = p->v * p->m + p->pp - 1, "(p-1)/(vm+p-1)";
     return *den = p->m + p->pp - 1, "(p-1)/(m+p-1)";
@@ -322,7 +322,7 @@ static const char *bubble_formula(const ir_pipe *p, int *den)
 /* A task's name: F3, with chunks F3.1. */
 static const char *task_name(const ir_pipe *p, const ir_task *t, char *buf, size_t n)
 {
-    if (p->v > 1) snprintf(buf, n, "%c%d.%d", "FBW"[t->kind], t->mb, t->chunk);
+    if (p->nch > 1) snprintf(buf, n, "%c%d.%d", "FBW"[t->kind], t->mb, t->chunk);
     else snprintf(buf, n, "%c%d", "FBW"[t->kind], t->mb);
     return buf;
 }
@@ -340,28 +340,36 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
                sd == 1 ? "" : "s", sched_name(p, sn, sizeof sn), m);
     pipe_step step = step_of(d);
     const double *cost = step.cost, *start = step.start, span = step.span;
+    /* per op of every stage (interlaced): its chunk, v before the layers, v + 1 after */
+    int *och = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
+    for (int i = 0; i < g->nop; i++) och[i] = -1;
+    for (int n = 0; n < d->nseq; n++)
+        if (!d->seq[n].comm && d->seq[n].sec == IR_SEC_MB && d->op_stage[d->sop[d->seq[n].id].op] == IR_STAGE_ALL(d))
+            och[d->sop[d->seq[n].id].op] = pass_pipe_class(d, n, d->sop[d->seq[n].id].dev / sd) / 3;
     for (int s = 0; s < pp; s++) {
         const ir_prog *r0 = &progs[s * sd];
         ir_bprintf(b, "  stage %d on ", s);
         if (sd > 1) ir_bprintf(b, "%d-%d", s * sd, s * sd + sd - 1);
         else ir_bprintf(b, "%d", s * sd);
         ir_bprintf(b, ":");
-        for (int c = 0; c < p->v; c++) {   /* its chunks: virtual stage c pp + s each */
+        for (int c = 0; c < p->nch; c++) {   /* its chunks: virtual stage c pp + s each, then shared */
             int first = -1, last = -1, nf = 0;
             for (int i = 0; i < g->nop; i++)
-                if (g->op[i].phase == IR_PH_FWD && d->op_stage[i] == c * pp + s) {
+                if (g->op[i].phase == IR_PH_FWD && (c < p->v ? d->op_stage[i] == c * pp + s : och[i] == c)) {
                     if (first < 0) first = i;
                     last = i;
                     nf++;
                 }
-            if (p->v > 1) ir_bprintf(b, "\n    chunk %d (virtual stage %d):", c, c * pp + s);
+            if (c >= p->v)
+                ir_bprintf(b, "\n    chunk %d (every stage, %s the layers):", c, c == p->v ? "before" : "after");
+            else if (p->nch > 1) ir_bprintf(b, "\n    chunk %d (virtual stage %d):", c, c * pp + s);
             ir_bprintf(b, " %d forward ops %s .. %s; F %.3f, B %.3f", nf, first >= 0 ? g->op[first].name : "-",
                        last >= 0 ? g->op[last].name : "-", cost[PASS_PIPE_C(p, s, c, IR_TASK_F)] / 1e9,
                        cost[PASS_PIPE_C(p, s, c, IR_TASK_B)] / 1e9);
             if (p->split_w) ir_bprintf(b, ", W %.3f", cost[PASS_PIPE_C(p, s, c, IR_TASK_W)] / 1e9);
-            ir_bprintf(b, " GFLOP per micro-batch%s", p->v > 1 ? "" : ";");
+            ir_bprintf(b, " GFLOP per micro-batch%s", p->nch > 1 ? "" : ";");
         }
-        ir_bprintf(b, "%s stash %d x ", p->v > 1 ? "\n   " : "", r0->nslot);
+        ir_bprintf(b, "%s stash %d x ", p->nch > 1 ? "\n   " : "", r0->nslot);
         kib(b, r0->stash_bytes);
         ir_bprintf(b, " = ");
         kib(b, r0->stash_bytes * r0->nslot);
@@ -384,13 +392,14 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
         ir_bprintf(b, "\n    time   |%s|\n", line);
     }
     ir_bprintf(b, "  time: forwards by micro-batch 0-9, backwards a-z%s%s, idle '.' (cost model: FLOPs only)\n",
-               p->split_w ? ", weight gradients A-Z" : "", p->v > 1 ? " (every chunk alike)" : "");
+               p->split_w ? ", weight gradients A-Z" : "", p->nch > 1 ? " (every chunk alike)" : "");
     ir_bprintf(b, "  bubble %.1f %% of the stages' time on the cost model", 100 * step.bubble);
     const char *f = bubble_formula(p, &den);
     if (f)
         ir_bprintf(b, "; %s = %d/%d = %.1f %% for equal stages%s", f, pp - 1, den, 100.0 * (pp - 1) / den,
                    p->split_w ? " and F = B = W" : "");
     ir_bprintf(b, "\n");
+    free(och);
     int nlate = 0;
     for (int h = 0; h < p->nhoist; h++) nlate += p->hoist[h].late;
     if (p->nhoist)

@@ -1155,7 +1155,7 @@ static int lower_train(fe_lw *L)
 
 /* [cluster] devices = INT, device = cpu;
  * [plan] policy = dp|tp|hybrid, dp = INT, tp = INT, pp = INT, trans = CONSTRAINT {, CONSTRAINT},
- * stage = OPS STAGE {, OPS STAGE}, schedule = 1f1b|gpipe|zb-h1|interleaved|KfKb, chunks = V,
+ * stage = OPS STAGE {, OPS STAGE}, schedule = 1f1b|gpipe|zb-h1|interleaved|interlaced|KfKb, chunks = V,
  * order = TASKS {; TASKS},
  * recompute = BLOCK {, BLOCK}
  * (constraints, stages and orders are checked by the planner, which knows the ops) */
@@ -1164,7 +1164,8 @@ static int lower_cluster(fe_lw *L)
     const fe_section *cl = section(L->s, "cluster"), *pl = section(L->s, "plan");
     static const char *const devs[] = {"cpu", NULL};
     static const char *const pols[] = {"dp", "tp", "hybrid", NULL};
-    static const char *const scheds[] = {"1f1b", "gpipe", "zb-h1", "interleaved", "KfKb (2f2b, 3f3b, ...)", NULL};
+    static const char *const scheds[] = {"1f1b", "gpipe", "zb-h1", "interleaved", "interlaced",
+                                         "KfKb (2f2b, 3f3b, ...)", NULL};
     int64_t n, dp, tp, pp, zero, chunks;
     int dev, pol, sch, group = 1;
     const fe_kv *skv = pl ? fe_get(pl, "schedule") : NULL;
@@ -1193,9 +1194,10 @@ static int lower_cluster(fe_lw *L)
     r->tp = (int)tp;
     r->pp = (int)pp;
     r->zero = (int)zero;
-    if (kn) sch = group == 1 ? 0 : 4;
-    r->schedule = sch == 4 ? IR_SCHED_KFKB : sch == 3 ? IR_SCHED_INTERLEAVED : sch == 2 ? IR_SCHED_ZBH1
-                : sch == 1 ? IR_SCHED_GPIPE : IR_SCHED_1F1B;
+    if (kn) sch = group == 1 ? 0 : 5;
+    static const int sched_of[] = {IR_SCHED_1F1B, IR_SCHED_GPIPE, IR_SCHED_ZBH1, IR_SCHED_INTERLEAVED,
+                                   IR_SCHED_INTERLACED, IR_SCHED_KFKB};
+    r->schedule = sched_of[sch];
     r->group = group;
     r->chunks = (int)chunks;   /* 0: not given (plan.c: 2 for interleaved, else 1) */
     const fe_kv *kv = pl ? fe_get(pl, "trans") : NULL;

@@ -274,6 +274,8 @@ enum {
     IR_SCHED_KFKB,   /* 1F1B over groups of k micro-batches: k forwards, k backwards */
     IR_SCHED_INTERLEAVED, /* 1F1B over model chunks, chunks per stage (Megatron's interleaved
                         schedule, Narayanan et al. 2021) */
+    IR_SCHED_INTERLACED, /* nnScaler's: the ops outside the layers (embedding, head, loss) split
+                        over every device, their tasks interlaced with a 1F1B pipeline */
 };
 
 typedef struct ir_graph {
@@ -471,6 +473,9 @@ typedef struct ir_hoist {
 typedef struct ir_pipe {
     int pp;          /* stages */
     int v;           /* model chunks per stage (1; interleaved: virtual stages pp x v) */
+    int nch;         /* task chunks: v, and (interlaced) chunk v for the ops on every stage
+                        before the pipeline (embedding: F and B tasks E, e), v + 1 for those
+                        after it (head, loss) */
     int k;           /* kFkB: micro-batches per group */
     int m;           /* micro-batches per step */
     int sched;       /* IR_SCHED_*, or -1: the user's order */
@@ -484,6 +489,9 @@ typedef struct ir_pipe {
     ir_hoist *hoist; /* receives posted early, sends made late */
     int nhoist;
 } ir_pipe;
+
+/* op_stage of an op split over every device (all stages at once). */
+#define IR_STAGE_ALL(d) ((d)->mesh_pp * (d)->mesh_v)
 
 typedef struct ir_dist {
     const ir_graph *g;         /* the logical graph (not owned) */
@@ -508,7 +516,8 @@ typedef struct ir_dist {
                                   virtual stages, virtual stage j on stage j % mesh_pp as its
                                   chunk j / mesh_pp */
     int *op_stage;             /* per op: its (virtual) stage (plan.c); an optimizer update of a
-                                  param read on several stages runs on each of them (the lowest here) */
+                                  param read on several stages runs on each of them (the lowest here);
+                                  IR_STAGE_ALL(d): split over every device (interlaced) */
     signed char *item_chunk;   /* pipeline: per position n in seq and stage s, [n * mesh_pp + s]: the
                                   chunk whose tasks run it on s (pipeline.c), -1: not on s */
     ir_pipe *pipe;             /* the pipeline's op-order (pipeline.c), NULL: no pipeline */

@@ -784,10 +784,10 @@ static void put_mark(ir_prog *p, pg_instr *in, const ir_pipe *pl, int st, int ta
     memset(in, 0, sizeof *in);
     in->kernel = RT_K_mark;
     in->blk = in->rep = -1;
-    pg_i(in, pl->v > 1 ? t->kind + 3 * (t->chunk + 1) : t->kind);   /* with chunks: F0.0 is 3 */
+    pg_i(in, pl->nch > 1 ? t->kind + 3 * (t->chunk + 1) : t->kind);   /* with chunks: F0.0 is 3 */
     pg_i(in, t->mb);
     pg_i(in, edge);
-    if (pl->v > 1)
+    if (pl->nch > 1)
         snprintf(note, sizeof note, "task %c%d.%d %s", "FBW"[t->kind], t->mb, t->chunk, edge ? "ends" : "begins");
     else
         snprintf(note, sizeof note, "task %c%d %s", "FBW"[t->kind], t->mb, edge ? "ends" : "begins");

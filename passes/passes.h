@@ -73,8 +73,8 @@ int pass_pipe_schedule(ir_pipe *p, const double *cost);
 int pass_pipe_kind(const ir_dist *d, int n);
 /* The task class of that item on stage s: kind + 3 x chunk (-1: not on s). */
 int pass_pipe_class(const ir_dist *d, int n, int s);
-/* Index of stage s's task (chunk, kind) in a cost array (3 pp v entries). */
-#define PASS_PIPE_C(p, s, chunk, kind) ((((s) * (p)->v + (chunk)) * 3) + (kind))
+/* Index of stage s's task (chunk, kind) in a cost array (3 pp nch entries). */
+#define PASS_PIPE_C(p, s, chunk, kind) ((((s) * (p)->nch + (chunk)) * 3) + (kind))
 /* The pipeline's task costs on the cost model: cost[PASS_PIPE_C(p, s, c,
  * kind)] gets the FLOPs of stage s's task of that kind and chunk for one
  * micro-batch (its first rank's sub-ops). */

@@ -61,7 +61,7 @@ static const char kind_ch[] = "FBW";
 static int stage_of(const ir_dist *d, int dev) { return dev / (d->ndev / d->mesh_pp); }
 
 /* Tasks per stage. */
-static int ntask(const ir_pipe *p) { return (p->split_w ? 3 : 2) * p->m * p->v; }
+static int ntask(const ir_pipe *p) { return (p->split_w ? 3 : 2) * p->m * p->nch; }
 
 int pass_pipe_kind(const ir_dist *d, int n)
 {
@@ -78,7 +78,7 @@ int pass_pipe_class(const ir_dist *d, int n, int s)
 /* A task's name: F3, or with chunks F3.1 (micro-batch 3, chunk 1). */
 static const char *tname(const ir_pipe *p, const ir_task *t, char *buf, size_t n)
 {
-    if (p->v > 1) snprintf(buf, n, "%c%d.%d", kind_ch[t->kind], t->mb, t->chunk);
+    if (p->nch > 1) snprintf(buf, n, "%c%d.%d", kind_ch[t->kind], t->mb, t->chunk);
     else snprintf(buf, n, "%c%d", kind_ch[t->kind], t->mb);
     return buf;
 }
@@ -95,27 +95,55 @@ static const char *tname(const ir_pipe *p, const ir_task *t, char *buf, size_t n
 static void item_chunks(ir_dist *d)
 {
     const ir_graph *g = d->g;
-    int pp = d->mesh_pp;
+    int pp = d->mesh_pp, all = IR_STAGE_ALL(d), v = d->mesh_v;
     size_t n0 = (size_t)d->nseq * (size_t)pp;
     d->item_chunk = ir_xmalloc(n0 + 1);
     memset(d->item_chunk, 0xff, n0 + 1);
+    /* interlaced: the ops of every stage before the pipeline's (chunk v: the
+       embedding's forward, and the backward ops that wait for the
+       pipeline's backward) and after it (chunk v + 1: head and loss, and
+       their backward, which the pipeline's waits for) */
+    int *order = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), cyc;
+    IR_ASSERT(!ir_topo(g, order, &cyc));
+    signed char *och = ir_xmalloc((size_t)g->nop + 1);   /* per op: its chunk (on its stage) */
+    for (int n = 0; n < g->nop; n++) {
+        int op = order[n];
+        const ir_op *o = &g->op[op];
+        if (d->op_stage[op] != all) {
+            och[op] = (signed char)(d->op_stage[op] / pp);
+            continue;
+        }
+        int after = o->phase == IR_PH_FWD ? 0 : 1, bwd = o->phase != IR_PH_FWD;
+        for (int k = 0; k < o->nin; k++) {
+            int q = g->t[o->in[k]].producer;
+            if (q < 0) continue;
+            int qa = d->op_stage[q] == all, qb = g->op[q].phase != IR_PH_FWD;
+            if (!bwd && ((!qa && !qb) || (qa && och[q] == v + 1))) after = 1;   /* reads the pipeline's forward */
+            if (bwd && qb && (!qa || och[q] == v)) after = 0;   /* waits for the pipeline's backward */
+        }
+        och[op] = (signed char)(v + after);
+    }
+    free(order);
     /* per tensor and stage: the first chunk reading it (non-update readers) */
     signed char *rd = ir_xmalloc((size_t)g->nt * (size_t)pp + 1);
     memset(rd, 0x7f, (size_t)g->nt * (size_t)pp + 1);
     for (int op = 0; op < g->nop; op++) {
         if (g->op[op].phase == IR_PH_OPT) continue;
         int vs = d->op_stage[op];
-        for (int k = 0; k < g->op[op].nin; k++) {
-            signed char *r = &rd[(size_t)g->op[op].in[k] * (size_t)pp + (size_t)(vs % pp)];
-            if (vs / pp < *r) *r = (signed char)(vs / pp);
-        }
+        for (int k = 0; k < g->op[op].nin; k++)
+            for (int s = 0; s < pp; s++) {
+                if (vs != all && vs % pp != s) continue;
+                signed char *r = &rd[(size_t)g->op[op].in[k] * (size_t)pp + (size_t)s];
+                if (och[op] < *r) *r = och[op];
+            }
     }
     for (int n = 0; n < d->nseq; n++) {
         const ir_item *it = &d->seq[n];
         signed char *ic = d->item_chunk + (size_t)n * (size_t)pp;
         if (!it->comm) {
-            int vs = d->op_stage[d->sop[it->id].op];
-            ic[vs % pp] = (signed char)(vs / pp);
+            int op = d->sop[it->id].op, vs = d->op_stage[op];
+            if (vs == all) ic[d->sop[it->id].dev / (d->ndev / pp)] = och[op];
+            else ic[vs % pp] = och[op];
             continue;
         }
         const ir_comm *c = &d->comm[it->id];
@@ -124,11 +152,13 @@ static void item_chunks(ir_dist *d)
         for (int k = 0; k < c->n; k++) {
             int s = stage_of(d, mem[k]);
             if (ic[s] >= 0) continue;
-            int ch = pr >= 0 && d->op_stage[pr] % pp == s ? d->op_stage[pr] / pp : rd[(size_t)c->tensor * (size_t)pp + (size_t)s];
-            ic[s] = (signed char)(ch < d->mesh_v ? ch : 0);
+            int here = pr >= 0 && (d->op_stage[pr] == all || d->op_stage[pr] % pp == s);
+            int ch = here ? och[pr] : rd[(size_t)c->tensor * (size_t)pp + (size_t)s];
+            ic[s] = (signed char)(ch < d->pipe->nch ? ch : 0);
         }
     }
     free(rd);
+    free(och);
 }
 
 /* ---- the weight-gradient items (W) */
@@ -441,9 +471,90 @@ static int build_zb_rdv(ir_pipe *p)
     return rc;
 }
 
+/* interlaced (nnScaler): the stages run 1f1b on the layers, and every
+ * stage runs the tasks of the ops split over all devices together: E(i)
+ * (chunk v, forward: the embedding) before the first stage's F(i), H(i)
+ * (chunk v + 1: head and loss, forward then backward) once the last stage's
+ * F(i) is done and before its B(i), e(i) (chunk v, backward) once the
+ * first stage's B(i) is done.  Built by list scheduling on unit costs (F 1,
+ * B 2, a shared task 1): a shared task that is due waits until every stage
+ * is free and then runs on all of them at once (due first: H's backward,
+ * H's forward, e, then E, which is due only when the first stage would
+ * start that micro-batch, so the embedding's outputs wait in no more slots
+ * than 1f1b's).  Returns 0, or 1 when it stalls. */
+static int build_interlaced(ir_pipe *p)
+{
+    int pp = p->pp, m = p->m, v = p->v, rc = 0;
+    ir_task *base = ir_xmalloc(sizeof *base * 2 * (size_t)m * (size_t)pp);
+    ir_pipe q = *p;
+    q.sched = IR_SCHED_1F1B;
+    q.nch = 1;
+    for (int s = 0; s < pp; s++) builtin(&q, s, base + (size_t)2 * m * s);
+    int *pos = ir_xcalloc((size_t)pp, sizeof(int)), *len = ir_xcalloc((size_t)pp, sizeof(int));
+    int *busy = ir_xcalloc((size_t)pp, sizeof(int));
+    int *fdone = ir_xmalloc(sizeof(int) * 2 * (size_t)pp * (size_t)m);   /* staged (s, kind, mb): finish, -1 */
+    int *sdone = ir_xmalloc(sizeof(int) * 4 * (size_t)m);   /* shared E, HF, HB, e per mb */
+    for (int i = 0; i < 2 * pp * m; i++) fdone[i] = -1;
+    for (int i = 0; i < 4 * m; i++) sdone[i] = -1;
+#define FD(s_, k_, i_) fdone[((size_t)(s_) * 2 + (size_t)(k_)) * (size_t)m + (size_t)(i_)]
+#define SD(k_, i_) sdone[(size_t)(k_) * (size_t)m + (size_t)(i_)]
+    int nxt[4] = {0, 0, 0, 0}, left = 6 * m * pp;
+    for (int t = 0; left; t++) {
+        /* the shared task due now, if any: HB, HF, e, E */
+        int due = -1;
+        if (nxt[2] < nxt[1] && SD(1, nxt[2]) <= t) due = 2;
+        else if (nxt[1] < m && FD(pp - 1, IR_TASK_F, nxt[1]) >= 0 && FD(pp - 1, IR_TASK_F, nxt[1]) <= t) due = 1;
+        else if (nxt[3] < m && FD(0, IR_TASK_B, nxt[3]) >= 0 && FD(0, IR_TASK_B, nxt[3]) <= t) due = 3;
+        else if (nxt[0] < m && pos[0] < 2 * m && base[pos[0]].kind == IR_TASK_F && base[pos[0]].mb == nxt[0]) due = 0;
+        int moved = 0, running = 0;
+        for (int s = 0; s < pp; s++) running |= busy[s] > t;
+        if (due >= 0) {
+            if (running) continue;   /* every stage free first */
+            int i = nxt[due]++;
+            static const int kinds[4] = {IR_TASK_F, IR_TASK_F, IR_TASK_B, IR_TASK_B};
+            int ch = due == 1 || due == 2 ? v + 1 : v;
+            for (int s = 0; s < pp; s++) {
+                p->task[p->task0[s] + len[s]++] = (ir_task){kinds[due], i, 0, ch};
+                busy[s] = t + 1;
+                left--;
+            }
+            SD(due, i) = t + 1;
+            continue;
+        }
+        for (int s = 0; s < pp; s++) {
+            if (busy[s] > t || pos[s] == 2 * m) continue;
+            const ir_task *x = &base[(size_t)2 * m * s + pos[s]];
+            int i = x->mb, ok;
+            if (x->kind == IR_TASK_F)
+                ok = SD(0, i) >= 0 && SD(0, i) <= t && (s == 0 || (FD(s - 1, IR_TASK_F, i) >= 0 && FD(s - 1, IR_TASK_F, i) <= t));
+            else
+                ok = s == pp - 1 ? SD(2, i) >= 0 && SD(2, i) <= t
+                                 : FD(s + 1, IR_TASK_B, i) >= 0 && FD(s + 1, IR_TASK_B, i) <= t;
+            if (!ok) continue;
+            p->task[p->task0[s] + len[s]++] = (ir_task){x->kind, i, 0, 0};
+            FD(s, x->kind, i) = busy[s] = t + (x->kind == IR_TASK_F ? 1 : 2);
+            pos[s]++, left--, moved = 1;
+        }
+        if (!moved && !running && left) {
+            rc = 1;
+            break;
+        }
+    }
+#undef FD
+#undef SD
+    free(base);
+    free(pos);
+    free(len);
+    free(busy);
+    free(fdone);
+    free(sdone);
+    return rc;
+}
+
 int pass_pipe_schedule(ir_pipe *p, const double *cost)
 {
     if (p->v < 1) p->v = 1;
+    if (p->nch < p->v) p->nch = p->v;
     if (p->k < 1) p->k = 1;
     if (p->sched == IR_SCHED_ZBH1) {
         if (!cost) return build_zb(p, NULL);
@@ -460,6 +571,7 @@ int pass_pipe_schedule(ir_pipe *p, const double *cost)
         free(dur);
         return rc;
     }
+    if (p->sched == IR_SCHED_INTERLACED) return build_interlaced(p);
     for (int s = 0; s < p->pp; s++)
         if (builtin(p, s, p->task + p->task0[s])) return 2;
     return 0;
@@ -478,7 +590,7 @@ static int user_order(const ir_dist *d, ir_pipe *p)
     static const char hintv[] = "write order = TASKS; TASKS; ... with one list per stage, each task F<mb>.<chunk>, "
                                 "B<mb>.<chunk> (or, splitting the backward, also W<mb>.<chunk>) (e.g. for pp 2, "
                                 "chunks 2, micro_batches 2: order = F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0; ...)";
-    const char *hint = p->v > 1 ? hintv : hint1;
+    const char *hint = p->nch > 1 ? hintv : hint1;
     p->split_w = strchr(s, 'W') != NULL;
     int nt = ntask(p);
     for (int st = 0; st < p->pp; st++) {
@@ -496,7 +608,7 @@ static int user_order(const ir_dist *d, ir_pipe *p)
             char *q = (char *)s;
             const char *k = strchr(kind_ch, *s);
             long mb = k && *s ? strtol(s + 1, &q, 10) : -1, ch = 0;
-            if (mb >= 0 && q > s + 1 && p->v > 1) {   /* .chunk */
+            if (mb >= 0 && q > s + 1 && p->nch > 1) {   /* .chunk */
                 char *q2 = q;
                 ch = *q == '.' && q[1] >= '0' && q[1] <= '9' ? strtol(q + 1, &q2, 10) : -1;
                 if (ch < 0) mb = -1;
@@ -508,9 +620,9 @@ static int user_order(const ir_dist *d, ir_pipe *p)
             if (mb >= p->m)
                 return pass_error(g, line, hint, "[plan] order: stage %d: %c%ld, but micro_batches is %d", st, *s, mb,
                                   p->m);
-            if (ch >= p->v)
-                return pass_error(g, line, hint, "[plan] order: stage %d: %c%ld.%ld, but chunks is %d", st, *s, mb, ch,
-                                  p->v);
+            if (ch >= p->nch)
+                return pass_error(g, line, hint, "[plan] order: stage %d: %c%ld.%ld, but the chunks are 0 .. %d", st,
+                                  *s, mb, ch, p->nch - 1);
             if (n == nt)
                 return pass_error(g, line, hint, "[plan] order: stage %d has more than the %d tasks of %d micro-batches",
                                   st, nt, p->m);
@@ -520,7 +632,7 @@ static int user_order(const ir_dist *d, ir_pipe *p)
         if (n != nt)
             return pass_error(g, line, hint, "[plan] order: stage %d has %d tasks, not the %d of F0..F%d, B0..B%d%s%s",
                               st, n, nt, p->m - 1, p->m - 1, p->split_w ? ", W0.." : "",
-                              p->v > 1 ? " for every chunk" : "");
+                              p->nch > 1 ? " for every chunk" : "");
         s = e ? e + 1 : end;
     }
     return 0;
@@ -534,9 +646,9 @@ static int slots(const ir_dist *d, ir_pipe *p, int st)
 {
     const ir_graph *g = d->g;
     ir_task *t = p->task + p->task0[st];
-    int ncls = 3 * p->v, *cnt = ir_xcalloc((size_t)ncls, sizeof(int)), inflight = 0;
+    int ncls = 3 * p->nch, *cnt = ir_xcalloc((size_t)ncls, sizeof(int)), inflight = 0;
     int *slot = ir_xmalloc(sizeof(int) * (size_t)p->m), *done = ir_xcalloc((size_t)p->m, sizeof(int));
-    int per = (p->split_w ? 3 : 2) * p->v;   /* tasks of a micro-batch on the stage */
+    int per = (p->split_w ? 3 : 2) * p->nch;   /* tasks of a micro-batch on the stage */
     char *used = ir_xcalloc((size_t)p->m + 1, 1), n1[24], n2[24];
     int rc = 0;
     p->nslot[st] = 0;
@@ -1049,7 +1161,7 @@ static void late_sends(ir_dist *d)
 {
     ir_pipe *p = d->pipe;
     int nt = ntask(p);
-    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->v), bubble;
+    double *cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->nch), bubble;
     double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1));
     pass_pipe_costs(d, cost);
     if (pass_pipe_simulate(p, cost, start, &bubble) < 0) {   /* an order no step completes: the check says why */
@@ -1125,9 +1237,22 @@ int pass_pipeline(ir_dist *d)
     ir_pipe *p = d->pipe = ir_xcalloc(1, sizeof *p);
     p->pp = d->mesh_pp;
     p->v = d->mesh_v;
+    p->nch = p->v;
+    for (int i = 0; i < g->nop; i++)
+        if (d->op_stage[i] == IR_STAGE_ALL(d)) p->nch = p->v + 2;   /* interlaced: chunks v, v + 1 */
+    if (p->nch > p->v && g->req.schedule != IR_SCHED_INTERLACED && !g->req.order) {
+        free(p);
+        d->pipe = NULL;
+        return pass_error(g, g->req.stage_line ? g->req.stage_line : g->req.pp_line,
+                          "ops on every stage run in tasks of their own: use schedule = interlaced, or an order",
+                          "[plan] stage: ops on every stage with schedule %s", g->req.schedule == IR_SCHED_GPIPE ? "gpipe"
+                          : g->req.schedule == IR_SCHED_ZBH1 ? "zb-h1" : g->req.schedule == IR_SCHED_KFKB ? "kFkB"
+                          : g->req.schedule == IR_SCHED_INTERLEAVED ? "interleaved" : "1f1b");
+    }
     p->k = g->req.group > 0 ? g->req.group : 1;
     p->m = (int)g->train.micro_batches;
     p->sched = g->req.order ? -1 : g->req.schedule;
+    if (p->nch == p->v && p->sched == IR_SCHED_INTERLACED) p->sched = IR_SCHED_1F1B;   /* nothing to interlace */
     p->split_w = p->sched == IR_SCHED_ZBH1 || (g->req.order && strchr(g->req.order, 'W'));
     p->task0 = ir_xmalloc(sizeof(int) * ((size_t)p->pp + 1));
     for (int s = 0; s <= p->pp; s++) p->task0[s] = ntask(p) * s;
@@ -1139,7 +1264,7 @@ int pass_pipeline(ir_dist *d)
     int rc = 0;
     double *cost = NULL;
     if (p->sched == IR_SCHED_ZBH1) {   /* zb-h1 orders its tasks by the cost model's times */
-        cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->v);
+        cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->nch);
         pass_pipe_costs(d, cost);
     }
     if (p->sched < 0) rc = user_order(d, p);
@@ -1150,7 +1275,8 @@ int pass_pipeline(ir_dist *d)
                         "[plan] interleaved schedule: micro_batches %d is not a multiple of pp %d", p->m, p->pp);
     else if (rc)
         rc = pass_error(g, g->req.pp_line, "use schedule = 1f1b or gpipe",
-                        "[plan] schedule zb-h1: the stages' dependencies leave no order of this kind");
+                        "[plan] schedule %s: the stages' dependencies leave no order of this kind",
+                        p->sched == IR_SCHED_ZBH1 ? "zb-h1" : "interlaced");
     for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
     if (!rc && p->sched == IR_SCHED_ZBH1 && settle(d, 1)) {
         /* the bubble-optimal order needs transfers the blocking sends cannot
@@ -1182,48 +1308,103 @@ void pass_pipe_costs(const ir_dist *d, double *cost)
     const ir_pipe *p = d->pipe;
     IR_ASSERT(p);
     int sd = d->ndev / d->mesh_pp;
-    for (int s = 0; s < 3 * p->pp * p->v; s++) cost[s] = 0;
+    for (int s = 0; s < 3 * p->pp * p->nch; s++) cost[s] = 0;
     for (int n = 0; n < d->nseq; n++) {
         const ir_item *it = &d->seq[n];
         if (it->comm || it->sec != IR_SEC_MB) continue;
         const ir_subop *so = &d->sop[it->id];
         if (so->dev % sd) continue;
-        cost[3 * (so->dev / sd) * p->v + pass_pipe_class(d, n, so->dev / sd)] +=
+        cost[3 * (so->dev / sd) * p->nch + pass_pipe_class(d, n, so->dev / sd)] +=
             pass_subop_flops(g, so, IR_SEC_MB) / (double)p->m;
     }
+}
+
+/* Is dependency e a meeting: the same task of two stages waiting on each
+ * other (a collective of ops on every stage), which start together? */
+/* (meeting, above) When may stage s start its next task t (kind, chunk,
+ * mb) on the cost model: *ready from its own stage and the tasks it waits
+ * for on others; 0 when one has not finished.  Meetings are skipped here
+ * (the caller starts such a task on every stage at once). */
+static int meeting(const ir_pipe *p, const ir_pdep *e)
+{
+    if (e->from_kind != e->kind || e->from_chunk != e->chunk) return 0;
+    for (int i = 0; i < p->ndep; i++) {
+        const ir_pdep *r = &p->dep[i];
+        if (r->s == e->from_s && r->from_s == e->s && r->kind == e->kind && r->chunk == e->chunk &&
+            r->from_kind == e->kind && r->from_chunk == e->chunk)
+            return 1;
+    }
+    return 0;
+}
+
+static int sim_ready(const ir_pipe *p, const double *tdone, const double *free_at, int s, const ir_task *t,
+                     double *ready)
+{
+    *ready = free_at[s];
+    for (int i = 0; i < p->ndep; i++) {
+        const ir_pdep *e = &p->dep[i];
+        if (e->s != s || e->kind != t->kind || e->chunk != t->chunk) continue;
+        if (meeting(p, e)) continue;
+        double f = DONEC(p, tdone, e->from_s, e->from_chunk, e->from_kind, t->mb);
+        if (f < 0) return 0;
+        if (f > *ready) *ready = f;
+    }
+    return 1;
 }
 
 double pass_pipe_simulate(const ir_pipe *p, const double *cost, double *start, double *bubble)
 {
     /* list scheduling in task order; once the check proved the orders
-       deadlock-free, every sweep over the stages starts a task */
+       deadlock-free, every sweep over the stages starts a task.  A task
+       that meets the same task of other stages (a collective across them)
+       starts on all of them together, once each is at it and ready */
     int pp = p->pp, m = p->m, nt = ntask(p);
-    size_t ndone = (size_t)pp * (size_t)p->v * 3 * (size_t)m;
+    size_t ndone = (size_t)pp * (size_t)p->nch * 3 * (size_t)m;
     double *tdone = ir_xmalloc(sizeof(double) * ndone);
     for (size_t i = 0; i < ndone; i++) tdone[i] = -1;
     int *next = ir_xcalloc((size_t)pp, sizeof(int)), left = nt * pp;
+    char *meet = ir_xmalloc((size_t)pp);
     double *free_at = ir_xcalloc((size_t)pp, sizeof(double)), span = 0, busy = 0;
     while (left) {
         int moved = 0;
         for (int s = 0; s < pp; s++)
             while (next[s] < nt) {
                 const ir_task *t = p->task + p->task0[s] + next[s];
-                double ready = free_at[s];
+                double ready;
+                if (!sim_ready(p, tdone, free_at, s, t, &ready)) break;
+                /* the stages it meets: each at the same task and ready */
+                memset(meet, 0, (size_t)pp);
+                meet[s] = 1;
                 int ok = 1;
-                for (int i = 0; i < p->ndep && ok; i++) {
-                    const ir_pdep *e = &p->dep[i];
-                    if (e->s != s || e->kind != t->kind || e->chunk != t->chunk) continue;
-                    double f = DONEC(p, tdone, e->from_s, e->from_chunk, e->from_kind, t->mb);
-                    if (f < 0) ok = 0;
-                    else if (f > ready) ready = f;
+                for (int grow = 1; grow && ok;) {
+                    grow = 0;
+                    for (int i = 0; i < p->ndep && ok; i++) {
+                        const ir_pdep *e = &p->dep[i];
+                        if (!meet[e->s] || meet[e->from_s] || e->kind != t->kind || e->chunk != t->chunk ||
+                            !meeting(p, e))
+                            continue;
+                        int o = e->from_s;
+                        double r2;
+                        const ir_task *t2 = next[o] < nt ? p->task + p->task0[o] + next[o] : NULL;
+                        if (!t2 || t2->kind != t->kind || t2->chunk != t->chunk || t2->mb != t->mb ||
+                            !sim_ready(p, tdone, free_at, o, t2, &r2)) {
+                            ok = 0;
+                            break;
+                        }
+                        if (r2 > ready) ready = r2;
+                        meet[o] = 1, grow = 1;
+                    }
                 }
                 if (!ok) break;
-                double c = cost[PASS_PIPE_C(p, s, t->chunk, t->kind)];
-                if (start) start[p->task0[s] + next[s]] = ready;
-                free_at[s] = DONEC(p, tdone, s, t->chunk, t->kind, t->mb) = ready + c;
-                if (free_at[s] > span) span = free_at[s];
-                busy += c;
-                next[s]++, left--, moved = 1;
+                for (int o = 0; o < pp; o++) {
+                    if (!meet[o]) continue;
+                    double c = cost[PASS_PIPE_C(p, o, t->chunk, t->kind)];
+                    if (start) start[p->task0[o] + next[o]] = ready;
+                    free_at[o] = DONEC(p, tdone, o, t->chunk, t->kind, t->mb) = ready + c;
+                    if (free_at[o] > span) span = free_at[o];
+                    busy += c;
+                    next[o]++, left--, moved = 1;
+                }
             }
         if (!moved) {   /* the order waits on itself */
             span = -1;
@@ -1233,6 +1414,7 @@ double pass_pipe_simulate(const ir_pipe *p, const double *cost, double *start, d
     *bubble = span > 0 ? 1 - busy / (span * pp) : 0;   /* (span -1: stuck) */
     free(tdone);
     free(next);
+    free(meet);
     free(free_at);
     return span;
 }

@@ -125,7 +125,8 @@ static void set_trans(ir_dist *d, const stages *S, int op, int nsplit, const int
     }
     int per = tr->nsub / nst, sd = d->ndev / d->mesh_pp;
     int *devs = ir_xmalloc(sizeof(int) * (size_t)tr->nsub);
-    for (int i = 0; i < tr->nsub; i++) devs[i] = st[i / per] % d->mesh_pp * sd + i % per;
+    for (int i = 0; i < tr->nsub; i++)   /* (an op of every stage: on every device) */
+        devs[i] = st[0] == IR_STAGE_ALL(d) ? i : st[i / per] % d->mesh_pp * sd + i % per;
     tr->devs = ir_dist_ints(d, devs, tr->nsub);
     free(devs);
     if (d->mesh_pp > 1 && why) {
@@ -133,7 +134,8 @@ static void set_trans(ir_dist *d, const stages *S, int op, int nsplit, const int
         char w[512];
         int k0 = snprintf(w, sizeof w, "stage%s ", nst > 1 ? "s" : "");
         for (int k = 0; k < nst && k0 < (int)sizeof w; k++)
-            k0 += snprintf(w + k0, sizeof w - (size_t)k0, "%s%d", k ? "," : "", st[k]);
+            k0 += st[k] == IR_STAGE_ALL(d) ? snprintf(w + k0, sizeof w - (size_t)k0, "all")
+                                           : snprintf(w + k0, sizeof w - (size_t)k0, "%s%d", k ? "," : "", st[k]);
         if (k0 < (int)sizeof w) snprintf(w + k0, sizeof w - (size_t)k0, ": %s", strcmp(why, "single device") ? why : "whole");
         tr->why = ir_dist_str(d, w);
         return;
@@ -385,7 +387,7 @@ static int apply_cons(planctx *c, int op, const ucons *u)
                                   "divide into %d", u->id[j], o->name, (long long)e, u->parts[j]);
         }
     }
-    int sd = c->d->ndev / c->d->mesh_pp;
+    int sd = c->d->op_stage[op] == IR_STAGE_ALL(c->d) ? c->d->ndev : c->d->ndev / c->d->mesh_pp;
     if (total != sd)
         return pass_error(g, g->req.trans_line,
                           c->d->mesh_pp > 1 ? "the product of a constraint's parts is the devices of a stage "
@@ -554,7 +556,7 @@ static int assign_stages(planctx *c, int pp, const int *order)
     ir_dist *d = c->d;
     const ir_graph *g = d->g;
     const ir_planreq *r = &g->req;
-    int *st = d->op_stage, nv = d->mesh_v, nphys = d->mesh_pp;
+    int *st = d->op_stage, nv = d->mesh_v, nphys = d->mesh_pp, all = pp;   /* all: IR_STAGE_ALL */
     for (int i = 0; i < g->nop; i++) st[i] = -1;
     static const char hint1[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
                                 "block's repeats (h.0-5, h.6); STAGE 0 .. pp-1";
@@ -567,14 +569,17 @@ static int assign_stages(planctx *c, int pp, const int *order)
     while (s && *s) {
         const char *e = strchr(s, ',');
         size_t len = e ? (size_t)(e - s) : strlen(s);
-        char item[512], name[256], extra[8];
+        char item[512], name[256], extra[8], word[8];
         int k;
         if (len >= sizeof item) return pass_error(g, r->stage_line, hint, "[plan] stage: item too long");
         memcpy(item, s, len);
         item[len] = '\0';
-        if (sscanf(item, " %255s %d %7s", name, &k, extra) != 2)
-            return pass_error(g, r->stage_line, hint, "[plan] stage: '%s' is not ITEM STAGE", item);
-        if (k < 0 || k >= pp)
+        if (sscanf(item, " %255s %d %7s", name, &k, extra) != 2) {
+            /* ITEM all: split over every device, its tasks interlaced with the pipeline's */
+            if (sscanf(item, " %255s %7s %7s", name, word, extra) == 2 && !strcmp(word, "all")) k = pp;
+            else return pass_error(g, r->stage_line, hint, "[plan] stage: '%s' is not ITEM STAGE", item);
+        }
+        if (k != pp && (k < 0 || k >= pp))
             return pass_error(g, r->stage_line, hint, "[plan] stage: stage %d of '%s' is not in 0 .. %d (pp %d%s)", k,
                               name, pp - 1, pp / nv, nv > 1 ? " x chunks" : "");
         int b, lo, hi, hit = 0;
@@ -597,14 +602,49 @@ static int assign_stages(planctx *c, int pp, const int *order)
     for (int b = 0; b < g->nblk; b++) lb[b] = nl, nl += g->blk[b].repeat;
     int nf = 0, kf = 0;
     for (int i = 0; i < g->nop; i++) nf += g->op[i].phase == IR_PH_FWD;
+    /* interlaced: the forward ops outside the blocks before the first layer
+       (no block op among what they read) or after the last (no block op
+       reads what they make) run on every stage, split over all devices */
+    char *anc = ir_xcalloc((size_t)g->nop + 1, 1), *desc = ir_xcalloc((size_t)g->nop + 1, 1);
+    char *post = ir_xcalloc((size_t)g->nop + 1, 1);   /* on every stage, after staged ops */
+    for (int n = 0; n < g->nop; n++) {
+        const ir_op *o = &g->op[order[n]];
+        for (int k = 0; k < o->nin; k++) {
+            int p = g->t[o->in[k]].producer;
+            if (p >= 0 && g->op[p].phase == IR_PH_FWD && (g->op[p].block >= 0 || anc[p])) anc[order[n]] = 1;
+        }
+    }
+    for (int n = g->nop - 1; n >= 0; n--) {
+        const ir_op *o = &g->op[order[n]];
+        for (int k = 0; k < o->nin; k++) {
+            int p = g->t[o->in[k]].producer;
+            if (p >= 0 && o->phase == IR_PH_FWD && (o->block >= 0 || desc[order[n]])) desc[p] = 1;
+        }
+    }
+    if (g->req.schedule == IR_SCHED_INTERLACED && nv == 1)
+        for (int i = 0; i < g->nop; i++)
+            if (g->op[i].phase == IR_PH_FWD && g->op[i].block < 0 && st[i] < 0 && (!anc[i] || !desc[i])) st[i] = all;
     for (int n = 0; n < g->nop; n++) {
         int op = order[n];
         const ir_op *o = &g->op[op];
         if (o->phase != IR_PH_FWD) continue;
-        int from = 0;   /* the latest stage it reads from */
+        int from = 0;   /* the latest stage it reads from (an op of every stage: none) */
         for (int k = 0; k < o->nin; k++) {
             int p = g->t[o->in[k]].producer;
-            if (p >= 0 && st[p] > from) from = st[p];
+            if (p >= 0 && st[p] > from && st[p] != all) from = st[p];
+            if (p >= 0 && st[op] == all && (post[p] || st[p] != all)) post[op] = 1;
+            if (p >= 0 && st[op] != all && post[p]) {
+                free(lb), free(anc), free(desc), free(post);
+                return pass_error(g, r->stage_line ? r->stage_line : r->pp_line,
+                                  "an op of every stage runs before the pipeline's layers or after them: keep what "
+                                  "reads the layers' results and is read by them on a stage",
+                                  "[plan] stage: op %s on stage %d reads %s from op %s, which runs on every stage "
+                                  "after the layers", o->name, st[op], g->t[o->in[k]].name, g->op[p].name);
+            }
+        }
+        if (st[op] == all) {
+            kf++;
+            continue;
         }
         if (st[op] < 0) {
             if (o->block >= 0) st[op] = (int)((int64_t)(lb[o->block] + o->rep) * pp / nl);
@@ -618,7 +658,7 @@ static int assign_stages(planctx *c, int pp, const int *order)
                 int q = g->t[o->in[k]].producer;
                 if (q >= 0 && st[q] == from) p = q;
             }
-            free(lb);
+            free(lb), free(anc), free(desc), free(post);
             return pass_error(g, r->stage_line ? r->stage_line : r->pp_line,
                               "a stage reads only from itself and earlier stages: move the op to a later stage or "
                               "its producer to an earlier one",
@@ -627,10 +667,23 @@ static int assign_stages(planctx *c, int pp, const int *order)
         }
     }
     free(lb);
+    free(anc);
+    free(desc);
+    free(post);
     /* every stage runs something */
     char *busy = ir_xcalloc((size_t)pp, 1);
+    int nall = 0;
     for (int i = 0; i < g->nop; i++)
-        if (g->op[i].phase == IR_PH_FWD) busy[st[i]] = 1;
+        if (g->op[i].phase == IR_PH_FWD) {
+            if (st[i] == all) nall++;
+            else busy[st[i]] = 1;
+        }
+    if (nall && nv > 1) {
+        free(busy);
+        return pass_error(g, r->stage_line ? r->stage_line : r->chunks_line,
+                          "ops on every stage go with one chunk per stage", "[plan] stage: ops on every stage with "
+                          "chunks %d: not built", nv);
+    }
     for (int k = 0; k < pp; k++)
         if (!busy[k]) {
             free(busy);
@@ -663,7 +716,7 @@ static int assign_stages(planctx *c, int pp, const int *order)
     free(fill);
     int *at = c->st.at = ir_xcalloc((size_t)g->nop + 2, sizeof(int));
     int cap = g->nop + 1, *v = c->st.v = ir_xmalloc(sizeof(int) * (size_t)cap);
-    char *on = ir_xcalloc((size_t)pp, 1);
+    char *on = ir_xcalloc((size_t)pp + 1, 1);
     for (int i = 0; i < g->nop; i++) {
         const ir_op *o = &g->op[i];
         int n0 = at[i], n = n0;
@@ -676,12 +729,25 @@ static int assign_stages(planctx *c, int pp, const int *order)
         }
         if (o->phase == IR_PH_OPT) {
             /* once per stage (device group): the first virtual stage there reading it */
-            memset(on, 0, (size_t)pp);
+            memset(on, 0, (size_t)pp + 1);
             for (int q = pr0[o->in[0]]; q < pr0[o->in[0] + 1]; q++) on[st[pr[q]]] = 1;
+            if (on[all]) {   /* read by ops of every stage: updated on every device, split like them */
+                int other = -1;
+                for (int k = 0; k < pp && other < 0; k++)
+                    if (on[k]) other = k;
+                if (other >= 0) {
+                    free(on), free(pr0), free(pr);
+                    return pass_error(g, r->stage_line ? r->stage_line : r->pp_line,
+                                      "put every op reading the param on every stage, or none",
+                                      "[plan] stage: param %s is read by ops of every stage and by stage %d: not "
+                                      "built", g->t[o->in[0]].name, other);
+                }
+                st[i] = all;
+            }
             for (int k = pp - 1; k >= 0; k--)
                 for (int k2 = k - nphys; k2 >= 0 && on[k]; k2 -= nphys) on[k] &= (char)!on[k2];
-            st[i] = -1;
-            for (int k = 0; k < pp; k++)
+            if (st[i] != all) st[i] = -1;
+            for (int k = 0; k < pp && st[i] != all; k++)
                 if (on[k]) {
                     if (st[i] < 0) st[i] = k;
                     if (n + 1 > cap) cap *= 2, v = c->st.v = ir_xrealloc(v, sizeof(int) * (size_t)cap);
@@ -748,6 +814,9 @@ int pass_plan(ir_dist *d)
     for (int n = 0; n < g->nop && !rc; n++) {
         int op = order[n];
         const ir_op *o = &g->op[op];
+        /* an op of every stage (interlaced) is split over all devices, as by tp */
+        const int all = c.st.at && d->op_stage[op] == IR_STAGE_ALL(d);
+        const int ldp = all ? 1 : dp, ltp = all ? d->ndev : tp;
         int u = -1;
         if (!c.st.at) break;
         for (int i = 0; i < ncons && u < 0; i++)
@@ -760,12 +829,12 @@ int pass_plan(ir_dist *d)
         }
         char why[300], tw[200] = "";
         int b = pass_batch_id(g, op);
-        int ids[2] = {b >= 0 && dp > 1 ? b : IR_REPLICATE, IR_REPLICATE}, parts[2] = {dp, tp};
+        int ids[2] = {b >= 0 && ldp > 1 ? b : IR_REPLICATE, IR_REPLICATE}, parts[2] = {ldp, ltp};
         /* a linear op without a batch dim over partial sums of the dp axis (a sum of a
            tied param's gradient contributions) stays partial: one reduction of the
            sum, not one per contribution */
         int dpval = 0;
-        if (ids[0] == IR_REPLICATE && dp > 1 && tp == 1 && pp == 1 && (ir_ops[o->kind].flags & OPF_LINEAR) &&
+        if (ids[0] == IR_REPLICATE && ldp > 1 && ltp == 1 && pp == 1 && (ir_ops[o->kind].flags & OPF_LINEAR) &&
             o->phase == IR_PH_BWD) {
             /* (a plain dp mesh: the partial pieces then sit on the same devices; a
                value split across stages or beside tp splits is left to the comm pass) */
@@ -776,7 +845,11 @@ int pass_plan(ir_dist *d)
             }
             if (dpval) ids[0] = IR_VALUE;
         }
-        if (tp > 1) ids[1] = choose_tp(&c, op, tw, sizeof tw);
+        if (ltp > 1) {
+            c.tp = ltp;
+            ids[1] = choose_tp(&c, op, tw, sizeof tw);
+            c.tp = tp;
+        }
         if (ids[1] >= 0 && ids[1] == ids[0]) {
             ids[1] = IR_REPLICATE;   /* the batch is already split on the dp axis */
             snprintf(tw, sizeof tw, "replicated on the tp axis");
@@ -785,36 +858,36 @@ int pass_plan(ir_dist *d)
         /* (and zero 3's backward copy of a param, recompute.c: its shard, which the
            comm pass then gathers for the backward) */
         int zcopy = o->recomp && o->kind == IR_OP_COPY && g->t[o->in[0]].kind == IR_T_PARAM;
-        if ((o->phase == IR_PH_OPT || zcopy) && dp > 1 && g->req.zero > 0) {
+        if ((o->phase == IR_PH_OPT || zcopy) && ldp > 1 && g->req.zero > 0) {
             /* ZeRO: the update (and its state, and under zero 3 its param) on the dp axis,
                along the param's first dim that divides and that tp leaves whole */
             for (int j = 0; j < o->anno.ndim[0] && ids[0] < 0; j++) {
                 int id = o->anno.dim[0][j].id;
-                if (id >= 0 && id != ids[1] && splittable(g, op, id, dp)) {
+                if (id >= 0 && id != ids[1] && splittable(g, op, id, ldp)) {
                     ids[0] = id;
                     snprintf(zw, sizeof zw, "zero %d: %s on the dp axis, dim %d (%lld) split %d ways", g->req.zero,
                              zcopy ? "the param's shard, gathered again for the backward" : "the update's shard", j,
-                             (long long)id_extent(g, op, id), dp);
+                             (long long)id_extent(g, op, id), ldp);
                     if (g->req.zero == 2 && o->phase == IR_PH_OPT && o->nin > 1) d->zgrad[o->in[1]] = 1;
                 }
             }
             if (ids[0] < 0)
                 snprintf(zw, sizeof zw, "zero %d: no dim of the param divides by dp %d (or tp splits it): replicated",
-                         g->req.zero, dp);
+                         g->req.zero, ldp);
         }
         if (*zw)
-            snprintf(why, sizeof why, "%s%s%s", zw, tp > 1 ? "; tp: " : "", tw);
+            snprintf(why, sizeof why, "%s%s%s", zw, ltp > 1 ? "; tp: " : "", tw);
         else if (dpval)
-            snprintf(why, sizeof why, "dp: linear op over partial sums: stays partial%s%s", tp > 1 ? "; tp: " : "", tw);
-        else if (b >= 0 && dp > 1)
+            snprintf(why, sizeof why, "dp: linear op over partial sums: stays partial%s%s", ltp > 1 ? "; tp: " : "", tw);
+        else if (b >= 0 && ldp > 1)
             snprintf(why, sizeof why, "dp: batch dim '%s' (%lld) split %d ways%s%s%s", o->anno.idname[b],
-                     (long long)id_extent(g, op, b), dp,
-                     o->anno.id_reduce[b] ? ", a reduction: outputs are partial sums" : "", tp > 1 ? "; tp: " : "", tw);
-        else if (dp > 1)
-            snprintf(why, sizeof why, "dp: no batch dim, replicated on all %d devices%s%s", dp, tp > 1 ? "; tp: " : "",
+                     (long long)id_extent(g, op, b), ldp,
+                     o->anno.id_reduce[b] ? ", a reduction: outputs are partial sums" : "", ltp > 1 ? "; tp: " : "", tw);
+        else if (ldp > 1)
+            snprintf(why, sizeof why, "dp: no batch dim, replicated on all %d devices%s%s", ldp, ltp > 1 ? "; tp: " : "",
                      tw);
         else
-            snprintf(why, sizeof why, "%s%s", tp > 1 ? "tp: " : "single device", tw);
+            snprintf(why, sizeof why, "%s%s", ltp > 1 ? "tp: " : "single device", tw);
         set_trans(d, &c.st, op, 2, ids, parts, why);
         record_layout(&c, op);
         /* its outputs are partial on the dp axis when that split reduces */

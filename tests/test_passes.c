@@ -600,6 +600,92 @@ static void test_bubble_v(int pp, int m, int v, int k)
     free(p.dep);
 }
 
+/* interlaced (nnScaler): the layers' 1f1b on a chain of stages, and the
+ * tasks of the ops on every stage (chunk 1 before the layers, chunk 2
+ * after), which meet on every stage: each stage runs the same sequence of
+ * shared tasks, its own tasks in 1f1b order, E(i) before the first stage's
+ * F(i), the head's tasks between the last stage's F(i) and B(i), e(i)
+ * after the first stage's B(i); the cost model runs the step with the
+ * meetings. */
+static void test_interlaced(int pp, int m)
+{
+    ir_pipe p;
+    memset(&p, 0, sizeof p);
+    p.pp = pp, p.m = m, p.v = 1, p.nch = 3, p.k = 1, p.sched = IR_SCHED_INTERLACED;
+    int nt = 2 * m * 3;
+    p.task0 = malloc(sizeof(int) * (size_t)(pp + 1));
+    for (int s = 0; s <= pp; s++) p.task0[s] = nt * s;
+    p.task = calloc((size_t)(nt * pp), sizeof(ir_task));
+    p.dep = calloc((size_t)(8 * pp * pp + 8), sizeof(ir_pdep));
+    for (int s = 0; s + 1 < pp; s++) {
+        p.dep[p.ndep++] = (ir_pdep){s + 1, IR_TASK_F, s, IR_TASK_F, 0, 0};
+        p.dep[p.ndep++] = (ir_pdep){s, IR_TASK_B, s + 1, IR_TASK_B, 0, 0};
+    }
+    for (int a = 0; a < pp; a++)
+        for (int b = 0; b < pp; b++) {
+            if (a == b) continue;
+            p.dep[p.ndep++] = (ir_pdep){a, IR_TASK_F, b, IR_TASK_F, 1, 1};   /* the embedding's all-reduce */
+            p.dep[p.ndep++] = (ir_pdep){a, IR_TASK_B, b, IR_TASK_B, 2, 2};   /* the head's input gradient's */
+        }
+    for (int s = 0; s + 1 < pp; s++) {
+        p.dep[p.ndep++] = (ir_pdep){s, IR_TASK_F, pp - 1, IR_TASK_F, 2, 0};   /* the last layer's output */
+        p.dep[p.ndep++] = (ir_pdep){s + 1, IR_TASK_B, 0, IR_TASK_B, 1, 0};    /* the first layer's input gradient */
+    }
+    CHECK(pass_pipe_schedule(&p, NULL) == 0, "interlaced pp %d m %d: built", pp, m);
+    int same = 1, order = 1, f1b = 1, inflight = 0;
+    for (int s = 0; s < pp; s++) {
+        const ir_task *t = p.task + p.task0[s], *t0 = p.task;
+        int a = 0, next[3][3] = {{0}}, done[64] = {0}, open = 0;
+        ir_task own[64];
+        int nown = 0;
+        for (int k = 0; k < nt; k++) {
+            order &= t[k].mb == next[t[k].kind][t[k].chunk]++;
+            if (t[k].chunk) {   /* the k-th shared task: the same as stage 0's */
+                while (t0[a].chunk == 0) a++;
+                same &= t0[a].kind == t[k].kind && t0[a].chunk == t[k].chunk && t0[a].mb == t[k].mb;
+                a++;
+            } else own[nown++] = t[k];
+            if (done[t[k].mb]++ == 0) open++;
+            if (open > inflight) inflight = open;
+            if (done[t[k].mb] == 6) open--;
+        }
+        /* the stage's own tasks: 1f1b's order */
+        ir_task ref[64];
+        int w = pp - s - 1 < m ? pp - s - 1 : m, n = 0;
+        for (int i = 0; i < w; i++) ref[n++] = (ir_task){IR_TASK_F, i, 0, 0};
+        for (int i = 0; i < m - w; i++) ref[n++] = (ir_task){IR_TASK_F, w + i, 0, 0}, ref[n++] = (ir_task){IR_TASK_B, i, 0, 0};
+        for (int i = m - w; i < m; i++) ref[n++] = (ir_task){IR_TASK_B, i, 0, 0};
+        for (int k = 0; k < 2 * m; k++) f1b &= own[k].kind == ref[k].kind && own[k].mb == ref[k].mb;
+    }
+    CHECK(same && order && f1b, "interlaced pp %d m %d: every stage the same shared tasks, each kind and chunk in "
+          "micro-batch order, its own tasks in 1f1b order", pp, m);
+    /* E(i) before stage 0's F(i); H(i) after the last stage's F(i) and before its B(i); e(i) after stage 0's B(i) */
+    int rel = 1;
+    for (int i = 0; i < m; i++) {
+        int at[3][3][2];
+        memset(at, -1, sizeof at);
+        for (int s = 0; s < pp; s += pp - 1 ? pp - 1 : 1) {
+            for (int k = 0; k < nt; k++) {
+                const ir_task *t = &p.task[p.task0[s] + k];
+                if (t->mb == i) at[t->kind][t->chunk][s ? 1 : 0] = k;
+            }
+            if (pp == 1) break;
+        }
+        rel &= at[IR_TASK_F][1][0] < at[IR_TASK_F][0][0] && at[IR_TASK_F][2][1] > at[IR_TASK_F][0][1] &&
+               at[IR_TASK_B][2][1] < at[IR_TASK_B][0][1] && at[IR_TASK_B][1][0] > at[IR_TASK_B][0][0];
+    }
+    CHECK(rel, "interlaced pp %d m %d: E before the first layers, the head between the last layers' F and B, e after "
+          "the first layers' B", pp, m);
+    double cost[3 * 16 * 3], bubble;
+    for (int i = 0; i < 3 * pp * 3; i++) cost[i] = i % 3 == IR_TASK_F ? 1 : 2;
+    double span = pass_pipe_simulate(&p, cost, NULL, &bubble);
+    CHECK(span > 0 && inflight <= (pp < m ? pp : m) + 1, "interlaced pp %d m %d: the cost model runs the step (%.0f, "
+          "bubble %.3f), at most %d micro-batches in flight on a stage", pp, m, span, bubble, inflight);
+    free(p.task0);
+    free(p.task);
+    free(p.dep);
+}
+
 int main(int argc, char **argv)
 {
     test_inplace_readers(argc > 1 ? argv[1] : "tests");
@@ -624,6 +710,7 @@ int main(int argc, char **argv)
             test_bubble_v(pp, m, 2, 1);
             test_bubble_v(pp, m, 4, 1);
             test_bubble_v(pp, m, 1, 2);
+            test_interlaced(pp, m);
         }
     test_pipeline(2, 4, IR_SCHED_ZBH1);
     test_pipeline(4, 8, IR_SCHED_ZBH1);
