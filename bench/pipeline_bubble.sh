@@ -5,8 +5,8 @@
 # gpt2-tiny widened to C = 256 (so a task is milliseconds, not the
 # transfers' microseconds) on pp 2 stages, one rank per stage and one
 # kernel thread per rank (2 ranks on this 2-core machine: a rank never waits
-# for a core), for gpipe, 1f1b, zb-h1, interleaved (2 chunks per stage) and
-# 2f2b at m = 4 and 8 micro-batches: each
+# for a core), for gpipe, 1f1b, zb-h1, interleaved (2 chunks per stage),
+# 2f2b and interlaced at m = 4 and 8 micro-batches: each
 # run writes --trace files, and bench/bubble.py takes the median over steps
 # 3..STEPS of 1 - busy / (p x span).  Then the stash plan.txt states per
 # stage for pp 4, m 8, against 1F1B's min(p - s, m) micro-batches in flight.
@@ -23,7 +23,7 @@ echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs available; loa
 echo "command: bench/pipeline_bubble.sh $steps"
 spec=(--set dims.C=256 --set dims.B=16 --set train.lr=3e-4)
 for m in 4 8; do
-  for sched in gpipe 1f1b zb-h1 interleaved 2f2b; do
+  for sched in gpipe 1f1b zb-h1 interleaved 2f2b interlaced; do
     o=$tmp/$sched-$m
     "$build/nnsc-aot" "$top/examples/gpt2-tiny.ini" -o "$o" -q --devices 2 --set plan.pp=2 \
       --set "plan.schedule=$sched" --set "train.micro_batches=$m" "${spec[@]}"

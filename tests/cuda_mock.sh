@@ -267,9 +267,12 @@ check_run() {
   build gpt-dp2tp2 "${gpt[@]}" --target cuda --arch sm_90 --devices 4 --set plan.policy=hybrid \
     --set plan.tp=2
   build gpt-pp2 "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.pp=2
+  build gpt-pp2-ilv "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.pp=2 --set plan.schedule=interleaved \
+    --set "plan.stage=h.0 1, h.1 2, lnf 3"
+  build gpt-pp2-ilc "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.pp=2 --set plan.schedule=interlaced
 ) &
 wait
-built mlp-cpu gpt-cpu gpt-bf16-cpu mlp gpt gpt-bf16 gpt-dp2 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2
+built mlp-cpu gpt-cpu gpt-bf16-cpu mlp gpt gpt-bf16 gpt-dp2 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc
 
 # the cpu-target references (no doubles involved, but the same environment)
 for ref in mlp-cpu gpt-cpu gpt-bf16-cpu; do
@@ -297,6 +300,13 @@ check_run gpt-plan gpt-cpu 4 "gpt2-tiny, 4 ranks, user-constrained plan (send/re
 # a pipeline (pp 2, 1f1b): the stages' transfers are ncclSend / ncclRecv, the mb section unrolled
 [[ -x $tmp/gpt-pp2/launch ]] && run gpt-pp2
 check_run gpt-pp2 gpt-cpu 2 "gpt2-tiny, pp2 (1f1b)"
+# interleaved (2 chunks, the embedding, the 2 layers and the head one virtual stage each: grouped
+# ncclSend / ncclRecv with receives posted early and sends made late) and interlaced
+# (the embedding and head split over both ranks: all-reduces between the stages' tasks)
+[[ -x $tmp/gpt-pp2-ilv/launch ]] && run gpt-pp2-ilv
+check_run gpt-pp2-ilv gpt-cpu 2 "gpt2-tiny, pp2 interleaved"
+[[ -x $tmp/gpt-pp2-ilc/launch ]] && run gpt-pp2-ilc
+check_run gpt-pp2-ilc gpt-cpu 2 "gpt2-tiny, pp2 interlaced"
 if [[ -s $tmp/gpt-plan.err ]] && ! grep -q '^nnsc-mock-nccl: .* send=[1-9]' "$tmp/gpt-plan.err"; then
   no "gpt-plan: no ncclSend went through the NCCL double"
 fi

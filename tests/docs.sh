@@ -55,7 +55,7 @@ mkwork() {
   local w=$tmp/work/$1
   mkdir -p "$w/bin"
   ln -s "$build" "$w/build"
-  for d in examples data golden; do ln -s "$top/$d" "$w/$d"; done
+  for d in examples data golden tests; do ln -s "$top/$d" "$w/$d"; done
   ln -s "$build/nnsc-aot" "$w/bin/nnsc-aot"
   echo "$w"
 }
