@@ -1169,9 +1169,9 @@ static int lower_cluster(fe_lw *L)
     int64_t n, dp, tp, pp, zero, chunks;
     int dev, pol, sch, group = 1;
     const fe_kv *skv = pl ? fe_get(pl, "schedule") : NULL;
-    char kf[2];
+    char fl[2], bl[2];   /* the letters f and b, each with its terminator */
     int ka, kb, kn = 0;
-    if (skv && sscanf(skv->val, "%d%1[f]%d%1[b]%n", &ka, kf, &kb, kf + 1, &kn) == 4 && !skv->val[kn] &&
+    if (skv && sscanf(skv->val, "%d%1[f]%d%1[b]%n", &ka, fl, &kb, bl, &kn) == 4 && !skv->val[kn] &&
         strcmp(skv->val, "1f1b")) {
         /* kFkB: 1F1B over groups of k micro-batches */
         char clip[96];

@@ -20,8 +20,17 @@
  *           fill what would be bubbles: (p-1)/(3m+p-1) of the step for
  *           equal F, B, W instead of (p-1)/(m+p-1) (this rule meets the
  *           formula exactly for every p and m >= p tried, test_passes)
+ *   kfkb    1f1b over groups of k micro-batches ([plan] schedule = 2f2b ...)
+ *   interleaved  with chunks = v model chunks per stage (virtual stage j on
+ *           stage j % pp, its chunk j / pp): a task per chunk and
+ *           micro-batch; Megatron's order (groups of pp micro-batches
+ *           through chunk 0 .. v-1, (pp - s - 1) 2 + (v - 1) pp warm-up
+ *           forwards): (p-1)/(vm+p-1)
+ *   interlaced  nnScaler's: the ops before and after the layers split over
+ *           every device, in two more chunks whose tasks every stage runs
+ *           together between its 1f1b tasks (build_interlaced)
  *   order   the user's ([plan] order = TASKS; TASKS; ... one list per stage;
- *           W tasks in it split the backward)
+ *           W tasks in it split the backward; F3.1: micro-batch 3, chunk 1)
  *
  * Every stage runs each kind of task in micro-batch order (accumulated
  * gradients start on micro-batch 0), F(i) before B(i) before W(i).  A
@@ -47,8 +56,15 @@
  * B(j) sends back).  The check then simulates every rank's sequence of
  * collectives and transfers over one step and proves that each one finds
  * all its members: no deadlock, the same collective order in every group.
- * An order that fails is rejected with the two ranks and tasks that wait on
- * each other.
+ * Where a rank would wait to send to a rank that sits between two tasks
+ * but takes the transfer only in a later task, that receive is posted
+ * early there (ir_pipe.hoist; its buffer is stash), and the check runs
+ * again; before that, sends whose receiver comes later on the cost model
+ * are made late (late_sends).  The transfers of one call go in the order
+ * their sender makes them (the runtimes match them in call order), and the
+ * check holds a transfer back until those before it are done.  An order
+ * that fails is rejected with the two ranks and tasks that wait on each
+ * other.
  */
 #include <stdlib.h>
 #include <string.h>
