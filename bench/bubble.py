@@ -63,8 +63,11 @@ def main():
     else:
         formula = (p - 1) / (m + p - 1)
         measured_f = formula
-    print(f"{sched:6s} p {p} m {m:2d}: bubble {100 * statistics.median(bubbles):5.1f} % "
-          f"(median of {len(bubbles)} steps); formula {100 * formula:5.1f} % "
+    head = f"{sched:6s} p {p} m {m:2d}: bubble {100 * statistics.median(bubbles):5.1f} % (median of {len(bubbles)} steps)"
+    if formula != formula:   # none (interlaced)
+        print(head + "; no formula (plan.txt has the cost model's step)")
+        return
+    print(head + f"; formula {100 * formula:5.1f} % "
           f"(with the measured T_F {tf / 1e3:.2f} ms, T_B {tb / 1e3:.2f} ms"
           + (f", T_W {tw / 1e3:.2f} ms" if kinds["W"] else "")
           + f": {100 * measured_f:5.1f} %)")
