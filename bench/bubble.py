@@ -5,7 +5,8 @@ from the --trace files of a P-rank pipeline run (one rank per stage).
 Reads TRACE-PREFIX-rank0.json .. -rank(P-1).json (rtlib/trace.c), and for
 every step after the first SKIP: the step's span (first task begin to last
 task end over the ranks) and the busy time (sum of the task spans); the
-bubble is 1 - busy / (P * span).  Prints the median over the steps, the
+bubble is 1 - busy / (P * span).  Prints the medians of the span and the
+bubble over the steps, the
 median task times T_F, T_B (and T_W), and the formula: (p-1)/(m+p-1) for
 gpipe, 1f1b and kFkB (2f2b), (p-1)/(3m+p-1) for zb-h1 (equal F, B, W),
 (p-1)/(vm+p-1) for interleaved with v = 2 chunks (a task is one chunk's,
@@ -42,12 +43,13 @@ def main():
                 if step > skip:
                     kinds[e["name"][0]].append(e["ts"] - b)
     steps = sorted({s for (_, s) in tasks if s > skip})
-    bubbles = []
+    bubbles, spans = [], []
     for s in steps:
         ts = [t for r in range(P) for t in tasks.get((r, s), [])]
         span = max(t[2] for t in ts) - min(t[1] for t in ts)
         busy = sum(t[2] - t[1] for t in ts)
         bubbles.append(1 - busy / (P * span))
+        spans.append(span)
     tf = statistics.median(kinds["F"])
     tb = statistics.median(kinds["B"])
     tw = statistics.median(kinds["W"]) if kinds["W"] else 0.0
@@ -63,7 +65,8 @@ def main():
     else:
         formula = (p - 1) / (m + p - 1)
         measured_f = formula
-    head = f"{sched:6s} p {p} m {m:2d}: bubble {100 * statistics.median(bubbles):5.1f} % (median of {len(bubbles)} steps)"
+    head = (f"{sched:6s} p {p} m {m:2d}: step {statistics.median(spans) / 1e3:6.1f} ms, bubble "
+            f"{100 * statistics.median(bubbles):5.1f} % (medians of {len(bubbles)} steps)")
     if formula != formula:   # none (interlaced)
         print(head + "; no formula (plan.txt has the cost model's step)")
         return
