@@ -754,6 +754,62 @@ static int rule_stage_sum(cctx *c, int need)
     return 1;
 }
 
+/* Pipelines: a whole value needed on a stage that holds none of it, made
+ * as tiles on another stage (a tp split the next stage does not share):
+ * gather the tiles where they are (all-gather on their stage), then send
+ * the whole box, from the device with the same place in its stage when it
+ * holds one -- one transfer per need that goes whole, not one per tile
+ * added into a zeroed buffer (which the pipeline cannot move to its task's
+ * edge). */
+static int rule_stage_gather(cctx *c, int need)
+{
+    const ir_dist *d = c->d;
+    const ir_ptensor n = *P(c, need);
+    int sd = d->ndev / d->mesh_pp;
+    if (d->mesh_pp <= 1 || n.vn != 1) return 0;
+    for (int i = 0; i < c->src.n; i++)
+        if (P(c, c->src.v[i])->dev / sd == n.dev / sd) return 0;   /* its own stage has pieces */
+    const pset *S = pieces(c, 1, -1);
+    const piece *ps = S->ps;
+    int np = S->np, k = 0, dim = -1;
+    scratch(c, np + 1);
+    const piece **ch = c->ch;
+    const ir_box **bx = c->bx;
+    for (int q = 0; q < np; q++) {
+        if (!ir_box_contains(&n.box, &ps[q].box, c->nd) || ir_box_eq(&n.box, &ps[q].box, c->nd)) continue;
+        int j = diff_dim(&n.box, &ps[q].box, c->nd);
+        if (j < 0 || (dim >= 0 && j != dim)) continue;
+        dim = j;
+        ch[k] = &ps[q];
+        bx[k++] = &ps[q].box;
+    }
+    int *order = c->order, *grp = c->grp, *devs = c->devs, *out = c->out;
+    if (k < 2 || !tiles(bx, k, &n.box, dim, c->nd, order)) return 0;
+    /* the replicas whose member sits where the need does in its stage, else the first */
+    int pick = P(c, ch[0]->pt[0])->dev;
+    for (int r = 0; r < ch[0]->n; r++)
+        for (int i = 0; i < k; i++)
+            for (int q = 0; q < ch[i]->n; q++)
+                if (q == r && P(c, ch[i]->pt[q])->dev % sd == n.dev % sd) pick = P(c, ch[0]->pt[r])->dev;
+    if (!match(c, ch, k, pick, grp)) return 0;
+    int best = -1, made = 1;
+    for (int j = 0; j < k; j++) {
+        devs[j] = P(c, grp[j])->dev;
+        out[j] = full_pt(c, need, devs[j]);
+        made &= have(c, out[j]);
+        if (best < 0 || devs[j] % sd == n.dev % sd) best = out[j];
+    }
+    if (!made) {
+        char why[160];
+        snprintf(why, sizeof why, "%d tiles along dim %d, gathered on their stage for a later one", k, dim);
+        add_comm(c, IR_COMM_ALLGATHER, k, devs, grp, out, NULL, -1, 0, bytes_of(c, bx[0]) * (k - 1), why);
+    }
+    int dv[2] = {P(c, best)->dev, n.dev}, in[2] = {best, -1}, ou[2] = {-1, need};
+    add_comm(c, IR_COMM_SENDRECV, 2, dv, in, ou, &n.box, dv[0], 0, bytes_of(c, &n.box),
+             "the whole box gathered on its stage, sent on");
+    return 1;
+}
+
 static int rule_partial(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
@@ -765,6 +821,24 @@ static int rule_partial(cctx *c, int need)
         else add_comm(c, IR_COMM_ZERO, 1, &n.dev, NULL, &need, NULL, -1, 0, 0, "part > 0 of a full value");
         return 1;
     }
+    /* the same part of the same value split elsewhere (partial sums a linear op keeps, made on
+       another stage): moved there; else part 0 assembled from full values, the others zero */
+    const pset *S = pieces(c, n.vn, n.vpart);
+    const char *why = "the same partial value, moved";
+    if (!S->np) {
+        if (n.vpart > 0) {
+            add_comm(c, IR_COMM_ZERO, 1, &n.dev, NULL, &need, NULL, -1, 0, 0, "part > 0 of a full value");
+            return 1;
+        }
+        S = pieces(c, 1, -1);
+        why = "part 0 of a full value, moved";
+    }
+    if (!S->np) return 0;
+    int single = 0, ncomm0 = c->d->ncomm;
+    for (int q = 0; q < S->np; q++) single |= ir_box_contains(&S->ps[q].box, &n.box, c->nd);
+    if (!single) add_comm(c, IR_COMM_ZERO, 1, &n.dev, NULL, &need, NULL, -1, 0, 0, "assembled from pieces");
+    if (cover(c, need, S->ps, S->np, !single, why)) return 1;
+    c->d->ncomm = ncomm0;
     return 0;
 }
 
@@ -868,7 +942,8 @@ void pass_comm(ir_dist *d)
             int ok = P(&c, nd)->vn > 1 ? rule_partial(&c, nd)
                                        : rule_slice(&c, nd) || rule_allreduce(&c, nd) || rule_reducescatter(&c, nd) ||
                                              rule_allgather(&c, nd) || rule_alltoall(&c, nd) ||
-                                             rule_broadcast(&c, nd) || rule_stage_sum(&c, nd) || rule_fallback(&c, nd);
+                                             rule_broadcast(&c, nd) || rule_stage_sum(&c, nd) ||
+                                             rule_stage_gather(&c, nd) || rule_fallback(&c, nd);
             if (!ok) {
                 ir_buf b = {0};
                 ir_pt_print(d, nd, &b);
