@@ -1268,7 +1268,13 @@ int pass_pipeline(ir_dist *d)
     p->k = g->req.group > 0 ? g->req.group : 1;
     p->m = (int)g->train.micro_batches;
     p->sched = g->req.order ? -1 : g->req.schedule;
-    if (p->nch == p->v && p->sched == IR_SCHED_INTERLACED) p->sched = IR_SCHED_1F1B;   /* nothing to interlace */
+    if (p->nch == p->v && p->sched == IR_SCHED_INTERLACED) {
+        free(p);
+        d->pipe = NULL;
+        return pass_error(g, g->req.pp_line, "interlaced runs the ops before and after the blocks' layers on every "
+                          "stage; a model without blocks names them: stage = OP all",
+                          "[plan] schedule interlaced: no op runs on every stage");
+    }
     p->split_w = p->sched == IR_SCHED_ZBH1 || (g->req.order && strchr(g->req.order, 'W'));
     p->task0 = ir_xmalloc(sizeof(int) * ((size_t)p->pp + 1));
     for (int s = 0; s <= p->pp; s++) p->task0[s] = ntask(p) * s;

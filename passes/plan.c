@@ -621,7 +621,7 @@ static int assign_stages(planctx *c, int pp, const int *order)
             if (p >= 0 && o->phase == IR_PH_FWD && (o->block >= 0 || desc[order[n]])) desc[p] = 1;
         }
     }
-    if (g->req.schedule == IR_SCHED_INTERLACED && nv == 1)
+    if (g->req.schedule == IR_SCHED_INTERLACED && nv == 1 && nl > 0)   /* (no blocks: nothing is before or after) */
         for (int i = 0; i < g->nop; i++)
             if (g->op[i].phase == IR_PH_FWD && g->op[i].block < 0 && st[i] < 0 && (!anc[i] || !desc[i])) st[i] = all;
     for (int n = 0; n < g->nop; n++) {

@@ -47,6 +47,11 @@ PY
 # ---- 1. checkpoints: pp -> tp and tp -> pp, steps 6..8 as in the uninterrupted run
 resumes pp tp
 resumes tp pp
+# interleaved (2 chunks) and interlaced (the embedding and head on both ranks) checkpoints move too
+build ilv --devices 2 --set plan.pp=2 --set plan.schedule=interleaved
+build ilc --devices 2 --set plan.pp=2 --set plan.schedule=interlaced
+resumes ilv ilc
+resumes ilc pp
 grep -q "mesh dp1 x tp1 x pp2" "$tmp/pp.run" && ok "the banner names the pipeline mesh" ||
   no "banner: $(grep '^model' "$tmp/pp.run")"
 
