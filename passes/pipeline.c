@@ -758,15 +758,25 @@ static int touches(const ir_dist *d, int n, int k, int pt, int wr)
 /* May transfer item q of the rank (on stage st, in task class cls) move
  * to the start of its task (a receive) or the end (a send)?  Not when an
  * item it passes touches what it writes (a receive) or writes what it reads
- * (a send). */
+ * (a send), or is a comm the other rank takes part in. */
 static int movable(const ir_dist *d, const int *item, const int *mem, int nitem, int q, int st, int cls, int recv)
 {
     const ir_comm *c = &d->comm[d->seq[item[q]].id];
     int k = mem[q], pt = recv ? d->ints[c->out + k] : d->ints[c->in + k];
-    for (int j = recv ? 0 : q + 1; j < (recv ? q : nitem); j++)
-        if (d->seq[item[j]].sec == IR_SEC_MB && pass_pipe_class(d, item[j], st) == cls &&
-            touches(d, item[j], mem[j], pt, !recv))
-            return 0;
+    const int *gm = d->ints + d->grp[c->group].devs;
+    for (int j = recv ? 0 : q + 1; j < (recv ? q : nitem); j++) {
+        if (d->seq[item[j]].sec != IR_SEC_MB || pass_pipe_class(d, item[j], st) != cls) continue;
+        if (touches(d, item[j], mem[j], pt, !recv)) return 0;
+        /* nor past a collective the other rank takes part in (the tasks of ops
+           on every stage, interlaced): the two would meet them in other orders */
+        const ir_item *it = &d->seq[item[j]];
+        if (!it->comm || c->n != 2) continue;
+        const ir_comm *c2 = &d->comm[it->id];
+        if (c2->kind == IR_COMM_SENDRECV || (c2->kind == IR_COMM_BROADCAST && c2->n == 2)) continue;
+        const int *g2 = d->ints + d->grp[c2->group].devs;
+        for (int a = 0; a < c2->n; a++)
+            if (g2[a] == gm[k == 0 ? 1 : 0]) return 0;
+    }
     return 1;
 }
 
