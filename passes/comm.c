@@ -434,6 +434,31 @@ static int rule_allreduce(cctx *c, int need)
     return ok;
 }
 
+/* Pipelines: value parts of a larger box held across stages, one per
+ * member (an op split over every device, interlaced: a vocabulary-parallel
+ * embedding's output), a sub-box needed (a stage's dp rows): all-reduce the
+ * whole box over the members, then slice -- one collective every rank of
+ * the shared task meets, not cell-by-cell sums from every holder. */
+static int rule_allreduce_slice(cctx *c, int need)
+{
+    const ir_dist *d = c->d;
+    const ir_ptensor n = *P(c, need);
+    int sd = d->ndev / d->mesh_pp;
+    if (d->mesh_pp <= 1) return 0;
+    for (int i = 0; i < c->src.n; i++) {
+        const ir_ptensor *s = P(c, c->src.v[i]);
+        if (s->vn == 1 || ir_box_eq(&s->box, &n.box, c->nd) || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
+        int stages = 0;   /* the parts' holders on more than one stage */
+        for (int j = 0; j < c->src.n; j++) stages |= P(c, c->src.v[j])->dev / sd != s->dev / sd;
+        if (!stages) return 0;
+        int full = full_pt(c, c->src.v[i], n.dev);
+        if (!have(c, full) && !rule_allreduce(c, full)) return 0;
+        add_comm(c, IR_COMM_SLICE, 1, &n.dev, &full, &need, NULL, -1, 0, 0, "a sub-box of the sum over every stage");
+        return 1;
+    }
+    return 0;
+}
+
 /* Value parts of a larger box whose members need its tiles: reduce-scatter. */
 static int rule_reducescatter(cctx *c, int need)
 {
@@ -941,6 +966,7 @@ void pass_comm(ir_dist *d)
             if (have(&c, nd)) continue;
             int ok = P(&c, nd)->vn > 1 ? rule_partial(&c, nd)
                                        : rule_slice(&c, nd) || rule_allreduce(&c, nd) || rule_reducescatter(&c, nd) ||
+                                             rule_allreduce_slice(&c, nd) ||
                                              rule_allgather(&c, nd) || rule_alltoall(&c, nd) ||
                                              rule_broadcast(&c, nd) || rule_stage_sum(&c, nd) ||
                                              rule_stage_gather(&c, nd) || rule_fallback(&c, nd);
