@@ -319,13 +319,6 @@ static const char *bubble_formula(const ir_pipe *p, int *den)
     return *den = p->m + p->pp - 1, "(p-1)/(m+p-1)";
 }
 
-/* A task's name: F3, with chunks F3.1. */
-static const char *task_name(const ir_pipe *p, const ir_task *t, char *buf, size_t n)
-{
-    if (p->nch > 1) snprintf(buf, n, "%c%d.%d", "FBW"[t->kind], t->mb, t->chunk);
-    else snprintf(buf, n, "%c%d", "FBW"[t->kind], t->mb);
-    return buf;
-}
 
 /* plan.txt's pipeline: stages (ops, devices), the schedule per stage, the
  * step on the cost model (a timeline per stage, the bubble next to its
@@ -375,7 +368,7 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
         kib(b, r0->stash_bytes * r0->nslot);
         ir_bprintf(b, " (rank %d)\n    order  ", s * sd);
         for (int k = p->task0[s]; k < p->task0[s + 1]; k++)
-            ir_bprintf(b, "%s%s", k > p->task0[s] ? " " : "", task_name(p, &p->task[k], tn, sizeof tn));
+            ir_bprintf(b, "%s%s", k > p->task0[s] ? " " : "", pass_pipe_task_name(p, &p->task[k], tn, sizeof tn));
         /* the timeline: 72 columns for the step; a forward shows its
            micro-batch (0-9), a backward a letter (a-z), idle time '.' */
         char line[73];
@@ -589,7 +582,7 @@ static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
             const ir_task *t = &p->task[k];
             double c = cost[PASS_PIPE_C(p, s, t->chunk, t->kind)], x0 = left + start[k] / span * width;
             double w = c / span * width;
-            task_name(p, t, tn, sizeof tn);
+            pass_pipe_task_name(p, t, tn, sizeof tn);
             ir_bprintf(b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
                           "stroke=\"white\" stroke-width=\"0.5\"%s><title>%s: %.3f GFLOP</title></rect>\n",
                        x0, y + 3, w, row - 6, fill[t->kind], t->chunk % 2 ? " fill-opacity=\"0.7\"" : "", tn,

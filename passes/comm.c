@@ -507,24 +507,33 @@ static int rule_reducescatter(cctx *c, int need)
 }
 
 /* Tiles of the need's box, one per member, all members need the box: all-gather. */
+/* The full-value pieces strictly inside box b that differ from it in one
+ * dim (the same for all): into c->ch and c->bx; returns their count, *dim
+ * that dim.  Tiles of b when tiles() says so. */
+static int tiles_in(cctx *c, const ir_box *b, int *dim)
+{
+    const pset *S = pieces(c, 1, -1);
+    const piece *ps = S->ps;
+    int np = S->np, k = 0;
+    scratch(c, np + 1);
+    *dim = -1;
+    for (int q = 0; q < np; q++) {
+        if (!ir_box_contains(b, &ps[q].box, c->nd) || ir_box_eq(b, &ps[q].box, c->nd)) continue;
+        int j = diff_dim(b, &ps[q].box, c->nd);
+        if (j < 0 || (*dim >= 0 && j != *dim)) continue;
+        *dim = j;
+        c->ch[k] = &ps[q];
+        c->bx[k++] = &ps[q].box;
+    }
+    return k;
+}
+
 static int rule_allgather(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
-    const pset *S = pieces(c, 1, -1);
-    const piece *ps = S->ps;
-    int np = S->np, ok = 0;
-    scratch(c, np + 1);
+    int dim, k = tiles_in(c, &n.box, &dim), ok = 0;
     const piece **ch = c->ch;
     const ir_box **bx = c->bx;
-    int k = 0, dim = -1;
-    for (int q = 0; q < np; q++) {
-        if (!ir_box_contains(&n.box, &ps[q].box, c->nd) || ir_box_eq(&n.box, &ps[q].box, c->nd)) continue;
-        int j = diff_dim(&n.box, &ps[q].box, c->nd);
-        if (j < 0 || (dim >= 0 && j != dim)) continue;
-        dim = j;
-        ch[k] = &ps[q];
-        bx[k++] = &ps[q].box;
-    }
     int *order = c->order, *grp = c->grp, *devs = c->devs, *out = c->out;
     if (k >= 2 && tiles(bx, k, &n.box, dim, c->nd, order) && match(c, ch, k, n.dev, grp)) {
         ok = 1;
@@ -794,28 +803,16 @@ static int rule_stage_gather(cctx *c, int need)
     if (d->mesh_pp <= 1 || n.vn != 1) return 0;
     for (int i = 0; i < c->src.n; i++)
         if (P(c, c->src.v[i])->dev / sd == n.dev / sd) return 0;   /* its own stage has pieces */
-    const pset *S = pieces(c, 1, -1);
-    const piece *ps = S->ps;
-    int np = S->np, k = 0, dim = -1;
-    scratch(c, np + 1);
+    int dim, k = tiles_in(c, &n.box, &dim);
     const piece **ch = c->ch;
     const ir_box **bx = c->bx;
-    for (int q = 0; q < np; q++) {
-        if (!ir_box_contains(&n.box, &ps[q].box, c->nd) || ir_box_eq(&n.box, &ps[q].box, c->nd)) continue;
-        int j = diff_dim(&n.box, &ps[q].box, c->nd);
-        if (j < 0 || (dim >= 0 && j != dim)) continue;
-        dim = j;
-        ch[k] = &ps[q];
-        bx[k++] = &ps[q].box;
-    }
     int *order = c->order, *grp = c->grp, *devs = c->devs, *out = c->out;
     if (k < 2 || !tiles(bx, k, &n.box, dim, c->nd, order)) return 0;
     /* the replicas whose member sits where the need does in its stage, else the first */
     int pick = P(c, ch[0]->pt[0])->dev;
     for (int r = 0; r < ch[0]->n; r++)
         for (int i = 0; i < k; i++)
-            for (int q = 0; q < ch[i]->n; q++)
-                if (q == r && P(c, ch[i]->pt[q])->dev % sd == n.dev % sd) pick = P(c, ch[0]->pt[r])->dev;
+            if (r < ch[i]->n && P(c, ch[i]->pt[r])->dev % sd == n.dev % sd) pick = P(c, ch[0]->pt[r])->dev;
     if (!match(c, ch, k, pick, grp)) return 0;
     int best = -1, made = 1;
     for (int j = 0; j < k; j++) {

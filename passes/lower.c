@@ -780,17 +780,14 @@ static void unroll_check(const ir_prog *p, const pass_mem *mm, const int *kind, 
 static void put_mark(ir_prog *p, pg_instr *in, const ir_pipe *pl, int st, int task, int edge)
 {
     const ir_task *t = &pl->task[pl->task0[st] + task];
-    char note[64];
+    char note[64], tn[24];
     memset(in, 0, sizeof *in);
     in->kernel = RT_K_mark;
     in->blk = in->rep = -1;
     pg_i(in, pl->nch > 1 ? t->kind + 3 * (t->chunk + 1) : t->kind);   /* with chunks: F0.0 is 3 */
     pg_i(in, t->mb);
     pg_i(in, edge);
-    if (pl->nch > 1)
-        snprintf(note, sizeof note, "task %c%d.%d %s", "FBW"[t->kind], t->mb, t->chunk, edge ? "ends" : "begins");
-    else
-        snprintf(note, sizeof note, "task %c%d %s", "FBW"[t->kind], t->mb, edge ? "ends" : "begins");
+    snprintf(note, sizeof note, "task %s %s", pass_pipe_task_name(pl, t, tn, sizeof tn), edge ? "ends" : "begins");
     in->note = ir_prog_str(p, note);
 }
 

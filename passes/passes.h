@@ -71,6 +71,8 @@ int pass_pipe_schedule(ir_pipe *p, const double *cost);
 /* The task kind (IR_TASK_F, B, W) of the mb-section item at schedule
  * position n. */
 int pass_pipe_kind(const ir_dist *d, int n);
+/* A task's name into buf: F3, or with chunks F3.1 (micro-batch 3, chunk 1). */
+const char *pass_pipe_task_name(const ir_pipe *p, const ir_task *t, char *buf, size_t n);
 /* The task class of that item on stage s: kind + 3 x chunk (-1: not on s). */
 int pass_pipe_class(const ir_dist *d, int n, int s);
 /* Index of stage s's task (chunk, kind) in a cost array (3 pp nch entries). */

@@ -91,8 +91,7 @@ int pass_pipe_class(const ir_dist *d, int n, int s)
     return c < 0 ? -1 : pass_pipe_kind(d, n) + 3 * c;
 }
 
-/* A task's name: F3, or with chunks F3.1 (micro-batch 3, chunk 1). */
-static const char *tname(const ir_pipe *p, const ir_task *t, char *buf, size_t n)
+const char *pass_pipe_task_name(const ir_pipe *p, const ir_task *t, char *buf, size_t n)
 {
     if (p->nch > 1) snprintf(buf, n, "%c%d.%d", kind_ch[t->kind], t->mb, t->chunk);
     else snprintf(buf, n, "%c%d", kind_ch[t->kind], t->mb);
@@ -333,9 +332,8 @@ static int builtin(const ir_pipe *p, int s, ir_task *t)
 }
 
 /* Finish time of stage s's task (chunk, kind, mb) in a list schedule, -1:
- * not yet; DONE for one chunk (zb-h1). */
+ * not yet. */
 #define DONEC(p, tdone, s, chunk, kind, mb) (tdone)[(size_t)PASS_PIPE_C(p, s, chunk, kind) * (size_t)(p)->m + (size_t)(mb)]
-#define DONE(tdone, m, s, kind, mb) (tdone)[((size_t)(s) * 3 + (size_t)(kind)) * (size_t)(m) + (size_t)(mb)]
 
 /* May stage s start its task (kind, mb) of chunk 0 at time t (zb-h1): has
  * every task it depends on finished by then? */
@@ -367,18 +365,18 @@ static int build_zb(ir_pipe *p, const int *dur)
         int moved = 0;
         for (int s = 0; s < pp; s++) {
             int nf = cnt[3 * s], nb = cnt[3 * s + 1], nw = cnt[3 * s + 2], kind = -1, mb = 0;
-            if (len[s] && DONE(tdone, m, s, p->task[p->task0[s] + len[s] - 1].kind,
+            if (len[s] && DONEC(p, tdone, s, 0, p->task[p->task0[s] + len[s] - 1].kind,
                                p->task[p->task0[s] + len[s] - 1].mb) > t)
                 continue;   /* busy */
             if (nf < m && nf - nb < pp - s && nf - nw < pp && deps_met(p, tdone, s, IR_TASK_F, nf, t))
                 kind = IR_TASK_F, mb = nf;
-            else if (nb < nf && DONE(tdone, m, s, IR_TASK_F, nb) <= t && deps_met(p, tdone, s, IR_TASK_B, nb, t))
+            else if (nb < nf && DONEC(p, tdone, s, 0, IR_TASK_F, nb) <= t && deps_met(p, tdone, s, IR_TASK_B, nb, t))
                 kind = IR_TASK_B, mb = nb;
-            else if (nw < nb && DONE(tdone, m, s, IR_TASK_B, nw) <= t && deps_met(p, tdone, s, IR_TASK_W, nw, t))
+            else if (nw < nb && DONEC(p, tdone, s, 0, IR_TASK_B, nw) <= t && deps_met(p, tdone, s, IR_TASK_W, nw, t))
                 kind = IR_TASK_W, mb = nw;
             if (kind < 0) continue;
             p->task[p->task0[s] + len[s]++] = (ir_task){kind, mb, 0, 0};
-            DONE(tdone, m, s, kind, mb) = t + (dur ? dur[3 * s + kind] : 1);
+            DONEC(p, tdone, s, 0, kind, mb) = t + (dur ? dur[3 * s + kind] : 1);
             cnt[3 * s + kind]++;
             left--;
             moved = 1;
@@ -386,7 +384,7 @@ static int build_zb(ir_pipe *p, const int *dur)
         /* nothing started and nothing running: stuck */
         int running = 0;
         for (int s = 0; s < pp && !moved; s++)
-            running |= len[s] && DONE(tdone, m, s, p->task[p->task0[s] + len[s] - 1].kind,
+            running |= len[s] && DONEC(p, tdone, s, 0, p->task[p->task0[s] + len[s] - 1].kind,
                                       p->task[p->task0[s] + len[s] - 1].mb) > t;
         if (!moved && !running) {
             rc = 1;
@@ -434,9 +432,9 @@ static int build_zb_rdv(ir_pipe *p)
             if (busy_until[s] > t) continue;
             int nf = cnt[3 * s], nb = cnt[3 * s + 1], nw = cnt[3 * s + 2];
             int ok[3] = {nf < m && nf - nb < pp - s && nf - nw < pp && deps_met(p, tdone, s, IR_TASK_F, nf, t),
-                         nb < nf && DONE(tdone, m, s, IR_TASK_F, nb) >= 0 && DONE(tdone, m, s, IR_TASK_F, nb) <= t &&
+                         nb < nf && DONEC(p, tdone, s, 0, IR_TASK_F, nb) >= 0 && DONEC(p, tdone, s, 0, IR_TASK_F, nb) <= t &&
                              deps_met(p, tdone, s, IR_TASK_B, nb, t),
-                         nw < nb && DONE(tdone, m, s, IR_TASK_B, nw) >= 0 && DONE(tdone, m, s, IR_TASK_B, nw) <= t &&
+                         nw < nb && DONEC(p, tdone, s, 0, IR_TASK_B, nw) >= 0 && DONEC(p, tdone, s, 0, IR_TASK_B, nw) <= t &&
                              deps_met(p, tdone, s, IR_TASK_W, nw, t)};
             int next[3] = {nf, nb, nw};
             static const int prio[3] = {IR_TASK_B, IR_TASK_F, IR_TASK_W};
@@ -463,7 +461,7 @@ static int build_zb_rdv(ir_pipe *p)
             if (!valid[s]) continue;
             p->task[p->task0[s] + len[s]++] = (ir_task){pk[s], pmb[s], 0, 0};
             STARTED(s, pk[s], pmb[s]) = 1;
-            DONE(tdone, m, s, pk[s], pmb[s]) = t + 1;
+            DONEC(p, tdone, s, 0, pk[s], pmb[s]) = t + 1;
             busy_until[s] = t + 1;
             cnt[3 * s + pk[s]]++;
             left--;
@@ -675,12 +673,12 @@ static int slots(const ir_dist *d, ir_pipe *p, int st)
         prev.kind = kd - 1;
         if (mb != cnt[cl])
             rc = pass_error(g, g->req.order_line, "a stage runs each kind of task in micro-batch order",
-                            "[plan] order: stage %d runs %s where %s is next", st, tname(p, &t[k], n1, sizeof n1),
-                            tname(p, &want, n2, sizeof n2));
+                            "[plan] order: stage %d runs %s where %s is next", st, pass_pipe_task_name(p, &t[k], n1, sizeof n1),
+                            pass_pipe_task_name(p, &want, n2, sizeof n2));
         else if (kd > IR_TASK_F && mb >= cnt[cl - 1])
             rc = pass_error(g, g->req.order_line, "a micro-batch runs F, then B, then W",
-                            "[plan] order: stage %d runs %s before %s", st, tname(p, &t[k], n1, sizeof n1),
-                            tname(p, &prev, n2, sizeof n2));
+                            "[plan] order: stage %d runs %s before %s", st, pass_pipe_task_name(p, &t[k], n1, sizeof n1),
+                            pass_pipe_task_name(p, &prev, n2, sizeof n2));
         if (rc) break;
         cnt[cl]++;
         if (done[mb]++ == 0) {
@@ -1146,7 +1144,7 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
             inst y = seq[a2];
             const ir_task *t2 = p->task + p->task0[stage_of(d, r2)] + task[a2];
             char n2[24];
-            snprintf(w2, sizeof w2, "waits in its task %s (stage %d) at the %s of %s", tname(p, t2, n2, sizeof n2),
+            snprintf(w2, sizeof w2, "waits in its task %s (stage %d) at the %s of %s", pass_pipe_task_name(p, t2, n2, sizeof n2),
                      stage_of(d, r2), ir_comm_name(d->comm[y.comm].kind), g->t[d->comm[y.comm].tensor].name);
         }
         if (quiet) {
@@ -1158,7 +1156,7 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
                         "every rank of a group must reach its collectives and transfers in the same order; "
                         "change the order of these tasks, or use schedule = 1f1b, gpipe or zb-h1",
                         "[plan] the pipeline schedule deadlocks: rank %d waits in its task %s (stage %d) at the %s "
-                        "of %s, but rank %d %s", r, tname(p, t1, n1, sizeof n1), stage_of(d, r),
+                        "of %s, but rank %d %s", r, pass_pipe_task_name(p, t1, n1, sizeof n1), stage_of(d, r),
                         ir_comm_name(c->kind), g->t[c->tensor].name, r2, w2);
     }
     free(at0);
