@@ -1216,6 +1216,10 @@ static int lower_cluster(fe_lw *L)
     if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line;
     if ((kv = pl ? fe_get(pl, "chunks") : NULL)) r->chunks_line = kv->line;
     if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line;
+    if ((kv = pl ? fe_get(pl, "coshard") : NULL)) {
+        r->coshard = ir_str(L->g, kv->val);
+        r->coshard_line = kv->line;
+    }
     if ((kv = pl ? fe_get(pl, "recompute") : NULL)) {
         r->recompute = ir_str(L->g, kv->val);
         r->recompute_line = kv->line;

@@ -261,6 +261,9 @@ typedef struct ir_planreq {
     int zero;                 /* ZeRO level 0..3: the optimizer update (1, 2), and the params (3), sharded
                                  on the dp axis */
     int zero_line;            /* spec line of zero */
+    const char *coshard;      /* co-shard: ops split further into pieces run one after another on the
+                                 same device ("h.attn h 2, ..."), or NULL */
+    int coshard_line;         /* spec line of coshard */
     const char *recompute;    /* blocks (or repeats) whose forward is recomputed in the backward, or NULL */
     int recompute_line;       /* spec line of recompute */
 } ir_planreq;
@@ -351,6 +354,10 @@ typedef struct ir_trans {
     int n[IR_MAXSPLIT];         /* parts of that split */
     int nsub;                   /* product of n[] */
     int devs;                   /* index into dg->ints: device of sub-op i is ints[devs + i] */
+    int cosk;                   /* co-shard ([plan] coshard): the last split makes cosk pieces on each
+                                   sub-op's device, run one after another (0: none) */
+    int cosacc;                 /* co-shard of a reduction whose outputs are accumulated (a param's
+                                   gradient): the pieces add into one pTensor, no value split */
     const char *why;            /* reason, shown in plan.txt */
 } ir_trans;
 

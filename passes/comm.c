@@ -396,6 +396,15 @@ static int rule_slice(cctx *c, int need)
         add_comm(c, IR_COMM_SLICE, 1, &n.dev, &in, &need, NULL, -1, 0, 0, "a sub-box of a local piece");
         return 1;
     }
+    /* a larger box made here for another reader (the main loop makes those
+       first): co-shard pieces read slices of a tensor received whole */
+    for (int i = needs_on(c, n.dev); i >= 0; i = c->nnext[i]) {
+        int in = c->need.v[i];
+        const ir_ptensor *s = P(c, in);
+        if (in == need || s->vn != 1 || !is_made(c, in) || !ir_box_contains(&s->box, &n.box, c->nd)) continue;
+        add_comm(c, IR_COMM_SLICE, 1, &n.dev, &in, &need, NULL, -1, 0, 0, "a sub-box of a piece made here");
+        return 1;
+    }
     return 0;
 }
 
@@ -958,7 +967,19 @@ void pass_comm(ir_dist *d)
         if (g->t[t].kind == IR_T_INPUT) continue;   /* data is loaded where it is needed */
         index_devs(&c);
         pieces_free(&c);
+        /* first the needs no larger one on the same device contains, then
+           those (sliced from it, rule_slice) */
+        char *inner = ir_xcalloc((size_t)c.need.n + 1, 1);
         for (int i = 0; i < c.need.n; i++) {
+            const ir_ptensor *a = P(&c, c.need.v[i]);
+            for (int j = needs_on(&c, a->dev); j >= 0 && !inner[i] && a->vn == 1; j = c.nnext[j]) {
+                const ir_ptensor *b = P(&c, c.need.v[j]);
+                inner[i] = b->vn == 1 && c.need.v[j] != c.need.v[i] && ir_box_contains(&b->box, &a->box, c.nd);
+            }
+        }
+        for (int x = 0; x < 2 * c.need.n; x++) {
+            int i = x % c.need.n;
+            if (inner[i] != (x >= c.need.n)) continue;
             int nd = c.need.v[i];
             if (have(&c, nd)) continue;
             int ok = P(&c, nd)->vn > 1 ? rule_partial(&c, nd)
@@ -974,6 +995,7 @@ void pass_comm(ir_dist *d)
                        g->t[t].name);
             }
         }
+        free(inner);
     }
     free(c.src.v);
     free(c.src.on);

@@ -107,10 +107,12 @@ static void load_input(lctx *c, int pt)
  * the micro-batches of a step): the micro-batch index, so the first
  * micro-batch overwrites and the others add -- no zeroing pass over the
  * gradients each step.  Evaluation accumulates over its batches from a
- * zeroed loss, so it always adds. */
+ * zeroed loss, so it always adds; so does acc = 2 (a co-shard piece after
+ * the first). */
 static void put_acc(lctx *c, pg_instr *in, int acc, int sec)
 {
-    if (acc && !c->eval && sec == IR_SEC_MB) pg_iv(in, 0, 0, 1);
+    if (acc == 2) pg_i(in, 1);
+    else if (acc && !c->eval && sec == IR_SEC_MB) pg_iv(in, 0, 0, 1);
     else pg_i(in, acc);
 }
 
@@ -210,6 +212,11 @@ static void lower_subop(lctx *c, int si, int sec)
         if (pass_pt_accum(c->d, s->out[k]) != acc)
             ir_die(__FILE__, __LINE__, "op %s: outputs disagree on accumulation", o->name);
     }
+    /* co-shard pieces adding into one gradient: the first piece is placed
+       first (schedule.c keeps writers in order) and accumulates as any
+       producer; the others always add */
+    const ir_trans *tr = &c->d->trans[s->op];
+    if (tr->cosacc && s->sub % tr->cosk) acc = 2;   /* (ZeRO 2: a shard's input, not accumulated: still) */
     switch (o->kind) {
     case IR_OP_MATMUL: /* x[*,k] w[k,n] */
         pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 1, 2));

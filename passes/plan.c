@@ -326,7 +326,13 @@ static int parse_cons(const ir_graph *g, ucons **out)
     *out = NULL;
     static const char hint[] = "write trans = OPS IDENT N [IDENT N]..., e.g. trans = h.fc n 4, h.proj k 4 "
                                "(IDENT: a name of the op's annotation, or replicate / value)";
-    while (s && *s) {
+    /* tensors the optimizer reads: accumulated over micro-batches (schedule.c) */
+    char *acc = ir_xcalloc((size_t)g->nt + 1, 1);
+    for (int i = 0; i < g->nop; i++)
+        if (g->op[i].phase == IR_PH_OPT)
+            for (int k = 0; k < g->op[i].nin; k++) acc[g->op[i].in[k]] = 1;
+    int rc = 0;
+    while (s && *s && !rc) {
         const char *e = strchr(s, ',');
         size_t len = e ? (size_t)(e - s) : strlen(s);
         char item[1024];
@@ -352,6 +358,98 @@ static int parse_cons(const ir_graph *g, ucons **out)
         s += len + (e != NULL);
     }
     return n;
+}
+
+/* ---- co-shard ([plan] coshard = PATTERN IDENT K, ...; nnScaler's coshard)
+ *
+ * Every sub-op of a matching forward op, and of its backward ops, is split
+ * K ways more along IDENT, the K pieces on the sub-op's device, run one
+ * after another: the comm pass assembles or sums what they make on that
+ * device (local copies), so a piece's intermediates need only a K-th of
+ * the memory at a time.  Returns 0 or 2 after a message. */
+static int coshard(ir_dist *d)
+{
+    const ir_graph *g = d->g;
+    const char *s = g->req.coshard;
+    int line = g->req.coshard_line;
+    static const char hint[] = "write coshard = OPS IDENT K {, OPS IDENT K}: OPS an op pattern (h.attn, h.fc), IDENT a "
+                               "name of its annotation (--dump=graph: *1 for a matmul's rows (tokens), h for "
+                               "attention heads), K the pieces per device";
+    /* tensors the optimizer reads: accumulated over micro-batches (schedule.c) */
+    char *acc = ir_xcalloc((size_t)g->nt + 1, 1);
+    for (int i = 0; i < g->nop; i++)
+        if (g->op[i].phase == IR_PH_OPT)
+            for (int k = 0; k < g->op[i].nin; k++) acc[g->op[i].in[k]] = 1;
+    int rc = 0;
+    while (s && *s && !rc) {
+        const char *e = strchr(s, ',');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        char item[512], pat[256], ident[32], extra[8];
+        int k;
+        if (len >= sizeof item) {
+            rc = pass_error(g, line, hint, "[plan] coshard: item too long");
+            break;
+        }
+        memcpy(item, s, len);
+        item[len] = '\0';
+        if (sscanf(item, " %255s %31s %d %7s", pat, ident, &k, extra) != 3 || k < 1) {
+            rc = pass_error(g, line, hint, "[plan] coshard: '%s' is not OPS IDENT K", item);
+            break;
+        }
+        int hit = 0;
+        for (int op = 0; op < g->nop && !rc; op++) {
+            const ir_op *o = &g->op[op];
+            const ir_op *f = o->phase == IR_PH_FWD ? o : o->phase == IR_PH_BWD && o->fwd >= 0 ? &g->op[o->fwd] : NULL;
+            if (!f || f->phase != IR_PH_FWD || !matches(g, f, pat) || k == 1) continue;
+            int id = ir_anno_find(&o->anno, ident);
+            if (id < 0) {
+                if (o != f) continue;   /* a backward op without it stays whole */
+                rc = pass_error(g, line, hint, "[plan] coshard: op %s has no dim '%s'", o->name, ident);
+                break;
+            }
+            ir_trans *tr = &d->trans[op];
+            if (tr->nsplit >= IR_MAXSPLIT || tr->cosk) continue;
+            /* a backward op summing over it: the pieces add into its outputs
+               when those are accumulated anyway (weight gradients: then they
+               need only a piece of the activations); else it stays whole */
+            int cacc = 0;
+            if (o != f && o->anno.id_reduce[id]) {
+                cacc = o->nout > 0;
+                for (int q = 0; q < o->nout; q++) cacc &= acc[o->out[q]];
+                if (!cacc) continue;
+            }
+            int64_t ext = id_extent(g, op, id), parts = k;
+            for (int j = 0; j < tr->nsplit; j++)
+                if (tr->id[j] == id) parts *= tr->n[j];
+            if (o->anno.id_frozen[id] || ext % parts) {
+                if (o != f) continue;
+                rc = pass_error(g, line, hint, "[plan] coshard: dim '%s' of op %s (%lld) does not split into %lld",
+                                ident, o->name, (long long)ext, (long long)parts);
+                break;
+            }
+            const int *od = d->ints + tr->devs;
+            int *devs = ir_xmalloc(sizeof(int) * (size_t)tr->nsub * (size_t)k);
+            for (int i = 0; i < tr->nsub * k; i++) devs[i] = od[i / k];
+            tr->id[tr->nsplit] = id;
+            tr->n[tr->nsplit++] = k;
+            tr->nsub *= k;
+            tr->cosk = k;
+            tr->cosacc = cacc;
+            tr->devs = ir_dist_ints(d, devs, tr->nsub);
+            free(devs);
+            char w[512];
+            snprintf(w, sizeof w, "%s; coshard: '%s' in %d pieces on each device, one after another%s",
+                     tr->why ? tr->why : "", ident, k, cacc ? ", adding into the gradient" : "");
+            tr->why = ir_dist_str(d, w);
+            hit = 1;
+        }
+        if (!hit && !rc)
+            rc = pass_error(g, line, "patterns match forward op names (--dump=graph lists them)",
+                            "[plan] coshard: nothing matches '%s'", pat);
+        s += len + (e != NULL);
+    }
+    free(acc);
+    return rc;
 }
 
 /* Apply constraint u to op; returns 0 or 2 after a message. */
@@ -566,7 +664,13 @@ static int assign_stages(planctx *c, int pp, const int *order)
     const char *hint = nv > 1 ? hintv : hint1;
     /* user items, in order: a later item overrides an earlier one */
     const char *s = r->stage;
-    while (s && *s) {
+    /* tensors the optimizer reads: accumulated over micro-batches (schedule.c) */
+    char *acc = ir_xcalloc((size_t)g->nt + 1, 1);
+    for (int i = 0; i < g->nop; i++)
+        if (g->op[i].phase == IR_PH_OPT)
+            for (int k = 0; k < g->op[i].nin; k++) acc[g->op[i].in[k]] = 1;
+    int rc = 0;
+    while (s && *s && !rc) {
         const char *e = strchr(s, ',');
         size_t len = e ? (size_t)(e - s) : strlen(s);
         char item[512], name[256], extra[8], word[8];
@@ -897,6 +1001,7 @@ int pass_plan(ir_dist *d)
     d->mesh_dp = dp;
     d->mesh_tp = tp;
     if (!rc && tp > 1) warn_replicated(&c);
+    if (!rc && d->ndev > 1 && g->req.coshard) rc = coshard(d);   /* (one device: every op whole, as verify's reference) */
     for (int i = 0; i < ncons && !rc; i++)
         if (!used[i])
             rc = pass_error(g, g->req.trans_line, "patterns match op names (h.fc matches every repeat h.N.fc; * and ? "

@@ -98,6 +98,246 @@ static void place_copies(sctx *c, int op, char *placed)
     }
 }
 
+/* ---- co-shard: piece-major op-order
+ *
+ * A co-sharded op's pieces (ir_trans.cosk) are placed op by op like any
+ * sub-ops: every piece of the first op, then every piece of the next, so
+ * the pieces' intermediates all live at once.  This pass redoes the order
+ * of the forward and of the backward (each a segment of the micro-batch
+ * section) so that a piece goes through the whole chain of co-sharded ops
+ * (a recomputed forward, then its backward) before the next piece starts:
+ *
+ * - a chain is a set of pieces joined by what one reads of another
+ *   (directly, or through one comm: a slice, a local copy);
+ * - the items are requested in their order, a chain at its first item,
+ *   its pieces then by piece (0 first), each piece's items in order;
+ * - an item is placed when requested, after the items it depends on
+ *   (through pTensors: read after write, write after read or write), which
+ *   are placed first, in their order.
+ *
+ * Whole ops a piece needs are so pulled in just before it; the comms that
+ * slice a piece's input out of a whole tensor run just before the piece.
+ * Comms between devices keep their order (a pipeline's transfers and the
+ * deadlock check see what they saw before).
+ * Without chains this is the identity.  The result is still one global
+ * order, so every group still meets its collectives in one order. */
+
+/* The pTensors item it reads (r) and writes (w); returns counts in *nr, *nw. */
+static void item_pts(const ir_dist *d, const ir_item *it, int *r, int *nr, int *w, int *nw)
+{
+    *nr = *nw = 0;
+    if (!it->comm) {
+        const ir_subop *so = &d->sop[it->id];
+        const ir_op *o = &d->g->op[so->op];
+        for (int k = 0; k < o->nin; k++) r[(*nr)++] = so->in[k];
+        for (int k = 0; k < o->nout; k++) w[(*nw)++] = so->out[k];
+        return;
+    }
+    const ir_comm *cm = &d->comm[it->id];
+    for (int k = 0; k < cm->n; k++) {
+        int a = cm->in >= 0 ? d->ints[cm->in + k] : -1, b = cm->out >= 0 ? d->ints[cm->out + k] : -1;
+        if (a >= 0) r[(*nr)++] = a;
+        if (b >= 0) w[(*nw)++] = b;
+    }
+}
+
+/* The piece of a sub-op item, -1 when it is whole (or a comm). */
+static int item_piece(const ir_dist *d, const ir_item *it)
+{
+    if (it->comm) return -1;
+    const ir_subop *so = &d->sop[it->id];
+    int k = d->trans[so->op].cosk;
+    return k > 1 ? so->sub % k : -1;   /* (the co-shard split is the last: least significant) */
+}
+
+typedef struct pm_edge {
+    int i, j;   /* item j (later) depends on item i */
+    int raw;    /* j reads what i writes */
+} pm_edge;
+
+typedef struct pm_reader {
+    int item, next;   /* a reader of a pTensor since its last write; next reader or -1 */
+} pm_reader;
+
+static void pm_dep(pm_edge **e, int *ne, int *cap, int i, int j, int raw)
+{
+    pm_edge *x = IR_PUSH(*e, *ne, *cap);
+    x->i = i, x->j = j, x->raw = raw;
+}
+
+static int pm_find(int *uf, int x)
+{
+    while (uf[x] != x) x = uf[x] = uf[uf[x]];
+    return x;
+}
+
+static void pm_union(int *uf, int a, int b)
+{
+    a = pm_find(uf, a), b = pm_find(uf, b);
+    if (a != b) uf[a > b ? a : b] = a < b ? a : b;   /* the root: the chain's first item */
+}
+
+static int pm_cmp_int(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    return (a > b) - (a < b);
+}
+
+static const int *pm_piece;   /* (qsort's context) */
+static int pm_cmp(const void *x, const void *y)
+{
+    int a = *(const int *)x, b = *(const int *)y;
+    if (pm_piece[a] != pm_piece[b]) return pm_piece[a] < pm_piece[b] ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* Reorder items [a, b) of d->seq. */
+static void piece_segment(ir_dist *d, int a, int b)
+{
+    int n = b - a, maxio = IR_MAXIO;
+    if (n < 2) return;
+    for (int i = a; i < b; i++)
+        if (d->seq[i].comm && d->comm[d->seq[i].id].n > maxio) maxio = d->comm[d->seq[i].id].n;
+    int *r = ir_xmalloc(sizeof(int) * (size_t)maxio), *w = ir_xmalloc(sizeof(int) * (size_t)maxio);
+    /* the edges, found per pTensor: its last writer, and its readers since */
+    int *lastw = ir_xmalloc(sizeof(int) * (size_t)d->npt), *rhead = ir_xmalloc(sizeof(int) * (size_t)d->npt);
+    pm_reader *rd = NULL;
+    pm_edge *e = NULL;
+    int nrd = 0, rcap = 0, ne = 0, ecap = 0;
+    for (int i = 0; i < n; i++) {
+        int nr, nw;
+        item_pts(d, &d->seq[a + i], r, &nr, w, &nw);
+        for (int q = 0; q < nr; q++) lastw[r[q]] = -1, rhead[r[q]] = -1;
+        for (int q = 0; q < nw; q++) lastw[w[q]] = -1, rhead[w[q]] = -1;
+    }
+    int lastx = -1;   /* the last comm between devices: those keep their order */
+    for (int j = 0; j < n; j++) {
+        int nr, nw;
+        const ir_item *it = &d->seq[a + j];
+        if (it->comm && d->comm[it->id].n > 1) {
+            if (lastx >= 0) pm_dep(&e, &ne, &ecap, lastx, j, 0);
+            lastx = j;
+        }
+        item_pts(d, it, r, &nr, w, &nw);
+        for (int q = 0; q < nr; q++)
+            if (lastw[r[q]] >= 0) pm_dep(&e, &ne, &ecap, lastw[r[q]], j, 1);
+        for (int q = 0; q < nw; q++) {
+            int p = w[q];
+            if (lastw[p] >= 0) pm_dep(&e, &ne, &ecap, lastw[p], j, 0);
+            for (int x = rhead[p]; x >= 0; x = rd[x].next)
+                if (rd[x].item != j) pm_dep(&e, &ne, &ecap, rd[x].item, j, 0);
+        }
+        for (int q = 0; q < nw; q++) lastw[w[q]] = j, rhead[w[q]] = -1;
+        for (int q = 0; q < nr; q++) {
+            pm_reader *x = IR_PUSH(rd, nrd, rcap);
+            x->item = j;
+            x->next = rhead[r[q]];
+            rhead[r[q]] = nrd - 1;
+        }
+    }
+    /* each item's predecessors (CSR, ascending after the sort below) */
+    int *p0 = ir_xcalloc((size_t)n + 2, sizeof(int)), *pred = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
+    int *fill = ir_xcalloc((size_t)n + 1, sizeof(int));
+    for (int x = 0; x < ne; x++) p0[e[x].j + 1]++;
+    for (int i = 0; i < n; i++) p0[i + 1] += p0[i];
+    for (int x = 0; x < ne; x++) pred[p0[e[x].j] + fill[e[x].j]++] = e[x].i;
+    for (int i = 0; i < n; i++) qsort(pred + p0[i], (size_t)(p0[i + 1] - p0[i]), sizeof(int), pm_cmp_int);
+    /* chains: pieces joined by a read, direct or through one comm */
+    int *piece = ir_xmalloc(sizeof(int) * (size_t)n), *uf = ir_xmalloc(sizeof(int) * (size_t)n);
+    int *via = ir_xmalloc(sizeof(int) * (size_t)n);   /* per comm: a piece it reads, or -1 */
+    for (int i = 0; i < n; i++) piece[i] = item_piece(d, &d->seq[a + i]), uf[i] = i, via[i] = -1;
+    for (int x = 0; x < ne; x++) {   /* (edges come in order of j: a comm's preds before its readers) */
+        int i = e[x].i, j = e[x].j;
+        if (!e[x].raw) continue;
+        int src = piece[i] >= 0 ? i : d->seq[a + i].comm ? via[i] : -1;
+        if (src < 0) continue;
+        if (piece[j] >= 0) pm_union(uf, src, j);
+        else if (d->seq[a + j].comm && piece[i] >= 0) {
+            if (via[j] >= 0) pm_union(uf, via[j], i);
+            else via[j] = i;
+        }
+    }
+    /* the requests: items in order, a chain's pieces at its first item */
+    int *req = ir_xmalloc(sizeof(int) * (size_t)n), nreq = 0;
+    int *mem0 = ir_xcalloc((size_t)n + 2, sizeof(int)), *mem = ir_xmalloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (piece[i] >= 0) mem0[pm_find(uf, i) + 1]++;
+    for (int i = 0; i < n; i++) mem0[i + 1] += mem0[i];
+    memset(fill, 0, sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (piece[i] >= 0) {
+            int c = pm_find(uf, i);
+            mem[mem0[c] + fill[c]++] = i;
+        }
+    pm_piece = piece;
+    for (int i = 0; i < n; i++) {
+        if (piece[i] < 0) {
+            req[nreq++] = i;
+            continue;
+        }
+        if (pm_find(uf, i) != i) continue;
+        qsort(mem + mem0[i], (size_t)(mem0[i + 1] - mem0[i]), sizeof(int), pm_cmp);
+        for (int k = mem0[i]; k < mem0[i + 1]; k++) req[nreq++] = mem[k];
+    }
+    /* place each request after what it depends on (depth first, in order) */
+    ir_item *out = ir_xmalloc(sizeof(ir_item) * (size_t)n);
+    char *done = ir_xcalloc((size_t)n + 1, 1);
+    int *stack = ir_xmalloc(sizeof(int) * (size_t)n), *cur = ir_xmalloc(sizeof(int) * (size_t)n), m = 0;
+    for (int i = 0; i < n; i++) cur[i] = p0[i];
+    for (int q = 0; q < nreq; q++) {
+        if (done[req[q]]) continue;
+        int sp = 0;
+        stack[sp++] = req[q];
+        while (sp) {
+            int t = stack[sp - 1];
+            while (cur[t] < p0[t + 1] && done[pred[cur[t]]]) cur[t]++;
+            if (cur[t] < p0[t + 1]) {
+                stack[sp++] = pred[cur[t]];   /* (a pred comes before t: no cycle, depth < n) */
+                continue;
+            }
+            sp--;
+            if (!done[t]) done[t] = 1, out[m++] = d->seq[a + t];
+        }
+    }
+    IR_ASSERT(m == n);
+    for (int k = 0; k < n; k++) {
+        d->seq[a + k] = out[k];
+        if (!out[k].comm) d->sop[out[k].id].order = a + k;
+    }
+    free(stack);
+    free(cur);
+    free(out);
+    free(done);
+    free(req);
+    free(mem0);
+    free(mem);
+    free(piece);
+    free(uf);
+    free(via);
+    free(p0);
+    free(pred);
+    free(fill);
+    free(e);
+    free(rd);
+    free(lastw);
+    free(rhead);
+    free(r);
+    free(w);
+}
+
+/* Piece-major order within the micro-batch section's forward [0, seq_bwd)
+ * and backward [seq_bwd, end). */
+static void piece_major(ir_dist *d)
+{
+    int any = 0;
+    for (int i = 0; i < d->g->nop; i++) any |= d->trans[i].cosk > 1;
+    if (!any) return;
+    int end = 0;
+    while (end < d->nseq && d->seq[end].sec == IR_SEC_MB) end++;
+    piece_segment(d, 0, d->seq_bwd < end ? d->seq_bwd : end);
+    if (d->seq_bwd < end) piece_segment(d, d->seq_bwd, end);
+}
+
 void pass_schedule(ir_dist *d)
 {
     const ir_graph *g = d->g;
@@ -186,6 +426,7 @@ void pass_schedule(ir_dist *d)
             place(d, IR_SEC_POST, 1, i);
         }
     if (d->seq_bwd < 0) d->seq_bwd = d->nseq;
+    piece_major(d);
     if (d->ndev > 1) {
         int *all = ir_xmalloc(sizeof(int) * (size_t)d->ndev);
         for (int i = 0; i < d->ndev; i++) all[i] = i;

@@ -5,8 +5,9 @@
  * mixed radix, first split most significant).  Every operand dim holding
  * id_j is cut into n_j equal parts and the sub-op takes part c_j (nested
  * splits cut the part again).  When id_j is a reduction identifier, the
- * outputs are value-split: part c_j of n_j.  A replicate split (-1) only
- * changes the device.  Inputs are always needed as full values.
+ * outputs are value-split: part c_j of n_j, except a co-shard's pieces of an
+ * accumulated output (a param's gradient), which all add into the one
+ * pTensor (ir_trans.cosacc).  A replicate split (-1) only changes the device.  Inputs are always needed as full values.
  */
 #include <string.h>
 
@@ -54,7 +55,7 @@ static int operand_pt(ir_dist *d, int op, int k, const int *c, int dev)
             p.box.hi[q] = p.box.lo[q] + part;
             hit = 1;
         }
-        if (!hit && k >= o->nin && o->anno.id_reduce[id]) {
+        if (!hit && k >= o->nin && o->anno.id_reduce[id] && !(tr->cosacc && j == tr->nsplit - 1)) {
             p.vpart = p.vpart * tr->n[j] + c[j];
             p.vn *= tr->n[j];
         }

@@ -7,7 +7,8 @@
 # and its formula), the banner's mesh, recompute (the same losses bit for
 # bit, a smaller stash), and --trace's files (each rank's tasks in its
 # plan.txt order), and ZeRO (checkpoints between zero 3 and none, the
-# persistent memory per level).  Training equivalence of every
+# persistent memory per level), and coshard (piece-major order, a smaller
+# arena).  Training equivalence of every
 # schedule is in tests/equiv.list (verify).  About 10 s.
 . "$(dirname "$0")/lib.sh" pipeline
 spec=$top/examples/gpt2-tiny.ini
@@ -151,6 +152,33 @@ grep -q "F0.1" "$tmp/il/plan.txt" && grep -q "receives posted early" "$tmp/il/pl
   grep -q "(p-1)/(vm+p-1)" "$tmp/il/plan.txt" && grep -q "F0.1" "$tmp/il/plan.svg" &&
   ok "interleaved: plan.txt and plan.svg name each chunk's tasks, count the receives posted early and give (p-1)/(vm+p-1)" ||
   no "interleaved plan.txt: $(grep -A3 '^pipeline' "$tmp/il/plan.txt")"
+
+# ---- coshard: the MLP's pieces run piece-major through the recomputed forward and the backward
+#      (piece 0 of every op before piece 1 of any), and the arena shrinks
+cs="h.fc *1 4, h.fcb *1 4, h.gelu *1 4, h.mproj *1 4, h.mprojb *1 4"
+build cs0 --devices 2 --set dims.F=16*C --set plan.recompute=h
+build cs4 --devices 2 --set dims.F=16*C --set plan.recompute=h --set "plan.coshard=$cs" --dump=schedule
+arena() { grep -o "rank 0 *arena [0-9.]* MiB" "$1" | grep -o "[0-9.]* MiB" | cut -d' ' -f1; }
+pers() { grep -o "rank 0 *arena .*(params/grads/state [0-9.]* MiB" "$1" | grep -o "state [0-9.]*" | cut -d' ' -f2; }
+a=$(arena "$tmp/cs0/plan.txt") b=$(arena "$tmp/cs4/plan.txt") p=$(pers "$tmp/cs0/plan.txt")
+python3 -c "import sys; a, b, p = map(float, sys.argv[1:]); sys.exit(0 if b - p < 0.6 * (a - p) else 1)" "$a" "$b" "$p" 2>/dev/null &&
+  ok "coshard (MLP in 4 pieces, recompute): arena $b MiB instead of $a (of which $p persistent)" ||
+  no "coshard arena: $b vs $a MiB (persistent $p)"
+grep -q "coshard: '\*1' in 4 pieces on each device, one after another, adding into the gradient" "$tmp/cs4/plan.txt" &&
+  ok "coshard: plan.txt says which ops are in pieces, and which add into a gradient" || no "coshard: plan.txt lacks the coshard lines"
+if python3 - "$tmp/cs4.log" <<'PY'
+import re, sys
+# rank 0's backward sub-ops of block h.1's MLP, in schedule order: piece-major
+pos = {}
+for m in re.finditer(r"^  s\d+ ((?:rc|d)\.h\.1\.(fc|fcb|gelu|f|b|g|fc_w|mproj_w)\.(\d)) dev 0 mb#(\d+)", open(sys.argv[1]).read(), re.M):
+    pos[m.group(1)] = (int(m.group(4)), int(m.group(3)), m.group(2))
+seq = [v for v in sorted(pos.values())]
+pieces = [p for _, p, _ in seq]
+assert len(seq) >= 24 and pieces == sorted(pieces), pieces
+assert {o for _, p, o in seq if p == 0} >= {"fc", "fcb", "gelu", "f", "b", "fc_w", "mproj_w"}, seq
+PY
+then ok "coshard: the recomputed forward and the backward run each piece through the chain before the next"
+else no "coshard: schedule not piece-major"; fi
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
