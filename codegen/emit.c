@@ -304,6 +304,10 @@ static const char *sched_name(const ir_pipe *p, char *buf, size_t n)
     static const char *names[] = {"1f1b", "gpipe", "zb-h1", "kfkb", "interleaved", "interlaced"};
     if (p->sched < 0) return "user order";
     if (p->sched == IR_SCHED_KFKB) return snprintf(buf, n, "%df%db", p->k, p->k), buf;
+    if (p->recycle && p->sched != IR_SCHED_GPIPE)
+        return snprintf(buf, n, "%df1b (recycling: %d forward passes per micro-batch, as chunks, interleaved 1f1b)",
+                        p->v, p->v), buf;
+    if (p->recycle) return snprintf(buf, n, "gpipe, %d forward passes (recycling) as chunks", p->v), buf;
     if (p->v > 1 && p->sched != IR_SCHED_GPIPE) return snprintf(buf, n, "interleaved 1f1b, %d chunks", p->v), buf;
     if (p->v > 1) return snprintf(buf, n, "gpipe, %d chunks", p->v), buf;
     return names[p->sched];
@@ -313,7 +317,7 @@ static const char *sched_name(const ir_pipe *p, char *buf, size_t n)
  * and *den with the fraction (p-1)/den; NULL for a user order. */
 static const char *bubble_formula(const ir_pipe *p, int *den)
 {
-    if (p->sched < 0 || p->sched == IR_SCHED_INTERLACED) return NULL;
+    if (p->sched < 0 || p->sched == IR_SCHED_INTERLACED || p->recycle) return NULL;   /* (recycling: unequal chunks) */
     if (p->sched == IR_SCHED_ZBH1) return *den = 3 * p->m + p->pp - 1, "(p-1)/(3m+p-1)";
     if (p->v > 1) return *den = p->v * p->m + p->pp - 1, "(p-1)/(vm+p-1)";
     return *den = p->m + p->pp - 1, "(p-1)/(m+p-1)";
@@ -328,7 +332,7 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     const ir_graph *g = d->g;
     const ir_pipe *p = d->pipe;
     int pp = p->pp, m = p->m, sd = d->ndev / pp, den;
-    char sn[64], tn[24];
+    char sn[160], tn[24];
     ir_bprintf(b, "pipeline  %d stages x %d device%s, schedule %s, %d micro-batches per step\n", pp, sd,
                sd == 1 ? "" : "s", sched_name(p, sn, sizeof sn), m);
     pipe_step step = step_of(d);
@@ -554,7 +558,7 @@ static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
 {
     const ir_pipe *p = d->pipe;
     int pp = p->pp, m = p->m, sd = d->ndev / pp, den;
-    char sn[64], tn[24];
+    char sn[160], tn[24];
     static const char *fill[] = {"#4e79a7", "#59a14f", "#f28e2b"};
     pipe_step step = step_of(d);
     const double *cost = step.cost, *start = step.start, span = step.span;

@@ -104,6 +104,8 @@ typedef struct fe_opdecl {
     int block;                 /* block it belongs to (index into blk), or -1 */
     int64_t iattr[IR_MAXIATTR];/* attributes (heads, causal, vocab) */
     double fattr[IR_MAXFATTR]; /* attributes (eps) */
+    int ndim;                  /* recycle: the recycled tensor's shape (`shape`) */
+    int64_t shape[IR_MAXDIM];
 } fe_opdecl;
 
 /* One op to add: an [op], or one repeat of a block's op. */
@@ -115,6 +117,9 @@ typedef struct fe_inst {
     char *out[IR_MAXIO];       /* output tensor names in the graph */
     int wait;                  /* inputs whose producer is not added yet */
     int done;                  /* added to the graph */
+    int pass;                  /* recycling: the forward pass it runs in (ir_op.pass) */
+    int orig;                  /* recycling: for a copy in an earlier pass, the instance it copies, else -1 */
+    int op;                    /* its op in the graph, once added */
 } fe_inst;
 
 /* A tensor name the spec defines (before unrolling). */
@@ -461,7 +466,7 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
         {"heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION}, {"vocab", IR_OP_CROSS_ENTROPY},
-        {"eps", IR_OP_LAYERNORM}};
+        {"eps", IR_OP_LAYERNORM}, {"shape", IR_OP_RECYCLE}};
     char err[256], hint[256], clip[96];
     for (size_t a = 0; a < sizeof own / sizeof own[0]; a++) {
         const fe_kv *kv = fe_get(sec, own[a].key);
@@ -491,6 +496,13 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         return fe_error(L->s, sec->line, "add `heads = N`: the last dim of q, k and v is heads x head size",
                         "attention op '%s' needs heads", fe_clip(sec->name, clip, sizeof clip));
     if (get_float(L, sec, "eps", 1e-5, FE_POS, &d->fattr[IR_FA_LN_EPS])) return 2;
+    if (d->kind == IR_OP_RECYCLE) {
+        if (!fe_get(sec, "shape"))
+            return fe_error(L->s, sec->line, "add `shape = ...`: the shape of the recycled tensor (its `in`), "
+                            "which the first pass reads as zeros", "recycle op '%s' needs shape",
+                            fe_clip(sec->name, clip, sizeof clip));
+        if (parse_shape(L, sec, &d->ndim, d->shape)) return 2;
+    }
     return 0;
 }
 
@@ -520,6 +532,10 @@ static int lower_opdecls(fe_lw *L)
         d->in_kv = fe_get(sec, "in");
         d->out_kv = fe_get(sec, "out");
         d->block = block_of(L, sec->name);
+        if (k == IR_OP_RECYCLE && d->block >= 0)
+            return fe_error(L->s, sec->line, "declare the recycle op outside the block: it feeds a tensor of the "
+                            "previous forward pass into this one, once per pass", "recycle op '%s' in block %s",
+                            fe_clip(sec->name, clip, sizeof clip), L->blk[d->block].name);
         if (op_attrs(L, sec, d)) return 2;
         if (parse_list(L, sec, d->in_kv, d->in, ir_ops[k].nin, "input", &d->nin) ||
             parse_list(L, sec, d->out_kv, d->out, ir_ops[k].nout, "output", &d->nout))
@@ -637,7 +653,7 @@ static const char *unknown_hint(fe_lw *L, const char *name, int block, char *buf
 
 static const char *const fe_dtypes[] = {"f32", "i32", NULL};
 
-/* [input NAME]  shape = SHAPE, dtype = f32|i32, data = normal | int EXPR,
+/* [input NAME]  shape = SHAPE, dtype = f32|i32, data = normal | zeros | int EXPR,
  *               batch_dim = INT */
 static int lower_input(fe_lw *L, const fe_section *sec)
 {
@@ -667,8 +683,12 @@ static int lower_input(fe_lw *L, const fe_section *sec)
                 return fe_kv_error(L->s, sec, kv, hint[0] ? hint : "write data = int RANGE, e.g. data = int V",
                                    "data range: %s", err);
             t->data = IR_DATA_INT;
+        } else if (strcmp(w, "zeros") == 0) {
+            if (dt) return fe_kv_error(L->s, sec, kv, "i32 inputs take data = int RANGE", "data = zeros needs dtype = f32");
+            if (*p) return fe_kv_error(L->s, sec, kv, "write data = zeros", "data = zeros takes no arguments");
+            t->data = IR_DATA_ZEROS;
         } else {
-            return fe_kv_error(L->s, sec, kv, "data is normal (f32) or int RANGE (i32)", "unknown data '%s'",
+            return fe_kv_error(L->s, sec, kv, "data is normal or zeros (f32), or int RANGE (i32)", "unknown data '%s'",
                                fe_clip(kv->val, clip, sizeof clip));
         }
     }
@@ -808,6 +828,8 @@ static void add_inst(fe_lw *L, int decl, int rep)
     memset(in, 0, sizeof *in);
     in->decl = decl;
     in->rep = rep;
+    in->orig = -1;
+    in->op = -1;
     in->name = resolve(L, d->block, rep, d->sec->name);
     for (int o = 0; o < d->nout; o++) {
         in->out[o] = resolve(L, d->block, rep, d->out[o]);
@@ -877,6 +899,144 @@ static int lower_insts(fe_lw *L)
         }
     }
     return 0;
+}
+
+/* ---- recycling ([train] recycle = R; AlphaFold's): the forward runs R
+ * times per micro-batch, the first R - 1 passes without gradients.  A
+ * recycle op (y = x) gives its pass the value its `in` had in the pass
+ * before, zeros in the first.  The passes are unrolled here: the ops that
+ * depend on a recycle op's output and that the next pass needs (ancestors
+ * of a recycle op's input) are copied once per earlier pass, named
+ * pN.NAME; ops that read no recycled value run once (pass 0) and every pass
+ * reads their outputs; the rest (the head, the loss) run only in the last
+ * pass, under their own names.  Autograd gives a recycle op's output no
+ * gradient, so only the last pass is differentiated. */
+static int lower_recycle(fe_lw *L)
+{
+    const fe_section *tsec = section(L->s, "train");
+    int64_t R = 1;
+    if (tsec && get_int(L, tsec, "recycle", 1, 1, 64, &R)) return 2;
+    int n0 = L->ninst, nrc = 0;
+    char hint[384], clip[96];
+    for (int i = 0; i < n0; i++) {
+        L->inst[i].pass = 0;
+        nrc += L->ops[L->inst[i].decl].kind == IR_OP_RECYCLE;
+    }
+    if (!nrc) {
+        if (R > 1)
+            return fe_kv_error(L->s, tsec, fe_get(tsec, "recycle"), "add an [op NAME] with kind = recycle, in = the "
+                               "tensor fed back, out = its name in the next pass, shape = its shape",
+                               "recycle = %lld, but no op is of kind recycle", (long long)R);
+        return 0;
+    }
+    /* the first pass's value: an input of zeros per recycle op */
+    char **zname = ir_xcalloc((size_t)n0 + 1, sizeof *zname);
+    for (int i = 0; i < n0; i++) {
+        const fe_opdecl *d = &L->ops[L->inst[i].decl];
+        if (d->kind != IR_OP_RECYCLE) continue;
+        zname[i] = fmt(L, "%s.zeros", L->inst[i].out[0]);
+        if (map_get(&L->tensor, zname[i]) >= 0 || map_get(&L->producer, zname[i]) >= 0) {
+            free(zname);
+            return fe_error(L->s, d->sec->line, "recycling names the first pass's value NAME.zeros (NAME the "
+                            "recycle op's out): rename the tensor", "name '%s' is taken",
+                            fe_clip(zname[i], clip, sizeof clip));
+        }
+        int id = ir_add_tensor(L->g, zname[i], IR_F32, IR_T_INPUT, d->ndim, d->shape, d->sec->line);
+        ir_tensor *t = &L->g->t[id];
+        t->data = IR_DATA_ZEROS;
+        t->batch_dim = 0;
+        t->stream = -1;
+        map_put(&L->tensor, t->name, id);
+    }
+    /* the instances' inputs by producer (CSR: consumers of each instance) */
+    int *c0 = ir_xcalloc((size_t)n0 + 2, sizeof(int)), *cs, *fill = ir_xcalloc((size_t)n0 + 1, sizeof(int));
+#define PROD(nm) (map_get(&L->tensor, (nm)) >= 0 ? -1 : map_get(&L->producer, (nm)))
+    for (int i = 0; i < n0; i++)
+        for (int k = 0; k < L->ops[L->inst[i].decl].nin; k++) {
+            int p = PROD(L->inst[i].in[k]);
+            if (p >= 0) c0[p + 1]++;
+        }
+    for (int i = 0; i < n0; i++) c0[i + 1] += c0[i];
+    cs = ir_xmalloc(sizeof(int) * ((size_t)c0[n0] + 1));
+    for (int i = 0; i < n0; i++)
+        for (int k = 0; k < L->ops[L->inst[i].decl].nin; k++) {
+            int p = PROD(L->inst[i].in[k]);
+            if (p >= 0) cs[c0[p] + fill[p]++] = i;
+        }
+    /* dep: reads a recycled value (forward from the recycle ops); anc: the
+       next pass needs it (backward from their inputs' producers) */
+    char *dep = ir_xcalloc((size_t)n0 + 1, 1), *anc = ir_xcalloc((size_t)n0 + 1, 1);
+    int *q = ir_xmalloc(sizeof(int) * ((size_t)n0 + 1)), nq = 0;
+    for (int i = 0; i < n0; i++)
+        if (zname[i]) dep[i] = 1, q[nq++] = i;
+    for (int h = 0; h < nq; h++)
+        for (int x = c0[q[h]]; x < c0[q[h] + 1]; x++)
+            if (!dep[cs[x]]) dep[cs[x]] = 1, q[nq++] = cs[x];
+    nq = 0;
+    for (int i = 0; i < n0; i++) {
+        if (!zname[i]) continue;
+        int p = PROD(L->inst[i].in[0]);
+        if (p >= 0 && dep[p] && !anc[p]) anc[p] = 1, q[nq++] = p;
+    }
+    for (int h = 0; h < nq; h++) {
+        const fe_inst *in = &L->inst[q[h]];
+        if (zname[q[h]]) continue;   /* (a recycle op's input is the pass before's) */
+        for (int k = 0; k < L->ops[in->decl].nin; k++) {
+            int p = PROD(in->in[k]);
+            if (p >= 0 && dep[p] && !anc[p]) anc[p] = 1, q[nq++] = p;
+        }
+    }
+    /* the copies of the earlier passes */
+    int rc = 0;
+    for (int c = 0; c + 1 < R && !rc; c++)
+        for (int i = 0; i < n0 && !rc; i++) {
+            if (!zname[i] && !(dep[i] && anc[i])) continue;
+            const fe_opdecl *d = &L->ops[L->inst[i].decl];
+            fe_inst *cp = IR_PUSH(L->inst, L->ninst, L->instcap);
+            const fe_inst *or = &L->inst[i];
+            memset(cp, 0, sizeof *cp);
+            cp->decl = or->decl;
+            cp->rep = or->rep;
+            cp->pass = c;
+            cp->orig = i;
+            cp->op = -1;
+            cp->name = fmt(L, "p%d.%s", c, or->name);
+            for (int k = 0; k < d->nout; k++) {
+                cp->out[k] = fmt(L, "p%d.%s", c, or->out[k]);
+                if (map_get(&L->tensor, cp->out[k]) >= 0 || map_get(&L->producer, cp->out[k]) >= 0) {
+                    snprintf(hint, sizeof hint, "recycling names the copies of the earlier passes pN.NAME: rename "
+                             "'%s'", cp->out[k]);
+                    rc = fe_error(L->s, d->sec->line, hint, "name '%s' is taken", fe_clip(cp->out[k], clip, sizeof clip));
+                    break;
+                }
+                map_put(&L->producer, cp->out[k], L->ninst - 1);
+            }
+            for (int k = 0; k < d->nin; k++) {
+                int p = PROD(or->in[k]);
+                if (zname[i]) cp->in[k] = c == 0 ? zname[i] : fmt(L, "p%d.%s", c - 1, or->in[k]);
+                else if (p >= 0 && (zname[p] || (dep[p] && anc[p]))) cp->in[k] = fmt(L, "p%d.%s", c, or->in[k]);
+                else cp->in[k] = or->in[k];
+            }
+        }
+    /* the last pass: its recycle ops read the pass before's (or zeros) */
+    for (int i = 0; i < n0 && !rc; i++) {
+        if (dep[i]) L->inst[i].pass = (int)R - 1;
+        if (zname[i]) L->inst[i].in[0] = R == 1 ? zname[i] : fmt(L, "p%lld.%s", (long long)R - 2, L->inst[i].in[0]);
+    }
+    for (int i = 0; i < L->ninst && !rc; i++) {
+        fe_inst *in = &L->inst[i];
+        in->wait = 0;
+        for (int k = 0; k < L->ops[in->decl].nin; k++) in->wait += PROD(in->in[k]) >= 0;
+    }
+#undef PROD
+    free(zname);
+    free(c0);
+    free(cs);
+    free(fill);
+    free(dep);
+    free(anc);
+    free(q);
+    return rc;
 }
 
 /* Min-heap of instance indices: ready ops, the earliest in the spec first. */
@@ -977,6 +1137,12 @@ static int report_shapes(fe_lw *L, const fe_inst *in, const int *ids, const char
         ir_bprintf(&b, "]");
     }
     ir_bprintf(&b, "; %s is `%s`", oi->name, oi->anno);
+    for (int k = 0; k < d->nin; k++) {   /* (a recycled value has the recycle op's declared shape) */
+        int p = L->g->t[ids[k]].producer;
+        if (p >= 0 && L->g->op[p].kind == IR_OP_RECYCLE)
+            ir_bprintf(&b, "; %s comes from recycle op '%s', shaped by its `shape`", L->g->t[ids[k]].name,
+                       L->g->op[p].name);
+    }
     fe_kv_error(L->s, d->sec, d->in_kv, b.s, "op '%s' (%s): %s", fe_clip(in->name, clip, sizeof clip), oi->name, err);
     ir_buf_free(&b);
     return 2;
@@ -1022,6 +1188,23 @@ static int lower_order(fe_lw *L)
         ir_op *o = &L->g->op[op];
         o->block = d->block >= 0 ? L->blk[d->block].id : -1;
         o->rep = in->rep;
+        o->pass = in->pass;
+        in->op = op;
+        if (d->kind == IR_OP_RECYCLE) {   /* what it feeds back must have the declared shape */
+            const ir_tensor *x = &L->g->t[ids[0]];
+            int same = x->ndim == d->ndim;
+            for (int j = 0; j < d->ndim && same; j++) same = x->shape[j] == d->shape[j];
+            if (!same) {
+                ir_buf b = {0};
+                for (int j = 0; j < x->ndim; j++) ir_bprintf(&b, "%s%lld", j ? " " : "", (long long)x->shape[j]);
+                char clip[96];
+                rc = fe_kv_error(L->s, d->sec, fe_get(d->sec, "shape"), "shape is the shape of `in`, which the "
+                                 "next pass reads", "recycle op '%s': in = %s has shape %s, not the op's shape",
+                                 fe_clip(d->sec->name, clip, sizeof clip), x->name, b.s);
+                ir_buf_free(&b);
+                break;
+            }
+        }
         for (int k = 0; k < o->nout; k++) map_put(&L->tensor, L->g->t[o->out[k]].name, o->out[k]);
         in->done = 1;
         added++;
@@ -1029,6 +1212,8 @@ static int lower_order(fe_lw *L)
             if (--L->inst[use[u]].wait == 0) heap_push(&h, use[u]);
     }
     if (!rc && added < L->ninst) rc = report_cycle(L);
+    for (int i = 0; i < L->ninst && !rc; i++)
+        if (L->inst[i].orig >= 0) L->g->op[L->inst[i].op].orig = L->inst[L->inst[i].orig].op;
     free(h.v);
     free(cnt);
     free(use);
@@ -1118,6 +1303,9 @@ static int lower_train(fe_lw *L)
         get_float(L, sec, "min_lr", 0, FE_NONNEG, &tr->min_lr) ||
         get_float(L, sec, "grad_clip", 0, FE_NONNEG, &tr->grad_clip))
         return 2;
+    int64_t rcy;
+    if (get_int(L, sec, "recycle", 1, 1, 64, &rcy)) return 2;   /* (lower_recycle unrolled the passes) */
+    tr->recycle = (int)rcy;
     static const char *const scheds[] = {"constant", "cosine", NULL};
     if (get_choice(L, sec, "lr_schedule", scheds, 0, &sched)) return 2;
     tr->cosine = sched == 1;
@@ -1175,11 +1363,16 @@ static int lower_cluster(fe_lw *L)
         strcmp(skv->val, "1f1b")) {
         /* kFkB: 1F1B over groups of k micro-batches */
         char clip[96];
-        if (ka != kb || ka < 1 || ka > 4096)
+        int rf = kb == 1 && ka > 1 && ka == L->g->train.recycle;   /* NfNb: recycling's passes, 1F1B over them */
+        if (!rf && kb == 1 && ka > 1)
+            return fe_kv_error(L->s, pl, skv, "NfNb runs a micro-batch's N forward passes (recycling: [train] recycle "
+                               "= N) and its one backward", "schedule '%s': recycle is %d", fe_clip(skv->val, clip,
+                               sizeof clip), L->g->train.recycle);
+        if (!rf && (ka != kb || ka < 1 || ka > 4096))
             return fe_kv_error(L->s, pl, skv, "kFkB runs k forwards then k backwards: write 2f2b, 3f3b, ... "
                                "(1f1b for k = 1)", "schedule '%s': the forward and backward counts differ or are "
                                "out of range", fe_clip(skv->val, clip, sizeof clip));
-        group = ka;
+        group = rf ? 1 : ka;
     }
     if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) || get_choice(L, cl, "device", devs, 0, &dev) ||
         get_choice(L, pl, "policy", pols, 0, &pol) || get_int(L, pl, "dp", 0, 1, FE_MAX_DEVICES, &dp) ||
@@ -1258,7 +1451,7 @@ int fe_lower(const fe_spec *s, ir_graph *g)
     ir_graph_init(g);
     g->file = ir_str(g, s->file);
     int bad = lower_model(&L) || lower_dims(&L) || lower_blocks(&L) || lower_opdecls(&L) ||
-              lower_names(&L) || lower_tensors(&L) || lower_complete(&L) || lower_insts(&L) || lower_order(&L) ||
+              lower_names(&L) || lower_tensors(&L) || lower_complete(&L) || lower_insts(&L) || lower_recycle(&L) || lower_order(&L) ||
               lower_train(&L) || lower_cluster(&L);
     lower_free(&L);
     if (bad) {

@@ -216,6 +216,7 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     op.block = -1;
     op.rep = -1;
     op.fwd = -1;
+    op.orig = -1;
     op.phase = (oi->flags & OPF_OPTIM) ? IR_PH_OPT : IR_PH_FWD;
     for (int k = 0; k < nin; k++) op.in[k] = in[k];
     int opid = g->nop;
@@ -391,6 +392,7 @@ void ir_graph_print(const ir_graph *g, ir_buf *b)
         }
         if (t->kind == IR_T_INPUT) {
             if (t->data == IR_DATA_INT) ir_bprintf(b, " data=int:%lld", (long long)t->data_range);
+            if (t->data == IR_DATA_ZEROS) ir_bprintf(b, " data=zeros");
             else ir_bprintf(b, " data=normal");
         }
         ir_bprintf(b, "\n");

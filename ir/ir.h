@@ -148,6 +148,7 @@ typedef enum ir_initkind {
 typedef enum ir_datakind {
     IR_DATA_NORMAL,  /* f32 N(0, 1) */
     IR_DATA_INT,     /* i32 uniform in [0, range) */
+    IR_DATA_ZEROS,   /* f32 0 (a recycle op's value before the first pass, frontend/lower.c) */
 } ir_datakind;
 
 /* A vTensor: a full logical tensor of the single-device model. */
@@ -186,6 +187,9 @@ typedef struct ir_op {
     int rep;                /* repeat index within the block, or -1 */
     int fwd;                /* for backward ops: the forward op id, else -1 */
     int recomp;             /* 1: a copy of forward op fwd run in the backward pass (passes/recompute.c) */
+    int pass;               /* recycling ([train] recycle = R): the forward pass 0 .. R-1 the op runs in
+                               (ops that read no recycled value: 0; the last pass has the gradients) */
+    int orig;               /* recycling: for an op of pass < R-1, the op of pass R-1 it copies, else -1 */
     int line;               /* spec line (0: derived) */
 } ir_op;
 
@@ -227,6 +231,9 @@ typedef struct ir_train {
     double lr, weight_decay, beta1, beta2, eps;
     int64_t steps;            /* optimizer steps */
     int64_t micro_batches;    /* gradient accumulation steps per optimizer step */
+    int recycle;              /* forward passes per micro-batch (AlphaFold's recycling): R - 1 without
+                                 gradients, each feeding its recycle ops' inputs to the next, then one
+                                 with (1: none) */
     int64_t data_period;      /* synthetic data: distinct batches, cycled */
     const char *data;         /* token file or glob of shards, or NULL: synthetic */
     const char *eval_data;    /* held-out token file, or NULL */
@@ -483,6 +490,7 @@ typedef struct ir_pipe {
     int nch;         /* task chunks: v, and (interlaced) chunk v for the ops on every stage
                         before the pipeline (embedding: F and B tasks E, e), v + 1 for those
                         after it (head, loss) */
+    int recycle;     /* recycling: the forward passes per micro-batch, which are the chunks (0: none) */
     int k;           /* kFkB: micro-batches per group */
     int m;           /* micro-batches per step */
     int sched;       /* IR_SCHED_*, or -1: the user's order */

@@ -32,6 +32,7 @@ OP(BIAS_ADD,      "bias_add",          "* n, n -> * n",                   2, 1, 
 OP(BIAS_GRAD,     "bias_grad",         "*+ n -> n",                       1, 1, 0)                     /* db = column sums of dy */
 OP(ADD,           "add",               "*, * -> *",                       2, 1, OPF_USER | OPF_ELTW | OPF_LINEAR) /* y = a + b */
 OP(COPY,          "copy",              "* -> *",                          1, 1, OPF_ELTW | OPF_LINEAR) /* y = x */
+OP(RECYCLE,       "recycle",           "* -> *",                          1, 1, OPF_USER)              /* y = x, x the previous forward pass's (recycling); no gradient */
 OP(ADD_BCAST,     "add_bcast",         "* t c, t c -> * t c",             2, 1, OPF_USER)              /* y = x + p, p broadcast over leading dims (positions) */
 OP(SUM_LEAD,      "sum_lead",          "*+ t c -> t c",                   1, 1, 0)                     /* dp = sum of dy over leading dims */
 OP(EMBEDDING,     "embedding",         "*, v+ c -> * c",                  2, 1, OPF_USER)              /* y = table[tokens]; tokens i32; a v split gives partial rows */

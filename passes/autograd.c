@@ -8,6 +8,9 @@
  * contributions to its inputs' gradients.  The loss has an implicit
  * gradient of 1 (its backward ops carry the loss scale).
  *
+ * A recycle op's output needs no gradient (recycling: the passes before the
+ * last run without), so nothing before it is differentiated through it.
+ *
  * Every param's gradient ends in a tensor of its own (kind grad, grad_of =
  * the param), written by exactly one op, since it is accumulated over
  * micro-batches; an identity contribution gets a copy op.
@@ -188,6 +191,8 @@ static int backward(agctx *c, int oi)
     case IR_OP_COPY:
         if (c->needs[x]) push(c, x, dy);
         break;
+    case IR_OP_RECYCLE:   /* (its output needs no gradient: not reached) */
+        break;
     case IR_OP_RELU: {
         int a[2] = {dy, o.out[0]};
         contribute(c, x, IR_OP_RELU_BWD, 2, a);
@@ -280,6 +285,7 @@ int pass_autograd(ir_graph *g)
         const ir_op *o = &g->op[order[n]];
         int any = 0;
         for (int k = 0; k < o->nin; k++) any |= c.needs[o->in[k]];
+        if (o->kind == IR_OP_RECYCLE) any = 0;   /* the previous pass's value: no gradient flows back */
         for (int k = 0; k < o->nout; k++) c.needs[o->out[k]] = (char)any;
     }
     for (int i = 0; i < nop0; i++) {

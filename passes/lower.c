@@ -175,7 +175,7 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_BIAS_ADD: kern = RT_K_bias_add; break;
     case IR_OP_BIAS_GRAD: kern = RT_K_bias_grad; break;
     case IR_OP_ADD: kern = RT_K_add; break;
-    case IR_OP_COPY: kern = RT_K_copy; break;
+    case IR_OP_COPY: case IR_OP_RECYCLE: kern = RT_K_copy; break;
     case IR_OP_RELU: kern = RT_K_relu; break;
     case IR_OP_RELU_BWD: kern = RT_K_relu_bwd; break;
     case IR_OP_GELU: kern = RT_K_gelu; break;
@@ -703,6 +703,7 @@ static void manifest(lctx *c)
         if (tt->stream >= 0) ir_bprintf(b, " dist stream %d", tt->stream);
         if (tt->data == IR_DATA_INT)   /* stream inputs are i32: they always have a range */
             ir_bprintf(b, " %s %lld", tt->stream >= 0 ? "int" : "dist int", (long long)tt->data_range);
+        else if (tt->data == IR_DATA_ZEROS) ir_bprintf(b, " dist zeros");
         else if (tt->stream < 0) ir_bprintf(b, " dist normal 0");
         ir_bprintf(b, " period %lld\n", (long long)g->train.data_period);
     }

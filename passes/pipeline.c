@@ -1274,6 +1274,7 @@ int pass_pipeline(ir_dist *d)
                           : g->req.schedule == IR_SCHED_INTERLEAVED ? "interleaved" : "1f1b");
     }
     p->k = g->req.group > 0 ? g->req.group : 1;
+    p->recycle = g->train.recycle > 1 && p->v == g->train.recycle ? p->v : 0;
     p->m = (int)g->train.micro_batches;
     p->sched = g->req.order ? -1 : g->req.schedule;
     if (p->nch == p->v && p->sched == IR_SCHED_INTERLACED) {

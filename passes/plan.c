@@ -661,7 +661,13 @@ static int assign_stages(planctx *c, int pp, const int *order)
     static const char hintv[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
                                 "block's repeats (h.0-5, h.6); STAGE a virtual stage 0 .. pp x chunks - 1 (virtual "
                                 "stage j runs on stage j % pp as its chunk j / pp)";
-    const char *hint = nv > 1 ? hintv : hint1;
+    static const char hintr[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
+                                "block's repeats (h.0-5, h.6); STAGE 0 .. pp-1 (recycling: every pass's copy of the "
+                                "op runs there, pass c as the stage's chunk c)";
+    /* recycling: pass c's ops are chunk c of their stage (virtual stage c x pp + s) */
+    const int rcy = g->train.recycle > 1 && nv > 1;
+    const char *hint = rcy ? hintr : nv > 1 ? hintv : hint1;
+    const int kmax = rcy ? nphys : pp;
     /* user items, in order: a later item overrides an earlier one */
     const char *s = r->stage;
     /* tensors the optimizer reads: accumulated over micro-batches (schedule.c) */
@@ -683,9 +689,10 @@ static int assign_stages(planctx *c, int pp, const int *order)
             if (sscanf(item, " %255s %7s %7s", name, word, extra) == 2 && !strcmp(word, "all")) k = pp;
             else return pass_error(g, r->stage_line, hint, "[plan] stage: '%s' is not ITEM STAGE", item);
         }
-        if (k != pp && (k < 0 || k >= pp))
+        if (k == pp && rcy) return pass_error(g, r->stage_line, hint, "[plan] stage: 'all' with recycle: not built");
+        if (k != pp && (k < 0 || k >= kmax))
             return pass_error(g, r->stage_line, hint, "[plan] stage: stage %d of '%s' is not in 0 .. %d (pp %d%s)", k,
-                              name, pp - 1, pp / nv, nv > 1 ? " x chunks" : "");
+                              name, kmax - 1, pp / nv, nv > 1 && !rcy ? " x chunks" : "");
         int b, lo, hi, hit = 0;
         int isblk = block_item(g, name, &b, &lo, &hi);
         if (isblk && (lo < 0 || hi < lo || hi >= g->blk[b].repeat))
@@ -694,7 +701,9 @@ static int assign_stages(planctx *c, int pp, const int *order)
         for (int i = 0; i < g->nop; i++) {
             const ir_op *o = &g->op[i];
             if (o->phase != IR_PH_FWD) continue;
-            if (isblk ? o->block == b && o->rep >= lo && o->rep <= hi : matches(g, o, name)) st[i] = k, hit = 1;
+            const ir_op *mo = o->orig >= 0 ? &g->op[o->orig] : o;   /* (a pass's copy: as its op) */
+            if (isblk ? o->block == b && o->rep >= lo && o->rep <= hi : matches(g, mo, name))
+                st[i] = k == pp || !rcy ? k : o->pass * nphys + k, hit = 1;
         }
         if (!hit)
             return pass_error(g, r->stage_line, "patterns match forward op names (--dump=graph lists them); "
@@ -750,6 +759,11 @@ static int assign_stages(planctx *c, int pp, const int *order)
             kf++;
             continue;
         }
+        if (st[op] < 0 && rcy) {   /* the pass's layers cut evenly over the stages; the rest follows */
+            int base = o->pass * nphys;
+            st[op] = o->block >= 0 ? base + (int)((int64_t)(lb[o->block] + o->rep) * nphys / nl) : base;
+            if (st[op] < from) st[op] = from;
+        }
         if (st[op] < 0) {
             if (o->block >= 0) st[op] = (int)((int64_t)(lb[o->block] + o->rep) * pp / nl);
             else if (nl == 0) st[op] = (int)((int64_t)kf * pp / nf);   /* no blocks: ops cut evenly */
@@ -792,12 +806,20 @@ static int assign_stages(planctx *c, int pp, const int *order)
         if (!busy[k]) {
             free(busy);
             char h[300];
-            if (nv > 1)
+            if (rcy)
+                snprintf(h, sizeof h, "each of the %d passes runs its layers on every stage: pp %d needs at least %d "
+                         "layers (block repeats) that read the recycled value, or a [plan] stage for each stage; use "
+                         "a smaller pp", nv, nphys, nphys);
+            else if (nv > 1)
                 snprintf(h, sizeof h, "pp %d x chunks %d needs at least %d layers (block repeats) or a [plan] stage "
                          "for each virtual stage; use fewer chunks or a smaller pp", pp / nv, nv, pp);
             else
                 snprintf(h, sizeof h, "pp %d needs at least %d layers (block repeats) or a [plan] stage for each "
                          "stage; use a smaller pp", pp, pp);
+            if (rcy)
+                return pass_error(g, r->stage_line ? r->stage_line : r->pp_line, h,
+                                  "[plan] pp %d with recycle %d: stage %d has no ops in pass %d", nphys, nv, k % nphys,
+                                  k / nphys);
             if (nv > 1)
                 return pass_error(g, r->stage_line ? r->stage_line : r->pp_line, h,
                                   "[plan] pp %d x chunks %d: virtual stage %d has no ops", pp / nv, nv, k);
@@ -890,6 +912,19 @@ int pass_plan(ir_dist *d)
     d->mesh_pp = pp;
     /* model chunks: as given; interleaved without chunks takes 2 */
     int chunks = g->req.chunks ? g->req.chunks : g->req.schedule == IR_SCHED_INTERLEAVED ? 2 : 1;
+    const int rcy = g->train.recycle;
+    if (pp > 1 && rcy > 1) {   /* recycling: the passes are the stages' chunks */
+        if (g->req.chunks)
+            return pass_error(g, g->req.chunks_line, "with recycle the passes are each stage's model chunks: leave "
+                              "chunks out", "[plan] chunks %d with recycle %d: not built", g->req.chunks, rcy);
+        if (g->req.schedule != IR_SCHED_1F1B && g->req.schedule != IR_SCHED_GPIPE &&
+            g->req.schedule != IR_SCHED_INTERLEAVED)
+            return pass_error(g, g->req.pp_line, "with recycle the passes are each stage's model chunks: use schedule "
+                              "= 1f1b (the passes interleaved: 3f1b), gpipe, or an order",
+                              "[plan] schedule %s with recycle %d: not built", g->req.schedule == IR_SCHED_ZBH1 ?
+                              "zb-h1" : g->req.schedule == IR_SCHED_KFKB ? "kFkB" : "interlaced", rcy);
+        chunks = rcy;
+    }
     d->mesh_v = pp > 1 ? chunks : 1;
     if (d->mesh_v > 1 && (g->req.schedule == IR_SCHED_ZBH1 || g->req.schedule == IR_SCHED_KFKB))
         return pass_error(g, g->req.chunks_line, "chunks go with schedule = interleaved (1f1b), gpipe or an order",

@@ -359,7 +359,7 @@ static int man_state(man_parser *ps, rt_manifest *m)
     return man_placement(ps, m, p, "state");
 }
 
-/* input IDX NAME DTYPE NDIM D.. dist normal|int RANGE period P
+/* input IDX NAME DTYPE NDIM D.. dist normal|int RANGE|zeros period P
  * (RANGE is required for int and may be left out for normal), or
  * input IDX NAME i32 2 B T dist stream K [int RANGE] period P
  * (int RANGE: the synthetic values of a run without a data file). */
@@ -400,6 +400,12 @@ static int man_input(man_parser *ps, rt_manifest *m)
         }
         if (man_i64(ps, "range", 1, INT32_MAX, &in->range))
             return 1;
+    } else if (!strcmp(t, "zeros")) {
+        in->dist = RT_DIST_ZEROS;
+        if (in->dtype != RT_F32) {
+            man_err(ps, "dist zeros needs dtype f32");
+            return 1;
+        }
     } else if (!strcmp(t, "stream")) {
         in->dist = RT_DIST_STREAM;
         if (in->dtype != RT_I32 || in->ndim != 2) {
@@ -416,7 +422,7 @@ static int man_input(man_parser *ps, rt_manifest *m)
         }
         m->nstream++;
     } else {
-        man_err(ps, "unknown distribution '%s' (expected normal, int or stream)", t);
+        man_err(ps, "unknown distribution '%s' (expected normal, int, zeros or stream)", t);
         return 1;
     }
     if (man_kw(ps, "period") || man_i64(ps, "period", 1, INT64_MAX, &in->period))

@@ -222,7 +222,9 @@ static void rt_data_tokens(rt_ctx *ctx, const rt_input *in, void *dst, const int
 static inline void rt_data_elem(const rt_input *in, uint64_t key, uint64_t j, void *dst,
                                 int64_t q)
 {
-    if (in->dist == RT_DIST_NORMAL)
+    if (in->dist == RT_DIST_ZEROS)
+        ((float *)dst)[q] = 0.0f;
+    else if (in->dist == RT_DIST_NORMAL)
         ((float *)dst)[q] = (float)rt_rng_normal(key, j);
     else
         ((int32_t *)dst)[q] = rt_rng_int(key, j, in->range);
@@ -251,6 +253,8 @@ void rt_data_box(rt_ctx *ctx, void *dst, const int64_t *i)
             int32_t *o = (int32_t *)dst + it.pos;
             for (int64_t t = 0; t < it.run; t++)
                 o[t] = rt_rng_int(key, j + (uint64_t)t, in->range);
+        } else if (in->dist == RT_DIST_ZEROS) {
+            memset((float *)dst + it.pos, 0, sizeof(float) * (size_t)it.run);
         } else {
             float *o = (float *)dst + it.pos;
             for (int64_t t = 0; t < it.run; t++)

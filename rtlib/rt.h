@@ -50,7 +50,7 @@
  *                                  DTYPE f32|i32; KIND zeros|ones|const|normal|uniform;
  *                                  OFFSET arena byte offset; W = 1 if this rank writes the box
  *                                  when saving (exactly one rank per distinct box)
- *     input IDX NAME DTYPE NDIM D0 .. dist normal|int RANGE period P
+ *     input IDX NAME DTYPE NDIM D0 .. dist normal|int RANGE|zeros period P
  *                                  a data input: logical shape of ONE step's global batch
  *     input IDX NAME i32 NDIM D0 .. dist stream K [int RANGE] period P
  *                                  a token input read from the data file of the run (the

@@ -56,6 +56,7 @@ typedef enum rt_dist_kind {
     RT_DIST_NORMAL,   /* synthetic f32, N(0, 1) */
     RT_DIST_INT,      /* synthetic i32, uniform in [0, RANGE) */
     RT_DIST_STREAM,   /* i32 tokens read from the data file (data.c) */
+    RT_DIST_ZEROS,    /* f32 0 (a recycle op's value before the first forward pass) */
 } rt_dist_kind;
 
 /* The lr schedule after warmup (manifest `schedule KIND ...`). */

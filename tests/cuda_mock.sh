@@ -255,6 +255,7 @@ check_run() {
   build mlp-cpu "$top/examples/mlp.ini"
   build gpt-cpu "${gpt[@]}"
   build gpt-bf16-cpu "${gpt[@]}" --set train.dtype=bf16
+  build rcy-cpu "$top/tests/equiv/recycle.ini"
   build mlp "$top/examples/mlp.ini" --target cuda --arch sm_80,sm_90
   build gpt "${gpt[@]}" --target cuda --arch sm_90
   build gpt-plan "${gpt[@]}" --target cuda --arch sm_90 --devices 4 --set plan.policy=hybrid \
@@ -270,12 +271,14 @@ check_run() {
   build gpt-pp2-ilv "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.pp=2 --set plan.schedule=interleaved \
     --set "plan.stage=h.0 1, h.1 2, lnf 3"
   build gpt-pp2-ilc "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.pp=2 --set plan.schedule=interlaced
+  build rcy-pp2 "$top/tests/equiv/recycle.ini" --target cuda --arch sm_90 --devices 2 --set plan.pp=2
 ) &
 wait
-built mlp-cpu gpt-cpu gpt-bf16-cpu mlp gpt gpt-bf16 gpt-dp2 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc
+built mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu mlp gpt gpt-bf16 gpt-dp2 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc \
+  rcy-pp2
 
 # the cpu-target references (no doubles involved, but the same environment)
-for ref in mlp-cpu gpt-cpu gpt-bf16-cpu; do
+for ref in mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu; do
   [[ -x $tmp/$ref/launch ]] || continue
   run "$ref"
   [[ -s $tmp/$ref/final.safetensors ]] || no "the cpu-target reference $ref failed: $(tail -n 3 "$tmp/$ref.err")"
@@ -307,6 +310,9 @@ check_run gpt-pp2 gpt-cpu 2 "gpt2-tiny, pp2 (1f1b)"
 check_run gpt-pp2-ilv gpt-cpu 2 "gpt2-tiny, pp2 interleaved"
 [[ -x $tmp/gpt-pp2-ilc/launch ]] && run gpt-pp2-ilc
 check_run gpt-pp2-ilc gpt-cpu 2 "gpt2-tiny, pp2 interlaced"
+# recycling (3 forward passes per micro-batch as chunks, 3f1b): the inputs of zeros, the recycle copies
+[[ -x $tmp/rcy-pp2/launch ]] && run rcy-pp2
+check_run rcy-pp2 rcy-cpu 2 "recycle.ini, pp2 3f1b"
 if [[ -s $tmp/gpt-plan.err ]] && ! grep -q '^nnsc-mock-nccl: .* send=[1-9]' "$tmp/gpt-plan.err"; then
   no "gpt-plan: no ncclSend went through the NCCL double"
 fi

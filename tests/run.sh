@@ -8,7 +8,9 @@
 #             the issue-9 family really reduces still-read values out of place (tests/inplace.sh),
 #             plan.txt's header, why ops stay whole, replicated-layer warnings (tests/plan.sh),
 #             every command in README.md and docs/ run or accounted for (tests/docs.sh),
-#             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh)
+#             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh),
+#             pipelines, ZeRO, coshard (tests/pipeline.sh), recycling against a
+#             hand-unrolled oracle (tests/recycle.sh)
 #   cuda      --target cuda without a GPU: NVRTC builds of every example, embedded
 #             cubins, linking, determinism, the no-driver failure (tests/cuda.sh);
 #             rtlib's CUDA backend against a mock driver (tests/cuda_mock.sh);
@@ -80,6 +82,7 @@ want cli && run "resume" "$top/tests/resume.sh"
 want cli && run "runtime_ux" "$top/tests/runtime_ux.sh"
 want cli && run "share" "$top/tests/share.sh"
 want cli && run "pipeline" "$top/tests/pipeline.sh"
+want cli && run "recycle" "$top/tests/recycle.sh"
 (want cli || want cuda) && run "cuda" "$top/tests/cuda.sh"
 [[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"
 [[ -f $top/tests/cuda_ops.sh ]] && (want cli || want cuda) && run "cuda_ops" "$top/tests/cuda_ops.sh"
