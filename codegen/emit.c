@@ -238,7 +238,14 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
         flops += progs[r].flops;
         tsent += sent_bytes(&progs[r]);
     }
-    if (d->mesh_pp > 1)
+    if (d->stage_tp) {
+        int sd = d->ndev / d->mesh_pp;
+        ir_bprintf(b, "mesh      pp %d stages x %d devices = %d devices, each stage its own dp x tp:", d->mesh_pp, sd,
+                   d->ndev);
+        for (int s = 0; s < d->mesh_pp; s++)
+            ir_bprintf(b, "%s stage %d dp %d x tp %d", s ? "," : "", s, sd / d->stage_tp[s], d->stage_tp[s]);
+        ir_bprintf(b, " (device = i_pp * %d + i_dp * tp + i_tp)\n", sd);
+    } else if (d->mesh_pp > 1)
         ir_bprintf(b, "mesh      dp %d x tp %d x pp %d = %d devices (device = i_pp * %d + i_dp * %d + i_tp)\n",
                    d->mesh_dp, d->mesh_tp, d->mesh_pp, d->ndev, d->mesh_dp * d->mesh_tp, d->mesh_tp);
     else

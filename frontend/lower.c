@@ -1409,6 +1409,10 @@ static int lower_cluster(fe_lw *L)
     if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line;
     if ((kv = pl ? fe_get(pl, "chunks") : NULL)) r->chunks_line = kv->line;
     if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line;
+    if ((kv = pl ? fe_get(pl, "stage_tp") : NULL)) {
+        r->stage_tp = ir_str(L->g, kv->val);
+        r->stage_tp_line = kv->line;
+    }
     if ((kv = pl ? fe_get(pl, "coshard") : NULL)) {
         r->coshard = ir_str(L->g, kv->val);
         r->coshard_line = kv->line;

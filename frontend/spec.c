@@ -45,7 +45,7 @@ static const fe_schema fe_schemas[] = {
                      "micro_batches", "data", "data_period", "eval_data", "eval_every", "eval_steps",
                      "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype", "recycle"}, {"loss"}},
     {"cluster", 0, 0, {"devices", "device"}, {NULL}},
-    {"plan", 0, 0, {"policy", "dp", "tp", "pp", "trans", "stage", "schedule", "chunks", "order", "recompute", "coshard", "zero"}, {NULL}},
+    {"plan", 0, 0, {"policy", "dp", "tp", "pp", "trans", "stage", "schedule", "chunks", "order", "recompute", "coshard", "zero", "stage_tp"}, {NULL}},
 };
 #define FE_NSCHEMA ((int)(sizeof fe_schemas / sizeof fe_schemas[0]))
 

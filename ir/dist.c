@@ -37,6 +37,7 @@ void ir_dist_free(ir_dist *d)
     free(d->pool);
     free(d->trans);
     free(d->op_stage);
+    free(d->stage_tp);
     free(d->item_w);
     free(d->item_chunk);
     free(d->zgrad);

@@ -392,7 +392,7 @@ void ir_graph_print(const ir_graph *g, ir_buf *b)
         }
         if (t->kind == IR_T_INPUT) {
             if (t->data == IR_DATA_INT) ir_bprintf(b, " data=int:%lld", (long long)t->data_range);
-            if (t->data == IR_DATA_ZEROS) ir_bprintf(b, " data=zeros");
+            else if (t->data == IR_DATA_ZEROS) ir_bprintf(b, " data=zeros");
             else ir_bprintf(b, " data=normal");
         }
         ir_bprintf(b, "\n");

@@ -273,6 +273,8 @@ typedef struct ir_planreq {
     int coshard_line;         /* spec line of coshard */
     const char *recompute;    /* blocks (or repeats) whose forward is recomputed in the backward, or NULL */
     int recompute_line;       /* spec line of recompute */
+    const char *stage_tp;     /* each stage's tp degree ("2 1"), or NULL: tp everywhere */
+    int stage_tp_line;        /* spec line of stage_tp */
 } ir_planreq;
 
 /* Pipeline schedules ([plan] schedule). */
@@ -524,7 +526,10 @@ typedef struct ir_dist {
                                   pTensors devices store it as, or -1 */
     int *nstore;               /* per tensor: length of that list */
     char **pool; int npool, poolcap; /* owned strings */
-    int mesh_dp, mesh_tp;      /* the plan's mesh dp x tp (plan.c; 1 x 1 on one device) */
+    int mesh_dp, mesh_tp;      /* the plan's mesh dp x tp (plan.c; 1 x 1 on one device; with
+                                  stage_tp, stage 0's) */
+    int *stage_tp;             /* per stage: its tp degree ([plan] stage_tp; its dp: devices per
+                                  stage / tp), or NULL: mesh_tp on every stage */
     int mesh_pp;               /* pipeline stages (plan.c): stage k runs on devices
                                   k * dp * tp .. (k + 1) * dp * tp - 1; 1: no pipeline */
     int mesh_v;                /* model chunks per stage (plan.c; 1: none): op_stage numbers

@@ -803,7 +803,9 @@ static int rule_stage_sum(cctx *c, int need)
  * the whole box, from the device with the same place in its stage when it
  * holds one -- one transfer per need that goes whole, not one per tile
  * added into a zeroed buffer (which the pipeline cannot move to its task's
- * edge). */
+ * edge).  When the tiles do not tile the need but the tensor (stages with
+ * their own tp, stage_tp: a dp stage's row block read from a tp stage's
+ * column tiles), the tensor is gathered and the need's box sent out of it. */
 static int rule_stage_gather(cctx *c, int need)
 {
     const ir_dist *d = c->d;
@@ -812,11 +814,19 @@ static int rule_stage_gather(cctx *c, int need)
     if (d->mesh_pp <= 1 || n.vn != 1) return 0;
     for (int i = 0; i < c->src.n; i++)
         if (P(c, c->src.v[i])->dev / sd == n.dev / sd) return 0;   /* its own stage has pieces */
-    int dim, k = tiles_in(c, &n.box, &dim);
+    /* the box gathered: the need's, or (stages with other layouts, stage_tp: a row
+       block needed from column tiles) the whole tensor's, the need then sent out of it */
+    ir_box w = n.box;
+    int dim, k = tiles_in(c, &w, &dim);
     const piece **ch = c->ch;
     const ir_box **bx = c->bx;
     int *order = c->order, *grp = c->grp, *devs = c->devs, *out = c->out;
-    if (k < 2 || !tiles(bx, k, &n.box, dim, c->nd, order)) return 0;
+    if (k < 2 || !tiles(bx, k, &w, dim, c->nd, order)) {
+        w = ir_box_full(&d->g->t[c->t]);
+        if (ir_box_eq(&w, &n.box, c->nd)) return 0;
+        k = tiles_in(c, &w, &dim);
+        if (k < 2 || !tiles(bx, k, &w, dim, c->nd, order)) return 0;
+    }
     /* the replicas whose member sits where the need does in its stage, else the first */
     int pick = P(c, ch[0]->pt[0])->dev;
     for (int r = 0; r < ch[0]->n; r++)
@@ -826,7 +836,10 @@ static int rule_stage_gather(cctx *c, int need)
     int best = -1, made = 1;
     for (int j = 0; j < k; j++) {
         devs[j] = P(c, grp[j])->dev;
-        out[j] = full_pt(c, need, devs[j]);
+        ir_ptensor wp = n;
+        wp.box = w;
+        wp.dev = devs[j];
+        out[j] = ir_dist_pt(c->d, &wp);
         made &= have(c, out[j]);
         if (best < 0 || devs[j] % sd == n.dev % sd) best = out[j];
     }
@@ -837,7 +850,8 @@ static int rule_stage_gather(cctx *c, int need)
     }
     int dv[2] = {P(c, best)->dev, n.dev}, in[2] = {best, -1}, ou[2] = {-1, need};
     add_comm(c, IR_COMM_SENDRECV, 2, dv, in, ou, &n.box, dv[0], 0, bytes_of(c, &n.box),
-             "the whole box gathered on its stage, sent on");
+             ir_box_eq(&w, &n.box, c->nd) ? "the whole box gathered on its stage, sent on"
+                                          : "the tensor gathered on its stage, the box sent on");
     return 1;
 }
 

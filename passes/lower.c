@@ -632,7 +632,12 @@ static void manifest(lctx *c)
                g->model ? g->model : "model", p->rank, p->world, (long long)p->arena, (long long)g->train.steps,
                (long long)g->train.micro_batches);
     ir_bprintf(b, "seed %llu\nlr %.9g\n", (unsigned long long)g->seed, g->train.lr);
-    ir_bprintf(b, "mesh dp %d tp %d", d->mesh_dp, d->mesh_tp);
+    int mtp = d->mesh_tp, mdp = d->mesh_dp;   /* (stage_tp: this rank's stage's) */
+    if (d->stage_tp) {
+        mtp = d->stage_tp[p->rank / (d->ndev / d->mesh_pp)];
+        mdp = d->ndev / d->mesh_pp / mtp;
+    }
+    ir_bprintf(b, "mesh dp %d tp %d", mdp, mtp);
     if (d->mesh_pp > 1) ir_bprintf(b, " pp %d", d->mesh_pp);
     ir_bprintf(b, " policy %s\n", g->req.policy ? g->req.policy : "dp");
     int64_t nparam = 0;

@@ -903,12 +903,53 @@ static void one_stage(planctx *c)
     memset(c->d->op_stage, 0, sizeof(int) * (size_t)g->nop);
 }
 
+/* [plan] stage_tp = T0 T1 ...: each stage's tp degree (its dp: the devices of
+ * a stage / T); returns 0 (d->stage_tp set, *dp and *tp stage 0's) or 2. */
+static int stage_tp(ir_dist *d, int pp, int *dp, int *tp)
+{
+    const ir_graph *g = d->g;
+    const ir_planreq *r = &g->req;
+    int sd = d->ndev / pp, line = r->stage_tp_line;
+    char hint[240];
+    snprintf(hint, sizeof hint, "write stage_tp = T0 .. T%d: each stage's tp degree, a divisor of its %d device%s "
+             "(the rest is its dp)", pp - 1, sd, sd == 1 ? "" : "s");
+    if (pp < 2) return pass_error(g, line, "stage_tp gives each pipeline stage its own tp: set pp > 1",
+                                  "[plan] stage_tp without pp > 1");
+    if (r->schedule == IR_SCHED_INTERLACED)
+        return pass_error(g, line, "interlaced splits the ops outside the layers over every device, as one tp group: "
+                          "use one tp for all stages", "[plan] stage_tp with schedule interlaced: not built");
+    int *t = d->stage_tp = ir_xcalloc((size_t)pp, sizeof(int)), n = 0;
+    const char *p = r->stage_tp;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        if (!*p) break;
+        char *e;
+        long v = strtol(p, &e, 10);
+        if (e == p || (*e && *e != ' ' && *e != '\t' && *e != ','))
+            return pass_error(g, line, hint, "[plan] stage_tp: '%s' is not a list of integers", r->stage_tp);
+        if (n == pp) return pass_error(g, line, hint, "[plan] stage_tp: more than pp = %d degrees", pp);
+        if (v < 1 || v > sd || sd % v)
+            return pass_error(g, line, hint, "[plan] stage_tp: stage %d's tp %ld does not divide its %d devices", n,
+                              v, sd);
+        t[n++] = (int)v;
+        p = e;
+    }
+    if (n != pp) return pass_error(g, line, hint, "[plan] stage_tp: %d degrees for %d stages", n, pp);
+    *tp = t[0];
+    *dp = sd / t[0];
+    return 0;
+}
+
 int pass_plan(ir_dist *d)
 {
     const ir_graph *g = d->g;
     int dp = 1, tp = 1, pp = 1, rc;
     /* one device has one plan: every op whole (verify builds its reference so) */
+    if (d->ndev > 1 && g->req.stage_tp && (g->req.tp || g->req.dp))
+        return pass_error(g, g->req.stage_tp_line, "stage_tp sets every stage's tp and dp: leave tp and dp out",
+                          "[plan] stage_tp with %s", g->req.tp ? "tp" : "dp");
     if (d->ndev > 1 && (rc = mesh(d, &dp, &tp, &pp))) return rc;
+    if (d->ndev > 1 && g->req.stage_tp && (rc = stage_tp(d, pp, &dp, &tp))) return rc;
     d->mesh_pp = pp;
     /* model chunks: as given; interleaved without chunks takes 2 */
     int chunks = g->req.chunks ? g->req.chunks : g->req.schedule == IR_SCHED_INTERLEAVED ? 2 : 1;
@@ -933,7 +974,10 @@ int pass_plan(ir_dist *d)
     if (d->ndev > 1 && pp == 1 && g->req.chunks > 1)
         return pass_error(g, g->req.chunks_line, "chunks split each pipeline stage's layers into model chunks: set "
                           "pp > 1", "[plan] chunks %d without pp > 1", g->req.chunks);
-    if ((rc = check_batch(d, dp))) return rc;
+    int bdp = dp;   /* (stage_tp: the largest dp of a stage) */
+    for (int k = 0; d->stage_tp && k < pp; k++)
+        if (d->ndev / pp / d->stage_tp[k] > bdp) bdp = d->ndev / pp / d->stage_tp[k];
+    if ((rc = check_batch(d, bdp))) return rc;
     ucons *cons = NULL;
     int ncons = d->ndev > 1 ? parse_cons(g, &cons) : 0;
     if (ncons < 0) {
@@ -955,7 +999,9 @@ int pass_plan(ir_dist *d)
         const ir_op *o = &g->op[op];
         /* an op of every stage (interlaced) is split over all devices, as by tp */
         const int all = c.st.at && d->op_stage[op] == IR_STAGE_ALL(d);
-        const int ldp = all ? 1 : dp, ltp = all ? d->ndev : tp;
+        /* stage_tp: the op's stage's own dp x tp */
+        const int stp = c.st.at && !all && d->stage_tp ? d->stage_tp[d->op_stage[op] % pp] : tp;
+        const int ldp = all ? 1 : stp == tp ? dp : d->ndev / pp / stp, ltp = all ? d->ndev : stp;
         int u = -1;
         if (!c.st.at) break;
         for (int i = 0; i < ncons && u < 0; i++)
@@ -1035,7 +1081,7 @@ int pass_plan(ir_dist *d)
     }
     d->mesh_dp = dp;
     d->mesh_tp = tp;
-    if (!rc && tp > 1) warn_replicated(&c);
+    if (!rc && tp > 1 && !d->stage_tp) warn_replicated(&c);
     if (!rc && d->ndev > 1 && g->req.coshard) rc = coshard(d);   /* (one device: every op whole, as verify's reference) */
     for (int i = 0; i < ncons && !rc; i++)
         if (!used[i])
