@@ -265,6 +265,22 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
     human(b, (double)tsent);
     ir_bprintf(b, " by all ranks\ncompute   %.3f GFLOP per step in all, at most %.3f on one rank (rank %d)\n",
                flops / 1e9, progs[fmax].flops / 1e9, fmax);
+    /* the cost model's step on the cluster's profile, and memory against the device's */
+    pass_estimate est;
+    pass_cost_step(d, &est);
+    const ir_profile *pf = &d->g->prof;
+    ir_bprintf(b, "estimate  step %.3f ms on %s (cost model: ", est.step * 1e3, pf->name);
+    if (d->pipe)
+        ir_bprintf(b, "the pipeline's timeline %.3f ms, bubble %.1f %%, then %.3f ms of gradient collectives and "
+                   "updates", (est.step - est.outside) * 1e3, est.bubble * 100, est.outside * 1e3);
+    else
+        ir_bprintf(b, "rank %d: compute %.3f ms, comm %.3f ms, gradient collectives and updates %.3f ms", est.rank,
+                   est.compute * 1e3, est.comm * 1e3, est.outside * 1e3);
+    ir_bprintf(b, "); memory ");
+    human(b, (double)progs[rmax].arena);
+    ir_bprintf(b, " of ");
+    human(b, pf->mem);
+    ir_bprintf(b, " per device%s\n", (double)progs[rmax].arena > pf->mem ? ": DOES NOT FIT" : "");
     if (nprog > 0)
         ir_bprintf(b, "programs  %d distinct program%s for %d rank%s (out/rank; rankK are links to it)\n", nprog,
                    nprog == 1 ? "" : "s", d->ndev, d->ndev == 1 ? "" : "s");

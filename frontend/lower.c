@@ -1350,12 +1350,12 @@ static int lower_train(fe_lw *L)
 static int lower_cluster(fe_lw *L)
 {
     const fe_section *cl = section(L->s, "cluster"), *pl = section(L->s, "plan");
-    static const char *const devs[] = {"cpu", NULL};
+
     static const char *const pols[] = {"dp", "tp", "hybrid", NULL};
     static const char *const scheds[] = {"1f1b", "gpipe", "zb-h1", "interleaved", "interlaced",
                                          "KfKb (2f2b, 3f3b, ...)", NULL};
     int64_t n, dp, tp, pp, zero, chunks;
-    int dev, pol, sch, group = 1;
+    int pol, sch, group = 1;
     const fe_kv *skv = pl ? fe_get(pl, "schedule") : NULL;
     char fl[2], bl[2];   /* the letters f and b, each with its terminator */
     int ka, kb, kn = 0;
@@ -1374,12 +1374,37 @@ static int lower_cluster(fe_lw *L)
                                "out of range", fe_clip(skv->val, clip, sizeof clip));
         group = rf ? 1 : ka;
     }
-    if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) || get_choice(L, cl, "device", devs, 0, &dev) ||
+    if (get_int(L, cl, "devices", 1, 1, FE_MAX_DEVICES, &n) ||
         get_choice(L, pl, "policy", pols, 0, &pol) || get_int(L, pl, "dp", 0, 1, FE_MAX_DEVICES, &dp) ||
         get_int(L, pl, "tp", 0, 1, FE_MAX_DEVICES, &tp) || get_int(L, pl, "pp", 1, 1, FE_MAX_DEVICES, &pp) ||
         (kn == 0 && get_choice(L, pl, "schedule", scheds, 0, &sch)) || get_int(L, pl, "zero", 0, 0, 3, &zero) ||
         get_int(L, pl, "chunks", 0, 1, 64, &chunks))
         return 2;
+    /* the cost model's profile: built in, each figure overridable */
+    const fe_kv *dk = cl ? fe_get(cl, "device") : NULL;
+    if (dk) {
+        const ir_profile *pf = ir_profile_find(dk->val);
+        char clip[96], hint[256];
+        if (!pf) {
+            snprintf(hint, sizeof hint, "profiles: %s; or give flops, mem_bw, memory, link_bw, ... in [cluster]",
+                     ir_profile_names());
+            return fe_kv_error(L->s, cl, dk, hint, "unknown device '%s'", fe_clip(dk->val, clip, sizeof clip));
+        }
+        L->g->prof = *pf;
+    }
+    ir_profile *pf = &L->g->prof;
+    int64_t pn;
+    if (get_float(L, cl, "flops", pf->flops, FE_POS, &pf->flops) ||
+        get_float(L, cl, "flops_bf16", pf->flops_bf16, FE_POS, &pf->flops_bf16) ||
+        get_float(L, cl, "mem_bw", pf->mem_bw, FE_POS, &pf->mem_bw) ||
+        get_float(L, cl, "memory", pf->mem, FE_POS, &pf->mem) ||
+        get_float(L, cl, "link_bw", pf->link_bw, FE_POS, &pf->link_bw) ||
+        get_float(L, cl, "link_lat", pf->link_lat, FE_NONNEG, &pf->link_lat) ||
+        get_float(L, cl, "net_bw", pf->net_bw, FE_POS, &pf->net_bw) ||
+        get_float(L, cl, "net_lat", pf->net_lat, FE_NONNEG, &pf->net_lat) ||
+        get_int(L, cl, "per_node", pf->per_node, 1, FE_MAX_DEVICES, &pn))
+        return 2;
+    pf->per_node = (int)pn;
     ir_planreq *r = &L->g->req;
     r->devices = (int)n;
     r->policy = ir_str(L->g, pols[pol]);

@@ -25,6 +25,7 @@ void ir_graph_init(ir_graph *g)
     g->seed = 1337;
     g->train.loss = -1;
     g->req.devices = 1;
+    g->prof = *ir_profile_find("cpu-host");
 }
 
 void ir_graph_free(ir_graph *g)

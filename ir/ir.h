@@ -290,6 +290,19 @@ enum {
                         over every device, their tasks interlaced with a 1F1B pipeline */
 };
 
+/* A device and cluster profile for the cost model ([cluster] device and
+ * its overrides; passes/cost.c holds the built-in ones). */
+typedef struct ir_profile {
+    const char *name;         /* cpu-host, v100-32g, a100-80g, h100-80g, dgx2, ... */
+    double flops;             /* f32 FLOP/s per device (peak) */
+    double flops_bf16;        /* bf16 (or fp16) matmul FLOP/s per device */
+    double mem_bw;            /* memory bandwidth, bytes/s per device */
+    double mem;               /* memory per device, bytes */
+    double link_bw, link_lat; /* within a node: bytes/s per device and direction, seconds per message */
+    double net_bw, net_lat;   /* between nodes (IB): bytes/s per device, seconds per message */
+    int per_node;             /* devices per node */
+} ir_profile;
+
 typedef struct ir_graph {
     const char *model;        /* model name */
     const char *file;         /* spec path as given */
@@ -299,8 +312,13 @@ typedef struct ir_graph {
     ir_block *blk; int nblk, blkcap;
     ir_train train;
     ir_planreq req;
+    ir_profile prof;          /* the cluster's profile ([cluster] device; cost model) */
     char **pool; int npool, poolcap; /* owned strings */
 } ir_graph;
+
+/* A built-in profile by name (cpu is cpu-host), or NULL; the names, for messages. */
+const ir_profile *ir_profile_find(const char *name);
+const char *ir_profile_names(void);
 
 void ir_graph_init(ir_graph *g);
 void ir_graph_free(ir_graph *g);

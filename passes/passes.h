@@ -124,6 +124,24 @@ void pass_memcheck_key(const ir_dist *d, const pass_mem *m, uint64_t key[2]);
 /* Model FLOPs of sub-op s per step when it runs in section sec (the cost
  * model behind plan.txt's compute figures and the manifest's flops_per_step). */
 double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec);
+
+/* The cost model (cost.c) on the graph's profile g->prof. */
+typedef struct pass_estimate {
+    double step;      /* seconds per optimizer step (the slowest rank; a pipeline's timeline) */
+    int rank;         /* the slowest rank (without a pipeline) */
+    double compute;   /* its seconds of compute in the micro-batches, per step */
+    double comm;      /* its seconds of collectives and transfers in the micro-batches, per step */
+    double outside;   /* its seconds outside them (gradient collectives, updates) */
+    double bubble;    /* a pipeline's idle fraction on the timeline (0 without) */
+} pass_estimate;
+/* Seconds of sub-op s per execution in section sec (roofline). */
+double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec);
+/* Seconds of a collective of kind over n members whose busiest one sends bytes (alpha-beta). */
+double pass_cost_collective(const ir_profile *pf, ir_commkind kind, int n, double bytes, int spans_nodes);
+/* Seconds of one execution of comm c. */
+double pass_cost_comm(const ir_dist *d, const ir_comm *c);
+/* The plan's step on the cost model (after pass_pipeline). */
+void pass_cost_step(const ir_dist *d, pass_estimate *e);
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);
 /* A box in the coordinates of one micro-batch when sec is IR_SEC_MB (the
  * batch dim divided by micro_batches). */

@@ -46,5 +46,34 @@ done
 same=1
 for f in "$tmp"/j1/*; do cmp -s "$f" "$tmp/j2/$(basename "$f")" || { same=0; echo "differs: $(basename "$f")"; }; done
 ((same)) && ok "1 and 2 codegen threads: byte-identical executables, IR, launch and plan.txt" || no "outputs depend on NNSC_JOBS"
+# the cost model's line: data parallelism's gradient all-reduce sends 2 (n-1)/n of the 4 psi bytes
+# (psi params) per rank (plus the loss's 4 bytes alike); the estimate names the profile; a plan
+# larger than the device's memory says so
+"$nn" "$tiny" --dump=graph -o "$tmp/g" >"$tmp/graph" 2>/dev/null
+psi=$(python3 - "$tmp/graph" <<'PY'
+import re, sys
+n = 0
+for m in re.finditer(r" param +f32 \S+\[([0-9,]+)\]", open(sys.argv[1]).read()):
+    k = 1
+    for x in m.group(1).split(","): k *= int(x)
+    n += k
+print(n)
+PY
+)
+for n in 2 4 8; do  # (micro_batches 1: B = 8 splits 8 ways)
+  "$nn" "$tiny" --devices $n -q -o "$tmp/dp$n" --set cluster.device=a100-80g --set train.micro_batches=1 || no "dp $n build"
+  got=$(grep -o "rank 0 .*sent/step: allreduce [0-9]*" "$tmp/dp$n/plan.txt" | grep -o "[0-9]*$")
+  want=$(( 2 * (n - 1) * (4 * psi + 4) / n ))
+  [[ $got == "$want" ]] && ok "dp $n: the all-reduces send 2(n-1)/n x 4 psi (+ the loss) = $got bytes per rank (psi $psi)" ||
+    no "dp $n: allreduce $got bytes, wanted $want"
+done
+grep -q "^estimate  step [0-9.]* ms on a100-80g (cost model: rank 0: compute" "$tmp/dp4/plan.txt" &&
+  ok "plan.txt's estimate names the profile and splits the step" || no "estimate: $(grep '^estimate' "$tmp/dp4/plan.txt")"
+"$nn" "$tiny" --devices 2 -q -o "$tmp/small" --set cluster.memory=1e6 || no "build with a small memory"
+grep -q "^estimate .* of 976.6 KiB per device: DOES NOT FIT" "$tmp/small/plan.txt" &&
+  ok "a plan larger than [cluster] memory: plan.txt says it does not fit" || no "memory: $(grep '^estimate' "$tmp/small/plan.txt")"
+expect_rc 2 "an unknown device profile" "$nn" "$tiny" -o "$tmp/bad" --set cluster.device=tpu-v9
+says "unknown device 'tpu-v9'" "profile"
+
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -1,6 +1,7 @@
 /* test_passes.c -- unit tests of the IR and the passes on graphs built
  * through the IR API (no spec file): annotations, autograd, the dp plan,
  * communication derived from pTensors, schedule, memory plan, lowering. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -686,8 +687,37 @@ static void test_interlaced(int pp, int m)
     free(p.dep);
 }
 
+/* The cost model's collectives against their closed forms (alpha-beta:
+ * ring all-reduce 2(n-1) alpha + 2(n-1)/n S / beta, all-gather and
+ * reduce-scatter (n-1) alpha + (n-1)/n S / beta, a send alpha + S / beta),
+ * within a node and across nodes, and the built-in profiles' names. */
+static void test_cost(void)
+{
+    const ir_profile *a = ir_profile_find("a100-80g"), *c = ir_profile_find("cpu");
+    CHECK(a && c && !strcmp(c->name, "cpu-host") && !ir_profile_find("tpu-v9") && ir_profile_find("dgx2") &&
+          ir_profile_find("dgx2")->per_node == 16, "profiles: cpu is cpu-host, dgx2 has 16 devices per node, unknown names none");
+    double S = 3.0e8;   /* bytes of the whole box */
+    for (int n = 2; n <= 64; n *= 2) {
+        double ar = 2.0 * (n - 1) / n * S, ag = (double)(n - 1) / n * S;
+        double t = pass_cost_collective(a, IR_COMM_ALLREDUCE, n, ar, 0);
+        CHECK(fabs(t - (2.0 * (n - 1) * a->link_lat + ar / a->link_bw)) < 1e-12 * t, "ring all-reduce, %d in a node", n);
+        t = pass_cost_collective(a, IR_COMM_ALLREDUCE, n, ar, 1);
+        CHECK(fabs(t - (2.0 * (n - 1) * a->net_lat + ar / a->net_bw)) < 1e-12 * t, "ring all-reduce, %d across nodes", n);
+        t = pass_cost_collective(a, IR_COMM_ALLGATHER, n, ag, 0);
+        CHECK(fabs(t - ((n - 1) * a->link_lat + ag / a->link_bw)) < 1e-12 * t, "all-gather, %d", n);
+        t = pass_cost_collective(a, IR_COMM_REDUCESCATTER, n, ag, 1);
+        CHECK(fabs(t - ((n - 1) * a->net_lat + ag / a->net_bw)) < 1e-12 * t, "reduce-scatter, %d across nodes", n);
+    }
+    double t = pass_cost_collective(a, IR_COMM_SENDRECV, 2, S, 0);
+    CHECK(fabs(t - (a->link_lat + S / a->link_bw)) < 1e-12 * t, "send/recv");
+    /* across nodes is slower than within (the profiles' IB below NVLink) */
+    CHECK(pass_cost_collective(a, IR_COMM_ALLREDUCE, 8, S, 1) > pass_cost_collective(a, IR_COMM_ALLREDUCE, 8, S, 0),
+          "across nodes slower than within");
+}
+
 int main(int argc, char **argv)
 {
+    test_cost();
     test_inplace_readers(argc > 1 ? argv[1] : "tests");
     test_fuse();
     test_anno();

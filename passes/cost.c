@@ -1,0 +1,146 @@
+/* cost.c -- the cost model: a plan's estimated step time on a profile
+ * (g->prof, [cluster] device; ir/profile.c).
+ *
+ * A sub-op takes the longer of its FLOPs at the device's peak (bf16 peak
+ * for matmuls under dtype = bf16) and its operands' bytes at the memory
+ * bandwidth (a roofline).  A collective takes alpha-beta time for its
+ * algorithm: its steps times the latency plus the bytes its busiest member
+ * sends (ir_comm.bytes, which the comm pass counts per algorithm: 2(n-1)/n
+ * S for a ring all-reduce, (n-1)/n S for all-gather and reduce-scatter, S
+ * for a send) over the bandwidth -- the link's within a node, the
+ * network's when its group spans nodes.  Local slices, copies and zeroing
+ * move their bytes at memory bandwidth.  Steps: ring all-reduce 2(n-1),
+ * all-gather, reduce-scatter and all-to-all n-1, broadcast ceil(log2 n), a
+ * send 1.
+ *
+ * A rank runs its items one after another (transfers and collectives
+ * block; nothing overlaps), so without a pipeline its step is the sum of
+ * its items' times, each micro-batch item m times; the step is the
+ * slowest rank's.  With a pipeline the tasks' times (per stage, chunk and
+ * kind, from the stage's first rank) go through the same simulation as
+ * plan.txt's timeline (pass_pipe_simulate), and the ranks' items outside
+ * the micro-batches (the gradients' collectives, the updates) follow. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+
+/* Bytes of pTensor pt one execution in section sec touches. */
+static double pt_bytes(const ir_dist *d, int pt, int sec)
+{
+    const ir_ptensor *p = &d->pt[pt];
+    const ir_tensor *t = &d->g->t[p->tensor];
+    double n = (double)ir_box_numel(&p->box, t->ndim) * pass_elsize(t);
+    if (t->batch_dim >= 0 && sec == IR_SEC_MB) n /= (double)d->g->train.micro_batches;
+    return n;
+}
+
+double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)
+{
+    const ir_graph *g = d->g;
+    const ir_op *o = &g->op[s->op];
+    double execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1;
+    double fl = pass_subop_flops(g, s, sec) / execs, by = 0;
+    for (int k = 0; k < o->nin; k++) by += pt_bytes(d, s->in[k], sec);
+    for (int k = 0; k < o->nout; k++) by += pt_bytes(d, s->out[k], sec);
+    int mm = o->kind == IR_OP_MATMUL || o->kind == IR_OP_MATMUL_NT || o->kind == IR_OP_MATMUL_TN;
+    double peak = mm && g->train.bf16 ? g->prof.flops_bf16 : g->prof.flops;
+    double t = fl / peak, tb = by / g->prof.mem_bw;
+    return t > tb ? t : tb;
+}
+
+double pass_cost_collective(const ir_profile *pf, ir_commkind kind, int n, double bytes, int spans_nodes)
+{
+    double bw = spans_nodes ? pf->net_bw : pf->link_bw, lat = spans_nodes ? pf->net_lat : pf->link_lat, steps;
+    switch (kind) {
+    case IR_COMM_ALLREDUCE: steps = 2.0 * (n - 1); break;
+    case IR_COMM_ALLGATHER: case IR_COMM_REDUCESCATTER: case IR_COMM_ALLTOALL: steps = n - 1; break;
+    case IR_COMM_BROADCAST: steps = n > 1 ? ceil(log2((double)n)) : 0; break;
+    case IR_COMM_SENDRECV: steps = 1; break;
+    default: return 2 * bytes / pf->mem_bw;   /* local: read and write */
+    }
+    return steps * lat + bytes / bw;
+}
+
+/* Seconds of one execution of comm c (its busiest member's). */
+double pass_cost_comm(const ir_dist *d, const ir_comm *c)
+{
+    const ir_profile *pf = &d->g->prof;
+    const int *m = d->ints + d->grp[c->group].devs;
+    int spans = 0;
+    for (int k = 1; k < c->n; k++) spans |= m[k] / pf->per_node != m[0] / pf->per_node;
+    double bytes = (double)c->bytes;
+    if (c->kind == IR_COMM_SLICE || c->kind == IR_COMM_COPY || c->kind == IR_COMM_ZERO) {
+        int o = c->out >= 0 ? d->ints[c->out] : -1;
+        bytes = o >= 0 ? pt_bytes(d, o, c->sec) : 0;
+        if (c->kind == IR_COMM_SLICE) bytes = 0;   /* a view (lower.c points into the piece) */
+    }
+    return pass_cost_collective(pf, c->kind, c->n, bytes, spans);
+}
+
+/* Item n's seconds per execution. */
+static double item_time(const ir_dist *d, int n)
+{
+    const ir_item *it = &d->seq[n];
+    return it->comm ? pass_cost_comm(d, &d->comm[it->id]) : pass_cost_subop(d, &d->sop[it->id], it->sec);
+}
+
+void pass_cost_step(const ir_dist *d, pass_estimate *e)
+{
+    const ir_graph *g = d->g;
+    double m = (double)g->train.micro_batches;
+    memset(e, 0, sizeof *e);
+    e->rank = 0;
+    /* per rank: compute and comm inside and outside the micro-batches */
+    int W = d->ndev;
+    for (int r = 0; r < W; r++) {
+        double cm = 0, cc = 0, om = 0;   /* mb compute, mb comm (per micro-batch), outside the mb */
+        for (int q = d->rank_item0[r]; q < d->rank_item0[r + 1]; q++) {
+            int n = d->rank_item[q];
+            const ir_item *it = &d->seq[n];
+            if (it->sec == IR_SEC_PROLOGUE || it->sec == IR_SEC_EPILOGUE) continue;
+            double t = item_time(d, n);
+            if (it->sec == IR_SEC_MB) {
+                if (it->comm) cc += t;
+                else cm += t;
+            } else om += t;
+        }
+        double step = (cm + cc) * m + om;
+        if (r == 0 || step > e->step) {
+            e->step = step, e->rank = r;
+            e->compute = cm * m, e->comm = cc * m, e->outside = om;
+        }
+    }
+    if (!d->pipe) return;
+    /* a pipeline: its tasks' times on the cost model's timeline */
+    const ir_pipe *p = d->pipe;
+    int sd = d->ndev / d->mesh_pp;
+    double *cost = ir_xcalloc(3 * (size_t)p->pp * (size_t)p->nch + 1, sizeof(double));
+    double *start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1)), bubble = 0;
+    double out = 0;
+    for (int s = 0; s < p->pp; s++) {
+        int r = s * sd;
+        double o = 0;
+        for (int q = d->rank_item0[r]; q < d->rank_item0[r + 1]; q++) {
+            int n = d->rank_item[q];
+            const ir_item *it = &d->seq[n];
+            if (it->sec == IR_SEC_PROLOGUE || it->sec == IR_SEC_EPILOGUE) continue;
+            if (it->sec != IR_SEC_MB) {
+                o += item_time(d, n);
+                continue;
+            }
+            int cls = pass_pipe_class(d, n, s);
+            if (cls >= 0) cost[3 * s * p->nch + cls] += item_time(d, n);
+        }
+        if (o > out) out = o;
+    }
+    double span = pass_pipe_simulate(p, cost, start, &bubble);
+    if (span >= 0) {
+        e->step = span + out;
+        e->outside = out;
+        e->bubble = bubble;
+    }
+    free(cost);
+    free(start);
+}
