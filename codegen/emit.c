@@ -265,6 +265,7 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
     human(b, (double)tsent);
     ir_bprintf(b, " by all ranks\ncompute   %.3f GFLOP per step in all, at most %.3f on one rank (rank %d)\n",
                flops / 1e9, progs[fmax].flops / 1e9, fmax);
+    if (d->g->req.search) ir_bprintf(b, "%s", d->g->req.search);
     /* the cost model's step on the cluster's profile, and memory against the device's */
     pass_estimate est;
     pass_cost_step(d, &est);

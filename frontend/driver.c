@@ -552,6 +552,10 @@ int fe_compile(const fe_opts *o)
     if (rc) goto out_g;
     ir_graph_verify(&g);
     tick(o, &t0, "frontend");
+    if (g.req.devices > 1 && g.req.policy && !strcmp(g.req.policy, "auto")) {
+        if ((rc = fe_search(o, &g))) goto out_g;
+        tick(o, &t0, "search");
+    }
     ir_buf b = {0};
     if (want(o, "graph")) ir_graph_print(&g, &b), dump("graph", &b);
     if ((rc = pass_autograd(&g))) goto out_g;

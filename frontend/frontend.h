@@ -107,6 +107,10 @@ void fe_opts_free(fe_opts *o);
 /* driver.c: one compile.  Returns 0, 1 (a tool or system failure, message
  * printed) or 2 (bad input, message printed). */
 int fe_compile(const fe_opts *o);
+/* [plan] policy = auto (search.c): price candidate plans of the loaded
+ * graph g's spec with the cost model and set g->req (and micro_batches) to
+ * the best that fits, its report in g->req.search.  0, or 2 after a message. */
+int fe_search(const fe_opts *o, ir_graph *g);
 /* Can this nnsc-aot build for o's target?  0, or 2 after a message (the
  * cuda target in a compiler built without NVRTC). */
 int fe_target_check(const fe_opts *o);

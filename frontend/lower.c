@@ -1351,7 +1351,7 @@ static int lower_cluster(fe_lw *L)
 {
     const fe_section *cl = section(L->s, "cluster"), *pl = section(L->s, "plan");
 
-    static const char *const pols[] = {"dp", "tp", "hybrid", NULL};
+    static const char *const pols[] = {"dp", "tp", "hybrid", "auto", NULL};
     static const char *const scheds[] = {"1f1b", "gpipe", "zb-h1", "interleaved", "interlaced",
                                          "KfKb (2f2b, 3f3b, ...)", NULL};
     int64_t n, dp, tp, pp, zero, chunks;
@@ -1431,9 +1431,9 @@ static int lower_cluster(fe_lw *L)
         r->order = ir_str(L->g, kv->val);
         r->order_line = kv->line;
     }
-    if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line;
+    if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line, r->pp_given = 1;
     if ((kv = pl ? fe_get(pl, "chunks") : NULL)) r->chunks_line = kv->line;
-    if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line;
+    if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line, r->zero_given = 1;
     if ((kv = pl ? fe_get(pl, "stage_tp") : NULL)) {
         r->stage_tp = ir_str(L->g, kv->val);
         r->stage_tp_line = kv->line;

@@ -200,6 +200,10 @@ static inline int pass_pt_accum(const ir_dist *d, int pt)
 int pass_batch_id(const ir_graph *g, int op);
 /* Bytes of one element. */
 int pass_elsize(const ir_tensor *t);
+/* While set (the plan search trying candidates), pass_error prints nothing and keeps its
+ * message in pass_last_error instead. */
+extern int pass_quiet;
+extern char pass_last_error[512];
 /* Report bad input at the spec's line (0: none); returns 2. */
 int pass_error(const ir_graph *g, int line, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -31,9 +31,18 @@
 
 #include "passes.h"
 
+int pass_quiet;
+char pass_last_error[512];
+
 int pass_error(const ir_graph *g, int line, const char *hint, const char *fmt, ...)
 {
     va_list ap;
+    if (pass_quiet) {
+        va_start(ap, fmt);
+        vsnprintf(pass_last_error, sizeof pass_last_error, fmt, ap);
+        va_end(ap);
+        return 2;
+    }
     if (line > 0) fprintf(stderr, "%s:%d: error: ", g->file ? g->file : "?", line);
     else fprintf(stderr, "%s: error: ", g->file ? g->file : "?");
     va_start(ap, fmt);

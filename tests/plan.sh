@@ -75,5 +75,42 @@ grep -q "^estimate .* of 976.6 KiB per device: DOES NOT FIT" "$tmp/small/plan.tx
 expect_rc 2 "an unknown device profile" "$nn" "$tiny" -o "$tmp/bad" --set cluster.device=tpu-v9
 says "unknown device 'tpu-v9'" "profile"
 
+# policy = auto: the candidates priced, listed fastest first, the chosen one built (its estimate
+# is the first line's step); the spec's pp binds every candidate; a memory too small for the
+# first rung climbs the ladder (ZeRO, recompute); one too small for all is an error
+"$nn" "$tiny" --devices 4 -q -o "$tmp/auto" --set plan.policy=auto --set cluster.device=a100-80g || no "auto build"
+if python3 - "$tmp/auto/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+rows = re.findall(r"^  (chosen|      ) +(dp \d+ x tp \d+ x pp \d+[^:]*): step ([0-9.]+) ms", t, re.M)
+steps = [float(r[2]) for r in rows]
+assert len(rows) >= 4 and rows[0][0] == "chosen" and steps == sorted(steps), rows
+est = float(re.search(r"^estimate  step ([0-9.]+) ms", t, re.M).group(1))
+assert abs(est - steps[0]) <= 0.0015, (est, steps[0])
+dp, tp, pp = map(int, re.match(r"dp (\d+) x tp (\d+) x pp (\d+)", rows[0][1]).groups())
+mesh = re.search(r"^mesh +dp (\d+) x tp (\d+)(?: x pp (\d+))?", t, re.M)
+assert (int(mesh.group(1)), int(mesh.group(2)), int(mesh.group(3) or 1)) == (dp, tp, pp), (mesh.group(0), rows[0])
+PY
+then ok "policy auto: the candidates fastest first; the chosen one is the plan built, its estimate the first line's"
+else no "auto plan.txt: $(grep -A9 '^search' "$tmp/auto/plan.txt")"; fi
+"$nn" "$tiny" --devices 4 -q -o "$tmp/auto2" --set plan.policy=auto --set plan.pp=2 || no "auto pp 2 build"
+grep -A30 "^search" "$tmp/auto2/plan.txt" | grep -E "^  (chosen|lost|      ) +dp" | grep -vq "x pp 2," &&
+  no "auto with pp = 2: a candidate of another pp" ||
+  { grep -q "and the spec's pp = 2" "$tmp/auto2/plan.txt" && ok "policy auto with pp = 2: every candidate has pp 2, and plan.txt says so" ||
+    no "auto pp 2: $(grep '^search' "$tmp/auto2/plan.txt")"; }
+"$nn" "$tiny" --devices 4 -q -o "$tmp/auto3" --set plan.policy=auto --set cluster.memory=12e6 || no "auto 12 MB build"
+if python3 - "$tmp/auto3/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+mem = float(re.search(r"^memory +per rank at most ([0-9.]+) MiB", t, re.M).group(1))
+assert mem * 2**20 <= 12e6, mem
+assert re.search(r"^  +dp .*(zero \d|recompute): step", t, re.M), "no rung of the ladder among the candidates"
+PY
+then ok "policy auto with 12 MB per device: the plan built fits, and candidates climbed the memory ladder"
+else no "auto 12 MB: $(grep -A9 '^search' "$tmp/auto3/plan.txt")"; fi
+expect_rc 2 "policy auto with 1 MB per device" "$nn" "$tiny" --devices 4 -o "$tmp/auto4" --set plan.policy=auto \
+  --set cluster.memory=1e6
+says "[plan] policy auto: no candidate plan fits" "auto, nothing fits"
+
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -1,0 +1,279 @@
+/* search.c -- [plan] policy = auto: the plan chosen by the cost model
+ * (docs/plan-search.md).
+ *
+ * Build and price: every candidate is planned by the real passes (plan,
+ * split, comm, schedule, the pipeline's order and deadlock check), priced
+ * by the cost model (passes/cost.c) on the cluster's profile, and its
+ * memory is the memory planner's arena of each stage's first rank.  The
+ * candidates: every dp x tp x pp making the devices (tp within a node),
+ * micro-batches dividing the batch, and with pp > 1 the schedules 1f1b,
+ * zb-h1 and interleaved; for each, the first rung of a memory ladder that
+ * fits: nothing, ZeRO 1, ZeRO 3, ZeRO 3 with every block recomputed.  What
+ * the spec sets (pp, dp, tp, zero, recompute, chunks, its trans and stage
+ * constraints) binds every candidate.  The fastest that fits wins; plan.txt
+ * lists it, the runner-ups and why each lost.
+ *
+ * Every candidate is built whole, so the search costs about one plan per
+ * candidate (tens of milliseconds for gpt2-tiny) and is limited to 64
+ * devices; the folded, analytic search for large clusters is not built. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "frontend.h"
+#include "passes.h"
+
+#define SEARCH_MAX_DEVICES 64
+
+typedef struct cand {
+    int dp, tp, pp, m, sched, zero, rc;
+    int ok;                /* 1: built and priced */
+    double step;           /* seconds (cost model) */
+    int64_t mem;           /* bytes, the largest stage-first rank's arena */
+    char why[600];         /* not ok: why */
+} cand;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *sched_name(int s)
+{
+    switch (s) {
+    case IR_SCHED_GPIPE: return "gpipe";
+    case IR_SCHED_ZBH1: return "zb-h1";
+    case IR_SCHED_INTERLEAVED: return "interleaved";
+    case IR_SCHED_INTERLACED: return "interlaced";
+    case IR_SCHED_KFKB: return "kfkb";
+    default: return "1f1b";
+    }
+}
+
+/* The blocks, as a recompute list ("h, e"), in buf. */
+static void all_blocks(const ir_graph *g, char *buf, size_t n)
+{
+    size_t u = 0;
+    buf[0] = '\0';
+    for (int b = 0; b < g->nblk && u < n; b++) u += (size_t)snprintf(buf + u, n - u, "%s%s", b ? ", " : "", g->blk[b].name);
+}
+
+/* Build and price candidate c; fills c->ok, step, mem or why. */
+static void price(const fe_opts *o, cand *c)
+{
+    ir_graph g;
+    if (fe_load(o->spec, o->sets, o->nset, &g)) {
+        snprintf(c->why, sizeof c->why, "the spec does not load");
+        return;
+    }
+    ir_planreq *r = &g.req;
+    r->policy = ir_str(&g, "hybrid");
+    r->dp = c->dp;
+    r->tp = c->tp;
+    r->pp = c->pp;
+    r->schedule = c->sched;
+    r->zero = c->zero;
+    g.train.micro_batches = c->m;
+    char rcb[256];
+    if (c->rc) {
+        all_blocks(&g, rcb, sizeof rcb);
+        r->recompute = ir_str(&g, rcb);
+    }
+    int rc = pass_autograd(&g) || pass_recompute(&g);
+    if (!rc) pass_zero3_regather(&g);
+    ir_dist d;
+    ir_dist_init(&d, &g, g.req.devices);
+    if (!rc) rc = pass_plan(&d);
+    if (!rc) {
+        pass_split(&d);
+        pass_comm(&d);
+        pass_schedule(&d);
+        rc = pass_pipeline(&d);
+    }
+    if (rc) {
+        snprintf(c->why, sizeof c->why, "%s", pass_last_error[0] ? pass_last_error : "not buildable");
+    } else {
+        pass_estimate e;
+        pass_cost_step(&d, &e);
+        c->step = e.step;
+        c->mem = 0;
+        int sd = d.ndev / d.mesh_pp;
+        for (int s = 0; s < d.mesh_pp; s++) {
+            pass_mem m;
+            pass_memplan(&d, s * sd, &m);
+            if (m.arena > c->mem) c->mem = m.arena;
+            pass_mem_free(&m);
+        }
+        c->ok = 1;
+    }
+    ir_dist_free(&d);
+    ir_graph_free(&g);
+}
+
+static void cand_text(const cand *c, char *buf, size_t n)
+{
+    int u = snprintf(buf, n, "dp %d x tp %d x pp %d, micro_batches %d", c->dp, c->tp, c->pp, c->m);
+    if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched));
+    if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
+    if (c->rc) snprintf(buf + u, n - (size_t)u, ", recompute");
+}
+
+static void human(ir_buf *b, double x)
+{
+    static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    while (x >= 1024 && k < 4) x /= 1024, k++;
+    ir_bprintf(b, k ? "%.3g %s" : "%.0f %s", x, u[k]);
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->ok != y->ok) return y->ok - x->ok;
+    if (!x->ok) return 0;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return (x->mem > y->mem) - (x->mem < y->mem);
+}
+
+int fe_search(const fe_opts *o, ir_graph *g)
+{
+    const ir_planreq *r0 = &g->req;
+    int N = r0->devices;
+    const ir_profile *pf = &g->prof;
+    if (N > SEARCH_MAX_DEVICES)
+        return pass_error(g, r0->policy_line, "give the plan (policy = dp, tp or hybrid with dp, tp, pp)",
+                          "[plan] policy auto: more than %d devices is not built yet (the search builds every "
+                          "candidate)", SEARCH_MAX_DEVICES);
+    /* the batch the micro-batches and dp split */
+    int64_t B = 0;
+    for (int t = 0; t < g->nt && !B; t++)
+        if (g->t[t].kind == IR_T_INPUT && g->t[t].batch_dim >= 0) B = g->t[t].shape[g->t[t].batch_dim];
+    int nl = 0;
+    for (int b = 0; b < g->nblk; b++) nl += g->blk[b].repeat;
+    if (nl == 0) nl = 1;
+    /* constraints the spec sets */
+    int fpp = r0->pp_given ? r0->pp : 0, fdp = r0->dp, ftp = r0->tp, fz = r0->zero_given ? r0->zero : -1;
+    int frc = r0->recompute ? -1 : 0;   /* -1: the spec's recompute stays */
+    double t0 = now_s();
+    cand *cs = NULL;
+    int nc = 0, cap = 0, space = 0;
+    pass_quiet = 1;
+    for (int pp = 1; pp <= N; pp++) {
+        if (N % pp) continue;
+        for (int tp = 1; tp <= N / pp; tp++) {
+            if ((N / pp) % tp) continue;
+            int dp = N / pp / tp;
+            for (int m = 1; m <= 64; m *= 2)
+                for (int s = 0; s < 3; s++) {
+                    int sched = s == 0 ? IR_SCHED_1F1B : s == 1 ? IR_SCHED_ZBH1 : IR_SCHED_INTERLEAVED;
+                    if (pp == 1 && s) continue;
+                    space++;
+                    /* what cannot be built, or what the spec rules out */
+                    if (B && (B % ((int64_t)dp * m))) continue;
+                    if (pp > nl || tp > pf->per_node) continue;
+                    if (pp > 1 && (m < pp || m > 4 * pp)) continue;   /* (fewer: mostly bubble; more: no gain) */
+                    if (pp == 1 && m > 1) continue;   /* (micro-batches only save activations: the ladder) */
+                    if (sched == IR_SCHED_INTERLEAVED && (m % pp || nl < 2 * pp)) continue;
+                    if ((fpp && pp != fpp) || (fdp && dp != fdp) || (ftp && tp != ftp)) continue;
+                    /* the memory ladder: the first rung that fits */
+                    static const int zl[] = {0, 1, 3, 3}, rl[] = {0, 0, 0, 1};
+                    cand best;
+                    memset(&best, 0, sizeof best);
+                    for (int k = 0; k < 4; k++) {
+                        if (k && dp == 1 && zl[k] && !rl[k]) continue;   /* (ZeRO needs dp) */
+                        if (fz >= 0 && zl[k] != fz) continue;
+                        if (frc < 0 && rl[k]) continue;
+                        if (rl[k] && g->nblk == 0) continue;
+                        cand c = {dp, tp, pp, m, sched, fz >= 0 ? fz : (dp > 1 ? zl[k] : 0), frc < 0 ? 0 : rl[k],
+                                  0, 0, 0, ""};
+                        price(o, &c);
+                        if (c.ok || !best.ok) best = c;   /* (none fits: the last rung, the smallest) */
+                        if (c.ok && (double)c.mem <= pf->mem) {
+                            best = c;
+                            break;
+                        }
+                        if (!c.ok) break;
+                    }
+                    *IR_PUSH(cs, nc, cap) = best;
+                }
+        }
+    }
+    pass_quiet = 0;
+    double secs = now_s() - t0;
+    if (!nc) {
+        free(cs);
+        return pass_error(g, r0->policy_line, "loosen the [plan] constraints, or give the plan by hand",
+                          "[plan] policy auto: no candidate plan satisfies the constraints");
+    }
+    /* fits first, fastest first */
+    for (int i = 0; i < nc; i++)
+        if (cs[i].ok && (double)cs[i].mem > pf->mem) {
+            ir_buf w = {0};
+            ir_bprintf(&w, "does not fit: ");
+            human(&w, (double)cs[i].mem);
+            ir_bprintf(&w, " of ");
+            human(&w, pf->mem);
+            ir_bprintf(&w, " per device%s", cs[i].rc || cs[i].zero ? " (with the rungs of the memory ladder tried)" : "");
+            cs[i].ok = 0;
+            snprintf(cs[i].why, sizeof cs[i].why, "%s", w.s);
+            ir_buf_free(&w);
+        }
+    qsort(cs, (size_t)nc, sizeof *cs, cmp_cand);
+    ir_buf b = {0};
+    char t[200];
+    ir_bprintf(&b, "search    policy auto on %d x %s: %d candidate plans priced in %.2f s (of %d dp x tp x pp x "
+               "micro-batches x schedule combinations, %d ruled out: batch, layers, nodes, bubble", N, pf->name, nc,
+               secs, space, space - nc);
+    if (fpp || fdp || ftp || fz >= 0 || frc < 0) {
+        ir_bprintf(&b, ", and the spec's");
+        if (fpp) ir_bprintf(&b, " pp = %d", fpp);
+        if (fdp) ir_bprintf(&b, " dp = %d", fdp);
+        if (ftp) ir_bprintf(&b, " tp = %d", ftp);
+        if (fz >= 0) ir_bprintf(&b, " zero = %d", fz);
+        if (frc < 0) ir_bprintf(&b, " recompute");
+    }
+    ir_bprintf(&b, ")\n");
+    int shown = 0;
+    for (int i = 0; i < nc && shown < 8; i++, shown++) {
+        cand_text(&cs[i], t, sizeof t);
+        if (cs[i].ok) {
+            ir_bprintf(&b, "  %-8s %s: step %.3f ms", i ? "" : "chosen", t, cs[i].step * 1e3);
+            if (i) ir_bprintf(&b, " (+%.1f %%, slower)", 100 * (cs[i].step / cs[0].step - 1));
+            ir_bprintf(&b, ", memory ");
+            human(&b, (double)cs[i].mem);
+            ir_bprintf(&b, "\n");
+        } else {
+            ir_bprintf(&b, "  %-8s %s: %s\n", "lost", t, cs[i].why);
+        }
+    }
+    if (nc > shown) ir_bprintf(&b, "  (%d more%s)\n", nc - shown, cs[shown].ok ? ", slower" : "");
+    if (!cs[0].ok) {
+        fprintf(stderr, "%s", b.s);
+        ir_buf_free(&b);
+        free(cs);
+        return pass_error(g, r0->policy_line, "more devices, a larger device (cluster.device, cluster.memory), or "
+                          "a smaller model", "[plan] policy auto: no candidate plan fits");
+    }
+    /* the chosen plan, for the build that follows */
+    ir_planreq *r = &g->req;
+    const cand *c = &cs[0];
+    r->policy = ir_str(g, "hybrid");
+    r->dp = c->dp;
+    r->tp = c->tp;
+    r->pp = c->pp;
+    r->schedule = c->sched;
+    r->zero = c->zero;
+    if (c->rc) {
+        char rcb[256];
+        all_blocks(g, rcb, sizeof rcb);
+        r->recompute = ir_str(g, rcb);
+    }
+    g->train.micro_batches = c->m;
+    r->search = ir_str(g, b.s);
+    ir_buf_free(&b);
+    free(cs);
+    return 0;
+}
