@@ -822,6 +822,7 @@ static int rule_stage_gather(cctx *c, int need)
     const ir_box **bx = c->bx;
     int *order = c->order, *grp = c->grp, *devs = c->devs, *out = c->out;
     if (k < 2 || !tiles(bx, k, &w, dim, c->nd, order)) {
+        if (!d->stage_tp) return 0;   /* (stages of one layout: the cells go as they are) */
         w = ir_box_full(&d->g->t[c->t]);
         if (ir_box_eq(&w, &n.box, c->nd)) return 0;
         k = tiles_in(c, &w, &dim);
