@@ -936,10 +936,11 @@ static int lower_recycle(fe_lw *L)
         if (d->kind != IR_OP_RECYCLE) continue;
         zname[i] = fmt(L, "%s.zeros", L->inst[i].out[0]);
         if (map_get(&L->tensor, zname[i]) >= 0 || map_get(&L->producer, zname[i]) >= 0) {
+            const char *taken = zname[i];   /* (owned by L, not by zname) */
             free(zname);
             return fe_error(L->s, d->sec->line, "recycling names the first pass's value NAME.zeros (NAME the "
                             "recycle op's out): rename the tensor", "name '%s' is taken",
-                            fe_clip(zname[i], clip, sizeof clip));
+                            fe_clip(taken, clip, sizeof clip));
         }
         int id = ir_add_tensor(L->g, zname[i], IR_F32, IR_T_INPUT, d->ndim, d->shape, d->sec->line);
         ir_tensor *t = &L->g->t[id];
