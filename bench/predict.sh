@@ -3,14 +3,11 @@
 # cpu target (issue 12's "real check"): predicted and measured step time of
 # several plans of one model, their ranking, and the ratio.
 #
-# Calibration first (what `nnsc-aot profile` is to do; not built yet): the
-# model on 1 rank gives the FLOP/s the generated kernels reach (plan.txt's
-# FLOPs per step over the measured median step), and 2 data-parallel ranks
-# with 1 micro-batch give the shared-memory transport's bandwidth (the
-# all-reduce bytes per rank over what the step takes beyond half the
-# 1-rank compute).  Then every plan is built with those figures
-# (--set cluster.flops=..., link_bw=...) and run: plan.txt's estimate
-# against the run's median step.
+# Calibration first: `nnsc-aot profile` (frontend/profile.c) measures the
+# FLOP/s the generated kernels reach, the shared-memory transport's
+# bandwidth and its latency on its own model; every plan is then built
+# with that profile (--set cluster.device=FILE) and run: plan.txt's
+# estimate against the run's median step.
 #
 # gpt2-tiny at C = 256 (tasks of milliseconds), 2 ranks (this machine has
 # 2 cores: one rank per core, NNSC_THREADS=1, so no rank waits for a core).
@@ -33,19 +30,10 @@ run() {   # run NAME: median step of its launch
   NNSC_THREADS=1 "$tmp/$1/launch" --steps "$steps" --quiet >"$tmp/$1.log" 2>&1
   median "$tmp/$1.log"
 }
-# calibration
-"$build/nnsc-aot" "${spec[@]}" -o "$tmp/one" -q --devices 1
-t1=$(run one)
-gf=$(sed -n 's/^compute *\([0-9.]*\) GFLOP per step.*/\1/p' "$tmp/one/plan.txt")
-flops=$(python3 -c "print('%.4g' % ($gf * 1e9 / ($t1 / 1e3)))")
-"$build/nnsc-aot" "${spec[@]}" -o "$tmp/dp1m" -q --devices 2 --set train.micro_batches=1 --set "cluster.flops=$flops"
-t2=$(run dp1m)
-ar=$(grep -o "rank 0 .*sent/step: allreduce [0-9]*" "$tmp/dp1m/plan.txt" | grep -o "[0-9]*$")
-bw=$(python3 -c "
-t = ($t2 - $t1 / 2) / 1e3
-print('%.4g' % ($ar / t if t > 0 else 5e9))")
-echo "calibrated: flops $flops (1 rank: $gf GFLOP in $t1 ms), link_bw $bw (dp 2: $ar bytes all-reduced per rank, $t2 ms)"
-cal=(--set "cluster.flops=$flops" --set "cluster.flops_bf16=$flops" --set "cluster.link_bw=$bw")
+# calibration: nnsc-aot profile (its own model: 1 rank, dp 2, tp 2)
+"$build/nnsc-aot" profile -o "$tmp/cpu.ini" --steps "$steps" -q
+echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$tmp/cpu.ini")): $(grep -E '^(flops|link_bw|link_lat) ' "$tmp/cpu.ini" | tr '\n' ' ')"
+cal=(--set "cluster.device=$tmp/cpu.ini")
 plans=("dp2|--set plan.policy=dp --set train.micro_batches=2"
        "tp2|--set plan.policy=tp --set train.micro_batches=2"
        "pp2-1f1b-m4|--set plan.pp=2 --set train.micro_batches=4"

@@ -14,6 +14,8 @@ static const char usage[] =
     "usage: nnsc-aot MODEL.ini -o DIR [options]        compile: DIR/rank runs every rank (rankK: links)\n"
     "       nnsc-aot verify MODEL.ini [options]         build 1-device and N-device programs,\n"
     "                                                   run both, compare losses and weights\n"
+    "       nnsc-aot profile -o FILE [--steps N]        calibrate the cpu-host cost-model profile on\n"
+    "                                                   this machine ([cluster] device = FILE)\n"
     "\n"
     "options (compile and verify):\n"
     "  -o DIR             output directory (created): rank (every rank), rank0..rankN-1\n"
@@ -254,6 +256,7 @@ int fe_cli(int argc, char **argv, fe_opts *o)
     const char *target = NULL, *arch = NULL;
     int i = 1, cpu_given = 0;
     if (i < argc && strcmp(argv[i], "verify") == 0) o->verify = 1, i++;
+    else if (i < argc && strcmp(argv[i], "profile") == 0) o->profile = 1, i++;
     else if (i < argc && strcmp(argv[i], "compile") == 0) i++;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -313,7 +316,7 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             o->verbose = 1;
         } else if (strcmp(a, "-q") == 0) {
             o->quiet = 1;
-        } else if (o->verify && strcmp(a, "--steps") == 0) {
+        } else if ((o->verify || o->profile) && strcmp(a, "--steps") == 0) {
             if (parse_int(val, 1, INT64_MAX, &v)) return bad("--steps needs a number >= 1, got '%s'", val ? val : "");
             o->steps = v, i++;
         } else if (o->verify && strcmp(a, "--keep") == 0) {
@@ -339,6 +342,11 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         return bad_hint("add --target cuda to build for NVIDIA GPUs (the cpu target compiles no GPU code)",
                         "%s is for the cuda target only", arch ? "--arch" : "--emit-kernels");
     if (o->target == FE_TARGET_CUDA && parse_archs(o, arch ? arch : "sm_80,sm_90")) return 2;
+    if (o->profile) {
+        if (o->spec) return bad("profile takes no model spec (it builds its own), got '%s'", o->spec);
+        if (!o->out) return bad("%s", "profile needs -o FILE (the profile to write)");
+        return 0;
+    }
     if (!o->spec) return bad("%s", "no model spec given");
     if (!o->verify && !o->out && !o->dump) return bad("%s", "no output: give -o DIR (or --dump=PASS to print the IR)");
     if (cpu_given) return check_cpu(o->cpu);

@@ -77,6 +77,7 @@ typedef enum fe_target {
 /* The command line (cli.c), for compile and verify alike. */
 typedef struct fe_opts {
     int verify;                /* the verify command */
+    int profile;               /* the profile command (profile.c): calibrate cpu-host, write -o FILE */
     const char *spec;          /* model spec path */
     const char *out;           /* output directory, or NULL (dumps only) */
     const char **sets;         /* --set overrides (--devices N becomes cluster.devices=N) */
@@ -107,6 +108,8 @@ void fe_opts_free(fe_opts *o);
 /* driver.c: one compile.  Returns 0, 1 (a tool or system failure, message
  * printed) or 2 (bad input, message printed). */
 int fe_compile(const fe_opts *o);
+/* nnsc-aot profile: calibrate the cpu-host profile on this machine, write it to o->out. */
+int fe_profile(const fe_opts *o);
 /* [plan] policy = auto (search.c): price candidate plans of the loaded
  * graph g's spec with the cost model and set g->req (and micro_batches) to
  * the best that fits, its report in g->req.search.  0, or 2 after a message. */

@@ -1383,7 +1383,41 @@ static int lower_cluster(fe_lw *L)
         return 2;
     /* the cost model's profile: built in, each figure overridable */
     const fe_kv *dk = cl ? fe_get(cl, "device") : NULL;
-    if (dk) {
+    size_t dl = dk ? strlen(dk->val) : 0;
+    if (dk && (strchr(dk->val, '/') || (dl > 4 && !strcmp(dk->val + dl - 4, ".ini")))) {
+        /* a profile file (nnsc-aot profile -o FILE): its [cluster] keys */
+        fe_spec ps;
+        char clip[96];
+        if (fe_parse(dk->val, NULL, 0, &ps))
+            return fe_kv_error(L->s, cl, dk, "write the file with nnsc-aot profile -o FILE", "device: profile '%s' "
+                               "does not read", fe_clip(dk->val, clip, sizeof clip));
+        const fe_section *pc = section(&ps, "cluster");
+        const fe_kv *pd = pc ? fe_get(pc, "device") : NULL;
+        const ir_profile *base = pd ? ir_profile_find(pd->val) : NULL;
+        if (!base) {
+            fe_spec_free(&ps);
+            return fe_kv_error(L->s, cl, dk, "a profile file names a built-in device (device = cpu-host) and its "
+                               "figures", "device: profile '%s' names no built-in device",
+                               fe_clip(dk->val, clip, sizeof clip));
+        }
+        L->g->prof = *base;
+        ir_profile *q = &L->g->prof;
+        static const char *const fk[] = {"flops", "flops_bf16", "mem_bw", "memory", "link_bw", "link_lat", "net_bw",
+                                         "net_lat"};
+        double *fv[] = {&q->flops, &q->flops_bf16, &q->mem_bw, &q->mem, &q->link_bw, &q->link_lat, &q->net_bw,
+                        &q->net_lat};
+        for (int k = 0; k < 8; k++) {
+            const fe_kv *x = fe_get(pc, fk[k]);
+            char err[128];
+            if (x && (fe_parse_float(x->val, fv[k], err, sizeof err) || *fv[k] < 0)) {
+                fe_spec_free(&ps);
+                return fe_kv_error(L->s, cl, dk, NULL, "device: profile '%s': %s = %s is not a number >= 0",
+                                   fe_clip(dk->val, clip, sizeof clip), fk[k], x->val);
+            }
+        }
+        q->name = ir_str(L->g, dk->val);
+        fe_spec_free(&ps);
+    } else if (dk) {
         const ir_profile *pf = ir_profile_find(dk->val);
         char clip[96], hint[256];
         if (!pf) {

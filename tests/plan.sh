@@ -112,5 +112,29 @@ expect_rc 2 "policy auto with 1 MB per device" "$nn" "$tiny" --devices 4 -o "$tm
   --set cluster.memory=1e6
 says "[plan] policy auto: no candidate plan fits" "auto, nothing fits"
 
+# nnsc-aot profile: a calibrated cpu-host profile (positive figures) that [cluster] device = FILE
+# reads; the estimate then names the file (not the timings: they are the machine's)
+"$nn" profile -o "$tmp/cpu.ini" --steps 3 -q >"$tmp/prof.log" 2>&1 || no "nnsc-aot profile: $(tail -n 3 "$tmp/prof.log")"
+if python3 - "$tmp/cpu.ini" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+v = dict(re.findall(r"^(\w+) = (\S+)$", t, re.M))
+assert v["device"] == "cpu-host", v
+for k in ("flops", "flops_bf16", "link_bw", "net_bw"):
+    assert float(v[k]) > 0, (k, v[k])
+for k in ("link_lat", "net_lat"):
+    assert float(v[k]) >= 0, (k, v[k])
+PY
+then ok "nnsc-aot profile: writes a cpu-host profile of measured figures"
+else no "profile file: $(cat "$tmp/cpu.ini")"; fi
+"$nn" "$tiny" --devices 2 -q -o "$tmp/prof" --set "cluster.device=$tmp/cpu.ini" || no "build with a profile file"
+grep -q "^estimate  step [0-9.]* ms on $tmp/cpu.ini " "$tmp/prof/plan.txt" &&
+  ok "[cluster] device = FILE: plan.txt's estimate is on that profile" || no "profile file: $(grep '^estimate' "$tmp/prof/plan.txt")"
+printf '[cluster]\ndevice = tpu-v9\n' >"$tmp/bad.ini"
+expect_rc 2 "a profile file naming no built-in device" "$nn" "$tiny" -o "$tmp/bad" --set "cluster.device=$tmp/bad.ini"
+says "names no built-in device" "profile file"
+expect_rc 2 "profile with a model spec" "$nn" profile "$tiny" -o "$tmp/x.ini"
+says "profile takes no model spec" "profile spec"
+
 echo "$pass passed, $fail failed"
 ((fail == 0))

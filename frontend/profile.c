@@ -1,0 +1,173 @@
+/* profile.c -- nnsc-aot profile -o FILE: calibrate the cpu-host profile
+ * on this machine (docs/plan-search.md, Calibration).
+ *
+ * Three runs of a small transformer-shaped model the compiler builds (the
+ * generated kernels and the shared-memory collectives are what is timed,
+ * one kernel thread per rank, as the ranks run one per core):
+ *
+ *   1 rank            the FLOP/s the kernels reach: plan.txt's FLOPs per
+ *                     step over the measured median step;
+ *   dp 2, 1 micro-batch  the link's bandwidth: the all-reduce bytes per
+ *                     rank over the step beyond half the 1-rank step;
+ *   tp 2              the link's latency: many small all-reduces; what the
+ *                     cost model misses with zero latency, over how much
+ *                     its estimate grows per second of latency.
+ *
+ * FILE is a profile `[cluster] device = FILE` reads (an INI [cluster]
+ * section: device = cpu-host and the measured figures). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frontend.h"
+
+static const char cal_spec[] =
+    "; the calibration model of nnsc-aot profile\n"
+    "[model]\nname = calibrate\nseed = 5\n"
+    "[dims]\nB = 16\nT = 64\nC = 256\nF = 4*C\nL = 2\n"
+    "[input x]\nshape = B T C\n[input y]\nshape = B T C\n"
+    "[block h]\nrepeat = L\nin = x\nout = z\n"
+    "[param h.ln_w]\nshape = C\ninit = ones\n[param h.ln_b]\nshape = C\ninit = zeros\n"
+    "[op h.ln]\nkind = layernorm\nin = h.in, h.ln_w, h.ln_b\nout = h.a, h.a_mean, h.a_rstd\n"
+    "[param h.w1]\nshape = C F\ninit = normal 0.02\n"
+    "[op h.fc]\nkind = matmul\nin = h.a, h.w1\nout = h.f\n"
+    "[op h.act]\nkind = gelu\nin = h.f\nout = h.g\n"
+    "[param h.w2]\nshape = F C\ninit = normal 0.02\n"
+    "[op h.fc2]\nkind = matmul\nin = h.g, h.w2\nout = h.m\n"
+    "[op h.res]\nkind = add\nin = h.in, h.m\nout = h.out\n"
+    "[op loss]\nkind = mse_loss\nin = z, y\nout = loss\n"
+    "[train]\nloss = loss\nlr = 1e-4\nsteps = 10\n";
+
+/* Build the calibration spec into dir/name with sets; 0 or the compiler's status. */
+static int build(const fe_opts *o, const char *spec, const char *dir, const char *name, const char *const *sets,
+                 int nset)
+{
+    fe_opts b;
+    memset(&b, 0, sizeof b);
+    b.spec = spec;
+    char out[4096];
+    snprintf(out, sizeof out, "%s/%s", dir, name);
+    b.out = out;
+    b.cpu = o->cpu ? o->cpu : "x86-64-v3";
+    b.opt_level = o->opt_level ? o->opt_level : 2;
+    b.quiet = 1;
+    b.sets = (const char **)sets;
+    b.nset = nset;
+    return fe_compile(&b);
+}
+
+/* Run dir/name/launch for steps (one kernel thread per rank); its median
+ * step in ms, or -1. */
+static double run(const char *dir, const char *name, int64_t steps)
+{
+    char cmd[8192], log[4096];
+    snprintf(log, sizeof log, "%s/%s.log", dir, name);
+    snprintf(cmd, sizeof cmd, "NNSC_THREADS=1 '%s/%s/launch' --steps %lld --quiet > '%s' 2>&1", dir, name,
+             (long long)steps, log);
+    if (system(cmd) != 0) return -1;
+    FILE *f = fopen(log, "r");
+    if (!f) return -1;
+    char line[1024];
+    double ms = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "step median ");
+        if (p) ms = strtod(p + 12, NULL);
+    }
+    fclose(f);
+    return ms;
+}
+
+/* A number after `key` in dir/name/plan.txt (the first line holding it), or -1. */
+static double plan_num(const char *dir, const char *name, const char *key)
+{
+    char path[4096], line[4096];
+    snprintf(path, sizeof path, "%s/%s/plan.txt", dir, name);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    double v = -1;
+    while (v < 0 && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, key);
+        if (p) v = strtod(p + strlen(key), NULL);
+    }
+    fclose(f);
+    return v;
+}
+
+int fe_profile(const fe_opts *o)
+{
+    char dir[] = "/tmp/nnsc-profile-XXXXXX";
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "nnsc-aot: error: cannot make a temporary directory\n");
+        return 1;
+    }
+    char spec[4096];
+    snprintf(spec, sizeof spec, "%s/calibrate.ini", dir);
+    FILE *f = fopen(spec, "w");
+    if (!f || fputs(cal_spec, f) < 0 || fclose(f)) {
+        fprintf(stderr, "nnsc-aot: error: cannot write %s\n", spec);
+        return 1;
+    }
+    int64_t steps = o->steps ? o->steps : 12;
+    int rc = 0;
+    double t1 = -1, t2 = -1, tt = -1, flops = 0, bw = 0, lat = 0;
+    const char *s1[] = {"cluster.devices=1"};
+    const char *s2[] = {"cluster.devices=2", "plan.policy=dp", "train.micro_batches=1"};
+    if ((rc = build(o, spec, dir, "one", s1, 1))) goto out;
+    if ((t1 = run(dir, "one", steps)) <= 0) goto fail;
+    flops = plan_num(dir, "one", "compute   ") * 1e9 / (t1 / 1e3);
+    if ((rc = build(o, spec, dir, "dp", s2, 3))) goto out;
+    if ((t2 = run(dir, "dp", steps)) <= 0) goto fail;
+    {
+        double ar = plan_num(dir, "dp", "sent/step: allreduce "), tc = (t2 - t1 / 2) / 1e3;
+        bw = ar > 0 && tc > 0 ? ar / tc : 5e9;
+    }
+    /* latency: tp 2's estimate at zero and at 1 ms latency, against its run */
+    {
+        char f1[64], f2[64], f3[64], f4[64];
+        snprintf(f1, sizeof f1, "cluster.flops=%.6g", flops);
+        snprintf(f2, sizeof f2, "cluster.link_bw=%.6g", bw);
+        snprintf(f3, sizeof f3, "cluster.link_lat=0");
+        snprintf(f4, sizeof f4, "cluster.link_lat=0.001");
+        const char *s3[] = {"cluster.devices=2", "plan.policy=tp", f1, f2, f3};
+        const char *s4[] = {"cluster.devices=2", "plan.policy=tp", f1, f2, f4};
+        if ((rc = build(o, spec, dir, "tp", s3, 5)) || (rc = build(o, spec, dir, "tp1", s4, 5))) goto out;
+        if ((tt = run(dir, "tp", steps)) <= 0) goto fail;
+        double e0 = plan_num(dir, "tp", "estimate  step "), e1 = plan_num(dir, "tp1", "estimate  step ");
+        lat = e1 > e0 && tt > e0 ? (tt - e0) / ((e1 - e0) / 1e-3) / 1e3 : 0;
+    }
+    {
+        FILE *out = o->out ? fopen(o->out, "w") : stdout;
+        if (!out) {
+            fprintf(stderr, "nnsc-aot: error: cannot write %s\n", o->out);
+            rc = 1;
+            goto out;
+        }
+        time_t now = time(NULL);
+        char when[64];
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+        fprintf(out, "; nnsc-aot profile (%s): cpu-host calibrated on this machine, one rank per core;\n"
+                     "; 1 rank %.1f ms, dp 2 %.1f ms, tp 2 %.1f ms per step (medians of %lld steps).\n"
+                     "; Use it with [cluster] device = THIS FILE (docs/plan-search.md).\n"
+                     "[cluster]\ndevice = cpu-host\nflops = %.6g\nflops_bf16 = %.6g\nlink_bw = %.6g\n"
+                     "link_lat = %.6g\nnet_bw = %.6g\nnet_lat = %.6g\n",
+                when, t1, t2, tt, (long long)steps, flops, flops, bw, lat, bw, lat);
+        if (out != stdout && fclose(out)) rc = 1;
+        if (!o->quiet)
+            fprintf(stderr, "nnsc-aot profile: flops %.4g, link_bw %.4g B/s, link_lat %.3g s%s%s\n", flops, bw, lat,
+                    o->out ? " -> " : "", o->out ? o->out : "");
+    }
+    goto out;
+fail:
+    fprintf(stderr, "nnsc-aot: error: a calibration run failed (logs in %s)\n", dir);
+    return 1;
+out:
+    if (!rc) {
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) rc = 1;
+    }
+    return rc;
+}
