@@ -335,13 +335,7 @@ static int parse_cons(const ir_graph *g, ucons **out)
     *out = NULL;
     static const char hint[] = "write trans = OPS IDENT N [IDENT N]..., e.g. trans = h.fc n 4, h.proj k 4 "
                                "(IDENT: a name of the op's annotation, or replicate / value)";
-    /* tensors the optimizer reads: accumulated over micro-batches (schedule.c) */
-    char *acc = ir_xcalloc((size_t)g->nt + 1, 1);
-    for (int i = 0; i < g->nop; i++)
-        if (g->op[i].phase == IR_PH_OPT)
-            for (int k = 0; k < g->op[i].nin; k++) acc[g->op[i].in[k]] = 1;
-    int rc = 0;
-    while (s && *s && !rc) {
+    while (s && *s) {
         const char *e = strchr(s, ',');
         size_t len = e ? (size_t)(e - s) : strlen(s);
         char item[1024];
@@ -679,13 +673,7 @@ static int assign_stages(planctx *c, int pp, const int *order)
     const int kmax = rcy ? nphys : pp;
     /* user items, in order: a later item overrides an earlier one */
     const char *s = r->stage;
-    /* tensors the optimizer reads: accumulated over micro-batches (schedule.c) */
-    char *acc = ir_xcalloc((size_t)g->nt + 1, 1);
-    for (int i = 0; i < g->nop; i++)
-        if (g->op[i].phase == IR_PH_OPT)
-            for (int k = 0; k < g->op[i].nin; k++) acc[g->op[i].in[k]] = 1;
-    int rc = 0;
-    while (s && *s && !rc) {
+    while (s && *s) {
         const char *e = strchr(s, ',');
         size_t len = e ? (size_t)(e - s) : strlen(s);
         char item[512], name[256], extra[8], word[8];
