@@ -3,9 +3,9 @@
 # cpu target (issue 12's "real check"): predicted and measured step time of
 # several plans of one model, their ranking, and the ratio.
 #
-# Calibration first: `nnsc-aot profile` (frontend/profile.c) measures the
-# FLOP/s the generated kernels reach, the shared-memory transport's
-# bandwidth and its latency on its own model; every plan is then built
+# Calibration first: `nnsc-aot profile MODEL` (frontend/profile.c) measures
+# the FLOP/s the generated kernels reach on the model's shapes, the
+# shared-memory transport's bandwidth and its latency; every plan is then built
 # with that profile (--set cluster.device=FILE) and run: plan.txt's
 # estimate against the run's median step.
 #
@@ -30,8 +30,8 @@ run() {   # run NAME: median step of its launch
   NNSC_THREADS=1 "$tmp/$1/launch" --steps "$steps" --quiet >"$tmp/$1.log" 2>&1
   median "$tmp/$1.log"
 }
-# calibration: nnsc-aot profile (its own model: 1 rank, dp 2, tp 2)
-"$build/nnsc-aot" profile -o "$tmp/cpu.ini" --steps "$steps" -q
+# calibration: nnsc-aot profile on this model (1 rank, dp 2, tp 2)
+"$build/nnsc-aot" profile "${spec[@]}" -o "$tmp/cpu.ini" --steps "$steps" -q
 echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$tmp/cpu.ini")): $(grep -E '^(flops|link_bw|link_lat) ' "$tmp/cpu.ini" | tr '\n' ' ')"
 cal=(--set "cluster.device=$tmp/cpu.ini")
 plans=("dp2|--set plan.policy=dp --set train.micro_batches=2"

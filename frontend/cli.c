@@ -14,8 +14,9 @@ static const char usage[] =
     "usage: nnsc-aot MODEL.ini -o DIR [options]        compile: DIR/rank runs every rank (rankK: links)\n"
     "       nnsc-aot verify MODEL.ini [options]         build 1-device and N-device programs,\n"
     "                                                   run both, compare losses and weights\n"
-    "       nnsc-aot profile -o FILE [--steps N]        calibrate the cpu-host cost-model profile on\n"
-    "                                                   this machine ([cluster] device = FILE)\n"
+    "       nnsc-aot profile [MODEL.ini] -o FILE        calibrate the cpu-host cost-model profile on\n"
+    "                                                   this machine, on MODEL (default: a built-in\n"
+    "                                                   one); [cluster] device = FILE reads it\n"
     "\n"
     "options (compile and verify):\n"
     "  -o DIR             output directory (created): rank (every rank), rank0..rankN-1\n"
@@ -343,7 +344,6 @@ int fe_cli(int argc, char **argv, fe_opts *o)
                         "%s is for the cuda target only", arch ? "--arch" : "--emit-kernels");
     if (o->target == FE_TARGET_CUDA && parse_archs(o, arch ? arch : "sm_80,sm_90")) return 2;
     if (o->profile) {
-        if (o->spec) return bad("profile takes no model spec (it builds its own), got '%s'", o->spec);
         if (!o->out) return bad("%s", "profile needs -o FILE (the profile to write)");
         return 0;
     }

@@ -1,9 +1,10 @@
 /* profile.c -- nnsc-aot profile -o FILE: calibrate the cpu-host profile
  * on this machine (docs/plan-search.md, Calibration).
  *
- * Three runs of a small transformer-shaped model the compiler builds (the
- * generated kernels and the shared-memory collectives are what is timed,
- * one kernel thread per rank, as the ranks run one per core):
+ * Three runs of a model (the one given, else a small transformer-shaped
+ * one built in) the compiler builds (the generated kernels and the
+ * shared-memory collectives are what is timed, one kernel thread per rank,
+ * as the ranks run one per core; --set overrides apply to every run):
  *
  *   1 rank            the FLOP/s the kernels reach: plan.txt's FLOPs per
  *                     step over the measured median step;
@@ -41,7 +42,8 @@ static const char cal_spec[] =
     "[op loss]\nkind = mse_loss\nin = z, y\nout = loss\n"
     "[train]\nloss = loss\nlr = 1e-4\nsteps = 10\n";
 
-/* Build the calibration spec into dir/name with sets; 0 or the compiler's status. */
+/* Build the calibration spec into dir/name with the command line's --set
+ * overrides and then sets; 0 or the compiler's status. */
 static int build(const fe_opts *o, const char *spec, const char *dir, const char *name, const char *const *sets,
                  int nset)
 {
@@ -54,9 +56,14 @@ static int build(const fe_opts *o, const char *spec, const char *dir, const char
     b.cpu = o->cpu ? o->cpu : "x86-64-v3";
     b.opt_level = o->opt_level ? o->opt_level : 2;
     b.quiet = 1;
-    b.sets = (const char **)sets;
-    b.nset = nset;
-    return fe_compile(&b);
+    const char **all = ir_xmalloc(sizeof *all * ((size_t)o->nset + (size_t)nset + 1));
+    for (int i = 0; i < o->nset; i++) all[i] = o->sets[i];
+    for (int i = 0; i < nset; i++) all[o->nset + i] = sets[i];
+    b.sets = all;
+    b.nset = o->nset + nset;
+    int rc = fe_compile(&b);
+    free(all);
+    return rc;
 }
 
 /* Run dir/name/launch for steps (one kernel thread per rank); its median
@@ -104,11 +111,15 @@ int fe_profile(const fe_opts *o)
         return 1;
     }
     char spec[4096];
-    snprintf(spec, sizeof spec, "%s/calibrate.ini", dir);
-    FILE *f = fopen(spec, "w");
-    if (!f || fputs(cal_spec, f) < 0 || fclose(f)) {
-        fprintf(stderr, "nnsc-aot: error: cannot write %s\n", spec);
-        return 1;
+    if (o->spec) {   /* the user's model: the FLOP/s its own shapes reach */
+        snprintf(spec, sizeof spec, "%s", o->spec);
+    } else {
+        snprintf(spec, sizeof spec, "%s/calibrate.ini", dir);
+        FILE *f = fopen(spec, "w");
+        if (!f || fputs(cal_spec, f) < 0 || fclose(f)) {
+            fprintf(stderr, "nnsc-aot: error: cannot write %s\n", spec);
+            return 1;
+        }
     }
     int64_t steps = o->steps ? o->steps : 12;
     int rc = 0;
@@ -148,12 +159,12 @@ int fe_profile(const fe_opts *o)
         time_t now = time(NULL);
         char when[64];
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-        fprintf(out, "; nnsc-aot profile (%s): cpu-host calibrated on this machine, one rank per core;\n"
+        fprintf(out, "; nnsc-aot profile (%s, model %s): cpu-host calibrated on this machine, one rank per core;\n"
                      "; 1 rank %.1f ms, dp 2 %.1f ms, tp 2 %.1f ms per step (medians of %lld steps).\n"
                      "; Use it with [cluster] device = THIS FILE (docs/plan-search.md).\n"
                      "[cluster]\ndevice = cpu-host\nflops = %.6g\nflops_bf16 = %.6g\nlink_bw = %.6g\n"
                      "link_lat = %.6g\nnet_bw = %.6g\nnet_lat = %.6g\n",
-                when, t1, t2, tt, (long long)steps, flops, flops, bw, lat, bw, lat);
+                when, o->spec ? o->spec : "built in", t1, t2, tt, (long long)steps, flops, flops, bw, lat, bw, lat);
         if (out != stdout && fclose(out)) rc = 1;
         if (!o->quiet)
             fprintf(stderr, "nnsc-aot profile: flops %.4g, link_bw %.4g B/s, link_lat %.3g s%s%s\n", flops, bw, lat,

@@ -35,7 +35,7 @@ table=$(cat <<'EOF'
 ^RANK=\$r WORLD_SIZE=8 .*out/rank\$r	skip one node of a 2-node GPU cluster (docs/cluster.md)
 ^nnsc-aot MODEL\.ini -o DIR \[options\]	skip a synopsis (placeholders), not a command
 ^nnsc-aot verify MODEL\.ini \[options\]	skip a synopsis (placeholders), not a command
-^nnsc-aot profile -o FILE \[--steps N\]	skip a synopsis (placeholders), not a command
+^nnsc-aot profile \[MODEL\.ini\] -o FILE	skip a synopsis (placeholders), not a command
 ^out/rank0 \[--steps N\]	skip a synopsis (placeholders), not a command
 ^build/nnsc-aot .*--target cuda	run
 ^nnsc-aot .*--target cuda	run

@@ -133,8 +133,8 @@ grep -q "^estimate  step [0-9.]* ms on $tmp/cpu.ini " "$tmp/prof/plan.txt" &&
 printf '[cluster]\ndevice = tpu-v9\n' >"$tmp/bad.ini"
 expect_rc 2 "a profile file naming no built-in device" "$nn" "$tiny" -o "$tmp/bad" --set "cluster.device=$tmp/bad.ini"
 says "names no built-in device" "profile file"
-expect_rc 2 "profile with a model spec" "$nn" profile "$tiny" -o "$tmp/x.ini"
-says "profile takes no model spec" "profile spec"
+expect_rc 2 "profile without -o" "$nn" profile "$tiny"
+says "profile needs -o FILE" "profile -o"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
