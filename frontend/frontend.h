@@ -108,6 +108,8 @@ void fe_opts_free(fe_opts *o);
 /* driver.c: one compile.  Returns 0, 1 (a tool or system failure, message
  * printed) or 2 (bad input, message printed). */
 int fe_compile(const fe_opts *o);
+/* The cost model's step (seconds) of spec with the overrides sets (search.c); 0 or 2. */
+int fe_estimate(const char *spec, const char *const *sets, int nset, double *step);
 /* nnsc-aot profile: calibrate the cpu-host profile on this machine, write it to o->out. */
 int fe_profile(const fe_opts *o);
 /* [plan] policy = auto (search.c): price candidate plans of the loaded

@@ -6,13 +6,15 @@
  * shared-memory collectives are what is timed, one kernel thread per rank,
  * as the ranks run one per core; --set overrides apply to every run):
  *
- *   1 rank            the FLOP/s the kernels reach: plan.txt's FLOPs per
- *                     step over the measured median step;
- *   dp 2, 1 micro-batch  the link's bandwidth: the all-reduce bytes per
- *                     rank over the step beyond half the 1-rank step;
- *   tp 2              the link's latency: many small all-reduces; what the
- *                     cost model misses with zero latency, over how much
- *                     its estimate grows per second of latency.
+ *   1 rank            the FLOP/s: the figure at which the cost model's
+ *                     estimate of this run equals its measured median step
+ *                     (the roofline's max: found by iterating);
+ *   dp 2, 1 micro-batch  large all-reduces, and
+ *   tp 2              many small ones: the link's bandwidth and latency
+ *                     that make both estimates (each linear in 1 /
+ *                     bandwidth and in latency) equal their steps; where
+ *                     no positive pair does, latency 0 and the bandwidth
+ *                     that fits both best (least squares).
  *
  * FILE is a profile `[cluster] device = FILE` reads (an INI [cluster]
  * section: device = cpu-host and the measured figures). */
@@ -62,6 +64,26 @@ static int build(const fe_opts *o, const char *spec, const char *dir, const char
     b.sets = all;
     b.nset = o->nset + nset;
     int rc = fe_compile(&b);
+    free(all);
+    return rc;
+}
+
+/* The cost model's step (seconds) of spec with the command line's
+ * overrides, then sets, then the profile figures flops, bw, lat. */
+static int estimate(const fe_opts *o, const char *spec, const char *const *sets, int nset, double flops, double bw,
+                    double lat, double *step)
+{
+    char f[4][64];
+    snprintf(f[0], sizeof f[0], "cluster.flops=%.9g", flops);
+    snprintf(f[1], sizeof f[1], "cluster.flops_bf16=%.9g", flops);
+    snprintf(f[2], sizeof f[2], "cluster.link_bw=%.9g", bw);
+    snprintf(f[3], sizeof f[3], "cluster.link_lat=%.9g", lat);
+    const char **all = ir_xmalloc(sizeof *all * ((size_t)o->nset + (size_t)nset + 5));
+    int n = 0;
+    for (int i = 0; i < o->nset; i++) all[n++] = o->sets[i];
+    for (int i = 0; i < nset; i++) all[n++] = sets[i];
+    for (int i = 0; i < 4; i++) all[n++] = f[i];
+    int rc = fe_estimate(spec, all, n, step);
     free(all);
     return rc;
 }
@@ -126,29 +148,51 @@ int fe_profile(const fe_opts *o)
     double t1 = -1, t2 = -1, tt = -1, flops = 0, bw = 0, lat = 0;
     const char *s1[] = {"cluster.devices=1"};
     const char *s2[] = {"cluster.devices=2", "plan.policy=dp", "train.micro_batches=1"};
-    if ((rc = build(o, spec, dir, "one", s1, 1))) goto out;
-    if ((t1 = run(dir, "one", steps)) <= 0) goto fail;
-    flops = plan_num(dir, "one", "compute   ") * 1e9 / (t1 / 1e3);
-    if ((rc = build(o, spec, dir, "dp", s2, 3))) goto out;
-    if ((t2 = run(dir, "dp", steps)) <= 0) goto fail;
-    {
-        double ar = plan_num(dir, "dp", "sent/step: allreduce "), tc = (t2 - t1 / 2) / 1e3;
-        bw = ar > 0 && tc > 0 ? ar / tc : 5e9;
+    const char *s3[] = {"cluster.devices=2", "plan.policy=tp"};
+    if ((rc = build(o, spec, dir, "one", s1, 1)) || (rc = build(o, spec, dir, "dp", s2, 3)) ||
+        (rc = build(o, spec, dir, "tp", s3, 2)))
+        goto out;
+    if ((t1 = run(dir, "one", steps)) <= 0 || (t2 = run(dir, "dp", steps)) <= 0 || (tt = run(dir, "tp", steps)) <= 0)
+        goto fail;
+    t1 /= 1e3, t2 /= 1e3, tt /= 1e3;
+    /* fit the cost model's estimates of the three runs, one figure each */
+    flops = plan_num(dir, "one", "compute   ") * 1e9 / t1;   /* (the start: FLOPs over time) */
+    bw = 1e18;
+    for (int it = 0; it < 8 && !rc; it++) {   /* FLOP/s: the 1-rank estimate = its run (the roofline: iterate) */
+        double e;
+        if ((rc = estimate(o, spec, s1, 1, flops, bw, 0, &e))) break;
+        if (e <= 0) break;
+        flops *= e / t1;
     }
-    /* latency: tp 2's estimate at zero and at 1 ms latency, against its run */
-    {
-        char f1[64], f2[64], f3[64], f4[64];
-        snprintf(f1, sizeof f1, "cluster.flops=%.6g", flops);
-        snprintf(f2, sizeof f2, "cluster.link_bw=%.6g", bw);
-        snprintf(f3, sizeof f3, "cluster.link_lat=0");
-        snprintf(f4, sizeof f4, "cluster.link_lat=0.001");
-        const char *s3[] = {"cluster.devices=2", "plan.policy=tp", f1, f2, f3};
-        const char *s4[] = {"cluster.devices=2", "plan.policy=tp", f1, f2, f4};
-        if ((rc = build(o, spec, dir, "tp", s3, 5)) || (rc = build(o, spec, dir, "tp1", s4, 5))) goto out;
-        if ((tt = run(dir, "tp", steps)) <= 0) goto fail;
-        double e0 = plan_num(dir, "tp", "estimate  step "), e1 = plan_num(dir, "tp1", "estimate  step ");
-        lat = e1 > e0 && tt > e0 ? (tt - e0) / ((e1 - e0) / 1e-3) / 1e3 : 0;
+    /* bandwidth and latency: the dp 2 run (large all-reduces) and the tp 2 run
+       (many small ones) at once; each estimate is base + A / bw + B lat */
+    double base[2] = {0, 0}, A[2] = {0, 0}, B[2] = {0, 0}, T[2] = {t2, tt};
+    const char *const *ss[2] = {s2, s3};
+    int ns[2] = {3, 2};
+    for (int k = 0; k < 2 && !rc; k++) {
+        double eb = 0, el = 0;
+        if ((rc = estimate(o, spec, ss[k], ns[k], flops, 1e18, 0, &base[k])) ||
+            (rc = estimate(o, spec, ss[k], ns[k], flops, 1e9, 0, &eb)) ||
+            (rc = estimate(o, spec, ss[k], ns[k], flops, 1e18, 1e-3, &el)))
+            break;
+        A[k] = (eb - base[k]) * 1e9;
+        B[k] = (el - base[k]) / 1e-3;
     }
+    if (rc) goto out;
+    double det = A[0] * B[1] - A[1] * B[0], x = -1, y = -1;   /* x = 1 / bw, y = latency */
+    if (det != 0) {
+        x = ((T[0] - base[0]) * B[1] - (T[1] - base[1]) * B[0]) / det;
+        y = (A[0] * (T[1] - base[1]) - A[1] * (T[0] - base[0])) / det;
+    }
+    if (!(x > 0 && y >= 0)) {   /* no positive pair: latency 0, bandwidth by least squares */
+        double num = A[0] * (T[0] - base[0]) + A[1] * (T[1] - base[1]), den = A[0] * A[0] + A[1] * A[1];
+        x = den > 0 && num > 0 ? num / den : 1e-12;
+        y = 0;
+    }
+    bw = 1 / x;
+    lat = y;
+    if (rc) goto out;
+    t1 *= 1e3, t2 *= 1e3, tt *= 1e3;
     {
         FILE *out = o->out ? fopen(o->out, "w") : stdout;
         if (!out) {

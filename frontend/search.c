@@ -113,6 +113,31 @@ static void price(const fe_opts *o, cand *c)
     ir_graph_free(&g);
 }
 
+int fe_estimate(const char *spec, const char *const *sets, int nset, double *step)
+{
+    ir_graph g;
+    if (fe_load(spec, sets, nset, &g)) return 2;
+    int rc = pass_autograd(&g) || pass_recompute(&g);
+    if (!rc) pass_zero3_regather(&g);
+    ir_dist d;
+    ir_dist_init(&d, &g, g.req.devices);
+    if (!rc) rc = pass_plan(&d);
+    if (!rc) {
+        pass_split(&d);
+        pass_comm(&d);
+        pass_schedule(&d);
+        rc = pass_pipeline(&d);
+    }
+    if (!rc) {
+        pass_estimate e;
+        pass_cost_step(&d, &e);
+        *step = e.step;
+    }
+    ir_dist_free(&d);
+    ir_graph_free(&g);
+    return rc ? 2 : 0;
+}
+
 static void cand_text(const cand *c, char *buf, size_t n)
 {
     int u = snprintf(buf, n, "dp %d x tp %d x pp %d, micro_batches %d", c->dp, c->tp, c->pp, c->m);
