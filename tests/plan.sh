@@ -112,6 +112,15 @@ expect_rc 2 "policy auto with 1 MB per device" "$nn" "$tiny" --devices 4 -o "$tm
   --set cluster.memory=1e6
 says "[plan] policy auto: no candidate plan fits" "auto, nothing fits"
 
+# more than 64 devices: the dp replicas folded (each candidate built on its tp x pp devices);
+# the chosen plan is then built whole
+"$nn" "$tiny" --devices 128 -q -o "$tmp/fold" --set dims.B=256 --set plan.policy=auto --set cluster.device=a100-80g ||
+  no "auto on 128 devices"
+grep -q "dp folded: each candidate built on its tp x pp devices" "$tmp/fold/plan.txt" &&
+  grep -q "^devices 128, policy hybrid" "$tmp/fold/plan.txt" &&
+  ok "policy auto on 128 devices: dp folded in the search, the chosen plan built on 128" ||
+  no "fold: $(grep -E '^(search|devices)' "$tmp/fold/plan.txt")"
+
 # nnsc-aot profile: a calibrated cpu-host profile (positive figures) that [cluster] device = FILE
 # reads; the estimate then names the file (not the timings: they are the machine's)
 "$nn" profile -o "$tmp/cpu.ini" --steps 3 -q >"$tmp/prof.log" 2>&1 || no "nnsc-aot profile: $(tail -n 3 "$tmp/prof.log")"
