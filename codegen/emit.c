@@ -167,14 +167,6 @@ static void kib(ir_buf *b, int64_t bytes)
 }
 
 /* bytes in the largest binary unit that keeps a number >= 1: 512 B, 81.6 KiB, 1.2 GiB. */
-static void human(ir_buf *b, double bytes)
-{
-    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
-    if (u == 0) ir_bprintf(b, "%.0f B", bytes);
-    else ir_bprintf(b, "%.*f %s", bytes < 10 ? 2 : 1, bytes, unit[u]);
-}
 
 /* A count in thousands / millions / billions: 826.1K, 124.44M, 1.30B. */
 static void count(ir_buf *b, double n)
@@ -254,15 +246,15 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
     ir_bprintf(b, "model     ");
     count(b, params);
     ir_bprintf(b, " parameters (");
-    human(b, params * 4);
+    ir_bprint_bytes(b, params * 4);
     ir_bprintf(b, " in f32)\nmemory    per rank at most ");
-    human(b, (double)progs[rmax].arena);
+    ir_bprint_bytes(b, (double)progs[rmax].arena);
     ir_bprintf(b, " (rank %d), of which params, grads and optimizer state ", rmax);
-    human(b, (double)progs[rmax].persistent);
+    ir_bprint_bytes(b, (double)progs[rmax].persistent);
     ir_bprintf(b, "\ncomm      per step at most ");
-    human(b, (double)sent_bytes(&progs[cmax]));
+    ir_bprint_bytes(b, (double)sent_bytes(&progs[cmax]));
     ir_bprintf(b, " sent by one rank (rank %d), ", cmax);
-    human(b, (double)tsent);
+    ir_bprint_bytes(b, (double)tsent);
     ir_bprintf(b, " by all ranks\ncompute   %.3f GFLOP per step in all, at most %.3f on one rank (rank %d)\n",
                flops / 1e9, progs[fmax].flops / 1e9, fmax);
     if (d->g->req.search) ir_bprintf(b, "%s", d->g->req.search);
@@ -278,9 +270,9 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
         ir_bprintf(b, "rank %d: compute %.3f ms, comm %.3f ms, gradient collectives and updates %.3f ms", est.rank,
                    est.compute * 1e3, est.comm * 1e3, est.outside * 1e3);
     ir_bprintf(b, "); memory ");
-    human(b, (double)progs[rmax].arena);
+    ir_bprint_bytes(b, (double)progs[rmax].arena);
     ir_bprintf(b, " of ");
-    human(b, pf->mem);
+    ir_bprint_bytes(b, pf->mem);
     ir_bprintf(b, " per device%s\n", (double)progs[rmax].arena > pf->mem ? ": DOES NOT FIT" : "");
     if (nprog > 0)
         ir_bprintf(b, "programs  %d distinct program%s for %d rank%s (out/rank; rankK are links to it)\n", nprog,

@@ -44,6 +44,18 @@ static const char cal_spec[] =
     "[op loss]\nkind = mse_loss\nin = z, y\nout = loss\n"
     "[train]\nloss = loss\nlr = 1e-4\nsteps = 10\n";
 
+/* The command line's --set overrides, then a, then b (later ones win): a
+ * new array (free it), its length in *n. */
+static const char **join_sets(const fe_opts *o, const char *const *a, int na, const char *const *b, int nb, int *n)
+{
+    const char **all = ir_xmalloc(sizeof *all * ((size_t)o->nset + (size_t)na + (size_t)nb + 1));
+    *n = 0;
+    for (int i = 0; i < o->nset; i++) all[(*n)++] = o->sets[i];
+    for (int i = 0; i < na; i++) all[(*n)++] = a[i];
+    for (int i = 0; i < nb; i++) all[(*n)++] = b[i];
+    return all;
+}
+
 /* Build the calibration spec into dir/name with the command line's --set
  * overrides and then sets; 0 or the compiler's status. */
 static int build(const fe_opts *o, const char *spec, const char *dir, const char *name, const char *const *sets,
@@ -58,11 +70,8 @@ static int build(const fe_opts *o, const char *spec, const char *dir, const char
     b.cpu = o->cpu ? o->cpu : "x86-64-v3";
     b.opt_level = o->opt_level ? o->opt_level : 2;
     b.quiet = 1;
-    const char **all = ir_xmalloc(sizeof *all * ((size_t)o->nset + (size_t)nset + 1));
-    for (int i = 0; i < o->nset; i++) all[i] = o->sets[i];
-    for (int i = 0; i < nset; i++) all[o->nset + i] = sets[i];
+    const char **all = join_sets(o, sets, nset, NULL, 0, &b.nset);
     b.sets = all;
-    b.nset = o->nset + nset;
     int rc = fe_compile(&b);
     free(all);
     return rc;
@@ -78,11 +87,9 @@ static int estimate(const fe_opts *o, const char *spec, const char *const *sets,
     snprintf(f[1], sizeof f[1], "cluster.flops_bf16=%.9g", flops);
     snprintf(f[2], sizeof f[2], "cluster.link_bw=%.9g", bw);
     snprintf(f[3], sizeof f[3], "cluster.link_lat=%.9g", lat);
-    const char **all = ir_xmalloc(sizeof *all * ((size_t)o->nset + (size_t)nset + 5));
-    int n = 0;
-    for (int i = 0; i < o->nset; i++) all[n++] = o->sets[i];
-    for (int i = 0; i < nset; i++) all[n++] = sets[i];
-    for (int i = 0; i < 4; i++) all[n++] = f[i];
+    const char *fp[4] = {f[0], f[1], f[2], f[3]}, **all;
+    int n;
+    all = join_sets(o, sets, nset, fp, 4, &n);
     int rc = fe_estimate(spec, all, n, step);
     free(all);
     return rc;

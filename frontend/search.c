@@ -62,6 +62,24 @@ static void all_blocks(const ir_graph *g, char *buf, size_t n)
     for (int b = 0; b < g->nblk && u < n; b++) u += (size_t)snprintf(buf + u, n - u, "%s%s", b ? ", " : "", g->blk[b].name);
 }
 
+/* The passes from autograd to the pipeline's order on a loaded graph; d is
+ * initialised either way (the caller frees it).  0, or 2 (the message in
+ * pass_last_error when pass_quiet). */
+static int plan_all(ir_graph *g, ir_dist *d)
+{
+    int rc = pass_autograd(g) || pass_recompute(g);
+    if (!rc) pass_zero3_regather(g);
+    ir_dist_init(d, g, g->req.devices);
+    if (!rc) rc = pass_plan(d);
+    if (!rc) {
+        pass_split(d);
+        pass_comm(d);
+        pass_schedule(d);
+        rc = pass_pipeline(d);
+    }
+    return rc;
+}
+
 /* Build and price candidate c; fills c->ok, step, mem or why.  fold: the
  * dp replicas folded -- the candidate is built on its tp x pp devices
  * alone (dp 1, no ZeRO), its micro-batch work divided by dp, and the dp
@@ -89,17 +107,8 @@ static void price(const fe_opts *o, cand *c, int fold)
         all_blocks(&g, rcb, sizeof rcb);
         r->recompute = ir_str(&g, rcb);
     }
-    int rc = pass_autograd(&g) || pass_recompute(&g);
-    if (!rc) pass_zero3_regather(&g);
     ir_dist d;
-    ir_dist_init(&d, &g, g.req.devices);
-    if (!rc) rc = pass_plan(&d);
-    if (!rc) {
-        pass_split(&d);
-        pass_comm(&d);
-        pass_schedule(&d);
-        rc = pass_pipeline(&d);
-    }
+    int rc = plan_all(&g, &d);
     if (rc) {
         snprintf(c->why, sizeof c->why, "%s", pass_last_error[0] ? pass_last_error : "not buildable");
     } else {
@@ -147,17 +156,8 @@ int fe_estimate(const char *spec, const char *const *sets, int nset, double *ste
 {
     ir_graph g;
     if (fe_load(spec, sets, nset, &g)) return 2;
-    int rc = pass_autograd(&g) || pass_recompute(&g);
-    if (!rc) pass_zero3_regather(&g);
     ir_dist d;
-    ir_dist_init(&d, &g, g.req.devices);
-    if (!rc) rc = pass_plan(&d);
-    if (!rc) {
-        pass_split(&d);
-        pass_comm(&d);
-        pass_schedule(&d);
-        rc = pass_pipeline(&d);
-    }
+    int rc = plan_all(&g, &d);
     if (!rc) {
         pass_estimate e;
         pass_cost_step(&d, &e);
@@ -176,13 +176,6 @@ static void cand_text(const cand *c, char *buf, size_t n)
     if (c->rc) snprintf(buf + u, n - (size_t)u, ", recompute");
 }
 
-static void human(ir_buf *b, double x)
-{
-    static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int k = 0;
-    while (x >= 1024 && k < 4) x /= 1024, k++;
-    ir_bprintf(b, k ? "%.3g %s" : "%.0f %s", x, u[k]);
-}
 
 static int cmp_cand(const void *a, const void *b)
 {
@@ -265,9 +258,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
         if (cs[i].ok && (double)cs[i].mem > pf->mem) {
             ir_buf w = {0};
             ir_bprintf(&w, "does not fit: ");
-            human(&w, (double)cs[i].mem);
+            ir_bprint_bytes(&w, (double)cs[i].mem);
             ir_bprintf(&w, " of ");
-            human(&w, pf->mem);
+            ir_bprint_bytes(&w, pf->mem);
             ir_bprintf(&w, " per device%s", cs[i].rc || cs[i].zero ? " (with the rungs of the memory ladder tried)" : "");
             cs[i].ok = 0;
             snprintf(cs[i].why, sizeof cs[i].why, "%s", w.s);
@@ -296,7 +289,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
             ir_bprintf(&b, "  %-8s %s: step %.3f ms", i ? "" : "chosen", t, cs[i].step * 1e3);
             if (i) ir_bprintf(&b, " (+%.1f %%, slower)", 100 * (cs[i].step / cs[0].step - 1));
             ir_bprintf(&b, ", memory ");
-            human(&b, (double)cs[i].mem);
+            ir_bprint_bytes(&b, (double)cs[i].mem);
             ir_bprintf(&b, "\n");
         } else {
             ir_bprintf(&b, "  %-8s %s: %s\n", "lost", t, cs[i].why);

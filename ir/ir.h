@@ -53,6 +53,8 @@ typedef struct ir_buf {
     size_t cap;/* allocated bytes */
 } ir_buf;
 void ir_bprintf(ir_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append a byte count with its unit (B, KiB, MiB, GiB, TiB): plan.txt's sizes. */
+void ir_bprint_bytes(ir_buf *b, double bytes);
 void ir_buf_free(ir_buf *b);
 
 /* ---------------------------------------------------------------- ops.h */

@@ -95,3 +95,12 @@ void ir_buf_free(ir_buf *b)
     free(b->s);
     memset(b, 0, sizeof *b);
 }
+
+void ir_bprint_bytes(ir_buf *b, double bytes)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, u++;
+    if (u == 0) ir_bprintf(b, "%.0f B", bytes);
+    else ir_bprintf(b, "%.*f %s", bytes < 10 ? 2 : 1, bytes, unit[u]);
+}
