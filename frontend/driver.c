@@ -39,6 +39,18 @@ static int want(const fe_opts *o, const char *p)
     return 0;
 }
 
+/* Without -o, is P the last pass --dump asks for (the compile stops after
+ * printing it)? */
+static int last_dump(const fe_opts *o, const char *p)
+{
+    if (o->out || !want(o, p)) return 0;
+    size_t i = 0, n = sizeof dump_names / sizeof *dump_names;
+    while (i < n && strcmp(dump_names[i], p)) i++;
+    for (i++; i < n; i++)
+        if (want(o, dump_names[i])) return 0;
+    return 1;
+}
+
 /* Every name in the --dump list is a pass. */
 static int check_dump(const fe_opts *o)
 {
@@ -558,12 +570,14 @@ int fe_compile(const fe_opts *o)
     }
     ir_buf b = {0};
     if (want(o, "graph")) ir_graph_print(&g, &b), dump("graph", &b);
+    if (last_dump(o, "graph")) goto out_g;
     if ((rc = pass_autograd(&g))) goto out_g;
     if ((rc = pass_recompute(&g))) goto out_g;
     pass_zero3_regather(&g);
     ir_graph_verify(&g);
     tick(o, &t0, "autograd");
     if (want(o, "autograd")) ir_graph_print(&g, &b), dump("autograd", &b);
+    if (last_dump(o, "autograd")) goto out_g;
     ir_dist d;
     ir_dist_init(&d, &g, g.req.devices);
     if ((rc = pass_plan(&d))) goto out_d;
@@ -571,15 +585,18 @@ int fe_compile(const fe_opts *o)
     ir_dist_verify(&d);
     tick(o, &t0, "plan");
     if (want(o, "plan")) ir_dist_print(&d, &b), dump("plan", &b);
+    if (last_dump(o, "plan")) goto out_d;
     pass_comm(&d);
     ir_dist_verify(&d);
     tick(o, &t0, "comm");
     if (want(o, "comm")) ir_dist_print(&d, &b), dump("comm", &b);
+    if (last_dump(o, "comm")) goto out_d;
     pass_schedule(&d);
     ir_dist_verify(&d);
     if ((rc = pass_pipeline(&d))) goto out_d;
     tick(o, &t0, "schedule");
     if (want(o, "schedule")) ir_dist_print(&d, &b), dump("schedule", &b);
+    if (last_dump(o, "schedule")) goto out_d;
     rc = build_ranks(o, &d, &t0);
     if (!rc && o->out && !o->quiet) {
         char dir[4096];

@@ -17,6 +17,9 @@
  * candidate (milliseconds for gpt2-tiny, seconds for 96 layers).  Beyond
  * 64 devices the dp replicas are folded (price: built on tp x pp devices,
  * dp by formula); layers are not folded yet. */
+#define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +189,86 @@ static int cmp_cand(const void *a, const void *b)
     return (x->mem > y->mem) - (x->mem < y->mem);
 }
 
+/* One chain: a dp x tp x pp and schedule, its micro-batch counts in
+ * increasing order.  Its candidates are priced one after another, and the
+ * chain stops once a count's step is no faster than the one before (both
+ * fitting): more micro-batches shrink the bubble and grow the per-micro-
+ * batch overhead, and the search takes the step as unimodal in them. */
+typedef struct chain {
+    int dp, tp, pp, sched;
+    int nm, ms[8];
+    int nout, skipped;   /* priced, and left unpriced by the stop */
+    cand out[8];
+} chain;
+
+typedef struct search_ctx {
+    const fe_opts *o;
+    const ir_graph *g;
+    chain *ch;
+    int nch, fold, fz, frc;
+    int next;            /* the next chain to take (atomic) */
+} search_ctx;
+
+static int fits(const cand *c, const ir_profile *pf) { return c->ok && (double)c->mem <= pf->mem; }
+
+/* Price chain c: per micro-batch count, the memory ladder's first rung that fits. */
+static void price_chain(const search_ctx *x, chain *c)
+{
+    const ir_profile *pf = &x->g->prof;
+    for (int i = 0; i < c->nm; i++) {
+        static const int zl[] = {0, 1, 3, 3}, rl[] = {0, 0, 0, 1};
+        cand best;
+        memset(&best, 0, sizeof best);
+        for (int k = 0; k < 4; k++) {
+            if (k && c->dp == 1 && zl[k] && !rl[k]) continue;   /* (ZeRO needs dp) */
+            if (x->fz >= 0 && zl[k] != x->fz) continue;
+            if (x->frc < 0 && rl[k]) continue;
+            if (rl[k] && x->g->nblk == 0) continue;
+            cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, x->fz >= 0 ? x->fz : (c->dp > 1 ? zl[k] : 0),
+                      x->frc < 0 ? 0 : rl[k], 0, 0, 0, ""};
+            double tc = now_s();
+            price(x->o, &t, x->fold);
+            if (x->o->verbose) {
+                char ct[200];
+                cand_text(&t, ct, sizeof ct);
+                fprintf(stderr, "search: %s: %s in %.3f s\n", ct, t.ok ? "priced" : "not buildable", now_s() - tc);
+            }
+            if (t.ok || !best.ok) best = t;   /* (none fits: the last rung, the smallest) */
+            if (fits(&t, pf)) {
+                best = t;
+                break;
+            }
+            if (!t.ok) break;
+        }
+        c->out[c->nout++] = best;
+        if (i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) {
+            c->skipped = c->nm - i - 1;
+            break;
+        }
+    }
+}
+
+static void *search_worker(void *arg)
+{
+    search_ctx *x = arg;
+    pass_quiet = 1;
+    for (;;) {
+        int i = __atomic_fetch_add(&x->next, 1, __ATOMIC_RELAXED);
+        if (i >= x->nch) break;
+        price_chain(x, &x->ch[i]);
+    }
+    pass_quiet = 0;
+    return NULL;
+}
+
+/* Threads for the search: the CPUs this process may use, at most 16. */
+static int search_threads(void)
+{
+    cpu_set_t cs;
+    int n = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : 1;
+    return n < 1 ? 1 : n > 16 ? 16 : n;
+}
+
 int fe_search(const fe_opts *o, ir_graph *g)
 {
     const ir_planreq *r0 = &g->req;
@@ -203,18 +286,20 @@ int fe_search(const fe_opts *o, ir_graph *g)
     int fpp = r0->pp_given ? r0->pp : 0, fdp = r0->dp, ftp = r0->tp, fz = r0->zero_given ? r0->zero : -1;
     int frc = r0->recompute ? -1 : 0;   /* -1: the spec's recompute stays */
     double t0 = now_s();
-    cand *cs = NULL;
-    int nc = 0, cap = 0, space = 0;
-    pass_quiet = 1;
+    chain *chs = NULL;
+    int nchs = 0, chcap = 0, space = 0;
     for (int pp = 1; pp <= N; pp++) {
         if (N % pp) continue;
         for (int tp = 1; tp <= N / pp; tp++) {
             if ((N / pp) % tp) continue;
             int dp = N / pp / tp;
-            for (int m = 1; m <= 64; m *= 2)
-                for (int s = 0; s < 3; s++) {
-                    int sched = s == 0 ? IR_SCHED_1F1B : s == 1 ? IR_SCHED_ZBH1 : IR_SCHED_INTERLEAVED;
-                    if (pp == 1 && s) continue;
+            for (int s = 0; s < 3; s++) {
+                int sched = s == 0 ? IR_SCHED_1F1B : s == 1 ? IR_SCHED_ZBH1 : IR_SCHED_INTERLEAVED;
+                if (pp == 1 && s) continue;
+                chain c;
+                memset(&c, 0, sizeof c);
+                c.dp = dp, c.tp = tp, c.pp = pp, c.sched = sched;
+                for (int m = 1; m <= 64; m *= 2) {
                     space++;
                     /* what cannot be built, or what the spec rules out */
                     if (B && (B % ((int64_t)dp * m))) continue;
@@ -223,30 +308,28 @@ int fe_search(const fe_opts *o, ir_graph *g)
                     if (pp == 1 && m > 1) continue;   /* (micro-batches only save activations: the ladder) */
                     if (sched == IR_SCHED_INTERLEAVED && (m % pp || nl < 2 * pp)) continue;
                     if ((fpp && pp != fpp) || (fdp && dp != fdp) || (ftp && tp != ftp)) continue;
-                    /* the memory ladder: the first rung that fits */
-                    static const int zl[] = {0, 1, 3, 3}, rl[] = {0, 0, 0, 1};
-                    cand best;
-                    memset(&best, 0, sizeof best);
-                    for (int k = 0; k < 4; k++) {
-                        if (k && dp == 1 && zl[k] && !rl[k]) continue;   /* (ZeRO needs dp) */
-                        if (fz >= 0 && zl[k] != fz) continue;
-                        if (frc < 0 && rl[k]) continue;
-                        if (rl[k] && g->nblk == 0) continue;
-                        cand c = {dp, tp, pp, m, sched, fz >= 0 ? fz : (dp > 1 ? zl[k] : 0), frc < 0 ? 0 : rl[k],
-                                  0, 0, 0, ""};
-                        price(o, &c, fold);
-                        if (c.ok || !best.ok) best = c;   /* (none fits: the last rung, the smallest) */
-                        if (c.ok && (double)c.mem <= pf->mem) {
-                            best = c;
-                            break;
-                        }
-                        if (!c.ok) break;
-                    }
-                    *IR_PUSH(cs, nc, cap) = best;
+                    c.ms[c.nm++] = m;
                 }
+                if (c.nm) *IR_PUSH(chs, nchs, chcap) = c;
+            }
         }
     }
-    pass_quiet = 0;
+    search_ctx x = {o, g, chs, nchs, fold, fz, frc, 0};
+    int nth = search_threads();
+    if (nth > nchs) nth = nchs;
+    pthread_t th[16];
+    int started = 0;
+    for (int i = 1; i < nth; i++, started++)
+        if (pthread_create(&th[i], NULL, search_worker, &x)) break;
+    search_worker(&x);
+    for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
+    cand *cs = NULL;
+    int nc = 0, cap = 0, skipped = 0;
+    for (int i = 0; i < nchs; i++) {
+        for (int k = 0; k < chs[i].nout; k++) *IR_PUSH(cs, nc, cap) = chs[i].out[k];
+        skipped += chs[i].skipped;
+    }
+    free(chs);
     double secs = now_s() - t0;
     if (!nc) {
         free(cs);
@@ -269,9 +352,11 @@ int fe_search(const fe_opts *o, ir_graph *g)
     qsort(cs, (size_t)nc, sizeof *cs, cmp_cand);
     ir_buf b = {0};
     char t[200];
-    ir_bprintf(&b, "search    policy auto on %d x %s: %d candidate plans priced in %.2f s (of %d dp x tp x pp x "
-               "micro-batches x schedule combinations, %d ruled out: batch, layers, nodes, bubble", N, pf->name, nc,
-               secs, space, space - nc);
+    ir_bprintf(&b, "search    policy auto on %d x %s: %d candidate plans priced in %.2f s, %d thread%s (of %d dp x tp x "
+               "pp x micro-batches x schedule combinations, %d ruled out: batch, layers, nodes, bubble", N, pf->name, nc,
+               secs, nth, nth > 1 ? "s" : "", space, space - nc - skipped);
+    if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
+                                "count before", skipped);
     if (fpp || fdp || ftp || fz >= 0 || frc < 0) {
         ir_bprintf(&b, ", and the spec's");
         if (fpp) ir_bprintf(&b, " pp = %d", fpp);
@@ -303,6 +388,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
         return pass_error(g, r0->policy_line, "more devices, a larger device (cluster.device, cluster.memory), or "
                           "a smaller model", "[plan] policy auto: no candidate plan fits");
     }
+    if (o->verbose) fprintf(stderr, "%s", b.s);
     /* the chosen plan, for the build that follows */
     ir_planreq *r = &g->req;
     const cand *c = &cs[0];

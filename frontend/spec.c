@@ -11,6 +11,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -598,7 +599,10 @@ static int read_ini(fe_spec *s, size_t longest)
 {
     /* inih's run-time settings (this Debian build has them as globals): a heap
      * line buffer that grows to the longest line, no multi-line values, stop
-     * at the first error.  Restored afterwards. */
+     * at the first error.  Restored afterwards.  Globals: one parse at a
+     * time (the plan search loads specs in several threads). */
+    static pthread_mutex_t ini_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&ini_lock);
     int save_max = ini_max_line;
     bool save_stack = ini_use_stack, save_realloc = ini_allow_realloc;
     bool save_multi = ini_allow_multiline, save_stop = ini_stop_on_first_error;
@@ -627,6 +631,7 @@ static int read_ini(fe_spec *s, size_t longest)
     ini_allow_no_value = save_novalue;
     ini_inline_comment_prefixes = save_prefix;
     ini_start_comment_prefixes = save_start;
+    pthread_mutex_unlock(&ini_lock);
 
     if (r.failed) return 2;
     if (rc == -2) ir_die(__FILE__, __LINE__, "inih: out of memory");
@@ -665,7 +670,8 @@ static int apply_set(fe_spec *s, const char *set)
     char *sect = dup_trimmed(set, dot), *key = dup_trimmed(dot + 1, eq), *val = dup_trimmed(eq + 1, eq + strlen(eq));
     char *words[3] = {NULL, NULL, NULL};
     int nw = 0, rc = 0;
-    for (char *q = strtok(sect, " \t"); q && nw < 3; q = strtok(NULL, " \t")) words[nw++] = q;
+    char *sv = NULL;   /* (strtok_r: the plan search loads specs in several threads) */
+    for (char *q = strtok_r(sect, " \t", &sv); q && nw < 3; q = strtok_r(NULL, " \t", &sv)) words[nw++] = q;
     if (nw == 0 || nw == 3 || !*key) {
         rc = fe_error(s, 0, form, "--set %s: expected SECTION.KEY=VALUE", fe_clip(set, clip, sizeof clip));
         goto out;

@@ -58,6 +58,8 @@ typedef struct pass_pipe_ent {
                     transfers where two tasks meet progress together (lower.c) */
     int hoisted; /* 1: a receive moved to the start of this task from its own, later one
                     (ir_pipe.hoist) */
+    int moves;   /* 1: a transfer between stages at its task's edge (hoisted, or one nothing
+                    else in the task touches in between) */
 } pass_pipe_ent;
 #define PASS_P2P_MAX 6   /* transfers in one call (rtlib's RT_P2P_MAX) */
 int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out);
@@ -202,8 +204,8 @@ int pass_batch_id(const ir_graph *g, int op);
 int pass_elsize(const ir_tensor *t);
 /* While set (the plan search trying candidates), pass_error prints nothing and keeps its
  * message in pass_last_error instead. */
-extern int pass_quiet;
-extern char pass_last_error[512];
+extern _Thread_local int pass_quiet;   /* (per thread: the plan search prices in several) */
+extern _Thread_local char pass_last_error[512];
 /* Report bad input at the spec's line (0: none); returns 2. */
 int pass_error(const ir_graph *g, int line, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -825,15 +825,47 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     size_t hn = (size_t)p->nhoist + 1;
     int nh = 0, *hq = ir_xmalloc(sizeof(int) * hn), *hmb = ir_xmalloc(sizeof(int) * hn);
     int *hk = ir_xmalloc(sizeof(int) * hn), *hl = ir_xmalloc(sizeof(int) * hn);
+    int *qof = NULL;   /* schedule position -> this rank's item (made when needed) */
     for (int h = 0; h < p->nhoist; h++) {
         const ir_hoist *x = &p->hoist[h];
         if (x->rank != rank) continue;
-        hq[nh] = -1;
-        for (int q = 0; q < nitem && hq[nh] < 0; q++)
-            if (item[q] == x->n) hq[nh] = q;
+        if (!qof) {
+            qof = ir_xmalloc(sizeof(int) * ((size_t)d->nseq + 1));
+            for (int i = 0; i < d->nseq; i++) qof[i] = -1;
+            for (int q = nitem - 1; q >= 0; q--) qof[item[q]] = q;
+        }
+        hq[nh] = x->n >= 0 && x->n < d->nseq ? qof[x->n] : -1;
         IR_ASSERT(hq[nh] >= 0);
         hmb[nh] = x->mb, hl[nh] = x->late, hk[nh++] = x->task;
     }
+    /* per item, once (not per task): its task class, and whether it is a
+       transfer that may move (0 stays, 1 a receive that moves, 2 a send);
+       the mb items bucketed by class in schedule order */
+    int ncls = 3 * (p->nch + 2) + 1;
+    int *mv = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1)), *cls0 = ir_xcalloc((size_t)ncls + 1, sizeof(int));
+    int *byc = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1)), *qcls = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1));
+    for (int q = 0; q < nitem; q++) {
+        int peer, recv, c = d->seq[item[q]].sec == IR_SEC_MB ? pass_pipe_class(d, item[q], st) : -1;
+        IR_ASSERT(c < ncls);
+        qcls[q] = c;
+        mv[q] = 0;
+        if (c < 0) continue;
+        cls0[c + 1]++;
+        if (transfer(d, item[q], mem[q], st, &peer, &recv) && movable(d, item, mem, nitem, q, st, c, recv))
+            mv[q] = recv ? 1 : 2;
+    }
+    for (int c = 0; c < ncls; c++) cls0[c + 1] += cls0[c];
+    {
+        int *at = ir_xmalloc(sizeof(int) * ((size_t)ncls + 1));
+        memcpy(at, cls0, sizeof(int) * (size_t)ncls);
+        for (int q = 0; q < nitem; q++)
+            if (qcls[q] >= 0) byc[at[qcls[q]]++] = q;
+        free(at);
+    }
+    /* the moved transfers of each item: hfirst[q], then hnext[h] */
+    int *hfirst = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1)), *hnext = ir_xmalloc(sizeof(int) * hn);
+    for (int q = 0; q < nitem; q++) hfirst[q] = -1;
+    for (int h = nh - 1; h >= 0; h--) hnext[h] = hfirst[hq[h]], hfirst[hq[h]] = h;
     for (int k = 0; k < ntask(p); k++) {
         int start = n, peer, recv, cls = t[k].kind + 3 * t[k].chunk;
         /* the task's items: its receives from other stages first, its sends
@@ -842,13 +874,11 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
            receives hoisted here from later tasks first of all */
         for (int late = 0; late < 2; late++) {
             for (int pass = 0; pass < 3 && !late; pass++)
-                for (int q = 0; q < nitem; q++) {
-                    if (d->seq[item[q]].sec != IR_SEC_MB || pass_pipe_class(d, item[q], st) != cls) continue;
-                    int x = transfer(d, item[q], mem[q], st, &peer, &recv) &&
-                            movable(d, item, mem, nitem, q, st, cls, recv), moved = 0;
-                    if (pass != (!x ? 1 : recv ? 0 : 2)) continue;
-                    for (int h = 0; h < nh && !moved; h++) moved = hq[h] == q && hmb[h] == t[k].mb;
-                    if (!moved) e[n++] = (pass_pipe_ent){q, t[k].mb, t[k].slot, k, 0, 0};
+                for (int j = cls0[cls]; j < cls0[cls + 1]; j++) {
+                    int q = byc[j], moved = 0;
+                    if (pass != (mv[q] == 0 ? 1 : mv[q] == 1 ? 0 : 2)) continue;
+                    for (int h = hfirst[q]; h >= 0 && !moved; h = hnext[h]) moved = hmb[h] == t[k].mb;
+                    if (!moved) e[n++] = (pass_pipe_ent){q, t[k].mb, t[k].slot, k, 0, 0, mv[q] != 0};
                 }
             for (int h = 0; h < nh; h++)   /* early receives first, late sends last */
                 if (hk[h] == k && hl[h] == late) {
@@ -857,17 +887,16 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
                         if (t[j].mb == hmb[h]) slot = t[j].slot;
                     if (!late) {   /* before the task's own items */
                         memmove(e + start + 1, e + start, sizeof *e * (size_t)(n - start));
-                        e[start] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1};
+                        e[start] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1, 1};
                         n++;
-                    } else e[n++] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1};
+                    } else e[n++] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1, 1};
                 }
         }
         if (k == 0) continue;
         /* the boundary: the previous task's trailing transfers and this one's
            leading ones; with a lower stage receive first, with a higher send first */
         int a = start, b = start;
-#define MOVES(x) (transfer(d, item[e[x].q], mem[e[x].q], st, &peer, &recv) && \
-                  (e[x].hoisted || movable(d, item, mem, nitem, e[x].q, st, t[e[x].task].kind + 3 * t[e[x].task].chunk, recv)))
+#define MOVES(x) (transfer(d, item[e[x].q], mem[e[x].q], st, &peer, &recv) && (e[x].hoisted || mv[e[x].q]))
         while (a > 0 && e[a - 1].task == k - 1 && MOVES(a - 1)) a--;
         while (b < n && MOVES(b)) b++;
 #undef MOVES
@@ -894,8 +923,7 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     int run = 0, peer, recv;
     for (int i = 0; i < n; i++) {
         int64_t nf;
-        if (!transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) ||
-            (!e[i].hoisted && !movable(d, item, mem, nitem, e[i].q, st, t[e[i].task].kind + 3 * t[e[i].task].chunk, recv)) ||
+        if (!transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) || (!e[i].hoisted && !mv[e[i].q]) ||
             !direct(d, item[e[i].q], mem[e[i].q], &nf)) {
             run = 0;
             continue;
@@ -922,6 +950,13 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     free(hmb);
     free(hk);
     free(hl);
+    free(mv);
+    free(qof);
+    free(hfirst);
+    free(hnext);
+    free(cls0);
+    free(byc);
+    free(qcls);
     *out = e;
     return n;
 }
@@ -952,7 +987,13 @@ typedef struct inst {
  * stash, which nothing else touches before it, so it may be received early
  * (Megatron's interleaved schedule posts its receives so); returns 1 when
  * it added some (check again), 2 with none possible. */
-static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
+typedef struct ord_cache {   /* settle's rounds: each rank's order, made again only after its hoists change */
+    pass_pipe_ent **e;
+    int *n;
+    char *stale;
+} ord_cache;
+
+static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord_cache *oc)
 {
     const ir_graph *g = d->g;
     const ir_pipe *p = d->pipe;
@@ -966,9 +1007,14 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
     int nseq = 0, cap = 0, tcap = 0;
     for (int r = 0; r < W; r++) {
         pass_pipe_ent *e;
-        int n = pass_pipe_order(d, r, &e);
+        int n;
+        if (oc && !oc->stale[r]) e = oc->e[r], n = oc->n[r];
+        else {
+            n = pass_pipe_order(d, r, &e);
+            if (oc) free(oc->e[r]), oc->e[r] = e, oc->n[r] = n, oc->stale[r] = 0;
+        }
         const int *item = d->rank_item + d->rank_item0[r], *mem = d->rank_member + d->rank_item0[r];
-        int nitem = d->rank_item0[r + 1] - d->rank_item0[r], st = stage_of(d, r);
+        int st = stage_of(d, r);
         at0[r] = nseq;
         for (int i = 0; i < n; i++) {
             const ir_item *it = &d->seq[item[e[i].q]];
@@ -987,12 +1033,10 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
             nat[c] = item[e[i].q];
             int peer, recv;
             int64_t nf;
-            const ir_task *tk = p->task + p->task0[st] + e[i].task;
-            int mv = transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) &&
-                     (e[i].hoisted || movable(d, item, mem, nitem, e[i].q, st, tk->kind + 3 * tk->chunk, recv));
+            int mv = transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) && e[i].moves;
             flag[c] = (char)(mv | (mv && recv ? 2 : 0) | (mv && direct(d, item[e[i].q], mem[e[i].q], &nf) ? 4 : 0));
         }
-        free(e);
+        if (!oc) free(e);
     }
     at0[W] = nseq;
     /* A rank is at a step: one instance, or two joined in one call.  An
@@ -1090,13 +1134,16 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist)
                 dup = (*hoist)[h].rank == o && (*hoist)[h].n == nat[po] && (*hoist)[h].mb == x.mb;
             if (dup) {   /* moved already: to an earlier edge */
                 for (int h = 0; h < *nhoist; h++)
-                    if ((*hoist)[h].rank == o && (*hoist)[h].n == nat[po] && (*hoist)[h].mb == x.mb && (*hoist)[h].task > tt)
+                    if ((*hoist)[h].rank == o && (*hoist)[h].n == nat[po] && (*hoist)[h].mb == x.mb && (*hoist)[h].task > tt) {
                         (*hoist)[h].task = tt, added = 1;
+                        if (oc) oc->stale[o] = 1;
+                    }
                 continue;
             }
             *hoist = ir_xrealloc(*hoist, sizeof **hoist * ((size_t)*nhoist + 1));
             (*hoist)[(*nhoist)++] = (ir_hoist){o, nat[po], x.mb, tt, 0};
             added = 1;
+            if (oc) oc->stale[o] = 1;
         }
     }
     if (added) rc = 1;
@@ -1204,9 +1251,7 @@ static void late_sends(ir_dist *d)
         for (int i = 0; i < n; i++) {
             int peer, recv;
             int64_t nf;
-            const ir_task *tk = &t[e[i].task];
-            if (!transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) || recv ||
-                !movable(d, item, mem, nitem, e[i].q, st, tk->kind + 3 * tk->chunk, 0) ||
+            if (!transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) || recv || !e[i].moves ||
                 !direct(d, item[e[i].q], mem[e[i].q], &nf))
                 continue;
             int kr = task_of(d, item[e[i].q], e[i].mb, peer);
@@ -1242,12 +1287,22 @@ static void late_sends(ir_dist *d)
 static int settle(ir_dist *d, int quiet)
 {
     ir_pipe *p = d->pipe;
+    int W = d->ndev, rc = 2;
+    ord_cache oc = {ir_xcalloc((size_t)W + 1, sizeof(pass_pipe_ent *)), ir_xcalloc((size_t)W + 1, sizeof(int)),
+                    ir_xmalloc((size_t)W + 1)};
+    memset(oc.stale, 1, (size_t)W + 1);
     for (int round = 0; round < 100000; round++) {
-        int rc = check(d, 1, &p->hoist, &p->nhoist);
-        if (rc == 0) return 0;
-        if (rc == 2) break;
+        rc = check(d, 1, &p->hoist, &p->nhoist, &oc);
+        if (getenv("NNSC_DBG_SETTLE")) fprintf(stderr, "round %d rc %d\n", round, rc);
+        if (rc != 1) break;
     }
-    return quiet ? 2 : check(d, 0, NULL, NULL);
+    if (getenv("NNSC_DBG_SETTLE")) { int ns = 0; for (int r = 0; r < W; r++) ns += oc.n[r]; fprintf(stderr, "settle: W %d m %d rounds? rc %d nhoist %d entries %d\n", W, p->m, rc, p->nhoist, ns); }
+    for (int r = 0; r < W; r++) free(oc.e[r]);
+    free(oc.e);
+    free(oc.n);
+    free(oc.stale);
+    if (rc == 0) return 0;
+    return quiet ? 2 : check(d, 0, NULL, NULL, NULL);
 }
 
 int pass_pipeline(ir_dist *d)

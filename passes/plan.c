@@ -31,8 +31,8 @@
 
 #include "passes.h"
 
-int pass_quiet;
-char pass_last_error[512];
+_Thread_local int pass_quiet;
+_Thread_local char pass_last_error[512];
 
 int pass_error(const ir_graph *g, int line, const char *hint, const char *fmt, ...)
 {
