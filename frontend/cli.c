@@ -26,6 +26,9 @@ static const char usage[] =
     "                     --set train.steps=5  --set \"param fc1.w.init=normal 0.1\"\n"
     "  --dump=P[,P...]    print the IR after passes to stdout; P is one of\n"
     "                     graph autograd plan comm schedule lower prog share (or all)\n"
+    "  --stop-after P     stop after pass P (graph autograd plan comm schedule) and write\n"
+    "                     nothing (no -o): with --dump or -v, to look at a plan, or time\n"
+    "                     policy = auto's search alone (--stop-after graph)\n"
     "  --emit-llvm        also write DIR/progK.ll (the optimised host code of each distinct\n"
     "                     program) and DIR/rankN.ll (rank N's)\n"
     "  --cpu CPU          target CPU of rank code (default x86-64-v3; e.g. x86-64-v4, native,\n"
@@ -212,7 +215,7 @@ static int check_cpu(const char *cpu)
 
 /* Every option, for "did you mean" (verify's last). */
 static const char *const options[] = {
-    "-o", "--devices", "--set", "--dump", "--emit-llvm", "--cpu", "-O", "--target", "--arch", "--emit-kernels",
+    "-o", "--devices", "--set", "--dump", "--stop-after", "--emit-llvm", "--cpu", "-O", "--target", "--arch", "--emit-kernels",
     "--no-fuse", "--no-loops", "-v", "-q", "--help", "--version", "--steps", "--keep", "--loss-tol",
     "--weight-tol",
 };
@@ -287,6 +290,11 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         } else if (strcmp(a, "--dump") == 0) {
             if (!val) return bad("%s needs pass names", a);
             o->dump = val, i++;
+        } else if (strncmp(a, "--stop-after=", 13) == 0) {
+            o->stop_after = a + 13;
+        } else if (strcmp(a, "--stop-after") == 0) {
+            if (!val) return bad("%s needs a pass name", a);
+            o->stop_after = val, i++;
         } else if (strcmp(a, "--emit-llvm") == 0) {
             o->emit_llvm = 1;
         } else if (strcmp(a, "--cpu") == 0) {
@@ -348,7 +356,11 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         return 0;
     }
     if (!o->spec) return bad("%s", "no model spec given");
-    if (!o->verify && !o->out && !o->dump) return bad("%s", "no output: give -o DIR (or --dump=PASS to print the IR)");
+    if (o->stop_after && (o->out || o->verify))
+        return bad_hint(o->verify ? "verify builds and runs: leave out --stop-after" : "leave out -o DIR",
+                        "--stop-after %s writes nothing", o->stop_after);
+    if (!o->verify && !o->out && !o->dump && !o->stop_after)
+        return bad("%s", "no output: give -o DIR (or --dump=PASS to print the IR)");
     if (cpu_given) return check_cpu(o->cpu);
     return 0;
 }

@@ -39,17 +39,8 @@ static int want(const fe_opts *o, const char *p)
     return 0;
 }
 
-/* Without -o, is P the last pass --dump asks for (the compile stops after
- * printing it)? */
-static int last_dump(const fe_opts *o, const char *p)
-{
-    if (o->out || !want(o, p)) return 0;
-    size_t i = 0, n = sizeof dump_names / sizeof *dump_names;
-    while (i < n && strcmp(dump_names[i], p)) i++;
-    for (i++; i < n; i++)
-        if (want(o, dump_names[i])) return 0;
-    return 1;
-}
+/* Does the compile stop after pass P (--stop-after)? */
+static int stop_after(const fe_opts *o, const char *p) { return o->stop_after && strcmp(o->stop_after, p) == 0; }
 
 /* Every name in the --dump list is a pass. */
 static int check_dump(const fe_opts *o)
@@ -555,6 +546,16 @@ int fe_target_check(const fe_opts *o)
 int fe_compile(const fe_opts *o)
 {
     int rc = check_dump(o);
+    if (!rc && o->stop_after) {
+        static const char *const stops[] = {"graph", "autograd", "plan", "comm", "schedule"};
+        int ok = 0;
+        for (size_t i = 0; i < sizeof stops / sizeof *stops; i++) ok |= strcmp(o->stop_after, stops[i]) == 0;
+        if (!ok) {
+            fprintf(stderr, "nnsc-aot: error: --stop-after: unknown pass '%s'\n  hint: one of graph autograd plan "
+                            "comm schedule\n", o->stop_after);
+            return 2;
+        }
+    }
     if (!rc && o->out) rc = fe_target_check(o);
     if (rc) return rc;
     double t0 = now();
@@ -570,14 +571,14 @@ int fe_compile(const fe_opts *o)
     }
     ir_buf b = {0};
     if (want(o, "graph")) ir_graph_print(&g, &b), dump("graph", &b);
-    if (last_dump(o, "graph")) goto out_g;
+    if (stop_after(o, "graph")) goto out_g;
     if ((rc = pass_autograd(&g))) goto out_g;
     if ((rc = pass_recompute(&g))) goto out_g;
     pass_zero3_regather(&g);
     ir_graph_verify(&g);
     tick(o, &t0, "autograd");
     if (want(o, "autograd")) ir_graph_print(&g, &b), dump("autograd", &b);
-    if (last_dump(o, "autograd")) goto out_g;
+    if (stop_after(o, "autograd")) goto out_g;
     ir_dist d;
     ir_dist_init(&d, &g, g.req.devices);
     if ((rc = pass_plan(&d))) goto out_d;
@@ -585,18 +586,18 @@ int fe_compile(const fe_opts *o)
     ir_dist_verify(&d);
     tick(o, &t0, "plan");
     if (want(o, "plan")) ir_dist_print(&d, &b), dump("plan", &b);
-    if (last_dump(o, "plan")) goto out_d;
+    if (stop_after(o, "plan")) goto out_d;
     pass_comm(&d);
     ir_dist_verify(&d);
     tick(o, &t0, "comm");
     if (want(o, "comm")) ir_dist_print(&d, &b), dump("comm", &b);
-    if (last_dump(o, "comm")) goto out_d;
+    if (stop_after(o, "comm")) goto out_d;
     pass_schedule(&d);
     ir_dist_verify(&d);
     if ((rc = pass_pipeline(&d))) goto out_d;
     tick(o, &t0, "schedule");
     if (want(o, "schedule")) ir_dist_print(&d, &b), dump("schedule", &b);
-    if (last_dump(o, "schedule")) goto out_d;
+    if (stop_after(o, "schedule")) goto out_d;
     rc = build_ranks(o, &d, &t0);
     if (!rc && o->out && !o->quiet) {
         char dir[4096];

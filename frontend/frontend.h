@@ -83,6 +83,7 @@ typedef struct fe_opts {
     const char **sets;         /* --set overrides (--devices N becomes cluster.devices=N) */
     int nset, setcap;
     const char *dump;          /* comma-separated pass names to dump, or NULL */
+    const char *stop_after;    /* --stop-after: the pass the compile stops after (nothing written), or NULL */
     int emit_llvm;             /* write rankN.ll */
     const char *cpu;           /* target CPU of rank code */
     int opt_level;             /* LLVM optimisation level */

@@ -1468,6 +1468,7 @@ static int lower_cluster(fe_lw *L)
     }
     if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line, r->pp_given = 1;
     if ((kv = pl ? fe_get(pl, "chunks") : NULL)) r->chunks_line = kv->line;
+    if ((kv = pl ? fe_get(pl, "schedule") : NULL)) r->schedule_given = 1;
     if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line, r->zero_given = 1;
     if ((kv = pl ? fe_get(pl, "stage_tp") : NULL)) {
         r->stage_tp = ir_str(L->g, kv->val);

@@ -231,7 +231,9 @@ static void price_chain(const search_ctx *x, chain *c)
             if (x->o->verbose) {
                 char ct[200];
                 cand_text(&t, ct, sizeof ct);
-                fprintf(stderr, "search: %s: %s in %.3f s\n", ct, t.ok ? "priced" : "not buildable", now_s() - tc);
+                if (t.ok) fprintf(stderr, "search: %s: step %.3f ms, memory %.4g MiB, priced in %.3f s\n", ct,
+                                  t.step * 1e3, (double)t.mem / 1048576.0, now_s() - tc);
+                else fprintf(stderr, "search: %s: not buildable in %.3f s: %s\n", ct, now_s() - tc, t.why);
             }
             if (t.ok || !best.ok) best = t;   /* (none fits: the last rung, the smallest) */
             if (fits(&t, pf)) {
@@ -285,6 +287,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     /* constraints the spec sets */
     int fpp = r0->pp_given ? r0->pp : 0, fdp = r0->dp, ftp = r0->tp, fz = r0->zero_given ? r0->zero : -1;
     int frc = r0->recompute ? -1 : 0;   /* -1: the spec's recompute stays */
+    int fsch = r0->schedule_given ? r0->schedule : -1;
     double t0 = now_s();
     chain *chs = NULL;
     int nchs = 0, chcap = 0, space = 0;
@@ -293,9 +296,16 @@ int fe_search(const fe_opts *o, ir_graph *g)
         for (int tp = 1; tp <= N / pp; tp++) {
             if ((N / pp) % tp) continue;
             int dp = N / pp / tp;
-            for (int s = 0; s < 3; s++) {
-                int sched = s == 0 ? IR_SCHED_1F1B : s == 1 ? IR_SCHED_ZBH1 : IR_SCHED_INTERLEAVED;
+            for (int s = 0; s < 4; s++) {
+                int sched = s == 0 ? IR_SCHED_1F1B : s == 1 ? IR_SCHED_ZBH1 : s == 2 ? IR_SCHED_INTERLEAVED
+                                                                                     : IR_SCHED_INTERLACED;
                 if (pp == 1 && s) continue;
+                /* interlaced: the ops before and after the layers on every stage (a model with blocks) */
+                if (sched == IR_SCHED_INTERLACED && (!g->nblk || r0->stage_tp || r0->stage)) continue;
+                if (pp > 1 && fsch >= 0) {   /* the spec's schedule, alone */
+                    if (s) continue;
+                    sched = fsch;
+                }
                 chain c;
                 memset(&c, 0, sizeof c);
                 c.dp = dp, c.tp = tp, c.pp = pp, c.sched = sched;
@@ -357,8 +367,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
                secs, nth, nth > 1 ? "s" : "", space, space - nc - skipped);
     if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
                                 "count before", skipped);
-    if (fpp || fdp || ftp || fz >= 0 || frc < 0) {
+    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0) {
         ir_bprintf(&b, ", and the spec's");
+        if (fsch >= 0) ir_bprintf(&b, " schedule = %s", sched_name(fsch));
         if (fpp) ir_bprintf(&b, " pp = %d", fpp);
         if (fdp) ir_bprintf(&b, " dp = %d", fdp);
         if (ftp) ir_bprintf(&b, " tp = %d", ftp);

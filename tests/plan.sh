@@ -112,6 +112,30 @@ expect_rc 2 "policy auto with 1 MB per device" "$nn" "$tiny" --devices 4 -o "$tm
   --set cluster.memory=1e6
 says "[plan] policy auto: no candidate plan fits" "auto, nothing fits"
 
+# the spec's schedule binds every pipeline candidate; --stop-after graph -v prints the search's
+# report and writes nothing; the search prices in threads and its report is the same each run
+"$nn" "$tiny" --devices 8 --stop-after graph -v --set plan.policy=auto --set plan.schedule=1f1b \
+  --set cluster.device=a100-80g >/dev/null 2>"$tmp/sched.err" || no "auto, schedule 1f1b"
+grep -E "^  (chosen|lost|      ) +dp .* x pp [2-9]" "$tmp/sched.err" | grep -v ", 1f1b" | grep -q . &&
+  no "auto with schedule = 1f1b: a pipeline candidate of another schedule: $(grep -E ' x pp [2-9]' "$tmp/sched.err" | head -n 3)" ||
+  { grep -q "the spec's schedule = 1f1b" "$tmp/sched.err" && grep -q ", 1f1b: step" "$tmp/sched.err" &&
+    ok "policy auto with schedule = 1f1b: every pipeline candidate is 1f1b, and the report says so" ||
+    no "auto schedule: $(grep '^search' "$tmp/sched.err")"; }
+for k in 1 2; do
+  "$nn" "$tiny" --devices 8 --stop-after graph -v --set plan.policy=auto --set cluster.device=a100-80g \
+    2>&1 >/dev/null | grep -E '^(search |  )' | sed 's/priced in [0-9.]* s/priced in T s/' >"$tmp/rep$k" ||
+    no "auto report $k"
+done
+if grep -q "^search    policy auto on 8 x a100-80g: [0-9]* candidate plans priced in T s, [0-9]* thread" "$tmp/rep1" &&
+  grep -q "^  chosen   dp" "$tmp/rep1" && cmp -s "$tmp/rep1" "$tmp/rep2"; then
+  ok "--stop-after graph -v: the search's report on stderr, the same in two runs (threads: $(grep -o '[0-9]* threads*' "$tmp/rep1"))"
+else no "search report: $(head -n 3 "$tmp/rep1"; diff "$tmp/rep1" "$tmp/rep2" | head -n 5)"; fi
+expect_rc 2 "--stop-after with -o" "$nn" "$tiny" --stop-after plan -o "$tmp/none"
+says "writes nothing" "--stop-after -o"
+[[ -e $tmp/none ]] && no "--stop-after with -o made $tmp/none"
+expect_rc 2 "--stop-after with an unknown pass" "$nn" "$tiny" --stop-after lowering
+says "one of graph autograd plan comm schedule" "--stop-after unknown"
+
 # more than 64 devices: the dp replicas folded (each candidate built on its tp x pp devices);
 # the chosen plan is then built whole
 "$nn" "$tiny" --devices 128 -q -o "$tmp/fold" --set dims.B=256 --set plan.policy=auto --set cluster.device=a100-80g ||
