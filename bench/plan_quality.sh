@@ -6,12 +6,15 @@
 #
 #   auto   every dp x tp x pp, micro-batches, schedule 1f1b / zb-h1 /
 #          interleaved, and the memory ladder (docs/plan-search.md);
-#   grid   the same search bound to schedule = 1f1b (Megatron's default
-#          schedule): dp x tp x pp x micro-batches with the same memory ladder.
+#   even   auto with balance = false: the layers cut into even counts, as
+#          the planner (and Megatron) cut them;
+#   grid   the search bound to schedule = 1f1b (Megatron's default schedule)
+#          and balance = false: dp x tp x pp x micro-batches with the same
+#          memory ladder.
 #
 # The grid is a subset of auto's candidates, so auto is never slower by
-# construction; the benchmark measures by how much it is faster, and on
-# which graphs.  Graphs (bench/models/ and the repository's specs):
+# construction; the benchmark measures by how much it is faster, on which
+# graphs, and how much of it the balanced stages give.  Graphs (bench/models/ and the repository's specs):
 #
 #   gpt-1.3b    examples/gpt2-124m.ini at C 2048, 16 heads, 24 layers, T 1024, B 512
 #   t5-like     tests/equiv/encdec.ini at V 32128 (a large tied embedding), C 1024,
@@ -45,22 +48,24 @@ chosen() {
 
 echo "plan_quality.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), nnsc-aot $(git -C "$top" rev-parse --short HEAD 2>/dev/null), 32 x dgx2"
 echo
-echo "| graph | auto: chosen plan | auto step | grid (1f1b): best plan | grid step | grid / auto |"
-echo "|---|---|---|---|---|---|"
+echo "| graph | auto: chosen plan | auto step | even cut: step | grid (1f1b, even): best plan | grid step | grid / auto |"
+echo "|---|---|---|---|---|---|---|"
 fail=0
 for m in "${models[@]}"; do
   IFS='|' read -r name spec sets <<<"$m"
   # shellcheck disable=SC2086  # sets: --set pairs without blanks in values
   a=$(chosen "$spec" $sets)
   # shellcheck disable=SC2086
-  g=$(chosen "$spec" $sets --set plan.schedule=1f1b)
-  if [[ $a =~ ^(.*):\ step\ ([0-9.]+)\ ms && $g =~ ^(.*):\ step\ ([0-9.]+)\ ms ]]; then
-    [[ $a =~ ^(.*):\ step\ ([0-9.]+)\ ms ]] && ap=${BASH_REMATCH[1]} as=${BASH_REMATCH[2]}
-    [[ $g =~ ^(.*):\ step\ ([0-9.]+)\ ms ]] && gp=${BASH_REMATCH[1]} gs=${BASH_REMATCH[2]}
-    printf '| %s | %s | %s ms | %s | %s ms | %s |\n' "$name" "$ap" "$as" "$gp" "$gs" \
+  e=$(chosen "$spec" $sets --set plan.balance=false)
+  # shellcheck disable=SC2086
+  g=$(chosen "$spec" $sets --set plan.schedule=1f1b --set plan.balance=false)
+  re='^(.*): step ([0-9.]+) ms'
+  if [[ $a =~ $re ]] && ap=${BASH_REMATCH[1]} as=${BASH_REMATCH[2]} && [[ $e =~ $re ]] && es=${BASH_REMATCH[2]} &&
+    [[ $g =~ $re ]] && gp=${BASH_REMATCH[1]} gs=${BASH_REMATCH[2]}; then
+    printf '| %s | %s | %s ms | %s ms | %s | %s ms | %s |\n' "$name" "$ap" "$as" "$es" "$gp" "$gs" \
       "$(awk -v a="$as" -v g="$gs" 'BEGIN { printf "%.3f", g / a }')"
   else
-    printf '| %s | failed: %s | | %s | | |\n' "$name" "${a:-no plan}" "${g:-no plan}"
+    printf '| %s | failed: %s | | %s | %s | | |\n' "$name" "${a:-no plan}" "${e:-no plan}" "${g:-no plan}"
     fail=1
   fi
 done

@@ -1469,6 +1469,12 @@ static int lower_cluster(fe_lw *L)
     if ((kv = pl ? fe_get(pl, "pp") : NULL)) r->pp_line = kv->line, r->pp_given = 1;
     if ((kv = pl ? fe_get(pl, "chunks") : NULL)) r->chunks_line = kv->line;
     if ((kv = pl ? fe_get(pl, "schedule") : NULL)) r->schedule_given = 1;
+    {
+        static const char *const tf[] = {"true", "false", NULL};
+        int v;
+        if (get_choice(L, pl, "balance", tf, 0, &v)) return 2;
+        r->no_balance = v == 1;
+    }
     if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line, r->zero_given = 1;
     if ((kv = pl ? fe_get(pl, "stage_tp") : NULL)) {
         r->stage_tp = ir_str(L->g, kv->val);

@@ -32,6 +32,7 @@
 
 typedef struct cand {
     int dp, tp, pp, m, sched, zero, rc;
+    const char *stage;     /* balanced stages ([plan] stage), or NULL: the even cut */
     int ok;                /* 1: built and priced */
     double step;           /* seconds (cost model) */
     int64_t mem;           /* bytes, the largest stage-first rank's arena */
@@ -105,6 +106,7 @@ static void price(const fe_opts *o, cand *c, int fold)
     r->zero = fold ? 0 : c->zero;
     if (fold) g.req.devices = c->tp * c->pp;
     g.train.micro_batches = c->m;
+    if (c->stage) r->stage = ir_str(&g, c->stage);
     char rcb[256];
     if (c->rc) {
         all_blocks(&g, rcb, sizeof rcb);
@@ -175,6 +177,7 @@ static void cand_text(const cand *c, char *buf, size_t n)
 {
     int u = snprintf(buf, n, "dp %d x tp %d x pp %d, micro_batches %d", c->dp, c->tp, c->pp, c->m);
     if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched));
+    if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
     if (c->rc) snprintf(buf + u, n - (size_t)u, ", recompute");
 }
@@ -189,6 +192,107 @@ static int cmp_cand(const void *a, const void *b)
     return (x->mem > y->mem) - (x->mem < y->mem);
 }
 
+/* ---- balanced stages (passes/balance.c)
+ *
+ * The cost model's time of each layer of the blocks (in block order) on one
+ * device, forward and backward (and its recomputed forward), and of the ops
+ * outside the blocks before the layers (pre: the embedding) and after them
+ * (post: the head and the loss); from the 1-device build.  0, or 1 (no
+ * blocks, recycling, or it does not build). */
+static int layer_costs(const fe_opts *o, int *nl_out, double **cost_out, double *pre, double *post)
+{
+    ir_graph g;
+    if (fe_load(o->spec, o->sets, o->nset, &g)) return 1;
+    int rc = 1, nl = 0, *lb = ir_xcalloc((size_t)g.nblk + 1, sizeof(int));
+    for (int b = 0; b < g.nblk; b++) lb[b] = nl, nl += g.blk[b].repeat;
+    if (nl == 0 || g.train.recycle > 1) {
+        free(lb);
+        ir_graph_free(&g);
+        return 1;
+    }
+    ir_planreq *r = &g.req;
+    r->policy = ir_str(&g, "hybrid");
+    r->dp = r->tp = r->pp = 1;
+    r->zero = 0;
+    r->stage = NULL;
+    g.req.devices = 1;
+    g.train.micro_batches = 1;
+    ir_dist d;
+    pass_quiet = 1;
+    int brc = plan_all(&g, &d);
+    pass_quiet = 0;
+    if (!brc) {
+        /* forward ops after a layer (what the head reads descends from the blocks) */
+        int *order = ir_xmalloc(sizeof(int) * ((size_t)g.nop + 1)), cyc;
+        char *after = ir_xcalloc((size_t)g.nop + 1, 1);
+        IR_ASSERT(!ir_topo(&g, order, &cyc));
+        for (int n = 0; n < g.nop; n++) {
+            const ir_op *op = &g.op[order[n]];
+            if (op->phase != IR_PH_FWD || op->block >= 0) continue;
+            for (int k = 0; k < op->nin; k++) {
+                int p = g.t[op->in[k]].producer;
+                if (p >= 0 && g.op[p].phase == IR_PH_FWD && (g.op[p].block >= 0 || after[p])) after[order[n]] = 1;
+            }
+        }
+        double *cost = ir_xcalloc((size_t)nl, sizeof(double));
+        *pre = *post = 0;
+        for (int n = 0; n < d.nseq; n++) {
+            const ir_item *it = &d.seq[n];
+            if (it->comm) continue;
+            const ir_subop *so = &d.sop[it->id];
+            int op = so->op, fo = g.op[op].phase == IR_PH_FWD ? op : g.op[op].fwd;
+            if (fo < 0 || g.op[op].phase == IR_PH_OPT) continue;
+            double t = pass_cost_subop(&d, so, it->sec);
+            const ir_op *f = &g.op[fo];
+            if (f->block >= 0) cost[lb[f->block] + f->rep] += t;
+            else if (after[fo]) *post += t;
+            else *pre += t;
+        }
+        free(order);
+        free(after);
+        *nl_out = nl;
+        *cost_out = cost;
+        rc = 0;
+    }
+    ir_dist_free(&d);
+    free(lb);
+    ir_graph_free(&g);
+    return rc;
+}
+
+/* cut (parts + 1 first layers) as a [plan] stage value: "h.0-4 0, h.5-11 1". */
+static char *cuts_text(const ir_graph *g, const int *cut, int parts)
+{
+    ir_buf b = {0};
+    int first = 1;
+    for (int k = 0; k < parts; k++) {
+        int l0 = 0;
+        for (int bl = 0; bl < g->nblk; bl++) {
+            int lo = cut[k] > l0 ? cut[k] : l0, hi = cut[k + 1] < l0 + g->blk[bl].repeat ? cut[k + 1] : l0 + g->blk[bl].repeat;
+            if (lo < hi) {
+                if (hi - 1 > lo) ir_bprintf(&b, "%s%s.%d-%d %d", first ? "" : ", ", g->blk[bl].name, lo - l0, hi - 1 - l0, k);
+                else ir_bprintf(&b, "%s%s.%d %d", first ? "" : ", ", g->blk[bl].name, lo - l0, k);
+                first = 0;
+            }
+            l0 += g->blk[bl].repeat;
+        }
+    }
+    return b.s;   /* (malloc'd by ir_buf) */
+}
+
+/* One balanced cut per virtual-stage count. */
+typedef struct balanced {
+    int pp, parts;
+    char *stage;             /* NULL: the even cut is as good (within 3 %) */
+    double best_ms, even_ms; /* the slowest stage, layers' costs alone */
+} balanced;
+
+static void free_bal(balanced *bal, int nbal)
+{
+    for (int k = 0; k < nbal; k++) free(bal[k].stage);
+    free(bal);
+}
+
 /* One chain: a dp x tp x pp and schedule, its micro-batch counts in
  * increasing order.  Its candidates are priced one after another, and the
  * chain stops once a count's step is no faster than the one before (both
@@ -196,6 +300,7 @@ static int cmp_cand(const void *a, const void *b)
  * batch overhead, and the search takes the step as unimodal in them. */
 typedef struct chain {
     int dp, tp, pp, sched;
+    const char *stage;   /* balanced stages, or NULL */
     int nm, ms[8];
     int nout, skipped;   /* priced, and left unpriced by the stop */
     cand out[8];
@@ -225,7 +330,7 @@ static void price_chain(const search_ctx *x, chain *c)
             if (x->frc < 0 && rl[k]) continue;
             if (rl[k] && x->g->nblk == 0) continue;
             cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, x->fz >= 0 ? x->fz : (c->dp > 1 ? zl[k] : 0),
-                      x->frc < 0 ? 0 : rl[k], 0, 0, 0, ""};
+                      x->frc < 0 ? 0 : rl[k], c->stage, 0, 0, 0, ""};
             double tc = now_s();
             price(x->o, &t, x->fold);
             if (x->o->verbose) {
@@ -289,6 +394,18 @@ int fe_search(const fe_opts *o, ir_graph *g)
     int frc = r0->recompute ? -1 : 0;   /* -1: the spec's recompute stays */
     int fsch = r0->schedule_given ? r0->schedule : -1;
     double t0 = now_s();
+    /* balanced stages: the layers' costs once, a cut per virtual-stage count */
+    double *lc = NULL, lpre = 0, lpost = 0;
+    int nlc = 0;
+    if (!r0->no_balance && !r0->stage && !r0->order && (fpp == 0 || fpp > 1) &&
+        layer_costs(o, &nlc, &lc, &lpre, &lpost))
+        lc = NULL;
+    if (lc && nlc != nl) {
+        free(lc);
+        lc = NULL;
+    }
+    balanced *bal = NULL;
+    int nbal = 0, balcap = 0;
     chain *chs = NULL;
     int nchs = 0, chcap = 0, space = 0;
     for (int pp = 1; pp <= N; pp++) {
@@ -300,8 +417,10 @@ int fe_search(const fe_opts *o, ir_graph *g)
                 int sched = s == 0 ? IR_SCHED_1F1B : s == 1 ? IR_SCHED_ZBH1 : s == 2 ? IR_SCHED_INTERLEAVED
                                                                                      : IR_SCHED_INTERLACED;
                 if (pp == 1 && s) continue;
-                /* interlaced: the ops before and after the layers on every stage (a model with blocks) */
-                if (sched == IR_SCHED_INTERLACED && (!g->nblk || r0->stage_tp || r0->stage)) continue;
+                /* interlaced: the ops before and after the layers on every stage (a model with blocks);
+                   up to 8 stages (more: the shared ops' collectives over every device cost more than
+                   the stages they relieve, and building such a plan takes seconds: 35 s at pp 64) */
+                if (sched == IR_SCHED_INTERLACED && (!g->nblk || r0->stage_tp || r0->stage || pp > 8)) continue;
                 if (pp > 1 && fsch >= 0) {   /* the spec's schedule, alone */
                     if (s) continue;
                     sched = fsch;
@@ -319,6 +438,21 @@ int fe_search(const fe_opts *o, ir_graph *g)
                     if (sched == IR_SCHED_INTERLEAVED && (m % pp || nl < 2 * pp)) continue;
                     if ((fpp && pp != fpp) || (fdp && dp != fdp) || (ftp && tp != ftp)) continue;
                     c.ms[c.nm++] = m;
+                }
+                if (c.nm && pp > 1 && lc && (sched == IR_SCHED_1F1B || sched == IR_SCHED_ZBH1 ||
+                                             sched == IR_SCHED_INTERLEAVED)) {
+                    int parts = sched == IR_SCHED_INTERLEAVED ? 2 * pp : pp, k = 0;
+                    while (k < nbal && (bal[k].pp != pp || bal[k].parts != parts)) k++;
+                    if (k == nbal && parts <= nl) {   /* a new count: cut it (Z3, 0.5 s at most) */
+                        balanced z = {pp, parts, NULL, 0, 0};
+                        int *cut = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
+                        if (!pass_balance_cuts(nl, lc, lpre, lpost, pp, parts, 0.5, cut, &z.best_ms, &z.even_ms) &&
+                            z.best_ms < 0.97 * z.even_ms)
+                            z.stage = cuts_text(g, cut, parts);
+                        free(cut);
+                        *IR_PUSH(bal, nbal, balcap) = z;
+                    }
+                    if (k < nbal) c.stage = bal[k].stage;
                 }
                 if (c.nm) *IR_PUSH(chs, nchs, chcap) = c;
             }
@@ -340,9 +474,11 @@ int fe_search(const fe_opts *o, ir_graph *g)
         skipped += chs[i].skipped;
     }
     free(chs);
+    free(lc);
     double secs = now_s() - t0;
     if (!nc) {
         free(cs);
+        free_bal(bal, nbal);
         return pass_error(g, r0->policy_line, "loosen the [plan] constraints, or give the plan by hand",
                           "[plan] policy auto: no candidate plan satisfies the constraints");
     }
@@ -392,10 +528,15 @@ int fe_search(const fe_opts *o, ir_graph *g)
         }
     }
     if (nc > shown) ir_bprintf(&b, "  (%d more%s)\n", nc - shown, cs[shown].ok ? ", slower" : "");
+    for (int k = 0; k < nbal && cs[0].ok && cs[0].stage; k++)
+        if (bal[k].stage == cs[0].stage)
+            ir_bprintf(&b, "  stages   %s (balanced on the layers' costs, Z3: slowest stage %.3f ms, %.3f ms with "
+                           "even counts)\n", cs[0].stage, bal[k].best_ms, bal[k].even_ms);
     if (!cs[0].ok) {
         fprintf(stderr, "%s", b.s);
         ir_buf_free(&b);
         free(cs);
+        free_bal(bal, nbal);
         return pass_error(g, r0->policy_line, "more devices, a larger device (cluster.device, cluster.memory), or "
                           "a smaller model", "[plan] policy auto: no candidate plan fits");
     }
@@ -415,8 +556,10 @@ int fe_search(const fe_opts *o, ir_graph *g)
         r->recompute = ir_str(g, rcb);
     }
     g->train.micro_batches = c->m;
+    if (c->stage) r->stage = ir_str(g, c->stage);
     r->search = ir_str(g, b.s);
     ir_buf_free(&b);
     free(cs);
+    free_bal(bal, nbal);
     return 0;
 }

@@ -47,7 +47,8 @@ static const fe_schema fe_schemas[] = {
                      "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype", "recycle"}, {"loss"}},
     {"cluster", 0, 0, {"devices", "device", "flops", "flops_bf16", "mem_bw", "memory", "link_bw", "link_lat",
                        "net_bw", "net_lat", "per_node"}, {NULL}},
-    {"plan", 0, 0, {"policy", "dp", "tp", "pp", "trans", "stage", "schedule", "chunks", "order", "recompute", "coshard", "zero", "stage_tp"}, {NULL}},
+    {"plan", 0, 0, {"policy", "dp", "tp", "pp", "trans", "stage", "schedule", "chunks", "order", "recompute", "coshard", "zero", "stage_tp",
+              "balance"}, {NULL}},
 };
 #define FE_NSCHEMA ((int)(sizeof fe_schemas / sizeof fe_schemas[0]))
 

@@ -278,6 +278,7 @@ typedef struct ir_planreq {
     const char *search;       /* policy auto: the search's report for plan.txt, or NULL */
     int pp_given, zero_given; /* pp, zero written in the spec or --set (policy auto keeps them) */
     int schedule_given;       /* schedule written in the spec or --set (policy auto keeps it) */
+    int no_balance;           /* balance = false: policy auto keeps the even cut of the layers */
     const char *stage_tp;     /* each stage's tp degree ("2 1"), or NULL: tp everywhere */
     int stage_tp_line;        /* spec line of stage_tp */
 } ir_planreq;

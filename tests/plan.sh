@@ -136,6 +136,22 @@ says "writes nothing" "--stop-after -o"
 expect_rc 2 "--stop-after with an unknown pass" "$nn" "$tiny" --stop-after lowering
 says "one of graph autograd plan comm schedule" "--stop-after unknown"
 
+# balanced stages: a 4096-word head makes gpt2-tiny's last stage heavy; auto cuts the layers by
+# their costs (Z3), reports the cut, and the pipeline built has it (tests/equiv.list verifies it);
+# balance = false keeps the even cut
+"$nn" "$tiny" --devices 2 -q -o "$tmp/bal" --set plan.policy=auto --set plan.pp=2 --set dims.V=4096 ||
+  no "auto balanced build"
+grep -q "^  stages   h.0-2 0, h.3 1 (balanced on the layers' costs, Z3: slowest stage" "$tmp/bal/plan.txt" &&
+  grep -q "^  stage 0 on 0: [0-9]* forward ops tok_emb .. h.2.res2;" "$tmp/bal/plan.txt" &&
+  grep -q "^  chosen   .*, balanced stages: step" "$tmp/bal/plan.txt" &&
+  ok "policy auto: balanced stages h.0-2 / h.3 chosen and built" ||
+  no "balanced: $(grep -E '^  (chosen|stages|stage 0)' "$tmp/bal/plan.txt")"
+"$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=2 --set dims.V=4096 \
+  --set plan.balance=false 2>&1 >/dev/null | grep -E "^  (chosen|      ) " >"$tmp/even"
+grep -q "balanced" "$tmp/even" || ! grep -q "^  chosen " "$tmp/even" &&
+  no "balance = false: $(head -n 2 "$tmp/even")" ||
+  ok "policy auto with balance = false: no candidate has balanced stages"
+
 # more than 64 devices: the dp replicas folded (each candidate built on its tp x pp devices);
 # the chosen plan is then built whole
 "$nn" "$tiny" --devices 128 -q -o "$tmp/fold" --set dims.B=256 --set plan.policy=auto --set cluster.device=a100-80g ||

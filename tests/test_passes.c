@@ -691,6 +691,70 @@ static void test_interlaced(int pp, int m)
  * ring all-reduce 2(n-1) alpha + 2(n-1)/n S / beta, all-gather and
  * reduce-scatter (n-1) alpha + (n-1)/n S / beta, a send alpha + S / beta),
  * within a node and across nodes, and the built-in profiles' names. */
+/* Balanced stages (balance.c): against every cut, for small random cases. */
+static double bal_span(const double *cost, double pre, double post, int pp, int parts, const int *cut)
+{
+    double worst = 0;
+    for (int s = 0; s < pp; s++) {
+        double t = (s == 0 ? pre : 0) + (s == pp - 1 ? post : 0);
+        for (int j = s; j < parts; j += pp)
+            for (int l = cut[j]; l < cut[j + 1]; l++) t += cost[l];
+        if (t > worst) worst = t;
+    }
+    return worst;
+}
+
+/* the smallest makespan over every cut (cut[1..parts-1] chosen in order) */
+static double bal_brute(const double *cost, double pre, double post, int nl, int pp, int parts, int *cut, int j)
+{
+    if (j == parts) return bal_span(cost, pre, post, pp, parts, cut);
+    double best = 1e300;
+    for (int x = cut[j - 1] + 1; x <= nl - (parts - j); x++) {
+        cut[j] = x;
+        double v = bal_brute(cost, pre, post, nl, pp, parts, cut, j + 1);
+        if (v < best) best = v;
+    }
+    return best;
+}
+
+static void test_balance(void)
+{
+    /* four equal layers, the head twice a layer on the last of 2 stages: 3 + 1 beats 2 + 2 */
+    double c4[4] = {1, 1, 1, 1};
+    int cut[9];
+    double best, even;
+    CHECK(pass_balance_cuts(4, c4, 0, 2, 2, 2, 2.0, cut, &best, &even) == 0 && cut[0] == 0 && cut[1] == 3 &&
+              cut[2] == 4 && fabs(best - 3e3) < 0.03 && fabs(even - 4e3) < 0.03,
+          "balance: layers 3 + 1 with a head of 2 (cut %d %d %d, %.6g vs even %.6g)", cut[0], cut[1], cut[2], best, even);
+    /* equal layers, nothing outside: the even cut is optimal, reported as no better cut */
+    CHECK(pass_balance_cuts(4, c4, 0, 0, 2, 2, 2.0, cut, &best, &even) == 1 && cut[1] == 2 && best == even,
+          "balance: equal layers keep the even cut");
+    /* random cases against every cut, plain and interleaved (2 chunks) */
+    unsigned seed = 12345;
+    int bad = 0, cases = 0;
+    for (int k = 0; k < 60; k++) {
+        double cost[10], pre, post;
+        int nl = 4 + k % 6, pp = 1 + k % 3, v = 1 + (k / 3) % 2, parts = pp * v;
+        if (parts > nl) continue;
+        for (int l = 0; l < nl; l++) seed = seed * 1103515245u + 12345u, cost[l] = 1 + (seed >> 16) % 100;
+        seed = seed * 1103515245u + 12345u, pre = (seed >> 16) % 50;
+        seed = seed * 1103515245u + 12345u, post = (seed >> 16) % 300;
+        int bc[12] = {0};
+        bc[parts] = nl;
+        double want = bal_brute(cost, pre, post, nl, pp, parts, bc, 1);
+        pass_balance_cuts(nl, cost, pre, post, pp, parts, 5.0, cut, &best, &even);
+        double got = bal_span(cost, pre, post, pp, parts, cut), tot = pre + post;
+        for (int l = 0; l < nl; l++) tot += cost[l];
+        cases++;
+        if (fabs(got - want) > 1e-5 * tot || fabs(best * 1e-3 - got) > 1e-5 * tot) {
+            bad++;
+            printf("      case %d: nl %d pp %d parts %d: got %.6g (reported %.6g), brute force %.6g\n", k, nl, pp, parts,
+                   got, best * 1e-3, want);
+        }
+    }
+    CHECK(bad == 0, "balance: %d random cuts (up to 9 layers, 3 stages, 2 chunks) optimal against every cut", cases);
+}
+
 static void test_cost(void)
 {
     const ir_profile *a = ir_profile_find("a100-80g"), *c = ir_profile_find("cpu");
@@ -718,6 +782,7 @@ static void test_cost(void)
 int main(int argc, char **argv)
 {
     test_cost();
+    test_balance();
     test_inplace_readers(argc > 1 ? argv[1] : "tests");
     test_fuse();
     test_anno();
