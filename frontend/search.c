@@ -400,6 +400,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (!r0->no_balance && !r0->stage && !r0->order && (fpp == 0 || fpp > 1) &&
         layer_costs(o, &nlc, &lc, &lpre, &lpost))
         lc = NULL;
+    if (o->verbose && lc) fprintf(stderr, "search: the layers' costs (1-device build) in %.3f s\n", now_s() - t0);
     if (lc && nlc != nl) {
         free(lc);
         lc = NULL;
@@ -443,12 +444,17 @@ int fe_search(const fe_opts *o, ir_graph *g)
                                              sched == IR_SCHED_INTERLEAVED)) {
                     int parts = sched == IR_SCHED_INTERLEAVED ? 2 * pp : pp, k = 0;
                     while (k < nbal && (bal[k].pp != pp || bal[k].parts != parts)) k++;
-                    if (k == nbal && parts <= nl) {   /* a new count: cut it (Z3, 0.5 s at most) */
+                    if (k == nbal && parts <= nl) {   /* a new count: cut it (with chunks Z3, 0.1 s at most) */
                         balanced z = {pp, parts, NULL, 0, 0};
                         int *cut = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
-                        if (!pass_balance_cuts(nl, lc, lpre, lpost, pp, parts, 0.5, cut, &z.best_ms, &z.even_ms) &&
+                        double tb = now_s();
+                        if (!pass_balance_cuts(nl, lc, lpre, lpost, pp, parts, 0.1, cut, &z.best_ms, &z.even_ms) &&
                             z.best_ms < 0.97 * z.even_ms)
                             z.stage = cuts_text(g, cut, parts);
+                        if (o->verbose)
+                            fprintf(stderr, "search: stages cut for pp %d, %d virtual: slowest %.4g ms, even %.4g ms; "
+                                            "%s in %.3f s\n", pp, parts, z.best_ms, z.even_ms, z.stage ? z.stage :
+                                            "the even cut kept", now_s() - tb);
                         free(cut);
                         *IR_PUSH(bal, nbal, balcap) = z;
                     }

@@ -15,13 +15,16 @@
  *   runs on stage j % pp (interleaved: chunks per stage), so a stage's time
  *   is the sum of its virtual stages'.  Minimise the largest stage time.
  *
- * Z3 answers "is there a cut with every stage at most T?" (QF_ALIA: the
- * cut points are integer variables, the costs' prefix sums a constant
- * array read at them), and a binary search on T runs from the even cut's
- * makespan down; every query has a timeout, an unknown answer ends the
- * search, and the best cut found so far is the result (the even cut when
- * Z3 finds none better).  Costs are scaled to integers (1e6 units for the
- * whole model), so the optimum is exact to a millionth of the step. */
+ * A binary search on the makespan T runs from the even cut's down, asking
+ * "is there a cut with every stage at most T?".  With one chunk per stage
+ * a greedy pass answers it exactly (fits_greedy).  With chunks (a stage's
+ * virtual stages are not adjacent, so its time is a sum of separate runs)
+ * Z3 answers (QF_ALIA: the cut points are integer variables, the costs'
+ * prefix sums a constant array read at them); every query has a timeout,
+ * an unknown answer ends the search, and the best cut found so far is the
+ * result (the even cut when Z3 finds none better).  Costs are scaled to
+ * integers (1e6 units for the whole model), so the optimum is exact to a
+ * millionth of the step. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +55,54 @@ static int64_t makespan(const int64_t *S, int64_t pre, int64_t post, int parts, 
     return worst;
 }
 
+/* One chunk per stage: is there a cut with every stage at most T?  Greedy
+ * from the front (stage 0 holds T - pre, the last T - post, the others T),
+ * each stage taking what fits while leaving a layer for each stage after
+ * it; exact: the prefix k greedy stages cover is the longest any k cover,
+ * and with fewer stages used a run of two or more layers splits (nl >=
+ * parts).  The cut in cut when there is one. */
+static int fits_greedy(const int64_t *S, int nl, int64_t pre, int64_t post, int parts, int64_t T, int *cut)
+{
+    int l = 0;
+    cut[0] = 0;
+    for (int k = 0; k < parts; k++) {
+        int64_t cap = T - (k == 0 ? pre : 0) - (k == parts - 1 ? post : 0);
+        int e = l;
+        if (k == parts - 1) e = nl;
+        else
+            while (e < nl - (parts - 1 - k) && S[e + 1] - S[l] <= cap) e++;
+        if (e == l || S[e] - S[l] > cap) return 0;   /* (a stage of no layer, or one over T) */
+        cut[k + 1] = e;
+        l = e;
+    }
+    return 1;
+}
+
+/* A cut at most T that spreads the layers: each stage aims at the work left
+ * over the stages left, so the stages the slowest one does not bind are not
+ * packed full at the front (stage 0 keeps the most micro-batches' stash in
+ * 1F1B).  0 when it misses T (the greedy cut then stands). */
+static int spread(const int64_t *S, int nl, int64_t pre, int64_t post, int parts, int64_t T, int *cut)
+{
+    int l = 0;
+    cut[0] = 0;
+    for (int k = 0; k < parts; k++) {
+        int64_t cap = T - (k == 0 ? pre : 0) - (k == parts - 1 ? post : 0);
+        int e = l + 1;
+        if (k == parts - 1) e = nl;
+        else {
+            double aim = (double)(S[nl] - S[l] + post + (k == 0 ? pre : 0)) / (parts - k) - (k == 0 ? pre : 0);
+            while (e < nl - (parts - 1 - k) && S[e + 1] - S[l] <= cap &&
+                   fabs((double)(S[e + 1] - S[l]) - aim) < fabs((double)(S[e] - S[l]) - aim))
+                e++;
+        }
+        if (S[e] - S[l] > cap) return 0;
+        cut[k + 1] = e;
+        l = e;
+    }
+    return 1;
+}
+
 static void on_z3_error(Z3_context c, Z3_error_code e)
 {
     (void)c;
@@ -76,6 +127,23 @@ int pass_balance_cuts(int nl, const double *cost, double pre, double post, int p
     *even_ms = (double)best * unit * 1e3;
     *best_ms = *even_ms;
     int *tmp = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
+    if (parts == pp) {   /* one chunk per stage: the greedy check, exact, in the binary search */
+        int improved = 0;
+        while (lo < best) {
+            int64_t T = lo + (best - lo) / 2;
+            if (fits_greedy(S, nl, ipre, ipost, parts, T, tmp)) {
+                memcpy(cut, tmp, sizeof(int) * ((size_t)parts + 1));
+                best = makespan(S, ipre, ipost, parts, pp, cut);
+                improved = 1;
+            } else lo = T + 1;
+        }
+        if (improved && spread(S, nl, ipre, ipost, parts, best, tmp) && makespan(S, ipre, ipost, parts, pp, tmp) <= best)
+            memcpy(cut, tmp, sizeof(int) * ((size_t)parts + 1));
+        free(tmp);
+        free(S);
+        *best_ms = (double)best * unit * 1e3;
+        return improved ? 0 : 1;
+    }
 
     Z3_config cfg = Z3_mk_config();
     Z3_context z = Z3_mk_context(cfg);
