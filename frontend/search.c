@@ -58,12 +58,19 @@ static const char *sched_name(int s)
     }
 }
 
-/* The blocks, as a recompute list ("h, e"), in buf. */
-static void all_blocks(const ir_graph *g, char *buf, size_t n)
+/* The blocks, as a recompute list ("h, e"), in buf; half: the first half of
+ * each block's repeats ("h.0-5, e.0-1"; the first stages', which keep the
+ * most micro-batches' stash), a block of one repeat whole. */
+static void all_blocks(const ir_graph *g, int half, char *buf, size_t n)
 {
     size_t u = 0;
     buf[0] = '\0';
-    for (int b = 0; b < g->nblk && u < n; b++) u += (size_t)snprintf(buf + u, n - u, "%s%s", b ? ", " : "", g->blk[b].name);
+    for (int b = 0; b < g->nblk && u < n; b++) {
+        int r = g->blk[b].repeat;
+        if (half && r > 1)
+            u += (size_t)snprintf(buf + u, n - u, "%s%s.0-%d", b ? ", " : "", g->blk[b].name, r / 2 - 1);
+        else u += (size_t)snprintf(buf + u, n - u, "%s%s", b ? ", " : "", g->blk[b].name);
+    }
 }
 
 /* The passes from autograd to the pipeline's order on a loaded graph; d is
@@ -109,7 +116,7 @@ static void price(const fe_opts *o, cand *c, int fold)
     if (c->stage) r->stage = ir_str(&g, c->stage);
     char rcb[256];
     if (c->rc) {
-        all_blocks(&g, rcb, sizeof rcb);
+        all_blocks(&g, c->rc == 1, rcb, sizeof rcb);
         r->recompute = ir_str(&g, rcb);
     }
     ir_dist d;
@@ -179,7 +186,7 @@ static void cand_text(const cand *c, char *buf, size_t n)
     if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched));
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
-    if (c->rc) snprintf(buf + u, n - (size_t)u, ", recompute");
+    if (c->rc) snprintf(buf + u, n - (size_t)u, c->rc == 1 ? ", recompute half" : ", recompute");
 }
 
 
@@ -311,6 +318,7 @@ typedef struct search_ctx {
     const ir_graph *g;
     chain *ch;
     int nch, fold, fz, frc;
+    int half;            /* a block has two repeats or more: the ladder's half rung */
     int next;            /* the next chain to take (atomic) */
 } search_ctx;
 
@@ -321,14 +329,17 @@ static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
-        static const int zl[] = {0, 1, 3, 3}, rl[] = {0, 0, 0, 1};
+        /* the ladder: nothing, ZeRO 1, ZeRO 3, then with the first half of
+           each block's layers recomputed, then all of them */
+        static const int zl[] = {0, 1, 3, 3, 3}, rl[] = {0, 0, 0, 1, 2};
         cand best;
         memset(&best, 0, sizeof best);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             if (k && c->dp == 1 && zl[k] && !rl[k]) continue;   /* (ZeRO needs dp) */
             if (x->fz >= 0 && zl[k] != x->fz) continue;
             if (x->frc < 0 && rl[k]) continue;
             if (rl[k] && x->g->nblk == 0) continue;
+            if (rl[k] == 1 && !x->half) continue;   /* (no block of two repeats: half is all) */
             cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, x->fz >= 0 ? x->fz : (c->dp > 1 ? zl[k] : 0),
                       x->frc < 0 ? 0 : rl[k], c->stage, 0, 0, 0, ""};
             double tc = now_s();
@@ -464,7 +475,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
             }
         }
     }
-    search_ctx x = {o, g, chs, nchs, fold, fz, frc, 0};
+    int half = 0;
+    for (int b = 0; b < g->nblk; b++) half |= g->blk[b].repeat > 1;
+    search_ctx x = {o, g, chs, nchs, fold, fz, frc, half, 0};
     int nth = search_threads();
     if (nth > nchs) nth = nchs;
     pthread_t th[16];
@@ -558,7 +571,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     r->zero = c->zero;
     if (c->rc) {
         char rcb[256];
-        all_blocks(g, rcb, sizeof rcb);
+        all_blocks(g, c->rc == 1, rcb, sizeof rcb);
         r->recompute = ir_str(g, rcb);
     }
     g->train.micro_batches = c->m;

@@ -108,6 +108,19 @@ assert re.search(r"^  +dp .*(zero \d|recompute): step", t, re.M), "no rung of th
 PY
 then ok "policy auto with 12 MB per device: the plan built fits, and candidates climbed the memory ladder"
 else no "auto 12 MB: $(grep -A9 '^search' "$tmp/auto3/plan.txt")"; fi
+# the ladder's half rung: 16 MB per device on 2 devices without a pipeline fits with the first
+# half of the layers recomputed (h.0-1), not without
+"$nn" "$tiny" --devices 2 -q -o "$tmp/half" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 ||
+  no "auto half-recompute build"
+if python3 - "$tmp/half/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+assert re.search(r"^  chosen   dp \d+ x tp \d+ x pp 1, micro_batches 1(, zero \d)?, recompute half: step", t, re.M), "chosen"
+mem = float(re.search(r"^memory +per rank at most ([0-9.]+) MiB", t, re.M).group(1))
+assert mem * 2**20 <= 16e6, mem
+PY
+then ok "policy auto with 16 MB per device: the first half of the layers recomputed, and it fits"
+else no "auto half: $(grep -A3 '^search' "$tmp/half/plan.txt")"; fi
 expect_rc 2 "policy auto with 1 MB per device" "$nn" "$tiny" --devices 4 -o "$tmp/auto4" --set plan.policy=auto \
   --set cluster.memory=1e6
 says "[plan] policy auto: no candidate plan fits" "auto, nothing fits"
