@@ -33,6 +33,8 @@
 typedef struct cand {
     int dp, tp, pp, m, sched, zero, rc;
     const char *stage;     /* balanced stages ([plan] stage), or NULL: the even cut */
+    int rep;               /* 1: the ops outside the blocks split by dp alone, whole on each tp
+                              device (op-trans `*0 DP replicate TP`) */
     int ok;                /* 1: built and priced */
     double step;           /* seconds (cost model) */
     int64_t mem;           /* bytes, the largest stage-first rank's arena */
@@ -91,6 +93,21 @@ static int plan_all(ir_graph *g, ir_dist *d)
     return rc;
 }
 
+/* op-trans: the forward ops outside the blocks split by dp alone, whole on
+ * each of the tp devices ("lm_head *0 4 replicate 2, ..."), as g's trans. */
+static void rep_trans(ir_graph *g, int dp, int tp)
+{
+    ir_buf tb = {0};
+    for (int i = 0; i < g->nop; i++) {
+        const ir_op *op = &g->op[i];
+        if (op->phase != IR_PH_FWD || op->block >= 0) continue;
+        if (dp > 1) ir_bprintf(&tb, "%s%s *0 %d replicate %d", tb.n ? ", " : "", op->name, dp, tp);
+        else ir_bprintf(&tb, "%s%s replicate %d", tb.n ? ", " : "", op->name, tp);
+    }
+    if (tb.n) g->req.trans = ir_str(g, tb.s);
+    ir_buf_free(&tb);
+}
+
 /* Build and price candidate c; fills c->ok, step, mem or why.  fold: the
  * dp replicas folded -- the candidate is built on its tp x pp devices
  * alone (dp 1, no ZeRO), its micro-batch work divided by dp, and the dp
@@ -114,6 +131,7 @@ static void price(const fe_opts *o, cand *c, int fold)
     if (fold) g.req.devices = c->tp * c->pp;
     g.train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(&g, c->stage);
+    if (c->rep) rep_trans(&g, r->dp, c->tp);
     char rcb[256];
     if (c->rc) {
         all_blocks(&g, c->rc == 1, rcb, sizeof rcb);
@@ -185,6 +203,7 @@ static void cand_text(const cand *c, char *buf, size_t n)
     int u = snprintf(buf, n, "dp %d x tp %d x pp %d, micro_batches %d", c->dp, c->tp, c->pp, c->m);
     if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched));
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
+    if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
     if (c->rc) snprintf(buf + u, n - (size_t)u, c->rc == 1 ? ", recompute half" : ", recompute");
 }
@@ -341,7 +360,7 @@ static void price_chain(const search_ctx *x, chain *c)
             if (rl[k] && x->g->nblk == 0) continue;
             if (rl[k] == 1 && !x->half) continue;   /* (no block of two repeats: half is all) */
             cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, x->fz >= 0 ? x->fz : (c->dp > 1 ? zl[k] : 0),
-                      x->frc < 0 ? 0 : rl[k], c->stage, 0, 0, 0, ""};
+                      x->frc < 0 ? 0 : rl[k], c->stage, 0, 0, 0, 0, ""};
             double tc = now_s();
             price(x->o, &t, x->fold);
             if (x->o->verbose) {
@@ -374,6 +393,30 @@ static void *search_worker(void *arg)
         int i = __atomic_fetch_add(&x->next, 1, __ATOMIC_RELAXED);
         if (i >= x->nch) break;
         price_chain(x, &x->ch[i]);
+    }
+    pass_quiet = 0;
+    return NULL;
+}
+
+/* One op-trans variant to price (the refinement). */
+typedef struct refine_job {
+    const fe_opts *o;
+    cand c;
+    int fold;
+} refine_job;
+
+static void *refine_worker(void *arg)
+{
+    refine_job *j = arg;
+    pass_quiet = 1;
+    double tc = now_s();
+    price(j->o, &j->c, j->fold);
+    if (j->o->verbose) {
+        char ct[240];
+        cand_text(&j->c, ct, sizeof ct);
+        if (j->c.ok) fprintf(stderr, "search: %s: step %.3f ms, memory %.4g MiB, priced in %.3f s\n", ct,
+                             j->c.step * 1e3, (double)j->c.mem / 1048576.0, now_s() - tc);
+        else fprintf(stderr, "search: %s: not buildable in %.3f s: %s\n", ct, now_s() - tc, j->c.why);
     }
     pass_quiet = 0;
     return NULL;
@@ -494,6 +537,42 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     free(chs);
     free(lc);
+    /* op-trans refinement: the 3 fastest fitting candidates with tp > 1 again
+       with the ops outside the blocks (embedding, head, loss) whole on each
+       tp device, split by dp alone -- no vocabulary-parallel collectives,
+       the head's work tp times over */
+    if (!r0->trans && g->nblk) {
+        cand top[3];
+        int nt = 0;
+        for (int pick = 0; pick < 3; pick++) {
+            int bi = -1;
+            for (int i = 0; i < nc; i++) {
+                if (!fits(&cs[i], pf) || cs[i].tp < 2 || cs[i].rep) continue;
+                int dup = 0;
+                for (int k = 0; k < nt; k++) dup |= top[k].dp == cs[i].dp && top[k].tp == cs[i].tp &&
+                                                   top[k].pp == cs[i].pp && top[k].m == cs[i].m &&
+                                                   top[k].sched == cs[i].sched && top[k].zero == cs[i].zero &&
+                                                   top[k].rc == cs[i].rc;
+                if (!dup && (bi < 0 || cs[i].step < cs[bi].step)) bi = i;
+            }
+            if (bi < 0) break;
+            top[nt++] = cs[bi];
+        }
+        refine_job jobs[3];
+        pthread_t rt[3];
+        int rs[3] = {0, 0, 0};
+        for (int k = 0; k < nt; k++) {
+            jobs[k] = (refine_job){o, top[k], fold};
+            jobs[k].c.rep = 1, jobs[k].c.ok = 0, jobs[k].c.why[0] = '\0';
+            rs[k] = k > 0 && pthread_create(&rt[k], NULL, refine_worker, &jobs[k]) == 0;
+        }
+        if (nt) refine_worker(&jobs[0]);
+        for (int k = 1; k < nt; k++) {
+            if (rs[k]) pthread_join(rt[k], NULL);
+            else refine_worker(&jobs[k]);   /* (no thread: here) */
+        }
+        for (int k = 0; k < nt; k++) *IR_PUSH(cs, nc, cap) = jobs[k].c;
+    }
     double secs = now_s() - t0;
     if (!nc) {
         free(cs);
@@ -576,6 +655,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     g->train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(g, c->stage);
+    if (c->rep) rep_trans(g, c->dp, c->tp);
     r->search = ir_str(g, b.s);
     ir_buf_free(&b);
     free(cs);

@@ -121,6 +121,15 @@ assert mem * 2**20 <= 16e6, mem
 PY
 then ok "policy auto with 16 MB per device: the first half of the layers recomputed, and it fits"
 else no "auto half: $(grep -A3 '^search' "$tmp/half/plan.txt")"; fi
+# op-trans refinement: with tp 2 on a100-80g the head and embedding whole on each tp device
+# (no vocabulary-parallel collectives) beat the Megatron split; the plan built has them so
+"$nn" "$tiny" --devices 2 -q -o "$tmp/rep" --set plan.policy=auto --set plan.tp=2 --set cluster.device=a100-80g ||
+  no "auto op-trans build"
+grep -q "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, ops outside the blocks whole on tp: step" "$tmp/rep/plan.txt" &&
+  grep -q "^           dp 1 x tp 2 x pp 1, micro_batches 1: step" "$tmp/rep/plan.txt" &&
+  grep -Eq "^  lm_head +matmul_nt +replicate x2 on 0,1 " "$tmp/rep/plan.txt" &&
+  ok "policy auto: the op-trans variant (head and embedding whole on tp) chosen over its base, and built" ||
+  no "op-trans: $(grep -E '^(  chosen|           dp|  lm_head)' "$tmp/rep/plan.txt" | head -n 3)"
 expect_rc 2 "policy auto with 1 MB per device" "$nn" "$tiny" --devices 4 -o "$tmp/auto4" --set plan.policy=auto \
   --set cluster.memory=1e6
 says "[plan] policy auto: no candidate plan fits" "auto, nothing fits"
