@@ -64,6 +64,9 @@ int fe_lower(const fe_spec *s, ir_graph *g);
 
 /* fe_parse + fe_lower. */
 int fe_load(const char *path, const char *const *sets, int nset, ir_graph *g);
+/* The same with every input's batch dim divided by batch_div (where it
+ * divides): one of batch_div data-parallel replicas (policy auto's fold). */
+int fe_load_div(const char *path, const char *const *sets, int nset, int64_t batch_div, ir_graph *g);
 
 /* What the rank executables run on (--target). */
 typedef enum fe_target {

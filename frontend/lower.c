@@ -144,6 +144,7 @@ typedef struct fe_lw {
     fe_map tensor;             /* graph tensor name -> tensor id */
     fe_map producer;           /* graph tensor name -> inst[] producing it */
     char **strs; int nstrs, strcap;           /* strings owned by the lowering */
+    int64_t batch_div;         /* inputs' batch dims divided by this (policy auto's folded dp replicas) */
 } fe_lw;
 
 /* Keep s until the lowering ends; returns it. */
@@ -661,6 +662,11 @@ static int lower_input(fe_lw *L, const fe_section *sec)
     int64_t shape[IR_MAXDIM];
     char err[256], hint[256], w[128], clip[96];
     if (parse_shape(L, sec, &ndim, shape) || get_choice(L, sec, "dtype", fe_dtypes, 0, &dt)) return 2;
+    if (L->batch_div > 1) {   /* one of batch_div replicas' share (exact: the search divides only then) */
+        int64_t bd0;
+        if (get_int(L, sec, "batch_dim", 0, 0, ndim - 1, &bd0)) return 2;
+        if (shape[bd0] % L->batch_div == 0) shape[bd0] /= L->batch_div;
+    }
     int id = ir_add_tensor(L->g, sec->name, dt ? IR_I32 : IR_F32, IR_T_INPUT, ndim, shape, sec->line);
     map_put(&L->tensor, L->g->t[id].name, id);
     ir_tensor *t = &L->g->t[id];
@@ -1513,12 +1519,13 @@ static void lower_free(fe_lw *L)
 
 /* g is (re)initialised here; on failure it is freed again, so the caller
  * has nothing to clean up either way but ir_graph_free after success. */
-int fe_lower(const fe_spec *s, ir_graph *g)
+static int lower_div(const fe_spec *s, ir_graph *g, int64_t batch_div)
 {
     fe_lw L;
     memset(&L, 0, sizeof L);
     L.s = s;
     L.g = g;
+    L.batch_div = batch_div;
     ir_graph_init(g);
     g->file = ir_str(g, s->file);
     int bad = lower_model(&L) || lower_dims(&L) || lower_blocks(&L) || lower_opdecls(&L) ||
@@ -1532,12 +1539,19 @@ int fe_lower(const fe_spec *s, ir_graph *g)
     return 0;
 }
 
-int fe_load(const char *path, const char *const *sets, int nset, ir_graph *g)
+int fe_lower(const fe_spec *s, ir_graph *g) { return lower_div(s, g, 1); }
+
+int fe_load_div(const char *path, const char *const *sets, int nset, int64_t batch_div, ir_graph *g)
 {
     fe_spec s;
     ir_graph_init(g);
     if (fe_parse(path, sets, nset, &s)) return 2;
-    int rc = fe_lower(&s, g);
+    int rc = lower_div(&s, g, batch_div);
     fe_spec_free(&s);
     return rc;
+}
+
+int fe_load(const char *path, const char *const *sets, int nset, ir_graph *g)
+{
+    return fe_load_div(path, sets, nset, 1, g);
 }

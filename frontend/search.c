@@ -110,13 +110,15 @@ static void rep_trans(ir_graph *g, int dp, int tp)
 
 /* Build and price candidate c; fills c->ok, step, mem or why.  fold: the
  * dp replicas folded -- the candidate is built on its tp x pp devices
- * alone (dp 1, no ZeRO), its micro-batch work divided by dp, and the dp
- * gradient all-reduce (one per param of a rank, ring, over the network
- * once the cluster spans nodes) and ZeRO's memory by formula. */
+ * alone (dp 1, no ZeRO) for one replica's batch (the inputs' batch / dp;
+ * fold 2, recycling: the whole batch, its micro-batch work and activations
+ * divided by dp), and the dp gradient all-reduce (one per param of a rank,
+ * ring, over the network once the cluster spans nodes) and ZeRO's memory
+ * by formula. */
 static void price(const fe_opts *o, cand *c, int fold)
 {
     ir_graph g;
-    if (fe_load(o->spec, o->sets, o->nset, &g)) {
+    if (fe_load_div(o->spec, o->sets, o->nset, fold == 1 ? c->dp : 1, &g)) {
         snprintf(c->why, sizeof c->why, "the spec does not load");
         return;
     }
@@ -147,31 +149,33 @@ static void price(const fe_opts *o, cand *c, int fold)
         c->step = e.step;
         c->mem = 0;
         int sd = d.ndev / d.mesh_pp;
-        double dp = fold ? c->dp : 1;
+        double dp = fold ? c->dp : 1, adiv = fold == 2 ? dp : 1;   /* (fold 1: one replica's batch built) */
         for (int s = 0; s < d.mesh_pp; s++) {
             pass_mem m;
             pass_memplan(&d, s * sd, &m);
             double mem = (double)m.arena;
             if (fold) {   /* activations / dp; params, gradients and state by ZeRO level */
                 double f = 0;
-                for (int t = 0; t < g.nt; t++)
+                int np = 0;   /* the params this stage's first rank holds (one all-reduce each) */
+                for (int t = 0; t < g.nt; t++) {
+                    int held = 0;
                     for (int k = 0; k < d.nstore[t] && g.t[t].kind == IR_T_PARAM; k++) {
                         const ir_ptensor *p = &d.pt[d.ints[d.store[t] + k]];
-                        if (p->dev == s * sd) f += (double)ir_box_numel(&p->box, g.t[t].ndim) * 4;
+                        if (p->dev == s * sd) f += (double)ir_box_numel(&p->box, g.t[t].ndim) * 4, held = 1;
                     }
+                    np += held;
+                }
                 double st = g.train.optimizer == IR_OP_ADAMW ? 2 * f : 0, pgs = 2 * f + st;
                 double z = c->zero == 0 ? pgs : c->zero == 1 ? 2 * f + st / dp : c->zero == 2 ? f + (f + st) / dp
                                                                                                 : pgs / dp;
-                mem = (double)(m.arena - m.persistent) / dp + (double)m.persistent - pgs + z;
-                if (s == 0) {   /* the step: the micro-batches' work / dp, then the gradient all-reduce */
-                    int np = 0;
-                    for (int t = 0; t < g.nt; t++) np += g.t[t].kind == IR_T_PARAM;
-                    const ir_profile *pf = &g.prof;
-                    int spans = N > pf->per_node;
-                    double ar = np * pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 0, spans) +
-                                pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 2 * (dp - 1) / dp * f, spans);
-                    c->step = (e.step - e.outside) / dp + e.outside / (c->zero ? dp : 1) + ar;
-                }
+                mem = (double)(m.arena - m.persistent) / adiv + (double)m.persistent - pgs + z;
+                /* the step: one replica's micro-batches, then the slowest stage's gradient all-reduce */
+                const ir_profile *pf = &g.prof;
+                int spans = N > pf->per_node;
+                double ar = np * pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 0, spans) +
+                            pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 2 * (dp - 1) / dp * f, spans);
+                double st_step = (e.step - e.outside) / adiv + e.outside / (c->zero ? dp : 1) + ar;
+                if (s == 0 || st_step > c->step) c->step = st_step;
             }
             if (mem > (double)c->mem) c->mem = (int64_t)mem;
             pass_mem_free(&m);
@@ -435,7 +439,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
     const ir_planreq *r0 = &g->req;
     int N = r0->devices;
     const ir_profile *pf = &g->prof;
-    const int fold = N > SEARCH_MAX_DEVICES;   /* (more devices: the dp replicas folded, price) */
+    /* more devices: the dp replicas folded (price); 1: one replica's batch built, 2 (recycling, whose
+       zeros input keeps the whole batch): the whole batch built and divided by formula */
+    const int fold = N <= SEARCH_MAX_DEVICES ? 0 : g->train.recycle > 1 ? 2 : 1;
     /* the batch the micro-batches and dp split */
     int64_t B = 0;
     for (int t = 0; t < g->nt && !B; t++)
