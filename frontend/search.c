@@ -504,11 +504,11 @@ int fe_search(const fe_opts *o, ir_graph *g)
                                              sched == IR_SCHED_INTERLEAVED)) {
                     int parts = sched == IR_SCHED_INTERLEAVED ? 2 * pp : pp, k = 0;
                     while (k < nbal && (bal[k].pp != pp || bal[k].parts != parts)) k++;
-                    if (k == nbal && parts <= nl) {   /* a new count: cut it (with chunks Z3, 0.1 s at most) */
+                    if (k == nbal && parts <= nl) {   /* a new count: cut it (with chunks Z3, 0.02 s at most) */
                         balanced z = {pp, parts, NULL, 0, 0};
                         int *cut = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
                         double tb = now_s();
-                        if (!pass_balance_cuts(nl, lc, lpre, lpost, pp, parts, 0.1, cut, &z.best_ms, &z.even_ms) &&
+                        if (!pass_balance_cuts(nl, lc, lpre, lpost, pp, parts, 0.02, cut, &z.best_ms, &z.even_ms) &&
                             z.best_ms < 0.97 * z.even_ms)
                             z.stage = cuts_text(g, cut, parts);
                         if (o->verbose)

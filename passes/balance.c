@@ -19,7 +19,8 @@
  * "is there a cut with every stage at most T?".  With one chunk per stage
  * a greedy pass answers it exactly (fits_greedy).  With chunks (a stage's
  * virtual stages are not adjacent, so its time is a sum of separate runs)
- * Z3 answers (QF_ALIA: the cut points are integer variables, the costs'
+ * the greedy search on the virtual stages alone gives a first cut, and Z3
+ * answers for the stages' sums from there (QF_ALIA: the cut points are integer variables, the costs'
  * prefix sums a constant array read at them); every query has a timeout,
  * an unknown answer ends the search, and the best cut found so far is the
  * result (the even cut when Z3 finds none better).  Costs are scaled to
@@ -127,18 +128,32 @@ int pass_balance_cuts(int nl, const double *cost, double pre, double post, int p
     *even_ms = (double)best * unit * 1e3;
     *best_ms = *even_ms;
     int *tmp = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
-    if (parts == pp) {   /* one chunk per stage: the greedy check, exact, in the binary search */
-        int improved = 0;
-        while (lo < best) {
-            int64_t T = lo + (best - lo) / 2;
+    /* each virtual stage balanced on its own (the greedy check, exact when
+       it is its stage's only chunk): with one chunk per stage the answer,
+       with chunks the best-so-far that Z3 starts from */
+    int improved = 0;
+    {
+        int64_t vlo = (S[nl] + ipre + ipost + parts - 1) / parts, vbest = makespan(S, ipre, ipost, parts, parts, cut);
+        int *vc = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
+        memcpy(vc, cut, sizeof(int) * ((size_t)parts + 1));
+        while (vlo < vbest) {
+            int64_t T = vlo + (vbest - vlo) / 2;
             if (fits_greedy(S, nl, ipre, ipost, parts, T, tmp)) {
-                memcpy(cut, tmp, sizeof(int) * ((size_t)parts + 1));
-                best = makespan(S, ipre, ipost, parts, pp, cut);
-                improved = 1;
-            } else lo = T + 1;
+                memcpy(vc, tmp, sizeof(int) * ((size_t)parts + 1));
+                vbest = makespan(S, ipre, ipost, parts, parts, vc);
+            } else vlo = T + 1;
         }
-        if (improved && spread(S, nl, ipre, ipost, parts, best, tmp) && makespan(S, ipre, ipost, parts, pp, tmp) <= best)
-            memcpy(cut, tmp, sizeof(int) * ((size_t)parts + 1));
+        if (spread(S, nl, ipre, ipost, parts, vbest, tmp) && makespan(S, ipre, ipost, parts, parts, tmp) <= vbest)
+            memcpy(vc, tmp, sizeof(int) * ((size_t)parts + 1));
+        int64_t got = makespan(S, ipre, ipost, parts, pp, vc);
+        if (got < best) {
+            memcpy(cut, vc, sizeof(int) * ((size_t)parts + 1));
+            best = got;
+            improved = 1;
+        }
+        free(vc);
+    }
+    if (parts == pp) {
         free(tmp);
         free(S);
         *best_ms = (double)best * unit * 1e3;
@@ -180,7 +195,6 @@ int pass_balance_cuts(int nl, const double *cost, double pre, double post, int p
     Z3_params prm = Z3_mk_params(z);
     Z3_params_inc_ref(z, prm);
     const double t0 = now_s();
-    int improved = 0;
     while (lo < best) {
         double left = budget_s - (now_s() - t0);
         if (left <= 0.001) break;
