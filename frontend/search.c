@@ -7,16 +7,21 @@
  * memory is the memory planner's arena of each stage's first rank.  The
  * candidates: every dp x tp x pp making the devices (tp within a node),
  * micro-batches dividing the batch, and with pp > 1 the schedules 1f1b,
- * zb-h1 and interleaved; for each, the first rung of a memory ladder that
- * fits: nothing, ZeRO 1, ZeRO 3, ZeRO 3 with every block recomputed.  What
- * the spec sets (pp, dp, tp, zero, recompute, chunks, its trans and stage
- * constraints) binds every candidate.  The fastest that fits wins; plan.txt
- * lists it, the runner-ups and why each lost.
+ * zb-h1, interleaved and interlaced; pipeline stages cut on the layers'
+ * costs where that beats the even cut (passes/balance.c); for each, the
+ * first rung of a memory ladder that fits: nothing, ZeRO 1, ZeRO 3, ZeRO 3
+ * with the first half of the layers recomputed, then all of them.  The
+ * candidates of one dp x tp x pp and schedule form a chain over the
+ * micro-batch counts, which stops once the step stops falling; chains are
+ * priced in threads.  Then the 3 fastest with tp > 1 are priced again with
+ * the ops outside the blocks whole on each tp device (op-trans).  What the
+ * spec sets (pp, dp, tp, zero, schedule, recompute, chunks, balance, its
+ * trans and stage constraints) binds every candidate.  The fastest that
+ * fits wins; plan.txt lists it, the runner-ups and why each lost.
  *
- * Every candidate is built whole, so the search costs about one plan per
- * candidate (milliseconds for gpt2-tiny, seconds for 96 layers).  Beyond
- * 64 devices the dp replicas are folded (price: built on tp x pp devices,
- * dp by formula); layers are not folded yet. */
+ * Beyond 64 devices the dp replicas are folded: a candidate is built as
+ * one replica (tp x pp devices, the batch / dp), the dp all-reduce and
+ * ZeRO's memory by formula.  Layers are not folded. */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include <pthread.h>
 #include <sched.h>
