@@ -547,9 +547,8 @@ int fe_compile(const fe_opts *o)
 {
     int rc = check_dump(o);
     if (!rc && o->stop_after) {
-        static const char *const stops[] = {"graph", "autograd", "plan", "comm", "schedule"};
-        int ok = 0;
-        for (size_t i = 0; i < sizeof stops / sizeof *stops; i++) ok |= strcmp(o->stop_after, stops[i]) == 0;
+        int ok = 0;   /* (the passes up to schedule: the others run per rank) */
+        for (size_t i = 0; i < 5; i++) ok |= strcmp(o->stop_after, dump_names[i]) == 0;
         if (!ok) {
             fprintf(stderr, "nnsc-aot: error: --stop-after: unknown pass '%s'\n  hint: one of graph autograd plan "
                             "comm schedule\n", o->stop_after);

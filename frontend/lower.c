@@ -662,11 +662,6 @@ static int lower_input(fe_lw *L, const fe_section *sec)
     int64_t shape[IR_MAXDIM];
     char err[256], hint[256], w[128], clip[96];
     if (parse_shape(L, sec, &ndim, shape) || get_choice(L, sec, "dtype", fe_dtypes, 0, &dt)) return 2;
-    if (L->batch_div > 1) {   /* one of batch_div replicas' share (exact: the search divides only then) */
-        int64_t bd0;
-        if (get_int(L, sec, "batch_dim", 0, 0, ndim - 1, &bd0)) return 2;
-        if (shape[bd0] % L->batch_div == 0) shape[bd0] /= L->batch_div;
-    }
     int id = ir_add_tensor(L->g, sec->name, dt ? IR_I32 : IR_F32, IR_T_INPUT, ndim, shape, sec->line);
     map_put(&L->tensor, L->g->t[id].name, id);
     ir_tensor *t = &L->g->t[id];
@@ -701,6 +696,8 @@ static int lower_input(fe_lw *L, const fe_section *sec)
     int64_t bd;
     if (get_int(L, sec, "batch_dim", 0, 0, ndim - 1, &bd)) return 2;
     t->batch_dim = (int)bd;
+    /* one of batch_div replicas' share (exact: the search divides only then) */
+    if (L->batch_div > 1 && t->shape[bd] % L->batch_div == 0) t->shape[bd] /= L->batch_div;
     /* stream = K: with a token file, element (b, t) is token K + t of row b */
     t->stream = -1;
     if ((kv = fe_get(sec, "stream"))) {

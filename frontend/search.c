@@ -113,6 +113,16 @@ static void rep_trans(ir_graph *g, int dp, int tp)
     ir_buf_free(&tb);
 }
 
+static void cand_text(const cand *c, char *buf, size_t n)
+{
+    int u = snprintf(buf, n, "dp %d x tp %d x pp %d, micro_batches %d", c->dp, c->tp, c->pp, c->m);
+    if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched));
+    if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
+    if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
+    if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
+    if (c->rc) snprintf(buf + u, n - (size_t)u, c->rc == 1 ? ", recompute half" : ", recompute");
+}
+
 /* Build and price candidate c; fills c->ok, step, mem or why.  fold: the
  * dp replicas folded -- the candidate is built on its tp x pp devices
  * alone (dp 1, no ZeRO) for one replica's batch (the inputs' batch / dp;
@@ -159,7 +169,7 @@ static void price(const fe_opts *o, cand *c, int fold)
             pass_mem m;
             pass_memplan(&d, s * sd, &m);
             double mem = (double)m.arena;
-            if (fold) {   /* activations / dp; params, gradients and state by ZeRO level */
+            if (fold) {   /* one replica's arena; params, gradients and state by ZeRO level */
                 double f = 0;
                 int np = 0;   /* the params this stage's first rank holds (one all-reduce each) */
                 for (int t = 0; t < g.nt; t++) {
@@ -191,6 +201,19 @@ static void price(const fe_opts *o, cand *c, int fold)
     ir_graph_free(&g);
 }
 
+/* price(), with -v a line on stderr: the candidate, its price, the time taken. */
+static void price_timed(const fe_opts *o, cand *c, int fold)
+{
+    double tc = now_s();
+    price(o, c, fold);
+    if (!o->verbose) return;
+    char ct[240];
+    cand_text(c, ct, sizeof ct);
+    if (c->ok) fprintf(stderr, "search: %s: step %.3f ms, memory %.4g MiB, priced in %.3f s\n", ct, c->step * 1e3,
+                       (double)c->mem / 1048576.0, now_s() - tc);
+    else fprintf(stderr, "search: %s: not buildable in %.3f s: %s\n", ct, now_s() - tc, c->why);
+}
+
 int fe_estimate(const char *spec, const char *const *sets, int nset, double *step)
 {
     ir_graph g;
@@ -207,15 +230,6 @@ int fe_estimate(const char *spec, const char *const *sets, int nset, double *ste
     return rc ? 2 : 0;
 }
 
-static void cand_text(const cand *c, char *buf, size_t n)
-{
-    int u = snprintf(buf, n, "dp %d x tp %d x pp %d, micro_batches %d", c->dp, c->tp, c->pp, c->m);
-    if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched));
-    if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
-    if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
-    if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
-    if (c->rc) snprintf(buf + u, n - (size_t)u, c->rc == 1 ? ", recompute half" : ", recompute");
-}
 
 
 static int cmp_cand(const void *a, const void *b)
@@ -370,15 +384,7 @@ static void price_chain(const search_ctx *x, chain *c)
             if (rl[k] == 1 && !x->half) continue;   /* (no block of two repeats: half is all) */
             cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, x->fz >= 0 ? x->fz : (c->dp > 1 ? zl[k] : 0),
                       x->frc < 0 ? 0 : rl[k], c->stage, 0, 0, 0, 0, ""};
-            double tc = now_s();
-            price(x->o, &t, x->fold);
-            if (x->o->verbose) {
-                char ct[200];
-                cand_text(&t, ct, sizeof ct);
-                if (t.ok) fprintf(stderr, "search: %s: step %.3f ms, memory %.4g MiB, priced in %.3f s\n", ct,
-                                  t.step * 1e3, (double)t.mem / 1048576.0, now_s() - tc);
-                else fprintf(stderr, "search: %s: not buildable in %.3f s: %s\n", ct, now_s() - tc, t.why);
-            }
+            price_timed(x->o, &t, x->fold);
             if (t.ok || !best.ok) best = t;   /* (none fits: the last rung, the smallest) */
             if (fits(&t, pf)) {
                 best = t;
@@ -418,15 +424,7 @@ static void *refine_worker(void *arg)
 {
     refine_job *j = arg;
     pass_quiet = 1;
-    double tc = now_s();
-    price(j->o, &j->c, j->fold);
-    if (j->o->verbose) {
-        char ct[240];
-        cand_text(&j->c, ct, sizeof ct);
-        if (j->c.ok) fprintf(stderr, "search: %s: step %.3f ms, memory %.4g MiB, priced in %.3f s\n", ct,
-                             j->c.step * 1e3, (double)j->c.mem / 1048576.0, now_s() - tc);
-        else fprintf(stderr, "search: %s: not buildable in %.3f s: %s\n", ct, now_s() - tc, j->c.why);
-    }
+    price_timed(j->o, &j->c, j->fold);
     pass_quiet = 0;
     return NULL;
 }
@@ -553,20 +551,17 @@ int fe_search(const fe_opts *o, ir_graph *g)
        tp device, split by dp alone -- no vocabulary-parallel collectives,
        the head's work tp times over */
     if (!r0->trans && g->nblk) {
-        cand top[3];
-        int nt = 0;
+        cand top[3];   /* (the chains' candidates are distinct: one per chain and count) */
+        int nt = 0, taken[3];
         for (int pick = 0; pick < 3; pick++) {
             int bi = -1;
             for (int i = 0; i < nc; i++) {
-                if (!fits(&cs[i], pf) || cs[i].tp < 2 || cs[i].rep) continue;
-                int dup = 0;
-                for (int k = 0; k < nt; k++) dup |= top[k].dp == cs[i].dp && top[k].tp == cs[i].tp &&
-                                                   top[k].pp == cs[i].pp && top[k].m == cs[i].m &&
-                                                   top[k].sched == cs[i].sched && top[k].zero == cs[i].zero &&
-                                                   top[k].rc == cs[i].rc;
-                if (!dup && (bi < 0 || cs[i].step < cs[bi].step)) bi = i;
+                int was = 0;
+                for (int k = 0; k < nt; k++) was |= taken[k] == i;
+                if (!was && fits(&cs[i], pf) && cs[i].tp > 1 && (bi < 0 || cs[i].step < cs[bi].step)) bi = i;
             }
             if (bi < 0) break;
+            taken[nt] = bi;
             top[nt++] = cs[bi];
         }
         refine_job jobs[3];
