@@ -206,12 +206,18 @@ static void shm_follow_abort(rt_ctx *ctx, uint64_t ab, int what, int g)
              shm_group_name(g, gb, sizeof gb), who);
 }
 
-/* 1 if rank r has exited (or is a zombie, or marked itself gone). */
+/* 1 if rank r has exited (or is a zombie, or marked itself gone), not
+ * after passing rt_finish's last barrier: a rank still waiting in that
+ * barrier may have read r's counter before r stored it, and r, which saw
+ * every counter, may be gone by the time the waiter checks (seen with 128
+ * ranks on 2 cores); what r stored is there to read. */
 static int shm_rank_dead(const rt_comm *c, int r)
 {
     int st = atomic_load(&c->ranks[r].state);
     if (st == SHM_GONE)
         return 1;
+    if (st == SHM_FINISHED)
+        return 0;
     pid_t pid = atomic_load(&c->ranks[r].pid);
     if (pid <= 0)
         return 0;   /* not attached yet: only the deadline applies */
