@@ -145,6 +145,9 @@ typedef struct fe_lw {
     fe_map producer;           /* graph tensor name -> inst[] producing it */
     char **strs; int nstrs, strcap;           /* strings owned by the lowering */
     int64_t batch_div;         /* inputs' batch dims divided by this (policy auto's folded dp replicas) */
+    int layers;                /* > 0: the blocks' repeats scaled to this many layers in all (policy auto's
+                                  folded layers; the search passes only a count every block's repeat
+                                  scales to exactly) */
 } fe_lw;
 
 /* Keep s until the lowering ends; returns it. */
@@ -416,6 +419,15 @@ static int lower_blocks(fe_lw *L)
         gb->repeat = b->repeat;
         gb->line = sec->line;
         b->id = L->g->nblk - 1;
+    }
+    if (L->layers > 0) {   /* folded: every block's repeat scaled by layers / (the spec's layers) */
+        int64_t nl = 0;
+        for (int b = 0; b < L->nblk; b++) nl += L->blk[b].repeat;
+        for (int b = 0; b < L->nblk; b++) {
+            int64_t r = (int64_t)L->blk[b].repeat * L->layers;
+            IR_ASSERT(nl > 0 && r % nl == 0 && r / nl >= 1);
+            L->blk[b].repeat = L->g->blk[L->blk[b].id].repeat = (int)(r / nl);
+        }
     }
     return 0;
 }
@@ -1477,6 +1489,8 @@ static int lower_cluster(fe_lw *L)
         int v;
         if (get_choice(L, pl, "balance", tf, 0, &v)) return 2;
         r->no_balance = v == 1;
+        if (get_choice(L, pl, "fold_layers", tf, 0, &v)) return 2;
+        r->no_fold_layers = v == 1;
     }
     if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line, r->zero_given = 1;
     if ((kv = pl ? fe_get(pl, "stage_tp") : NULL)) {
@@ -1516,13 +1530,14 @@ static void lower_free(fe_lw *L)
 
 /* g is (re)initialised here; on failure it is freed again, so the caller
  * has nothing to clean up either way but ir_graph_free after success. */
-static int lower_div(const fe_spec *s, ir_graph *g, int64_t batch_div)
+static int lower_fold(const fe_spec *s, ir_graph *g, int64_t batch_div, int layers)
 {
     fe_lw L;
     memset(&L, 0, sizeof L);
     L.s = s;
     L.g = g;
     L.batch_div = batch_div;
+    L.layers = layers;
     ir_graph_init(g);
     g->file = ir_str(g, s->file);
     int bad = lower_model(&L) || lower_dims(&L) || lower_blocks(&L) || lower_opdecls(&L) ||
@@ -1536,19 +1551,19 @@ static int lower_div(const fe_spec *s, ir_graph *g, int64_t batch_div)
     return 0;
 }
 
-int fe_lower(const fe_spec *s, ir_graph *g) { return lower_div(s, g, 1); }
+int fe_lower(const fe_spec *s, ir_graph *g) { return lower_fold(s, g, 1, 0); }
 
-int fe_load_div(const char *path, const char *const *sets, int nset, int64_t batch_div, ir_graph *g)
+int fe_load_fold(const char *path, const char *const *sets, int nset, int64_t batch_div, int layers, ir_graph *g)
 {
     fe_spec s;
     ir_graph_init(g);
     if (fe_parse(path, sets, nset, &s)) return 2;
-    int rc = lower_div(&s, g, batch_div);
+    int rc = lower_fold(&s, g, batch_div, layers);
     fe_spec_free(&s);
     return rc;
 }
 
 int fe_load(const char *path, const char *const *sets, int nset, ir_graph *g)
 {
-    return fe_load_div(path, sets, nset, 1, g);
+    return fe_load_fold(path, sets, nset, 1, 0, g);
 }

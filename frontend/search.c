@@ -21,7 +21,10 @@
  *
  * Beyond 64 devices the dp replicas are folded: a candidate is built as
  * one replica (tp x pp devices, the batch / dp), the dp all-reduce and
- * ZeRO's memory by formula.  Layers are not folded. */
+ * ZeRO's memory by formula.  Layers are folded where a pipeline part holds
+ * many: a candidate is estimated from two builds of k and 2k layers per
+ * stage, and the fastest estimates are then built on every layer until the
+ * fastest plan is one so built (assess, fe_search). */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include <pthread.h>
 #include <sched.h>
@@ -40,6 +43,8 @@ typedef struct cand {
     const char *stage;     /* balanced stages ([plan] stage), or NULL: the even cut */
     int rep;               /* 1: the ops outside the blocks split by dp alone, whole on each tp
                               device (op-trans `*0 DP replicate TP`) */
+    int rung;              /* the memory ladder's rung (ladder_z, ladder_rc) */
+    int est;               /* 1: step and mem extrapolated from two builds with the layers folded */
     int ok;                /* 1: built and priced */
     double step;           /* seconds (cost model) */
     int64_t mem;           /* bytes, the largest stage-first rank's arena */
@@ -123,17 +128,19 @@ static void cand_text(const cand *c, char *buf, size_t n)
     if (c->rc) snprintf(buf + u, n - (size_t)u, c->rc == 1 ? ", recompute half" : ", recompute");
 }
 
-/* Build and price candidate c; fills c->ok, step, mem or why.  fold: the
+/* Build and price candidate c; fills c->ok, step, mem or why.  layers > 0:
+ * built with the blocks' repeats scaled to that many layers in all (the
+ * layer fold, below).  fold: the
  * dp replicas folded -- the candidate is built on its tp x pp devices
  * alone (dp 1, no ZeRO) for one replica's batch (the inputs' batch / dp;
  * fold 2, recycling: the whole batch, its micro-batch work and activations
  * divided by dp), and the dp gradient all-reduce (one per param of a rank,
  * ring, over the network once the cluster spans nodes) and ZeRO's memory
  * by formula. */
-static void price(const fe_opts *o, cand *c, int fold)
+static void price(const fe_opts *o, cand *c, int fold, int layers)
 {
     ir_graph g;
-    if (fe_load_div(o->spec, o->sets, o->nset, fold == 1 ? c->dp : 1, &g)) {
+    if (fe_load_fold(o->spec, o->sets, o->nset, fold == 1 ? c->dp : 1, layers, &g)) {
         snprintf(c->why, sizeof c->why, "the spec does not load");
         return;
     }
@@ -201,16 +208,76 @@ static void price(const fe_opts *o, cand *c, int fold)
     ir_graph_free(&g);
 }
 
-/* price(), with -v a line on stderr: the candidate, its price, the time taken. */
-static void price_timed(const fe_opts *o, cand *c, int fold)
+/* ---- the search's context, and the layer fold
+ *
+ * A candidate whose pipeline parts (stages, or virtual stages) hold many
+ * layers each is priced from two builds with the blocks' repeats scaled
+ * down to k and 2k layers per part, extrapolated to the spec's layers:
+ * each part's work, activations, params and collectives grow by a layer's
+ * at every layer, and the step and memory are taken as affine in the layers
+ * per part.  The fastest estimates are then built on every layer (fe_search),
+ * so the plan chosen is priced exactly. */
+typedef struct chain chain;
+typedef struct search_ctx {
+    const fe_opts *o;
+    const ir_graph *g;
+    chain *ch;
+    int nch, fold, fz, frc;
+    int half;            /* a block has two repeats or more: the ladder's half rung */
+    int lfold;           /* 1: layers may be folded */
+    int nl;              /* the blocks' layers */
+    int next;            /* the next chain to take (atomic) */
+} search_ctx;
+
+/* The layers in all of the smaller folded build for a candidate of `parts`
+ * pipeline parts, or 0: built on every layer.  k layers per part (1, 2 or
+ * 4, the smallest that works): every block's repeat must scale exactly to
+ * k and 2k layers per part, each to at least 2 (the ladder's half rung
+ * recomputes the first half of a block's repeats), and the two builds must
+ * hold at most half the layers the spec's one would. */
+static int fold_layers(const search_ctx *x, int parts)
+{
+    if (!x->lfold || parts < 1) return 0;
+    for (int k = 1; k <= 4; k *= 2) {
+        int n1 = k * parts, ok = 2 * (n1 + 2 * n1) <= x->nl;
+        for (int b = 0; b < x->g->nblk && ok; b++) {
+            int64_t r = x->g->blk[b].repeat;
+            ok = (r * n1) % x->nl == 0 && r * n1 / x->nl >= 2;
+        }
+        if (ok) return n1;
+    }
+    return 0;
+}
+
+/* Price c: on every layer (full), or where fold_layers allows, estimated
+ * from the two folded builds (c->est).  With -v a line on stderr: the
+ * candidate, its price, the time taken. */
+static void assess(const search_ctx *x, cand *c, int full)
 {
     double tc = now_s();
-    price(o, c, fold);
+    const fe_opts *o = x->o;
+    int parts = c->pp * (c->sched == IR_SCHED_INTERLEAVED ? 2 : 1);
+    int n1 = full ? 0 : fold_layers(x, parts);
+    c->est = 0;
+    if (n1) {
+        cand a = *c, b = *c;
+        a.stage = b.stage = NULL;   /* (balanced cuts are for the spec's layers: the even cut) */
+        price(o, &a, x->fold, n1);
+        if (a.ok) price(o, &b, x->fold, 2 * n1);
+        if (a.ok && b.ok) {   /* affine in the layers per part: n1 / parts at a, twice that at b */
+            double f = ((double)x->nl - n1) / n1;
+            c->step = a.step + (b.step - a.step) * f;
+            c->mem = (int64_t)((double)a.mem + (double)(b.mem - a.mem) * f);
+            c->ok = c->est = 1;
+        } else n1 = 0;   /* (a folded build that fails: on every layer) */
+    }
+    if (!n1) price(o, c, x->fold, 0);
     if (!o->verbose) return;
     char ct[240];
     cand_text(c, ct, sizeof ct);
-    if (c->ok) fprintf(stderr, "search: %s: step %.3f ms, memory %.4g MiB, priced in %.3f s\n", ct, c->step * 1e3,
-                       (double)c->mem / 1048576.0, now_s() - tc);
+    if (c->ok) fprintf(stderr, "search: %s: step %s%.3f ms, memory %.4g MiB, priced in %.3f s%s\n", ct,
+                       c->est ? "~" : "", c->step * 1e3, (double)c->mem / 1048576.0, now_s() - tc,
+                       c->est ? " (layers folded)" : "");
     else fprintf(stderr, "search: %s: not buildable in %.3f s: %s\n", ct, now_s() - tc, c->why);
 }
 
@@ -231,6 +298,18 @@ int fe_estimate(const char *spec, const char *const *sets, int nset, double *ste
 }
 
 
+
+/* Fitting on profile pf first (fastest first), then by memory. */
+static int cmp_fit(const void *a, const void *b, void *pf)
+{
+    const cand *x = a, *y = b;
+    double mem = ((const ir_profile *)pf)->mem;
+    int fx = x->ok && (double)x->mem <= mem, fy = y->ok && (double)y->mem <= mem;
+    if (fx != fy) return fy - fx;
+    if (fx && x->step != y->step) return x->step < y->step ? -1 : 1;
+    if (x->ok != y->ok) return y->ok - x->ok;
+    return (x->mem > y->mem) - (x->mem < y->mem);
+}
 
 static int cmp_cand(const void *a, const void *b)
 {
@@ -347,51 +426,52 @@ static void free_bal(balanced *bal, int nbal)
  * chain stops once a count's step is no faster than the one before (both
  * fitting): more micro-batches shrink the bubble and grow the per-micro-
  * batch overhead, and the search takes the step as unimodal in them. */
-typedef struct chain {
+struct chain {
     int dp, tp, pp, sched;
     const char *stage;   /* balanced stages, or NULL */
     int nm, ms[8];
     int nout, skipped;   /* priced, and left unpriced by the stop */
     cand out[8];
-} chain;
-
-typedef struct search_ctx {
-    const fe_opts *o;
-    const ir_graph *g;
-    chain *ch;
-    int nch, fold, fz, frc;
-    int half;            /* a block has two repeats or more: the ladder's half rung */
-    int next;            /* the next chain to take (atomic) */
-} search_ctx;
+};
 
 static int fits(const cand *c, const ir_profile *pf) { return c->ok && (double)c->mem <= pf->mem; }
+
+/* The memory ladder: nothing, ZeRO 1, ZeRO 3, then with the first half of
+   each block's layers recomputed, then all of them. */
+static const int ladder_z[] = {0, 1, 3, 3, 3}, ladder_rc[] = {0, 0, 0, 1, 2};
+
+/* t on the ladder from rung k0: the first rung that fits, or none fitting,
+ * the last priced (the smallest). */
+static cand climb(const search_ctx *x, cand t, int k0, int full)
+{
+    const ir_profile *pf = &x->g->prof;
+    cand best;
+    memset(&best, 0, sizeof best);
+    for (int k = k0; k < 5; k++) {
+        if (k && t.dp == 1 && ladder_z[k] && !ladder_rc[k]) continue;   /* (ZeRO needs dp) */
+        if (x->fz >= 0 && ladder_z[k] != x->fz) continue;
+        if (x->frc < 0 && ladder_rc[k]) continue;
+        if (ladder_rc[k] && x->g->nblk == 0) continue;
+        if (ladder_rc[k] == 1 && !x->half) continue;   /* (no block of two repeats: half is all) */
+        cand u = t;
+        u.zero = x->fz >= 0 ? x->fz : (t.dp > 1 ? ladder_z[k] : 0);
+        u.rc = x->frc < 0 ? 0 : ladder_rc[k];
+        u.rung = k, u.ok = u.est = 0, u.why[0] = '\0';
+        assess(x, &u, full);
+        if (u.ok || !best.ok) best = u;
+        if (fits(&u, pf)) return u;
+        if (!u.ok) break;
+    }
+    return best;
+}
 
 /* Price chain c: per micro-batch count, the memory ladder's first rung that fits. */
 static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
-        /* the ladder: nothing, ZeRO 1, ZeRO 3, then with the first half of
-           each block's layers recomputed, then all of them */
-        static const int zl[] = {0, 1, 3, 3, 3}, rl[] = {0, 0, 0, 1, 2};
-        cand best;
-        memset(&best, 0, sizeof best);
-        for (int k = 0; k < 5; k++) {
-            if (k && c->dp == 1 && zl[k] && !rl[k]) continue;   /* (ZeRO needs dp) */
-            if (x->fz >= 0 && zl[k] != x->fz) continue;
-            if (x->frc < 0 && rl[k]) continue;
-            if (rl[k] && x->g->nblk == 0) continue;
-            if (rl[k] == 1 && !x->half) continue;   /* (no block of two repeats: half is all) */
-            cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, x->fz >= 0 ? x->fz : (c->dp > 1 ? zl[k] : 0),
-                      x->frc < 0 ? 0 : rl[k], c->stage, 0, 0, 0, 0, ""};
-            price_timed(x->o, &t, x->fold);
-            if (t.ok || !best.ok) best = t;   /* (none fits: the last rung, the smallest) */
-            if (fits(&t, pf)) {
-                best = t;
-                break;
-            }
-            if (!t.ok) break;
-        }
+        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, ""};
+        cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if (i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) {
             c->skipped = c->nm - i - 1;
@@ -413,20 +493,43 @@ static void *search_worker(void *arg)
     return NULL;
 }
 
-/* One op-trans variant to price (the refinement). */
-typedef struct refine_job {
-    const fe_opts *o;
-    cand c;
-    int fold;
-} refine_job;
+/* Candidates to price in threads: each from rung k0 of the ladder, on every
+ * layer (full), or once as it is (climb 0, estimated where it folds). */
+typedef struct jobs {
+    const search_ctx *x;
+    cand *c;
+    int n, full, climb;
+    int next;   /* (atomic) */
+} jobs;
 
-static void *refine_worker(void *arg)
+static void *jobs_worker(void *arg)
 {
-    refine_job *j = arg;
+    jobs *j = arg;
     pass_quiet = 1;
-    price_timed(j->o, &j->c, j->fold);
+    for (;;) {
+        int i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (i >= j->n) break;
+        cand *c = &j->c[i];
+        if (j->climb) *c = climb(j->x, *c, c->rung, j->full);
+        else {
+            c->ok = c->est = 0, c->why[0] = '\0';
+            assess(j->x, c, j->full);
+        }
+    }
     pass_quiet = 0;
     return NULL;
+}
+
+/* Run worker over arg in nth threads (this one among them). */
+static void in_threads(void *(*worker)(void *), void *arg, int nth)
+{
+    pthread_t th[16];
+    int started = 0;
+    if (nth > 16) nth = 16;
+    for (int i = 1; i < nth; i++, started++)
+        if (pthread_create(&th[i], NULL, worker, arg)) break;
+    worker(arg);
+    for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
 }
 
 /* Threads for the search: the CPUs this process may use, at most 16. */
@@ -529,15 +632,13 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     int half = 0;
     for (int b = 0; b < g->nblk; b++) half |= g->blk[b].repeat > 1;
-    search_ctx x = {o, g, chs, nchs, fold, fz, frc, half, 0};
-    int nth = search_threads();
-    if (nth > nchs) nth = nchs;
-    pthread_t th[16];
-    int started = 0;
-    for (int i = 1; i < nth; i++, started++)
-        if (pthread_create(&th[i], NULL, search_worker, &x)) break;
-    search_worker(&x);
-    for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
+    /* the layer fold: not where the spec names layers or ops (its stage, order, recompute, trans,
+       coshard, stage_tp, chunks), nor for recycling */
+    int lfold = !r0->no_fold_layers && g->nblk && !r0->stage && !r0->order && !r0->recompute && !r0->trans &&
+                !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
+    search_ctx x = {o, g, chs, nchs, fold, fz, frc, half, lfold, nl, 0};
+    int nth = search_threads(), cth = nth < nchs ? nth : nchs;
+    in_threads(search_worker, &x, cth);
     cand *cs = NULL;
     int nc = 0, cap = 0, skipped = 0;
     for (int i = 0; i < nchs; i++) {
@@ -562,22 +663,35 @@ int fe_search(const fe_opts *o, ir_graph *g)
             }
             if (bi < 0) break;
             taken[nt] = bi;
-            top[nt++] = cs[bi];
+            top[nt] = cs[bi];
+            top[nt++].rep = 1;
         }
-        refine_job jobs[3];
-        pthread_t rt[3];
-        int rs[3] = {0, 0, 0};
-        for (int k = 0; k < nt; k++) {
-            jobs[k] = (refine_job){o, top[k], fold};
-            jobs[k].c.rep = 1, jobs[k].c.ok = 0, jobs[k].c.why[0] = '\0';
-            rs[k] = k > 0 && pthread_create(&rt[k], NULL, refine_worker, &jobs[k]) == 0;
+        jobs j = {&x, top, nt, 0, 0, 0};
+        in_threads(jobs_worker, &j, nth < nt ? nth : nt);
+        for (int k = 0; k < nt; k++) *IR_PUSH(cs, nc, cap) = top[k];
+    }
+    /* the layer fold's estimates: the fastest fitting ones (or none fitting, the smallest) built on every
+       layer, 4 at first, then the estimates that still come first, until the first is built on every
+       layer (it climbs the ladder where it does not fit) */
+    int nest = 0, nfull = 0;
+    for (int i = 0; i < nc; i++) nest += cs[i].est;
+    for (int round = 0; nest; round++) {
+        qsort_r(cs, (size_t)nc, sizeof *cs, cmp_fit, (void *)pf);
+        if (round && !cs[0].est) break;
+        cand top[16];
+        int nt = 0, at[16], lim = round ? (nth < 16 ? nth : 16) : 4;
+        for (int i = 0; i < nc && nt < lim; i++) {
+            if (!cs[i].est) {
+                if (round) break;
+                continue;
+            }
+            at[nt] = i;
+            top[nt++] = cs[i];
         }
-        if (nt) refine_worker(&jobs[0]);
-        for (int k = 1; k < nt; k++) {
-            if (rs[k]) pthread_join(rt[k], NULL);
-            else refine_worker(&jobs[k]);   /* (no thread: here) */
-        }
-        for (int k = 0; k < nt; k++) *IR_PUSH(cs, nc, cap) = jobs[k].c;
+        if (!nt) break;
+        jobs j = {&x, top, nt, 1, 1, 0};
+        in_threads(jobs_worker, &j, nth < nt ? nth : nt);
+        for (int k = 0; k < nt; k++) cs[at[k]] = top[k], nest--, nfull++;
     }
     double secs = now_s() - t0;
     if (!nc) {
@@ -616,13 +730,17 @@ int fe_search(const fe_opts *o, ir_graph *g)
         if (fz >= 0) ir_bprintf(&b, " zero = %d", fz);
         if (frc < 0) ir_bprintf(&b, " recompute");
     }
-    ir_bprintf(&b, ")%s\n", fold ? "; dp folded: each candidate built on its tp x pp devices, its micro-batch work / "
-                                   "dp, the dp gradient all-reduce and ZeRO's memory by formula" : "");
+    ir_bprintf(&b, ")%s", fold ? "; dp folded: each candidate built on its tp x pp devices, its micro-batch work / "
+                               "dp, the dp gradient all-reduce and ZeRO's memory by formula" : "");
+    if (nfull + nest)
+        ir_bprintf(&b, "; layers folded: %d candidates estimated from builds of k and 2k layers per stage, the %d "
+                   "estimated fastest then built on every layer (~: an estimate)", nfull + nest, nfull);
+    ir_bprintf(&b, "\n");
     int shown = 0;
     for (int i = 0; i < nc && shown < 8; i++, shown++) {
         cand_text(&cs[i], t, sizeof t);
         if (cs[i].ok) {
-            ir_bprintf(&b, "  %-8s %s: step %.3f ms", i ? "" : "chosen", t, cs[i].step * 1e3);
+            ir_bprintf(&b, "  %-8s %s: step %s%.3f ms", i ? "" : "chosen", t, cs[i].est ? "~" : "", cs[i].step * 1e3);
             if (i) ir_bprintf(&b, " (+%.1f %%, slower)", 100 * (cs[i].step / cs[0].step - 1));
             ir_bprintf(&b, ", memory ");
             ir_bprint_bytes(&b, (double)cs[i].mem);

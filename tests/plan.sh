@@ -174,6 +174,22 @@ grep -q "balanced" "$tmp/even" || ! grep -q "^  chosen " "$tmp/even" &&
   no "balance = false: $(head -n 2 "$tmp/even")" ||
   ok "policy auto with balance = false: no candidate has balanced stages"
 
+# the layer fold: with 16 layers, candidates are estimated from builds of k and 2k layers per stage
+# ("~" in -v), the fastest estimates then built on every layer; the same plan as fold_layers = false,
+# and a pp 1 candidate's estimate (exactly affine in the layers) equal to its build on every layer
+for f in true false; do
+  "$nn" "$tiny" --devices 8 --stop-after graph -v --set dims.L=16 --set plan.policy=auto --set cluster.device=a100-80g \
+    --set plan.fold_layers=$f >/dev/null 2>"$tmp/lf_$f" || no "auto with 16 layers, fold_layers = $f"
+done
+est=$(sed -n 's/^search: dp 4 x tp 2 x pp 1, micro_batches 1: step ~\([0-9.]*\) ms.*(layers folded)$/\1/p' "$tmp/lf_true")
+full=$(sed -n 's/^search: dp 4 x tp 2 x pp 1, micro_batches 1: step \([0-9.]*\) ms.*/\1/p' "$tmp/lf_false")
+if grep -q "; layers folded: [0-9]* candidates estimated from builds of k and 2k layers per stage, the [1-9][0-9]* estimated" "$tmp/lf_true" &&
+  ! grep -q "layers folded" "$tmp/lf_false" && [[ -n $est && $est == "$full" ]] &&
+  [[ "$(grep '^  chosen ' "$tmp/lf_true")" == "$(grep '^  chosen ' "$tmp/lf_false")" ]] &&
+  ! grep -q '^  chosen .*~' "$tmp/lf_true"; then
+  ok "policy auto: layers folded, the same plan as built on every layer (pp 1 estimate $est = $full ms)"
+else no "layer fold: est '$est' full '$full'; $(grep -E '^(  chosen|search  )' "$tmp/lf_true" "$tmp/lf_false")"; fi
+
 # more than 64 devices: the dp replicas folded (each candidate built on its tp x pp devices);
 # the chosen plan is then built whole
 "$nn" "$tiny" --devices 128 -q -o "$tmp/fold" --set dims.B=256 --set plan.policy=auto --set cluster.device=a100-80g ||
