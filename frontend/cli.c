@@ -17,6 +17,9 @@ static const char usage[] =
     "       nnsc-aot profile [MODEL.ini] -o FILE        calibrate the cpu-host cost-model profile on\n"
     "                                                   this machine, on MODEL (default: a built-in\n"
     "                                                   one); [cluster] device = FILE reads it\n"
+    "       nnsc-aot profile [MODEL.ini] --pack DIR     build the calibration runs into DIR, to run\n"
+    "                                                   elsewhere (DIR/run.sh)\n"
+    "       nnsc-aot profile [MODEL.ini] --from DIR -o FILE  calibrate from the logs DIR/run.sh wrote\n"
     "\n"
     "options (compile and verify):\n"
     "  -o DIR             output directory (created): rank (every rank), rank0..rankN-1\n"
@@ -217,7 +220,7 @@ static int check_cpu(const char *cpu)
 static const char *const options[] = {
     "-o", "--devices", "--set", "--dump", "--stop-after", "--emit-llvm", "--cpu", "-O", "--target", "--arch", "--emit-kernels",
     "--no-fuse", "--no-loops", "-v", "-q", "--help", "--version", "--steps", "--keep", "--loss-tol",
-    "--weight-tol",
+    "--weight-tol", "--pack", "--from",
 };
 
 /* An unknown option: the message, with the closest option as a hint.
@@ -328,6 +331,9 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         } else if ((o->verify || o->profile) && strcmp(a, "--steps") == 0) {
             if (parse_int(val, 1, INT64_MAX, &v)) return bad("--steps needs a number >= 1, got '%s'", val ? val : "");
             o->steps = v, i++;
+        } else if (o->profile && (strcmp(a, "--pack") == 0 || strcmp(a, "--from") == 0)) {
+            if (!val || !*val) return bad("%s needs a directory", a);
+            *(a[2] == 'p' ? &o->prof_pack : &o->prof_from) = val, i++;
         } else if (o->verify && strcmp(a, "--keep") == 0) {
             if (!val) return bad("%s needs a directory", a);
             o->keep = val, i++;
@@ -352,7 +358,13 @@ int fe_cli(int argc, char **argv, fe_opts *o)
                         "%s is for the cuda target only", arch ? "--arch" : "--emit-kernels");
     if (o->target == FE_TARGET_CUDA && parse_archs(o, arch ? arch : "sm_80,sm_90")) return 2;
     if (o->profile) {
-        if (!o->out) return bad("%s", "profile needs -o FILE (the profile to write)");
+        if (o->prof_pack && o->prof_from)
+            return bad_hint("--pack on the machine with the compiler, --from once DIR/run.sh has run",
+                            "%s", "profile takes --pack or --from, not both");
+        if (o->prof_pack && o->out)
+            return bad_hint("--pack DIR builds the runs; --from DIR -o FILE writes the profile", "%s",
+                            "profile --pack writes no profile: leave out -o");
+        if (!o->out && !o->prof_pack) return bad("%s", "profile needs -o FILE (the profile to write)");
         return 0;
     }
     if (!o->spec) return bad("%s", "no model spec given");

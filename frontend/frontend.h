@@ -83,6 +83,8 @@ typedef enum fe_target {
 typedef struct fe_opts {
     int verify;                /* the verify command */
     int profile;               /* the profile command (profile.c): calibrate cpu-host, write -o FILE */
+    const char *prof_pack;     /* profile --pack DIR: build the calibration runs into DIR (and DIR/run.sh) */
+    const char *prof_from;     /* profile --from DIR: fit from the logs DIR/run.sh wrote */
     const char *spec;          /* model spec path */
     const char *out;           /* output directory, or NULL (dumps only) */
     const char **sets;         /* --set overrides (--devices N becomes cluster.devices=N) */

@@ -17,12 +17,17 @@
  *                     that fits both best (least squares).
  *
  * FILE is a profile `[cluster] device = FILE` reads (an INI [cluster]
- * section: device = cpu-host and the measured figures). */
+ * section: device = cpu-host and the measured figures).
+ *
+ * A cluster has no compiler: --pack DIR builds the three runs into DIR with
+ * DIR/run.sh, which runs them there and writes their logs; --from DIR -o
+ * FILE then fits the profile from those logs where the compiler is. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <errno.h>
 #include <unistd.h>
 
 #include "frontend.h"
@@ -95,15 +100,9 @@ static int estimate(const fe_opts *o, const char *spec, const char *const *sets,
     return rc;
 }
 
-/* Run dir/name/launch for steps (one kernel thread per rank); its median
- * step in ms, or -1. */
-static double run(const char *dir, const char *name, int64_t steps)
+/* The median step (ms) a run's log reports, or -1. */
+static double log_median(const char *log)
 {
-    char cmd[8192], log[4096];
-    snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    snprintf(cmd, sizeof cmd, "NNSC_THREADS=1 '%s/%s/launch' --steps %lld --quiet > '%s' 2>&1", dir, name,
-             (long long)steps, log);
-    if (system(cmd) != 0) return -1;
     FILE *f = fopen(log, "r");
     if (!f) return -1;
     char line[1024];
@@ -116,20 +115,111 @@ static double run(const char *dir, const char *name, int64_t steps)
     return ms;
 }
 
-/* A number after `key` in dir/name/plan.txt (the first line holding it), or -1. */
-static double plan_num(const char *dir, const char *name, const char *key)
+/* Run dir/name/launch for steps (one kernel thread per rank); its median
+ * step in ms, or -1. */
+static double run(const char *dir, const char *name, int64_t steps)
 {
-    char path[4096], line[4096];
-    snprintf(path, sizeof path, "%s/%s/plan.txt", dir, name);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    double v = -1;
-    while (v < 0 && fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, key);
-        if (p) v = strtod(p + strlen(key), NULL);
+    char cmd[8192], log[4096];
+    snprintf(log, sizeof log, "%s/%s.log", dir, name);
+    snprintf(cmd, sizeof cmd, "NNSC_THREADS=1 '%s/%s/launch' --steps %lld --quiet > '%s' 2>&1", dir, name,
+             (long long)steps, log);
+    if (system(cmd) != 0) return -1;
+    return log_median(log);
+}
+
+/* The three runs: their names and settings. */
+static const char *const run_name[3] = {"one", "dp", "tp"};
+static const char *const s1[] = {"cluster.devices=1"};
+static const char *const s2[] = {"cluster.devices=2", "plan.policy=dp", "train.micro_batches=1"};
+static const char *const s3[] = {"cluster.devices=2", "plan.policy=tp"};
+
+/* Fit the cost model's estimates of the three runs (seconds per step t1,
+ * t2, tt) with one figure each: the FLOP/s, the link's bandwidth and its
+ * latency.  0, or the compiler's status. */
+static int fit(const fe_opts *o, const char *spec, double t1, double t2, double tt, double *flops_out, double *bw_out,
+               double *lat_out)
+{
+    int rc;
+    double e0, flops, bw = 1e18;
+    /* FLOP/s: the 1-rank estimate = its run (the roofline's max: iterate from the compute-bound guess) */
+    if ((rc = estimate(o, spec, s1, 1, 1e11, bw, 0, &e0))) return rc;
+    flops = e0 > 0 ? 1e11 * e0 / t1 : 1e11;
+    for (int it = 0; it < 8; it++) {
+        double e;
+        if ((rc = estimate(o, spec, s1, 1, flops, bw, 0, &e))) return rc;
+        if (e <= 0) break;
+        flops *= e / t1;
     }
-    fclose(f);
-    return v;
+    /* bandwidth and latency: the dp 2 run (large all-reduces) and the tp 2 run
+       (many small ones) at once; each estimate is base + A / bw + B lat */
+    double base[2] = {0, 0}, A[2] = {0, 0}, B[2] = {0, 0}, T[2] = {t2, tt};
+    const char *const *ss[2] = {s2, s3};
+    int ns[2] = {3, 2};
+    for (int k = 0; k < 2; k++) {
+        double eb = 0, el = 0;
+        if ((rc = estimate(o, spec, ss[k], ns[k], flops, 1e18, 0, &base[k])) ||
+            (rc = estimate(o, spec, ss[k], ns[k], flops, 1e9, 0, &eb)) ||
+            (rc = estimate(o, spec, ss[k], ns[k], flops, 1e18, 1e-3, &el)))
+            return rc;
+        A[k] = (eb - base[k]) * 1e9;
+        B[k] = (el - base[k]) / 1e-3;
+    }
+    double det = A[0] * B[1] - A[1] * B[0], x = -1, y = -1;   /* x = 1 / bw, y = latency */
+    if (det != 0) {
+        x = ((T[0] - base[0]) * B[1] - (T[1] - base[1]) * B[0]) / det;
+        y = (A[0] * (T[1] - base[1]) - A[1] * (T[0] - base[0])) / det;
+    }
+    if (!(x > 0 && y >= 0)) {   /* no positive pair: latency 0, bandwidth by least squares */
+        double num = A[0] * (T[0] - base[0]) + A[1] * (T[1] - base[1]), den = A[0] * A[0] + A[1] * A[1];
+        x = den > 0 && num > 0 ? num / den : 1e-12;
+        y = 0;
+    }
+    *flops_out = flops, *bw_out = 1 / x, *lat_out = y;
+    return 0;
+}
+
+/* --pack DIR: the three runs built into DIR, and DIR/run.sh to run them. */
+static int pack(const fe_opts *o, const char *spec, int64_t steps)
+{
+    const char *dir = o->prof_pack;
+    if (mkdir(dir, 0777) && errno != EEXIST) {
+        fprintf(stderr, "nnsc-aot: error: cannot make %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    int rc;
+    if ((rc = build(o, spec, dir, "one", s1, 1)) || (rc = build(o, spec, dir, "dp", s2, 3)) ||
+        (rc = build(o, spec, dir, "tp", s3, 2)))
+        return rc;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/run.sh", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "nnsc-aot: error: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    fprintf(f, "#!/bin/sh\n"
+               "# nnsc-aot profile --pack: the calibration runs of model %s (%d --set overrides).\n"
+               "# On the machine to calibrate (no compiler needed): run.sh [LOGDIR] (default: this\n"
+               "# directory) writes one.log, dp.log and tp.log; then, where nnsc-aot is, with the same\n"
+               "# model and --set overrides: nnsc-aot profile MODEL --from LOGDIR -o FILE\n"
+               "set -e\n"
+               "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
+               "logs=${1:-$here}\n"
+               "mkdir -p \"$logs\"\n"
+               "for r in one dp tp; do\n"
+               "  NNSC_THREADS=1 \"$here/$r/launch\" --steps %lld --quiet >\"$logs/$r.log\" 2>&1 ||\n"
+               "    { echo \"run.sh: the $r run failed ($logs/$r.log)\" >&2; exit 1; }\n"
+               "done\n"
+               "echo \"run.sh: logs in $logs\"\n",
+            o->spec ? o->spec : "built in", o->nset, (long long)steps);
+    if (fclose(f) || chmod(path, 0755)) {
+        fprintf(stderr, "nnsc-aot: error: cannot write %s\n", path);
+        return 1;
+    }
+    if (!o->quiet)
+        fprintf(stderr, "nnsc-aot profile: the calibration runs in %s; run %s/run.sh there, then nnsc-aot profile "
+                        "--from\n", dir, dir);
+    return 0;
 }
 
 int fe_profile(const fe_opts *o)
@@ -152,53 +242,32 @@ int fe_profile(const fe_opts *o)
     }
     int64_t steps = o->steps ? o->steps : 12;
     int rc = 0;
-    double t1 = -1, t2 = -1, tt = -1, flops = 0, bw = 0, lat = 0;
-    const char *s1[] = {"cluster.devices=1"};
-    const char *s2[] = {"cluster.devices=2", "plan.policy=dp", "train.micro_batches=1"};
-    const char *s3[] = {"cluster.devices=2", "plan.policy=tp"};
-    if ((rc = build(o, spec, dir, "one", s1, 1)) || (rc = build(o, spec, dir, "dp", s2, 3)) ||
-        (rc = build(o, spec, dir, "tp", s3, 2)))
+    double t[3] = {-1, -1, -1}, flops = 0, bw = 0, lat = 0;
+    if (o->prof_pack) {
+        rc = pack(o, spec, steps);
         goto out;
-    if ((t1 = run(dir, "one", steps)) <= 0 || (t2 = run(dir, "dp", steps)) <= 0 || (tt = run(dir, "tp", steps)) <= 0)
-        goto fail;
-    t1 /= 1e3, t2 /= 1e3, tt /= 1e3;
-    /* fit the cost model's estimates of the three runs, one figure each */
-    flops = plan_num(dir, "one", "compute   ") * 1e9 / t1;   /* (the start: FLOPs over time) */
-    bw = 1e18;
-    for (int it = 0; it < 8 && !rc; it++) {   /* FLOP/s: the 1-rank estimate = its run (the roofline: iterate) */
-        double e;
-        if ((rc = estimate(o, spec, s1, 1, flops, bw, 0, &e))) break;
-        if (e <= 0) break;
-        flops *= e / t1;
     }
-    /* bandwidth and latency: the dp 2 run (large all-reduces) and the tp 2 run
-       (many small ones) at once; each estimate is base + A / bw + B lat */
-    double base[2] = {0, 0}, A[2] = {0, 0}, B[2] = {0, 0}, T[2] = {t2, tt};
-    const char *const *ss[2] = {s2, s3};
-    int ns[2] = {3, 2};
-    for (int k = 0; k < 2 && !rc; k++) {
-        double eb = 0, el = 0;
-        if ((rc = estimate(o, spec, ss[k], ns[k], flops, 1e18, 0, &base[k])) ||
-            (rc = estimate(o, spec, ss[k], ns[k], flops, 1e9, 0, &eb)) ||
-            (rc = estimate(o, spec, ss[k], ns[k], flops, 1e18, 1e-3, &el)))
-            break;
-        A[k] = (eb - base[k]) * 1e9;
-        B[k] = (el - base[k]) / 1e-3;
+    if (o->prof_from) {   /* the logs of DIR/run.sh */
+        for (int k = 0; k < 3; k++) {
+            char log[4096];
+            snprintf(log, sizeof log, "%s/%s.log", o->prof_from, run_name[k]);
+            if ((t[k] = log_median(log)) <= 0) {
+                fprintf(stderr, "nnsc-aot: error: %s: no 'step median' in it (or no such file)\n"
+                                "  hint: run DIR/run.sh of nnsc-aot profile --pack DIR first; --from names where "
+                                "it wrote one.log, dp.log and tp.log\n", log);
+                rc = 2;
+                goto out;
+            }
+        }
+    } else {
+        if ((rc = build(o, spec, dir, "one", s1, 1)) || (rc = build(o, spec, dir, "dp", s2, 3)) ||
+            (rc = build(o, spec, dir, "tp", s3, 2)))
+            goto out;
+        for (int k = 0; k < 3; k++)
+            if ((t[k] = run(dir, run_name[k], steps)) <= 0) goto fail;
     }
-    if (rc) goto out;
-    double det = A[0] * B[1] - A[1] * B[0], x = -1, y = -1;   /* x = 1 / bw, y = latency */
-    if (det != 0) {
-        x = ((T[0] - base[0]) * B[1] - (T[1] - base[1]) * B[0]) / det;
-        y = (A[0] * (T[1] - base[1]) - A[1] * (T[0] - base[0])) / det;
-    }
-    if (!(x > 0 && y >= 0)) {   /* no positive pair: latency 0, bandwidth by least squares */
-        double num = A[0] * (T[0] - base[0]) + A[1] * (T[1] - base[1]), den = A[0] * A[0] + A[1] * A[1];
-        x = den > 0 && num > 0 ? num / den : 1e-12;
-        y = 0;
-    }
-    bw = 1 / x;
-    lat = y;
-    if (rc) goto out;
+    double t1 = t[0] / 1e3, t2 = t[1] / 1e3, tt = t[2] / 1e3;
+    if ((rc = fit(o, spec, t1, t2, tt, &flops, &bw, &lat))) goto out;
     t1 *= 1e3, t2 *= 1e3, tt *= 1e3;
     {
         FILE *out = o->out ? fopen(o->out, "w") : stdout;
@@ -207,15 +276,18 @@ int fe_profile(const fe_opts *o)
             rc = 1;
             goto out;
         }
+        char nsteps[64] = "";
+        if (!o->prof_from) snprintf(nsteps, sizeof nsteps, " of %lld steps", (long long)steps);
         time_t now = time(NULL);
         char when[64];
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-        fprintf(out, "; nnsc-aot profile (%s, model %s): cpu-host calibrated on this machine, one rank per core;\n"
-                     "; 1 rank %.1f ms, dp 2 %.1f ms, tp 2 %.1f ms per step (medians of %lld steps).\n"
+        fprintf(out, "; nnsc-aot profile (%s, model %s): cpu-host calibrated on %s, one rank per core;\n"
+                     "; 1 rank %.1f ms, dp 2 %.1f ms, tp 2 %.1f ms per step (medians%s).\n"
                      "; Use it with [cluster] device = THIS FILE (docs/plan-search.md).\n"
                      "[cluster]\ndevice = cpu-host\nflops = %.6g\nflops_bf16 = %.6g\nlink_bw = %.6g\n"
                      "link_lat = %.6g\nnet_bw = %.6g\nnet_lat = %.6g\n",
-                when, o->spec ? o->spec : "built in", t1, t2, tt, (long long)steps, flops, flops, bw, lat, bw, lat);
+                when, o->spec ? o->spec : "built in", o->prof_from ? "the machine of the --from logs" : "this machine",
+                t1, t2, tt, nsteps, flops, flops, bw, lat, bw, lat);
         if (out != stdout && fclose(out)) rc = 1;
         if (!o->quiet)
             fprintf(stderr, "nnsc-aot profile: flops %.4g, link_bw %.4g B/s, link_lat %.3g s%s%s\n", flops, bw, lat,
@@ -226,7 +298,7 @@ fail:
     fprintf(stderr, "nnsc-aot: error: a calibration run failed (logs in %s)\n", dir);
     return 1;
 out:
-    if (!rc) {
+    {   /* (a run that failed keeps its logs: fail) */
         char cmd[4200];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         if (system(cmd) != 0) rc = 1;

@@ -36,11 +36,13 @@ table=$(cat <<'EOF'
 ^nnsc-aot MODEL\.ini -o DIR \[options\]	skip a synopsis (placeholders), not a command
 ^nnsc-aot verify MODEL\.ini \[options\]	skip a synopsis (placeholders), not a command
 ^nnsc-aot profile \[MODEL\.ini\] -o FILE	skip a synopsis (placeholders), not a command
+^nnsc-aot profile \[MODEL\.ini\] --(pack|from) DIR	skip a synopsis (placeholders), not a command
 ^out/rank0 \[--steps N\]	skip a synopsis (placeholders), not a command
 ^build/nnsc-aot .*--target cuda	run
 ^nnsc-aot .*--target cuda	run
 @cuda.md ^out/launch$	gpu
 ^out/launch$	run
+^out/cal/run\.sh out/cal/logs$	run
 ^out/launch --data	run
 ^build/nnsc-aot 	run
 ^nnsc-aot 	run

@@ -222,6 +222,19 @@ expect_rc 2 "a profile file naming no built-in device" "$nn" "$tiny" -o "$tmp/ba
 says "names no built-in device" "profile file"
 expect_rc 2 "profile without -o" "$nn" profile "$tiny"
 says "profile needs -o FILE" "profile -o"
+# profile on a machine without the compiler: --pack builds the three runs and run.sh, which writes
+# their logs; --from fits the profile from them (the same figures as the logs' medians give)
+"$nn" profile "$tiny" --pack "$tmp/pk" --steps 3 -q || no "profile --pack"
+[[ -x $tmp/pk/run.sh && -x $tmp/pk/one/launch && -x $tmp/pk/dp/launch && -x $tmp/pk/tp/launch ]] &&
+  "$tmp/pk/run.sh" "$tmp/pk/logs" >/dev/null && "$nn" profile "$tiny" --from "$tmp/pk/logs" -o "$tmp/from.ini" -q &&
+  grep -q "^; 1 rank $(sed -n 's/.*step median \([0-9.]*\) ms.*/\1/p' "$tmp/pk/logs/one.log" | awk '{ printf "%.1f", $1 }') ms, dp 2 " "$tmp/from.ini" &&
+  grep -q "^flops = [0-9.e+]*$" "$tmp/from.ini" &&
+  ok "profile --pack DIR, DIR/run.sh, profile --from: a profile from runs made elsewhere" ||
+  no "profile --pack/--from: $(ls "$tmp/pk" "$tmp/pk/logs" 2>&1 | tr '\n' ' '); $(cat "$tmp/from.ini" 2>&1)"
+expect_rc 2 "profile --from a directory without logs" "$nn" profile "$tiny" --from "$tmp/prof" -o "$tmp/x.ini"
+says "one.log: no 'step median' in it" "profile --from"
+expect_rc 2 "profile --pack with -o" "$nn" profile "$tiny" --pack "$tmp/pk2" -o "$tmp/x.ini"
+says "profile --pack writes no profile" "profile --pack -o"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
