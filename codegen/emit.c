@@ -264,8 +264,9 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
     const ir_profile *pf = &d->g->prof;
     ir_bprintf(b, "estimate  step %.3f ms on %s (cost model: ", est.step * 1e3, pf->name);
     if (d->pipe)
-        ir_bprintf(b, "the pipeline's timeline %.3f ms, bubble %.1f %%, then %.3f ms of gradient collectives and "
-                   "updates", (est.step - est.outside) * 1e3, est.bubble * 100, est.outside * 1e3);
+        ir_bprintf(b, "the ranks' orders %.3f ms with their transfers' waits (the tasks' timeline %.3f ms, "
+                   "bubble %.1f %%), then %.3f ms of gradient collectives and updates",
+                   (est.step - est.outside) * 1e3, est.tasks * 1e3, est.bubble * 100, est.outside * 1e3);
     else
         ir_bprintf(b, "rank %d: compute %.3f ms, comm %.3f ms, gradient collectives and updates %.3f ms", est.rank,
                    est.compute * 1e3, est.comm * 1e3, est.outside * 1e3);

@@ -530,6 +530,9 @@ typedef struct ir_pipe {
     int ndep;
     ir_hoist *hoist; /* receives posted early, sends made late */
     int nhoist;
+    double span;     /* the cost model's time of the micro-batches' items, every rank's order run
+                        with its compute and blocking transfers and collectives (the check's
+                        progress, timed; 0: not known) */
 } ir_pipe;
 
 /* op_stage of an op split over every device (all stages at once). */

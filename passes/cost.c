@@ -16,10 +16,15 @@
  * A rank runs its items one after another (transfers and collectives
  * block; nothing overlaps), so without a pipeline its step is the sum of
  * its items' times, each micro-batch item m times; the step is the
- * slowest rank's.  With a pipeline the tasks' times (per stage, chunk and
- * kind, from the stage's first rank) go through the same simulation as
- * plan.txt's timeline (pass_pipe_simulate), and the ranks' items outside
- * the micro-batches (the gradients' collectives, the updates) follow. */
+ * slowest rank's.  With a pipeline every rank's order of its micro-batch
+ * items is run with these times by the pipeline's check (ir_pipe.span): a
+ * collective or transfer starts once its last member reaches it (a send
+ * blocks until its receiver takes it), so a transfer placed in a task
+ * other than the one that needs it waits there.  The tasks' times (per
+ * stage, chunk and kind, from the stage's first rank) also go through
+ * plan.txt's timeline (pass_pipe_simulate), which gives the bubble and
+ * the step where the span is not known.  The ranks' items outside the
+ * micro-batches (the gradients' collectives, the updates) follow. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,7 +142,10 @@ void pass_cost_step(const ir_dist *d, pass_estimate *e)
     }
     double span = pass_pipe_simulate(p, cost, start, &bubble);
     if (span >= 0) {
-        e->step = span + out;
+        /* the step: every rank's order with its blocking transfers (the check's progress, timed), where
+           known; the tasks' timeline gives the bubble */
+        e->step = (p->span > 0 ? p->span : span) + out;
+        e->tasks = span;
         e->outside = out;
         e->bubble = bubble;
     }

@@ -134,7 +134,8 @@ typedef struct pass_estimate {
     double compute;   /* its seconds of compute in the micro-batches, per step */
     double comm;      /* its seconds of collectives and transfers in the micro-batches, per step */
     double outside;   /* its seconds outside them (gradient collectives, updates) */
-    double bubble;    /* a pipeline's idle fraction on the timeline (0 without) */
+    double bubble;    /* a pipeline's idle fraction on the tasks' timeline (0 without) */
+    double tasks;     /* a pipeline: the tasks' timeline alone, without the transfers' waits (s) */
 } pass_estimate;
 /* Seconds of sub-op s per execution in section sec (roofline). */
 double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec);

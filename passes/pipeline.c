@@ -993,7 +993,7 @@ typedef struct ord_cache {   /* settle's rounds: each rank's order, made again o
     char *stale;
 } ord_cache;
 
-static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord_cache *oc)
+static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord_cache *oc, double *span)
 {
     const ir_graph *g = d->g;
     const ir_pipe *p = d->pipe;
@@ -1004,10 +1004,38 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
     char *joined = NULL;/* per instance: in one call with the previous one (a step of two) */
     int *nat = NULL;    /* per instance: its schedule position */
     char *flag = NULL;  /* per instance: 1 a transfer between tasks (moved to a task's edge), 2 a receive, 4 direct */
+    double *pre = NULL; /* span: per instance, the compute before it since the rank's previous instance */
+    double *tail = span ? ir_xcalloc((size_t)W + 1, sizeof(double)) : NULL;   /* per rank: after its last */
+    double *icost = NULL;   /* span: per item of d->seq, a compute item's cost per execution (-1: not yet) */
+    char *mask = NULL;      /* span: the ranks rank 0's collectives and transfers of the micro-batches reach
+                               (the others, dp replicas of them, run the same) */
+    if (span) {
+        icost = ir_xmalloc(sizeof(double) * ((size_t)d->nseq + 1));
+        for (int n = 0; n < d->nseq; n++) icost[n] = -1;
+        mask = ir_xcalloc((size_t)W + 1, 1);
+        mask[0] = 1;
+        for (int grow = 1; grow;) {
+            grow = 0;
+            for (int n = 0; n < d->nseq; n++) {
+                const ir_item *it = &d->seq[n];
+                if (!it->comm || it->sec != IR_SEC_MB) continue;
+                const ir_comm *c = &d->comm[it->id];
+                const int *mm = d->ints + d->grp[c->group].devs;
+                int in = 0;
+                for (int k = 0; k < c->n && !in; k++) in = mask[mm[k]];
+                for (int k = 0; k < c->n && in; k++)
+                    if (!mask[mm[k]]) mask[mm[k]] = 1, grow = 1;
+            }
+        }
+    }
     int nseq = 0, cap = 0, tcap = 0;
     for (int r = 0; r < W; r++) {
         pass_pipe_ent *e;
         int n;
+        if (mask && !mask[r]) {   /* (not timed: done at once) */
+            at0[r] = nseq;
+            continue;
+        }
         if (oc && !oc->stale[r]) e = oc->e[r], n = oc->n[r];
         else {
             n = pass_pipe_order(d, r, &e);
@@ -1016,9 +1044,17 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
         const int *item = d->rank_item + d->rank_item0[r], *mem = d->rank_member + d->rank_item0[r];
         int st = stage_of(d, r);
         at0[r] = nseq;
+        double run = 0;   /* (span) compute since the previous instance */
         for (int i = 0; i < n; i++) {
             const ir_item *it = &d->seq[item[e[i].q]];
-            if (!it->comm) continue;
+            if (!it->comm) {
+                if (span) {
+                    double *ic = &icost[item[e[i].q]];
+                    if (*ic < 0) *ic = pass_cost_subop(d, &d->sop[it->id], it->sec);
+                    run += *ic;
+                }
+                continue;
+            }
             int c = nseq;
             *IR_PUSH(seq, nseq, cap) = (inst){it->id, e[i].mb};
             if (tcap < cap) {
@@ -1026,16 +1062,20 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
                 joined = ir_xrealloc(joined, (size_t)cap);
                 nat = ir_xrealloc(nat, sizeof(int) * (size_t)cap);
                 flag = ir_xrealloc(flag, (size_t)cap);
+                if (span) pre = ir_xrealloc(pre, sizeof(double) * (size_t)cap);
                 tcap = cap;
             }
+            if (span) pre[c] = run, run = 0;
             task[c] = e[i].task;
             joined[c] = (char)e[i].merge;
             nat[c] = item[e[i].q];
             int peer, recv;
             int64_t nf;
-            int mv = transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) && e[i].moves;
+            int mv = hoist && transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) && e[i].moves;   /* (the
+                                                                                  flags serve the hoists alone) */
             flag[c] = (char)(mv | (mv && recv ? 2 : 0) | (mv && direct(d, item[e[i].q], mem[e[i].q], &nf) ? 4 : 0));
         }
+        if (span) tail[r] = run;
         if (!oc) free(e);
     }
     at0[W] = nseq;
@@ -1044,6 +1084,11 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
        moves on when its step's instances are complete. */
     int *cnt = ir_xcalloc((size_t)d->ncomm * (size_t)m + 1, sizeof(int));
     int *left = ir_xcalloc((size_t)W + 1, sizeof(int));   /* per rank: incomplete instances of its step */
+    /* span: an instance starts once its last member arrives and takes its cost; a rank's step ends
+       with its last instance, and it arrives at the next after the compute between */
+    double *clock = span ? ir_xcalloc((size_t)W + 1, sizeof(double)) : NULL;   /* per rank: its step's end */
+    double *tin = span ? ir_xcalloc((size_t)d->ncomm * (size_t)m + 1, sizeof(double)) : NULL;   /* per instance:
+                                                                                      the last member's arrival */
     inst *ready = ir_xmalloc(sizeof(inst) * ((size_t)nseq + 1));
     int nready = 0;
     for (int r = 0; r < W; r++) ptr[r] = at0[r];
@@ -1053,8 +1098,13 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
     do {                                                                                       \
         if (ptr[r] < at0[(r) + 1]) {                                                           \
             left[r] = STEPLEN(r, ptr[r]);                                                      \
+            if (clock) clock[r] += pre[ptr[r]];                                                \
             for (int j_ = 0; j_ < left[r]; j_++) {                                             \
                 inst a_ = seq[ptr[r] + j_];                                                    \
+                if (tin) {                                                                     \
+                    double *t_ = &tin[(size_t)a_.comm * (size_t)m + (size_t)a_.mb];            \
+                    if (clock[r] > *t_) *t_ = clock[r];                                        \
+                }                                                                              \
                 if (++cnt[(size_t)a_.comm * (size_t)m + (size_t)a_.mb] == d->comm[a_.comm].n) \
                     ready[nready++] = a_;                                                      \
             }                                                                                  \
@@ -1089,9 +1139,11 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
             }
             FIN(x) = 1;
             progress = 1;
+            double done = tin ? tin[(size_t)x.comm * (size_t)m + (size_t)x.mb] + pass_cost_comm(d, c) : 0;
             for (int k = 0; k < c->n; k++) {
                 int r = d->ints[d->grp[c->group].devs + k];
                 IR_ASSERT(ptr[r] < at0[r + 1] && left[r] > 0);
+                if (clock && done > clock[r]) clock[r] = done;   /* (the step ends with its last instance) */
                 if (--left[r] == 0) {
                     ptr[r] += STEPLEN(r, ptr[r]);
                     ARRIVE(r);
@@ -1106,6 +1158,22 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
     free(defer);
 #undef ARRIVE
 #undef STEPLEN
+    if (span) {   /* every rank through its order: the slowest's end */
+        int all = 1;
+        *span = 0;
+        for (int r = 0; r < W; r++) {
+            if (!mask[r]) continue;
+            all &= ptr[r] == at0[r + 1];
+            if (clock[r] + tail[r] > *span) *span = clock[r] + tail[r];
+        }
+        if (!all) *span = 0;
+    }
+    free(clock);
+    free(tin);
+    free(tail);
+    free(pre);
+    free(icost);
+    free(mask);
     int rc = 0, added = 0;
     for (int r = 0; r < W && hoist; r++) {
         if (ptr[r] == at0[r + 1]) continue;
@@ -1290,19 +1358,22 @@ static int settle(ir_dist *d, int quiet)
     int W = d->ndev, rc = 2;
     ord_cache oc = {ir_xcalloc((size_t)W + 1, sizeof(pass_pipe_ent *)), ir_xcalloc((size_t)W + 1, sizeof(int)),
                     ir_xmalloc((size_t)W + 1)};
+    double span = 0;
     memset(oc.stale, 1, (size_t)W + 1);
     for (int round = 0; round < 100000; round++) {
-        rc = check(d, 1, &p->hoist, &p->nhoist, &oc);
+        rc = check(d, 1, &p->hoist, &p->nhoist, &oc, NULL);
         if (getenv("NNSC_DBG_SETTLE")) fprintf(stderr, "round %d rc %d\n", round, rc);
         if (rc != 1) break;
     }
     if (getenv("NNSC_DBG_SETTLE")) { int ns = 0; for (int r = 0; r < W; r++) ns += oc.n[r]; fprintf(stderr, "settle: W %d m %d rounds? rc %d nhoist %d entries %d\n", W, p->m, rc, p->nhoist, ns); }
+    if (rc == 0 && check(d, 1, NULL, NULL, &oc, &span) != 0) span = 0;   /* (the orders as they are: timed) */
     for (int r = 0; r < W; r++) free(oc.e[r]);
     free(oc.e);
     free(oc.n);
     free(oc.stale);
+    p->span = rc == 0 ? span : 0;
     if (rc == 0) return 0;
-    return quiet ? 2 : check(d, 0, NULL, NULL, NULL);
+    return quiet ? 2 : check(d, 0, NULL, NULL, NULL, NULL);
 }
 
 int pass_pipeline(ir_dist *d)

@@ -190,6 +190,21 @@ if grep -q "; layers folded: [0-9]* candidates estimated from builds of k and 2k
   ok "policy auto: layers folded, the same plan as built on every layer (pp 1 estimate $est = $full ms)"
 else no "layer fold: est '$est' full '$full'; $(grep -E '^(  chosen|search  )' "$tmp/lf_true" "$tmp/lf_false")"; fi
 
+# a pipeline's estimate runs every rank's order with its blocking transfers: under zb-h1 the last
+# stage's B task ends with the receive of the next forward's activation (in one call with its own
+# send), which waits while the first stage runs its W task first, so the ranks' orders take longer
+# than the tasks' timeline (measured here: zb-h1 150.9 ms, 1f1b 151.7)
+"$nn" "$tiny" --devices 2 -q -o "$tmp/zbw" --set dims.C=256 --set dims.B=16 --set plan.pp=2 \
+  --set train.micro_batches=4 --set plan.schedule=zb-h1 || no "zb-h1 build"
+if python3 - "$tmp/zbw/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"the ranks' orders ([0-9.]+) ms with their transfers' waits \(the tasks' timeline ([0-9.]+) ms", t)
+assert m and float(m.group(1)) > 1.05 * float(m.group(2)), m and m.groups()
+PY
+then ok "the pipeline's estimate: zb-h1's transfers wait (ranks' orders above the tasks' timeline)"
+else no "zb-h1 waits: $(grep '^estimate' "$tmp/zbw/plan.txt")"; fi
+
 # more than 64 devices: the dp replicas folded (each candidate built on its tp x pp devices);
 # the chosen plan is then built whole
 "$nn" "$tiny" --devices 128 -q -o "$tmp/fold" --set dims.B=256 --set plan.policy=auto --set cluster.device=a100-80g ||
