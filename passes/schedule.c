@@ -338,6 +338,29 @@ static void piece_major(ir_dist *d)
     if (d->seq_bwd < end) piece_segment(d, d->seq_bwd, end);
 }
 
+/* Does op sum a param's gradient contributions made on different pipeline
+ * stages (a tied embedding's: the embedding's on the first, the head's on
+ * the last)?  Such a sum runs once per step, after the micro-batches
+ * (post): each stage accumulates its own contribution over them, and the
+ * transfer between the stages is made once, not per micro-batch. */
+static int post_sum(const ir_dist *d, int op)
+{
+    const ir_graph *g = d->g;
+    const ir_op *o = &g->op[op];
+    if (d->mesh_pp <= 1 || !d->op_stage || o->phase != IR_PH_BWD || o->kind != IR_OP_ADD || o->nout != 1)
+        return 0;
+    const ir_tensor *t = &g->t[o->out[0]];
+    if (t->kind != IR_T_GRAD || t->grad_of < 0 || g->t[t->grad_of].kind != IR_T_PARAM) return 0;
+    int s0 = -1;
+    for (int k = 0; k < o->nin; k++) {
+        int p = g->t[o->in[k]].producer;
+        if (p < 0 || g->op[p].phase != IR_PH_BWD || post_sum(d, p)) return 0;
+        if (k == 0) s0 = d->op_stage[p];
+        else if (d->op_stage[p] != s0) return 1;
+    }
+    return 0;
+}
+
 void pass_schedule(ir_dist *d)
 {
     const ir_graph *g = d->g;
@@ -358,13 +381,14 @@ void pass_schedule(ir_dist *d)
     free(fill);
     /* accumulated tensors: made per micro-batch, read per step (by the
        optimizer, or the loss) */
-    char *opt_read = ir_xcalloc((size_t)g->nt + 1, 1);
+    char *opt_read = ir_xcalloc((size_t)g->nt + 1, 1), *post = ir_xcalloc((size_t)g->nop + 1, 1);
+    for (int i = 0; i < g->nop; i++) post[i] = g->op[i].phase == IR_PH_OPT || post_sum(d, i);
     for (int i = 0; i < g->nop; i++)
-        if (g->op[i].phase == IR_PH_OPT)
+        if (post[i])
             for (int k = 0; k < g->op[i].nin; k++) opt_read[g->op[i].in[k]] = 1;
     for (int t = 0; t < g->nt; t++) {
         int p = g->t[t].producer;
-        if (p < 0 || g->op[p].phase == IR_PH_OPT) continue;
+        if (p < 0 || post[p]) continue;
         d->accum[t] = (char)(t == g->train.loss || opt_read[t]);
     }
     free(opt_read);
@@ -403,16 +427,22 @@ void pass_schedule(ir_dist *d)
         for (int pass = sec == IR_SEC_POST ? 0 : 1; pass < (sec == IR_SEC_MB ? 3 : 2); pass++)
             for (int n = 0; n < g->nop; n++) {
                 int op = order[n];
-                int opsec = g->op[op].phase == IR_PH_OPT ? IR_SEC_POST : IR_SEC_MB;
+                int opsec = post[op] ? IR_SEC_POST : IR_SEC_MB;
                 if (opsec != sec) continue;
                 if (sec == IR_SEC_MB && (g->op[op].phase == IR_PH_BWD) != (pass == 2)) continue;
                 if (sec == IR_SEC_MB && pass == 2 && d->seq_bwd < 0) d->seq_bwd = d->nseq;
                 if (g->op[op].recomp) continue;   /* placed with its first reader */
+                if (pass == 0 && g->op[op].phase != IR_PH_OPT) {   /* a post sum: whole, before the comms the
+                                                                      updates read (some read what it makes) */
+                    place_op(&c, op, sec);
+                    continue;
+                }
                 if (pass == 0) {
                     for (int i = d->op_sop[op]; i < d->op_sop[op + 1]; i++)
                         for (int k = 0; k < g->op[op].nin; k++) place_maker(&c, d->sop[i].in[k], sec);
                     continue;
                 }
+                if (sec == IR_SEC_POST && g->op[op].phase != IR_PH_OPT) continue;   /* (placed in pass 0) */
                 if (sec == IR_SEC_MB && pass == 2) place_copies(&c, op, placed);
                 place_op(&c, op, sec);
                 if (sec == IR_SEC_MB && pass == 2) place_zero2(&c, op);
@@ -442,6 +472,7 @@ void pass_schedule(ir_dist *d)
         if (!d->seq[n].comm) d->step_flops += pass_subop_flops(g, &d->sop[d->seq[n].id], d->seq[n].sec);
     free(order);
     free(placed);
+    free(post);
     free(c.tcomm0);
     free(c.tcomm);
     free(c.comm_done);

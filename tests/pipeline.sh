@@ -180,5 +180,15 @@ PY
 then ok "coshard: the recomputed forward and the backward run each piece through the chain before the next"
 else no "coshard: schedule not piece-major"; fi
 
+# a tied embedding under pp: the head's gradient contribution (last stage) is accumulated over the
+# micro-batches there and sent to the first stage once a step, after them (post), not per
+# micro-batch; tests/equiv.list verifies such pipelines
+"$nn" "$top/examples/gpt2-tiny.ini" --devices 4 --set plan.policy=hybrid --set plan.dp=2 --set plan.pp=2 \
+  --set train.micro_batches=4 --dump=schedule --stop-after schedule >"$tmp/tied.txt" 2>&1 || no "tied dump"
+if grep -q "^  c[0-9]* sendrecv d.wte.1 g[0-9]* post " "$tmp/tied.txt" &&
+  ! grep -q "^  c[0-9]* [a-z]* d.wte[.0-9]* g[0-9]* mb " "$tmp/tied.txt"; then
+  ok "tied embedding under pp: its gradient's contributions meet once a step (post), none per micro-batch"
+else no "tied: $(grep -E '^  c[0-9]* [a-z]* d.wte' "$tmp/tied.txt" | head -n 4)"; fi
+
 echo "$pass passed, $fail failed"
 ((fail == 0))
