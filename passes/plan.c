@@ -1016,10 +1016,11 @@ int pass_plan(ir_dist *d)
            tied param's gradient contributions) stays partial: one reduction of the
            sum, not one per contribution */
         int dpval = 0;
-        if (ids[0] == IR_REPLICATE && ldp > 1 && ltp == 1 && pp == 1 && (ir_ops[o->kind].flags & OPF_LINEAR) &&
+        if (ids[0] == IR_REPLICATE && ldp > 1 && pp == 1 && (ir_ops[o->kind].flags & OPF_LINEAR) &&
             o->phase == IR_PH_BWD) {
-            /* (a plain dp mesh: the partial pieces then sit on the same devices; a
-               value split across stages or beside tp splits is left to the comm pass) */
+            /* (without stages: the partial pieces then sit on the same devices, beside
+               the tp split the op takes below; across stages the sum runs after the
+               micro-batches, schedule.c) */
             dpval = 1;
             for (int k = 0; k < o->nin; k++) {
                 int pr = g->t[o->in[k]].producer;

@@ -189,6 +189,14 @@ if grep -q "^  c[0-9]* sendrecv d.wte.1 g[0-9]* post " "$tmp/tied.txt" &&
   ! grep -q "^  c[0-9]* [a-z]* d.wte[.0-9]* g[0-9]* mb " "$tmp/tied.txt"; then
   ok "tied embedding under pp: its gradient's contributions meet once a step (post), none per micro-batch"
 else no "tied: $(grep -E '^  c[0-9]* [a-z]* d.wte' "$tmp/tied.txt" | head -n 4)"; fi
+# ... and under dp x tp without stages the sum stays a partial sum on the dp axis beside its
+# vocabulary split: one all-reduce of the summed gradient a step
+"$nn" "$top/examples/gpt2-tiny.ini" --devices 4 --set plan.policy=hybrid --set plan.dp=2 --set plan.tp=2 \
+  --set train.micro_batches=2 --dump=schedule --stop-after schedule >"$tmp/tied2.txt" 2>&1 || no "tied dp x tp dump"
+if [[ $(grep -c "^  c[0-9]* allreduce d.wte g[0-9]* post " "$tmp/tied2.txt") == 2 ]] &&
+  ! grep -q "^  c[0-9]* [a-z]* d.wte\.[0-9]" "$tmp/tied2.txt"; then
+  ok "tied embedding under dp x tp: one all-reduce of the summed gradient per tp shard a step"
+else no "tied dp x tp: $(grep -E '^  c[0-9]* [a-z]* d.wte' "$tmp/tied2.txt" | head -n 4)"; fi
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
