@@ -10,7 +10,8 @@
  * zb-h1, interleaved and interlaced; pipeline stages cut on the layers'
  * costs where that beats the even cut (passes/balance.c); for each, the
  * first rung of a memory ladder that fits: nothing, ZeRO 1, ZeRO 3, ZeRO 3
- * with the first half of the layers recomputed, then all of them.  The
+ * with the first half of the layers recomputed, then all of them, then
+ * also the blocks' MLP chains co-sharded.  The
  * candidates of one dp x tp x pp and schedule form a chain over the
  * micro-batch counts, which stops once the step stops falling; chains are
  * priced in threads.  Then the 3 fastest with tp > 1 are priced again with
@@ -43,6 +44,7 @@ typedef struct cand {
     const char *stage;     /* balanced stages ([plan] stage), or NULL: the even cut */
     int rep;               /* 1: the ops outside the blocks split by dp alone, whole on each tp
                               device (op-trans `*0 DP replicate TP`) */
+    int cos;               /* 1: the blocks' MLP chains co-sharded 4 ways on their tokens (mlp_coshard) */
     int rung;              /* the memory ladder's rung (ladder_z, ladder_rc) */
     int est;               /* 1: step and mem extrapolated from two builds with the layers folded */
     int ok;                /* 1: built and priced */
@@ -85,6 +87,51 @@ static void all_blocks(const ir_graph *g, int half, char *buf, size_t n)
     }
 }
 
+/* The blocks' MLP chains as a coshard list ("h.fc *1 4, h.fcb *1 4, ..."):
+ * in each block's first repeat, every activation (gelu, relu) with the
+ * matmul and bias_add that feed it and those that read it, 4 pieces of
+ * their tokens.  0, or 1: no such chain. */
+static int mlp_coshard(const ir_graph *g, char *buf, size_t n)
+{
+    size_t u = 0;
+    buf[0] = '\0';
+    char *in = ir_xcalloc((size_t)g->nop + 1, 1);
+    for (int i = 0; i < g->nop; i++) {
+        const ir_op *o = &g->op[i];
+        if (o->phase != IR_PH_FWD || o->block < 0 || o->rep != 0 || (o->kind != IR_OP_GELU && o->kind != IR_OP_RELU))
+            continue;
+        in[i] = 1;
+        /* back: the bias_add and the matmul that feed it */
+        for (int p = g->t[o->in[0]].producer, k = 0; p >= 0 && k < 2; k++) {
+            if (g->op[p].block != o->block || (g->op[p].kind != IR_OP_BIAS_ADD && g->op[p].kind != IR_OP_MATMUL)) break;
+            in[p] = 1;
+            if (g->op[p].kind == IR_OP_MATMUL) break;
+            p = g->t[g->op[p].in[0]].producer;
+        }
+        /* on: the matmul that reads it and the bias_add after that */
+        for (int t = o->out[0], k = 0; k < 2; k++) {
+            int next = -1;
+            for (int j = 0; j < g->nop && next < 0; j++)
+                if (g->op[j].phase == IR_PH_FWD && g->op[j].block == o->block && g->op[j].nin && g->op[j].in[0] == t &&
+                    g->op[j].kind == (k ? IR_OP_BIAS_ADD : IR_OP_MATMUL))
+                    next = j;
+            if (next < 0) break;
+            in[next] = 1;
+            t = g->op[next].out[0];
+        }
+    }
+    for (int i = 0; i < g->nop && u < n; i++) {
+        if (!in[i]) continue;
+        const char *bn = g->blk[g->op[i].block].name, *on = g->op[i].name;
+        size_t bl = strlen(bn);
+        const char *tail = strchr(on + bl + 1, '.');   /* "h.0.fc" -> "fc" */
+        if (strncmp(on, bn, bl) || on[bl] != '.' || !tail) continue;
+        u += (size_t)snprintf(buf + u, n - u, "%s%s.%s *1 4", u ? ", " : "", bn, tail + 1);
+    }
+    free(in);
+    return u == 0 || u >= n;
+}
+
 /* The passes from autograd to the pipeline's order on a loaded graph; d is
  * initialised either way (the caller frees it).  0, or 2 (the message in
  * pass_last_error when pass_quiet). */
@@ -125,7 +172,8 @@ static void cand_text(const cand *c, char *buf, size_t n)
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
-    if (c->rc) snprintf(buf + u, n - (size_t)u, c->rc == 1 ? ", recompute half" : ", recompute");
+    if (c->rc) u += snprintf(buf + u, n - (size_t)u, c->rc == 1 ? ", recompute half" : ", recompute");
+    if (c->cos) snprintf(buf + u, n - (size_t)u, ", coshard MLP x4");
 }
 
 /* Build and price candidate c; fills c->ok, step, mem or why.  layers > 0:
@@ -156,7 +204,8 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
     g.train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(&g, c->stage);
     if (c->rep) rep_trans(&g, r->dp, c->tp);
-    char rcb[256];
+    char rcb[256], csb[1024];
+    if (c->cos && !mlp_coshard(&g, csb, sizeof csb)) r->coshard = ir_str(&g, csb);
     if (c->rc) {
         all_blocks(&g, c->rc == 1, rcb, sizeof rcb);
         r->recompute = ir_str(&g, rcb);
@@ -225,6 +274,7 @@ typedef struct search_ctx {
     int nch, fold, fz, frc;
     int half;            /* a block has two repeats or more: the ladder's half rung */
     int lfold;           /* 1: layers may be folded */
+    int cos;             /* 1: the ladder's coshard rung (the blocks have an MLP chain, the spec no coshard) */
     int nl;              /* the blocks' layers */
     int next;            /* the next chain to take (atomic) */
 } search_ctx;
@@ -438,7 +488,8 @@ static int fits(const cand *c, const ir_profile *pf) { return c->ok && (double)c
 
 /* The memory ladder: nothing, ZeRO 1, ZeRO 3, then with the first half of
    each block's layers recomputed, then all of them. */
-static const int ladder_z[] = {0, 1, 3, 3, 3}, ladder_rc[] = {0, 0, 0, 1, 2};
+static const int ladder_z[] = {0, 1, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 0, 1, 2, 2};
+#define LADDER 6   /* (the last rung: all recomputed, and the MLP chains co-sharded) */
 
 /* t on the ladder from rung k0: the first rung that fits, or none fitting,
  * the last priced (the smallest). */
@@ -447,16 +498,18 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
     const ir_profile *pf = &x->g->prof;
     cand best;
     memset(&best, 0, sizeof best);
-    for (int k = k0; k < 5; k++) {
+    for (int k = k0; k < LADDER; k++) {
         if (k && t.dp == 1 && ladder_z[k] && !ladder_rc[k]) continue;   /* (ZeRO needs dp) */
         if (x->fz >= 0 && ladder_z[k] != x->fz) continue;
         if (x->frc < 0 && ladder_rc[k]) continue;
         if (ladder_rc[k] && x->g->nblk == 0) continue;
         if (ladder_rc[k] == 1 && !x->half) continue;   /* (no block of two repeats: half is all) */
+        if (k == LADDER - 1 && !x->cos) continue;      /* (no MLP chain, or the spec's coshard) */
         cand u = t;
         u.zero = x->fz >= 0 ? x->fz : (t.dp > 1 ? ladder_z[k] : 0);
         u.rc = x->frc < 0 ? 0 : ladder_rc[k];
         u.rung = k, u.ok = u.est = 0, u.why[0] = '\0';
+        u.cos = k == LADDER - 1;
         assess(x, &u, full);
         if (u.ok || !best.ok) best = u;
         if (fits(&u, pf)) return u;
@@ -470,7 +523,7 @@ static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
-        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, ""};
+        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, ""};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if (i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) {
@@ -636,7 +689,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
        coshard, stage_tp, chunks), nor for recycling */
     int lfold = !r0->no_fold_layers && g->nblk && !r0->stage && !r0->order && !r0->recompute && !r0->trans &&
                 !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
-    search_ctx x = {o, g, chs, nchs, fold, fz, frc, half, lfold, nl, 0};
+    char csb[1024];
+    int cos = !r0->coshard && frc >= 0 && !mlp_coshard(g, csb, sizeof csb);
+    search_ctx x = {o, g, chs, nchs, fold, fz, frc, half, lfold, cos, nl, 0};
     int nth = search_threads(), cth = nth < nchs ? nth : nchs;
     in_threads(search_worker, &x, cth);
     cand *cs = NULL;
@@ -780,6 +835,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     g->train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(g, c->stage);
     if (c->rep) rep_trans(g, c->dp, c->tp);
+    if (c->cos && !mlp_coshard(g, csb, sizeof csb)) r->coshard = ir_str(g, csb);
     r->search = ir_str(g, b.s);
     ir_buf_free(&b);
     free(cs);

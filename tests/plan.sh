@@ -174,6 +174,15 @@ grep -q "balanced" "$tmp/even" || ! grep -q "^  chosen " "$tmp/even" &&
   no "balance = false: $(head -n 2 "$tmp/even")" ||
   ok "policy auto with balance = false: no candidate has balanced stages"
 
+# the ladder's last rung: with 43 MB per device and dp alone, only every layer recomputed with the
+# MLP chains co-sharded 4 ways fits (recompute alone needs 43.6 MB); the build carries the coshard
+"$nn" "$tiny" --devices 2 -q -o "$tmp/cos" --set plan.policy=auto --set plan.pp=1 --set plan.tp=1 \
+  --set dims.F=16*C --set cluster.memory=43e6 || no "auto coshard build"
+grep -q "^  chosen   dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute, coshard MLP x4: step" "$tmp/cos/plan.txt" &&
+  grep -q "^  h.0.gelu  *gelu .*coshard: '\*1' in 4 pieces" "$tmp/cos/plan.txt" &&
+  ok "policy auto: the coshard rung chosen where nothing else fits, and built" ||
+  no "coshard rung: $(grep -E '^  (chosen|lost)' "$tmp/cos/plan.txt" | head -n 3)"
+
 # the layer fold: with 16 layers, candidates are estimated from builds of k and 2k layers per stage
 # ("~" in -v), the fastest estimates then built on every layer; the same plan as fold_layers = false,
 # and a pp 1 candidate's estimate (exactly affine in the layers) equal to its build on every layer
