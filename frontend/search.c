@@ -200,7 +200,14 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
     r->pp = c->pp;
     r->schedule = c->sched;
     r->zero = fold ? 0 : c->zero;
-    if (fold) g.req.devices = c->tp * c->pp;
+    const int per_node = g.prof.per_node, wsd = c->dp * c->tp;   /* (the whole plan's devices per stage) */
+    if (fold) {
+        g.req.devices = c->tp * c->pp;
+        /* the nodes as the whole plan has them: stage s's tp group of the first replica is
+           devices s sd .. s sd + tp - 1 there, s tp .. s tp + tp - 1 here, so per_node / dp
+           of these make a node (tp: a stage, or more, per node) */
+        g.prof.per_node = wsd >= per_node ? c->tp : per_node / c->dp > c->tp ? per_node / c->dp : c->tp;
+    }
     g.train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(&g, c->stage);
     if (c->rep) rep_trans(&g, r->dp, c->tp);
@@ -242,7 +249,7 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
                 mem = (double)(m.arena - m.persistent) / adiv + (double)m.persistent - pgs + z;
                 /* the step: one replica's micro-batches, then the slowest stage's gradient all-reduce */
                 const ir_profile *pf = &g.prof;
-                int spans = N > pf->per_node;
+                int spans = wsd > per_node || (N > per_node && per_node % wsd);   /* (a stage's dp group) */
                 double ar = np * pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 0, spans) +
                             pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 2 * (dp - 1) / dp * f, spans);
                 double st_step = (e.step - e.outside) / adiv + e.outside / (c->zero ? dp : 1) + ar;
