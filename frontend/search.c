@@ -10,8 +10,8 @@
  * zb-h1, interleaved and interlaced; pipeline stages cut on the layers'
  * costs where that beats the even cut (passes/balance.c); for each, the
  * first rung of a memory ladder that fits: nothing, ZeRO 1, ZeRO 3, ZeRO 3
- * with the first half of the layers recomputed, then all of them, then
- * also the blocks' MLP chains co-sharded.  The
+ * with the first quarter, half, three quarters of the layers recomputed,
+ * then all of them, then also the blocks' MLP chains co-sharded.  The
  * candidates of one dp x tp x pp and schedule form a chain over the
  * micro-batch counts, which stops once the step stops falling; chains are
  * priced in threads.  Then the 3 fastest with tp > 1 are priced again with
@@ -72,19 +72,23 @@ static const char *sched_name(int s)
     }
 }
 
-/* The blocks, as a recompute list ("h, e"), in buf; half: the first half of
- * each block's repeats ("h.0-5, e.0-1"; the first stages', which keep the
- * most micro-batches' stash), a block of one repeat whole. */
-static void all_blocks(const ir_graph *g, int half, char *buf, size_t n)
+/* The blocks, as a recompute list ("h, e"), in buf: q quarters (1 .. 4) of
+ * each block's repeats, the first ones ("h.0-5, e.0-1" for q 2; the first
+ * stages', which keep the most micro-batches' stash), at least one; 4:
+ * every block whole.  Returns the layers recomputed. */
+static int all_blocks(const ir_graph *g, int q, char *buf, size_t n)
 {
     size_t u = 0;
+    int nl = 0;
     buf[0] = '\0';
     for (int b = 0; b < g->nblk && u < n; b++) {
-        int r = g->blk[b].repeat;
-        if (half && r > 1)
-            u += (size_t)snprintf(buf + u, n - u, "%s%s.0-%d", b ? ", " : "", g->blk[b].name, r / 2 - 1);
-        else u += (size_t)snprintf(buf + u, n - u, "%s%s", b ? ", " : "", g->blk[b].name);
+        int r = g->blk[b].repeat, k = r * q / 4 < 1 ? 1 : r * q / 4;
+        if (k < r)
+            u += (size_t)snprintf(buf + u, n - u, "%s%s.0-%d", b ? ", " : "", g->blk[b].name, k - 1);
+        else u += (size_t)snprintf(buf + u, n - u, "%s%s", b ? ", " : "", g->blk[b].name), k = r;
+        nl += k;
     }
+    return nl;
 }
 
 /* The blocks' MLP chains as a coshard list ("h.fc *1 4, h.fcb *1 4, ..."):
@@ -172,7 +176,8 @@ static void cand_text(const cand *c, char *buf, size_t n)
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
-    if (c->rc) u += snprintf(buf + u, n - (size_t)u, c->rc == 1 ? ", recompute half" : ", recompute");
+    static const char *const rcs[] = {"", ", recompute 1/4", ", recompute half", ", recompute 3/4", ", recompute"};
+    if (c->rc) u += snprintf(buf + u, n - (size_t)u, "%s", rcs[c->rc]);
     if (c->cos) snprintf(buf + u, n - (size_t)u, ", coshard MLP x4");
 }
 
@@ -214,7 +219,7 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
     char rcb[256], csb[1024];
     if (c->cos && !mlp_coshard(&g, csb, sizeof csb)) r->coshard = ir_str(&g, csb);
     if (c->rc) {
-        all_blocks(&g, c->rc == 1, rcb, sizeof rcb);
+        all_blocks(&g, c->rc, rcb, sizeof rcb);
         r->recompute = ir_str(&g, rcb);
     }
     ir_dist d;
@@ -279,7 +284,8 @@ typedef struct search_ctx {
     const ir_graph *g;
     chain *ch;
     int nch, fold, fz, frc;
-    int half;            /* a block has two repeats or more: the ladder's half rung */
+    char rcq[5];         /* per quarters q (1 .. 3): the ladder's rung recomputing them (it recomputes
+                            more layers than the rung before, and fewer than all) */
     int lfold;           /* 1: layers may be folded */
     int cos;             /* 1: the ladder's coshard rung (the blocks have an MLP chain, the spec no coshard) */
     int nl;              /* the blocks' layers */
@@ -289,9 +295,11 @@ typedef struct search_ctx {
 /* The layers in all of the smaller folded build for a candidate of `parts`
  * pipeline parts, or 0: built on every layer.  k layers per part (1, 2 or
  * 4, the smallest that works): every block's repeat must scale exactly to
- * k and 2k layers per part, each to at least 2 (the ladder's half rung
- * recomputes the first half of a block's repeats), and the two builds must
- * hold at most half the layers the spec's one would. */
+ * k and 2k layers per part, each to at least 2 (the ladder's partial rungs
+ * recompute the first quarters of a block's repeats: with 2, half means
+ * the same; a quarter and three quarters are then estimates the full
+ * builds correct), and the two builds must hold at most half the layers
+ * the spec's one would. */
 static int fold_layers(const search_ctx *x, int parts)
 {
     if (!x->lfold || parts < 1) return 0;
@@ -493,10 +501,11 @@ struct chain {
 
 static int fits(const cand *c, const ir_profile *pf) { return c->ok && (double)c->mem <= pf->mem; }
 
-/* The memory ladder: nothing, ZeRO 1, ZeRO 3, then with the first half of
-   each block's layers recomputed, then all of them. */
-static const int ladder_z[] = {0, 1, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 0, 1, 2, 2};
-#define LADDER 6   /* (the last rung: all recomputed, and the MLP chains co-sharded) */
+/* The memory ladder: nothing, ZeRO 1, ZeRO 3, then with the first quarter,
+   half, three quarters of each block's layers recomputed, then all of them
+   (ladder_rc: quarters). */
+static const int ladder_z[] = {0, 1, 3, 3, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 0, 1, 2, 3, 4, 4};
+#define LADDER 8   /* (the last rung: all recomputed, and the MLP chains co-sharded) */
 
 /* t on the ladder from rung k0: the first rung that fits, or none fitting,
  * the last priced (the smallest). */
@@ -510,7 +519,8 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
         if (x->fz >= 0 && ladder_z[k] != x->fz) continue;
         if (x->frc < 0 && ladder_rc[k]) continue;
         if (ladder_rc[k] && x->g->nblk == 0) continue;
-        if (ladder_rc[k] == 1 && !x->half) continue;   /* (no block of two repeats: half is all) */
+        if (ladder_rc[k] && ladder_rc[k] < 4 && !x->rcq[ladder_rc[k]]) continue;   /* (what the rung before, or all,
+                                                                                 recomputes) */
         if (k == LADDER - 1 && !x->cos) continue;      /* (no MLP chain, or the spec's coshard) */
         cand u = t;
         u.zero = x->fz >= 0 ? x->fz : (t.dp > 1 ? ladder_z[k] : 0);
@@ -690,15 +700,21 @@ int fe_search(const fe_opts *o, ir_graph *g)
             }
         }
     }
-    int half = 0;
-    for (int b = 0; b < g->nblk; b++) half |= g->blk[b].repeat > 1;
+    char rcq[5] = {0, 0, 0, 0, 1};
+    for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {
+        char tmp[256];
+        int n = all_blocks(g, q, tmp, sizeof tmp);
+        rcq[q] = n > prev && n < nl;
+        if (rcq[q]) prev = n;
+    }
     /* the layer fold: not where the spec names layers or ops (its stage, order, recompute, trans,
        coshard, stage_tp, chunks), nor for recycling */
     int lfold = !r0->no_fold_layers && g->nblk && !r0->stage && !r0->order && !r0->recompute && !r0->trans &&
                 !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
     char csb[1024];
     int cos = !r0->coshard && frc >= 0 && !mlp_coshard(g, csb, sizeof csb);
-    search_ctx x = {o, g, chs, nchs, fold, fz, frc, half, lfold, cos, nl, 0};
+    search_ctx x = {o, g, chs, nchs, fold, fz, frc, {0}, lfold, cos, nl, 0};
+    memcpy(x.rcq, rcq, sizeof rcq);
     int nth = search_threads(), cth = nth < nchs ? nth : nchs;
     in_threads(search_worker, &x, cth);
     cand *cs = NULL;
@@ -836,7 +852,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     r->zero = c->zero;
     if (c->rc) {
         char rcb[256];
-        all_blocks(g, c->rc == 1, rcb, sizeof rcb);
+        all_blocks(g, c->rc, rcb, sizeof rcb);
         r->recompute = ir_str(g, rcb);
     }
     g->train.micro_batches = c->m;

@@ -108,18 +108,20 @@ assert re.search(r"^  +dp .*(zero \d|recompute): step", t, re.M), "no rung of th
 PY
 then ok "policy auto with 12 MB per device: the plan built fits, and candidates climbed the memory ladder"
 else no "auto 12 MB: $(grep -A9 '^search' "$tmp/auto3/plan.txt")"; fi
-# the ladder's half rung: 16 MB per device on 2 devices without a pipeline fits with the first
-# half of the layers recomputed (h.0-1), not without
+# the ladder's partial rungs: 16 MB per device on 2 devices without a pipeline; dp 2 climbs past
+# a quarter and half of the layers recomputed (17.7, 16.5 MiB) to three quarters (h.0-2, 15.2 MiB),
+# tp 2 fits at half (14.8 MiB); the first rung that fits is each one's candidate
 "$nn" "$tiny" --devices 2 -q -o "$tmp/half" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 ||
   no "auto half-recompute build"
 if python3 - "$tmp/half/plan.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
-assert re.search(r"^  chosen   dp \d+ x tp \d+ x pp 1, micro_batches 1(, zero \d)?, recompute half: step", t, re.M), "chosen"
+assert re.search(r"^  chosen   dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute 3/4: step", t, re.M), "chosen"
+assert re.search(r"^           dp 1 x tp 2 x pp 1, micro_batches 1, recompute half: step", t, re.M), "tp 2"
 mem = float(re.search(r"^memory +per rank at most ([0-9.]+) MiB", t, re.M).group(1))
 assert mem * 2**20 <= 16e6, mem
 PY
-then ok "policy auto with 16 MB per device: the first half of the layers recomputed, and it fits"
+then ok "policy auto with 16 MB per device: three quarters of the layers recomputed on dp 2, half on tp 2; it fits"
 else no "auto half: $(grep -A3 '^search' "$tmp/half/plan.txt")"; fi
 # op-trans refinement: with tp 2 on a100-80g the head and embedding whole on each tp device
 # (no vocabulary-parallel collectives) beat the Megatron split; the plan built has them so
