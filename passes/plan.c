@@ -404,6 +404,9 @@ static int coshard(ir_dist *d)
             const ir_op *o = &g->op[op];
             const ir_op *f = o->phase == IR_PH_FWD ? o : o->phase == IR_PH_BWD && o->fwd >= 0 ? &g->op[o->fwd] : NULL;
             if (!f || f->phase != IR_PH_FWD || !matches(g, f, pat) || k == 1) continue;
+            /* zero 3's copy of a param for the backward (recompute.c) stays whole: every
+               piece reads the whole param (and its dp shards are split already) */
+            if (o->recomp && o->kind == IR_OP_COPY && g->t[o->in[0]].kind == IR_T_PARAM) continue;
             int id = ir_anno_find(&o->anno, ident);
             if (id < 0) {
                 if (o != f) continue;   /* a backward op without it stays whole */
