@@ -1098,7 +1098,7 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
     do {                                                                                       \
         if (ptr[r] < at0[(r) + 1]) {                                                           \
             left[r] = STEPLEN(r, ptr[r]);                                                      \
-            if (clock) clock[r] += pre[ptr[r]];                                                \
+            for (int j_ = 0; clock && j_ < left[r]; j_++) clock[r] += pre[ptr[r] + j_];       \
             for (int j_ = 0; j_ < left[r]; j_++) {                                             \
                 inst a_ = seq[ptr[r] + j_];                                                    \
                 if (tin) {                                                                     \

@@ -204,7 +204,7 @@ else no "layer fold: est '$est' full '$full'; $(grep -E '^(  chosen|search  )' "
 # a pipeline's estimate runs every rank's order with its blocking transfers: under zb-h1 the last
 # stage's B task ends with the receive of the next forward's activation (in one call with its own
 # send), which waits while the first stage runs its W task first, so the ranks' orders take longer
-# than the tasks' timeline (measured here: zb-h1 150.9 ms, 1f1b 151.7)
+# than the tasks' timeline (measured here: zb-h1 146.6 and 145.6 ms, 1f1b 147.8 and 148.0)
 "$nn" "$tiny" --devices 2 -q -o "$tmp/zbw" --set dims.C=256 --set dims.B=16 --set plan.pp=2 \
   --set train.micro_batches=4 --set plan.schedule=zb-h1 || no "zb-h1 build"
 if python3 - "$tmp/zbw/plan.txt" <<'PY'
