@@ -566,6 +566,46 @@ static const char cg_cu_add[] =
     "        y[k] = acc ? y[k] + (x[k] + z[k]) : x[k] + z[k];\n"
     "}\n";
 
+/* -------------------------------------------------------------------- mul */
+static const char cg_cu_mul[] =
+    "/* b: A, B, Y.  i: n, acc.  Y (+)= A * B (Y may be A or B). */\n"
+    "NNSC_KERNEL(nnsc_mul, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0], *z = (const float *)a.b[1];\n"
+    "    float *y = (float *)a.b[2];\n"
+    "    i64 n = a.i[0];\n"
+    "    int acc = (int)a.i[1];\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
+    "        y[k] = acc ? y[k] + x[k] * z[k] : x[k] * z[k];\n"
+    "}\n";
+
+/* ------------------------------------------------------------------- silu */
+static const char cg_cu_silu[] =
+    "/* b: X, Y.  i: n.  Y = X / (1 + exp(-X)) (expf, as rtlib's). */\n"
+    "NNSC_KERNEL(nnsc_silu, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0];\n"
+    "    float *y = (float *)a.b[1];\n"
+    "    i64 n = a.i[0];\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
+    "        y[k] = x[k] / (1.0f + expf(-x[k]));\n"
+    "}\n";
+
+/* --------------------------------------------------------------- silu_bwd */
+static const char cg_cu_silu_bwd[] =
+    "/* b: dY, X, dX.  i: n, acc.  dX (+)= dY s (1 + X (1 - s)), s = 1 / (1 + exp(-X)). */\n"
+    "NNSC_KERNEL(nnsc_silu_bwd, 256)\n"
+    "{\n"
+    "    const float *dy = (const float *)a.b[0], *x = (const float *)a.b[1];\n"
+    "    float *dx = (float *)a.b[2];\n"
+    "    i64 n = a.i[0];\n"
+    "    int acc = (int)a.i[1];\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n"
+    "        float s = 1.0f / (1.0f + expf(-x[k])), g = dy[k] * s * (1.0f + x[k] * (1.0f - s));\n"
+    "        dx[k] = acc ? dx[k] + g : g;\n"
+    "    }\n"
+    "}\n";
+
 /* ------------------------------------------------------------------- copy */
 static const char cg_cu_copy[] =
     "/* b: X, Y.  i: n, acc.  Y (+)= X; acc = 0 copies any 4-byte elements bit for\n"
@@ -1262,6 +1302,9 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"relu_bwd", cg_cu_relu_bwd},
     {"gelu", cg_cu_gelu},
     {"gelu_bwd", cg_cu_gelu_bwd},
+    {"mul", cg_cu_mul},
+    {"silu", cg_cu_silu},
+    {"silu_bwd", cg_cu_silu_bwd},
     {"mse_loss", cg_cu_mse_loss},
     {"mse_bwd", cg_cu_mse_bwd},
     {"xent", cg_cu_xent},
@@ -1298,6 +1341,9 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_relu_bwd", RT_K_relu_bwd, "f32"},
     {"nnsc_gelu", RT_K_gelu, "f32"},
     {"nnsc_gelu_bwd", RT_K_gelu_bwd, "f32"},
+    {"nnsc_mul", RT_K_mul, "f32"},
+    {"nnsc_silu", RT_K_silu, "f32"},
+    {"nnsc_silu_bwd", RT_K_silu_bwd, "f32"},
     {"nnsc_mse_loss", RT_K_mse_loss, "f32"},
     {"nnsc_mse_bwd", RT_K_mse_bwd, "f32"},
     {"nnsc_xent", RT_K_xent, "f32"},

@@ -102,7 +102,7 @@ static int mlp_coshard(const ir_graph *g, char *buf, size_t n)
     char *in = ir_xcalloc((size_t)g->nop + 1, 1);
     for (int i = 0; i < g->nop; i++) {
         const ir_op *o = &g->op[i];
-        if (o->phase != IR_PH_FWD || o->block < 0 || o->rep != 0 || (o->kind != IR_OP_GELU && o->kind != IR_OP_RELU))
+        if (o->phase != IR_PH_FWD || o->block < 0 || o->rep != 0 || (o->kind != IR_OP_GELU && o->kind != IR_OP_RELU && o->kind != IR_OP_SILU))
             continue;
         in[i] = 1;
         /* back: the bias_add and the matmul that feed it */

@@ -31,6 +31,7 @@ OP(MATMUL_TN,     "matmul_tn",         "*+ k, *+ n -> k n",               2, 1, 
 OP(BIAS_ADD,      "bias_add",          "* n, n -> * n",                   2, 1, OPF_USER)              /* y = x + b (b broadcast over rows) */
 OP(BIAS_GRAD,     "bias_grad",         "*+ n -> n",                       1, 1, 0)                     /* db = column sums of dy */
 OP(ADD,           "add",               "*, * -> *",                       2, 1, OPF_USER | OPF_ELTW | OPF_LINEAR) /* y = a + b */
+OP(MUL,           "mul",               "*, * -> *",                       2, 1, OPF_USER | OPF_ELTW)   /* y = a * b (SwiGLU's gate) */
 OP(COPY,          "copy",              "* -> *",                          1, 1, OPF_ELTW | OPF_LINEAR) /* y = x */
 OP(RECYCLE,       "recycle",           "* -> *",                          1, 1, OPF_USER)              /* y = x, x the previous forward pass's (recycling); no gradient */
 OP(ADD_BCAST,     "add_bcast",         "* t c, t c -> * t c",             2, 1, OPF_USER)              /* y = x + p, p broadcast over leading dims (positions) */
@@ -48,6 +49,8 @@ OP(RELU,          "relu",              "* -> *",                          1, 1, 
 OP(RELU_BWD,      "relu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* dx = dy * (y > 0); inputs dy, y */
 OP(GELU,          "gelu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* tanh approximation */
 OP(GELU_BWD,      "gelu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* inputs dy, x */
+OP(SILU,          "silu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* y = x sigmoid(x) (swish; LLaMA's MLP) */
+OP(SILU_BWD,      "silu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* inputs dy, x */
 OP(MSE_LOSS,      "mse_loss",          "*+, *+ -> 1",                     2, 1, OPF_USER | OPF_LOSS)   /* mean((p - t)^2) over all elements */
 OP(MSE_BWD,       "mse_bwd",           "*, * -> *",                       2, 1, OPF_ELTW)              /* dp = 2 (p - t) / numel; inputs p, t */
 OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, OPF_USER | OPF_LOSS)   /* mean over rows of -log softmax(logits[:vocab])[target]; targets i32 */

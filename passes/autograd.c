@@ -188,6 +188,12 @@ static int backward(agctx *c, int oi)
         if (c->needs[x]) push(c, x, dy);
         if (c->needs[w]) push(c, w, dy);
         break;
+    case IR_OP_MUL: {   /* da = dy b, db = dy a */
+        int a[2] = {dy, w}, b[2] = {dy, x};
+        contribute(c, x, IR_OP_MUL, 2, a);
+        contribute(c, w, IR_OP_MUL, 2, b);
+        break;
+    }
     case IR_OP_COPY:
         if (c->needs[x]) push(c, x, dy);
         break;
@@ -201,6 +207,11 @@ static int backward(agctx *c, int oi)
     case IR_OP_GELU: {
         int a[2] = {dy, x};
         contribute(c, x, IR_OP_GELU_BWD, 2, a);
+        break;
+    }
+    case IR_OP_SILU: {
+        int a[2] = {dy, x};
+        contribute(c, x, IR_OP_SILU_BWD, 2, a);
         break;
     }
     case IR_OP_MSE_LOSS:

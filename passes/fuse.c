@@ -65,9 +65,11 @@ static int fz_decode(const pg_instr *in, fz_src *s) {
         if (!fz_const(in, 0, &a) || !fz_const(in, 1, &c) || c < 1) return 0;
         *s = (fz_src){RT_EW_ADD, 2, {in->buf[0], in->buf[1]}, {0, 1}, in->buf[2], 0, a * c, c};
         return 1;
-    case RT_K_add:  /* A B Y; n acc */
+    case RT_K_add:
+    case RT_K_mul:  /* A B Y; n acc */
         fz_const(in, 0, &a), fz_const(in, 1, &c);
-        *s = (fz_src){RT_EW_ADD, 2, {in->buf[0], in->buf[1]}, {0, 0}, in->buf[2], c != 0, a, 0};
+        *s = (fz_src){in->kernel == RT_K_add ? RT_EW_ADD : RT_EW_MUL, 2, {in->buf[0], in->buf[1]}, {0, 0},
+                      in->buf[2], c != 0, a, 0};
         return 1;
     case RT_K_copy:  /* X Y; n acc */
         fz_const(in, 0, &a), fz_const(in, 1, &c);

@@ -175,11 +175,14 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_BIAS_ADD: kern = RT_K_bias_add; break;
     case IR_OP_BIAS_GRAD: kern = RT_K_bias_grad; break;
     case IR_OP_ADD: kern = RT_K_add; break;
+    case IR_OP_MUL: kern = RT_K_mul; break;
     case IR_OP_COPY: case IR_OP_RECYCLE: kern = RT_K_copy; break;
     case IR_OP_RELU: kern = RT_K_relu; break;
     case IR_OP_RELU_BWD: kern = RT_K_relu_bwd; break;
     case IR_OP_GELU: kern = RT_K_gelu; break;
     case IR_OP_GELU_BWD: kern = RT_K_gelu_bwd; break;
+    case IR_OP_SILU: kern = RT_K_silu; break;
+    case IR_OP_SILU_BWD: kern = RT_K_silu_bwd; break;
     case IR_OP_MSE_LOSS: kern = RT_K_mse_loss; break;
     case IR_OP_MSE_BWD: kern = RT_K_mse_bwd; break;
     case IR_OP_CROSS_ENTROPY: kern = RT_K_xent; break;
@@ -267,7 +270,7 @@ static void lower_subop(lctx *c, int si, int sec)
         if (o->kind == IR_OP_ATTENTION_BWD) put_acc(c, in, acc, sec);
         break;
     }
-    case IR_OP_RELU: case IR_OP_GELU:
+    case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU:
         pg_i(in, n0);
         break;
     case IR_OP_SGD:

@@ -162,8 +162,9 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_bias_add] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, -1}, -1, 0},
     /* bias_grad: N columns; M = 0 still writes zeros when acc = 0 */
     [RT_KN_bias_grad] = {CU_DEV, CU_GRID_COLS, 256, {1, -1, -1}, -1, 0},
-    /* add: n elements */
+    /* add, mul: n elements */
     [RT_KN_add] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
+    [RT_KN_mul] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     /* copy: n elements; a partial overlap is refused */
     [RT_KN_copy] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, CU_CHK_COPY},
     /* relu, relu_bwd, gelu, gelu_bwd: n elements */
@@ -171,6 +172,9 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_relu_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     [RT_KN_gelu] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     [RT_KN_gelu_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
+    /* silu, silu_bwd: n elements */
+    [RT_KN_silu] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
+    [RT_KN_silu_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     /* mse_loss: a scalar sum over n = i[0]; acc = i[1] */
     [RT_KN_mse_loss] = {CU_DEV, CU_GRID_REDUCE, 256, {0, -1, -1}, 1, 0},
     /* mse_bwd: n elements */

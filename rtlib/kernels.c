@@ -143,6 +143,25 @@ void rt_k_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
     rt_ew(rt_add_range, ctx, b, i, f, i[0]);
 }
 
+/* mul on [lo, hi). */
+static void rt_mul_range(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *x = a->b[0], *z = a->b[1];
+    float *y = a->b[2];   /* may alias x or z (elementwise) */
+    if (a->i[1])
+        for (int64_t k = lo; k < hi; k++)
+            y[k] += x[k] * z[k];
+    else
+        for (int64_t k = lo; k < hi; k++)
+            y[k] = x[k] * z[k];
+}
+
+void rt_k_mul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ew(rt_mul_range, ctx, b, i, f, i[0]);
+}
+
 void rt_k_copy(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     if (!i[1]) {
@@ -199,6 +218,38 @@ static void rt_gelu_bwd_range(const void *p, int64_t lo, int64_t hi, int t)
 void rt_k_gelu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_ew(rt_gelu_bwd_range, ctx, b, i, f, i[0]);
+}
+
+/* silu on [lo, hi): x / (1 + exp(-x)), libm's expf (the CUDA kernel the same) */
+static void rt_silu_range(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *x = a->b[0];
+    float *y = a->b[1];
+    for (int64_t k = lo; k < hi; k++)
+        y[k] = x[k] / (1.0f + expf(-x[k]));
+}
+
+void rt_k_silu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ew(rt_silu_range, ctx, b, i, f, i[0]);
+}
+
+/* silu_bwd on [lo, hi): dy s (1 + x (1 - s)), s = 1 / (1 + exp(-x)) */
+static void rt_silu_bwd_range(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *dy = a->b[0], *x = a->b[1];
+    float *dx = a->b[2];
+    for (int64_t k = lo; k < hi; k++) {
+        float s = 1.0f / (1.0f + expf(-x[k])), v = dy[k] * s * (1.0f + x[k] * (1.0f - s));
+        dx[k] = a->i[1] ? dx[k] + v : v;
+    }
+}
+
+void rt_k_silu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ew(rt_silu_bwd_range, ctx, b, i, f, i[0]);
 }
 
 void rt_k_mse_loss(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)

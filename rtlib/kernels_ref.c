@@ -84,6 +84,15 @@ void rt_ref_bias_grad(rt_ctx *ctx, void *const *b, const int64_t *i, const float
     }
 }
 
+/* Y (+)= A * B. */
+void rt_ref_mul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0], *z = b[1];
+    float *y = b[2];
+    for (int64_t k = 0; k < i[0]; k++)
+        y[k] = (i[1] ? y[k] : 0.0f) + (x[k] * z[k]);
+}
+
 /* Y (+)= A + B. */
 void rt_ref_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
@@ -135,6 +144,26 @@ void rt_ref_gelu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
     for (int64_t k = 0; k < i[0]; k++) {
         double v = x[k];
         y[k] = (float)(0.5 * v * (1.0 + tanh(RT_GELU_C * (v + RT_GELU_A * v * v * v))));
+    }
+}
+
+/* Y = X / (1 + exp(-X)) (in double). */
+void rt_ref_silu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0];
+    float *y = b[1];
+    for (int64_t k = 0; k < i[0]; k++)
+        y[k] = (float)((double)x[k] / (1.0 + exp(-(double)x[k])));
+}
+
+/* dX (+)= dY * silu'(X) = dY s (1 + X (1 - s)), s = sigmoid(X) (in double). */
+void rt_ref_silu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *dy = b[0], *x = b[1];
+    float *dx = b[2];
+    for (int64_t k = 0; k < i[0]; k++) {
+        double v = x[k], s = 1.0 / (1.0 + exp(-v));
+        dx[k] = (float)((i[1] ? dx[k] : 0.0) + dy[k] * s * (1.0 + v * (1.0 - s)));
     }
 }
 

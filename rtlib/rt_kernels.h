@@ -26,11 +26,15 @@ RT_K(matmul,          3,   6,   0)  /* b: A, B, C.  i: M, K, N, transA, transB, 
 RT_K(bias_add,        3,   2,   0)  /* b: X, bias, Y.  i: M, N.  Y[m,n] = X[m,n] + bias[n] (Y may be X) */
 RT_K(bias_grad,       2,   3,   0)  /* b: dY, db.  i: M, N, acc.  db[n] (+)= sum_m dY[m,n] */
 RT_K(add,             3,   2,   0)  /* b: A, B, Y.  i: n, acc.  Y (+)= A + B */
+RT_K(mul,             3,   2,   0)  /* b: A, B, Y.  i: n, acc.  Y (+)= A * B */
 RT_K(copy,            2,   2,   0)  /* b: X, Y.  i: n, acc.  Y (+)= X */
 RT_K(relu,            2,   1,   0)  /* b: X, Y.  i: n.  Y = max(X, 0) */
 RT_K(relu_bwd,        3,   2,   0)  /* b: dY, Y, dX.  i: n, acc.  dX (+)= dY * (Y > 0) */
 RT_K(gelu,            2,   1,   0)  /* b: X, Y.  i: n.  Y = 0.5 X (1 + tanh(sqrt(2/pi) (X + 0.044715 X^3))) */
 RT_K(gelu_bwd,        3,   2,   0)  /* b: dY, X, dX.  i: n, acc.  dX (+)= dY * gelu'(X) */
+RT_K(silu,            2,   1,   0)  /* b: X, Y.  i: n.  Y = X / (1 + exp(-X)) */
+RT_K(silu_bwd,        3,   2,   0)  /* b: dY, X, dX.  i: n, acc.  dX (+)= dY * s (1 + X (1 - s)),
+                                       s = 1 / (1 + exp(-X)) */
 RT_K(mse_loss,        3,   2,   1)  /* b: P, T, L.  i: n, acc.  f: scale.  L[0] (+)= scale * sum (P - T)^2 */
 RT_K(mse_bwd,         3,   2,   1)  /* b: P, T, dP.  i: n, acc.  f: scale.  dP (+)= 2 scale (P - T) */
 RT_K(xent,            3,   4,   1)  /* b: logits (M,V), targets (i32, M), L.  i: M, V, acc, Vreal.  f: scale.

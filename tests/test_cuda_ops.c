@@ -664,6 +664,9 @@ static const ew_kernel ew_kernels[] = {
     {RT_KN_relu_bwd, 2, {"dY", "Y"}, "dX", 0, -1, 1, 1, 1, 0},
     {RT_KN_gelu, 1, {"X", NULL}, "Y", 0, -6, 6, -1, 0, 0},
     {RT_KN_gelu_bwd, 2, {"dY", "X"}, "dX", 1, -5, 5, -1, 1, 0},
+    {RT_KN_mul, 2, {"A", "B"}, "Y", 0, -1, 1, -1, 1, 0},
+    {RT_KN_silu, 1, {"X", NULL}, "Y", 0, -8, 8, -1, 0, 0},
+    {RT_KN_silu_bwd, 2, {"dY", "X"}, "dX", 1, -8, 8, -1, 1, 0},
     {RT_KN_mse_bwd, 2, {"P", "T"}, "dP", 0, -2, 2, -1, 1, 1},
 };
 

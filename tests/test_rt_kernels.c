@@ -60,6 +60,10 @@ static void test_elementwise(void)
         int64_t s3[3] = {n, n, n}, s2[2] = {n, n};
         snprintf(nm, sizeof nm, "add acc=%d", acc);
         cmp_kernel(nm, rt_k_add, rt_ref_add, 3, s3, 2, i2, NULL, -2, 2, 1e-6);
+        snprintf(nm, sizeof nm, "mul acc=%d", acc);
+        cmp_kernel(nm, rt_k_mul, rt_ref_mul, 3, s3, 2, i2, NULL, -2, 2, 1e-6);
+        snprintf(nm, sizeof nm, "silu_bwd acc=%d", acc);
+        cmp_kernel(nm, rt_k_silu_bwd, rt_ref_silu_bwd, 3, s3, 2, i2, NULL, -8, 8, 1e-6);
         snprintf(nm, sizeof nm, "copy acc=%d", acc);
         cmp_kernel(nm, rt_k_copy, rt_ref_copy, 2, s2, 1, i2, NULL, -2, 2, 1e-6);
         snprintf(nm, sizeof nm, "relu_bwd acc=%d", acc);
@@ -79,6 +83,7 @@ static void test_elementwise(void)
     int64_t i1[1] = {n}, s2[2] = {n, n};
     cmp_kernel("relu", rt_k_relu, rt_ref_relu, 2, s2, 1, i1, NULL, -2, 2, 0);
     cmp_kernel("gelu", rt_k_gelu, rt_ref_gelu, 2, s2, 1, i1, NULL, -8, 8, 1e-6);
+    cmp_kernel("silu", rt_k_silu, rt_ref_silu, 2, s2, 1, i1, NULL, -8, 8, 1e-6);
     int64_t s1[1] = {n};
     cmp_kernel("zero", rt_k_zero, rt_ref_zero, 1, s1, 0, i1, NULL, -2, 2, 0);
     int64_t ib[2] = {M, N}, sb[3] = {M * N, N, M * N};

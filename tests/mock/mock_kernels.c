@@ -263,8 +263,10 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[1], 32);
         break;
     case RT_KN_add:
+    case RT_KN_mul:
     case RT_KN_relu_bwd:
     case RT_KN_gelu_bwd:
+    case RT_KN_silu_bwd:
     case RT_KN_mse_bwd:   /* three buffers of n */
         B[0] = B[1] = B[2] = mock_f4(i[0], 1);
         break;
@@ -279,6 +281,7 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         break;
     case RT_KN_relu:
     case RT_KN_gelu:
+    case RT_KN_silu:
     case RT_KN_sgd:   /* two buffers of n */
         B[0] = B[1] = mock_f4(i[0], 1);
         break;
