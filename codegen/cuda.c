@@ -1033,6 +1033,79 @@ static const char cg_cu_layernorm_wgrad[] =
     "    }\n"
     "}\n";
 
+/* ---------------------------------------------------------------- rmsnorm */
+static const char cg_cu_rmsnorm[] =
+    "/* b: X (R, C), w (C), Y (R, C), rstd (R).  i: R, C.  f: eps.  Per row:\n"
+    " * rstd = 1/sqrt(mean(X^2) + eps); Y = X rstd w.  One block per row. */\n"
+    "NNSC_KERNEL(nnsc_rmsnorm, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0], *w = (const float *)a.b[1];\n"
+    "    float *y = (float *)a.b[2], *rstd = (float *)a.b[3];\n"
+    "    i64 r = blockIdx.x, C = a.i[1];\n"
+    "    const float *xr = x + r * C;\n"
+    "    float *yr = y + r * C;\n"
+    "    float q = 0.0f;\n"
+    "    for (i64 c = threadIdx.x; c < C; c += blockDim.x)\n"
+    "        q += xr[c] * xr[c];\n"
+    "    float rs = 1.0f / sqrtf(nnsc_block_sum(q) / (float)C + a.f[0]);\n"
+    "    if (threadIdx.x == 0)\n"
+    "        rstd[r] = rs;\n"
+    "    for (i64 c = threadIdx.x; c < C; c += blockDim.x)\n"
+    "        yr[c] = xr[c] * rs * w[c];\n"
+    "}\n";
+
+/* ------------------------------------------------------------ rmsnorm_bwd */
+static const char cg_cu_rmsnorm_bwd[] =
+    "/* b: dY, X, w, rstd, dX.  i: R, C, acc.  With xhat = X rstd and g = dY w:\n"
+    " * dX (+)= rstd (g - xhat mean_c(g xhat)).  One block per row. */\n"
+    "NNSC_KERNEL(nnsc_rmsnorm_bwd, 256)\n"
+    "{\n"
+    "    const float *dy = (const float *)a.b[0], *x = (const float *)a.b[1];\n"
+    "    const float *w = (const float *)a.b[2], *rstd = (const float *)a.b[3];\n"
+    "    float *dx = (float *)a.b[4];\n"
+    "    i64 r = blockIdx.x, C = a.i[1];\n"
+    "    int acc = (int)a.i[2];\n"
+    "    const float *dyr = dy + r * C, *xr = x + r * C;\n"
+    "    float *dxr = dx + r * C;\n"
+    "    float rs = rstd[r], sgx = 0.0f;\n"
+    "    for (i64 c = threadIdx.x; c < C; c += blockDim.x)\n"
+    "        sgx += dyr[c] * w[c] * (xr[c] * rs);\n"
+    "    sgx = nnsc_block_sum(sgx) / (float)C;\n"
+    "    for (i64 c = threadIdx.x; c < C; c += blockDim.x) {\n"
+    "        float d = rs * (dyr[c] * w[c] - xr[c] * rs * sgx);\n"
+    "        dxr[c] = acc ? dxr[c] + d : d;\n"
+    "    }\n"
+    "}\n";
+
+/* ---------------------------------------------------------- rmsnorm_wgrad */
+static const char cg_cu_rmsnorm_wgrad[] =
+    "/* b: dY, X, rstd, dw.  i: R, C, acc.  dw (+)= sum_r dY X rstd.  Column\n"
+    " * sums as in layernorm_wgrad: a block owns 32 columns, 8 warps take every\n"
+    " * 8th row, warp 0 adds their partial sums in order. */\n"
+    "NNSC_KERNEL(nnsc_rmsnorm_wgrad, 256)\n"
+    "{\n"
+    "    const float *dy = (const float *)a.b[0], *x = (const float *)a.b[1];\n"
+    "    const float *rstd = (const float *)a.b[2];\n"
+    "    float *dw = (float *)a.b[3];\n"
+    "    i64 R = a.i[0], C = a.i[1];\n"
+    "    int acc = (int)a.i[2];\n"
+    "    __shared__ float shw[8][33];\n"
+    "    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;\n"
+    "    i64 c = (i64)blockIdx.x * 32 + tx;\n"
+    "    float sw = 0.0f;\n"
+    "    if (c < C)\n"
+    "        for (i64 r = ty; r < R; r += 8)\n"
+    "            sw += dy[r * C + c] * (x[r * C + c] * rstd[r]);\n"
+    "    shw[ty][tx] = sw;\n"
+    "    __syncthreads();\n"
+    "    if (ty == 0 && c < C) {\n"
+    "        float tw = 0.0f;\n"
+    "        for (int j = 0; j < 8; j++)\n"
+    "            tw += shw[j][tx];\n"
+    "        dw[c] = acc ? dw[c] + tw : tw;\n"
+    "    }\n"
+    "}\n";
+
 /* ---------------------------------------------------------------- softmax */
 static const char cg_cu_softmax[] =
     "/* b: X (R, N), Y.  i: R, N.  Y = softmax over the last dim, max subtracted:\n"
@@ -1318,6 +1391,9 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"layernorm", cg_cu_layernorm},
     {"layernorm_bwd", cg_cu_layernorm_bwd},
     {"layernorm_wgrad", cg_cu_layernorm_wgrad},
+    {"rmsnorm", cg_cu_rmsnorm},
+    {"rmsnorm_bwd", cg_cu_rmsnorm_bwd},
+    {"rmsnorm_wgrad", cg_cu_rmsnorm_wgrad},
     {"softmax", cg_cu_softmax},
     {"softmax_bwd", cg_cu_softmax_bwd},
     {"attention", cg_cu_attention},
@@ -1357,6 +1433,9 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_layernorm", RT_K_layernorm, "f32"},
     {"nnsc_layernorm_bwd", RT_K_layernorm_bwd, "f32"},
     {"nnsc_layernorm_wgrad", RT_K_layernorm_wgrad, "f32"},
+    {"nnsc_rmsnorm", RT_K_rmsnorm, "f32"},
+    {"nnsc_rmsnorm_bwd", RT_K_rmsnorm_bwd, "f32"},
+    {"nnsc_rmsnorm_wgrad", RT_K_rmsnorm_wgrad, "f32"},
     {"nnsc_softmax", RT_K_softmax, "f32"},
     {"nnsc_softmax_bwd", RT_K_softmax_bwd, "f32"},
     {"nnsc_attention", RT_K_attention, "f32"},

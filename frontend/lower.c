@@ -473,19 +473,23 @@ static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, char **n
 /* [op NAME]  kind = KIND, in = NAME, ..., out = NAME, ... */
 /* Op attributes: heads = EXPR and causal = true|false (attention), vocab =
  * EXPR (cross_entropy: the real vocabulary; logits past it are padding),
- * eps = FLOAT (layernorm).  A key that does not belong to the op's kind is
+ * eps = FLOAT (layernorm, rmsnorm).  A key that does not belong to the op's kind is
  * an error. */
 static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
         {"heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION}, {"vocab", IR_OP_CROSS_ENTROPY},
-        {"eps", IR_OP_LAYERNORM}, {"shape", IR_OP_RECYCLE}};
+        {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM}, {"shape", IR_OP_RECYCLE}};
     char err[256], hint[256], clip[96];
     for (size_t a = 0; a < sizeof own / sizeof own[0]; a++) {
         const fe_kv *kv = fe_get(sec, own[a].key);
         if (!kv) continue;
-        if (d->kind != own[a].kind) {
-            snprintf(hint, sizeof hint, "%s is a key of %s ops only", own[a].key, ir_ops[own[a].kind].name);
+        int mine = 0;   /* (a key may belong to several kinds: eps) */
+        for (size_t b = 0; b < sizeof own / sizeof own[0]; b++)
+            mine |= !strcmp(own[b].key, own[a].key) && own[b].kind == d->kind;
+        if (!mine) {
+            snprintf(hint, sizeof hint, "%s is a key of %s ops only", own[a].key,
+                     !strcmp(own[a].key, "eps") ? "layernorm and rmsnorm" : ir_ops[own[a].kind].name);
             return fe_kv_error(L->s, sec, kv, hint, "op '%s' (%s) has no key '%s'", fe_clip(sec->name, clip, sizeof clip),
                                ir_ops[d->kind].name, own[a].key);
         }

@@ -41,6 +41,9 @@ OP(EMBEDDING_BWD, "embedding_bwd",     "*+, *+ c, v c -> v c",            3, 1, 
 OP(LAYERNORM,     "layernorm",         "* c^, c^, c^ -> * c^, *, *",      3, 3, OPF_USER)              /* y, mean, rstd = layernorm(x, w, b) over the last dim */
 OP(LAYERNORM_BWD, "layernorm_bwd",     "* c^, * c^, c^, *, * -> * c^",    5, 1, 0)                     /* dx; inputs dy, x, w, mean, rstd */
 OP(LAYERNORM_WGRAD, "layernorm_wgrad", "*+ c^, *+ c^, *+, *+ -> c^, c^",  4, 2, 0)                     /* dw, db; inputs dy, x, mean, rstd */
+OP(RMSNORM,       "rmsnorm",           "* c^, c^ -> * c^, *",             2, 2, OPF_USER)              /* y, rstd = rmsnorm(x, w) over the last dim (LLaMA) */
+OP(RMSNORM_BWD,   "rmsnorm_bwd",       "* c^, * c^, c^, * -> * c^",       4, 1, 0)                     /* dx; inputs dy, x, w, rstd */
+OP(RMSNORM_WGRAD, "rmsnorm_wgrad",     "*+ c^, *+ c^, *+ -> c^",          3, 1, 0)                     /* dw; inputs dy, x, rstd */
 OP(SOFTMAX,       "softmax",           "* n^ -> * n^",                    1, 1, OPF_USER)              /* over the last dim */
 OP(SOFTMAX_BWD,   "softmax_bwd",       "* n^, * n^ -> * n^",              2, 1, 0)                     /* inputs dy, y */
 OP(ATTENTION,     "attention",         "* t^ (h d^), * t^ (h d^), * t^ (h d^) -> * t^ (h d^), * h t^", 3, 2, OPF_USER) /* causal multi-head attention; q, k, v -> y, lse; heads binds h */

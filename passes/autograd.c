@@ -174,6 +174,13 @@ static int backward(agctx *c, int oi)
         contribute_n(c, 2, wb, IR_OP_LAYERNORM_WGRAD, 4, b);
         break;
     }
+    case IR_OP_RMSNORM: {
+        int a[4] = {dy, x, w, o.out[1]};
+        contribute(c, x, IR_OP_RMSNORM_BWD, 4, a);
+        int b[3] = {dy, x, o.out[1]};
+        contribute(c, w, IR_OP_RMSNORM_WGRAD, 3, b);
+        break;
+    }
     case IR_OP_SOFTMAX: {
         int a[2] = {dy, o.out[0]};
         contribute(c, x, IR_OP_SOFTMAX_BWD, 2, a);

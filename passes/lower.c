@@ -194,6 +194,9 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_LAYERNORM: kern = RT_K_layernorm; break;
     case IR_OP_LAYERNORM_BWD: kern = RT_K_layernorm_bwd; break;
     case IR_OP_LAYERNORM_WGRAD: kern = RT_K_layernorm_wgrad; break;
+    case IR_OP_RMSNORM: kern = RT_K_rmsnorm; break;
+    case IR_OP_RMSNORM_BWD: kern = RT_K_rmsnorm_bwd; break;
+    case IR_OP_RMSNORM_WGRAD: kern = RT_K_rmsnorm_wgrad; break;
     case IR_OP_SOFTMAX: kern = RT_K_softmax; break;
     case IR_OP_SOFTMAX_BWD: kern = RT_K_softmax_bwd; break;
     case IR_OP_ATTENTION: kern = RT_K_attention; break;
@@ -235,12 +238,15 @@ static void lower_subop(lctx *c, int si, int sec)
         break;
     case IR_OP_BIAS_ADD:
     case IR_OP_LAYERNORM:
+    case IR_OP_RMSNORM:
     case IR_OP_SOFTMAX:
         pg_i(in, rows); pg_i(in, last);
         break;
     case IR_OP_BIAS_GRAD:
     case IR_OP_LAYERNORM_BWD:
     case IR_OP_LAYERNORM_WGRAD:
+    case IR_OP_RMSNORM_BWD:
+    case IR_OP_RMSNORM_WGRAD:
     case IR_OP_SOFTMAX_BWD:
         pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec);
         break;
@@ -289,6 +295,7 @@ static void lower_subop(lctx *c, int si, int sec)
         pg_f(in, (float)o->fattr[IR_FA_SCALE]);
         break;
     case IR_OP_LAYERNORM:
+    case IR_OP_RMSNORM:
         pg_f(in, (float)o->fattr[IR_FA_LN_EPS]);
         break;
     case IR_OP_SGD:

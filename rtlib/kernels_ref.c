@@ -472,6 +472,56 @@ void rt_ref_layernorm(rt_ctx *ctx, void *const *b, const int64_t *i, const float
     }
 }
 
+/* rstd = 1/sqrt(mean_c(X^2) + eps), Y = X rstd w (in double). */
+void rt_ref_rmsnorm(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0], *w = b[1];
+    float *y = b[2], *rstd = b[3];
+    int64_t R = i[0], C = i[1];
+    for (int64_t r = 0; r < R && C > 0; r++) {
+        const float *xr = x + r * C;
+        double ms = 0;
+        for (int64_t c = 0; c < C; c++)
+            ms += (double)xr[c] * xr[c];
+        double rs = 1.0 / sqrt(ms / (double)C + f[0]);
+        rstd[r] = (float)rs;
+        for (int64_t c = 0; c < C; c++)
+            y[r * C + c] = (float)(xr[c] * rs * w[c]);
+    }
+}
+
+/* With xhat = X rstd and g = dY w (the saved rstd): dX (+)= rstd (g - xhat
+ * mean_c(g xhat)) (in double). */
+void rt_ref_rmsnorm_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *dy = b[0], *x = b[1], *w = b[2], *rstd = b[3];
+    float *dx = b[4];
+    int64_t R = i[0], C = i[1];
+    for (int64_t r = 0; r < R && C > 0; r++) {
+        const float *dyr = dy + r * C, *xr = x + r * C;
+        double rs = rstd[r], sgx = 0;
+        for (int64_t c = 0; c < C; c++)
+            sgx += (double)dyr[c] * w[c] * (xr[c] * rs);
+        sgx /= (double)C;
+        for (int64_t c = 0; c < C; c++)
+            dx[r * C + c] = (float)((i[2] ? dx[r * C + c] : 0.0) + rs * ((double)dyr[c] * w[c] - xr[c] * rs * sgx));
+    }
+}
+
+/* dw (+)= sum_r dY X rstd (in double). */
+void rt_ref_rmsnorm_wgrad(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *dy = b[0], *x = b[1], *rstd = b[2];
+    float *dw = b[3];
+    int64_t R = i[0], C = i[1];
+    for (int64_t c = 0; c < C; c++) {
+        double s = 0;
+        for (int64_t r = 0; r < R; r++)
+            s += (double)dy[r * C + c] * (x[r * C + c] * rstd[r]);
+        dw[c] = (float)((i[2] ? dw[c] : 0.0) + s);
+    }
+}
+
 /* With xhat = (X - mean) rstd and g = dY w (the saved mean, rstd):
  * dX (+)= rstd (g - mean_c(g) - xhat mean_c(g xhat)). */
 void rt_ref_layernorm_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)

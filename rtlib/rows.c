@@ -331,6 +331,94 @@ void rt_k_layernorm_wgrad(rt_ctx *ctx, void *const *b, const int64_t *i, const f
     rt_parallel_for(rw_layernorm_wgrad_cols, &a, i[1], RT_EW_UNIT, rw_grain(i[0]));
 }
 
+/* ---- rmsnorm */
+
+/* rmsnorm on rows [lo, hi). */
+static void rw_rmsnorm_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *x = a->b[0], *restrict w = a->b[1];
+    float *y = a->b[2], *rstd = a->b[3];
+    int64_t C = a->i[1];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict xr = x + r * C;
+        float *restrict yr = y + r * C;
+        float rs = 1.0f / sqrtf(rw_dot(xr, xr, C) / (float)C + a->f[0]);
+        rstd[r] = rs;
+        for (int64_t c = 0; c < C; c++)
+            yr[c] = xr[c] * rs * w[c];
+    }
+}
+
+void rt_k_rmsnorm(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    if (i[1] <= 0)
+        return;
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_rmsnorm_rows, &a, i[0], 1, rw_grain(i[1]));
+}
+
+/* rmsnorm_bwd on rows [lo, hi): with xhat = x rstd and g = dy w,
+ * dx = rstd (g - xhat mean(g xhat)). */
+static void rw_rmsnorm_bwd_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *dy = a->b[0], *x = a->b[1], *restrict w = a->b[2], *rstd = a->b[3];
+    float *dx = a->b[4];
+    int64_t C = a->i[1];
+    for (int64_t r = lo; r < hi; r++) {
+        const float *restrict dyr = dy + r * C, *restrict xr = x + r * C;
+        float *restrict dxr = dx + r * C;
+        float rs = rstd[r], agx[RW_LANES] = {0};   /* sum g xhat */
+        int64_t c = 0;
+        for (; c + RW_LANES <= C; c += RW_LANES)
+            for (int j = 0; j < RW_LANES; j++)
+                agx[j] += dyr[c + j] * w[c + j] * (xr[c + j] * rs);
+        for (int j = 0; c + j < C; j++)
+            agx[j] += dyr[c + j] * w[c + j] * (xr[c + j] * rs);
+        double sgx = 0;
+        for (int j = 0; j < RW_LANES; j++)
+            sgx += agx[j];
+        float mgx = (float)(sgx / (double)C);
+        if (a->i[2])
+            for (c = 0; c < C; c++)
+                dxr[c] += rs * (dyr[c] * w[c] - xr[c] * rs * mgx);
+        else
+            for (c = 0; c < C; c++)
+                dxr[c] = rs * (dyr[c] * w[c] - xr[c] * rs * mgx);
+    }
+}
+
+void rt_k_rmsnorm_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    if (i[1] <= 0)
+        return;
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_rmsnorm_bwd_rows, &a, i[0], 1, rw_grain(i[1]));
+}
+
+/* rmsnorm_wgrad on columns [lo, hi), every row in order. */
+static void rw_rmsnorm_wgrad_cols(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *dy = a->b[0], *x = a->b[1], *rstd = a->b[2];
+    float *restrict dw = a->b[3];
+    int64_t R = a->i[0], C = a->i[1];
+    if (!a->i[2]) memset(dw + lo, 0, (size_t)(hi - lo) * 4);
+    for (int64_t r = 0; r < R; r++) {
+        const float *restrict dyr = dy + r * C, *restrict xr = x + r * C;
+        float rs = rstd[r];
+        for (int64_t c = lo; c < hi; c++)
+            dw[c] += dyr[c] * (xr[c] * rs);
+    }
+}
+
+void rt_k_rmsnorm_wgrad(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_rmsnorm_wgrad_cols, &a, i[1], RT_EW_UNIT, rw_grain(i[0]));
+}
+
 /* ---- embedding */
 
 /* embedding on rows [lo, hi): a row of the table, or 0 for out-of-shard tokens. */

@@ -86,6 +86,11 @@ RT_K(layernorm,       6,   2,   1)  /* b: X (R, C), w (C), bias (C), Y (R, C), m
 RT_K(layernorm_bwd,   6,   3,   0)  /* b: dY, X, w, mean, rstd, dX.  i: R, C, acc.  dX (+)= layernorm input grad */
 RT_K(layernorm_wgrad, 6,   3,   0)  /* b: dY, X, mean, rstd, dw, dbias.  i: R, C, acc.
                                        dw (+)= sum_r dY (X-mean) rstd; dbias (+)= sum_r dY */
+RT_K(rmsnorm,         4,   2,   1)  /* b: X (R, C), w (C), Y (R, C), rstd (R).  i: R, C.  f: eps.
+                                       rstd = 1/sqrt(mean_c(X^2) + eps); Y = X rstd w */
+RT_K(rmsnorm_bwd,     5,   3,   0)  /* b: dY, X, w, rstd, dX.  i: R, C, acc.  With xhat = X rstd and
+                                       g = dY w: dX (+)= rstd (g - xhat mean_c(g xhat)) */
+RT_K(rmsnorm_wgrad,   4,   3,   0)  /* b: dY, X, rstd, dw.  i: R, C, acc.  dw (+)= sum_r dY X rstd */
 RT_K(softmax,         2,   2,   0)  /* b: X (R, N), Y.  i: R, N.  Y = softmax over the last dim (stable) */
 RT_K(softmax_bwd,     3,   3,   0)  /* b: dY, Y, dX.  i: R, N, acc.  dX (+)= Y (dY - sum(dY Y)) */
 RT_K(attention,       5,   5,   1)  /* b: q, k, v (B, T, H, D), Y (B, T, H, D), lse (B, H, T).  i: B, T, H, D,

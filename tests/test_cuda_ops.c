@@ -923,6 +923,49 @@ static void ops_layernorm(void)
             }
 }
 
+/* rmsnorm, its backward and weight gradient (rstd from the reference
+ * forward): as layernorm's. */
+static void ops_rmsnorm(void)
+{
+    static const int64_t rc[][2] = {{1, 1}, {37, 33}, {64, 1000}, {3, 4097}, {0, 33}};
+    const float eps = 1e-6f;
+    for (int s = 0; s < 5; s++) {
+        int64_t R = rc[s][0], C = rc[s][1];
+        if (!R || !tc_begin("rmsnorm", "R=%lld C=%lld eps=1e-6", (long long)R, (long long)C))
+            continue;
+        int x = tc_buf(TB_IN, "X", R * C, -2, 3), w = tc_buf(TB_IN, "w", C, 0.5f, 1.5f);
+        int y = tc_buf(TB_OUT, "Y", R * C, -1, 1), rstd = tc_buf(TB_OUT, "rstd", R, -1, 1);
+        tc_launch(RT_KN_rmsnorm, B(x, w, y, rstd), I(R, C), F(eps));
+        tc_run();
+    }
+    for (int wgrad = 0; wgrad < 2; wgrad++)
+        for (int s = 0; s < 5; s++)
+            for (int acc = 0; acc < 2; acc++) {
+                int64_t R = rc[s][0], C = rc[s][1];
+                /* the input gradient: no rows, nothing to do; with C = 1 dX is
+                   0 up to rounding, so acc = 1 compares it against the values
+                   it is added to */
+                if (!wgrad && (!R || (C == 1 && !acc)))
+                    continue;
+                if (!tc_begin(wgrad ? "rmsnorm_wgrad" : "rmsnorm_bwd", "R=%lld C=%lld acc=%d",
+                              (long long)R, (long long)C, acc))
+                    continue;
+                int dy = tc_buf(TB_IN, "dY", R * C, -1, 1), x = tc_buf(TB_IN, "X", R * C, -2, 3);
+                int w = tc_buf(wgrad ? TB_HOST : TB_IN, "w", C, 0.5f, 1.5f);
+                int rstd = tc_buf(TB_IN, "rstd", R, 0, 0);
+                int y = tc_buf(TB_HOST, "Y", R * C, 0, 0);
+                tc_prep(RT_KN_rmsnorm, B(x, w, y, rstd), I(R, C), F(eps));
+                if (wgrad) {
+                    int dw = tc_buf(TB_OUT, "dw", C, -1, 1);
+                    tc_launch(RT_KN_rmsnorm_wgrad, B(dy, x, rstd, dw), I(R, C, acc), NOF);
+                } else {
+                    int dx = tc_buf(TB_OUT, "dX", R * C, -1, 1);
+                    tc_launch(RT_KN_rmsnorm_bwd, B(dy, x, w, rstd, dx), I(R, C, acc), NOF);
+                }
+                tc_run();
+            }
+}
+
 /* softmax and its backward (Y from the reference forward): one column, a
  * block's worth and more. */
 static void ops_softmax(void)
@@ -1367,6 +1410,7 @@ int main(int argc, char **argv)
     ops_optimizers();
     ops_embedding();
     ops_layernorm();
+    ops_rmsnorm();
     ops_softmax();
     ops_attention();
     ops_slice_place();

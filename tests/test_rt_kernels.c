@@ -409,6 +409,24 @@ static void test_rows(void)
         kc_check(&c, nm, (int[]){4, 5}, 2, 1e-5);
         kc_free(&c);
 
+        /* rmsnorm_bwd: dY, X, w, rstd, dX (any rstd > 0) */
+        int64_t srb[5] = {R * C, R * C, C, R, R * C};
+        kc_make(&c, 5, srb, -1, 1);
+        for (int64_t r = 0; r < R; r++)
+            c.f[3][r] = c.r[3][r] = 0.5f + fabsf(c.f[3][r]);
+        kc_run(&c, rt_k_rmsnorm_bwd, rt_ref_rmsnorm_bwd, il, NULL);
+        snprintf(nm, sizeof nm, "rmsnorm_bwd acc=%d", acc);
+        kc_check(&c, nm, (int[]){4}, 1, 1e-5);
+        kc_free(&c);
+
+        /* rmsnorm_wgrad: dY, X, rstd, dw */
+        int64_t srw[4] = {R * C, R * C, R, C};
+        kc_make(&c, 4, srw, -1, 1);
+        kc_run(&c, rt_k_rmsnorm_wgrad, rt_ref_rmsnorm_wgrad, il, NULL);
+        snprintf(nm, sizeof nm, "rmsnorm_wgrad acc=%d", acc);
+        kc_check(&c, nm, (int[]){3}, 1, 1e-5);
+        kc_free(&c);
+
         /* softmax_bwd: dY, Y, dX */
         int64_t ss[3] = {R * C, R * C, R * C};
         kc_make(&c, 3, ss, 0, 1);
@@ -427,6 +445,17 @@ static void test_rows(void)
         kc_run(&c, rt_k_layernorm, rt_ref_layernorm, il, eps);
         snprintf(nm, sizeof nm, "layernorm C=%lld", (long long)Cs);
         kc_check(&c, nm, (int[]){3, 4, 5}, 3, s ? 1e-5 : 2e-5);
+        kc_free(&c);
+    }
+    /* rmsnorm: rows offset by 3 and C = 1 */
+    for (int s = 0; s < 2; s++) {
+        kcall c;
+        int64_t Cs = cols[s], il[2] = {R, Cs}, sl[4] = {R * Cs, Cs, R * Cs, R};
+        kc_make(&c, 4, sl, 2, 4);
+        float eps[1] = {1e-6f};
+        kc_run(&c, rt_k_rmsnorm, rt_ref_rmsnorm, il, eps);
+        snprintf(nm, sizeof nm, "rmsnorm C=%lld", (long long)Cs);
+        kc_check(&c, nm, (int[]){2, 3}, 2, 1e-5);
         kc_free(&c);
     }
     /* softmax with a row of large values and one of length 1 */
@@ -910,23 +939,30 @@ static void fd_matmul(void)
 }
 
 /* Max |central difference of L = sum W y - grad| over x[0..nx), with y the
- * output (ny floats) of fwd(b, ints, flts), which reads x. */
+ * output (ny floats) of fwd(b, ints, flts), which reads x.  Richardson's
+ * extrapolation of the differences at h and h / 2, (4 D(h/2) - D(h)) / 3,
+ * cancels their h^2 term: a curved output (a layernorm row of small
+ * variance) does not then pass for a wrong gradient. */
 static double fd_check(kfn *fwd, void *const *b, const int64_t *ints, const float *flts,
                        float *x, int64_t nx, const float *grad, const float *W, const float *y,
                        int64_t ny)
 {
-    const float h = 1e-2f;
+    const float hs[2] = {1e-2f, 5e-3f};
     double worst = 0;
     for (int64_t k = 0; k < nx; k++) {
         float keep = x[k];
-        x[k] = keep + h;
-        fwd(NULL, b, ints, flts);
-        double lp = dot(W, y, ny);
-        x[k] = keep - h;
-        fwd(NULL, b, ints, flts);
-        double lm = dot(W, y, ny);
+        double dd[2];
+        for (int j = 0; j < 2; j++) {
+            x[k] = keep + hs[j];
+            fwd(NULL, b, ints, flts);
+            double lp = dot(W, y, ny);
+            x[k] = keep - hs[j];
+            fwd(NULL, b, ints, flts);
+            double lm = dot(W, y, ny);
+            dd[j] = (lp - lm) / ((double)(keep + hs[j]) - (double)(keep - hs[j]));
+        }
         x[k] = keep;
-        worst = fmax(worst, fabs((lp - lm) / (2 * h) - grad[k]));
+        worst = fmax(worst, fabs((4 * dd[1] - dd[0]) / 3 - grad[k]));
     }
     fwd(NULL, b, ints, flts);   /* leave y as it was */
     return worst;
@@ -975,6 +1011,26 @@ static void fd_layernorm(void)
           "differences: dx %.2e, dw %.2e, dbias %.2e", ex, ew, eb);
     float *all[10] = {x, w, bias, W, y, mean, rstd, dx, dw, db};
     for (int a = 0; a < 10; a++)
+        free(all[a]);
+}
+
+/* rmsnorm_bwd (dX) and rmsnorm_wgrad (dw) vs central differences. */
+static void fd_rmsnorm(void)
+{
+    const int64_t R = 4, C = 7;
+    float *x = fbuf(R * C, -1, 1), *w = fbuf(C, 0.5f, 1.5f), *W = fbuf(R * C, -1, 1);
+    float *y = fbuf(R * C, 0, 1), *rstd = fbuf(R, 0, 1), *dx = fbuf(R * C, 0, 1), *dw = fbuf(C, 0, 1);
+    float eps[1] = {1e-6f};
+    int64_t ifw[2] = {R, C}, ib[3] = {R, C, 0};
+    void *bf[4] = {x, w, y, rstd}, *bb[5] = {W, x, w, rstd, dx}, *bw[4] = {W, x, rstd, dw};
+    rt_k_rmsnorm(NULL, bf, ifw, eps);
+    rt_k_rmsnorm_bwd(NULL, bb, ib, NULL);
+    rt_k_rmsnorm_wgrad(NULL, bw, ib, NULL);
+    double ex = fd_check(rt_k_rmsnorm, bf, ifw, eps, x, R * C, dx, W, y, R * C);
+    double ew = fd_check(rt_k_rmsnorm, bf, ifw, eps, w, C, dw, W, y, R * C);
+    check(fmax(ex, ew) < 2e-3, "rmsnorm_bwd, rmsnorm_wgrad vs central differences: dx %.2e, dw %.2e", ex, ew);
+    float *all[7] = {x, w, W, y, rstd, dx, dw};
+    for (int a = 0; a < 7; a++)
         free(all[a]);
 }
 
@@ -1185,12 +1241,14 @@ int main(int argc, char **argv)
     test_gemm_strided();
     fd_activation("relu_bwd", rt_k_relu, rt_k_relu_bwd, 1);
     fd_activation("gelu_bwd", rt_k_gelu, rt_k_gelu_bwd, 0);
+    fd_activation("silu_bwd", rt_k_silu, rt_k_silu_bwd, 0);
     fd_losses();
     fd_xent_vreal();
     fd_matmul();
     for (int causal = 0; causal < 2; causal++)
         fd_attention(causal);
     fd_layernorm();
+    fd_rmsnorm();
     fd_softmax_embedding();
     test_optimizers();
     return check_done();
