@@ -1106,6 +1106,32 @@ static const char cg_cu_rmsnorm_wgrad[] =
     "    }\n"
     "}\n";
 
+/* ------------------------------------------------------------------- rope */
+static const char cg_cu_rope[] =
+    "/* b: X (B, T, H, D), Y.  i: B, T, H, D, inverse, acc.  f: theta.  A thread\n"
+    " * per pair (j, j + D/2) of a head: the angle t theta^(-2j/D) in double,\n"
+    " * its cos and sin rounded to float (as rtlib's); inverse: the angle negated.\n"
+    " * Y may be X (a thread reads its pair before writing it). */\n"
+    "NNSC_KERNEL(nnsc_rope, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0];\n"
+    "    float *y = (float *)a.b[1];\n"
+    "    i64 T = a.i[1], H = a.i[2], D = a.i[3], half = D / 2;\n"
+    "    i64 n = a.i[0] * T * H * half;\n"
+    "    int inv = (int)a.i[4], acc = (int)a.i[5];\n"
+    "    for (i64 q = nnsc_tid(); q < n; q += nnsc_nthreads()) {\n"
+    "        i64 j = q % half, rh = q / half, pos = (rh / H) % T;\n"
+    "        double ang = (double)pos * pow((double)a.f[0], -2.0 * (double)j / (double)D);\n"
+    "        float c = (float)cos(ang), s = (float)sin(ang);\n"
+    "        if (inv) s = -s;\n"
+    "        i64 k = rh * D + j;\n"
+    "        float x1 = x[k], x2 = x[k + half];\n"
+    "        float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;\n"
+    "        if (acc) { y[k] += y1; y[k + half] += y2; }\n"
+    "        else { y[k] = y1; y[k + half] = y2; }\n"
+    "    }\n"
+    "}\n";
+
 /* ---------------------------------------------------------------- softmax */
 static const char cg_cu_softmax[] =
     "/* b: X (R, N), Y.  i: R, N.  Y = softmax over the last dim, max subtracted:\n"
@@ -1392,6 +1418,7 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"layernorm_bwd", cg_cu_layernorm_bwd},
     {"layernorm_wgrad", cg_cu_layernorm_wgrad},
     {"rmsnorm", cg_cu_rmsnorm},
+    {"rope", cg_cu_rope},
     {"rmsnorm_bwd", cg_cu_rmsnorm_bwd},
     {"rmsnorm_wgrad", cg_cu_rmsnorm_wgrad},
     {"softmax", cg_cu_softmax},
@@ -1434,6 +1461,7 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_layernorm_bwd", RT_K_layernorm_bwd, "f32"},
     {"nnsc_layernorm_wgrad", RT_K_layernorm_wgrad, "f32"},
     {"nnsc_rmsnorm", RT_K_rmsnorm, "f32"},
+    {"nnsc_rope", RT_K_rope, "f32"},
     {"nnsc_rmsnorm_bwd", RT_K_rmsnorm_bwd, "f32"},
     {"nnsc_rmsnorm_wgrad", RT_K_rmsnorm_wgrad, "f32"},
     {"nnsc_softmax", RT_K_softmax, "f32"},

@@ -473,23 +473,28 @@ static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, char **n
 /* [op NAME]  kind = KIND, in = NAME, ..., out = NAME, ... */
 /* Op attributes: heads = EXPR and causal = true|false (attention), vocab =
  * EXPR (cross_entropy: the real vocabulary; logits past it are padding),
- * eps = FLOAT (layernorm, rmsnorm).  A key that does not belong to the op's kind is
+ * eps = FLOAT (layernorm, rmsnorm), heads and theta = FLOAT (rope).  A key that does not belong to the op's kind is
  * an error. */
 static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
-        {"heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION}, {"vocab", IR_OP_CROSS_ENTROPY},
-        {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM}, {"shape", IR_OP_RECYCLE}};
+        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"causal", IR_OP_ATTENTION},
+        {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
+        {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}};
     char err[256], hint[256], clip[96];
     for (size_t a = 0; a < sizeof own / sizeof own[0]; a++) {
         const fe_kv *kv = fe_get(sec, own[a].key);
         if (!kv) continue;
-        int mine = 0;   /* (a key may belong to several kinds: eps) */
+        int mine = 0;   /* (a key may belong to several kinds: eps, heads) */
+        char kinds[128] = "";
         for (size_t b = 0; b < sizeof own / sizeof own[0]; b++)
-            mine |= !strcmp(own[b].key, own[a].key) && own[b].kind == d->kind;
+            if (!strcmp(own[b].key, own[a].key)) {
+                mine |= own[b].kind == d->kind;
+                size_t u = strlen(kinds);
+                snprintf(kinds + u, sizeof kinds - u, "%s%s", u ? " and " : "", ir_ops[own[b].kind].name);
+            }
         if (!mine) {
-            snprintf(hint, sizeof hint, "%s is a key of %s ops only", own[a].key,
-                     !strcmp(own[a].key, "eps") ? "layernorm and rmsnorm" : ir_ops[own[a].kind].name);
+            snprintf(hint, sizeof hint, "%s is a key of %s ops only", own[a].key, kinds);
             return fe_kv_error(L->s, sec, kv, hint, "op '%s' (%s) has no key '%s'", fe_clip(sec->name, clip, sizeof clip),
                                ir_ops[d->kind].name, own[a].key);
         }
@@ -509,9 +514,11 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         if (fe_eval(kv->val, L->dims, L->ndims, L->ndims, &d->iattr[slot[a]], err, sizeof err, hint, sizeof hint))
             return fe_kv_error(L->s, sec, kv, hint[0] ? hint : NULL, "%s: %s", ik[a], err);
     }
-    if (d->kind == IR_OP_ATTENTION && !fe_get(sec, "heads"))
-        return fe_error(L->s, sec->line, "add `heads = N`: the last dim of q, k and v is heads x head size",
-                        "attention op '%s' needs heads", fe_clip(sec->name, clip, sizeof clip));
+    if ((d->kind == IR_OP_ATTENTION || d->kind == IR_OP_ROPE) && !fe_get(sec, "heads"))
+        return fe_error(L->s, sec->line, d->kind == IR_OP_ROPE ? "add `heads = N`: the last dim of x is heads x head size"
+                                                               : "add `heads = N`: the last dim of q, k and v is heads x head size",
+                        "%s op '%s' needs heads", ir_ops[d->kind].name, fe_clip(sec->name, clip, sizeof clip));
+    if (d->kind == IR_OP_ROPE && get_float(L, sec, "theta", 10000.0, FE_POS, &d->fattr[IR_FA_THETA])) return 2;
     if (get_float(L, sec, "eps", 1e-5, FE_POS, &d->fattr[IR_FA_LN_EPS])) return 2;
     if (d->kind == IR_OP_RECYCLE) {
         if (!fe_get(sec, "shape"))

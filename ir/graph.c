@@ -187,7 +187,8 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     int64_t ext[IR_MAXID];
     for (int i = 0; i < IR_MAXID; i++) ext[i] = -1;
     int h = ir_anno_find(&op.anno, "h");
-    if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD) && h >= 0) {
+    if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD || kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD) &&
+        h >= 0) {
         if (op.iattr[IR_IA_HEADS] < 1) {
             snprintf(err, errsz, "%s needs heads >= 1", oi->name);
             return -1;
@@ -195,6 +196,14 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         ext[h] = op.iattr[IR_IA_HEADS];
     }
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
+    if (kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD) {   /* the rotation pairs the halves of a head */
+        int d = ir_anno_find(&op.anno, "d");
+        if (d >= 0 && ext[d] % 2) {
+            snprintf(err, errsz, "%s needs an even head size (last dim / heads), got %lld", oi->name,
+                     (long long)ext[d]);
+            return -1;
+        }
+    }
     memcpy(op.ext, ext, sizeof op.ext);
     int bid;
     if (batch_id(g, kind, &op.anno, in, &bid, err, errsz)) return -1;

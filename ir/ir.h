@@ -203,7 +203,7 @@ enum {
 
 /* Integer attribute slots. */
 enum {
-    IR_IA_HEADS = 0,  /* attention: number of heads (binds identifier h) */
+    IR_IA_HEADS = 0,  /* attention, rope: number of heads (binds identifier h) */
     IR_IA_CAUSAL = 1, /* attention: 1 = causal mask */
     IR_IA_VOCAB = 2,  /* cross_entropy: real vocabulary size (columns past it are padding) */
 };
@@ -217,6 +217,7 @@ enum {
     IR_FA_BETA2 = 3,  /* adamw */
     IR_FA_EPS = 4,    /* adamw */
     IR_FA_LN_EPS = 1, /* layernorm: variance epsilon */
+    IR_FA_THETA = 0,  /* rope: the base of the rotation frequencies (10000) */
 };
 
 /* A repeated block of the spec (unrolled into ops tagged with it). */

@@ -48,6 +48,8 @@ OP(SOFTMAX,       "softmax",           "* n^ -> * n^",                    1, 1, 
 OP(SOFTMAX_BWD,   "softmax_bwd",       "* n^, * n^ -> * n^",              2, 1, 0)                     /* inputs dy, y */
 OP(ATTENTION,     "attention",         "* t^ (h d^), * t^ (h d^), * t^ (h d^) -> * t^ (h d^), * h t^", 3, 2, OPF_USER) /* causal multi-head attention; q, k, v -> y, lse; heads binds h */
 OP(ATTENTION_BWD, "attention_bwd",     "* t^ (h d^), * t^ (h d^), * t^ (h d^), * t^ (h d^), * t^ (h d^), * h t^ -> * t^ (h d^), * t^ (h d^), * t^ (h d^)", 6, 3, 0) /* dy, q, k, v, y, lse -> dq, dk, dv */
+OP(ROPE,          "rope",              "* t^ (h d^) -> * t^ (h d^)",      1, 1, OPF_USER)              /* rotary position embedding of each head (LLaMA's halves); heads binds h, theta the base */
+OP(ROPE_BWD,      "rope_bwd",          "* t^ (h d^) -> * t^ (h d^)",      1, 1, 0)                     /* dx = the rotation back of dy */
 OP(RELU,          "relu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* y = max(x, 0) */
 OP(RELU_BWD,      "relu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* dx = dy * (y > 0); inputs dy, y */
 OP(GELU,          "gelu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* tanh approximation */

@@ -499,6 +499,8 @@ static int64_t pg_extent(const pg_instr *in, int j) {
         return j == 2 ? pg_prod(in, 1, 1, 1) : j == 3 ? n : pg_prod(in, 0, 2, 1);
     case RT_K_rmsnorm_wgrad: /* R C acc: dY X R*C, rstd R, dw C */
         return j == 3 ? pg_prod(in, 1, 1, 1) : j == 2 ? n : pg_prod(in, 0, 2, 1);
+    case RT_K_rope:       /* B T H D inverse acc: X Y B*T*H*D */
+        return pg_prod(in, 0, 4, 1);
     case RT_K_softmax:    /* R N */
     case RT_K_softmax_bwd:
         return pg_prod(in, 0, 2, 1);
@@ -559,6 +561,7 @@ static const struct pg_role {
     [RT_K_layernorm_bwd] = {1u << 5, 0, 2},
     [RT_K_layernorm_wgrad] = {1u << 4 | 1u << 5, 0, 2},
     [RT_K_rmsnorm] = {1u << 2 | 1u << 3, 0, -1},
+    [RT_K_rope] = {1u << 1, 0, 5},
     [RT_K_rmsnorm_bwd] = {1u << 4, 0, 2},
     [RT_K_rmsnorm_wgrad] = {1u << 3, 0, 2},
     [RT_K_softmax] = {1u << 1, 0, -1},

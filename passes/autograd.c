@@ -206,6 +206,9 @@ static int backward(agctx *c, int oi)
         break;
     case IR_OP_RECYCLE:   /* (its output needs no gradient: not reached) */
         break;
+    case IR_OP_ROPE:   /* linear: the transposed rotation */
+        contribute(c, x, IR_OP_ROPE_BWD, 1, &dy);
+        break;
     case IR_OP_RELU: {
         int a[2] = {dy, o.out[0]};
         contribute(c, x, IR_OP_RELU_BWD, 2, a);

@@ -878,6 +878,20 @@ static int rule_partial(cctx *c, int need)
         }
         S = pieces(c, 1, -1);
         why = "part 0 of a full value, moved";
+        if (!S->np) {
+            /* only partial sums split another way (interlaced: an embedding's vocabulary split
+               over every device, read as a tp-partial by the first residual add): their full
+               value here first, then part 0 of it */
+            int full = full_pt(c, need, n.dev);
+            if (!have(c, full) &&
+                !(rule_slice(c, full) || rule_allreduce(c, full) || rule_reducescatter(c, full) ||
+                  rule_allreduce_slice(c, full) || rule_allgather(c, full) || rule_alltoall(c, full) ||
+                  rule_broadcast(c, full) || rule_stage_sum(c, full) || rule_stage_gather(c, full) ||
+                  rule_fallback(c, full)))
+                return 0;
+            add_comm(c, IR_COMM_COPY, 1, &n.dev, &full, &need, &n.box, -1, 0, 0, "part 0 of the full value made here");
+            return 1;
+        }
     }
     if (!S->np) return 0;
     int single = 0, ncomm0 = c->d->ncomm;

@@ -201,6 +201,7 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_SOFTMAX_BWD: kern = RT_K_softmax_bwd; break;
     case IR_OP_ATTENTION: kern = RT_K_attention; break;
     case IR_OP_ATTENTION_BWD: kern = RT_K_attention_bwd; break;
+    case IR_OP_ROPE: case IR_OP_ROPE_BWD: kern = RT_K_rope; break;
     case IR_OP_SGD: kern = RT_K_sgd; break;
     case IR_OP_ADAMW: kern = RT_K_adamw; break;
     default: ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
@@ -279,6 +280,14 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU:
         pg_i(in, n0);
         break;
+    case IR_OP_ROPE:
+    case IR_OP_ROPE_BWD: { /* x[*, t, (h d)]: rows, T, H, D, inverse, acc */
+        const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
+        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0 - 1));
+        pg_i(in, ext[hd->id]); pg_i(in, ext[hd->sub[0]]); pg_i(in, o->kind == IR_OP_ROPE_BWD);
+        put_acc(c, in, acc, sec);
+        break;
+    }
     case IR_OP_SGD:
         pg_i(in, n0);
         break;
@@ -297,6 +306,9 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_LAYERNORM:
     case IR_OP_RMSNORM:
         pg_f(in, (float)o->fattr[IR_FA_LN_EPS]);
+        break;
+    case IR_OP_ROPE: case IR_OP_ROPE_BWD:
+        pg_f(in, (float)o->fattr[IR_FA_THETA]);
         break;
     case IR_OP_SGD:
         pg_f(in, (float)o->fattr[IR_FA_LR]); pg_f(in, (float)o->fattr[IR_FA_WD]);

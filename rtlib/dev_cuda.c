@@ -210,6 +210,8 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_layernorm_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, 0},
     /* layernorm_wgrad: C = i[1] columns; R = 0 still writes zeros when acc = 0 */
     [RT_KN_layernorm_wgrad] = {CU_DEV, CU_GRID_COLS, 256, {1, -1, -1}, -1, 0},
+    /* rope: grid-stride over the B T H rows (each thread loops over pairs) */
+    [RT_KN_rope] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, 2}, -1, 0},
     /* rmsnorm, rmsnorm_bwd: a block per row of R = i[0]; rmsnorm_wgrad: C = i[1] columns */
     [RT_KN_rmsnorm] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, 0},
     [RT_KN_rmsnorm_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, 0},

@@ -472,6 +472,25 @@ void rt_ref_layernorm(rt_ctx *ctx, void *const *b, const int64_t *i, const float
     }
 }
 
+/* Y (+)= X rotated per head and position (rt_kernels.h: rope), in double. */
+void rt_ref_rope(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0];
+    float *y = b[1];
+    int64_t B = i[0], T = i[1], H = i[2], D = i[3], half = D / 2;
+    for (int64_t bt = 0; bt < B * T; bt++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t j = 0; j < half; j++) {
+                double ang = (double)(bt % T) * pow((double)f[0], -2.0 * (double)j / (double)D);
+                double c = cos(ang), s = i[4] ? -sin(ang) : sin(ang);
+                int64_t k = (bt * H + h) * D + j;
+                double x1 = x[k], x2 = x[k + half];
+                float y1 = (float)((i[5] ? y[k] : 0.0) + x1 * c - x2 * s);
+                float y2 = (float)((i[5] ? y[k + half] : 0.0) + x2 * c + x1 * s);
+                y[k] = y1, y[k + half] = y2;
+            }
+}
+
 /* rstd = 1/sqrt(mean_c(X^2) + eps), Y = X rstd w (in double). */
 void rt_ref_rmsnorm(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {

@@ -419,6 +419,44 @@ void rt_k_rmsnorm_wgrad(rt_ctx *ctx, void *const *b, const int64_t *i, const flo
     rt_parallel_for(rw_rmsnorm_wgrad_cols, &a, i[1], RT_EW_UNIT, rw_grain(i[0]));
 }
 
+/* ---- rope */
+
+/* rope on rows [lo, hi) of B T (each T x ... row: H heads of D): the angle
+ * of pair j at position t is t theta^(-2j/D), in double, its cos and sin
+ * rounded to float (the CUDA kernel the same). */
+static void rw_rope_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    const rt_kargs *a = p;
+    const float *x = a->b[0];
+    float *y = a->b[1];
+    int64_t T = a->i[1], H = a->i[2], D = a->i[3], half = D / 2;
+    int inv = (int)a->i[4], acc = (int)a->i[5];
+    double theta = a->f[0];
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t pos = r % T;
+        for (int64_t j = 0; j < half; j++) {
+            double ang = (double)pos * pow(theta, -2.0 * (double)j / (double)D);
+            float c = (float)cos(ang), s = (float)sin(ang);
+            if (inv) s = -s;
+            for (int64_t h = 0; h < H; h++) {
+                int64_t k = (r * H + h) * D + j;
+                float x1 = x[k], x2 = x[k + half];
+                float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+                if (acc) y[k] += y1, y[k + half] += y2;
+                else y[k] = y1, y[k + half] = y2;
+            }
+        }
+    }
+}
+
+void rt_k_rope(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    if (i[3] <= 0)
+        return;
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_rope_rows, &a, i[0] * i[1], 1, rw_grain(i[2] * i[3]));
+}
+
 /* ---- embedding */
 
 /* embedding on rows [lo, hi): a row of the table, or 0 for out-of-shard tokens. */

@@ -91,6 +91,10 @@ RT_K(rmsnorm,         4,   2,   1)  /* b: X (R, C), w (C), Y (R, C), rstd (R).  
 RT_K(rmsnorm_bwd,     5,   3,   0)  /* b: dY, X, w, rstd, dX.  i: R, C, acc.  With xhat = X rstd and
                                        g = dY w: dX (+)= rstd (g - xhat mean_c(g xhat)) */
 RT_K(rmsnorm_wgrad,   4,   3,   0)  /* b: dY, X, rstd, dw.  i: R, C, acc.  dw (+)= sum_r dY X rstd */
+RT_K(rope,            2,   6,   1)  /* b: X (B, T, H, D), Y.  i: B, T, H, D (even), inverse, acc.  f: theta.
+                                       Per head, LLaMA's halves: with a = t theta^(-2j/D), j < D/2,
+                                       Y[j] (+)= X[j] cos a - X[j+D/2] sin a, Y[j+D/2] (+)= X[j+D/2] cos a
+                                       + X[j] sin a; inverse: the angle -a (the backward).  Y may be X */
 RT_K(softmax,         2,   2,   0)  /* b: X (R, N), Y.  i: R, N.  Y = softmax over the last dim (stable) */
 RT_K(softmax_bwd,     3,   3,   0)  /* b: dY, Y, dX.  i: R, N, acc.  dX (+)= Y (dY - sum(dY Y)) */
 RT_K(attention,       5,   5,   1)  /* b: q, k, v (B, T, H, D), Y (B, T, H, D), lse (B, H, T).  i: B, T, H, D,

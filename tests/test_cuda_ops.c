@@ -923,6 +923,24 @@ static void ops_layernorm(void)
             }
 }
 
+/* rope, forward and inverse, with acc: one head of 2, several, a long
+ * sequence (large angles), in place. */
+static void ops_rope(void)
+{
+    static const int64_t sh[][4] = {{1, 1, 1, 2}, {2, 17, 3, 8}, {1, 700, 4, 64}, {3, 5, 2, 6}};
+    for (int s = 0; s < 4; s++)
+        for (int inv = 0; inv < 2; inv++)
+            for (int acc = 0; acc < 2; acc++) {
+                int64_t Bn = sh[s][0], T = sh[s][1], H = sh[s][2], D = sh[s][3], n = Bn * T * H * D;
+                if (!tc_begin("rope", "B=%lld T=%lld H=%lld D=%lld inverse=%d acc=%d", (long long)Bn, (long long)T,
+                              (long long)H, (long long)D, inv, acc))
+                    continue;
+                int x = tc_buf(TB_IN, "X", n, -2, 2), y = tc_buf(TB_OUT, "Y", n, -1, 1);
+                tc_launch(RT_KN_rope, B(x, y), I(Bn, T, H, D, inv, acc), F(10000.0f));
+                tc_run();
+            }
+}
+
 /* rmsnorm, its backward and weight gradient (rstd from the reference
  * forward): as layernorm's. */
 static void ops_rmsnorm(void)
@@ -1411,6 +1429,7 @@ int main(int argc, char **argv)
     ops_embedding();
     ops_layernorm();
     ops_rmsnorm();
+    ops_rope();
     ops_softmax();
     ops_attention();
     ops_slice_place();

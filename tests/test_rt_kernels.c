@@ -447,6 +447,18 @@ static void test_rows(void)
         kc_check(&c, nm, (int[]){3, 4, 5}, 3, s ? 1e-5 : 2e-5);
         kc_free(&c);
     }
+    /* rope: forward and inverse (the backward), with acc; B 3, T 5, H 2, D 6 */
+    for (int inv = 0; inv < 2; inv++)
+        for (int acc = 0; acc < 2; acc++) {
+            kcall c;
+            int64_t ir[6] = {3, 5, 2, 6, inv, acc}, sr[2] = {3 * 5 * 2 * 6, 3 * 5 * 2 * 6};
+            kc_make(&c, 2, sr, -1, 1);
+            float th[1] = {10000.0f};
+            kc_run(&c, rt_k_rope, rt_ref_rope, ir, th);
+            snprintf(nm, sizeof nm, "rope inverse=%d acc=%d", inv, acc);
+            kc_check(&c, nm, (int[]){1}, 1, 1e-6);
+            kc_free(&c);
+        }
     /* rmsnorm: rows offset by 3 and C = 1 */
     for (int s = 0; s < 2; s++) {
         kcall c;
@@ -1034,6 +1046,29 @@ static void fd_rmsnorm(void)
         free(all[a]);
 }
 
+/* rope's backward (the inverse rotation of dY) vs central differences of
+ * L = sum W rope(X); and the inverse undoes the forward. */
+static void fd_rope(void)
+{
+    const int64_t B = 2, T = 9, H = 2, D = 8, n = B * T * H * D;
+    float *x = fbuf(n, -1, 1), *W = fbuf(n, -1, 1), *y = fbuf(n, 0, 1), *dx = fbuf(n, 0, 1), *z = fbuf(n, 0, 1);
+    float th[1] = {100.0f};   /* (a small base: large angles at the later positions) */
+    int64_t ifw[6] = {B, T, H, D, 0, 0}, ibw[6] = {B, T, H, D, 1, 0};
+    void *bf[2] = {x, y}, *bb[2] = {W, dx}, *bz[2] = {y, z};
+    rt_k_rope(NULL, bf, ifw, th);
+    rt_k_rope(NULL, bb, ibw, th);
+    double e = fd_check(rt_k_rope, bf, ifw, th, x, n, dx, W, y, n);
+    rt_k_rope(NULL, bz, ibw, th);
+    double back = 0;
+    for (int64_t k = 0; k < n; k++)
+        back = fmax(back, fabs((double)z[k] - x[k]));
+    check(e < 2e-3 && back < 1e-5, "rope backward vs central differences: max err %.2e; inverse(rope(x)) - x: %.2e",
+          e, back);
+    float *all[5] = {x, W, y, dx, z};
+    for (int a = 0; a < 5; a++)
+        free(all[a]);
+}
+
 /* softmax_bwd and embedding_bwd vs central differences. */
 static void fd_softmax_embedding(void)
 {
@@ -1249,6 +1284,7 @@ int main(int argc, char **argv)
         fd_attention(causal);
     fd_layernorm();
     fd_rmsnorm();
+    fd_rope();
     fd_softmax_embedding();
     test_optimizers();
     return check_done();

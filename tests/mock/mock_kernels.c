@@ -339,6 +339,13 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         B[4] = B[5] = mock_f4(i[1], 1);
         s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[1], 32);
         break;
+    case RT_KN_rope:   /* X, Y.  i: B, T, H, D, inverse, acc */
+        B[0] = B[1] = mock_f4(i[0] * i[1] * i[2], i[3]);
+        if (i[3] % 2) {
+            snprintf(why, wl, "head size D = %" PRId64 " is odd", i[3]);
+            return -1;
+        }
+        break;
     case RT_KN_rmsnorm:   /* X, w, Y, rstd.  i: R, C */
         B[0] = B[2] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], 1), B[3] = mock_f4(i[0], 1);
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
