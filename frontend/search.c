@@ -92,9 +92,11 @@ static int all_blocks(const ir_graph *g, int q, char *buf, size_t n)
 }
 
 /* The blocks' MLP chains as a coshard list ("h.fc *1 4, h.fcb *1 4, ..."):
- * in each block's first repeat, every activation (gelu, relu) with the
- * matmul and bias_add that feed it and those that read it, 4 pieces of
- * their tokens.  0, or 1: no such chain. */
+ * in each block's first repeat, every activation (gelu, relu, silu) with
+ * the matmul and bias_add that feed it, a gate (mul) reading it with the
+ * matmul and bias_add making its other input (SwiGLU), and the matmul and
+ * bias_add that read the result, 4 pieces of their tokens.  0, or 1: no
+ * such chain. */
 static int mlp_coshard(const ir_graph *g, char *buf, size_t n)
 {
     size_t u = 0;
@@ -112,8 +114,25 @@ static int mlp_coshard(const ir_graph *g, char *buf, size_t n)
             if (g->op[p].kind == IR_OP_MATMUL) break;
             p = g->t[g->op[p].in[0]].producer;
         }
-        /* on: the matmul that reads it and the bias_add after that */
-        for (int t = o->out[0], k = 0; k < 2; k++) {
+        /* on: a gate (mul: SwiGLU's, with the matmul and bias_add making its other input), then
+           the matmul that reads it and the bias_add after that */
+        int t = o->out[0];
+        for (int j = 0; j < g->nop; j++) {
+            const ir_op *m = &g->op[j];
+            if (m->phase != IR_PH_FWD || m->block != o->block || m->kind != IR_OP_MUL || m->nin != 2) continue;
+            int side = m->in[0] == t ? 1 : m->in[1] == t ? 0 : -1;
+            if (side < 0) continue;
+            in[j] = 1;
+            for (int p = g->t[m->in[side]].producer, k = 0; p >= 0 && k < 2; k++) {
+                if (g->op[p].block != o->block || (g->op[p].kind != IR_OP_BIAS_ADD && g->op[p].kind != IR_OP_MATMUL)) break;
+                in[p] = 1;
+                if (g->op[p].kind == IR_OP_MATMUL) break;
+                p = g->t[g->op[p].in[0]].producer;
+            }
+            t = m->out[0];
+            break;
+        }
+        for (int k = 0; k < 2; k++) {
             int next = -1;
             for (int j = 0; j < g->nop && next < 0; j++)
                 if (g->op[j].phase == IR_PH_FWD && g->op[j].block == o->block && g->op[j].nin && g->op[j].in[0] == t &&
