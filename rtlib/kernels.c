@@ -124,43 +124,27 @@ void rt_k_bias_grad(rt_ctx *ctx, void *const *b, const int64_t *i, const float *
                     RT_EW_GRAIN / (i[0] > 0 ? i[0] : 1) + 1);
 }
 
-/* add on [lo, hi). */
-static void rt_add_range(const void *p, int64_t lo, int64_t hi, int t)
-{
-    const rt_kargs *a = p;
-    const float *x = a->b[0], *z = a->b[1];
-    float *y = a->b[2];   /* may alias x or z (elementwise) */
-    if (a->i[1])
-        for (int64_t k = lo; k < hi; k++)
-            y[k] += x[k] + z[k];
-    else
-        for (int64_t k = lo; k < hi; k++)
-            y[k] = x[k] + z[k];
-}
-
-void rt_k_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_ew(rt_add_range, ctx, b, i, f, i[0]);
-}
-
-/* mul on [lo, hi). */
-static void rt_mul_range(const void *p, int64_t lo, int64_t hi, int t)
-{
-    const rt_kargs *a = p;
-    const float *x = a->b[0], *z = a->b[1];
-    float *y = a->b[2];   /* may alias x or z (elementwise) */
-    if (a->i[1])
-        for (int64_t k = lo; k < hi; k++)
-            y[k] += x[k] * z[k];
-    else
-        for (int64_t k = lo; k < hi; k++)
-            y[k] = x[k] * z[k];
-}
-
-void rt_k_mul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_ew(rt_mul_range, ctx, b, i, f, i[0]);
-}
+/* add and mul on [lo, hi): Y (+)= A op B; Y may alias A or B (elementwise). */
+#define RT_BINARY(name, op)                                                                \
+    static void rt_##name##_range(const void *p, int64_t lo, int64_t hi, int t)              \
+    {                                                                                      \
+        const rt_kargs *a = p;                                                             \
+        const float *x = a->b[0], *z = a->b[1];                                            \
+        float *y = a->b[2];                                                                \
+        if (a->i[1])                                                                       \
+            for (int64_t k = lo; k < hi; k++)                                              \
+                y[k] += x[k] op z[k];                                                      \
+        else                                                                               \
+            for (int64_t k = lo; k < hi; k++)                                              \
+                y[k] = x[k] op z[k];                                                       \
+    }                                                                                      \
+    void rt_k_##name(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)        \
+    {                                                                                      \
+        rt_ew(rt_##name##_range, ctx, b, i, f, i[0]);                                      \
+    }
+RT_BINARY(add, +)
+RT_BINARY(mul, *)
+#undef RT_BINARY
 
 void rt_k_copy(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {

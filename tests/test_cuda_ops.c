@@ -876,21 +876,25 @@ static void ops_embedding(void)
         }
 }
 
-/* layernorm, its backward and weight gradient (mean and rstd from the
- * reference forward): one column, a block's worth and more, R = 0 (the
- * weight gradient with acc = 0 writes zeros). */
-static void ops_layernorm(void)
+/* layernorm (rms 0) or rmsnorm (rms 1), its backward and weight gradient
+ * (mean and rstd from the reference forward): one column, a block's worth
+ * and more, R = 0 (the weight gradient with acc = 0 writes zeros). */
+static void ops_norm(int rms)
 {
     static const int64_t rc[][2] = {{1, 1}, {37, 33}, {64, 1000}, {3, 4097}, {0, 33}};
-    const float eps = 1e-5f;
+    const char *nm = rms ? "rmsnorm" : "layernorm";
+    const float eps = rms ? 1e-6f : 1e-5f;
+    /* the forward's buffers (rmsnorm: X, w, Y, rstd; layernorm: X, w, bias, Y, mean, rstd) */
+#define NORM_FWD(x, w, b, y, mean, rstd) \
+    rms ? 4 : 6, rms ? (const int[]){x, w, y, rstd} : (const int[]){x, w, b, y, mean, rstd}
     for (int s = 0; s < 5; s++) {
         int64_t R = rc[s][0], C = rc[s][1];
-        if (!R || !tc_begin("layernorm", "R=%lld C=%lld eps=1e-5", (long long)R, (long long)C))
+        if (!R || !tc_begin(nm, "R=%lld C=%lld eps=%g", (long long)R, (long long)C, (double)eps))
             continue;
         int x = tc_buf(TB_IN, "X", R * C, -2, 3), w = tc_buf(TB_IN, "w", C, 0.5f, 1.5f);
-        int b = tc_buf(TB_IN, "bias", C, -0.5f, 0.5f), y = tc_buf(TB_OUT, "Y", R * C, -1, 1);
-        int mean = tc_buf(TB_OUT, "mean", R, -1, 1), rstd = tc_buf(TB_OUT, "rstd", R, -1, 1);
-        tc_launch(RT_KN_layernorm, B(x, w, b, y, mean, rstd), I(R, C), F(eps));
+        int b = rms ? -1 : tc_buf(TB_IN, "bias", C, -0.5f, 0.5f), y = tc_buf(TB_OUT, "Y", R * C, -1, 1);
+        int mean = rms ? -1 : tc_buf(TB_OUT, "mean", R, -1, 1), rstd = tc_buf(TB_OUT, "rstd", R, -1, 1);
+        tc_launch(rms ? RT_KN_rmsnorm : RT_KN_layernorm, NORM_FWD(x, w, b, y, mean, rstd), I(R, C), F(eps));
         tc_run();
     }
     for (int wgrad = 0; wgrad < 2; wgrad++)
@@ -902,25 +906,29 @@ static void ops_layernorm(void)
                    it is added to */
                 if (!wgrad && (!R || (C == 1 && !acc)))
                     continue;
-                if (!tc_begin(wgrad ? "layernorm_wgrad" : "layernorm_bwd", "R=%lld C=%lld acc=%d",
-                              (long long)R, (long long)C, acc))
+                if (!tc_begin(wgrad ? (rms ? "rmsnorm_wgrad" : "layernorm_wgrad") : (rms ? "rmsnorm_bwd" : "layernorm_bwd"),
+                              "R=%lld C=%lld acc=%d", (long long)R, (long long)C, acc))
                     continue;
                 int dy = tc_buf(TB_IN, "dY", R * C, -1, 1), x = tc_buf(TB_IN, "X", R * C, -2, 3);
                 int w = tc_buf(wgrad ? TB_HOST : TB_IN, "w", C, 0.5f, 1.5f);
-                int mean = tc_buf(TB_IN, "mean", R, 0, 0), rstd = tc_buf(TB_IN, "rstd", R, 0, 0);
-                int b = tc_buf(TB_HOST, "bias", C, -0.5f, 0.5f);
+                int mean = rms ? -1 : tc_buf(TB_IN, "mean", R, 0, 0), rstd = tc_buf(TB_IN, "rstd", R, 0, 0);
+                int b = rms ? -1 : tc_buf(TB_HOST, "bias", C, -0.5f, 0.5f);
                 int y = tc_buf(TB_HOST, "Y", R * C, 0, 0);
-                tc_prep(RT_KN_layernorm, B(x, w, b, y, mean, rstd), I(R, C), F(eps));
-                if (wgrad) {
+                tc_prep(rms ? RT_KN_rmsnorm : RT_KN_layernorm, NORM_FWD(x, w, b, y, mean, rstd), I(R, C), F(eps));
+                if (wgrad && rms) {
+                    int dw = tc_buf(TB_OUT, "dw", C, -1, 1);
+                    tc_launch(RT_KN_rmsnorm_wgrad, B(dy, x, rstd, dw), I(R, C, acc), NOF);
+                } else if (wgrad) {
                     int dw = tc_buf(TB_OUT, "dw", C, -1, 1), db = tc_buf(TB_OUT, "dbias", C, -1, 1);
-                    tc_launch(RT_KN_layernorm_wgrad, B(dy, x, mean, rstd, dw, db), I(R, C, acc),
-                              NOF);
+                    tc_launch(RT_KN_layernorm_wgrad, B(dy, x, mean, rstd, dw, db), I(R, C, acc), NOF);
                 } else {
                     int dx = tc_buf(TB_OUT, "dX", R * C, -1, 1);
-                    tc_launch(RT_KN_layernorm_bwd, B(dy, x, w, mean, rstd, dx), I(R, C, acc), NOF);
+                    if (rms) tc_launch(RT_KN_rmsnorm_bwd, B(dy, x, w, rstd, dx), I(R, C, acc), NOF);
+                    else tc_launch(RT_KN_layernorm_bwd, B(dy, x, w, mean, rstd, dx), I(R, C, acc), NOF);
                 }
                 tc_run();
             }
+#undef NORM_FWD
 }
 
 /* rope, forward and inverse, with acc: one head of 2, several, a long
@@ -937,49 +945,6 @@ static void ops_rope(void)
                     continue;
                 int x = tc_buf(TB_IN, "X", n, -2, 2), y = tc_buf(TB_OUT, "Y", n, -1, 1);
                 tc_launch(RT_KN_rope, B(x, y), I(Bn, T, H, D, inv, acc), F(10000.0f));
-                tc_run();
-            }
-}
-
-/* rmsnorm, its backward and weight gradient (rstd from the reference
- * forward): as layernorm's. */
-static void ops_rmsnorm(void)
-{
-    static const int64_t rc[][2] = {{1, 1}, {37, 33}, {64, 1000}, {3, 4097}, {0, 33}};
-    const float eps = 1e-6f;
-    for (int s = 0; s < 5; s++) {
-        int64_t R = rc[s][0], C = rc[s][1];
-        if (!R || !tc_begin("rmsnorm", "R=%lld C=%lld eps=1e-6", (long long)R, (long long)C))
-            continue;
-        int x = tc_buf(TB_IN, "X", R * C, -2, 3), w = tc_buf(TB_IN, "w", C, 0.5f, 1.5f);
-        int y = tc_buf(TB_OUT, "Y", R * C, -1, 1), rstd = tc_buf(TB_OUT, "rstd", R, -1, 1);
-        tc_launch(RT_KN_rmsnorm, B(x, w, y, rstd), I(R, C), F(eps));
-        tc_run();
-    }
-    for (int wgrad = 0; wgrad < 2; wgrad++)
-        for (int s = 0; s < 5; s++)
-            for (int acc = 0; acc < 2; acc++) {
-                int64_t R = rc[s][0], C = rc[s][1];
-                /* the input gradient: no rows, nothing to do; with C = 1 dX is
-                   0 up to rounding, so acc = 1 compares it against the values
-                   it is added to */
-                if (!wgrad && (!R || (C == 1 && !acc)))
-                    continue;
-                if (!tc_begin(wgrad ? "rmsnorm_wgrad" : "rmsnorm_bwd", "R=%lld C=%lld acc=%d",
-                              (long long)R, (long long)C, acc))
-                    continue;
-                int dy = tc_buf(TB_IN, "dY", R * C, -1, 1), x = tc_buf(TB_IN, "X", R * C, -2, 3);
-                int w = tc_buf(wgrad ? TB_HOST : TB_IN, "w", C, 0.5f, 1.5f);
-                int rstd = tc_buf(TB_IN, "rstd", R, 0, 0);
-                int y = tc_buf(TB_HOST, "Y", R * C, 0, 0);
-                tc_prep(RT_KN_rmsnorm, B(x, w, y, rstd), I(R, C), F(eps));
-                if (wgrad) {
-                    int dw = tc_buf(TB_OUT, "dw", C, -1, 1);
-                    tc_launch(RT_KN_rmsnorm_wgrad, B(dy, x, rstd, dw), I(R, C, acc), NOF);
-                } else {
-                    int dx = tc_buf(TB_OUT, "dX", R * C, -1, 1);
-                    tc_launch(RT_KN_rmsnorm_bwd, B(dy, x, w, rstd, dx), I(R, C, acc), NOF);
-                }
                 tc_run();
             }
 }
@@ -1427,8 +1392,8 @@ int main(int argc, char **argv)
     ops_xent();
     ops_optimizers();
     ops_embedding();
-    ops_layernorm();
-    ops_rmsnorm();
+    ops_norm(0);
+    ops_norm(1);
     ops_rope();
     ops_softmax();
     ops_attention();
