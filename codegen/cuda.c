@@ -553,21 +553,31 @@ static const char cg_cu_bias_grad[] =
     "    }\n"
     "}\n";
 
-/* ---------------------------------------------------------------- add, mul */
-#define CG_CU_BINARY(name, op)                                                            \
-    "/* b: A, B, Y.  i: n, acc.  Y (+)= A " op " B (Y may be A or B). */\n"                 \
-    "NNSC_KERNEL(nnsc_" name ", 256)\n"                                                     \
-    "{\n"                                                                                   \
-    "    const float *x = (const float *)a.b[0], *z = (const float *)a.b[1];\n"             \
-    "    float *y = (float *)a.b[2];\n"                                                     \
-    "    i64 n = a.i[0];\n"                                                                 \
-    "    int acc = (int)a.i[1];\n"                                                          \
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"                           \
-    "        y[k] = acc ? y[k] + (x[k] " op " z[k]) : x[k] " op " z[k];\n"                  \
-    "}\n"
-static const char cg_cu_add[] = CG_CU_BINARY("add", "+");
-static const char cg_cu_mul[] = CG_CU_BINARY("mul", "*");
-#undef CG_CU_BINARY
+/* -------------------------------------------------------------------- add */
+static const char cg_cu_add[] =
+    "/* b: A, B, Y.  i: n, acc.  Y (+)= A + B (Y may be A or B). */\n"
+    "NNSC_KERNEL(nnsc_add, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0], *z = (const float *)a.b[1];\n"
+    "    float *y = (float *)a.b[2];\n"
+    "    i64 n = a.i[0];\n"
+    "    int acc = (int)a.i[1];\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
+    "        y[k] = acc ? y[k] + (x[k] + z[k]) : x[k] + z[k];\n"
+    "}\n";
+
+/* -------------------------------------------------------------------- mul */
+static const char cg_cu_mul[] =
+    "/* b: A, B, Y.  i: n, acc.  Y (+)= A * B (Y may be A or B). */\n"
+    "NNSC_KERNEL(nnsc_mul, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0], *z = (const float *)a.b[1];\n"
+    "    float *y = (float *)a.b[2];\n"
+    "    i64 n = a.i[0];\n"
+    "    int acc = (int)a.i[1];\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
+    "        y[k] = acc ? y[k] + x[k] * z[k] : x[k] * z[k];\n"
+    "}\n";
 
 /* ------------------------------------------------------------------- silu */
 static const char cg_cu_silu[] =
