@@ -719,21 +719,20 @@ int fe_search(const fe_opts *o, ir_graph *g)
             }
         }
     }
-    char rcq[5] = {0, 0, 0, 0, 1};
-    for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {
-        char tmp[256];
-        int n = all_blocks(g, q, tmp, sizeof tmp);
-        rcq[q] = n > prev && n < nl;
-        if (rcq[q]) prev = n;
-    }
+
     /* the layer fold: not where the spec names layers or ops (its stage, order, recompute, trans,
        coshard, stage_tp, chunks), nor for recycling */
     int lfold = !r0->no_fold_layers && g->nblk && !r0->stage && !r0->order && !r0->recompute && !r0->trans &&
                 !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
     char csb[1024];
     int cos = !r0->coshard && frc >= 0 && !mlp_coshard(g, csb, sizeof csb);
-    search_ctx x = {o, g, chs, nchs, fold, fz, frc, {0}, lfold, cos, nl, 0};
-    memcpy(x.rcq, rcq, sizeof rcq);
+    search_ctx x = {o, g, chs, nchs, fold, fz, frc, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
+    for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
+        char tmp[256];
+        int n = all_blocks(g, q, tmp, sizeof tmp);
+        x.rcq[q] = n > prev && n < nl;
+        if (x.rcq[q]) prev = n;
+    }
     int nth = search_threads(), cth = nth < nchs ? nth : nchs;
     in_threads(search_worker, &x, cth);
     cand *cs = NULL;

@@ -993,6 +993,13 @@ typedef struct ord_cache {   /* settle's rounds: each rank's order, made again o
     char *stale;
 } ord_cache;
 
+/* Union-find: x's root (roots are their sets' smallest members), halving the path. */
+static int uf_find(int *uf, int x)
+{
+    while (uf[x] != x) x = uf[x] = uf[uf[x]];
+    return x;
+}
+
 static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord_cache *oc, double *span)
 {
     const ir_graph *g = d->g;
@@ -1012,21 +1019,22 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
     if (span) {
         icost = ir_xmalloc(sizeof(double) * ((size_t)d->nseq + 1));
         for (int n = 0; n < d->nseq; n++) icost[n] = -1;
-        mask = ir_xcalloc((size_t)W + 1, 1);
-        mask[0] = 1;
-        for (int grow = 1; grow;) {
-            grow = 0;
-            for (int n = 0; n < d->nseq; n++) {
-                const ir_item *it = &d->seq[n];
-                if (!it->comm || it->sec != IR_SEC_MB) continue;
-                const ir_comm *c = &d->comm[it->id];
-                const int *mm = d->ints + d->grp[c->group].devs;
-                int in = 0;
-                for (int k = 0; k < c->n && !in; k++) in = mask[mm[k]];
-                for (int k = 0; k < c->n && in; k++)
-                    if (!mask[mm[k]]) mask[mm[k]] = 1, grow = 1;
+        /* the ranks joined to rank 0 by the micro-batches' comms: one pass, union-find */
+        int *uf = ir_xmalloc(sizeof(int) * ((size_t)W + 1));
+        for (int r = 0; r < W; r++) uf[r] = r;
+        for (int n = 0; n < d->nseq; n++) {
+            const ir_item *it = &d->seq[n];
+            if (!it->comm || it->sec != IR_SEC_MB) continue;
+            const ir_comm *c = &d->comm[it->id];
+            const int *mm = d->ints + d->grp[c->group].devs;
+            for (int k = 1; k < c->n; k++) {
+                int a = uf_find(uf, mm[0]), b = uf_find(uf, mm[k]);
+                if (a != b) uf[a > b ? a : b] = a < b ? a : b;
             }
         }
+        mask = ir_xcalloc((size_t)W + 1, 1);
+        for (int r = 0; r < W; r++) mask[r] = uf_find(uf, r) == 0;
+        free(uf);
     }
     int nseq = 0, cap = 0, tcap = 0;
     for (int r = 0; r < W; r++) {
@@ -1362,10 +1370,8 @@ static int settle(ir_dist *d, int quiet)
     memset(oc.stale, 1, (size_t)W + 1);
     for (int round = 0; round < 100000; round++) {
         rc = check(d, 1, &p->hoist, &p->nhoist, &oc, NULL);
-        if (getenv("NNSC_DBG_SETTLE")) fprintf(stderr, "round %d rc %d\n", round, rc);
         if (rc != 1) break;
     }
-    if (getenv("NNSC_DBG_SETTLE")) { int ns = 0; for (int r = 0; r < W; r++) ns += oc.n[r]; fprintf(stderr, "settle: W %d m %d rounds? rc %d nhoist %d entries %d\n", W, p->m, rc, p->nhoist, ns); }
     if (rc == 0 && check(d, 1, NULL, NULL, &oc, &span) != 0) span = 0;   /* (the orders as they are: timed) */
     for (int r = 0; r < W; r++) free(oc.e[r]);
     free(oc.e);
