@@ -26,6 +26,19 @@
 #   .pred/plans/run.sh .pred/plan-logs        there
 #   RANKS=4 bench/predict.sh report .pred     here: the table
 #
+# or with one trip to that machine (the plans are fixed by their --set
+# options, so the ranks do not depend on the profile; only plan.txt's
+# estimate does):
+#
+#   RANKS=4 bench/predict.sh bundle .pred 30  here: DIR/cal, and DIR/plans
+#                                             priced with the built-in cpu profile
+#   .pred/run.sh                              there: DIR/cal-logs, DIR/plan-logs
+#   RANKS=4 bench/predict.sh plans .pred      here: fit DIR/cpu.ini, rebuild the
+#                                             plans with it, check every rank is
+#                                             byte-identical to the one that ran,
+#                                             keep the new plan.txt files
+#   RANKS=4 bench/predict.sh report .pred     here: the table
+#
 # Environment: BUILD (build directory, default build/), RANKS (2 or 4).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -120,10 +133,43 @@ case ${1:-} in
     echo "$steps" >"$dir/steps"
     "$nn" profile "${spec[@]}" --pack "$dir/cal" --steps "$steps" -q
     echo "next: $dir/cal/run.sh $dir/cal-logs (where the ranks run), then RANKS=$ranks $0 plans $dir" ;;
+  bundle)
+    dir=${2:?predict.sh bundle DIR [STEPS]}
+    steps=${3:-15}
+    mkdir -p "$dir"
+    echo "$steps" >"$dir/steps"
+    "$nn" profile "${spec[@]}" --pack "$dir/cal" --steps "$steps" -q
+    build_plans "$dir/plans" cpu "$steps"
+    {
+      echo '#!/bin/sh'
+      echo "# bench/predict.sh bundle: the calibration runs, then the plans ($ranks ranks)"
+      echo 'set -e'
+      echo 'here=$(cd "$(dirname "$0")" && pwd)'
+      echo '"$here/cal/run.sh" "$here/cal-logs"'
+      echo '"$here/plans/run.sh" "$here/plan-logs"'
+    } >"$dir/run.sh"
+    chmod +x "$dir/run.sh"
+    echo "next: $dir/run.sh (where the ranks run), then RANKS=$ranks $0 plans $dir" ;;
   plans)
     dir=${2:?predict.sh plans DIR}
     "$nn" profile "${spec[@]}" --from "$dir/cal-logs" -o "$dir/cpu.ini" -q
     echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$dir/cpu.ini")): $(grep -E '^(flops|link_bw|link_lat) ' "$dir/cpu.ini" | tr '\n' ' ')"
+    if [[ -d $dir/plan-logs ]]; then
+      # bundled: the plans already ran; price them again with the fitted
+      # profile and prove the ranks that ran are the ones priced
+      build_plans "$tmp/plans" "$dir/cpu.ini" "$(cat "$dir/steps")"
+      for p in "${plans[@]}"; do
+        name=${p%%|*}
+        for r in "$tmp/plans/$name"/rank[0-9]*; do
+          cmp -s "$r" "$dir/plans/$name/${r##*/}" ||
+            { echo "predict.sh: $name/${r##*/} differs from the rank that ran" >&2; exit 1; }
+        done
+        cp "$tmp/plans/$name/plan.txt" "$dir/plans/$name/plan.txt"
+      done
+      echo "the plans rebuilt with $dir/cpu.ini are byte-identical to the ranks that ran; plan.txt updated"
+      echo "next: RANKS=$ranks $0 report $dir"
+      exit 0
+    fi
     build_plans "$dir/plans" "$dir/cpu.ini" "$(cat "$dir/steps")"
     echo "next: $dir/plans/run.sh $dir/plan-logs (where the ranks run), then RANKS=$ranks $0 report $dir" ;;
   report)
