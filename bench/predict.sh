@@ -131,14 +131,14 @@ case ${1:-} in
     steps=${3:-15}
     mkdir -p "$dir"
     echo "$steps" >"$dir/steps"
-    "$nn" profile "${spec[@]}" --pack "$dir/cal" --steps "$steps" -q
+    "$nn" profile "${spec[@]}" --ranks "$ranks" --pack "$dir/cal" --steps "$steps" -q
     echo "next: $dir/cal/run.sh $dir/cal-logs (where the ranks run), then RANKS=$ranks $0 plans $dir" ;;
   bundle)
     dir=${2:?predict.sh bundle DIR [STEPS]}
     steps=${3:-15}
     mkdir -p "$dir"
     echo "$steps" >"$dir/steps"
-    "$nn" profile "${spec[@]}" --pack "$dir/cal" --steps "$steps" -q
+    "$nn" profile "${spec[@]}" --ranks "$ranks" --pack "$dir/cal" --steps "$steps" -q
     build_plans "$dir/plans" cpu "$steps"
     {
       echo '#!/bin/sh'
@@ -152,7 +152,7 @@ case ${1:-} in
     echo "next: $dir/run.sh (where the ranks run), then RANKS=$ranks $0 plans $dir" ;;
   plans)
     dir=${2:?predict.sh plans DIR}
-    "$nn" profile "${spec[@]}" --from "$dir/cal-logs" -o "$dir/cpu.ini" -q
+    "$nn" profile "${spec[@]}" --ranks "$ranks" --from "$dir/cal-logs" -o "$dir/cpu.ini" -q
     echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$dir/cpu.ini")): $(grep -E '^(flops|link_bw|link_lat) ' "$dir/cpu.ini" | tr '\n' ' ')"
     if [[ -d $dir/plan-logs ]]; then
       # bundled: the plans already ran; price them again with the fitted
@@ -180,8 +180,8 @@ case ${1:-} in
     steps=${1:-15}
     echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "command: bench/predict.sh $steps"
-    # calibration: nnsc-aot profile on this model (1 rank, dp 2, tp 2)
-    "$nn" profile "${spec[@]}" -o "$tmp/cpu.ini" --steps "$steps" -q
+    # calibration: nnsc-aot profile on this model (RANKS copies of 1 rank at once, dp RANKS, tp RANKS)
+    "$nn" profile "${spec[@]}" --ranks "$ranks" -o "$tmp/cpu.ini" --steps "$steps" -q
     echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$tmp/cpu.ini")): $(grep -E '^(flops|link_bw|link_lat) ' "$tmp/cpu.ini" | tr '\n' ' ')"
     build_plans "$tmp/plans" "$tmp/cpu.ini" "$steps"
     "$tmp/plans/run.sh" "$tmp/logs" >/dev/null

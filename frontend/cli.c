@@ -57,6 +57,11 @@ static const char usage[] =
     "  --weight-tol X     largest relative L2 difference of the final weights, all\n"
     "                     parameters taken as one vector (default 1e-4)\n"
     "\n"
+    "options (profile only):\n"
+    "  --steps N          steps of each calibration run (default 12)\n"
+    "  --ranks N          ranks busy at once in every run, as many as the plans will run\n"
+    "                     (default 2): N copies of the 1-rank run, dp N, tp N\n"
+    "\n"
     "exit status: 0 ok, 1 failure (a rank failed, verify disagreed, a tool failed),\n"
     "             2 bad input (the message names file, line and what would be right)\n"
     "Spec format: docs/model-spec.md.  Plans: docs/plans.md.  Runtime flags: DIR/rank0 --help.\n";
@@ -220,7 +225,7 @@ static int check_cpu(const char *cpu)
 static const char *const options[] = {
     "-o", "--devices", "--set", "--dump", "--stop-after", "--emit-llvm", "--cpu", "-O", "--target", "--arch", "--emit-kernels",
     "--no-fuse", "--no-loops", "-v", "-q", "--help", "--version", "--steps", "--keep", "--loss-tol",
-    "--weight-tol", "--pack", "--from",
+    "--weight-tol", "--pack", "--from", "--ranks",
 };
 
 /* An unknown option: the message, with the closest option as a hint.
@@ -334,6 +339,9 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         } else if (o->profile && (strcmp(a, "--pack") == 0 || strcmp(a, "--from") == 0)) {
             if (!val || !*val) return bad("%s needs a directory", a);
             *(a[2] == 'p' ? &o->prof_pack : &o->prof_from) = val, i++;
+        } else if (o->profile && strcmp(a, "--ranks") == 0) {
+            if (parse_int(val, 2, 1024, &v)) return bad("--ranks needs a number of ranks in [2, 1024], got '%s'", val ? val : "");
+            o->prof_ranks = (int)v, i++;
         } else if (o->verify && strcmp(a, "--keep") == 0) {
             if (!val) return bad("%s needs a directory", a);
             o->keep = val, i++;

@@ -85,6 +85,7 @@ typedef struct fe_opts {
     int profile;               /* the profile command (profile.c): calibrate cpu-host, write -o FILE */
     const char *prof_pack;     /* profile --pack DIR: build the calibration runs into DIR (and DIR/run.sh) */
     const char *prof_from;     /* profile --from DIR: fit from the logs DIR/run.sh wrote */
+    int prof_ranks;            /* profile --ranks N: ranks busy at once in every run (0: 2) */
     const char *spec;          /* model spec path */
     const char *out;           /* output directory, or NULL (dumps only) */
     const char **sets;         /* --set overrides (--devices N becomes cluster.devices=N) */

@@ -4,13 +4,16 @@
  * Three runs of a model (the one given, else a small transformer-shaped
  * one built in) the compiler builds (the generated kernels and the
  * shared-memory collectives are what is timed, one kernel thread per rank,
- * as the ranks run one per core; --set overrides apply to every run):
+ * as the ranks run one per core; --set overrides apply to every run), each
+ * with N ranks busy at once (--ranks N, default 2: on a CPU the ranks share
+ * caches and memory bandwidth, so a kernel is slower with its neighbours
+ * busy):
  *
- *   1 rank            the FLOP/s: the figure at which the cost model's
- *                     estimate of this run equals its measured median step
- *                     (the roofline's max: found by iterating);
- *   dp 2, 1 micro-batch  large all-reduces, and
- *   tp 2              many small ones: the link's bandwidth and latency
+ *   1 rank, N copies  the FLOP/s: the figure at which the cost model's
+ *   at once           estimate of this run equals the copies' mean median
+ *                     step (the roofline's max: found by iterating);
+ *   dp N, 1 micro-batch  large all-reduces, and
+ *   tp N              many small ones: the link's bandwidth and latency
  *                     that make both estimates (each linear in 1 /
  *                     bandwidth and in latency) equal their steps; where
  *                     no positive pair does, latency 0 and the bandwidth
@@ -115,23 +118,80 @@ static double log_median(const char *log)
     return ms;
 }
 
-/* Run dir/name/launch for steps (one kernel thread per rank); its median
- * step in ms, or -1. */
-static double run(const char *dir, const char *name, int64_t steps)
+/* The 1-rank run's median step (ms) over its copies' logs dir/one-K.log,
+ * K = 1..n: their mean, or -1 (*bad: the log that has none). */
+static double one_median(const char *dir, int n, char *bad, size_t nbad)
 {
-    char cmd[8192], log[4096];
-    snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    snprintf(cmd, sizeof cmd, "NNSC_THREADS=1 '%s/%s/launch' --steps %lld --quiet > '%s' 2>&1", dir, name,
-             (long long)steps, log);
-    if (system(cmd) != 0) return -1;
-    return log_median(log);
+    double sum = 0;
+    for (int k = 1; k <= n; k++) {
+        char log[4096];
+        snprintf(log, sizeof log, "%s/one-%d.log", dir, k);
+        double ms = log_median(log);
+        if (ms <= 0) {
+            snprintf(bad, nbad, "%s", log);
+            return -1;
+        }
+        sum += ms;
+    }
+    return sum / n;
 }
 
-/* The three runs: their names and settings. */
+/* The world size a run's log names ("world N"), or -1. */
+static int log_world(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    if (!f) return -1;
+    char line[1024];
+    int w = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, " world ");
+        if (p && w < 0) w = atoi(p + 7);
+    }
+    fclose(f);
+    return w;
+}
+
+/* The shell command that runs the calibration run NAME of directory HERE
+ * (a shell word) into LOGS (one too) for steps: the 1-rank run as n copies
+ * at once, logs one-1.log..one-n.log; the others once, NAME.log. */
+static void run_cmd(char *cmd, size_t ncmd, const char *here, const char *logs, const char *name, int n,
+                    int64_t steps)
+{
+    if (strcmp(name, "one") == 0)
+        snprintf(cmd, ncmd,
+                 "pids=; for k in $(seq %d); do NNSC_THREADS=1 %s/one/launch --steps %lld --quiet >%s/one-$k.log "
+                 "2>&1 & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || rc=1; done; [ $rc = 0 ]",
+                 n, here, (long long)steps, logs);
+    else
+        snprintf(cmd, ncmd, "NNSC_THREADS=1 %s/%s/launch --steps %lld --quiet >%s/%s.log 2>&1", here, name,
+                 (long long)steps, logs, name);
+}
+
+/* Run the calibration run name of dir for steps; its median step in ms
+ * (the 1-rank run: its n copies' mean), or -1. */
+static double run(const char *dir, const char *name, int n, int64_t steps)
+{
+    char cmd[8192], q[4200], bad[4096];
+    snprintf(q, sizeof q, "'%s'", dir);
+    run_cmd(cmd, sizeof cmd, q, q, name, n, steps);
+    if (system(cmd) != 0) return -1;
+    if (strcmp(name, "one") == 0) return one_median(dir, n, bad, sizeof bad);
+    snprintf(bad, sizeof bad, "%s/%s.log", dir, name);
+    return log_median(bad);
+}
+
+/* The three runs: their names and settings (s2, s3: the world set by
+ * set_world). */
 static const char *const run_name[3] = {"one", "dp", "tp"};
 static const char *const s1[] = {"cluster.devices=1"};
-static const char *const s2[] = {"cluster.devices=2", "plan.policy=dp", "train.micro_batches=1"};
-static const char *const s3[] = {"cluster.devices=2", "plan.policy=tp"};
+static char world_set[2][40];
+static const char *s2[] = {world_set[0], "plan.policy=dp", "train.micro_batches=1"};
+static const char *s3[] = {world_set[1], "plan.policy=tp"};
+static void set_world(int n)
+{
+    snprintf(world_set[0], sizeof world_set[0], "cluster.devices=%d", n);
+    snprintf(world_set[1], sizeof world_set[1], "cluster.devices=%d", n);
+}
 
 /* Fit the cost model's estimates of the three runs (seconds per step t1,
  * t2, tt) with one figure each: the FLOP/s, the link's bandwidth and its
@@ -150,7 +210,7 @@ static int fit(const fe_opts *o, const char *spec, double t1, double t2, double 
         if (e <= 0) break;
         flops *= e / t1;
     }
-    /* bandwidth and latency: the dp 2 run (large all-reduces) and the tp 2 run
+    /* bandwidth and latency: the dp N run (large all-reduces) and the tp N run
        (many small ones) at once; each estimate is base + A / bw + B lat */
     double base[2] = {0, 0}, A[2] = {0, 0}, B[2] = {0, 0}, T[2] = {t2, tt};
     const char *const *ss[2] = {s2, s3};
@@ -179,7 +239,7 @@ static int fit(const fe_opts *o, const char *spec, double t1, double t2, double 
 }
 
 /* --pack DIR: the three runs built into DIR, and DIR/run.sh to run them. */
-static int pack(const fe_opts *o, const char *spec, int64_t steps)
+static int pack(const fe_opts *o, const char *spec, int n, int64_t steps)
 {
     const char *dir = o->prof_pack;
     if (mkdir(dir, 0777) && errno != EEXIST) {
@@ -198,20 +258,22 @@ static int pack(const fe_opts *o, const char *spec, int64_t steps)
         return 1;
     }
     fprintf(f, "#!/bin/sh\n"
-               "# nnsc-aot profile --pack: the calibration runs of model %s (%d --set overrides).\n"
-               "# On the machine to calibrate (no compiler needed): run.sh [LOGDIR] (default: this\n"
-               "# directory) writes one.log, dp.log and tp.log; then, where nnsc-aot is, with the same\n"
-               "# model and --set overrides: nnsc-aot profile MODEL --from LOGDIR -o FILE\n"
+               "# nnsc-aot profile --pack: the calibration runs of model %s (%d --set overrides), %d ranks\n"
+               "# busy at once. On the machine to calibrate (no compiler needed): run.sh [LOGDIR]\n"
+               "# (default: this directory) writes one-1.log..one-%d.log, dp.log and tp.log; then, where\n"
+               "# nnsc-aot is, with the same model, --set overrides and --ranks:\n"
+               "# nnsc-aot profile MODEL --ranks %d --from LOGDIR -o FILE\n"
                "set -e\n"
                "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
                "logs=${1:-$here}\n"
-               "mkdir -p \"$logs\"\n"
-               "for r in one dp tp; do\n"
-               "  NNSC_THREADS=1 \"$here/$r/launch\" --steps %lld --quiet >\"$logs/$r.log\" 2>&1 ||\n"
-               "    { echo \"run.sh: the $r run failed ($logs/$r.log)\" >&2; exit 1; }\n"
-               "done\n"
-               "echo \"run.sh: logs in $logs\"\n",
-            o->spec ? o->spec : "built in", o->nset, (long long)steps);
+               "mkdir -p \"$logs\"\n",
+            o->spec ? o->spec : "built in", o->nset, n, n, n);
+    for (int k = 0; k < 3; k++) {
+        char cmd[1024];
+        run_cmd(cmd, sizeof cmd, "\"$here\"", "\"$logs\"", run_name[k], n, steps);
+        fprintf(f, "%s ||\n  { echo \"run.sh: the %s run failed (logs in $logs)\" >&2; exit 1; }\n", cmd, run_name[k]);
+    }
+    fprintf(f, "echo \"run.sh: logs in $logs\"\n");
     if (fclose(f) || chmod(path, 0755)) {
         fprintf(stderr, "nnsc-aot: error: cannot write %s\n", path);
         return 1;
@@ -241,20 +303,33 @@ int fe_profile(const fe_opts *o)
         }
     }
     int64_t steps = o->steps ? o->steps : 12;
-    int rc = 0;
+    int n = o->prof_ranks ? o->prof_ranks : 2, rc = 0;
+    set_world(n);
     double t[3] = {-1, -1, -1}, flops = 0, bw = 0, lat = 0;
     if (o->prof_pack) {
-        rc = pack(o, spec, steps);
+        rc = pack(o, spec, n, steps);
         goto out;
     }
     if (o->prof_from) {   /* the logs of DIR/run.sh */
+        for (int k = 1; k < 3; k++) {   /* the runs' world first: the likelier slip */
+            char log[4096];
+            snprintf(log, sizeof log, "%s/%s.log", o->prof_from, run_name[k]);
+            int w = log_world(log);
+            if (w > 0 && w != n) {
+                fprintf(stderr, "nnsc-aot: error: %s: the run had %d ranks, not --ranks %d\n"
+                                "  hint: give --from the --ranks that --pack had (--ranks %d)\n", log, w, n, w);
+                rc = 2;
+                goto out;
+            }
+        }
         for (int k = 0; k < 3; k++) {
             char log[4096];
             snprintf(log, sizeof log, "%s/%s.log", o->prof_from, run_name[k]);
-            if ((t[k] = log_median(log)) <= 0) {
+            t[k] = k ? log_median(log) : one_median(o->prof_from, n, log, sizeof log);
+            if (t[k] <= 0) {
                 fprintf(stderr, "nnsc-aot: error: %s: no 'step median' in it (or no such file)\n"
                                 "  hint: run DIR/run.sh of nnsc-aot profile --pack DIR first; --from names where "
-                                "it wrote one.log, dp.log and tp.log\n", log);
+                                "it wrote one-1.log..one-%d.log, dp.log and tp.log\n", log, n);
                 rc = 2;
                 goto out;
             }
@@ -264,7 +339,7 @@ int fe_profile(const fe_opts *o)
             (rc = build(o, spec, dir, "tp", s3, 2)))
             goto out;
         for (int k = 0; k < 3; k++)
-            if ((t[k] = run(dir, run_name[k], steps)) <= 0) goto fail;
+            if ((t[k] = run(dir, run_name[k], n, steps)) <= 0) goto fail;
     }
     double t1 = t[0] / 1e3, t2 = t[1] / 1e3, tt = t[2] / 1e3;
     if ((rc = fit(o, spec, t1, t2, tt, &flops, &bw, &lat))) goto out;
@@ -282,12 +357,12 @@ int fe_profile(const fe_opts *o)
         char when[64];
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
         fprintf(out, "; nnsc-aot profile (%s, model %s): cpu-host calibrated on %s, one rank per core;\n"
-                     "; 1 rank %.1f ms, dp 2 %.1f ms, tp 2 %.1f ms per step (medians%s).\n"
+                     "; 1 rank (%d copies at once) %.1f ms, dp %d %.1f ms, tp %d %.1f ms per step (medians%s).\n"
                      "; Use it with [cluster] device = THIS FILE (docs/plan-search.md).\n"
                      "[cluster]\ndevice = cpu-host\nflops = %.6g\nflops_bf16 = %.6g\nlink_bw = %.6g\n"
                      "link_lat = %.6g\nnet_bw = %.6g\nnet_lat = %.6g\n",
                 when, o->spec ? o->spec : "built in", o->prof_from ? "the machine of the --from logs" : "this machine",
-                t1, t2, tt, nsteps, flops, flops, bw, lat, bw, lat);
+                n, t1, n, t2, n, tt, nsteps, flops, flops, bw, lat, bw, lat);
         if (out != stdout && fclose(out)) rc = 1;
         if (!o->quiet)
             fprintf(stderr, "nnsc-aot profile: flops %.4g, link_bw %.4g B/s, link_lat %.3g s%s%s\n", flops, bw, lat,

@@ -253,12 +253,17 @@ says "profile needs -o FILE" "profile -o"
 "$nn" profile "$tiny" --pack "$tmp/pk" --steps 3 -q || no "profile --pack"
 [[ -x $tmp/pk/run.sh && -x $tmp/pk/one/launch && -x $tmp/pk/dp/launch && -x $tmp/pk/tp/launch ]] &&
   "$tmp/pk/run.sh" "$tmp/pk/logs" >/dev/null && "$nn" profile "$tiny" --from "$tmp/pk/logs" -o "$tmp/from.ini" -q &&
-  grep -q "^; 1 rank $(sed -n 's/.*step median \([0-9.]*\) ms.*/\1/p' "$tmp/pk/logs/one.log" | awk '{ printf "%.1f", $1 }') ms, dp 2 " "$tmp/from.ini" &&
+  grep -qF "; 1 rank (2 copies at once) $(sed -n 's/.*step median \([0-9.]*\) ms.*/\1/p' "$tmp/pk/logs/one-1.log" \
+    "$tmp/pk/logs/one-2.log" | awk '{ t += $1 } END { printf "%.1f", t / NR }') ms, dp 2 " "$tmp/from.ini" &&
   grep -q "^flops = [0-9.e+]*$" "$tmp/from.ini" &&
   ok "profile --pack DIR, DIR/run.sh, profile --from: a profile from runs made elsewhere" ||
   no "profile --pack/--from: $(ls "$tmp/pk" "$tmp/pk/logs" 2>&1 | tr '\n' ' '); $(cat "$tmp/from.ini" 2>&1)"
 expect_rc 2 "profile --from a directory without logs" "$nn" profile "$tiny" --from "$tmp/prof" -o "$tmp/x.ini"
-says "one.log: no 'step median' in it" "profile --from"
+says "one-1.log: no 'step median' in it" "profile --from"
+expect_rc 2 "profile --from logs of another --ranks" "$nn" profile "$tiny" --from "$tmp/pk/logs" --ranks 3 -o "$tmp/x.ini"
+says "dp.log: the run had 2 ranks, not --ranks 3" "profile --from --ranks"
+expect_rc 2 "profile --ranks 1" "$nn" profile "$tiny" --ranks 1 -o "$tmp/x.ini"
+says "--ranks needs a number of ranks in [2, 1024]" "profile --ranks"
 expect_rc 2 "profile --pack with -o" "$nn" profile "$tiny" --pack "$tmp/pk2" -o "$tmp/x.ini"
 says "profile --pack writes no profile" "profile --pack -o"
 
