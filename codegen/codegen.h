@@ -49,6 +49,12 @@ int cg_host_cuda(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const ch
  * Returns 0, or 1 after printing a message. */
 int cg_link(const char *obj, const char *rtlib_path, const char *exe);
 /* The same for nobj objects. */
+/* Compile a custom op's C kernel src into obj (-march=cpu); 0, or 2 after a message. */
+int cg_compile_c(const char *src, const char *obj, const char *cpu);
+/* Whether object file obj defines symbol sym: 1, 0, or -1 (unreadable). */
+int cg_object_defines(const char *obj, const char *sym);
+/* Where nnsc_custom.h is ($NNSC_INCLUDE, else include/ beside nnsc-aot). */
+const char *cg_include_dir(void);
 int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, const char *exe);
 
 /* A build's shared programs (passes/share.c) are functions nnsc_prog<k>(argc,

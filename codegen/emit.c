@@ -465,7 +465,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
     for (int i = 0; i < g->nop; i++) {
         const ir_op *o = &g->op[i];
         const ir_trans *tr = &d->trans[i];
-        ir_bprintf(b, "  %-28s %-18s ", o->name, ir_ops[o->kind].name);
+        ir_bprintf(b, "  %-28s %-18s ", o->name, ir_op_kind_name(g, o));
         if (tr->nsplit == 0) ir_bprintf(b, "whole");
         for (int j = 0; j < tr->nsplit; j++) {
             if (tr->id[j] == IR_VALUE) ir_bprintf(b, "%svalue x%d", j ? " * " : "", tr->n[j]);

@@ -199,6 +199,16 @@ static LLVMValueRef cg_kernel(cg_host_ctx *h, int kernel) {
     return h->kfn[kernel];
 }
 
+/* The user's kernel of a custom op, nnsc_custom_<name> (its row is the
+ * instruction's first int), declared on first use. */
+static LLVMValueRef cg_custom(cg_host_ctx *h, const pg_instr *in) {
+    IR_ASSERT(in->nint > 0 && !in->islot[0] && !in->ivar[0] && in->ints[0].c >= 0 && in->ints[0].c < h->p->ncust);
+    char name[160];
+    snprintf(name, sizeof name, "nnsc_custom_%s", h->p->cust[in->ints[0].c].name);
+    LLVMValueRef f = LLVMGetNamedFunction(h->m, name);
+    return f ? f : cg_declare(h, name, h->kty);
+}
+
 /* A value-name stem for an instruction: its note with characters outside
  * [A-Za-z0-9_.] turned into '_', cut short; the kernel name if it has none. */
 static void cg_stem(const pg_instr *in, char *out, size_t cap) {
@@ -351,7 +361,8 @@ static void cg_instr(cg_host_ctx *h, const pg_instr *in) {
                                  args[1], args[2], args[3]};
         call = LLVMBuildCall2(h->b, h->cuda_kty, h->cuda_k, cargs, 5, "");
     } else {
-        call = LLVMBuildCall2(h->b, h->kty, cg_kernel(h, in->kernel), args, 4, "");
+        call = LLVMBuildCall2(h->b, h->kty, in->kernel == RT_K_custom ? cg_custom(h, in) : cg_kernel(h, in->kernel),
+                              args, 4, "");
     }
     if (in->note && in->note[0]) {
         LLVMMetadataRef s = LLVMMDStringInContext2(h->c, in->note, strlen(in->note));

@@ -23,6 +23,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <llvm-c/Core.h>
+#include <llvm-c/Object.h>
+
 #include "codegen.h"
 
 extern char **environ;
@@ -43,6 +46,35 @@ static void cg_print_cmd(char *const *argv) {
 /* Link obj into exe with rtlib; 0, or 1 after printing a message. */
 int cg_link(const char *obj, const char *rtlib_path, const char *exe) {
     return cg_link_objs(&obj, 1, rtlib_path, exe);
+}
+
+/* Run argv (argv[0] the C compiler driver) and wait; 0, or 1 after printing
+ * "<what> <target> failed" with the command line. */
+static int cg_spawn(char **argv, const char *what, const char *target) {
+    pid_t pid;
+    int err = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
+    if (err) {
+        fprintf(stderr, "nnsc-aot: cannot run the C compiler driver '%s': %s\n"
+                        "  hint: install cc or set NNSC_CC to a C compiler driver\n",
+                argv[0], strerror(err));
+        return 1;
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            fprintf(stderr, "nnsc-aot: waiting for '%s': %s\n", argv[0], strerror(errno));
+            return 1;
+        }
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+    if (WIFEXITED(status))
+        fprintf(stderr, "nnsc-aot: %s %s failed (%s exited with status %d):\n  ", what, target, argv[0],
+                WEXITSTATUS(status));
+    else
+        fprintf(stderr, "nnsc-aot: %s %s failed (%s killed by signal %d):\n  ", what, target, argv[0],
+                WTERMSIG(status));
+    cg_print_cmd(argv);
+    return 1;
 }
 
 /* Link objs into exe with rtlib; 0, or 1 after printing a message. */
@@ -68,36 +100,24 @@ int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, cons
     for (int i = 0; i < nobj; i++) argv[na++] = (char *)objs[i];
     argv[na++] = (char *)rtlib_path;
     for (int i = 0; i < ntail; i++) argv[na++] = (char *)tail[i];
-    pid_t pid;
-    int err = posix_spawnp(&pid, cc, NULL, NULL, argv, environ);
-    if (err) {
-        fprintf(stderr, "nnsc-aot: cannot run the C compiler driver '%s': %s\n"
-                        "  hint: install cc or set NNSC_CC to a C compiler driver\n",
-                cc, strerror(err));
-        free(argv);
-        return 1;
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR) {
-            fprintf(stderr, "nnsc-aot: waiting for '%s': %s\n", cc, strerror(errno));
-            free(argv);
-            return 1;
-        }
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        free(argv);
-        return 0;
-    }
-    if (WIFEXITED(status))
-        fprintf(stderr, "nnsc-aot: linking %s failed (%s exited with status %d):\n  ", exe, cc,
-                WEXITSTATUS(status));
-    else
-        fprintf(stderr, "nnsc-aot: linking %s failed (%s killed by signal %d):\n  ", exe, cc,
-                WTERMSIG(status));
-    cg_print_cmd(argv);
+    int rc = cg_spawn(argv, "linking", exe);
     free(argv);
-    return 1;
+    return rc;
+}
+
+/* Compile the C file src (a custom op's kernel) into obj for cpu, with
+ * nnsc_custom.h on the include path; 0, or 2 after printing a message
+ * (the compiler's own messages come first). */
+int cg_compile_c(const char *src, const char *obj, const char *cpu) {
+    const char *cc = getenv("NNSC_CC");
+    if (!cc || !cc[0]) cc = "cc";
+    char inc[PATH_MAX + 40], march[160];
+    snprintf(inc, sizeof inc, "-I%s", cg_include_dir());
+    snprintf(march, sizeof march, "-march=%s", cpu && cpu[0] ? cpu : "x86-64-v3");
+    /* -ffp-contract=off: a kernel rounds the same way wherever it runs */
+    char *argv[] = {(char *)cc, "-std=gnu11", "-O2", march, "-ffp-contract=off", "-fno-strict-aliasing", inc,
+                    "-c", (char *)src, "-o", (char *)obj, NULL};
+    return cg_spawn(argv, "compiling", src) ? 2 : 0;
 }
 
 /* Where libnnsc_rt.a is: $NNSC_RTLIB, else the directory of the running
@@ -112,5 +132,51 @@ const char *cg_rtlib_path(void) {
     char *slash = strrchr(path, '/');
     slash = slash ? slash + 1 : path;
     strcpy(slash, "libnnsc_rt.a");
+    return path;
+}
+
+/* Whether object file obj defines symbol sym (in one of its sections):
+ * 1, 0, or -1 when obj cannot be read as an object file. */
+int cg_object_defines(const char *obj, const char *sym) {
+    LLVMMemoryBufferRef mb;
+    char *msg = NULL;
+    if (LLVMCreateMemoryBufferWithContentsOfFile(obj, &mb, &msg)) {
+        LLVMDisposeMessage(msg);
+        return -1;
+    }
+    LLVMBinaryRef bin = LLVMCreateBinary(mb, NULL, &msg);
+    if (!bin) {
+        LLVMDisposeMessage(msg);
+        LLVMDisposeMemoryBuffer(mb);
+        return -1;
+    }
+    LLVMSymbolIteratorRef si = LLVMObjectFileCopySymbolIterator(bin);
+    LLVMSectionIteratorRef sec = LLVMObjectFileCopySectionIterator(bin);
+    int found = 0;
+    for (; !found && !LLVMObjectFileIsSymbolIteratorAtEnd(bin, si); LLVMMoveToNextSymbol(si)) {
+        const char *n = LLVMGetSymbolName(si);
+        if (!n || strcmp(n, sym) != 0) continue;
+        LLVMMoveToContainingSection(sec, si);   /* undefined: no section */
+        found = !LLVMObjectFileIsSectionIteratorAtEnd(bin, sec);
+    }
+    LLVMDisposeSectionIterator(sec);
+    LLVMDisposeSymbolIterator(si);
+    LLVMDisposeBinary(bin);
+    LLVMDisposeMemoryBuffer(mb);
+    return found;
+}
+
+/* Where nnsc_custom.h is: $NNSC_INCLUDE, else include/ beside the running
+ * compiler (the build copies rtlib/nnsc_custom.h to build/include). */
+const char *cg_include_dir(void) {
+    static char path[PATH_MAX + 32];
+    const char *env = getenv("NNSC_INCLUDE");
+    if (env && env[0]) return env;
+    ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
+    if (n <= 0) return "include";
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    slash = slash ? slash + 1 : path;
+    strcpy(slash, "include");
     return path;
 }

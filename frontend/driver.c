@@ -304,9 +304,35 @@ static int link_all(const fe_opts *o, const ir_dist *d, int nprog, const int *cl
         objs[k] = ir_xstrdup(path);
     }
     cg_opts co = {o->cpu, "", o->opt_level, 0, 0};
-    int rc = cg_dispatch(n, nprog, cls_of, row_of, d->g->model ? d->g->model : "model", &co, objs[nprog]);
+    /* custom ops' C kernels, each file once: OUT/customK.o */
+    int ncobj = 0;
+    const ir_graph *g = d->g;
+    int rc = 0;
+    for (int k = 0; k < g->ncust && !rc; k++) {
+        int first = 1;
+        for (int j = 0; j < k; j++) first &= strcmp(g->cust[j].src, g->cust[k].src) != 0;
+        if (!first) continue;
+        snprintf(path, sizeof path, "%s/custom%d.o", o->out, k);
+        objs = ir_xrealloc(objs, sizeof *objs * ((size_t)nprog + 3 + (size_t)ncobj));
+        objs[nprog + 1 + ncobj++] = ir_xstrdup(path);
+        if ((rc = cg_compile_c(g->cust[k].src, path, o->cpu)))
+            pass_error(g, g->cust[k].line, "fix the C file (the compiler's messages are above); it is compiled "
+                        "with nnsc_custom.h on the include path (docs/custom-ops.md)",
+                        "the kernel of custom op '%s' (%s) does not compile", g->cust[k].name, g->cust[k].src);
+        for (int j = k; j < g->ncust && !rc; j++) {   /* every section this file serves defines its kernel */
+            if (strcmp(g->cust[j].src, g->cust[k].src) != 0) continue;
+            char sym[160], hint[400];
+            snprintf(sym, sizeof sym, "nnsc_custom_%s", g->cust[j].name);
+            if (cg_object_defines(path, sym) == 1) continue;
+            snprintf(hint, sizeof hint, "define it in %s: #include \"nnsc_custom.h\", then NNSC_CUSTOM(%s) { ... } "
+                     "(docs/custom-ops.md)", g->cust[j].src, g->cust[j].name);
+            rc = pass_error(g, g->cust[j].line, hint, "custom op '%s': %s defines no kernel %s", g->cust[j].name,
+                            g->cust[j].src, sym);
+        }
+    }
+    if (!rc) rc = cg_dispatch(n, nprog, cls_of, row_of, d->g->model ? d->g->model : "model", &co, objs[nprog]);
     snprintf(path, sizeof path, "%s/rank", o->out);
-    if (!rc) rc = cg_link_objs((const char *const *)objs, nprog + 1, rtlib, path);
+    if (!rc) rc = cg_link_objs((const char *const *)objs, nprog + 1 + ncobj, rtlib, path);
     for (int r = 0; r < n && !rc; r++) {
         snprintf(path2, sizeof path2, "%s/rank%d", o->out, r);
         rc = same_file_as(path, path2);
@@ -317,7 +343,7 @@ static int link_all(const fe_opts *o, const ir_dist *d, int nprog, const int *cl
             rc = same_file_as(ll, path2);
         }
     }
-    for (int k = 0; k <= nprog; k++) remove(objs[k]), free(objs[k]);
+    for (int k = 0; k <= nprog + ncobj; k++) remove(objs[k]), free(objs[k]);
     free(objs);
     return rc;
 }
@@ -389,6 +415,7 @@ static void lower_rank(lw_work *w, int r, ir_prog *p)
     if (!key_seen(w, key) && pass_memcheck(d, &m, why, sizeof why))
         ir_die(__FILE__, __LINE__, "memory plan: %s", why);
     ir_prog_init(p, r, d->ndev);
+    p->cust = d->g->cust, p->ncust = d->g->ncust;
     pass_lower(d, &m, p);
     ir_prog_verify(p);
     pass_mem_free(&m);
@@ -563,6 +590,15 @@ int fe_compile(const fe_opts *o)
     rc = fe_load(o->spec, o->sets, o->nset, &g);
     if (rc) goto out_g;
     ir_graph_verify(&g);
+    if (o->target == FE_TARGET_CUDA)
+        for (int k = 0; k < g.nop; k++)
+            if (g.op[k].kind == IR_OP_CUSTOM) {
+                const ir_custom *c = &g.cust[g.op[k].iattr[IR_IA_CUSTOM]];
+                rc = pass_error(&g, g.op[k].line, "build it for --target cpu; custom ops have no CUDA kernels yet "
+                                 "(docs/custom-ops.md)", "op '%s': custom op '%s' cannot run on the cuda target",
+                                 g.op[k].name, c->name);
+                goto out_g;
+            }
     tick(o, &t0, "frontend");
     if (g.req.devices > 1 && g.req.policy && !strcmp(g.req.policy, "auto")) {
         if ((rc = fe_search(o, &g))) goto out_g;

@@ -13,6 +13,7 @@
  *     OUT   ->  h.(L-1).out            OUT is the block's `out`, used after it
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -432,11 +433,148 @@ static int lower_blocks(fe_lw *L)
     return 0;
 }
 
-/* list := NAME (',' NAME)*    with exactly want names. */
-static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, char **names, int want,
-                      const char *what, int *got)
+/* The op-table row of declaration d: a custom op's from its [custom]
+ * section. */
+static ir_opinfo op_info(const fe_lw *L, const fe_opdecl *d)
 {
-    const ir_opinfo *oi = &ir_ops[ir_op_lookup(fe_get(sec, "kind")->val)];
+    ir_opinfo oi = ir_ops[d->kind];
+    if (d->kind == IR_OP_CUSTOM) {
+        const ir_custom *c = &L->g->cust[d->iattr[IR_IA_CUSTOM]];
+        oi.name = c->name, oi.anno = c->anno, oi.nin = c->nin, oi.nout = c->nout;
+    }
+    return oi;
+}
+
+/* The operands of an annotation's side (text up to "->" or its end):
+ * how many (commas + 1, 0 when blank) and the rank each would have with
+ * `*` standing for one dim. */
+static int anno_side(const char *p, const char *end, int *rank)
+{
+    int n = 0, dims = 0, any = 0;
+    for (const char *q = p; q < end; q++) {
+        if (*q == ',') {
+            if (n < IR_MAXIO) rank[n] = dims;
+            n++, dims = 0;
+        } else if (*q == '(') {   /* a merged dim: one dim */
+            dims++, any = 1;
+            while (q + 1 < end && *q != ')') q++;
+        } else if (*q != ' ' && *q != '\t' && (q == p || q[-1] == ' ' || q[-1] == '\t' || q[-1] == ',')) {
+            dims++, any = 1;
+        }
+    }
+    if (!any && n == 0) return 0;
+    if (n < IR_MAXIO) rank[n] = dims;
+    return n + 1;
+}
+
+/* [custom NAME]  annotation = ..., cpu = FILE.c, backward = NAME, flops = F:
+ * an op kind of the user's, its kernel a C function compiled with the
+ * ranks (docs/custom-ops.md). */
+static int lower_customs(fe_lw *L)
+{
+    char clip[96], hint[512], err[256];
+    ir_graph *g = L->g;
+    for (int i = 0; i < L->s->nsec; i++) {
+        const fe_section *sec = &L->s->sec[i];
+        if (!is_kind(sec, "custom")) continue;
+        const char *nm = sec->name;
+        int cid = 1;
+        for (const char *q = nm; *q; q++)
+            cid &= (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_' || (q > nm && *q >= '0' && *q <= '9');
+        if (!cid)
+            return fe_error(L->s, sec->line, "a custom op's name is also its kernel's C name (nnsc_custom_NAME): "
+                            "letters, digits and '_', starting with a letter or '_'",
+                            "custom op name '%s' is not a C identifier", fe_clip(nm, clip, sizeof clip));
+        if (ir_op_lookup(nm) >= 0)
+            return fe_error(L->s, sec->line, "pick another name: the built-in op kinds are listed in docs/model-spec.md",
+                            "custom op '%s' has the name of a built-in op kind", fe_clip(nm, clip, sizeof clip));
+        for (int j = 0; j < g->ncust; j++)
+            if (strcmp(g->cust[j].name, nm) == 0) {
+                snprintf(hint, sizeof hint, "it is first declared at line %d", g->cust[j].line);
+                return fe_error(L->s, sec->line, hint, "custom op '%s' declared twice", fe_clip(nm, clip, sizeof clip));
+            }
+        if (g->ncust == IR_MAXCUSTOM)
+            return fe_error(L->s, sec->line, "merge some of them, or raise IR_MAXCUSTOM (ir/ir.h)",
+                            "more than %d [custom] sections", IR_MAXCUSTOM);
+        ir_custom *c = &g->cust[g->ncust];
+        memset(c, 0, sizeof *c);
+        c->name = ir_str(g, nm);
+        c->line = sec->line;
+        c->bwd = -1;
+        /* the annotation: its operand counts, then a trial instantiation with
+           `*` as one dim (the real one happens per op, with its inputs' ranks) */
+        const fe_kv *akv = fe_get(sec, "annotation");
+        const char *a = akv->val, *arrow = strstr(a, "->");
+        int rin[IR_MAXIO + 1], rout[IR_MAXIO + 1];
+        if (!arrow)
+            return fe_kv_error(L->s, sec, akv, "write inputs -> outputs, e.g. `* f, * f -> * f` (docs/dimops.md)",
+                               "annotation of custom op '%s' has no '->'", fe_clip(nm, clip, sizeof clip));
+        c->nin = anno_side(a, arrow, rin);
+        c->nout = anno_side(arrow + 2, a + strlen(a), rout);
+        if (c->nin < 1 || c->nin > IR_MAXIO || c->nout < 1 || c->nout > IR_MAXIO) {
+            snprintf(hint, sizeof hint, "a custom op takes 1 to %d inputs and makes 1 to %d outputs", IR_MAXIO, IR_MAXIO);
+            return fe_kv_error(L->s, sec, akv, hint, "annotation of custom op '%s' has %d input%s and %d output%s",
+                               fe_clip(nm, clip, sizeof clip), c->nin, c->nin == 1 ? "" : "s", c->nout,
+                               c->nout == 1 ? "" : "s");
+        }
+        ir_anno trial;
+        if (ir_anno_parse(a, c->nin, rin, &trial, err, sizeof err) || trial.nout != c->nout)
+            return fe_kv_error(L->s, sec, akv, "docs/dimops.md describes annotations, e.g. `* k+, k n -> * n`",
+                               "annotation of custom op '%s': %s", fe_clip(nm, clip, sizeof clip),
+                               trial.nout != c->nout ? "the outputs do not parse" : err);
+        c->anno = ir_str(g, a);
+        /* the kernel's C file, relative to the spec's directory */
+        const fe_kv *ckv = fe_get(sec, "cpu");
+        char path[4096];
+        const char *slash = strrchr(L->s->file, '/');
+        if (ckv->val[0] == '/' || !slash) snprintf(path, sizeof path, "%s", ckv->val);
+        else snprintf(path, sizeof path, "%.*s/%s", (int)(slash - L->s->file), L->s->file, ckv->val);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return fe_kv_error(L->s, sec, ckv, "cpu = names the C file of the kernel, relative to the spec's directory",
+                               "custom op '%s': cannot read '%s': %s", fe_clip(nm, clip, sizeof clip), path,
+                               strerror(errno));
+        fclose(f);
+        c->src = ir_str(g, path);
+        if (get_float(L, sec, "flops", 4.0, FE_NONNEG, &c->flops)) return 2;
+        g->ncust++;
+    }
+    /* backward = NAME: another [custom] section; it takes the gradient of
+       output 1, then the inputs, and makes the inputs' gradients */
+    for (int i = 0; i < L->s->nsec; i++) {
+        const fe_section *sec = &L->s->sec[i];
+        const fe_kv *bkv = is_kind(sec, "custom") ? fe_get(sec, "backward") : NULL;
+        if (!bkv) continue;
+        int me = -1, b = -1;
+        for (int j = 0; j < g->ncust; j++) {
+            if (strcmp(g->cust[j].name, sec->name) == 0) me = j;
+            if (strcmp(g->cust[j].name, bkv->val) == 0) b = j;
+        }
+        IR_ASSERT(me >= 0);
+        ir_custom *c = &g->cust[me];
+        if (b < 0 || b == me)
+            return fe_kv_error(L->s, sec, bkv, "backward = names another [custom NAME] section: the kernel of the "
+                               "gradients", b == me ? "custom op '%s' is its own backward" : "no [custom %s] section",
+                               fe_clip(b == me ? c->name : bkv->val, clip, sizeof clip));
+        const ir_custom *bc = &g->cust[b];
+        if (bc->nin != 1 + c->nin || bc->nout != c->nin) {
+            snprintf(hint, sizeof hint, "the backward of an op with %d input%s takes the gradient of its output 1, "
+                     "then its %d input%s (%d in all), and makes the %d input gradient%s",
+                     c->nin, c->nin == 1 ? "" : "s", c->nin, c->nin == 1 ? "" : "s", 1 + c->nin, c->nin,
+                     c->nin == 1 ? "" : "s");
+            return fe_kv_error(L->s, sec, bkv, hint, "backward '%s' of custom op '%s' takes %d input%s and makes %d "
+                               "output%s", bc->name, c->name, bc->nin, bc->nin == 1 ? "" : "s", bc->nout,
+                               bc->nout == 1 ? "" : "s");
+        }
+        c->bwd = b;
+    }
+    return 0;
+}
+
+/* list := NAME (',' NAME)*    with exactly want names. */
+static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, const ir_opinfo *oi, char **names,
+                      int want, const char *what, int *got)
+{
     char clip[96], hint[256];
     int n = 0;
     const char *p = kv->val;
@@ -537,12 +675,15 @@ static int lower_opdecls(fe_lw *L)
         const fe_section *sec = &L->s->sec[i];
         if (!is_kind(sec, "op")) continue;
         const fe_kv *kkv = fe_get(sec, "kind");
-        int k = ir_op_lookup(kkv->val);
-        if (k < 0 || !(ir_ops[k].flags & OPF_USER)) {
-            const char *cand[IR_OP_COUNT];
+        int k = ir_op_lookup(kkv->val), cu = -1;
+        for (int j = 0; j < L->g->ncust; j++)
+            if (strcmp(L->g->cust[j].name, kkv->val) == 0) cu = j, k = IR_OP_CUSTOM;
+        if (k < 0 || (!(ir_ops[k].flags & OPF_USER) && cu < 0)) {
+            const char *cand[IR_OP_COUNT + IR_MAXCUSTOM];
             int nc = 0;
             for (int j = 0; j < IR_OP_COUNT; j++)
                 if (ir_ops[j].flags & OPF_USER) cand[nc++] = ir_ops[j].name;
+            for (int j = 0; j < L->g->ncust; j++) cand[nc++] = L->g->cust[j].name;
             size_t used = 0;
             if (fe_suggest(kkv->val, cand, nc, hint, sizeof hint)) used = strlen(hint);
             used += (size_t)snprintf(hint + used, sizeof hint - used, "%sop kinds:", used ? " " : "");
@@ -556,13 +697,15 @@ static int lower_opdecls(fe_lw *L)
         d->in_kv = fe_get(sec, "in");
         d->out_kv = fe_get(sec, "out");
         d->block = block_of(L, sec->name);
+        d->iattr[IR_IA_CUSTOM] = cu;
         if (k == IR_OP_RECYCLE && d->block >= 0)
             return fe_error(L->s, sec->line, "declare the recycle op outside the block: it feeds a tensor of the "
                             "previous forward pass into this one, once per pass", "recycle op '%s' in block %s",
                             fe_clip(sec->name, clip, sizeof clip), L->blk[d->block].name);
         if (op_attrs(L, sec, d)) return 2;
-        if (parse_list(L, sec, d->in_kv, d->in, ir_ops[k].nin, "input", &d->nin) ||
-            parse_list(L, sec, d->out_kv, d->out, ir_ops[k].nout, "output", &d->nout))
+        ir_opinfo oi = op_info(L, d);
+        if (parse_list(L, sec, d->in_kv, &oi, d->in, oi.nin, "input", &d->nin) ||
+            parse_list(L, sec, d->out_kv, &oi, d->out, oi.nout, "output", &d->nout))
             return 2;
         for (int o = 0; o < d->nout; o++) {
             const char *n = d->out[o];
@@ -1153,7 +1296,8 @@ static int report_cycle(fe_lw *L)
 static int report_shapes(fe_lw *L, const fe_inst *in, const int *ids, const char *err)
 {
     const fe_opdecl *d = &L->ops[in->decl];
-    const ir_opinfo *oi = &ir_ops[d->kind];
+    ir_opinfo oinfo = op_info(L, d);
+    const ir_opinfo *oi = &oinfo;
     ir_buf b = {0};
     char clip[96];
     ir_bprintf(&b, "inputs:");
@@ -1308,7 +1452,7 @@ static int lower_train(fe_lw *L)
         used += (size_t)snprintf(hint + used, sizeof hint - used, ")");
         if (t->producer >= 0)
             snprintf(hint + used, sizeof hint - used, "; '%s' comes from op '%s' (%s)", fe_clip(kv->val, clip, sizeof clip),
-                     L->g->op[t->producer].name, ir_ops[L->g->op[t->producer].kind].name);
+                     L->g->op[t->producer].name, ir_op_kind_name(L->g, &L->g->op[t->producer]));
         return fe_kv_error(L->s, sec, kv, hint, "loss '%s' is not the output of a loss op", fe_clip(kv->val, clip, sizeof clip));
     }
     tr->loss = id;
@@ -1551,7 +1695,7 @@ static int lower_fold(const fe_spec *s, ir_graph *g, int64_t batch_div, int laye
     L.layers = layers;
     ir_graph_init(g);
     g->file = ir_str(g, s->file);
-    int bad = lower_model(&L) || lower_dims(&L) || lower_blocks(&L) || lower_opdecls(&L) ||
+    int bad = lower_model(&L) || lower_dims(&L) || lower_blocks(&L) || lower_customs(&L) || lower_opdecls(&L) ||
               lower_names(&L) || lower_tensors(&L) || lower_complete(&L) || lower_insts(&L) || lower_recycle(&L) || lower_order(&L) ||
               lower_train(&L) || lower_cluster(&L);
     lower_free(&L);

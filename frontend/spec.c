@@ -42,6 +42,7 @@ static const fe_schema fe_schemas[] = {
     {"param", 1, 0, {"shape", "init", "dtype"}, {"shape"}},
     {"op", 1, 0, {"kind", "in", "out", "heads", "causal", "vocab", "eps", "theta", "shape"}, {"kind", "in", "out"}},
     {"block", 1, 0, {"repeat", "in", "out"}, {"repeat", "in", "out"}},
+    {"custom", 1, 0, {"annotation", "cpu", "backward", "flops"}, {"annotation", "cpu"}},
     {"train", 0, 0, {"loss", "optimizer", "lr", "weight_decay", "beta1", "beta2", "eps", "steps",
                      "micro_batches", "data", "data_period", "eval_data", "eval_every", "eval_steps",
                      "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype", "recycle"}, {"loss"}},
@@ -53,7 +54,7 @@ static const fe_schema fe_schemas[] = {
 #define FE_NSCHEMA ((int)(sizeof fe_schemas / sizeof fe_schemas[0]))
 
 static const char fe_kinds_hint[] =
-    "sections are [model] [dims] [input NAME] [param NAME] [op NAME] [block NAME] [train] [cluster] [plan]";
+    "sections are [model] [dims] [input NAME] [param NAME] [op NAME] [block NAME] [custom NAME] [train] [cluster] [plan]";
 
 /* The schema of a section kind, or NULL. */
 static const fe_schema *schema_of(const char *kind)

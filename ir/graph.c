@@ -28,6 +28,13 @@ void ir_graph_init(ir_graph *g)
     g->prof = *ir_profile_find("cpu-host");
 }
 
+const char *ir_op_kind_name(const ir_graph *g, const ir_op *o)
+{
+    if (o->kind == IR_OP_CUSTOM && o->iattr[IR_IA_CUSTOM] >= 0 && o->iattr[IR_IA_CUSTOM] < g->ncust)
+        return g->cust[o->iattr[IR_IA_CUSTOM]].name;
+    return ir_ops[o->kind].name;
+}
+
 void ir_graph_free(ir_graph *g)
 {
     for (int i = 0; i < g->npool; i++) free(g->pool[i]);
@@ -145,7 +152,7 @@ static int batch_id(const ir_graph *g, ir_opkind kind, const ir_anno *a, const i
             return 1;
         }
         /* a user op may not sum over the batch (only losses reduce it) */
-        int fl = ir_ops[kind].flags;
+        int fl = kind == IR_OP_CUSTOM ? OPF_USER : ir_ops[kind].flags;
         if (a->id_reduce[b] && (fl & OPF_USER) && !(fl & OPF_LOSS)) {
             snprintf(err, errsz, "the batch dim of '%s' (dim %d) would be summed over by %s; the batch must stay "
                      "a dim of its own (check batch_dim of the inputs)", t->name, t->batch_dim, ir_ops[kind].name);
@@ -172,7 +179,13 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
                    const int *in, const char *const *out_names, const int64_t *iattr,
                    const double *fattr, int line, char *err, size_t errsz)
 {
-    const ir_opinfo *oi = &ir_ops[kind];
+    ir_opinfo ci = ir_ops[kind];   /* a custom op's row: its [custom] section's */
+    if (kind == IR_OP_CUSTOM) {
+        IR_ASSERT(iattr && iattr[IR_IA_CUSTOM] >= 0 && iattr[IR_IA_CUSTOM] < g->ncust);
+        const ir_custom *c = &g->cust[iattr[IR_IA_CUSTOM]];
+        ci.name = c->name, ci.anno = c->anno, ci.nin = c->nin, ci.nout = c->nout;
+    }
+    const ir_opinfo *oi = &ci;
     if (nin != oi->nin) {
         snprintf(err, errsz, "%s takes %d inputs, got %d", oi->name, oi->nin, nin);
         return -1;
@@ -410,7 +423,7 @@ void ir_graph_print(const ir_graph *g, ir_buf *b)
     static const char *ph[] = {"fwd", "bwd", "opt"};
     for (int i = 0; i < g->nop; i++) {
         const ir_op *o = &g->op[i];
-        ir_bprintf(b, "  op%-3d %s %s %s(", i, ph[o->phase], o->name, ir_ops[o->kind].name);
+        ir_bprintf(b, "  op%-3d %s %s %s(", i, ph[o->phase], o->name, ir_op_kind_name(g, o));
         for (int k = 0; k < o->nin; k++) ir_bprintf(b, "%st%d", k ? ", " : "", o->in[k]);
         ir_bprintf(b, ") ->");
         for (int k = 0; k < o->nout; k++) ir_bprintf(b, " t%d", o->out[k]);
@@ -440,7 +453,13 @@ void ir_graph_verify(const ir_graph *g)
     }
     for (int i = 0; i < g->nop; i++) {
         const ir_op *o = &g->op[i];
-        IR_ASSERT(o->nin == ir_ops[o->kind].nin && o->nout == ir_ops[o->kind].nout);
+        if (o->kind == IR_OP_CUSTOM) {
+            IR_ASSERT(o->iattr[IR_IA_CUSTOM] >= 0 && o->iattr[IR_IA_CUSTOM] < g->ncust);
+            const ir_custom *c = &g->cust[o->iattr[IR_IA_CUSTOM]];
+            IR_ASSERT(o->nin == c->nin && o->nout == c->nout);
+        } else {
+            IR_ASSERT(o->nin == ir_ops[o->kind].nin && o->nout == ir_ops[o->kind].nout);
+        }
         for (int k = 0; k < o->nin; k++) IR_ASSERT(o->in[k] >= 0 && o->in[k] < g->nt);
         for (int k = 0; k < o->nout; k++) IR_ASSERT(g->t[o->out[k]].producer == i);
         /* operands agree with the annotation */

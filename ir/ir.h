@@ -85,6 +85,10 @@ typedef struct ir_opinfo {
 extern const ir_opinfo ir_ops[IR_OP_COUNT];
 /* Op kind by spec name, or -1. */
 int ir_op_lookup(const char *name);
+struct ir_graph;
+struct ir_op;
+/* The kind's name of op o as the spec writes it (a custom op's section name). */
+const char *ir_op_kind_name(const struct ir_graph *g, const struct ir_op *o);
 
 /* ------------------------------------------------------------- dimops.c */
 
@@ -206,6 +210,7 @@ enum {
     IR_IA_HEADS = 0,  /* attention, rope: number of heads (binds identifier h) */
     IR_IA_CAUSAL = 1, /* attention: 1 = causal mask */
     IR_IA_VOCAB = 2,  /* cross_entropy: real vocabulary size (columns past it are padding) */
+    IR_IA_CUSTOM = 3, /* custom: the ir_graph.cust row */
 };
 
 /* Float attribute slots. */
@@ -311,6 +316,19 @@ typedef struct ir_profile {
     int per_node;             /* devices per node */
 } ir_profile;
 
+/* A [custom NAME] section of the spec (docs/custom-ops.md): an op the user
+ * declares with its annotation and a C kernel compiled at compile time. */
+#define IR_MAXCUSTOM 32
+typedef struct ir_custom {
+    const char *name;         /* NAME: the op kind in [op] sections and the kernel nnsc_custom_NAME */
+    const char *anno;         /* annotation text (also the shape rule) */
+    int nin, nout;            /* operand counts, from the annotation */
+    int bwd;                  /* the backward's row, or -1 (none: no gradient may flow through it) */
+    const char *src;          /* the C file of its kernel (resolved path) */
+    double flops;             /* FLOPs per element of output 0 (cost model) */
+    int line;                 /* spec line of the section */
+} ir_custom;
+
 typedef struct ir_graph {
     const char *model;        /* model name */
     const char *file;         /* spec path as given */
@@ -322,6 +340,7 @@ typedef struct ir_graph {
     ir_planreq req;
     ir_profile prof;          /* the cluster's profile ([cluster] device; cost model) */
     char **pool; int npool, poolcap; /* owned strings */
+    ir_custom cust[IR_MAXCUSTOM]; int ncust; /* [custom NAME] sections */
 } ir_graph;
 
 /* A built-in profile by name (cpu is cpu-host), or NULL; the names, for messages. */
@@ -731,6 +750,8 @@ typedef struct ir_prog {
     int64_t stash_bytes;              /* pipeline: bytes a micro-batch in flight keeps (one slot) */
     int nslot;                        /* pipeline: slots (micro-batches in flight at most) */
     char **pool; int npool, poolcap;  /* owned strings */
+    const ir_custom *cust; int ncust; /* the graph's [custom] sections: RT_K_custom's ints[0] names
+                                         the row, whose kernel is nnsc_custom_<name> (codegen/host.c) */
     /* A shared program (passes/share.c): the Program of several ranks, the
        members, equal but for rank variables; nmember == 0: not shared. */
     int nmember;                      /* ranks running it */

@@ -60,5 +60,6 @@ OP(MSE_LOSS,      "mse_loss",          "*+, *+ -> 1",                     2, 1, 
 OP(MSE_BWD,       "mse_bwd",           "*, * -> *",                       2, 1, OPF_ELTW)              /* dp = 2 (p - t) / numel; inputs p, t */
 OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, OPF_USER | OPF_LOSS)   /* mean over rows of -log softmax(logits[:vocab])[target]; targets i32 */
 OP(XENT_BWD,      "cross_entropy_bwd", "* v^, * -> * v^",                 2, 1, 0)                     /* dlogits = (softmax - onehot) / rows */
+OP(CUSTOM,        "custom",            "",                                0, 0, 0)                     /* a [custom NAME] op of the spec: annotation, counts and kernel from g->cust[iattr[IR_IA_CUSTOM]] */
 OP(SGD,           "sgd",               "*, * -> ",                        2, 0, OPF_OPTIM)             /* p -= lr (g + wd p); inputs p, g */
 OP(ADAMW,         "adamw",             "*, *, *, * -> ",                  4, 0, OPF_OPTIM)             /* inputs p, g, m, v */

@@ -447,6 +447,15 @@ static int64_t pg_ew_extent(const pg_instr *in, int j) {
 static int64_t pg_extent(const pg_instr *in, int j) {
     int64_t n = pg_prod(in, 0, 1, 1), ndim;
     if (in->kernel == RT_K_ew) return j < in->nbuf ? pg_ew_extent(in, j) : -1;
+    if (in->kernel == RT_K_custom) {   /* id nin nout acc, then per operand: ndim, extents */
+        int pos = 4;
+        for (int k = 0; k < j; k++) {
+            if (!pg_const(in, pos, &ndim) || ndim < 0) return -1;
+            pos += 1 + (int)ndim;
+        }
+        return pg_const(in, pos, &ndim) && ndim >= 0 && pos + 1 + ndim <= in->nint
+                   ? pg_prod(in, pos + 1, (int)ndim, 1) : -1;
+    }
     if (j >= pg_kinfo[in->kernel].nbuf) return -1;
     switch (in->kernel) {
     case RT_K_init_param:
@@ -572,6 +581,7 @@ static const struct pg_role {
     [RT_K_slice] = {1u << 1, 0, 1},
     [RT_K_ew] = {0, 0, -1},
     [RT_K_matmul_bf16] = {1u << 2, 0, 5},
+    [RT_K_custom] = {0, 0, 3},   /* per instruction: its outputs (ir_prog_access) */
 };
 
 int ir_prog_acc_index(int kernel) {
@@ -604,6 +614,12 @@ int ir_prog_access(const pg_instr *in, int j, int64_t *bytes) {
         int64_t dir = 1;
         if (1 + 4 * j >= in->nint || !pg_const(in, 1 + 4 * j, &dir)) return PG_RD | PG_WR | PG_PART;
         return dir ? PG_WR : PG_RD;
+    }
+    if (k == RT_K_custom) {   /* the inputs, then the outputs (written, or added into when acc) */
+        int64_t nin = 0, acc = 1;
+        if (!pg_const(in, 1, &nin)) return PG_RD | PG_WR | PG_PART;
+        if (j < nin) return PG_RD;
+        return pg_const(in, 3, &acc) && !acc ? PG_WR : PG_RD | PG_WR | PG_PART;
     }
     const struct pg_role *ro = &pg_role[k];
     int64_t acc = 0;

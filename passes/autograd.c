@@ -28,6 +28,7 @@ typedef struct agctx {
     char *needs;     /* per tensor: requires a gradient */
     int *nmade;      /* per tensor: contributions made so far (names) */
     int fwd;         /* forward op being differentiated */
+    int custom;      /* >= 0: the [custom] row the next backward op runs (a custom op's backward) */
 } agctx;
 
 /* Append backward op k (outputs named outs[], or name when outs is NULL),
@@ -41,6 +42,7 @@ static int add_n(agctx *c, const char *name, ir_opkind k, int nin, const int *in
     double fa[IR_MAXFATTR];
     memcpy(ia, f->iattr, sizeof ia);
     memcpy(fa, f->fattr, sizeof fa);
+    if (k == IR_OP_CUSTOM) ia[IR_IA_CUSTOM] = c->custom;
     int o = ir_add_op_attr(c->g, name, k, nin, in, outs ? outs : one, ia, fa, 0, err, sizeof err);
     if (o < 0) ir_die(__FILE__, __LINE__, "autograd %s: %s", name, err);
     ir_op *op = &c->g->op[o];
@@ -86,8 +88,9 @@ static void contribute(agctx *c, int x, ir_opkind k, int nin, const int *in)
  * xs[j]'s gradient (outputs for inputs that need none are computed and unused). */
 static void contribute_n(agctx *c, int n, const int *xs, ir_opkind k, int nin, const int *in)
 {
-    char nm[3][512];
-    const char *outs[3];
+    char nm[IR_MAXIO][512];
+    const char *outs[IR_MAXIO];
+    IR_ASSERT(n <= IR_MAXIO);
     int any = 0;
     for (int j = 0; j < n; j++) {
         any |= c->needs[xs[j]];
@@ -206,6 +209,29 @@ static int backward(agctx *c, int oi)
         break;
     case IR_OP_RECYCLE:   /* (its output needs no gradient: not reached) */
         break;
+    case IR_OP_CUSTOM: {   /* the backward section's op: dy, then the inputs -> their gradients */
+        const ir_custom *cu = &g->cust[o.iattr[IR_IA_CUSTOM]];
+        for (int k = 1; k < o.nout; k++)
+            if (c->ncontrib[o.out[k]])
+                return pass_error(g, o.line, "use output 1 where a gradient must flow; the others are for "
+                                  "statistics and other values the loss does not depend on",
+                                  "%s: output %d (%s) of custom op %s reaches the loss, but a custom op's backward "
+                                  "takes the gradient of output 1 only", o.name, k + 1, g->t[o.out[k]].name, cu->name);
+        int any = 0;
+        for (int k = 0; k < o.nin; k++) any |= c->needs[o.in[k]];
+        if (!any) break;
+        if (cu->bwd < 0)
+            return pass_error(g, o.line, "add `backward = NAME` to the [custom] section, NAME another [custom] section "
+                              "computing the inputs' gradients (docs/custom-ops.md)",
+                              "%s: a gradient must flow through custom op %s, which has no backward", o.name, cu->name);
+        int a[IR_MAXIO + 1];
+        a[0] = dy;
+        for (int k = 0; k < o.nin; k++) a[1 + k] = o.in[k];
+        c->custom = cu->bwd;
+        contribute_n(c, o.nin, o.in, IR_OP_CUSTOM, o.nin + 1, a);
+        c->custom = -1;
+        break;
+    }
     case IR_OP_ROPE:   /* linear: the transposed rotation */
         contribute(c, x, IR_OP_ROPE_BWD, 1, &dy);
         break;

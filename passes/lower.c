@@ -131,6 +131,9 @@ double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
     int64_t rows = ext_prod(o, ext, 0, 0, nd0 - 1), last = nd0 ? ext_prod(o, ext, 0, nd0 - 1, nd0) : 1;
     double fl = 0, execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1;
     switch (o->kind) {
+    case IR_OP_CUSTOM: /* the section's FLOPs per element of output 0 */
+        fl = g->cust[o->iattr[IR_IA_CUSTOM]].flops * (double)ext_prod(o, ext, o->nin, 0, o->anno.ndim[o->nin]);
+        break;
     case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN: /* 2 M K N: rows x last x the other dim */
         fl = 2.0 * (double)rows * (double)last *
              (double)(o->kind == IR_OP_MATMUL    ? ext_prod(o, ext, 1, 1, 2)
@@ -204,6 +207,7 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_ROPE: case IR_OP_ROPE_BWD: kern = RT_K_rope; break;
     case IR_OP_SGD: kern = RT_K_sgd; break;
     case IR_OP_ADAMW: kern = RT_K_adamw; break;
+    case IR_OP_CUSTOM: kern = RT_K_custom; break;
     default: ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
     }
     if (!c->eval) c->p->flops += pass_subop_flops(g, s, sec);
@@ -225,6 +229,13 @@ static void lower_subop(lctx *c, int si, int sec)
     const ir_trans *tr = &c->d->trans[s->op];
     if (tr->cosacc && s->sub % tr->cosk) acc = 2;   /* (ZeRO 2: a shard's input, not accumulated: still) */
     switch (o->kind) {
+    case IR_OP_CUSTOM: /* id nin nout acc, then per operand: ndim, its extents (rtlib/nnsc_custom.h) */
+        pg_i(in, o->iattr[IR_IA_CUSTOM]); pg_i(in, o->nin); pg_i(in, o->nout); put_acc(c, in, acc, sec);
+        for (int k = 0; k < o->nin + o->nout; k++) {
+            pg_i(in, o->anno.ndim[k]);
+            for (int j = 0; j < o->anno.ndim[k]; j++) pg_i(in, ext_prod(o, ext, k, j, j + 1));
+        }
+        break;
     case IR_OP_MATMUL: /* x[*,k] w[k,n] */
         pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 1, 2));
         pg_i(in, 0); pg_i(in, 0); put_acc(c, in, acc, sec);

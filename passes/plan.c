@@ -471,7 +471,7 @@ static int apply_cons(planctx *c, int op, const ucons *u)
         else if (strcmp(u->id[j], "value") == 0) {
             if (!(ir_ops[o->kind].flags & OPF_LINEAR))
                 return pass_error(g, g->req.trans_line, "value splits apply to linear ops (add, copy)",
-                                  "[plan] trans: op %s (%s) cannot be value-split", o->name, ir_ops[o->kind].name);
+                                  "[plan] trans: op %s (%s) cannot be value-split", o->name, ir_op_kind_name(g, o));
             ids[j] = IR_VALUE;
         } else {
             ids[j] = ir_anno_find(&o->anno, u->id[j]);

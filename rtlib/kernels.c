@@ -515,3 +515,11 @@ void rt_k_ew(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
     RT_ASSERT(i[3] >= 1 && i[3] <= RT_EW_MAXOPS && i[2] >= 1);
     rt_ew(rt_ew_range, ctx, b, i, f, i[1]);
 }
+
+/* A custom op's instruction calls the user's nnsc_custom_NAME directly
+ * (codegen/host.c); reaching this entry means a program was built wrong. */
+void rt_k_custom(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)b, (void)f;
+    rt_fatal(ctx, 1, "internal error: custom op %lld called through rtlib's rt_k_custom", (long long)i[0]);
+}

@@ -761,3 +761,11 @@ void rt_ref_ew(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
         }
     }
 }
+
+/* Custom ops have no reference here: their kernel is the user's
+ * (docs/custom-ops.md), and check-op tests it. */
+void rt_ref_custom(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)b, (void)f;
+    rt_fatal(ctx, 1, "internal error: no reference kernel for custom op %lld", (long long)i[0]);
+}

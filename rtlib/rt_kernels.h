@@ -121,3 +121,8 @@ RT_K(matmul_bf16,     3,   6,   0)  /* b: A, B, C.  i: M, K, N, transA, transB, 
                                        (nearest even; NaN stays NaN, inf inf), products
                                        summed in f32 into C (f32).  Reference and CPU
                                        kernel: lowp.c. */
+RT_K(custom,          0,   4,   0)  /* var. A [custom NAME] op (docs/custom-ops.md): generated code
+                                       calls the user's nnsc_custom_NAME (rtlib/nnsc_custom.h), not
+                                       this entry.  b: the inputs, then the outputs.  i: the
+                                       section's row, nin, nout, acc, then per operand: ndim and
+                                       its extents.  acc != 0: add into the outputs. */

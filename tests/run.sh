@@ -10,7 +10,8 @@
 #             every command in README.md and docs/ run or accounted for (tests/docs.sh),
 #             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh),
 #             pipelines, ZeRO, coshard (tests/pipeline.sh), recycling against a
-#             hand-unrolled oracle (tests/recycle.sh)
+#             hand-unrolled oracle (tests/recycle.sh), custom ops: a user's C kernel
+#             against the built-ins, their split, every mistake (tests/custom.sh)
 #   cuda      --target cuda without a GPU: NVRTC builds of every example, embedded
 #             cubins, linking, determinism, the no-driver failure (tests/cuda.sh);
 #             rtlib's CUDA backend against a mock driver (tests/cuda_mock.sh);
@@ -84,6 +85,7 @@ want cli && run "runtime_ux" "$top/tests/runtime_ux.sh"
 want cli && run "share" "$top/tests/share.sh"
 want cli && run "pipeline" "$top/tests/pipeline.sh"
 want cli && run "recycle" "$top/tests/recycle.sh"
+want cli && run "custom" "$top/tests/custom.sh"
 (want cli || want cuda) && run "cuda" "$top/tests/cuda.sh"
 [[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"
 [[ -f $top/tests/cuda_ops.sh ]] && (want cli || want cuda) && run "cuda_ops" "$top/tests/cuda_ops.sh"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# tests/custom.sh -- custom ops ([custom NAME], docs/custom-ops.md): a user's C kernel
+# trains like the built-ins it replaces, the planner splits it through its annotation,
+# and every mistake in a [custom] section or its C file is a clear exit 2.
+. "$(dirname "$0")/lib.sh" custom
+spec=$top/tests/equiv/custom.ini
+
+# custom.ini is swiglu.ini with silu and mul as one custom op: the same losses on 1 device
+"$nn" "$spec" -o "$tmp/c1" -q && "$nn" "$top/tests/equiv/swiglu.ini" -o "$tmp/s1" -q || no "build custom.ini / swiglu.ini"
+"$tmp/c1/launch" --steps 10 >"$tmp/c1.log" 2>&1 && "$tmp/s1/launch" --steps 10 >"$tmp/s1.log" 2>&1 || no "run them"
+if python3 - "$tmp/c1.log" "$tmp/s1.log" <<'PY'
+import re, sys
+a, b = ([float(x) for x in re.findall(r"^step \d+/\d+ loss (\S+)", open(f).read(), re.M)] for f in sys.argv[1:])
+assert len(a) == len(b) == 10, (a, b)
+worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+print(f"largest relative loss difference {worst:.2e}")
+assert worst <= 1e-5, worst
+PY
+then ok "custom swiglu (a C kernel) trains like the built-in silu and mul (10 steps, losses within 1e-5)"
+else no "custom.ini and swiglu.ini disagree: $(tail -n 2 "$tmp/c1.log") / $(tail -n 2 "$tmp/s1.log")"; fi
+
+# the planner splits it through its annotation: f under tp, its backward too
+"$nn" "$spec" -o "$tmp/tp" --devices 2 --set plan.policy=tp -q || no "tp build"
+grep -qE "^  h\.0\.glu +swiglu +split f /2 on 0,1" "$tmp/tp/plan.txt" &&
+  grep -qE "^  d\.h\.0\.g +swiglu_bwd +split f /2" "$tmp/tp/plan.txt" &&
+  ok "tp: the custom op and its backward are split along f (plan.txt)" ||
+  no "tp plan: $(grep -E 'glu|d\.h\.0\.g ' "$tmp/tp/plan.txt" | head -3)"
+
+# mistakes: exit 2 at the line, saying what is wrong
+cp "$top/tests/equiv/custom_swiglu.c" "$tmp/"
+mk() { sed "s|cpu = custom_swiglu.c|cpu = $tmp/custom_swiglu.c|" "$spec" >"$tmp/$1.ini"; }
+edit() { mk "$1"; python3 - "$tmp/$1.ini" "$2" "$3" <<'PY'
+import sys
+p, a, b = sys.argv[1:]
+s = open(p).read()
+assert s.count(a) >= 1, a
+open(p, "w").write(s.replace(a, b, 1))
+PY
+}
+edit name "[custom swiglu]" "[custom swi.glu]"
+expect_rc 2 "a custom op name that is not a C identifier" "$nn" "$tmp/name.ini" -o "$tmp/e"
+says "custom op name 'swi.glu' is not a C identifier" "name"
+edit builtin "[custom swiglu_bwd]" "[custom matmul]"
+expect_rc 2 "a custom op named as a built-in kind" "$nn" "$tmp/builtin.ini" -o "$tmp/e"
+says "custom op 'matmul' has the name of a built-in op kind" "built-in name"
+edit arrow "annotation = * f, * f -> * f" "annotation = * f, * f"
+expect_rc 2 "an annotation without ->" "$nn" "$tmp/arrow.ini" -o "$tmp/e"
+says "annotation of custom op 'swiglu' has no '->'" "no arrow"
+edit anno "annotation = * f, * f -> * f" "annotation = * f, * f -> * g+ ("
+expect_rc 2 "an annotation that does not parse" "$nn" "$tmp/anno.ini" -o "$tmp/e"
+says "annotation of custom op 'swiglu':" "bad annotation"
+edit nofile "cpu = $tmp/custom_swiglu.c" "cpu = nope.c"
+expect_rc 2 "a kernel file that does not exist" "$nn" "$tmp/nofile.ini" -o "$tmp/e"
+says "custom op 'swiglu': cannot read" "no file"
+edit nobwd "backward = swiglu_bwd" "backward = swiglu_back"
+expect_rc 2 "backward naming no section" "$nn" "$tmp/nobwd.ini" -o "$tmp/e"
+says "no [custom swiglu_back] section" "unknown backward"
+edit arity "annotation = * f, * f, * f -> * f, * f" "annotation = * f, * f -> * f, * f"
+expect_rc 2 "a backward with the wrong inputs" "$nn" "$tmp/arity.ini" -o "$tmp/e"
+says "backward 'swiglu_bwd' of custom op 'swiglu' takes 2 inputs and makes 2 outputs" "backward arity"
+edit noback "backward = swiglu_bwd" ""
+expect_rc 2 "a gradient through a custom op without backward" "$nn" "$tmp/noback.ini" -o "$tmp/e"
+says "a gradient must flow through custom op swiglu, which has no backward" "no backward"
+edit nin "in = h.g, h.u" "in = h.g"
+expect_rc 2 "a custom op given too few inputs" "$nn" "$tmp/nin.ini" -o "$tmp/e"
+says "op 'h.glu' (swiglu) takes 2 inputs, got 1" "inputs"
+edit shape "in = h.g, h.u" "in = h.g, h.n"
+expect_rc 2 "inputs that do not fit the annotation" "$nn" "$tmp/shape.ini" -o "$tmp/e"
+says "swiglu is \`* f, * f -> * f\`" "shapes"
+mk cuda
+expect_rc 2 "a custom op on the cuda target" "$nn" "$tmp/cuda.ini" -o "$tmp/e" --target cuda
+says "custom op 'swiglu' cannot run on the cuda target" "cuda"
+# the C file: does not compile; compiles but lacks a kernel
+mk cc
+echo "this is not C;" >>"$tmp/custom_swiglu.c"
+expect_rc 2 "a kernel file that does not compile" "$nn" "$tmp/cc.ini" -o "$tmp/e"
+says "the kernel of custom op 'swiglu' ($tmp/custom_swiglu.c) does not compile" "cc"
+sed 's/^NNSC_CUSTOM(swiglu_bwd)$/NNSC_CUSTOM(swiglu_bwd2)/' "$top/tests/equiv/custom_swiglu.c" >"$tmp/custom_swiglu.c"
+expect_rc 2 "a kernel file without one of its kernels" "$nn" "$tmp/cc.ini" -o "$tmp/e"
+says "custom op 'swiglu_bwd': $tmp/custom_swiglu.c defines no kernel nnsc_custom_swiglu_bwd" "no symbol"
+[[ ! -e $tmp/e/rank ]] && ok "  ... and writes no rank" || no "a rank was linked without its kernel"
+
+echo "$pass passed, $fail failed"
+((fail == 0))
