@@ -51,6 +51,8 @@ int cg_link(const char *obj, const char *rtlib_path, const char *exe);
 /* The same for nobj objects. */
 /* Compile a custom op's C kernel src into obj (-march=cpu); 0, or 2 after a message. */
 int cg_compile_c(const char *src, const char *obj, const char *cpu);
+/* Compile it into a shared object instead (check-op); 0, or 2 after a message. */
+int cg_compile_shared(const char *src, const char *so);
 /* Whether object file obj defines symbol sym: 1, 0, or -1 (unreadable). */
 int cg_object_defines(const char *obj, const char *sym);
 /* Where nnsc_custom.h is ($NNSC_INCLUDE, else include/ beside nnsc-aot). */

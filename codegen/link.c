@@ -120,6 +120,17 @@ int cg_compile_c(const char *src, const char *obj, const char *cpu) {
     return cg_spawn(argv, "compiling", src) ? 2 : 0;
 }
 
+/* The same into a shared object so (nnsc-aot check-op loads it); 0 or 2. */
+int cg_compile_shared(const char *src, const char *so) {
+    const char *cc = getenv("NNSC_CC");
+    if (!cc || !cc[0]) cc = "cc";
+    char inc[PATH_MAX + 40];
+    snprintf(inc, sizeof inc, "-I%s", cg_include_dir());
+    char *argv[] = {(char *)cc, "-std=gnu11", "-O2", "-ffp-contract=off", "-fno-strict-aliasing", "-shared", "-fPIC",
+                    inc, (char *)src, "-o", (char *)so, "-lm", NULL};
+    return cg_spawn(argv, "compiling", src) ? 2 : 0;
+}
+
 /* Where libnnsc_rt.a is: $NNSC_RTLIB, else the directory of the running
  * compiler (build/ holds both nnsc-aot and libnnsc_rt.a). */
 const char *cg_rtlib_path(void) {

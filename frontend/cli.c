@@ -20,6 +20,8 @@ static const char usage[] =
     "       nnsc-aot profile [MODEL.ini] --pack DIR     build the calibration runs into DIR, to run\n"
     "                                                   elsewhere (DIR/run.sh)\n"
     "       nnsc-aot profile [MODEL.ini] --from DIR -o FILE  calibrate from the logs DIR/run.sh wrote\n"
+    "       nnsc-aot check-op MODEL.ini NAME            test custom op NAME's kernel: its splits (the\n"
+    "                                                   annotation) and gradients (docs/custom-ops.md)\n"
     "\n"
     "options (compile and verify):\n"
     "  -o DIR             output directory (created): rank (every rank), rank0..rankN-1\n"
@@ -269,6 +271,7 @@ int fe_cli(int argc, char **argv, fe_opts *o)
     int i = 1, cpu_given = 0;
     if (i < argc && strcmp(argv[i], "verify") == 0) o->verify = 1, i++;
     else if (i < argc && strcmp(argv[i], "profile") == 0) o->profile = 1, i++;
+    else if (i < argc && strcmp(argv[i], "check-op") == 0) o->check_op = 1, i++;
     else if (i < argc && strcmp(argv[i], "compile") == 0) i++;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -354,6 +357,8 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             return unknown_option(a);
         } else if (!o->spec) {
             o->spec = a;
+        } else if (o->check_op && !o->check_name) {
+            o->check_name = a;
         } else {
             return bad("more than one model spec given ('%s')", a);
         }
@@ -373,6 +378,13 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             return bad_hint("--pack DIR builds the runs; --from DIR -o FILE writes the profile", "%s",
                             "profile --pack writes no profile: leave out -o");
         if (!o->out && !o->prof_pack) return bad("%s", "profile needs -o FILE (the profile to write)");
+        return 0;
+    }
+    if (o->check_op) {
+        if (!o->spec || !o->check_name)
+            return bad_hint("nnsc-aot check-op MODEL.ini NAME, NAME a [custom NAME] section of the spec", "%s",
+                            "check-op needs a model spec and a custom op's name");
+        if (o->out) return bad("%s", "check-op writes nothing: leave out -o");
         return 0;
     }
     if (!o->spec) return bad("%s", "no model spec given");

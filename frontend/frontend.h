@@ -86,6 +86,8 @@ typedef struct fe_opts {
     const char *prof_pack;     /* profile --pack DIR: build the calibration runs into DIR (and DIR/run.sh) */
     const char *prof_from;     /* profile --from DIR: fit from the logs DIR/run.sh wrote */
     int prof_ranks;            /* profile --ranks N: ranks busy at once in every run (0: 2) */
+    int check_op;              /* the check-op command (checkop.c) */
+    const char *check_name;    /* check-op SPEC NAME: the [custom NAME] to check */
     const char *spec;          /* model spec path */
     const char *out;           /* output directory, or NULL (dumps only) */
     const char **sets;         /* --set overrides (--devices N becomes cluster.devices=N) */
@@ -132,5 +134,8 @@ int fe_target_check(const fe_opts *o);
 /* verify.c: build 1-device and N-device programs, run both, compare.
  * Returns the exit status. */
 int fe_verify(const fe_opts *o);
+/* nnsc-aot check-op SPEC NAME: a custom op's kernel and annotation against
+ * its unsplit runs and finite differences; 0 ok, 1 a check failed, 2 bad input. */
+int fe_check_op(const fe_opts *o);
 
 #endif

@@ -6,7 +6,7 @@ int main(int argc, char **argv)
 {
     fe_opts o;
     int rc = fe_cli(argc, argv, &o);
-    if (rc == 0) rc = o.profile ? fe_profile(&o) : o.verify ? fe_verify(&o) : fe_compile(&o);
+    if (rc == 0) rc = o.profile ? fe_profile(&o) : o.check_op ? fe_check_op(&o) : o.verify ? fe_verify(&o) : fe_compile(&o);
     else if (rc == 3) rc = 0;
     fe_opts_free(&o);
     return rc;

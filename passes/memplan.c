@@ -318,7 +318,10 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             m->off[i] = top;
             top += align_up(m->bytes[i]);
         }
-    m->gnorm = -1;
+    /* the gradient norm's float pair: on a rank with updates, and on every
+       rank of a world > 1, as the norm's all-reduce spans the world (a
+       pipeline stage without params takes part with zeros) */
+    m->gnorm = d->ndev > 1 ? 0 : -1;
     for (int i = d->rank_sop0[rank]; i < d->rank_sop0[rank + 1]; i++)
         if (g->op[d->sop[d->rank_sop[i]].op].phase == IR_PH_OPT) m->gnorm = 0;
     if (m->gnorm == 0) {
