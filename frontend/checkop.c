@@ -242,10 +242,12 @@ static void check_splits(const co_op *op, float **in, float **out)
             char where[160] = "";
             if (worst_out >= 0)
                 snprintf(where, sizeof where, " output %d '%s'", worst_out + 1, op->opname[op->nin + worst_out]);
+            /* '+' is a cure only where the output lacks the dim */
+            int lacks = worst_out < 0 || !has[op->nin + worst_out];
             verdict(0, "%s: dim '%s' is marked splittable, but splitting it (%lld -> %lld + %lld) changes%s by %.3g "
                     "(relative); mark it '%s^' in the annotation if it must stay whole%s", op->c->name, nm,
                     (long long)e, (long long)cut, (long long)(e - cut), where[0] ? where : " an output", d, nm,
-                    op->a.id_reduce[id] ? "" : ", or '+' if the parts' outputs are partial sums");
+                    op->a.id_reduce[id] || !lacks ? "" : ", or '+' if the parts' outputs are partial sums");
         }
     }
     if (!any) verdict(1, "%s: no dim the planner may split (every one is '^', merged inside or of extent 1)",

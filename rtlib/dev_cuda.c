@@ -200,6 +200,9 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_p2p] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     /* mark: a trace event, on the host */
     [RT_KN_mark] = {CU_HOST, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
+    /* custom: never in a cuda build (the compiler refuses custom ops for cuda);
+       rt_k_custom on the host says so */
+    [RT_KN_custom] = {CU_HOST, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     /* embedding: R * C = i[0] * i[3] elements */
     [RT_KN_embedding] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 3, -1}, -1, 0},
     /* embedding_bwd: a block per token position R = i[0]; acc = 0 zeroes the

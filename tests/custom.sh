@@ -80,5 +80,44 @@ expect_rc 2 "a kernel file without one of its kernels" "$nn" "$tmp/cc.ini" -o "$
 says "custom op 'swiglu_bwd': $tmp/custom_swiglu.c defines no kernel nnsc_custom_swiglu_bwd" "no symbol"
 [[ ! -e $tmp/e/rank ]] && ok "  ... and writes no rank" || no "a rank was linked without its kernel"
 
+# check-op: the kernels and annotations of the examples pass
+for op in swiglu swiglu_bwd; do
+  expect_rc 0 "check-op custom.ini $op" "$nn" check-op "$spec" "$op"
+done
+for op in rownorm sqsum; do
+  expect_rc 0 "check-op custom_norm.ini $op" "$nn" check-op "$top/tests/equiv/custom_norm.ini" "$op"
+done
+grep -qF "ok   sqsum: split o+ (8 -> 4 + 4) gives the unsplit result" "$tmp/out" &&
+  grep -qF "ok   sqsum_bwd: gradient of input 1 'p' against finite differences" "$tmp/out" &&
+  ok "  ... splits the + dim (partial sums added) and checks the gradient" || no "check-op sqsum: $(cat "$tmp/out")"
+# ... and catches a wrong annotation, a wrong gradient, a kernel that ignores acc
+cp "$top/tests/equiv/custom_norm.c" "$tmp/"
+sed "s|cpu = custom_norm.c|cpu = $tmp/custom_norm.c|" "$top/tests/equiv/custom_norm.ini" >"$tmp/n.ini"
+sed 's/^annotation = \* f^ -> \* f^$/annotation = * f -> * f/' "$tmp/n.ini" >"$tmp/nf.ini"
+expect_rc 1 "check-op: an RMS norm's row dim marked splittable" "$nn" check-op "$tmp/nf.ini" rownorm
+grep -qF "FAIL rownorm: dim 'f' is marked splittable, but splitting it (64 -> 32 + 32) changes output 1 'y1'" "$tmp/out" &&
+  ok "  ... names dim 'f' and the output it changes" || no "check-op rownorm f: $(cat "$tmp/out")"
+sed 's/^annotation = \* o+ -> \*$/annotation = * o -> */' "$tmp/n.ini" >"$tmp/no.ini"
+expect_rc 1 "check-op: a sum's dim not marked +" "$nn" check-op "$tmp/no.ini" sqsum
+grep -qF "FAIL sqsum: dim 'o' is marked splittable" "$tmp/out" && grep -qF "or '+' if the parts' outputs are partial sums" "$tmp/out" &&
+  ok "  ... names dim 'o' and suggests +" || no "check-op sqsum o: $(cat "$tmp/out")"
+sed 's/2.0f \* p->data/p->data/' "$top/tests/equiv/custom_norm.c" >"$tmp/custom_norm.c"
+expect_rc 1 "check-op: a backward off by a factor 2" "$nn" check-op "$tmp/n.ini" sqsum
+grep -qE "FAIL sqsum_bwd: gradient of input 1 'p' against finite differences" "$tmp/out" &&
+  ok "  ... the gradient check fails" || no "check-op grad: $(cat "$tmp/out")"
+sed 's/NNSC_PUT(c, y\[k\], s \* u\[k\])/y[k] = s * u[k]/' "$top/tests/equiv/custom_swiglu.c" >"$tmp/custom_swiglu.c"
+mk acc
+expect_rc 1 "check-op: a kernel that ignores acc" "$nn" check-op "$tmp/acc.ini" swiglu
+grep -qF "FAIL swiglu: acc = 1 adds into the outputs" "$tmp/out" && ok "  ... the acc check fails" ||
+  no "check-op acc: $(cat "$tmp/out")"
+expect_rc 2 "check-op: no such custom op" "$nn" check-op "$spec" swiglu3
+says "has no [custom swiglu3] section" "unknown"
+says "its custom ops: swiglu, swiglu_bwd" "unknown hint"
+printf '[custom lonely]\nannotation = * -> *\ncpu = custom_swiglu.c\n' >>"$tmp/acc.ini"
+expect_rc 2 "check-op: a custom op no [op] uses" "$nn" check-op "$tmp/acc.ini" lonely
+says "no [op] is of kind lonely" "unused"
+expect_rc 2 "check-op with -o" "$nn" check-op "$spec" swiglu -o "$tmp/x"
+says "check-op writes nothing" "-o"
+
 echo "$pass passed, $fail failed"
 ((fail == 0))

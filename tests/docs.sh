@@ -38,6 +38,7 @@ table=$(cat <<'EOF'
 ^nnsc-aot profile \[MODEL\.ini\] -o FILE	skip a synopsis (placeholders), not a command
 ^nnsc-aot profile \[MODEL\.ini\] --(pack|from) DIR	skip a synopsis (placeholders), not a command
 ^out/rank0 \[--steps N\]	skip a synopsis (placeholders), not a command
+^nnsc-aot check-op MODEL\.ini NAME	skip a synopsis (placeholders), not a command
 ^build/nnsc-aot .*--target cuda	run
 ^nnsc-aot .*--target cuda	run
 @cuda.md ^out/launch$	gpu
