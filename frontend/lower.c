@@ -616,7 +616,7 @@ static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, const ir
 static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
-        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"causal", IR_OP_ATTENTION},
+        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
         {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}};
     char err[256], hint[256], clip[96];
@@ -645,13 +645,16 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         if (get_choice(L, sec, "causal", tf, 0, &v)) return 2;
         d->iattr[IR_IA_CAUSAL] = v == 0;
     }
-    static const char *const ik[] = {"heads", "vocab"};
-    static const int slot[] = {IR_IA_HEADS, IR_IA_VOCAB};
-    for (int a = 0; a < 2; a++) {
+    static const char *const ik[] = {"heads", "vocab", "kv_heads"};
+    static const int slot[] = {IR_IA_HEADS, IR_IA_VOCAB, IR_IA_KV_HEADS};
+    for (int a = 0; a < 3; a++) {
         if (!(kv = fe_get(sec, ik[a]))) continue;
         if (fe_eval(kv->val, L->dims, L->ndims, L->ndims, &d->iattr[slot[a]], err, sizeof err, hint, sizeof hint))
             return fe_kv_error(L->s, sec, kv, hint[0] ? hint : NULL, "%s: %s", ik[a], err);
     }
+    if ((kv = fe_get(sec, "kv_heads")) && d->iattr[IR_IA_KV_HEADS] < 1)
+        return fe_kv_error(L->s, sec, kv, "kv_heads is the number of key/value heads, >= 1, dividing heads",
+                           "kv_heads must be >= 1, got %lld", (long long)d->iattr[IR_IA_KV_HEADS]);
     if ((d->kind == IR_OP_ATTENTION || d->kind == IR_OP_ROPE) && !fe_get(sec, "heads"))
         return fe_error(L->s, sec->line, d->kind == IR_OP_ROPE ? "add `heads = N`: the last dim of x is heads x head size"
                                                                : "add `heads = N`: the last dim of q, k and v is heads x head size",

@@ -207,6 +207,18 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
             return -1;
         }
         ext[h] = op.iattr[IR_IA_HEADS];
+        int r = ir_anno_find(&op.anno, "r");
+        if (r >= 0) {   /* attention: h the key/value heads, r the query heads of each */
+            int64_t kv = op.iattr[IR_IA_KV_HEADS] ? op.iattr[IR_IA_KV_HEADS] : op.iattr[IR_IA_HEADS];
+            if (kv < 1 || op.iattr[IR_IA_HEADS] % kv) {
+                snprintf(err, errsz, "%s: heads (%lld) must be a multiple of kv_heads (%lld)", oi->name,
+                         (long long)op.iattr[IR_IA_HEADS], (long long)kv);
+                return -1;
+            }
+            op.iattr[IR_IA_KV_HEADS] = kv;
+            ext[h] = kv;
+            ext[r] = op.iattr[IR_IA_HEADS] / kv;
+        }
     }
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
     if (kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD) {   /* the rotation pairs the halves of a head */

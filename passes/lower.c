@@ -120,6 +120,17 @@ static void put_acc(lctx *c, pg_instr *in, int acc, int sec)
  * attention dominate; pointwise ops ~ a few per element): this rank's cost
  * (ir_prog.flops) and, summed over every rank's sub-ops, the manifest's
  * flops_per_step. */
+/* Attention's heads from operand 0's last dim, (h r d) or (h d): the query
+ * heads H = h r, the head size D and the key/value heads Hkv = h. */
+static void att_heads(const ir_op *o, const int64_t *ext, int64_t *H, int64_t *D, int64_t *Hkv)
+{
+    const ir_adim *hd = &o->anno.dim[0][o->anno.ndim[0] - 1];
+    IR_ASSERT(hd->nsub >= 1);
+    *Hkv = ext[hd->id];
+    *H = ext[hd->id] * (hd->nsub == 2 ? ext[hd->sub[0]] : 1);
+    *D = ext[hd->sub[hd->nsub - 1]];
+}
+
 double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
 {
     const ir_op *o = &g->op[s->op];
@@ -141,9 +152,10 @@ double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
                                                    : ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
         break;
     case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: {
-        const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
+        int64_t H, D, Hkv;
+        att_heads(o, ext, &H, &D, &Hkv);
         double t = (double)ext_prod(o, ext, 0, nd0 - 2, nd0 - 1);
-        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)ext[hd->id] * t * t * (double)ext[hd->sub[0]];
+        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)H * t * t * (double)D;
         if (o->iattr[IR_IA_CAUSAL]) fl /= 2;
         if (o->kind == IR_OP_ATTENTION_BWD) fl *= 2;
         break;
@@ -281,11 +293,13 @@ static void lower_subop(lctx *c, int si, int sec)
         pg_i(in, ext_prod(o, ext, 2, 1, 2)); put_acc(c, in, acc, sec);
         break;
     case IR_OP_ATTENTION:
-    case IR_OP_ATTENTION_BWD: { /* q[*, t, (h d)] */
-        const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
+    case IR_OP_ATTENTION_BWD: { /* q[*, t, (h r d)]: B T H D causal (acc) Hkv */
+        int64_t H, D, Hkv;
+        att_heads(o, ext, &H, &D, &Hkv);
         pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0 - 1));
-        pg_i(in, ext[hd->id]); pg_i(in, ext[hd->sub[0]]); pg_i(in, o->iattr[IR_IA_CAUSAL]);
+        pg_i(in, H); pg_i(in, D); pg_i(in, o->iattr[IR_IA_CAUSAL]);
         if (o->kind == IR_OP_ATTENTION_BWD) put_acc(c, in, acc, sec);
+        pg_i(in, Hkv);
         break;
     }
     case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU:

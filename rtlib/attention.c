@@ -1,9 +1,11 @@
-/* attention.c -- multi-head attention (optionally causal), forward and
- * backward, flash-attention style.
+/* attention.c -- multi-head attention (optionally causal, optionally
+ * grouped-query), forward and backward, flash-attention style.
  *
- * Tensors q, k, v, Y, dY, dq, dk, dv are (B, T, H, D): head (b, h) is a
- * T x D matrix whose rows are H*D floats apart, which rt_gemm (matmul.c)
- * takes as it is.  lse is (B, H, T).  Per head, with S = scale q k^T
+ * Tensors q, Y, dY, dq are (B, T, H, D) and k, v, dk, dv (B, T, Hkv, D):
+ * head (b, h) is a T x D matrix whose rows are H*D (Hkv*D) floats apart,
+ * which rt_gemm (matmul.c) takes as it is.  Query head h reads key/value
+ * head h / (H / Hkv) (grouped-query attention; Hkv = H: multi-head).  lse is
+ * (B, H, T).  Per head, with S = scale q k^T
  * (entries s > t masked out when causal) and P = softmax(S):
  *
  *   forward:  for each block of RT_ATT_QB query rows, for each block of
@@ -30,24 +32,27 @@
 /* One attention call. */
 typedef struct at_job {
     int64_t B, T, H, D;     /* batch, sequence, heads, head size */
+    int64_t Hkv;            /* key/value heads (H a multiple of it) */
     int causal;             /* 1: query t sees keys s <= t */
     int acc;                /* backward: 1 adds into dq, dk, dv */
     float scale;            /* multiplies q . k */
     void *const *b;         /* the kernel's buffers */
 } at_job;
 
-/* A head's view: its rows are ld floats apart. */
+/* A head's view: its rows are ld floats apart, its key/value head's ldk. */
 typedef struct at_head {
     int64_t T, D, ld;       /* rows, columns, row stride (H*D) */
     int64_t off;            /* offset of row 0 of the head in a (B, T, H, D) tensor */
     int64_t loff;           /* offset of the head's lse (T floats) */
+    int64_t ldk, koff;      /* row stride (Hkv*D) and row 0 of its key/value head in (B, T, Hkv, D) */
 } at_head;
 
 /* Head number bh = b*H + h of job j. */
 static at_head at_head_of(const at_job *j, int64_t bh)
 {
-    int64_t b = bh / j->H, h = bh % j->H, ld = j->H * j->D;
-    return (at_head){j->T, j->D, ld, b * j->T * ld + h * j->D, bh * j->T};
+    int64_t b = bh / j->H, h = bh % j->H, ld = j->H * j->D, ldk = j->Hkv * j->D;
+    int64_t g = h / (j->H / j->Hkv);
+    return (at_head){j->T, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->T * ldk + g * j->D};
 }
 
 /* Keys of block [s0, s0 + kb) that query t sees. */
@@ -70,18 +75,18 @@ static void at_scale_row(float *restrict y, int64_t D, float c)
 static void at_fwd_head(const at_job *j, int64_t bh, float *scratch)
 {
     at_head hd = at_head_of(j, bh);
-    const float *q = (const float *)j->b[0] + hd.off, *k = (const float *)j->b[1] + hd.off;
-    const float *v = (const float *)j->b[2] + hd.off;
+    const float *q = (const float *)j->b[0] + hd.off, *k = (const float *)j->b[1] + hd.koff;
+    const float *v = (const float *)j->b[2] + hd.koff;
     float *y = (float *)j->b[3] + hd.off, *lse = (float *)j->b[4] + hd.loff;
     float *S = scratch + RT_MM_SCRATCH_FLOATS;   /* RT_ATT_QB x RT_ATT_KB */
-    int64_t T = hd.T, D = hd.D, ld = hd.ld;
+    int64_t T = hd.T, D = hd.D, ld = hd.ld, ldk = hd.ldk;
     for (int64_t t0 = 0; t0 < T; t0 += RT_ATT_QB) {
         int64_t qb = T - t0 < RT_ATT_QB ? T - t0 : RT_ATT_QB;
         int64_t kend = j->causal ? t0 + qb : T;
         float m[RT_ATT_QB], l[RT_ATT_QB];   /* running row max and sum of exp */
         for (int64_t s0 = 0; s0 < kend; s0 += RT_ATT_KB) {
             int64_t kb = kend - s0 < RT_ATT_KB ? kend - s0 : RT_ATT_KB;
-            rt_gemm(qb, D, kb, q + t0 * ld, ld, 0, k + s0 * ld, ld, 1, S, RT_ATT_KB, 0, scratch);
+            rt_gemm(qb, D, kb, q + t0 * ld, ld, 0, k + s0 * ldk, ldk, 1, S, RT_ATT_KB, 0, scratch);
             for (int64_t r = 0; r < qb; r++) {
                 float *sr = S + r * RT_ATT_KB;
                 int64_t nv = at_visible(j, t0 + r, s0, kb);
@@ -105,7 +110,7 @@ static void at_fwd_head(const at_job *j, int64_t bh, float *scratch)
                 }
                 m[r] = mnew;
             }
-            rt_gemm(qb, kb, D, S, RT_ATT_KB, 0, v + s0 * ld, ld, 0, y + t0 * ld, ld, s0 > 0,
+            rt_gemm(qb, kb, D, S, RT_ATT_KB, 0, v + s0 * ldk, ldk, 0, y + t0 * ld, ld, s0 > 0,
                     scratch);
         }
         for (int64_t r = 0; r < qb; r++) {
@@ -131,22 +136,25 @@ static float at_dot(const float *restrict x, const float *restrict y, int64_t n)
     return s;
 }
 
-/* Backward of one head. */
-static void at_bwd_head(const at_job *j, int64_t bh, float *scratch)
+/* Backward of one head; first: the first query head of its key/value head
+ * (which zeroes dk, dv when not accumulating). */
+static void at_bwd_head(const at_job *j, int64_t bh, int first, float *scratch)
 {
     at_head hd = at_head_of(j, bh);
     const float *dy = (const float *)j->b[0] + hd.off, *q = (const float *)j->b[1] + hd.off;
-    const float *k = (const float *)j->b[2] + hd.off, *v = (const float *)j->b[3] + hd.off;
+    const float *k = (const float *)j->b[2] + hd.koff, *v = (const float *)j->b[3] + hd.koff;
     const float *y = (const float *)j->b[4] + hd.off, *lse = (const float *)j->b[5] + hd.loff;
-    float *dq = (float *)j->b[6] + hd.off, *dk = (float *)j->b[7] + hd.off;
-    float *dv = (float *)j->b[8] + hd.off;
+    float *dq = (float *)j->b[6] + hd.off, *dk = (float *)j->b[7] + hd.koff;
+    float *dv = (float *)j->b[8] + hd.koff;
     float *P = scratch + RT_MM_SCRATCH_FLOATS, *dS = P + RT_ATT_QB * RT_ATT_KB;
-    int64_t T = hd.T, D = hd.D, ld = hd.ld;
+    int64_t T = hd.T, D = hd.D, ld = hd.ld, ldk = hd.ldk;
     if (!j->acc)
         for (int64_t t = 0; t < T; t++) {
             memset(dq + t * ld, 0, (size_t)D * 4);
-            memset(dk + t * ld, 0, (size_t)D * 4);
-            memset(dv + t * ld, 0, (size_t)D * 4);
+            if (first) {
+                memset(dk + t * ldk, 0, (size_t)D * 4);
+                memset(dv + t * ldk, 0, (size_t)D * 4);
+            }
         }
     for (int64_t t0 = 0; t0 < T; t0 += RT_ATT_QB) {
         int64_t qb = T - t0 < RT_ATT_QB ? T - t0 : RT_ATT_QB;
@@ -156,8 +164,8 @@ static void at_bwd_head(const at_job *j, int64_t bh, float *scratch)
             drow[r] = at_dot(dy + (t0 + r) * ld, y + (t0 + r) * ld, D);
         for (int64_t s0 = 0; s0 < kend; s0 += RT_ATT_KB) {
             int64_t kb = kend - s0 < RT_ATT_KB ? kend - s0 : RT_ATT_KB;
-            rt_gemm(qb, D, kb, q + t0 * ld, ld, 0, k + s0 * ld, ld, 1, P, RT_ATT_KB, 0, scratch);
-            rt_gemm(qb, D, kb, dy + t0 * ld, ld, 0, v + s0 * ld, ld, 1, dS, RT_ATT_KB, 0,
+            rt_gemm(qb, D, kb, q + t0 * ld, ld, 0, k + s0 * ldk, ldk, 1, P, RT_ATT_KB, 0, scratch);
+            rt_gemm(qb, D, kb, dy + t0 * ld, ld, 0, v + s0 * ldk, ldk, 1, dS, RT_ATT_KB, 0,
                     scratch);
             for (int64_t r = 0; r < qb; r++) {
                 float *pr = P + r * RT_ATT_KB, *dr = dS + r * RT_ATT_KB;
@@ -168,25 +176,28 @@ static void at_bwd_head(const at_job *j, int64_t bh, float *scratch)
                 memset(pr + nv, 0, (size_t)(kb - nv) * 4);
                 memset(dr + nv, 0, (size_t)(kb - nv) * 4);
             }
-            rt_gemm(kb, qb, D, P, RT_ATT_KB, 1, dy + t0 * ld, ld, 0, dv + s0 * ld, ld, 1, scratch);
-            rt_gemm(kb, qb, D, dS, RT_ATT_KB, 1, q + t0 * ld, ld, 0, dk + s0 * ld, ld, 1, scratch);
-            rt_gemm(qb, kb, D, dS, RT_ATT_KB, 0, k + s0 * ld, ld, 0, dq + t0 * ld, ld, 1, scratch);
+            rt_gemm(kb, qb, D, P, RT_ATT_KB, 1, dy + t0 * ld, ld, 0, dv + s0 * ldk, ldk, 1, scratch);
+            rt_gemm(kb, qb, D, dS, RT_ATT_KB, 1, q + t0 * ld, ld, 0, dk + s0 * ldk, ldk, 1, scratch);
+            rt_gemm(qb, kb, D, dS, RT_ATT_KB, 0, k + s0 * ldk, ldk, 0, dq + t0 * ld, ld, 1, scratch);
         }
     }
 }
 
-/* Thread t's heads (a contiguous range of b*H + h). */
+/* Thread t's heads: a contiguous range of query heads b*H + h (forward),
+ * or of key/value heads b*Hkv + g, each with its query heads in order
+ * (backward: they add into the same dk, dv). */
 static void at_task(void *p, int t, int nt, int bwd)
 {
     const at_job *j = p;
-    int64_t lo, hi;
-    rt_split(j->B * j->H, t, nt, 1, &lo, &hi);
+    int64_t lo, hi, r = j->H / j->Hkv;
+    rt_split(j->B * (bwd ? j->Hkv : j->H), t, nt, 1, &lo, &hi);
     float *scratch = rt_scratch(t);
-    for (int64_t bh = lo; bh < hi; bh++) {
+    for (int64_t x = lo; x < hi; x++) {
         if (bwd)
-            at_bwd_head(j, bh, scratch);
+            for (int64_t q = 0; q < r; q++)
+                at_bwd_head(j, x * r + q, q == 0, scratch);
         else
-            at_fwd_head(j, bh, scratch);
+            at_fwd_head(j, x, scratch);
     }
 }
 
@@ -202,25 +213,26 @@ static void at_bwd_task(void *p, int t, int nt)
     at_task(p, t, nt, 1);
 }
 
-/* Validate the shape arguments. */
-static void at_check(rt_ctx *ctx, const char *what, const int64_t *i)
+/* Validate the shape arguments (hkv: Hkv). */
+static void at_check(rt_ctx *ctx, const char *what, const int64_t *i, int64_t hkv)
 {
-    if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1))
-        rt_fatal(ctx, 1, "%s: bad B %lld T %lld H %lld D %lld causal %lld", what,
+    if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||
+        i[2] % hkv)
+        rt_fatal(ctx, 1, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld", what,
                  (long long)i[0], (long long)i[1], (long long)i[2], (long long)i[3],
-                 (long long)i[4]);
+                 (long long)i[4], (long long)hkv);
 }
 
 void rt_k_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention", i);
-    at_job j = {i[0], i[1], i[2], i[3], (int)i[4], 0, f[0], b};
+    at_check(ctx, "attention", i, i[5]);
+    at_job j = {i[0], i[1], i[2], i[3], i[5], (int)i[4], 0, f[0], b};
     rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
 }
 
 void rt_k_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention_bwd", i);
-    at_job j = {i[0], i[1], i[2], i[3], (int)i[4], (int)i[5], f[0], b};
-    rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.H, 1));
+    at_check(ctx, "attention_bwd", i, i[6]);
+    at_job j = {i[0], i[1], i[2], i[3], i[6], (int)i[4], (int)i[5], f[0], b};
+    rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
 }

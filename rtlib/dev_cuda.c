@@ -127,7 +127,7 @@ typedef enum cu_grid {
  * already show), and extra work around a launch. */
 enum {
     CU_CHK_VREAL = 1,     /* xent: 1 <= Vreal (i[3]) <= V (i[1]) */
-    CU_CHK_ATT = 2,       /* attention: B, T, H, D >= 0, causal 0 or 1, D <= 256 */
+    CU_CHK_ATT = 2,       /* attention: B, T, H, D >= 0, causal 0 or 1, D <= 256, Hkv >= 1 divides H */
     CU_CHK_BOX = 4,       /* slice/place: ndim <= 8, 0 <= lo < hi <= extent */
     CU_CHK_COPY = 8,      /* copy: X and Y equal or disjoint */
     CU_CHK_EW = 16,       /* ew: the op list is well formed */
@@ -333,10 +333,12 @@ static int cu_preconditions(int kernel, const cu_launch *L, void *const *b, cons
         return cu_refuse(err, errlen, "%s: Vreal %lld outside [1, V = %lld]", name,
                          (long long)i[3], (long long)i[1]);
     if (L->flags & CU_CHK_ATT) {
-        if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1))
-            return cu_refuse(err, errlen, "%s: bad B %lld T %lld H %lld D %lld causal %lld",
+        int64_t hkv = i[kernel == RT_KN_attention ? 5 : 6];
+        if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||
+            i[2] % hkv)
+            return cu_refuse(err, errlen, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld",
                              name, (long long)i[0], (long long)i[1], (long long)i[2],
-                             (long long)i[3], (long long)i[4]);
+                             (long long)i[3], (long long)i[4], (long long)hkv);
         if (i[3] > CU_ATT_DMAX)
             return cu_refuse(err, errlen, "%s: head size D = %lld is above %d, the largest "
                              "the CUDA kernel takes", name, (long long)i[3], CU_ATT_DMAX);

@@ -614,26 +614,41 @@ void rt_ref_softmax_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const flo
     }
 }
 
-/* The shape of an attention call: i = B, T, H, D, causal; f[0] = scale. */
+/* The shape of an attention call: i = B, T, H, D, causal (, acc), Hkv; f[0] = scale. */
 typedef struct rt_ref_att {
     int64_t B, T, H, D;   /* batch, sequence, heads, head size */
     int causal;           /* 1: query t sees keys s <= t */
     double scale;         /* multiplies q . k */
+    int64_t Hkv;          /* key/value heads: query head h reads head h / (H / Hkv) */
 } rt_ref_att;
 
-/* Index of element (b, t, h, d) of a (B, T, H, D) tensor. */
+/* Index of element (b, t, h, d) of a (B, T, H, D) tensor (q, Y, dY, dq). */
 static int64_t rt_ref_bthd(const rt_ref_att *a, int64_t b, int64_t t, int64_t h, int64_t d)
 {
     return ((b * a->T + t) * a->H + h) * a->D + d;
 }
 
-/* sum_d x[b, t, h, d] y[b, s, h, d] in double. */
+/* Index of element (b, t, g, d) of a (B, T, Hkv, D) tensor (k, v, dk, dv). */
+static int64_t rt_ref_btgd(const rt_ref_att *a, int64_t b, int64_t t, int64_t g, int64_t d)
+{
+    return ((b * a->T + t) * a->Hkv + g) * a->D + d;
+}
+
+/* The key/value head of query head h. */
+static int64_t rt_ref_kvh(const rt_ref_att *a, int64_t h)
+{
+    return h / (a->H / a->Hkv);
+}
+
+/* sum_d x[b, t, h, d] y[b, s, h, d] in double; ykv: y is (B, T, Hkv, D),
+ * read at query head h's key/value head. */
 static double rt_ref_rowdot(const rt_ref_att *a, const float *x, const float *y, int64_t b,
-                            int64_t t, int64_t s, int64_t h)
+                            int64_t t, int64_t s, int64_t h, int ykv)
 {
     double r = 0;
     for (int64_t d = 0; d < a->D; d++)
-        r += (double)x[rt_ref_bthd(a, b, t, h, d)] * y[rt_ref_bthd(a, b, s, h, d)];
+        r += (double)x[rt_ref_bthd(a, b, t, h, d)] *
+             y[ykv ? rt_ref_btgd(a, b, s, rt_ref_kvh(a, h), d) : rt_ref_bthd(a, b, s, h, d)];
     return r;
 }
 
@@ -643,7 +658,7 @@ static double rt_ref_prob(const rt_ref_att *a, const float *q, const float *k, d
 {
     if (a->causal && s > t)
         return 0.0;
-    return exp(a->scale * rt_ref_rowdot(a, q, k, b, t, s, h) - lse);
+    return exp(a->scale * rt_ref_rowdot(a, q, k, b, t, s, h, 1) - lse);
 }
 
 /* Per (b, h): S = scale q k^T (s <= t when causal), lse = logsumexp of S's rows,
@@ -652,22 +667,22 @@ void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float
 {
     const float *q = b[0], *k = b[1], *v = b[2];
     float *y = b[3], *lse = b[4];
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0]};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5]};
     for (int64_t bb = 0; bb < a.B; bb++)
         for (int64_t h = 0; h < a.H; h++)
             for (int64_t t = 0; t < a.T; t++) {
                 int64_t ns = a.causal ? t + 1 : a.T;   /* visible keys */
                 double mx = -INFINITY, sum = 0;
                 for (int64_t s = 0; s < ns; s++)
-                    mx = fmax(mx, a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h));
+                    mx = fmax(mx, a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h, 1));
                 for (int64_t s = 0; s < ns; s++)
-                    sum += exp(a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h) - mx);
+                    sum += exp(a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h, 1) - mx);
                 double l = mx + log(sum);
                 lse[(bb * a.H + h) * a.T + t] = (float)l;
                 for (int64_t d = 0; d < a.D; d++) {
                     double o = 0;
                     for (int64_t s = 0; s < ns; s++)
-                        o += rt_ref_prob(&a, q, k, l, bb, t, s, h) * v[rt_ref_bthd(&a, bb, s, h, d)];
+                        o += rt_ref_prob(&a, q, k, l, bb, t, s, h) * v[rt_ref_btgd(&a, bb, s, rt_ref_kvh(&a, h), d)];
                     y[rt_ref_bthd(&a, bb, t, h, d)] = (float)o;
                 }
             }
@@ -681,30 +696,41 @@ static double rt_ref_dscore(const rt_ref_att *a, void *const *b, int64_t bb, int
     double p = rt_ref_prob(a, q, k, lse[(bb * a->H + h) * a->T + t], bb, t, s, h);
     if (p == 0.0)
         return 0.0;
-    return p * (rt_ref_rowdot(a, dy, v, bb, t, s, h) - rt_ref_rowdot(a, dy, y, bb, t, t, h));
+    return p * (rt_ref_rowdot(a, dy, v, bb, t, s, h, 1) - rt_ref_rowdot(a, dy, y, bb, t, t, h, 0));
 }
 
 /* Gradients of attention with P = exp(scale q k^T - lse) (masked):
- * dv = P^T dY, dq = scale dS k, dk = scale dS^T q. */
+ * dv = P^T dY, dq = scale dS k, dk = scale dS^T q; dk and dv of a key/value
+ * head summed over its query heads. */
 void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     const float *dy = b[0], *q = b[1], *k = b[2], *lse = b[5];
     float *dq = b[6], *dk = b[7], *dv = b[8];
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0]};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6]};
     int acc = (int)i[5];
+    int64_t r = a.H / a.Hkv;
     for (int64_t bb = 0; bb < a.B; bb++)
         for (int64_t h = 0; h < a.H; h++)
             for (int64_t t = 0; t < a.T; t++)   /* t: this row's position */
                 for (int64_t d = 0; d < a.D; d++) {
-                    double gq = 0, gk = 0, gv = 0;
-                    for (int64_t s = 0; s < a.T; s++) {   /* s: the other position */
-                        gq += rt_ref_dscore(&a, b, bb, t, s, h) * k[rt_ref_bthd(&a, bb, s, h, d)];
-                        gk += rt_ref_dscore(&a, b, bb, s, t, h) * q[rt_ref_bthd(&a, bb, s, h, d)];
-                        gv += rt_ref_prob(&a, q, k, lse[(bb * a.H + h) * a.T + s], bb, s, t, h) *
-                              dy[rt_ref_bthd(&a, bb, s, h, d)];
-                    }
+                    double gq = 0;
+                    for (int64_t s = 0; s < a.T; s++)   /* s: the other position */
+                        gq += rt_ref_dscore(&a, b, bb, t, s, h) * k[rt_ref_btgd(&a, bb, s, rt_ref_kvh(&a, h), d)];
                     int64_t o = rt_ref_bthd(&a, bb, t, h, d);
                     dq[o] = (float)((acc ? dq[o] : 0.0) + a.scale * gq);
+                }
+    for (int64_t bb = 0; bb < a.B; bb++)
+        for (int64_t g = 0; g < a.Hkv; g++)
+            for (int64_t t = 0; t < a.T; t++)
+                for (int64_t d = 0; d < a.D; d++) {
+                    double gk = 0, gv = 0;
+                    for (int64_t h = g * r; h < (g + 1) * r; h++)   /* the query heads of head g */
+                        for (int64_t s = 0; s < a.T; s++) {
+                            gk += rt_ref_dscore(&a, b, bb, s, t, h) * q[rt_ref_bthd(&a, bb, s, h, d)];
+                            gv += rt_ref_prob(&a, q, k, lse[(bb * a.H + h) * a.T + s], bb, s, t, h) *
+                                  dy[rt_ref_bthd(&a, bb, s, h, d)];
+                        }
+                    int64_t o = rt_ref_btgd(&a, bb, t, g, d);
                     dk[o] = (float)((acc ? dk[o] : 0.0) + a.scale * gk);
                     dv[o] = (float)((acc ? dv[o] : 0.0) + gv);
                 }

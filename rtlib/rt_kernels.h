@@ -97,12 +97,17 @@ RT_K(rope,            2,   6,   1)  /* b: X (B, T, H, D), Y.  i: B, T, H, D (eve
                                        + X[j] sin a; inverse: the angle -a (the backward).  Y may be X */
 RT_K(softmax,         2,   2,   0)  /* b: X (R, N), Y.  i: R, N.  Y = softmax over the last dim (stable) */
 RT_K(softmax_bwd,     3,   3,   0)  /* b: dY, Y, dX.  i: R, N, acc.  dX (+)= Y (dY - sum(dY Y)) */
-RT_K(attention,       5,   5,   1)  /* b: q, k, v (B, T, H, D), Y (B, T, H, D), lse (B, H, T).  i: B, T, H, D,
-                                       causal.  f: scale (1/sqrt(D)).  Multi-head attention per (b, h):
+RT_K(attention,       5,   6,   1)  /* b: q (B, T, H, D), k, v (B, T, Hkv, D), Y (B, T, H, D), lse (B, H, T).
+                                       i: B, T, H, D, causal, Hkv.  f: scale (1/sqrt(D)).  Multi-head
+                                       attention per (b, h), grouped-query when Hkv < H (H a multiple of
+                                       Hkv): query head h reads key/value head h / (H / Hkv).
                                        S = scale q k^T (masked to s <= t when causal), P = softmax(S),
-                                       Y = P v, lse = logsumexp of S's rows.  Rows of q/k/v/Y are H*D floats. */
-RT_K(attention_bwd,   9,   6,   1)  /* b: dY, q, k, v, Y, lse, dq, dk, dv.  i: B, T, H, D, causal, acc.
-                                       f: scale.  Gradients of attention (P recomputed from q, k, lse). */
+                                       Y = P v, lse = logsumexp of S's rows.  Rows of q/Y are H*D floats,
+                                       of k/v Hkv*D. */
+RT_K(attention_bwd,   9,   7,   1)  /* b: dY, q, k, v, Y, lse, dq, dk, dv.  i: B, T, H, D, causal, acc, Hkv.
+                                       f: scale.  Gradients of attention (P recomputed from q, k, lse);
+                                       dk, dv of a key/value head sum over its H / Hkv query heads, in
+                                       head order. */
 RT_K(place,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per dim: dst extent, lo, hi.
                                        dst[lo:hi, ...] (+)= src (src contiguous); the inverse of slice */
 RT_K(slice,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per dim: src extent,

@@ -976,28 +976,30 @@ static void ops_softmax(void)
 }
 
 /* attention and its backward (Y and lse from the reference forward): head
- * sizes 1 to 256 (the largest the kernel takes), odd T, causal or not. */
+ * sizes 1 to 256 (the largest the kernel takes), odd T, causal or not,
+ * grouped-query (Hkv < H) and multi-query (Hkv = 1). */
 static void ops_attention(void)
 {
-    static const int64_t sh[][4] = {   /* B, T, H, D */
-        {1, 1, 1, 1}, {1, 2, 1, 1}, {2, 5, 3, 8}, {1, 33, 2, 64}, {1, 17, 1, 256}, {2, 70, 2, 24}};
+    static const int64_t sh[][5] = {   /* B, T, H, D, Hkv */
+        {1, 1, 1, 1, 1}, {1, 2, 1, 1, 1}, {2, 5, 3, 8, 3}, {1, 33, 2, 64, 2}, {1, 17, 1, 256, 1},
+        {2, 70, 2, 24, 2}, {2, 19, 6, 16, 2}, {1, 40, 4, 32, 1}};
     for (int bwd = 0; bwd < 2; bwd++)
-        for (int s = 0; s < 6; s++)
+        for (int s = 0; s < 8; s++)
             for (int causal = 0; causal < 2; causal++)
                 for (int acc = 0; acc <= bwd; acc++) {
-                    int64_t Bn = sh[s][0], T = sh[s][1], H = sh[s][2], D = sh[s][3];
-                    int64_t n = Bn * T * H * D;
+                    int64_t Bn = sh[s][0], T = sh[s][1], H = sh[s][2], D = sh[s][3], Hkv = sh[s][4];
+                    int64_t n = Bn * T * H * D, nk = Bn * T * Hkv * D;
                     float scale = 1.0f / sqrtf((float)D);
-                    char what[96];
-                    snprintf(what, sizeof what, "B=%lld T=%lld H=%lld D=%lld causal=%d",
-                             (long long)Bn, (long long)T, (long long)H, (long long)D, causal);
+                    char what[112];
+                    snprintf(what, sizeof what, "B=%lld T=%lld H=%lld D=%lld Hkv=%lld causal=%d",
+                             (long long)Bn, (long long)T, (long long)H, (long long)D, (long long)Hkv, causal);
                     if (!bwd) {
                         if (!tc_begin("attention", "%s", what))
                             continue;
-                        int q = tc_buf(TB_IN, "q", n, -1, 1), k = tc_buf(TB_IN, "k", n, -1, 1);
-                        int v = tc_buf(TB_IN, "v", n, -1, 1), y = tc_buf(TB_OUT, "Y", n, -1, 1);
+                        int q = tc_buf(TB_IN, "q", n, -1, 1), k = tc_buf(TB_IN, "k", nk, -1, 1);
+                        int v = tc_buf(TB_IN, "v", nk, -1, 1), y = tc_buf(TB_OUT, "Y", n, -1, 1);
                         int lse = tc_buf(TB_OUT, "lse", Bn * H * T, -1, 1);
-                        tc_launch(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal),
+                        tc_launch(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv),
                                   F(scale));
                         tc_run();
                         continue;
@@ -1006,14 +1008,14 @@ static void ops_attention(void)
                     if (T == 1 || !tc_begin("attention_bwd", "%s acc=%d", what, acc))
                         continue;
                     int dy = tc_buf(TB_IN, "dY", n, -1, 1), q = tc_buf(TB_IN, "q", n, -1, 1);
-                    int k = tc_buf(TB_IN, "k", n, -1, 1), v = tc_buf(TB_IN, "v", n, -1, 1);
+                    int k = tc_buf(TB_IN, "k", nk, -1, 1), v = tc_buf(TB_IN, "v", nk, -1, 1);
                     int y = tc_buf(TB_IN, "Y", n, 0, 0);
                     int lse = tc_buf(TB_IN, "lse", Bn * H * T, 0, 0);
-                    int dq = tc_buf(TB_OUT, "dq", n, -1, 1), dk = tc_buf(TB_OUT, "dk", n, -1, 1);
-                    int dv = tc_buf(TB_OUT, "dv", n, -1, 1);
-                    tc_prep(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal), F(scale));
+                    int dq = tc_buf(TB_OUT, "dq", n, -1, 1), dk = tc_buf(TB_OUT, "dk", nk, -1, 1);
+                    int dv = tc_buf(TB_OUT, "dv", nk, -1, 1);
+                    tc_prep(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv), F(scale));
                     tc_launch(RT_KN_attention_bwd, B(dy, q, k, v, y, lse, dq, dk, dv),
-                              I(Bn, T, H, D, causal, acc), F(scale));
+                              I(Bn, T, H, D, causal, acc, Hkv), F(scale));
                     tc_run();
                 }
 }
