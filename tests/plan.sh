@@ -267,5 +267,16 @@ says "--ranks needs a number of ranks in [2, 1024]" "profile --ranks"
 expect_rc 2 "profile --pack with -o" "$nn" profile "$tiny" --pack "$tmp/pk2" -o "$tmp/x.ini"
 says "profile --pack writes no profile" "profile --pack -o"
 
+# a LLaMA 3 8B-shaped spec (grouped-query attention, 128k vocabulary) compiles for 64 H100s with auto:
+# 8.03B parameters, a chosen plan that fits 80 GB, attention split along the key/value heads on tp
+"$nn" "$top/examples/llama3-8b.ini" -o "$tmp/l3" -q || no "examples/llama3-8b.ini does not compile"
+if grep -q "^model     8.03B parameters" "$tmp/l3/plan.txt" && [[ -x $tmp/l3/rank63 ]] &&
+  grep -qE "^  h\.0\.attn +attention +.*split h /8 " "$tmp/l3/plan.txt" &&
+  awk '/^  chosen / { for (i = 1; i < NF; i++) if ($i == "memory") { m = $(i + 1) + 0; u = $(i + 2) } }
+       END { exit !(u == "GiB" && m > 0 && m <= 80) }' "$tmp/l3/plan.txt"
+then ok "examples/llama3-8b.ini: 64 ranks, 8.03B parameters, attention split on the 8 key/value heads, fits 80 GiB"
+else no "llama3-8b: $(sed -n '1,12p' "$tmp/l3/plan.txt" 2>&1; grep -E '^  h\.0\.attn ' "$tmp/l3/plan.txt")"; fi
+rm -rf "$tmp/l3"
+
 echo "$pass passed, $fail failed"
 ((fail == 0))
