@@ -44,6 +44,13 @@ if [[ ! -x $bin ]]; then
   exit 1
 fi
 
+# the op test travels to GPU machines without LLVM (bench/gpu/ship.sh): it needs no libLLVM
+if command -v ldd >/dev/null 2>&1 && ldd "$bin" 2>/dev/null | grep -q 'libLLVM'; then
+  echo "FAIL  $bin needs libLLVM ($(ldd "$bin" | grep -m1 libLLVM | awk '{print $1}')): it must run where only"
+  echo "      the driver is (keep what it links from codegen/ free of LLVM calls; codegen/objfile.c holds them)"
+  exit 1
+fi
+
 # ---- a GPU: the real driver
 asked=$gpu
 if ((!gpu)) && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
