@@ -933,8 +933,34 @@ static int lower_param(fe_lw *L, const fe_section *sec)
     ir_tensor proto;
     memset(&proto, 0, sizeof proto);
     if (parse_init(L, sec, &proto)) return 2;
-    int b = block_of(L, sec->name);
+    int b = block_of(L, sec->name), tr;
     int nrep = b < 0 ? 1 : L->blk[b].repeat;
+    /* import = NAME (a block's: {r} the repeat), import_transposed = true|false */
+    static const char *const tf[] = {"false", "true", NULL};
+    const fe_kv *ikv = fe_get(sec, "import");
+    char clip[96];
+    if (get_choice(L, sec, "import_transposed", tf, 0, &tr)) return 2;
+    if (tr && ndim != 2)
+        return fe_kv_error(L->s, sec, fe_get(sec, "import_transposed"), "only a 2-D param is stored transposed",
+                           "param '%s' has %d dims", fe_clip(sec->name, clip, sizeof clip), ndim);
+    if (fe_get(sec, "import_transposed") && !ikv)
+        return fe_kv_error(L->s, sec, fe_get(sec, "import_transposed"), "add import = NAME, the name in the other "
+                           "checkpoint", "import_transposed without import");
+    if (ikv) {
+        const char *v = ikv->val, *rr = strstr(v, "{r}");
+        int ok = *v && strlen(v) < 200 && !strpbrk(v, " \t\"") && (!rr || !strstr(rr + 3, "{r}"));
+        if (!ok)
+            return fe_kv_error(L->s, sec, ikv, "import = the tensor's name in a safetensors checkpoint, e.g. "
+                               "model.layers.{r}.self_attn.q_proj.weight ({r}: the repeat, in a block)",
+                               "bad import name '%s'", fe_clip(v, clip, sizeof clip));
+        if (b >= 0 && nrep > 1 && !rr)
+            return fe_kv_error(L->s, sec, ikv, "write {r} where the layer number goes, e.g. model.layers.{r}.mlp.up_proj.weight",
+                               "import of block param '%s' has no {r}: every repeat would load one tensor",
+                               fe_clip(sec->name, clip, sizeof clip));
+        if (b < 0 && rr)
+            return fe_kv_error(L->s, sec, ikv, "{r} is the repeat of a block's param", "import of '%s' has {r} "
+                               "outside a block", fe_clip(sec->name, clip, sizeof clip));
+    }
     for (int r = 0; r < nrep; r++) {
         const char *name = b < 0 ? sec->name : fmt(L, "%s.%d.%s", L->blk[b].name, r, sec->name + L->blk[b].len + 1);
         int id = ir_add_tensor(L->g, name, IR_F32, IR_T_PARAM, ndim, shape, sec->line);
@@ -942,6 +968,11 @@ static int lower_param(fe_lw *L, const fe_section *sec)
         t->init = proto.init;
         t->init_a = proto.init_a;
         t->init_b = proto.init_b;
+        if (ikv) {
+            const char *v = ikv->val, *rr = strstr(v, "{r}");
+            t->import = rr ? ir_str(L->g, fmt(L, "%.*s%d%s", (int)(rr - v), v, r, rr + 3)) : ir_str(L->g, v);
+            t->import_t = tr;
+        }
         map_put(&L->tensor, t->name, id);
     }
     return 0;

@@ -171,6 +171,8 @@ typedef struct ir_tensor {
     int opt_of;             /* for IR_T_OPTSTATE: the param it belongs to, else -1 */
     ir_initkind init;       /* params: initialiser */
     double init_a, init_b;  /* initialiser arguments */
+    const char *import;     /* params: the name --init also accepts (a Hugging Face checkpoint's), or NULL */
+    int import_t;           /* ... stored transposed there (2-D: a torch Linear's (out, in) weight) */
     ir_datakind data;       /* inputs: synthetic distribution */
     int64_t data_range;     /* inputs with IR_DATA_INT: values in [0, range) */
     int stream;             /* inputs: token offset in the data file's rows (-1: synthetic only) */

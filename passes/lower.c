@@ -728,9 +728,10 @@ static void manifest(lctx *c)
         ir_bprintf(b, " box");
         for (int j = 0; j < tt->ndim; j++)
             ir_bprintf(b, " %lld %lld", (long long)pp->box.lo[j], (long long)pp->box.hi[j]);
-        if (tt->kind == IR_T_PARAM)
+        if (tt->kind == IR_T_PARAM) {
             ir_bprintf(b, " init %s %.9g %.9g", ik[tt->init], tt->init_a, tt->init_b);
-        else
+            if (tt->import) ir_bprintf(b, " import %s %d", tt->import, tt->import_t);
+        } else
             ir_bprintf(b, " of %s", g->t[tt->opt_of].name);
         ir_bprintf(b, " off %lld writer %d\n", (long long)off(c, pt), writer);
     }

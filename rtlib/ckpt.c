@@ -196,12 +196,128 @@ static int ck_load(rt_ctx *ctx, const char *path, int what, int64_t *step, char 
     return bad;
 }
 
+/* The files --init reads: path itself, or every *.safetensors file in the
+ * directory path (a sharded checkpoint), in name order.  Their count, or -1
+ * with a message in err; *names malloc'ed (free each, then the array). */
+static int ck_init_files(const char *path, char ***names, char *err, size_t errlen)
+{
+    struct stat st;
+    *names = NULL;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        *names = malloc(sizeof **names);
+        RT_ASSERT(*names);
+        (*names)[0] = strdup(path);
+        RT_ASSERT((*names)[0]);
+        return 1;
+    }
+    struct dirent **ents;
+    int ne = scandir(path, &ents, NULL, alphasort), n = 0;
+    if (ne < 0) {
+        snprintf(err, errlen, "cannot read the directory %s: %s", path, strerror(errno));
+        return -1;
+    }
+    *names = malloc(sizeof **names * (size_t)(ne ? ne : 1));
+    RT_ASSERT(*names);
+    for (int k = 0; k < ne; k++) {
+        size_t l = strlen(ents[k]->d_name);
+        if (l > 12 && !strcmp(ents[k]->d_name + l - 12, ".safetensors") && ents[k]->d_name[0] != '.')
+            (*names)[n++] = ck_path(NULL, path, "", ents[k]->d_name, "");
+        free(ents[k]);
+    }
+    free(ents);
+    if (!n) {
+        snprintf(err, errlen, "the directory %s holds no .safetensors file", path);
+        free(*names);
+        *names = NULL;
+        return -1;
+    }
+    return n;
+}
+
+/* --init: this rank's param boxes from the file(s) at path, each param by
+ * its own name (a checkpoint or the final weights of this model, f32), or
+ * else by its import name (F32, BF16 or F16, transposed where the manifest
+ * says; a Hugging Face checkpoint).  0, or 1 with a message in err. */
+static int ck_load_init(rt_ctx *ctx, const char *path, char *err, size_t errlen)
+{
+    char **names;
+    int nf = ck_init_files(path, &names, err, errlen), bad = nf < 0;
+    rt_st_file *f = calloc((size_t)(nf > 0 ? nf : 1), sizeof *f);
+    RT_ASSERT(f);
+    int opened = 0;   /* files 0 .. opened-1 are open */
+    for (int k = 0; k < nf && !bad; k++) {
+        if ((bad = rt_st_open_header(names[k], &f[k], err, errlen)))
+            break;
+        opened++;
+        const char *model = rt_st_meta(&f[k], "model");
+        if (model && strcmp(model, ctx->man.model) != 0) {
+            snprintf(err, errlen, "%s holds model '%s', this program is model '%s'", names[k], model,
+                     ctx->man.model);
+            bad = 1;
+        }
+    }
+    for (int k = 0; k < ctx->man.nparams && !bad; k++) {
+        const rt_param *p = &ctx->man.params[k];
+        int at = -1, imp = 0;
+        for (int q = 0; q < nf && at < 0; q++)
+            if (rt_st_find(&f[q], p->name))
+                at = q;
+        for (int q = 0; q < nf && at < 0 && p->import[0]; q++)
+            if (rt_st_find(&f[q], p->import))
+                at = q, imp = 1;
+        if (at < 0) {
+            snprintf(err, errlen, "%s no tensor %s%s%s", nf > 1 ? "its files hold" : "it has", p->name,
+                     p->import[0] ? " or " : "", p->import);
+            bad = 1;
+            break;
+        }
+        if (!imp) {
+            const rt_st_tensor *t = ck_match(&f[at], p, err, errlen);
+            bad = !t || rt_st_read_box(ctx, &f[at], t, p->lo, p->hi, ctx->arena + p->off, err, errlen);
+            continue;
+        }
+        const rt_st_tensor *t = rt_st_find(&f[at], p->import);
+        if (p->dtype != RT_F32 ||
+            (strcmp(t->dtype, "F32") && strcmp(t->dtype, "BF16") && strcmp(t->dtype, "F16"))) {
+            snprintf(err, errlen, "tensor %s (for %s) is %s; an imported param loads from F32, BF16 or F16",
+                     p->import, p->name, t->dtype);
+            bad = 1;
+            break;
+        }
+        int same = t->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++)
+            same = t->shape[d] == p->shape[p->import_t ? p->ndim - 1 - d : d];
+        if (!same) {
+            char got[160] = "", exp[160] = "";
+            for (int d = 0, o = 0; d < t->ndim && o < 150; d++)
+                o += snprintf(got + o, sizeof got - (size_t)o, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+            for (int d = 0, o = 0; d < p->ndim && o < 150; d++)
+                o += snprintf(exp + o, sizeof exp - (size_t)o, "%s%lld", d ? "," : "",
+                              (long long)p->shape[p->import_t ? p->ndim - 1 - d : d]);
+            snprintf(err, errlen, "tensor %s (for %s) has shape [%s], expected [%s]%s", p->import, p->name, got,
+                     exp, p->import_t ? " (the param transposed)" : "");
+            bad = 1;
+            break;
+        }
+        bad = rt_st_read_box_f32(ctx, &f[at], t, p->lo, p->hi, p->import_t, (float *)(ctx->arena + p->off), err,
+                                 errlen);
+    }
+    for (int k = 0; k < opened; k++)
+        rt_st_free(&f[k]);
+    for (int k = 0; k < nf; k++)
+        free(names[k]);
+    free(names);
+    free(f);
+    return bad;
+}
+
 /* Every rank: load, then agree; on failure anywhere every rank exits 2. */
 static int64_t ck_load_all(rt_ctx *ctx, const char *path, int what, int want_step)
 {
     char err[600] = "";
     int64_t step = 0;
-    int bad = ck_load(ctx, path, what, want_step ? &step : NULL, err, sizeof err);
+    int bad = what == RT_ST_PARAMS && !want_step ? ck_load_init(ctx, path, err, sizeof err)
+                                                 : ck_load(ctx, path, what, want_step ? &step : NULL, err, sizeof err);
     if (bad)
         rt_warn(ctx, "cannot load %s: %s", path, err);
     if (rt_comm_any(ctx, bad, RT_COLL_LOAD))

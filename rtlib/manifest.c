@@ -325,11 +325,25 @@ static rt_param *man_boxed(man_parser *ps, const rt_manifest *m, rt_param **arr,
     return p;
 }
 
-/* param IDX NAME DTYPE NDIM D.. box LO HI .. init KIND A B off OFFSET writer W */
+/* param IDX NAME DTYPE NDIM D.. box LO HI .. init KIND A B [import NAME T] off OFFSET writer W */
 static int man_param(man_parser *ps, rt_manifest *m)
 {
     rt_param *p = man_boxed(ps, m, &m->params, &m->nparams, "param");
-    return !p || man_init(ps, p) || man_placement(ps, m, p, "param");
+    if (!p || man_init(ps, p))
+        return 1;
+    man_line *l = ps->ln;   /* optional: import NAME T */
+    if (l->pos < l->ntok && !strcmp(l->tok[l->pos], "import")) {
+        int64_t tr;
+        l->pos++;
+        if (man_name(ps, "import name", p->import) || man_i64(ps, "import transposed flag", 0, 1, &tr))
+            return 1;
+        if (tr && p->ndim != 2) {
+            man_err(ps, "param %s: only a 2-D param is imported transposed", p->name);
+            return 1;
+        }
+        p->import_t = (int)tr;
+    }
+    return man_placement(ps, m, p, "param");
 }
 
 /* state IDX NAME DTYPE NDIM D.. box LO HI .. of PARAM off OFFSET writer W

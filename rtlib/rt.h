@@ -45,7 +45,8 @@
  *                                  (the compiler's cost model), for the MFU
  *     dtype f32|bf16               the matmuls' input precision (which peak the MFU uses)
  *     group ID N R0 R1 ... RN-1    a device group used by collectives; ids are 0..G-1
- *     param IDX NAME DTYPE NDIM D0 .. DNDIM-1 box LO0 HI0 .. init KIND A B off OFFSET writer W
+ *     param IDX NAME DTYPE NDIM D0 .. DNDIM-1 box LO0 HI0 .. init KIND A B [import NAME T]
+ *           off OFFSET writer W
  *                                  a piece of a param this rank holds (IDX 0..P-1 in order)
  *                                  DTYPE f32|i32; KIND zeros|ones|const|normal|uniform;
  *                                  OFFSET arena byte offset; W = 1 if this rank writes the box

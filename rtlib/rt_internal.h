@@ -80,6 +80,8 @@ typedef struct rt_param {
     int64_t off;                /* arena byte offset of the box (row-major, contiguous) */
     int writer;                 /* 1: this rank writes the box when saving */
     int of;                     /* state lines: index of its param in params; params: -1 */
+    char import[RT_NAME_MAX];   /* params: the name --init also accepts (`import`), or "" */
+    int import_t;               /* ... stored transposed under it (2-D) */
 } rt_param;
 
 /* One `input` line: a data input (synthetic, or tokens from a file). */
@@ -552,6 +554,12 @@ typedef struct rt_st_file {
 /* Read and validate a file.  Returns 0, or 1 with a message in err (and
  * nothing left to free).  Tensor data may be unaligned: read it with memcpy. */
 int rt_st_open(const char *path, rt_st_file *f, char *err, size_t errlen);
+/* Read the box [lo, hi) of tensor t (F32, BF16 or F16) of a header-only
+ * file as f32 into dst (row-major, contiguous); transposed: t is 2-D and
+ * holds the param transposed (lo, hi are in the param's layout).  0, or 1
+ * with a message. */
+int rt_st_read_box_f32(rt_ctx *ctx, const rt_st_file *f, const rt_st_tensor *t, const int64_t *lo,
+                       const int64_t *hi, int transposed, float *dst, char *err, size_t errlen);
 /* The same, reading only the header (validated against the file's size);
  * the file stays open for rt_st_read_box until rt_st_free. */
 int rt_st_open_header(const char *path, rt_st_file *f, char *err, size_t errlen);

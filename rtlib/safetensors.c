@@ -949,6 +949,72 @@ int rt_st_read_box(rt_ctx *ctx, const rt_st_file *f, const rt_st_tensor *t, cons
     return 0;
 }
 
+/* A bf16 or f16 bit pattern as f32 (exact). */
+static float st_half(uint16_t h, int bf16)
+{
+    if (bf16) {
+        uint32_t u = (uint32_t)h << 16;
+        float x;
+        memcpy(&x, &u, 4);
+        return x;
+    }
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, u;
+    if (e == 31) {
+        u = sign | 0x7f800000u | (m << 13);   /* inf, NaN */
+    } else if (e == 0) {   /* zero or subnormal: m 2^-24 */
+        float x = (float)m * 5.9604644775390625e-8f;
+        return sign ? -x : x;
+    } else {
+        u = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+int rt_st_read_box_f32(rt_ctx *ctx, const rt_st_file *f, const rt_st_tensor *t, const int64_t *lo,
+                       const int64_t *hi, int transposed, float *dst, char *err, size_t errlen)
+{
+    RT_ASSERT(f->fd >= 0 && (!transposed || t->ndim == 2));
+    int half = !strcmp(t->dtype, "BF16") ? 1 : !strcmp(t->dtype, "F16") ? 2 : 0;
+    RT_ASSERT(half || !strcmp(t->dtype, "F32"));
+    if (!half && !transposed)
+        return rt_st_read_box(ctx, f, t, lo, hi, dst, err, errlen);
+    int64_t flo[RT_MAXDIM], fhi[RT_MAXDIM];   /* the box in the file's layout */
+    for (int d = 0; d < t->ndim; d++) {
+        int s = transposed ? t->ndim - 1 - d : d;
+        flo[d] = lo[s], fhi[d] = hi[s];
+    }
+    int64_t n = rt_box_numel(t->ndim, flo, fhi);
+    unsigned char *raw = malloc((size_t)(n ? n : 1) * (size_t)t->elem);
+    RT_ASSERT(raw);
+    int64_t start = 8 + f->header_len + t->begin;
+    rt_box_iter it;
+    rt_box_iter_init(&it, t->ndim, t->shape, flo, fhi);
+    while (rt_box_iter_next(&it))
+        if (st_pread_all(ctx, f->fd, raw + it.pos * t->elem, (size_t)(it.run * t->elem),
+                         (off_t)(start + it.start * t->elem), t->name, err, errlen)) {
+            free(raw);
+            return 1;
+        }
+    int64_t rows = t->ndim == 2 ? fhi[0] - flo[0] : 1, cols = n / (rows ? rows : 1);
+    for (int64_t k = 0; k < n; k++) {
+        float x;
+        if (half) {
+            uint16_t h;
+            memcpy(&h, raw + k * 2, 2);
+            x = st_half(h, half == 1);
+        } else {
+            memcpy(&x, raw + k * 4, 4);
+        }
+        /* file element (r, c) of the box is the param's (c, r) when transposed */
+        int64_t to = transposed ? (k % cols) * rows + k / cols : k;
+        dst[to] = x;
+    }
+    free(raw);
+    return 0;
+}
+
 const char *rt_st_meta(const rt_st_file *f, const char *key)
 {
     for (int k = 0; k < f->nmeta; k++)

@@ -11,7 +11,8 @@
 #             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh),
 #             pipelines, ZeRO, coshard (tests/pipeline.sh), recycling against a
 #             hand-unrolled oracle (tests/recycle.sh), custom ops: a user's C kernel
-#             against the built-ins, their split, every mistake (tests/custom.sh)
+#             against the built-ins, their split, every mistake (tests/custom.sh), --init
+#             from a Hugging Face-named checkpoint (tests/hf_init.sh)
 #   cuda      --target cuda without a GPU: NVRTC builds of every example, embedded
 #             cubins, linking, determinism, the no-driver failure (tests/cuda.sh);
 #             rtlib's CUDA backend against a mock driver (tests/cuda_mock.sh);
@@ -86,6 +87,7 @@ want cli && run "share" "$top/tests/share.sh"
 want cli && run "pipeline" "$top/tests/pipeline.sh"
 want cli && run "recycle" "$top/tests/recycle.sh"
 want cli && run "custom" "$top/tests/custom.sh"
+want cli && run "hf_init" "$top/tests/hf_init.sh"
 (want cli || want cuda) && run "cuda" "$top/tests/cuda.sh"
 [[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"
 [[ -f $top/tests/cuda_ops.sh ]] && (want cli || want cuda) && run "cuda_ops" "$top/tests/cuda_ops.sh"
