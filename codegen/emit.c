@@ -221,6 +221,9 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
     double params = 0, flops = 0;
     for (int t = 0; t < g->nt; t++)
         if (g->t[t].kind == IR_T_PARAM) params += (double)ir_numel(&g->t[t]);
+    double frozen = 0;
+    for (int t = 0; t < g->nt; t++)
+        if (g->t[t].kind == IR_T_PARAM && g->t[t].frozen) frozen += (double)ir_numel(&g->t[t]);
     int rmax = 0, cmax = 0, fmax = 0;
     int64_t tsent = 0;
     for (int r = 0; r < d->ndev; r++) {
@@ -247,7 +250,13 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
     count(b, params);
     ir_bprintf(b, " parameters (");
     ir_bprint_bytes(b, params * 4);
-    ir_bprintf(b, " in f32)\nmemory    per rank at most ");
+    ir_bprintf(b, " in f32)");
+    if (frozen > 0) {
+        ir_bprintf(b, ", ");
+        count(b, frozen);
+        ir_bprintf(b, " of them frozen (trainable = false)");
+    }
+    ir_bprintf(b, "\nmemory    per rank at most ");
     ir_bprint_bytes(b, (double)progs[rmax].arena);
     ir_bprintf(b, " (rank %d), of which params, grads and optimizer state ", rmax);
     ir_bprint_bytes(b, (double)progs[rmax].persistent);

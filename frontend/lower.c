@@ -939,7 +939,9 @@ static int lower_param(fe_lw *L, const fe_section *sec)
     static const char *const tf[] = {"false", "true", NULL};
     const fe_kv *ikv = fe_get(sec, "import");
     char clip[96];
-    if (get_choice(L, sec, "import_transposed", tf, 0, &tr)) return 2;
+    int trainable;
+    if (get_choice(L, sec, "import_transposed", tf, 0, &tr) || get_choice(L, sec, "trainable", tf, 1, &trainable))
+        return 2;
     if (tr && ndim != 2)
         return fe_kv_error(L->s, sec, fe_get(sec, "import_transposed"), "only a 2-D param is stored transposed",
                            "param '%s' has %d dims", fe_clip(sec->name, clip, sizeof clip), ndim);
@@ -968,6 +970,7 @@ static int lower_param(fe_lw *L, const fe_section *sec)
         t->init = proto.init;
         t->init_a = proto.init_a;
         t->init_b = proto.init_b;
+        t->frozen = !trainable;
         if (ikv) {
             const char *v = ikv->val, *rr = strstr(v, "{r}");
             t->import = rr ? ir_str(L->g, fmt(L, "%.*s%d%s", (int)(rr - v), v, r, rr + 3)) : ir_str(L->g, v);

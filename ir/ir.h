@@ -173,6 +173,7 @@ typedef struct ir_tensor {
     double init_a, init_b;  /* initialiser arguments */
     const char *import;     /* params: the name --init also accepts (a Hugging Face checkpoint's), or NULL */
     int import_t;           /* ... stored transposed there (2-D: a torch Linear's (out, in) weight) */
+    int frozen;             /* params: trainable = false (no gradient, no update; loaded and saved) */
     ir_datakind data;       /* inputs: synthetic distribution */
     int64_t data_range;     /* inputs with IR_DATA_INT: values in [0, range) */
     int stream;             /* inputs: token offset in the data file's rows (-1: synthetic only) */

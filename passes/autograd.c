@@ -327,7 +327,7 @@ int pass_autograd(ir_graph *g)
     int cyc;
     IR_ASSERT(!ir_topo(g, order, &cyc));
     /* which tensors need a gradient: params and what is computed from them */
-    for (int i = 0; i < nt0; i++) c.needs[i] = g->t[i].kind == IR_T_PARAM;
+    for (int i = 0; i < nt0; i++) c.needs[i] = g->t[i].kind == IR_T_PARAM && !g->t[i].frozen;
     for (int n = 0; n < nop0; n++) {
         const ir_op *o = &g->op[order[n]];
         int any = 0;

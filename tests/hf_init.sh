@@ -124,6 +124,28 @@ mkdir "$tmp/empty"
 expect_rc 2 "--init: a directory without .safetensors files" "$tmp/one/rank0" --init "$tmp/empty" --steps 0
 says "holds no .safetensors file" "empty dir"
 
+# fine-tuning with a frozen param (trainable = false): loaded, never updated, saved as loaded
+"$nn" "$spec" -o "$tmp/fz" -q --set "param wte.trainable=false" || no "build with wte frozen"
+grep -q "^model .*, 32.8K of them frozen (trainable = false)" "$tmp/fz/plan.txt" ||
+  no "plan.txt does not count the frozen param: $(grep '^model' "$tmp/fz/plan.txt")"
+"$tmp/fz/rank0" --init "$tmp/hf.safetensors" --steps 4 --save "$tmp/fz.safetensors" --quiet >"$tmp/fz.log" 2>&1 ||
+  no "4 steps with wte frozen: $(tail -n 2 "$tmp/fz.log")"
+if python3 - "$tmp" <<'PY'
+import json, struct, sys
+tmp = sys.argv[1]
+raw = open(f"{tmp}/fz.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+def get(k):
+    a, b = hdr[k]["data_offsets"]
+    return list(struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b]))
+want = json.load(open(f"{tmp}/want.json"))
+assert get("wte") == want["wte"], "the frozen wte changed"
+assert get("w_head") != want["w_head"], "w_head did not train"
+PY
+then ok "trainable = false: wte loaded from the checkpoint and unchanged after 4 steps, w_head trained"
+else no "trainable = false"; fi
+
 # the spec side: import_transposed needs a 2-D param, a block's import needs {r}
 sed 's/^import = model.layers.{r}.input_layernorm.weight$/&\nimport_transposed = true/' "$spec" >"$tmp/t1.ini"
 expect_rc 2 "import_transposed on a 1-D param" "$nn" "$tmp/t1.ini" -o "$tmp/e"
