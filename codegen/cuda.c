@@ -1570,7 +1570,7 @@ static void cg_cuda_ew_kernel(ir_buf *out, int id, const pg_instr *in)
         int64_t op = q[0].c, d = q[1].c;
         char x[32], c[32], e[96];
         cg_ew_operand(x, sizeof x, q[2].c);
-        if (op == RT_EW_ADD || op >= RT_EW_GELU_BWD) cg_ew_operand(c, sizeof c, q[3].c);
+        if (rt_ew_nsrc(op) == 2) cg_ew_operand(c, sizeof c, q[3].c);
         switch (op) {
         case RT_EW_COPY: snprintf(e, sizeof e, "%s", x); break;
         case RT_EW_ADD: snprintf(e, sizeof e, "%s + %s", x, c); break;

@@ -657,7 +657,7 @@ static void pg_verify_ew(const pg_where *w, const pg_instr *in) {
         for (int q = 0; q < 4; q++)
             PG_CHECK(w, pg_const(in, RT_EW_HEAD + 4 * o + q, &v[q]), "ew: op %d is not constant", o);
         PG_CHECK(w, v[0] >= 0 && v[0] < RT_EW_NOPS_KIND, "ew: op %d has kind %" PRId64, o, v[0]);
-        int nsrc = v[0] == RT_EW_ADD || v[0] >= RT_EW_GELU_BWD ? 2 : 1;
+        int nsrc = rt_ew_nsrc(v[0]);
         for (int q = 2; q < 2 + nsrc; q++) {
             int64_t x = v[q];
             PG_CHECK(w, (x >= 0 && x < RT_EW_NREG) ||

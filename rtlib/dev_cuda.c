@@ -278,7 +278,7 @@ static int cu_ew_decode(const int64_t *i, int *nbuf, char *err, size_t errlen)
     int top = 0;
     for (int o = 0; o < i[3]; o++) {
         const int64_t *op = i + RT_EW_HEAD + 4 * o;
-        int binary = op[0] == RT_EW_ADD || op[0] >= RT_EW_GELU_BWD;
+        int binary = rt_ew_nsrc(op[0]) == 2;
         if (op[0] < 0 || op[0] >= RT_EW_NOPS_KIND)
             return cu_refuse(err, errlen, "ew: chain %lld op %d: unknown op code %lld",
                              (long long)i[0], o, (long long)op[0]);

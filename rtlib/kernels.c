@@ -465,7 +465,7 @@ static void rt_ew_range(const void *p, int64_t lo, int64_t hi, int t)
         for (int o = 0; o < nops; o++) {
             int64_t op = ops[4 * o], dst = ops[4 * o + 1];
             const float *x = rt_ew_operand(a, ops[4 * o + 2], k0, len, reg, sa);
-            const float *c = op == RT_EW_ADD || op >= RT_EW_GELU_BWD
+            const float *c = rt_ew_nsrc(op) == 2
                                  ? rt_ew_operand(a, ops[4 * o + 3], k0, len, reg, sc)
                                  : NULL;
             float *y = dst < RT_EW_MEM   ? reg[dst]

@@ -756,7 +756,7 @@ void rt_ref_ew(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
         for (int64_t o = 0; o < i[3]; o++) {
             int64_t op = ops[4 * o], dst = ops[4 * o + 1];
             float x = rt_ref_ew_get(b, i, reg, ops[4 * o + 2], k), v;
-            float c = op == RT_EW_ADD || op >= RT_EW_GELU_BWD
+            float c = rt_ew_nsrc(op) == 2
                           ? rt_ref_ew_get(b, i, reg, ops[4 * o + 3], k)
                           : 0.0f;
             double xd = x;

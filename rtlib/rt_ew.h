@@ -36,4 +36,17 @@ enum {
 #define RT_EW_HEAD 4     /* ints before the ops: id, n, N, nops */
 #define RT_EW_MAXOPS 5   /* (26 - 4) / 4 with room to spare: the CUDA args hold 26 ints */
 
+/* The source operands of op kind op: 1 (a) or 2 (a and c); 0 for a code
+ * that is no op kind.  The one place that says so: the compiler, both
+ * backends, the reference and the checks all ask it (a new kind is a row
+ * here, and test_rt_kernels fails while one is missing). */
+static inline int rt_ew_nsrc(long long op)
+{
+    static const unsigned char nsrc[RT_EW_NOPS_KIND] = {
+        [RT_EW_COPY] = 1, [RT_EW_ADD] = 2, [RT_EW_GELU] = 1, [RT_EW_RELU] = 1,
+        [RT_EW_GELU_BWD] = 2, [RT_EW_RELU_BWD] = 2, [RT_EW_MUL] = 2,
+    };
+    return op >= 0 && op < RT_EW_NOPS_KIND ? nsrc[op] : 0;
+}
+
 #endif

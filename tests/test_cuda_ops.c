@@ -1123,7 +1123,7 @@ static void ops_ew(void)
             int out[RT_EW_NBUF] = {0}, row[RT_EW_NBUF] = {0};
             for (int o = 0; o < ch->nops; o++) {
                 const int64_t *q = ch->ops + 4 * o;
-                int two = q[0] == RT_EW_ADD || q[0] >= RT_EW_GELU_BWD;
+                int two = rt_ew_nsrc(q[0]) == 2;
                 if (q[1] >= RT_EW_MEM)
                     out[RT_EW_BUF(q[1])] = 1;
                 for (int k = 2; k < 3 + two; k++)

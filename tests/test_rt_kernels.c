@@ -133,6 +133,12 @@ static void test_elementwise(void)
  * that cross tile and thread boundaries, and agrees with rt_ref_ew. */
 static void test_ew(void)
 {
+    /* every op kind has its operand count (rt_ew_nsrc's table has no hole) */
+    int holes = 0;
+    for (int op = 0; op < RT_EW_NOPS_KIND; op++)
+        holes += rt_ew_nsrc(op) < 1 || rt_ew_nsrc(op) > 2;
+    check(!holes && rt_ew_nsrc(RT_EW_NOPS_KIND) == 0 && rt_ew_nsrc(-1) == 0,
+          "rt_ew_nsrc: 1 or 2 source operands for each of the %d op kinds, 0 past them", RT_EW_NOPS_KIND);
     static const int64_t sizes[][2] = {{1, 1}, {7, 3}, {1000, 37}, {70001, 128}};
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         int64_t N = sizes[z][1], M = sizes[z][0] / N, n = M * N;

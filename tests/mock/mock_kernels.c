@@ -186,7 +186,7 @@ static int mock_ew_shape(const rt_cuda_args *a, int64_t id, mock_shape *s, char 
             snprintf(why, wl, "op %" PRId64 ": unknown op code %" PRId64, o, op);
             return -1;
         }
-        int two = op == RT_EW_ADD || op >= RT_EW_GELU_BWD;
+        int two = rt_ew_nsrc(op) == 2;
         for (int r = 0; r < 1 + two; r++) {   /* the sources: a, then c */
             int64_t x = q[2 + r];
             if (x >= RT_EW_REG && x < RT_EW_REG + RT_EW_NREG) {
