@@ -228,10 +228,11 @@ static void test_agreement(void)
         th_run(&c);
         th_free(&c);
     }
-    const int64_t B = 2, T = 40, H = 3, D = 16, n = B * T * H * D, nl = B * H * T;
+    /* grouped-query: 6 query heads on 2 key/value heads (the backward's threads own key/value heads) */
+    const int64_t B = 2, T = 40, H = 6, Hkv = 2, D = 16, n = B * T * H * D, nk = B * T * Hkv * D, nl = B * H * T;
     float sc[1] = {0.25f};
-    int64_t iat[5] = {B, T, H, D, 1}, iab[6] = {B, T, H, D, 1, 0};
-    th_case c = th_make("attention", rt_k_attention, 5, (int64_t[]){n, n, n, n, nl},
+    int64_t iat[6] = {B, T, H, D, 1, Hkv}, iab[7] = {B, T, H, D, 1, 0, Hkv};
+    th_case c = th_make("attention", rt_k_attention, 5, (int64_t[]){n, nk, nk, n, nl},
                         (int[]){0, 0, 0, 1, 1}, iat, sc, 0);
     th_run(&c);
     /* backward on the forward's own Y and lse */
@@ -239,10 +240,11 @@ static void test_agreement(void)
     void *bf[5] = {c.init[0], c.init[1], c.init[2], y, lse};
     rt_k_attention(NULL, bf, iat, sc);
     th_case cb = th_make("attention_bwd", rt_k_attention_bwd, 9,
-                         (int64_t[]){n, n, n, n, n, nl, n, n, n}, (int[]){0, 0, 0, 0, 0, 0, 1, 1, 1},
+                         (int64_t[]){n, n, nk, nk, n, nl, n, nk, nk}, (int[]){0, 0, 0, 0, 0, 0, 1, 1, 1},
                          iab, sc, 0);
-    for (int k = 0; k < 3; k++)
-        memcpy(cb.init[1 + k], c.init[k], (size_t)n * 4);
+    memcpy(cb.init[1], c.init[0], (size_t)n * 4);
+    memcpy(cb.init[2], c.init[1], (size_t)nk * 4);
+    memcpy(cb.init[3], c.init[2], (size_t)nk * 4);
     memcpy(cb.init[4], y, (size_t)n * 4);
     memcpy(cb.init[5], lse, (size_t)nl * 4);
     th_run(&cb);

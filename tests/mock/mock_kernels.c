@@ -367,18 +367,25 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
     case RT_KN_attention:
-    case RT_KN_attention_bwd: {   /* i: B, T, H, D, causal (, acc) */
+    case RT_KN_attention_bwd: {   /* i: B, T, H, D, causal (, acc), Hkv */
         int64_t rows = mock_mul(mock_mul(i[0], i[1]), i[2]);   /* B*T*H: a warp each */
         int64_t all = mock_f4(rows, i[3]), lse = mock_f4(rows, 1);
+        int64_t hkv = i[K == RT_KN_attention ? 5 : 6];
+        int64_t kv = mock_f4(mock_mul(mock_mul(i[0], i[1]), hkv), i[3]);   /* k, v, dk, dv */
+        if (hkv < 1 || i[2] % hkv) {
+            snprintf(why, wl, "Hkv = %" PRId64 " does not divide H = %" PRId64 " (the launcher checks it)", hkv,
+                     i[2]);
+            return -1;
+        }
         if (i[3] < 1 || i[3] > 256) {
             snprintf(why, wl, "head size D = %" PRId64 " outside [1, 256] (the launcher "
                               "checks it)", i[3]);
             return -1;
         }
         if (K == RT_KN_attention)
-            B[0] = B[1] = B[2] = B[3] = all, B[4] = lse;
+            B[0] = B[3] = all, B[1] = B[2] = kv, B[4] = lse;
         else
-            B[0] = B[1] = B[2] = B[3] = B[4] = B[6] = B[7] = B[8] = all, B[5] = lse;
+            B[0] = B[1] = B[4] = B[6] = all, B[2] = B[3] = B[7] = B[8] = kv, B[5] = lse;
         s->block = 128;
         s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(rows, 4);
         break;
