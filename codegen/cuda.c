@@ -606,6 +606,44 @@ static const char cg_cu_silu_bwd[] =
     "    }\n"
     "}\n";
 
+/* --------------------------------------------------------------- mean_mid */
+static const char cg_cu_mean_mid[] =
+    "/* b: X (R, T, C), Y (R, C).  i: R, T, C, acc.  f: scale.  Y[r, c] (+)= scale\n"
+    " * sum_t X[r, t, c]: a thread per output element, t in order (coalesced along c),\n"
+    " * as the CPU kernel sums. */\n"
+    "NNSC_KERNEL(nnsc_mean_mid, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0];\n"
+    "    float *y = (float *)a.b[1];\n"
+    "    i64 R = a.i[0], T = a.i[1], C = a.i[2];\n"
+    "    int acc = (int)a.i[3];\n"
+    "    float scale = a.f[0];\n"
+    "    for (i64 k = nnsc_tid(); k < R * C; k += nnsc_nthreads()) {\n"
+    "        i64 r = k / C, c = k % C;\n"
+    "        float s = 0.0f;\n"
+    "        for (i64 t = 0; t < T; t++)\n"
+    "            s += x[(r * T + t) * C + c];\n"
+    "        y[k] = acc ? y[k] + s * scale : s * scale;\n"
+    "    }\n"
+    "}\n";
+
+/* ----------------------------------------------------------- mean_mid_bwd */
+static const char cg_cu_mean_mid_bwd[] =
+    "/* b: dY (R, C), dX (R, T, C).  i: R, T, C, acc.  f: scale.\n"
+    " * dX[r, t, c] (+)= scale dY[r, c]. */\n"
+    "NNSC_KERNEL(nnsc_mean_mid_bwd, 256)\n"
+    "{\n"
+    "    const float *dy = (const float *)a.b[0];\n"
+    "    float *dx = (float *)a.b[1];\n"
+    "    i64 R = a.i[0], T = a.i[1], C = a.i[2];\n"
+    "    int acc = (int)a.i[3];\n"
+    "    float scale = a.f[0];\n"
+    "    for (i64 k = nnsc_tid(); k < R * T * C; k += nnsc_nthreads()) {\n"
+    "        float g = scale * dy[k / (T * C) * C + k % C];\n"
+    "        dx[k] = acc ? dx[k] + g : g;\n"
+    "    }\n"
+    "}\n";
+
 /* ------------------------------------------------------------------- copy */
 static const char cg_cu_copy[] =
     "/* b: X, Y.  i: n, acc.  Y (+)= X; acc = 0 copies any 4-byte elements bit for\n"
@@ -1424,6 +1462,8 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"mul", cg_cu_mul},
     {"silu", cg_cu_silu},
     {"silu_bwd", cg_cu_silu_bwd},
+    {"mean_mid", cg_cu_mean_mid},
+    {"mean_mid_bwd", cg_cu_mean_mid_bwd},
     {"mse_loss", cg_cu_mse_loss},
     {"mse_bwd", cg_cu_mse_bwd},
     {"xent", cg_cu_xent},
@@ -1467,6 +1507,8 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_mul", RT_K_mul, "f32"},
     {"nnsc_silu", RT_K_silu, "f32"},
     {"nnsc_silu_bwd", RT_K_silu_bwd, "f32"},
+    {"nnsc_mean_mid", RT_K_mean_mid, "f32"},
+    {"nnsc_mean_mid_bwd", RT_K_mean_mid_bwd, "f32"},
     {"nnsc_mse_loss", RT_K_mse_loss, "f32"},
     {"nnsc_mse_bwd", RT_K_mse_bwd, "f32"},
     {"nnsc_xent", RT_K_xent, "f32"},

@@ -220,6 +220,11 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
             ext[r] = op.iattr[IR_IA_HEADS] / kv;
         }
     }
+    if (kind == IR_OP_MEAN_BWD) {   /* t: the forward's, which its input does not show */
+        int t = ir_anno_find(&op.anno, "t");
+        IR_ASSERT(t >= 0 && op.iattr[IR_IA_MEAN_T] >= 1);
+        ext[t] = op.iattr[IR_IA_MEAN_T];
+    }
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
     if (kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD) {   /* the rotation pairs the halves of a head */
         int d = ir_anno_find(&op.anno, "d");
@@ -289,6 +294,10 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
                      (long long)op.iattr[IR_IA_VOCAB], (long long)v);
             return -1;
         }
+    }
+    if (kind == IR_OP_MEAN) {
+        op.iattr[IR_IA_MEAN_T] = ext[ir_anno_find(&op.anno, "t")];
+        op.fattr[IR_FA_SCALE] = 1.0 / (double)op.iattr[IR_IA_MEAN_T];
     }
     if (kind == IR_OP_ATTENTION) op.fattr[IR_FA_SCALE] = 1.0 / sqrt((double)ext[ir_anno_find(&op.anno, "d")]);
     if (kind == IR_OP_LAYERNORM && op.fattr[IR_FA_LN_EPS] == 0) op.fattr[IR_FA_LN_EPS] = 1e-5;

@@ -21,7 +21,7 @@
 #define IR_MAXID    16  /* most distinct identifiers in one annotation */
 #define IR_MAXSPLIT 5   /* most nested op-trans splits of one op */
 #define IR_MAXFATTR 6   /* float attributes of an op */
-#define IR_MAXIATTR 5   /* integer attributes of an op */
+#define IR_MAXIATTR 6   /* integer attributes of an op */
 
 /* ---------------------------------------------------------------- util.c */
 
@@ -215,6 +215,7 @@ enum {
     IR_IA_VOCAB = 2,  /* cross_entropy: real vocabulary size (columns past it are padding) */
     IR_IA_CUSTOM = 3, /* custom: the ir_graph.cust row */
     IR_IA_KV_HEADS = 4,/* attention: key/value heads (0: heads; grouped-query when fewer) */
+    IR_IA_MEAN_T = 5, /* mean, mean_bwd: the extent of t (binds t in the backward) */
 };
 
 /* Float attribute slots. */

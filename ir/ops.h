@@ -50,6 +50,8 @@ OP(ATTENTION,     "attention",         "* t^ (h r d^), * t^ (h d^), * t^ (h d^) 
 OP(ATTENTION_BWD, "attention_bwd",     "* t^ (h r d^), * t^ (h r d^), * t^ (h d^), * t^ (h d^), * t^ (h r d^), * (h r) t^ -> * t^ (h r d^), * t^ (h d^), * t^ (h d^)", 6, 3, 0) /* dy, q, k, v, y, lse -> dq, dk, dv */
 OP(ROPE,          "rope",              "* t^ (h d^) -> * t^ (h d^)",      1, 1, OPF_USER)              /* rotary position embedding of each head (LLaMA's halves); heads binds h, theta the base */
 OP(ROPE_BWD,      "rope_bwd",          "* t^ (h d^) -> * t^ (h d^)",      1, 1, 0)                     /* dx = the rotation back of dy */
+OP(MEAN,          "mean",              "* t+ c -> * c",                   1, 1, OPF_USER)              /* y = the mean over the dim before the last (mean pooling over a sequence) */
+OP(MEAN_BWD,      "mean_bwd",          "* c -> * t c",                    1, 1, 0)                     /* dx = dy / T broadcast over t (T: the forward's, iattr IR_IA_MEAN_T) */
 OP(RELU,          "relu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* y = max(x, 0) */
 OP(RELU_BWD,      "relu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* dx = dy * (y > 0); inputs dy, y */
 OP(GELU,          "gelu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* tanh approximation */

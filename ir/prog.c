@@ -508,6 +508,10 @@ static int64_t pg_extent(const pg_instr *in, int j) {
         return j == 2 ? pg_prod(in, 1, 1, 1) : j == 3 ? n : pg_prod(in, 0, 2, 1);
     case RT_K_rmsnorm_wgrad: /* R C acc: dY X R*C, rstd R, dw C */
         return j == 3 ? pg_prod(in, 1, 1, 1) : j == 2 ? n : pg_prod(in, 0, 2, 1);
+    case RT_K_mean_mid:   /* R T C acc: X R*T*C, Y R*C */
+        return j == 0 ? pg_prod(in, 0, 3, 1) : pg_prod2(in, 0, 2);
+    case RT_K_mean_mid_bwd: /* R T C acc: dY R*C, dX R*T*C */
+        return j == 1 ? pg_prod(in, 0, 3, 1) : pg_prod2(in, 0, 2);
     case RT_K_rope:       /* B T H D inverse acc: X Y B*T*H*D */
         return pg_prod(in, 0, 4, 1);
     case RT_K_softmax:    /* R N */
@@ -589,7 +593,9 @@ static const struct pg_role {
     [RT_K_slice] = {1u << 1, 0, 1},
     [RT_K_ew] = {0, 0, -1},
     [RT_K_matmul_bf16] = {1u << 2, 0, 5},
-    [RT_K_custom] = {0, 0, 3},   /* per instruction: its outputs (ir_prog_access) */
+    [RT_K_custom] = {0, 0, 3},
+    [RT_K_mean_mid] = {1u << 1, 0, 3},
+    [RT_K_mean_mid_bwd] = {1u << 1, 0, 3},   /* per instruction: its outputs (ir_prog_access) */
 };
 
 int ir_prog_acc_index(int kernel) {

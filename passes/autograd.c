@@ -250,6 +250,9 @@ static int backward(agctx *c, int oi)
         contribute(c, x, IR_OP_SILU_BWD, 2, a);
         break;
     }
+    case IR_OP_MEAN:   /* dx = dy / T, broadcast over t (T from the forward's attributes) */
+        contribute(c, x, IR_OP_MEAN_BWD, 1, &dy);
+        break;
     case IR_OP_MSE_LOSS:
     case IR_OP_CROSS_ENTROPY: {
         if (c->needs[w])

@@ -197,6 +197,8 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_GELU: kern = RT_K_gelu; break;
     case IR_OP_GELU_BWD: kern = RT_K_gelu_bwd; break;
     case IR_OP_SILU: kern = RT_K_silu; break;
+    case IR_OP_MEAN: kern = RT_K_mean_mid; break;
+    case IR_OP_MEAN_BWD: kern = RT_K_mean_mid_bwd; break;
     case IR_OP_SILU_BWD: kern = RT_K_silu_bwd; break;
     case IR_OP_MSE_LOSS: kern = RT_K_mse_loss; break;
     case IR_OP_MSE_BWD: kern = RT_K_mse_bwd; break;
@@ -241,6 +243,13 @@ static void lower_subop(lctx *c, int si, int sec)
     const ir_trans *tr = &c->d->trans[s->op];
     if (tr->cosacc && s->sub % tr->cosk) acc = 2;   /* (ZeRO 2: a shard's input, not accumulated: still) */
     switch (o->kind) {
+    case IR_OP_MEAN: /* x[*, t, c]: R T C acc */
+    case IR_OP_MEAN_BWD: { /* dy[*, c] -> dx[*, t, c]: the sizes from x (operand 0) or dx (operand 1) */
+        int k = o->kind == IR_OP_MEAN ? 0 : 1, nd = o->anno.ndim[k];
+        pg_i(in, ext_prod(o, ext, k, 0, nd - 2)); pg_i(in, ext_prod(o, ext, k, nd - 2, nd - 1));
+        pg_i(in, ext_prod(o, ext, k, nd - 1, nd)); put_acc(c, in, acc, sec);
+        break;
+    }
     case IR_OP_CUSTOM: /* id nin nout acc, then per operand: ndim, its extents (rtlib/nnsc_custom.h) */
         pg_i(in, o->iattr[IR_IA_CUSTOM]); pg_i(in, o->nin); pg_i(in, o->nout); put_acc(c, in, acc, sec);
         for (int k = 0; k < o->nin + o->nout; k++) {
@@ -325,7 +334,7 @@ static void lower_subop(lctx *c, int si, int sec)
     }
     switch (o->kind) {
     case IR_OP_MSE_LOSS: case IR_OP_MSE_BWD: case IR_OP_CROSS_ENTROPY: case IR_OP_XENT_BWD:
-    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD:
+    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: case IR_OP_MEAN: case IR_OP_MEAN_BWD:
         pg_f(in, (float)o->fattr[IR_FA_SCALE]);
         break;
     case IR_OP_LAYERNORM:

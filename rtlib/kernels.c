@@ -523,3 +523,65 @@ void rt_k_custom(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
     (void)b, (void)f;
     rt_fatal(ctx, 1, "internal error: custom op %lld called through rtlib's rt_k_custom", (long long)i[0]);
 }
+
+/* mean_mid on rows [lo, hi) of R: each output element summed over t in
+ * order in f32, then scaled (the CUDA kernel sums the same way). */
+static void rt_mean_mid_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    (void)t;
+    const rt_kargs *a = p;
+    const float *restrict x = a->b[0];
+    float *restrict y = a->b[1];
+    int64_t T = a->i[1], C = a->i[2];
+    float scale = a->f[0];
+    float s[256];
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t c0 = 0; c0 < C; c0 += 256) {   /* 256 columns at a time, on the stack */
+            int64_t nc = C - c0 < 256 ? C - c0 : 256;
+            memset(s, 0, (size_t)nc * 4);
+            for (int64_t k = 0; k < T; k++) {
+                const float *xr = x + (r * T + k) * C + c0;
+                for (int64_t c = 0; c < nc; c++)
+                    s[c] += xr[c];
+            }
+            float *yr = y + r * C + c0;
+            for (int64_t c = 0; c < nc; c++)
+                yr[c] = a->i[3] ? yr[c] + s[c] * scale : s[c] * scale;
+        }
+}
+
+void rt_k_mean_mid(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_kargs a = {ctx, b, i, f};
+    int64_t per = i[1] * i[2];
+    rt_parallel_for(rt_mean_mid_rows, &a, i[0], 1, RT_EW_GRAIN / (per > 0 ? per : 1) + 1);
+}
+
+/* mean_mid_bwd on rows [lo, hi) of R: dX[r, t, :] (+)= scale dY[r, :]. */
+static void rt_mean_mid_bwd_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    (void)t;
+    const rt_kargs *a = p;
+    const float *restrict dy = a->b[0];
+    float *restrict dx = a->b[1];
+    int64_t T = a->i[1], C = a->i[2];
+    float scale = a->f[0];
+    for (int64_t r = lo; r < hi; r++)
+        for (int64_t k = 0; k < T; k++) {
+            float *d = dx + (r * T + k) * C;
+            const float *g = dy + r * C;
+            if (a->i[3])
+                for (int64_t c = 0; c < C; c++)
+                    d[c] += scale * g[c];
+            else
+                for (int64_t c = 0; c < C; c++)
+                    d[c] = scale * g[c];
+        }
+}
+
+void rt_k_mean_mid_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_kargs a = {ctx, b, i, f};
+    int64_t per = i[1] * i[2];
+    rt_parallel_for(rt_mean_mid_bwd_rows, &a, i[0], 1, RT_EW_GRAIN / (per > 0 ? per : 1) + 1);
+}

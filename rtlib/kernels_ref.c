@@ -795,3 +795,32 @@ void rt_ref_custom(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
     (void)b, (void)f;
     rt_fatal(ctx, 1, "internal error: no reference kernel for custom op %lld", (long long)i[0]);
 }
+
+/* Y[r, c] (+)= scale sum_t X[r, t, c], in double. */
+void rt_ref_mean_mid(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0];
+    float *y = b[1];
+    int64_t R = i[0], T = i[1], C = i[2];
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t c = 0; c < C; c++) {
+            double s = 0;
+            for (int64_t t = 0; t < T; t++)
+                s += x[(r * T + t) * C + c];
+            y[r * C + c] = (float)((i[3] ? y[r * C + c] : 0.0) + (double)f[0] * s);
+        }
+}
+
+/* dX[r, t, c] (+)= scale dY[r, c]. */
+void rt_ref_mean_mid_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *dy = b[0];
+    float *dx = b[1];
+    int64_t R = i[0], T = i[1], C = i[2];
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t c = 0; c < C; c++) {
+                int64_t o = (r * T + t) * C + c;
+                dx[o] = (float)((i[3] ? dx[o] : 0.0) + (double)f[0] * dy[r * C + c]);
+            }
+}

@@ -108,6 +108,11 @@ RT_K(attention_bwd,   9,   7,   1)  /* b: dY, q, k, v, Y, lse, dq, dk, dv.  i: B
                                        f: scale.  Gradients of attention (P recomputed from q, k, lse);
                                        dk, dv of a key/value head sum over its H / Hkv query heads, in
                                        head order. */
+RT_K(mean_mid,        2,   4,   1)  /* b: X (R, T, C), Y (R, C).  i: R, T, C, acc.  f: scale.
+                                       Y[r, c] (+)= scale * sum_t X[r, t, c] (summed in t order in f32,
+                                       then scaled).  mean over the dim before the last. */
+RT_K(mean_mid_bwd,    2,   4,   1)  /* b: dY (R, C), dX (R, T, C).  i: R, T, C, acc.  f: scale.
+                                       dX[r, t, c] (+)= scale * dY[r, c]. */
 RT_K(place,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per dim: dst extent, lo, hi.
                                        dst[lo:hi, ...] (+)= src (src contiguous); the inverse of slice */
 RT_K(slice,           2,   2,   0)  /* var. b: src, dst.  i: ndim, acc, then per dim: src extent,

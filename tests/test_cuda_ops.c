@@ -975,6 +975,28 @@ static void ops_softmax(void)
         }
 }
 
+/* mean_mid and its backward: more than a grid of outputs, T = 1, empty. */
+static void ops_mean(void)
+{
+    static const int64_t sh[][3] = {{3, 7, 5}, {2, 1, 300}, {64, 33, 1100}, {0, 4, 3}};
+    for (int s = 0; s < 4; s++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t R = sh[s][0], T = sh[s][1], C = sh[s][2];
+            float scale = 1.0f / (float)T;
+            if (tc_begin("mean_mid", "R=%lld T=%lld C=%lld acc=%d", (long long)R, (long long)T, (long long)C, acc)) {
+                int x = tc_buf(TB_IN, "X", R * T * C, -1, 1), y = tc_buf(TB_OUT, "Y", R * C, -1, 1);
+                tc_launch(RT_KN_mean_mid, B(x, y), I(R, T, C, acc), F(scale));
+                tc_run();
+            }
+            if (tc_begin("mean_mid_bwd", "R=%lld T=%lld C=%lld acc=%d", (long long)R, (long long)T, (long long)C,
+                         acc)) {
+                int dy = tc_buf(TB_IN, "dY", R * C, -1, 1), dx = tc_buf(TB_OUT, "dX", R * T * C, -1, 1);
+                tc_launch(RT_KN_mean_mid_bwd, B(dy, dx), I(R, T, C, acc), F(scale));
+                tc_run();
+            }
+        }
+}
+
 /* attention and its backward (Y and lse from the reference forward): head
  * sizes 1 to 256 (the largest the kernel takes), odd T, causal or not,
  * grouped-query (Hkv < H) and multi-query (Hkv = 1). */
@@ -1398,6 +1420,7 @@ int main(int argc, char **argv)
     ops_norm(1);
     ops_rope();
     ops_softmax();
+    ops_mean();
     ops_attention();
     ops_slice_place();
     ops_matmul();

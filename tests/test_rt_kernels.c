@@ -1056,6 +1056,41 @@ static void fd_rmsnorm(void)
         free(all[a]);
 }
 
+/* mean_mid and its backward vs reference (odd sizes, more than 256 columns,
+ * acc), and the backward vs central differences of L = sum W mean(X). */
+static void test_mean(void)
+{
+    static const int64_t sh[][3] = {{3, 7, 5}, {2, 1, 300}, {5, 33, 17}, {0, 4, 3}};
+    char nm[64];
+    for (int s = 0; s < 4; s++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t R = sh[s][0], T = sh[s][1], C = sh[s][2], iv[4] = {R, T, C, acc};
+            float sc[1] = {1.0f / (float)T};
+            kcall c;
+            kc_make(&c, 2, (int64_t[]){R * T * C, R * C}, -1, 1);
+            kc_run(&c, rt_k_mean_mid, rt_ref_mean_mid, iv, sc);
+            snprintf(nm, sizeof nm, "mean_mid R%lld T%lld C%lld acc=%d", (long long)R, (long long)T, (long long)C, acc);
+            kc_check(&c, nm, (int[]){1}, 1, 1e-6);
+            kc_free(&c);
+            kc_make(&c, 2, (int64_t[]){R * C, R * T * C}, -1, 1);
+            kc_run(&c, rt_k_mean_mid_bwd, rt_ref_mean_mid_bwd, iv, sc);
+            snprintf(nm, sizeof nm, "mean_mid_bwd R%lld T%lld C%lld acc=%d", (long long)R, (long long)T, (long long)C,
+                     acc);
+            kc_check(&c, nm, (int[]){1}, 1, 1e-6);
+            kc_free(&c);
+        }
+    const int64_t R = 3, T = 6, C = 5;
+    float *x = fbuf(R * T * C, -1, 1), *W = fbuf(R * C, -1, 1), *y = fbuf(R * C, 0, 1), *dx = fbuf(R * T * C, 0, 1);
+    float sc[1] = {1.0f / (float)T};
+    int64_t iv[4] = {R, T, C, 0};
+    void *bf[2] = {x, y}, *bb[2] = {W, dx};
+    rt_k_mean_mid(NULL, bf, iv, sc);
+    rt_k_mean_mid_bwd(NULL, bb, iv, sc);
+    double e = fd_check(rt_k_mean_mid, bf, iv, sc, x, R * T * C, dx, W, y, R * C);
+    check(e < 2e-3, "mean_mid_bwd vs central differences: %.2e", e);
+    free(x), free(W), free(y), free(dx);
+}
+
 /* rope's backward (the inverse rotation of dY) vs central differences of
  * L = sum W rope(X); and the inverse undoes the forward. */
 static void fd_rope(void)
@@ -1297,6 +1332,7 @@ int main(int argc, char **argv)
     fd_layernorm();
     fd_rmsnorm();
     fd_rope();
+    test_mean();
     fd_softmax_embedding();
     test_optimizers();
     return check_done();
