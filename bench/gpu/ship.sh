@@ -51,6 +51,7 @@ CASES=(
   "llama-tiny-bf16|examples/llama-tiny.ini|--set train.dtype=bf16|1e-3|1e-2"
   "swiglu|tests/equiv/swiglu.ini||1e-4|1e-3"
   "gqa|tests/equiv/gqa.ini||1e-4|1e-3"
+  "meanpool|tests/equiv/meanpool.ini||1e-4|1e-3"
 )
 
 if [[ $mode == pack ]]; then
