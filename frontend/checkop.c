@@ -49,6 +49,7 @@ typedef struct co_op {
     int ndim[2 * IR_MAXIO];
     int64_t shape[2 * IR_MAXIO][IR_MAXDIM];
     const char *opname[2 * IR_MAXIO];       /* operand names, for messages */
+    float attr[IR_MAXFATTR];                /* the op's attrs (a backward: its forward's) */
 } co_op;
 
 static int64_t numel(const co_op *op, int k)
@@ -68,7 +69,7 @@ static void call(const co_op *op, float **buf, int64_t shape[][IR_MAXDIM], int a
         iv[p++] = op->ndim[k];
         for (int j = 0; j < op->ndim[k]; j++) iv[p++] = shape[k][j];
     }
-    op->fn(NULL, (void *const *)buf, iv, NULL);
+    op->fn(NULL, (void *const *)buf, iv, op->attr);
 }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -443,6 +444,7 @@ int fe_check_op(const fe_opts *o)
     }
     printf("\n");
     rc = instantiate(&g, main_id, io->nin, ndim, sh, names, &fw);
+    for (int k = 0; k < IR_MAXFATTR; k++) fw.attr[k] = (float)io->fattr[k];
     if (!rc && !(fw.fn = load(&g, main_id, dir, handles, &nh))) rc = 2;
     float *in[IR_MAXIO + 1], *out[IR_MAXIO];
     for (int k = 0; k < io->nin; k++) in[k] = fill(numel(&fw, k), 0);
@@ -458,6 +460,7 @@ int fe_check_op(const fe_opts *o)
         memcpy(bsh[0], fw.shape[fw.nin], sizeof bsh[0]);
         for (int k = 0; k < fw.nin; k++) bnd[1 + k] = ndim[k], bnames[1 + k] = names[k], memcpy(bsh[1 + k], sh[k], sizeof bsh[k]);
         rc = instantiate(&g, back, 1 + fw.nin, bnd, bsh, bnames, &bw);
+        memcpy(bw.attr, fw.attr, sizeof bw.attr);
         if (!rc && !(bw.fn = load(&g, back, dir, handles, &nh))) rc = 2;
         if (!rc) {
             float *bin[IR_MAXIO + 1], *bout[IR_MAXIO];

@@ -618,7 +618,7 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
     static const struct { const char *key; ir_opkind kind; } own[] = {
         {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
-        {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}};
+        {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"attrs", IR_OP_CUSTOM}};
     char err[256], hint[256], clip[96];
     for (size_t a = 0; a < sizeof own / sizeof own[0]; a++) {
         const fe_kv *kv = fe_get(sec, own[a].key);
@@ -652,6 +652,29 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         if (fe_eval(kv->val, L->dims, L->ndims, L->ndims, &d->iattr[slot[a]], err, sizeof err, hint, sizeof hint))
             return fe_kv_error(L->s, sec, kv, hint[0] ? hint : NULL, "%s: %s", ik[a], err);
     }
+    if (d->kind == IR_OP_CUSTOM && (kv = fe_get(sec, "attrs"))) {   /* floats for the kernel: c->attr[] */
+        const char *p = kv->val;
+        int n = 0;
+        for (;;) {
+            const char *e = p + strcspn(p, ",");
+            char w[64];
+            while (*p == ' ' || *p == '\t') p++;
+            size_t len = (size_t)(e - p);
+            while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+            if (len >= sizeof w) len = sizeof w - 1;
+            memcpy(w, p, len);
+            w[len] = '\0';
+            if (n == IR_MAXFATTR)
+                return fe_kv_error(L->s, sec, kv, "a custom op's kernel takes at most 6 attrs", "more than %d attrs",
+                                   IR_MAXFATTR);
+            if (fe_parse_float(w, &d->fattr[n], err, sizeof err))
+                return fe_kv_error(L->s, sec, kv, "attrs = floats separated by commas, e.g. attrs = 0.5, 2",
+                                   "attrs: %s", err);
+            n++;
+            if (!*e) break;
+            p = e + 1;
+        }
+    }
     if ((kv = fe_get(sec, "kv_heads")) && d->iattr[IR_IA_KV_HEADS] < 1)
         return fe_kv_error(L->s, sec, kv, "kv_heads is the number of key/value heads, >= 1, dividing heads",
                            "kv_heads must be >= 1, got %lld", (long long)d->iattr[IR_IA_KV_HEADS]);
@@ -660,7 +683,7 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
                                                                : "add `heads = N`: the last dim of q, k and v is heads x head size",
                         "%s op '%s' needs heads", ir_ops[d->kind].name, fe_clip(sec->name, clip, sizeof clip));
     if (d->kind == IR_OP_ROPE && get_float(L, sec, "theta", 10000.0, FE_POS, &d->fattr[IR_FA_THETA])) return 2;
-    if (get_float(L, sec, "eps", 1e-5, FE_POS, &d->fattr[IR_FA_LN_EPS])) return 2;
+    if (d->kind != IR_OP_CUSTOM && get_float(L, sec, "eps", 1e-5, FE_POS, &d->fattr[IR_FA_LN_EPS])) return 2;
     if (d->kind == IR_OP_RECYCLE) {
         if (!fe_get(sec, "shape"))
             return fe_error(L->s, sec->line, "add `shape = ...`: the shape of the recycled tensor (its `in`), "

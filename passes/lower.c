@@ -344,6 +344,9 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_ROPE: case IR_OP_ROPE_BWD:
         pg_f(in, (float)o->fattr[IR_FA_THETA]);
         break;
+    case IR_OP_CUSTOM:   /* the op's attrs (its backward: the forward's), 0 past those given */
+        for (int k = 0; k < IR_MAXFATTR; k++) pg_f(in, (float)o->fattr[k]);
+        break;
     case IR_OP_SGD:
         pg_f(in, (float)o->fattr[IR_FA_LR]); pg_f(in, (float)o->fattr[IR_FA_WD]);
         break;

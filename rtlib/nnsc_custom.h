@@ -45,9 +45,13 @@ typedef struct nnsc_tensor {
     int64_t numel;                     /* product of shape */
 } nnsc_tensor;
 
+#define NNSC_CUSTOM_MAXATTR 6 /* attrs of an op at most */
+
 typedef struct nnsc_call {
     int nin, nout;
     int acc;                           /* != 0: add into the outputs */
+    float attr[NNSC_CUSTOM_MAXATTR];   /* the [op]'s `attrs` in order, 0 past those given (a
+                                          backward's: its forward op's) */
     nnsc_tensor in[NNSC_CUSTOM_MAXIO];
     nnsc_tensor out[NNSC_CUSTOM_MAXIO];
 } nnsc_call;
@@ -58,9 +62,11 @@ typedef struct nnsc_call {
 /* The generated code's arguments (b: the operands' pointers; i: the
  * section's row, nin, nout, acc, then per operand ndim and its extents)
  * as an nnsc_call. */
-static inline void nnsc_custom_decode(nnsc_call *c, void *const *b, const int64_t *i)
+static inline void nnsc_custom_decode(nnsc_call *c, void *const *b, const int64_t *i, const float *f)
 {
     c->nin = (int)i[1], c->nout = (int)i[2], c->acc = i[3] != 0;
+    for (int k = 0; k < NNSC_CUSTOM_MAXATTR; k++)
+        c->attr[k] = f ? f[k] : 0.0f;
     int pos = 4;
     for (int k = 0; k < c->nin + c->nout; k++) {
         nnsc_tensor *t = k < c->nin ? &c->in[k] : &c->out[k - c->nin];
@@ -81,9 +87,9 @@ static inline void nnsc_custom_decode(nnsc_call *c, void *const *b, const int64_
     void nnsc_custom_##NAME(void *ctx, void *const *b, const int64_t *i, const float *f);       \
     void nnsc_custom_##NAME(void *ctx, void *const *b, const int64_t *i, const float *f)        \
     {                                                                                           \
-        (void)ctx, (void)f;                                                                     \
+        (void)ctx;                                                                              \
         nnsc_call c;                                                                            \
-        nnsc_custom_decode(&c, b, i);                                                           \
+        nnsc_custom_decode(&c, b, i, f);                                                        \
         nnsc_custom_body_##NAME(&c);                                                            \
     }                                                                                           \
     static void nnsc_custom_body_##NAME(const nnsc_call *c)

@@ -101,7 +101,16 @@ sed 's/^annotation = \* o+ -> \*$/annotation = * o -> */' "$tmp/n.ini" >"$tmp/no
 expect_rc 1 "check-op: a sum's dim not marked +" "$nn" check-op "$tmp/no.ini" sqsum
 grep -qF "FAIL sqsum: dim 'o' is marked splittable" "$tmp/out" && grep -qF "or '+' if the parts' outputs are partial sums" "$tmp/out" &&
   ok "  ... names dim 'o' and suggests +" || no "check-op sqsum o: $(cat "$tmp/out")"
-sed 's/2.0f \* p->data/p->data/' "$top/tests/equiv/custom_norm.c" >"$tmp/custom_norm.c"
+# attrs reach the kernel (and its backward): sqsum's scale 0.5 against 1
+"$nn" "$top/tests/equiv/custom_norm.ini" -o "$tmp/a05" -q && "$tmp/a05/launch" --steps 3 >"$tmp/a05.log" 2>&1 &&
+  "$nn" "$top/tests/equiv/custom_norm.ini" -o "$tmp/a1" -q --set "op sq.attrs=1" && "$tmp/a1/launch" --steps 3 >"$tmp/a1.log" 2>&1 ||
+  no "building or running custom_norm.ini with attrs 0.5 and 1"
+l05=$(grep -m1 '^step 1/' "$tmp/a05.log" | awk '{print $4}') l1=$(grep -m1 '^step 1/' "$tmp/a1.log" | awk '{print $4}')
+[[ -n $l05 && -n $l1 && $l05 != "$l1" ]] && ok "attrs = 0.5 and 1 give different first losses ($l05, $l1): the kernel reads c->attr" ||
+  no "attrs: first losses $l05 and $l1"
+expect_rc 2 "attrs that are not numbers" "$nn" "$top/tests/equiv/custom_norm.ini" -o "$tmp/e" --set "op sq.attrs=0.5, x"
+says "attrs: " "attrs"
+sed 's/2.0f \* a \* p->data/a * p->data/' "$top/tests/equiv/custom_norm.c" >"$tmp/custom_norm.c"
 expect_rc 1 "check-op: a backward off by a factor 2" "$nn" check-op "$tmp/n.ini" sqsum
 grep -qE "FAIL sqsum_bwd: gradient of input 1 'p' against finite differences" "$tmp/out" &&
   ok "  ... the gradient check fails" || no "check-op grad: $(cat "$tmp/out")"

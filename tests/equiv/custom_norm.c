@@ -37,24 +37,26 @@ NNSC_CUSTOM(rownorm_bwd)
     }
 }
 
-/* s = sum of p^2 over the last dim */
+/* s = a * sum of p^2 over the last dim; a = the op's first attr (1 when not given) */
 NNSC_CUSTOM(sqsum)
 {
     const nnsc_tensor *p = &c->in[0];
     int64_t n = p->shape[p->ndim - 1], rows = p->numel / n;
+    float a = c->attr[0] != 0 ? c->attr[0] : 1.0f;
     for (int64_t r = 0; r < rows; r++) {
         float s = 0;
         for (int64_t k = 0; k < n; k++) s += p->data[r * n + k] * p->data[r * n + k];
-        NNSC_PUT(c, c->out[0].data[r], s);
+        NNSC_PUT(c, c->out[0].data[r], a * s);
     }
 }
 
-/* dp = 2 p ds (ds broadcast over the last dim); inputs ds, p */
+/* dp = 2 a p ds (ds broadcast over the last dim); inputs ds, p; a: the forward's attr */
 NNSC_CUSTOM(sqsum_bwd)
 {
     const nnsc_tensor *p = &c->in[1];
     int64_t n = p->shape[p->ndim - 1], rows = p->numel / n;
+    float a = c->attr[0] != 0 ? c->attr[0] : 1.0f;
     for (int64_t r = 0; r < rows; r++)
         for (int64_t k = 0; k < n; k++)
-            NNSC_PUT(c, c->out[0].data[r * n + k], 2.0f * p->data[r * n + k] * c->in[0].data[r]);
+            NNSC_PUT(c, c->out[0].data[r * n + k], 2.0f * a * p->data[r * n + k] * c->in[0].data[r]);
 }
