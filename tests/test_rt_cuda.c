@@ -348,7 +348,7 @@ static void test_launch_config(void)
     refused("attention D=257", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 257, 1, 1}), "D = 257");
     refused("attention H=3 Hkv=2", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 3, 64, 1, 2}), "Hkv 2");
     refused("attention_bwd Hkv=0", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 3, 64, 1, 0, 0}), "Hkv 0");
-    refused("attention_bwd causal=2", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 2, 0}),
+    refused("attention_bwd causal=2", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 2, 0, 1}),
             "causal 2");
 
     /* slice / place: grid-stride over the box */
