@@ -518,10 +518,12 @@ static int lower_customs(fe_lw *L)
                                c->nout == 1 ? "" : "s");
         }
         ir_anno trial;
-        if (ir_anno_parse(a, c->nin, rin, &trial, err, sizeof err) || trial.nout != c->nout)
+        memset(&trial, 0, sizeof trial);
+        int bad = ir_anno_parse(a, c->nin, rin, &trial, err, sizeof err);
+        if (bad || trial.nout != c->nout)
             return fe_kv_error(L->s, sec, akv, "docs/dimops.md describes annotations, e.g. `* k+, k n -> * n`",
                                "annotation of custom op '%s': %s", fe_clip(nm, clip, sizeof clip),
-                               trial.nout != c->nout ? "the outputs do not parse" : err);
+                               bad ? err : "the outputs do not parse");
         c->anno = ir_str(g, a);
         /* the kernel's C file, relative to the spec's directory */
         const fe_kv *ckv = fe_get(sec, "cpu");
