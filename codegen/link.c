@@ -128,32 +128,30 @@ int cg_compile_shared(const char *src, const char *so) {
     return cg_spawn(argv, "compiling", src) ? 2 : 0;
 }
 
+/* $env when set, else name in the directory of the running compiler (or
+ * name alone when that is unknown), in path. */
+static const char *cg_beside_compiler(const char *env, const char *name, char *path) {
+    const char *e = getenv(env);
+    if (e && e[0]) return e;
+    ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
+    if (n <= 0) return name;
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    slash = slash ? slash + 1 : path;
+    strcpy(slash, name);
+    return path;
+}
+
 /* Where libnnsc_rt.a is: $NNSC_RTLIB, else the directory of the running
  * compiler (build/ holds both nnsc-aot and libnnsc_rt.a). */
 const char *cg_rtlib_path(void) {
     static char path[PATH_MAX + 32];
-    const char *env = getenv("NNSC_RTLIB");
-    if (env && env[0]) return env;
-    ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
-    if (n <= 0) return "libnnsc_rt.a";
-    path[n] = 0;
-    char *slash = strrchr(path, '/');
-    slash = slash ? slash + 1 : path;
-    strcpy(slash, "libnnsc_rt.a");
-    return path;
+    return cg_beside_compiler("NNSC_RTLIB", "libnnsc_rt.a", path);
 }
 
 /* Where nnsc_custom.h is: $NNSC_INCLUDE, else include/ beside the running
  * compiler (the build copies rtlib/nnsc_custom.h to build/include). */
 const char *cg_include_dir(void) {
     static char path[PATH_MAX + 32];
-    const char *env = getenv("NNSC_INCLUDE");
-    if (env && env[0]) return env;
-    ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
-    if (n <= 0) return "include";
-    path[n] = 0;
-    char *slash = strrchr(path, '/');
-    slash = slash ? slash + 1 : path;
-    strcpy(slash, "include");
-    return path;
+    return cg_beside_compiler("NNSC_INCLUDE", "include", path);
 }

@@ -103,20 +103,23 @@ static int estimate(const fe_opts *o, const char *spec, const char *const *sets,
     return rc;
 }
 
-/* The median step (ms) a run's log reports, or -1. */
-static double log_median(const char *log)
+/* The number after key on the last line of a run's log holding it, or -1. */
+static double log_number(const char *log, const char *key)
 {
     FILE *f = fopen(log, "r");
     if (!f) return -1;
     char line[1024];
-    double ms = -1;
+    double v = -1;
     while (fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, "step median ");
-        if (p) ms = strtod(p + 12, NULL);
+        const char *p = strstr(line, key);
+        if (p) v = strtod(p + strlen(key), NULL);
     }
     fclose(f);
-    return ms;
+    return v;
 }
+
+/* The median step (ms) a run's log reports, or -1. */
+static double log_median(const char *log) { return log_number(log, "step median "); }
 
 /* The 1-rank run's median step (ms) over its copies' logs dir/one-K.log,
  * K = 1..n: their mean, or -1 (*bad: the log that has none). */
@@ -137,19 +140,7 @@ static double one_median(const char *dir, int n, char *bad, size_t nbad)
 }
 
 /* The world size a run's log names ("world N"), or -1. */
-static int log_world(const char *log)
-{
-    FILE *f = fopen(log, "r");
-    if (!f) return -1;
-    char line[1024];
-    int w = -1;
-    while (fgets(line, sizeof line, f)) {
-        const char *p = strstr(line, " world ");
-        if (p && w < 0) w = atoi(p + 7);
-    }
-    fclose(f);
-    return w;
-}
+static int log_world(const char *log) { return (int)log_number(log, " world "); }
 
 /* The shell command that runs the calibration run NAME of directory HERE
  * (a shell word) into LOGS (one too) for steps: the 1-rank run as n copies
