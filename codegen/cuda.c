@@ -837,6 +837,108 @@ static const char cg_cu_xent_bwd[] =
     "    }\n"
     "}\n";
 
+/* ------------------------------------------------ xent_stats, xent_loss, xent_vp_bwd */
+static const char cg_cu_xent_stats[] =
+    "/* b: logits (M, K*C), targets (i32, M), bmax, bsum, btarget (M, K).\n"
+    " * i: M, K, C, Vreal, Vlo.  One block per row; per block j of C columns\n"
+    " * (global Vlo + j C ..), its real columns (< Vreal): max (0: none), sum of\n"
+    " * exp(x - max) in double, the target's logit (0 when elsewhere).  A target\n"
+    " * outside [0, Vreal) is recorded in st->err (as xent). */\n"
+    "NNSC_KERNEL(nnsc_xent_stats, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0];\n"
+    "    const int *tg = (const int *)a.b[1];\n"
+    "    float *mx = (float *)a.b[2], *se = (float *)a.b[3], *pk = (float *)a.b[4];\n"
+    "    i64 m = blockIdx.x, K = a.i[1], C = a.i[2], Vr = a.i[3], Vlo = a.i[4];\n"
+    "    int t = tg[m];\n"
+    "    if ((t < 0 || t >= Vr) && threadIdx.x == 0)\n"
+    "        nnsc_error(a.st, NNSC_ERR_TARGET, t, m);\n"
+    "    for (i64 j = 0; j < K; j++) {\n"
+    "        const float *blk = x + (m * K + j) * C;\n"
+    "        i64 g0 = Vlo + j * C, n = Vr - g0 < C ? Vr - g0 : C;\n"
+    "        float bm = nnsc_neg_inf();\n"
+    "        for (i64 c = threadIdx.x; c < n; c += blockDim.x)\n"
+    "            bm = fmaxf(bm, blk[c]);\n"
+    "        bm = nnsc_block_max(bm);\n"
+    "        double s = 0.0;\n"
+    "        for (i64 c = threadIdx.x; c < n; c += blockDim.x)\n"
+    "            s += (double)expf(blk[c] - bm);\n"
+    "        s = nnsc_block_sum_d(s);\n"
+    "        if (threadIdx.x == 0) {\n"
+    "            mx[m * K + j] = n > 0 ? bm : 0.0f;\n"
+    "            se[m * K + j] = (float)s;\n"
+    "            pk[m * K + j] = t >= g0 && t < g0 + n ? blk[t - g0] : 0.0f;\n"
+    "        }\n"
+    "    }\n"
+    "}\n";
+
+static const char cg_cu_xent_loss[] =
+    "/* log sum exp of row m from its K blocks' max and sum (blocks with sum 0\n"
+    " * have nothing real), by the whole block, in every thread. */\n"
+    "static __device__ double nnsc_blocks_lse(const float *mx, const float *se, i64 K)\n"
+    "{\n"
+    "    float top = nnsc_neg_inf();\n"
+    "    for (i64 j = threadIdx.x; j < K; j += blockDim.x)\n"
+    "        if (se[j] > 0.0f)\n"
+    "            top = fmaxf(top, mx[j]);\n"
+    "    top = nnsc_block_max(top);\n"
+    "    double s = 0.0;\n"
+    "    for (i64 j = threadIdx.x; j < K; j += blockDim.x)\n"
+    "        if (se[j] > 0.0f)\n"
+    "            s += (double)se[j] * exp((double)mx[j] - (double)top);\n"
+    "    return (double)top + log(nnsc_block_sum_d(s));\n"
+    "}\n"
+    "\n"
+    "/* b: bmax, bsum, btarget (M, K), L.  i: M, K, acc.  f: scale.\n"
+    " * L[0] (+)= scale * sum_m (lse_m - sum_j btarget[m, j]).  One block per row\n"
+    " * (grid max(M, 1)); the rows' terms are added in row order in double\n"
+    " * (nnsc_grid_sum; workspace: M doubles). */\n"
+    "NNSC_KERNEL(nnsc_xent_loss, 256)\n"
+    "{\n"
+    "    const float *mx = (const float *)a.b[0], *se = (const float *)a.b[1];\n"
+    "    const float *pk = (const float *)a.b[2];\n"
+    "    float *l = (float *)a.b[3];\n"
+    "    i64 m = blockIdx.x, M = a.i[0], K = a.i[1];\n"
+    "    double loss = 0.0;\n"
+    "    if (m < M) {   /* the same in the whole block; only M = 0 launches a block past M */\n"
+    "        double lse = nnsc_blocks_lse(mx + m * K, se + m * K, K), p = 0.0;\n"
+    "        for (i64 j = threadIdx.x; j < K; j += blockDim.x)\n"
+    "            p += (double)pk[m * K + j];\n"
+    "        loss = lse - nnsc_block_sum_d(p);\n"
+    "    }\n"
+    "    double total;\n"
+    "    if (nnsc_grid_sum(a.st, (double *)a.ws, loss, &total) && threadIdx.x == 0)\n"
+    "        l[0] = (float)((a.i[2] ? (double)l[0] : 0.0) + (double)a.f[0] * total);\n"
+    "}\n";
+
+static const char cg_cu_xent_vp_bwd[] =
+    "/* b: logits (M, V), targets (i32, M), bmax, bsum (M, Kall), dlogits (M, V).\n"
+    " * i: M, V, acc, Vreal, Kall, Vlo.  f: scale.  One block per row: lse from the\n"
+    " * Kall blocks (nnsc_blocks_lse), then for the columns g = Vlo + v:\n"
+    " * dlogits (+)= scale * (exp(x - lse) - (g == t)) where g < Vreal, else 0.\n"
+    " * A bad target is recorded as in xent. */\n"
+    "NNSC_KERNEL(nnsc_xent_vp_bwd, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0];\n"
+    "    const int *tg = (const int *)a.b[1];\n"
+    "    const float *mx = (const float *)a.b[2], *se = (const float *)a.b[3];\n"
+    "    float *dx = (float *)a.b[4];\n"
+    "    i64 m = blockIdx.x, V = a.i[1], Vr = a.i[3], K = a.i[4], Vlo = a.i[5];\n"
+    "    int acc = (int)a.i[2];\n"
+    "    float scale = a.f[0];\n"
+    "    float lse = (float)nnsc_blocks_lse(mx + m * K, se + m * K, K);\n"
+    "    int t = tg[m];\n"
+    "    if ((t < 0 || t >= Vr) && threadIdx.x == 0)\n"
+    "        nnsc_error(a.st, NNSC_ERR_TARGET, t, m);\n"
+    "    const float *row = x + m * V;\n"
+    "    float *drow = dx + m * V;\n"
+    "    for (i64 v = threadIdx.x; v < V; v += blockDim.x) {\n"
+    "        i64 g = Vlo + v;\n"
+    "        float d = g < Vr ? scale * (expf(row[v] - lse) - (g == t ? 1.0f : 0.0f)) : 0.0f;\n"
+    "        drow[v] = acc ? drow[v] + d : d;\n"
+    "    }\n"
+    "}\n";
+
 /* -------------------------------------------------------------------- sgd */
 static const char cg_cu_sgd[] =
     "/* b: P, G.  i: n.  f: lr, wd.  With g = G * grad scale and lr' = lr * lr\n"
@@ -1468,6 +1570,9 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"mse_bwd", cg_cu_mse_bwd},
     {"xent", cg_cu_xent},
     {"xent_bwd", cg_cu_xent_bwd},
+    {"xent_stats", cg_cu_xent_stats},
+    {"xent_loss", cg_cu_xent_loss},
+    {"xent_vp_bwd", cg_cu_xent_vp_bwd},
     {"sgd", cg_cu_sgd},
     {"adamw", cg_cu_adamw},
     {"sumsq", cg_cu_sumsq},
@@ -1513,6 +1618,9 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_mse_bwd", RT_K_mse_bwd, "f32"},
     {"nnsc_xent", RT_K_xent, "f32"},
     {"nnsc_xent_bwd", RT_K_xent_bwd, "f32"},
+    {"nnsc_xent_stats", RT_K_xent_stats, "f32"},
+    {"nnsc_xent_loss", RT_K_xent_loss, "f32"},
+    {"nnsc_xent_vp_bwd", RT_K_xent_vp_bwd, "f32"},
     {"nnsc_sgd", RT_K_sgd, "f32"},
     {"nnsc_adamw", RT_K_adamw, "f32"},
     {"nnsc_sumsq", RT_K_sumsq, "f32"},

@@ -1412,16 +1412,24 @@ static int lower_order(fe_lw *L)
         int ids[IR_MAXIO];
         for (int k = 0; k < d->nin; k++) ids[k] = map_get(&L->tensor, in->in[k]);
         err[0] = '\0';
-        int op = ir_add_op_attr(L->g, in->name, d->kind, d->nin, ids, (const char *const *)in->out, d->iattr,
-                                d->fattr, d->sec->line, err, sizeof err);
+        int op, first;
+        if (d->kind == IR_OP_CROSS_ENTROPY)   /* two ops: vocabulary-block statistics, then the loss */
+            op = ir_add_cross_entropy(L->g, in->name, ids, in->out[0], d->iattr, d->fattr, d->sec->line, &first, err,
+                                      sizeof err);
+        else
+            first = op = ir_add_op_attr(L->g, in->name, d->kind, d->nin, ids, (const char *const *)in->out,
+                                        d->iattr, d->fattr, d->sec->line, err, sizeof err);
         if (op < 0) {
             rc = report_shapes(L, in, ids, err[0] ? err : "the inputs do not fit the op");
             break;
         }
+        for (int j = first; j <= op; j++) {
+            ir_op *oj = &L->g->op[j];
+            oj->block = d->block >= 0 ? L->blk[d->block].id : -1;
+            oj->rep = in->rep;
+            oj->pass = in->pass;
+        }
         ir_op *o = &L->g->op[op];
-        o->block = d->block >= 0 ? L->blk[d->block].id : -1;
-        o->rep = in->rep;
-        o->pass = in->pass;
         in->op = op;
         if (d->kind == IR_OP_RECYCLE) {   /* what it feeds back must have the declared shape */
             const ir_tensor *x = &L->g->t[ids[0]];

@@ -220,6 +220,11 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
             ext[r] = op.iattr[IR_IA_HEADS] / kv;
         }
     }
+    if (kind == IR_OP_XENT_STATS || kind == IR_OP_XENT_VP_BWD) {   /* the logits' (k c): k blocks */
+        int kb = ir_anno_find(&op.anno, "k");
+        IR_ASSERT(kb >= 0 && op.iattr[IR_IA_XBLOCKS] >= 1);
+        ext[kb] = op.iattr[IR_IA_XBLOCKS];
+    }
     if (kind == IR_OP_MEAN_BWD) {   /* t: the forward's, which its input does not show */
         int t = ir_anno_find(&op.anno, "t");
         IR_ASSERT(t >= 0 && op.iattr[IR_IA_MEAN_T] >= 1);
@@ -239,7 +244,8 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     if (batch_id(g, kind, &op.anno, in, &bid, err, errsz)) return -1;
     /* dtype rules: class targets are i32, everything else f32 */
     for (int k = 0; k < nin; k++) {
-        int ints = ((kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_BWD) && k == 1) ||
+        int ints = ((kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_BWD || kind == IR_OP_XENT_STATS ||
+                     kind == IR_OP_XENT_VP_BWD) && k == 1) ||
                    ((kind == IR_OP_EMBEDDING || kind == IR_OP_EMBEDDING_BWD) && k == 0);
         ir_dtype want = ints ? IR_I32 : IR_F32;
         if (g->t[in[k]].dtype != want) {
@@ -303,6 +309,49 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     if (kind == IR_OP_LAYERNORM && op.fattr[IR_FA_LN_EPS] == 0) op.fattr[IR_FA_LN_EPS] = 1e-5;
     *IR_PUSH(g->op, g->nop, g->opcap) = op;
     return opid;
+}
+
+int64_t ir_xent_blocks(int64_t v)
+{
+    int64_t best = 1;
+    int bestp = 0;
+    for (int64_t d = 2; d <= 64 && d <= v; d++) {
+        if (v % d) continue;
+        int p = 0;
+        for (int64_t x = d; x % 2 == 0; x /= 2) p++;
+        if (p >= bestp) best = d, bestp = p;   /* more factors of 2, then larger */
+    }
+    return best;
+}
+
+int ir_add_cross_entropy(ir_graph *g, const char *name, const int *in, const char *out_name, const int64_t *iattr,
+                         const double *fattr, int line, int *stats_op, char *err, size_t errsz)
+{
+    /* checked as the one op it stands for (the same messages), then taken back */
+    const char *one[1] = {out_name};
+    int nt0 = g->nt, o = ir_add_op_attr(g, name, IR_OP_CROSS_ENTROPY, 2, in, one, iattr, fattr, line, err, errsz);
+    if (o < 0) return -1;
+    IR_ASSERT(o == g->nop - 1 && g->nt == nt0 + 1);
+    int64_t ia[IR_MAXIATTR];
+    double fa[IR_MAXFATTR];
+    memcpy(ia, g->op[o].iattr, sizeof ia);
+    memcpy(fa, g->op[o].fattr, sizeof fa);
+    g->nop--, g->nt--;
+    const ir_tensor *lg = &g->t[in[0]];
+    ia[IR_IA_XBLOCKS] = ir_xent_blocks(lg->shape[lg->ndim - 1]);
+    char sn[512], on[3][512];
+    const char *outs[3] = {on[0], on[1], on[2]};
+    snprintf(sn, sizeof sn, "%s.stats", name);
+    snprintf(on[0], sizeof on[0], "%s.bmax", out_name);
+    snprintf(on[1], sizeof on[1], "%s.bsum", out_name);
+    snprintf(on[2], sizeof on[2], "%s.btarget", out_name);
+    int s = ir_add_op_attr(g, sn, IR_OP_XENT_STATS, 2, in, outs, ia, fa, line, err, errsz);
+    if (s < 0) return -1;
+    int st[3] = {g->op[s].out[0], g->op[s].out[1], g->op[s].out[2]};
+    o = ir_add_op_attr(g, name, IR_OP_XENT_LOSS, 3, st, one, ia, fa, line, err, errsz);
+    if (o < 0) return -1;
+    *stats_op = s;
+    return o;
 }
 
 int ir_find_tensor(const ir_graph *g, const char *name)
@@ -452,8 +501,11 @@ void ir_graph_print(const ir_graph *g, ir_buf *b)
         ir_anno_print(&o->anno, b);
         ir_bprintf(b, "\"");
         if (o->kind == IR_OP_MSE_LOSS || o->kind == IR_OP_CROSS_ENTROPY || o->kind == IR_OP_MSE_BWD ||
-            o->kind == IR_OP_XENT_BWD)
+            o->kind == IR_OP_XENT_BWD || o->kind == IR_OP_XENT_LOSS || o->kind == IR_OP_XENT_VP_BWD)
             ir_bprintf(b, " scale=%g", o->fattr[IR_FA_SCALE]);
+        if (o->kind == IR_OP_XENT_STATS || o->kind == IR_OP_XENT_LOSS || o->kind == IR_OP_XENT_VP_BWD)
+            ir_bprintf(b, " vocab=%lld blocks=%lld", (long long)o->iattr[IR_IA_VOCAB],
+                       (long long)o->iattr[IR_IA_XBLOCKS]);
         ir_bprintf(b, "\n");
     }
 }

@@ -21,7 +21,7 @@
 #define IR_MAXID    16  /* most distinct identifiers in one annotation */
 #define IR_MAXSPLIT 5   /* most nested op-trans splits of one op */
 #define IR_MAXFATTR 6   /* float attributes of an op */
-#define IR_MAXIATTR 6   /* integer attributes of an op */
+#define IR_MAXIATTR 7   /* integer attributes of an op */
 
 /* ---------------------------------------------------------------- util.c */
 
@@ -216,6 +216,7 @@ enum {
     IR_IA_CUSTOM = 3, /* custom: the ir_graph.cust row */
     IR_IA_KV_HEADS = 4,/* attention: key/value heads (0: heads; grouped-query when fewer) */
     IR_IA_MEAN_T = 5, /* mean, mean_bwd: the extent of t (binds t in the backward) */
+    IR_IA_XBLOCKS = 6,/* xent_stats, xent_vp_bwd: vocabulary blocks (binds k of the logits' (k c)) */
 };
 
 /* Float attribute slots. */
@@ -370,6 +371,17 @@ int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
 int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
                    const int *in, const char *const *out_names, const int64_t *iattr,
                    const double *fattr, int line, char *err, size_t errsz);
+/* Add a spec's cross_entropy over in[0] (logits) and in[1] (targets):
+ * xent_stats (op name NAME.stats; per row and vocabulary block: max, sum of
+ * exp, the target's logit) then xent_loss (NAME, output out_name).  The
+ * blocks let tp split the vocabulary without gathering the logits.  Checks
+ * and messages are cross_entropy's.  Returns the loss op (*stats_op: the
+ * other), or -1 with err. */
+int ir_add_cross_entropy(ir_graph *g, const char *name, const int *in, const char *out_name, const int64_t *iattr,
+                         const double *fattr, int line, int *stats_op, char *err, size_t errsz);
+/* Vocabulary blocks of xent_stats for a last dim of v: the divisor of v up to
+ * 64 with the most factors of 2 (then the largest), so tp degrees divide it. */
+int64_t ir_xent_blocks(int64_t v);
 /* Extent of annotation dim d given identifier extents (merged dims multiply). */
 int64_t ir_adim_extent(const ir_adim *d, const int64_t *ext);
 /* Tensor or op id by name, or -1. */

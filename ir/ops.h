@@ -62,6 +62,12 @@ OP(MSE_LOSS,      "mse_loss",          "*+, *+ -> 1",                     2, 1, 
 OP(MSE_BWD,       "mse_bwd",           "*, * -> *",                       2, 1, OPF_ELTW)              /* dp = 2 (p - t) / numel; inputs p, t */
 OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, OPF_USER | OPF_LOSS)   /* mean over rows of -log softmax(logits[:vocab])[target]; targets i32 */
 OP(XENT_BWD,      "cross_entropy_bwd", "* v^, * -> * v^",                 2, 1, 0)                     /* dlogits = (softmax - onehot) / rows */
+/* cross_entropy in a spec lowers to these (ir_add_cross_entropy): the vocabulary in k blocks of c,
+ * per-block statistics, then their combination -- so tp splits the vocabulary (k) with no all-gather
+ * of the logits, only of the rows x k statistics */
+OP(XENT_STATS,    "xent_stats",        "* (k c^), * -> * k, * k, * k",    2, 3, 0)                     /* per row and block: max, sum exp(x - max), the target's logit (0 elsewhere) */
+OP(XENT_LOSS,     "xent_loss",         "*+ k^, *+ k^, *+ k^ -> 1",        3, 1, OPF_LOSS)              /* mean over rows of logsumexp combined from the blocks - the target's logit */
+OP(XENT_VP_BWD,   "xent_vp_bwd",       "* (k c^), *, * j^, * j^ -> * (k c^)", 4, 1, 0)                 /* logits, targets, block max, block sum -> dlogits = (softmax - onehot) / rows */
 OP(CUSTOM,        "custom",            "",                                0, 0, 0)                     /* a [custom NAME] op of the spec: annotation, counts and kernel from g->cust[iattr[IR_IA_CUSTOM]] */
 OP(SGD,           "sgd",               "*, * -> ",                        2, 0, OPF_OPTIM)             /* p -= lr (g + wd p); inputs p, g */
 OP(ADAMW,         "adamw",             "*, *, *, * -> ",                  4, 0, OPF_OPTIM)             /* inputs p, g, m, v */

@@ -482,6 +482,12 @@ static int64_t pg_extent(const pg_instr *in, int j) {
         return j == 0 ? pg_prod(in, 0, 2, 1) : j == 1 ? pg_prod(in, 0, 1, 1) : 1;
     case RT_K_xent_bwd:   /* M V: logits and dlogits M*V, targets M */
         return j == 1 ? pg_prod(in, 0, 1, 1) : pg_prod(in, 0, 2, 1);
+    case RT_K_xent_stats: /* M K C Vreal Vlo: logits M*K*C, targets M, bmax bsum btarget M*K */
+        return j == 0 ? pg_prod(in, 0, 3, 1) : j == 1 ? pg_prod(in, 0, 1, 1) : pg_prod(in, 0, 2, 1);
+    case RT_K_xent_loss:  /* M K acc: bmax bsum btarget M*K, L 1 */
+        return j == 3 ? 1 : pg_prod(in, 0, 2, 1);
+    case RT_K_xent_vp_bwd: /* M V acc Vreal Kall Vlo: logits dlogits M*V, targets M, bmax bsum M*Kall */
+        return j == 1 ? pg_prod(in, 0, 1, 1) : j == 2 || j == 3 ? pg_prod2(in, 0, 4) : pg_prod(in, 0, 2, 1);
     case RT_K_slice:      /* ndim acc (extent lo hi)*: src prod extent, dst the box */
         if (!pg_const(in, 0, &ndim)) return -1;
         return j == 0 ? pg_prod(in, 2, (int)ndim, 3) : pg_box(in, 3, 3, ndim);
@@ -564,6 +570,9 @@ static const struct pg_role {
     [RT_K_mse_bwd] = {1u << 2, 0, 1},
     [RT_K_xent] = {1u << 2, 0, 2},
     [RT_K_xent_bwd] = {1u << 2, 0, 2},
+    [RT_K_xent_stats] = {1u << 2 | 1u << 3 | 1u << 4, 0, -1},
+    [RT_K_xent_loss] = {1u << 3, 0, 2},
+    [RT_K_xent_vp_bwd] = {1u << 4, 0, 2},
     [RT_K_sgd] = {1u << 0, 1u << 0, -1},
     [RT_K_adamw] = {1u << 0 | 1u << 2 | 1u << 3, 1u << 0 | 1u << 2 | 1u << 3, -1},
     [RT_K_sumsq] = {1u << 1, 0, 1},

@@ -263,6 +263,18 @@ static int backward(agctx *c, int oi)
         contribute(c, x, o.kind == IR_OP_MSE_LOSS ? IR_OP_MSE_BWD : IR_OP_XENT_BWD, 2, a);
         break;
     }
+    case IR_OP_XENT_LOSS: {   /* straight to the logits: the statistics carry no gradient of their own */
+        const ir_op *st = &g->op[g->t[o.in[0]].producer];
+        IR_ASSERT(st->kind == IR_OP_XENT_STATS && st->out[1] == o.in[1]);
+        if (c->needs[st->in[1]])
+            return pass_error(g, o.line, "the second input (targets) must be data, not computed from params",
+                              "%s: gradients with respect to the targets are not supported", o.name);
+        int a[4] = {st->in[0], st->in[1], st->out[0], st->out[1]};
+        contribute(c, st->in[0], IR_OP_XENT_VP_BWD, 4, a);
+        break;
+    }
+    case IR_OP_XENT_STATS:   /* differentiated by xent_loss's rule: nothing reaches its outputs */
+        break;
     default:
         ir_die(__FILE__, __LINE__, "no backward rule for %s", ir_ops[o.kind].name);
     }

@@ -204,6 +204,9 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_MSE_BWD: kern = RT_K_mse_bwd; break;
     case IR_OP_CROSS_ENTROPY: kern = RT_K_xent; break;
     case IR_OP_XENT_BWD: kern = RT_K_xent_bwd; break;
+    case IR_OP_XENT_STATS: kern = RT_K_xent_stats; break;
+    case IR_OP_XENT_LOSS: kern = RT_K_xent_loss; break;
+    case IR_OP_XENT_VP_BWD: kern = RT_K_xent_vp_bwd; break;
     case IR_OP_ADD_BCAST: kern = RT_K_bias_add; break;
     case IR_OP_SUM_LEAD: kern = RT_K_bias_grad; break;
     case IR_OP_EMBEDDING: kern = RT_K_embedding; break;
@@ -287,6 +290,21 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_XENT_BWD:
         pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec); pg_i(in, o->iattr[IR_IA_VOCAB]);
         break;
+    case IR_OP_XENT_STATS: { /* logits[*, (k c)]: M K C Vreal Vlo (the rank's first column) */
+        const ir_adim *kc = &o->anno.dim[0][nd0 - 1];
+        if (acc) ir_die(__FILE__, __LINE__, "op %s: statistics are written, not accumulated", o->name);
+        pg_i(in, rows); pg_i(in, ext[kc->id]); pg_i(in, ext[kc->sub[0]]); pg_i(in, o->iattr[IR_IA_VOCAB]);
+        pg_i(in, c->d->pt[s->in[0]].box.lo[g->t[o->in[0]].ndim - 1]);
+        break;
+    }
+    case IR_OP_XENT_LOSS: /* bmax[*, k]: M K acc */
+        pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec);
+        break;
+    case IR_OP_XENT_VP_BWD: /* logits[*, (k c)], bmax[*, j]: M V acc Vreal Kall Vlo */
+        pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec); pg_i(in, o->iattr[IR_IA_VOCAB]);
+        pg_i(in, ext_prod(o, ext, 2, nd0 - 1, nd0));
+        pg_i(in, c->d->pt[s->in[0]].box.lo[g->t[o->in[0]].ndim - 1]);
+        break;
     case IR_OP_ADD_BCAST: /* x[*,t,c] + p[t,c]: rows of t*c */
         pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0));
         break;
@@ -334,6 +352,7 @@ static void lower_subop(lctx *c, int si, int sec)
     }
     switch (o->kind) {
     case IR_OP_MSE_LOSS: case IR_OP_MSE_BWD: case IR_OP_CROSS_ENTROPY: case IR_OP_XENT_BWD:
+    case IR_OP_XENT_LOSS: case IR_OP_XENT_VP_BWD:
     case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: case IR_OP_MEAN: case IR_OP_MEAN_BWD:
         pg_f(in, (float)o->fattr[IR_FA_SCALE]);
         break;

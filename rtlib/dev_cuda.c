@@ -132,6 +132,8 @@ enum {
     CU_CHK_COPY = 8,      /* copy: X and Y equal or disjoint */
     CU_CHK_EW = 16,       /* ew: the op list is well formed */
     CU_ZERO_FIRST = 32,   /* embedding_bwd: acc = 0 zeroes the table (nnsc_zero) first */
+    CU_NOTE_VREAL = 64,   /* xent_stats, xent_vp_bwd: i[3] is the whole vocabulary's Vreal (the
+                             rank may hold fewer columns): 1 <= Vreal, kept for the message */
 };
 
 /* One row of the launch table. */
@@ -183,6 +185,10 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_xent] = {CU_DEV, CU_GRID_XENT, 256, {0, -1, -1}, 2, CU_CHK_VREAL},
     /* xent_bwd: a block per row of M = i[0] */
     [RT_KN_xent_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_CHK_VREAL},
+    /* xent_stats, xent_vp_bwd: a block per row of M = i[0]; xent_loss: and a scalar sum, acc = i[2] */
+    [RT_KN_xent_stats] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_NOTE_VREAL},
+    [RT_KN_xent_loss] = {CU_DEV, CU_GRID_XENT, 256, {0, -1, -1}, 2, 0},
+    [RT_KN_xent_vp_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_NOTE_VREAL},
     /* sgd, adamw: n elements */
     [RT_KN_sgd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     [RT_KN_adamw] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
@@ -335,6 +341,8 @@ static int cu_preconditions(int kernel, const cu_launch *L, void *const *b, cons
     if ((L->flags & CU_CHK_VREAL) && (i[3] < 1 || i[3] > i[1]))
         return cu_refuse(err, errlen, "%s: Vreal %lld outside [1, V = %lld]", name,
                          (long long)i[3], (long long)i[1]);
+    if ((L->flags & CU_NOTE_VREAL) && i[3] < 1)
+        return cu_refuse(err, errlen, "%s: Vreal %lld below 1", name, (long long)i[3]);
     if (L->flags & CU_CHK_ATT) {
         int64_t hkv = i[kernel == RT_KN_attention ? 5 : 6];
         if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||
@@ -1085,7 +1093,7 @@ void rt_cuda_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i, const 
         rt_fatal(ctx, 1, "%s", err);
     if ((L->flags & CU_ZERO_FIRST) && !i[4])
         cu_zero_table(ctx, b, i);
-    if (L->flags & CU_CHK_VREAL) {   /* for the message of a bad target */
+    if (L->flags & (CU_CHK_VREAL | CU_NOTE_VREAL)) {   /* for the message of a bad target */
         if (d->vreal && d->vreal != i[3])
             d->vreal_mixed = 1;
         d->vreal = i[3];

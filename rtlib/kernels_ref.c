@@ -267,6 +267,79 @@ void rt_ref_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float 
     }
 }
 
+/* xent_stats: per row and block of C, in double, rounded once. */
+void rt_ref_xent_stats(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)f;
+    const float *x = b[0];
+    const int32_t *t = b[1];
+    float *mx = b[2], *se = b[3], *pk = b[4];
+    int64_t M = i[0], K = i[1], C = i[2], Vr = i[3], Vlo = i[4];
+    if (Vr < 1)
+        rt_fatal(ctx, 1, "xent: Vreal %lld below 1", (long long)Vr);
+    for (int64_t m = 0; m < M; m++) {
+        rt_ref_check_target(ctx, t[m], m, Vr);
+        for (int64_t j = 0; j < K; j++) {
+            const float *blk = x + (m * K + j) * C;
+            int64_t g0 = Vlo + j * C;
+            double bm = -INFINITY, s = 0, p = 0;
+            for (int64_t c = 0; c < C && g0 + c < Vr; c++)
+                if (blk[c] > bm) bm = blk[c];
+            for (int64_t c = 0; c < C && g0 + c < Vr; c++) {
+                s += exp((double)blk[c] - bm);
+                if (g0 + c == t[m]) p = blk[c];
+            }
+            mx[m * K + j] = s > 0 ? (float)bm : 0.0f, se[m * K + j] = (float)s, pk[m * K + j] = (float)p;
+        }
+    }
+}
+
+/* log sum exp of a row from its blocks (those with a real column), in double. */
+static double rt_ref_blocks_lse(const float *mx, const float *se, int64_t K)
+{
+    double top = -INFINITY, s = 0;
+    for (int64_t j = 0; j < K; j++)
+        if (se[j] > 0 && mx[j] > top) top = mx[j];
+    for (int64_t j = 0; j < K; j++)
+        if (se[j] > 0) s += (double)se[j] * exp((double)mx[j] - top);
+    return top + log(s);
+}
+
+/* L[0] (+)= scale * sum_m (lse_m - sum_j btarget[m, j]). */
+void rt_ref_xent_loss(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)ctx;
+    const float *mx = b[0], *se = b[1], *pk = b[2];
+    float *l = b[3];
+    int64_t M = i[0], K = i[1];
+    double s = 0;
+    for (int64_t m = 0; m < M; m++) {
+        s += rt_ref_blocks_lse(mx + m * K, se + m * K, K);
+        for (int64_t j = 0; j < K; j++) s -= pk[m * K + j];
+    }
+    l[0] = (float)((i[2] ? l[0] : 0.0) + f[0] * s);
+}
+
+/* dlogits[m, v] (+)= scale * (exp(x - lse_m) - onehot) on the rank's real columns, 0 past Vreal. */
+void rt_ref_xent_vp_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0], *mx = b[2], *se = b[3];
+    const int32_t *t = b[1];
+    float *dx = b[4];
+    int64_t M = i[0], V = i[1], Vr = i[3], K = i[4], Vlo = i[5];
+    if (Vr < 1)
+        rt_fatal(ctx, 1, "xent: Vreal %lld below 1", (long long)Vr);
+    for (int64_t m = 0; m < M; m++) {
+        rt_ref_check_target(ctx, t[m], m, Vr);
+        double lse = rt_ref_blocks_lse(mx + m * K, se + m * K, K);
+        for (int64_t v = 0; v < V; v++) {
+            int64_t g = Vlo + v;
+            double gr = g < Vr ? f[0] * (exp(x[m * V + v] - lse) - (g == t[m] ? 1.0 : 0.0)) : 0.0;
+            dx[m * V + v] = (float)((i[2] ? dx[m * V + v] : 0.0) + gr);
+        }
+    }
+}
+
 /* This step's lr multiplier and gradient multiplier (1 and 1 without a context). */
 static void rt_ref_scales(const rt_ctx *ctx, double *lr_scale, double *gscale)
 {

@@ -172,6 +172,109 @@ void rt_k_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
     rt_parallel_for(rw_xent_bwd_rows, &a, i[0], 1, rw_grain(i[1]));
 }
 
+/* ---- vocabulary-blocked cross-entropy: xent_stats, xent_loss, xent_vp_bwd */
+
+/* Stats of rows [lo, hi): per block of C columns, max, sum of exp and the target's logit. */
+static void rw_xstats_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    (void)t;
+    const rt_kargs *a = p;
+    const float *lg = a->b[0];
+    const int32_t *tg = a->b[1];
+    float *mx = a->b[2], *se = a->b[3], *pk = a->b[4];
+    int64_t K = a->i[1], C = a->i[2], Vr = a->i[3], Vlo = a->i[4];
+    for (int64_t m = lo; m < hi; m++)
+        for (int64_t j = 0; j < K; j++) {
+            const float *blk = lg + (m * K + j) * C;
+            int64_t g0 = Vlo + j * C, n = Vr - g0 < C ? Vr - g0 : C;
+            float bm = 0;   /* nothing real: 0, with sum 0 */
+            double bs = 0;
+            if (n > 0) {
+                bm = rt_vmax(blk, n);
+                bs = rt_vexp_sum(blk, bm, n);
+            }
+            mx[m * K + j] = bm;
+            se[m * K + j] = (float)bs;
+            pk[m * K + j] = tg[m] >= g0 && tg[m] < g0 + n ? blk[tg[m] - g0] : 0.0f;
+        }
+}
+
+void rt_k_xent_stats(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    if (i[3] < 1)
+        rt_fatal(ctx, 1, "xent: Vreal %lld below 1", (long long)i[3]);
+    rw_check_targets(ctx, b[1], i[0], i[3]);
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_xstats_rows, &a, i[0], 1, rw_grain(i[1] * i[2]));
+}
+
+/* log sum exp of a row from its K blocks' max and sum of exp (blocks with
+ * nothing real have sum 0); *top: the largest max. */
+static double rw_blocks_lse(const float *mx, const float *se, int64_t K, float *top)
+{
+    float x = -INFINITY;
+    for (int64_t j = 0; j < K; j++)
+        if (se[j] > 0 && mx[j] > x)
+            x = mx[j];
+    double s = 0;
+    for (int64_t j = 0; j < K; j++)
+        if (se[j] > 0)
+            s += (double)se[j] * exp((double)mx[j] - (double)x);
+    *top = x;
+    return (double)x + log(s);
+}
+
+void rt_k_xent_loss(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)ctx;
+    const float *mx = b[0], *se = b[1], *pk = b[2];
+    int64_t M = i[0], K = i[1];
+    double s = 0;   /* rows * blocks terms: one thread, in row order (any thread count gives the same) */
+    for (int64_t m = 0; m < M; m++) {
+        float top;
+        double picked = 0;
+        for (int64_t j = 0; j < K; j++)
+            picked += pk[m * K + j];
+        s += rw_blocks_lse(mx + m * K, se + m * K, K, &top) - picked;
+    }
+    float *l = b[3];
+    l[0] = (float)((i[2] ? l[0] : 0.0) + f[0] * s);
+}
+
+/* xent_vp_bwd on rows [lo, hi). */
+static void rw_xvp_bwd_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    (void)t;
+    const rt_kargs *a = p;
+    const float *lg = a->b[0], *mx = a->b[2], *se = a->b[3];
+    const int32_t *tg = a->b[1];
+    float *dx = a->b[4];
+    int64_t V = a->i[1], Vr = a->i[3], K = a->i[4], Vlo = a->i[5];
+    int acc = (int)a->i[2];
+    float scale = a->f[0];
+    int64_t n = Vr - Vlo < V ? Vr - Vlo : V;   /* the rank's real columns */
+    if (n < 0) n = 0;
+    for (int64_t m = lo; m < hi; m++) {
+        const float *row = lg + m * V;
+        float *d = dx + m * V, top;
+        double lse = rw_blocks_lse(mx + m * K, se + m * K, K, &top);
+        /* softmax = exp((row - top) - shift), shift = lse - top >= 0 */
+        if (n > 0) rt_vexp_scale(row, top, (float)(lse - top), scale, d, n, acc);
+        if (tg[m] >= Vlo && tg[m] < Vlo + n) d[tg[m] - Vlo] -= scale;
+        if (!acc && n < V)
+            memset(d + n, 0, (size_t)(V - n) * 4);   /* padding columns: gradient 0 */
+    }
+}
+
+void rt_k_xent_vp_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    if (i[3] < 1)
+        rt_fatal(ctx, 1, "xent: Vreal %lld below 1", (long long)i[3]);
+    rw_check_targets(ctx, b[1], i[0], i[3]);
+    rt_kargs a = {ctx, b, i, f};
+    rt_parallel_for(rw_xvp_bwd_rows, &a, i[0], 1, rw_grain(i[1]));
+}
+
 /* ---- softmax */
 
 /* softmax on rows [lo, hi). */

@@ -43,6 +43,21 @@ RT_K(xent,            3,   4,   1)  /* b: logits (M,V), targets (i32, M), L.  i:
 RT_K(xent_bwd,        3,   4,   1)  /* b: logits, targets, dlogits.  i: M, V, acc, Vreal.  f: scale.
                                        dlogits[m, :Vreal] (+)= scale * (softmax(logits[m, :Vreal]) - onehot(t_m));
                                        dlogits[m, Vreal:] (+)= 0 */
+RT_K(xent_stats,      5,   5,   0)  /* b: logits (M, K*C), targets (i32, M), bmax, bsum, btarget (M, K).
+                                       i: M, K, C, Vreal, Vlo.  The rank's logits hold columns
+                                       [Vlo, Vlo + K*C) of the vocabulary, in K blocks of C; of block j
+                                       (columns g) the real ones g < Vreal count: bmax = their max,
+                                       bsum = sum exp(x - bmax), btarget = x[t_m] when t_m is
+                                       among them, else 0 (a block with no real column: bmax 0, bsum 0).
+                                       A target outside [0, Vreal) is an error. */
+RT_K(xent_loss,       4,   3,   1)  /* b: bmax, bsum, btarget (M, K), L.  i: M, K, acc.  f: scale.
+                                       L[0] (+)= scale * sum_m (lse_m - sum_j btarget[m, j]), lse_m =
+                                       X + log sum_j bsum[m, j] exp(bmax[m, j] - X), X = max_j bmax[m, j] */
+RT_K(xent_vp_bwd,     5,   6,   1)  /* b: logits (M, V), targets (i32, M), bmax, bsum (M, Kall),
+                                       dlogits (M, V).  i: M, V, acc, Vreal, Kall, Vlo.  f: scale.
+                                       With lse_m from all Kall blocks (as xent_loss), for the rank's
+                                       columns g = Vlo + v: dlogits[m, v] (+)= scale * (exp(x - lse_m) -
+                                       (g == t_m)) where g < Vreal, else (+)= 0 */
 RT_K(sgd,             2,   1,   2)  /* b: P, G.  i: n.  f: lr, wd.  With g = G * ctx grad scale and
                                        lr' = lr * ctx lr scale (rt_step_begin, rt_k_gradclip):
                                        P -= lr' * (g + wd * P) */

@@ -795,6 +795,42 @@ static void ops_xent(void)
         }
 }
 
+/* xent_stats, xent_loss, xent_vp_bwd (the vocabulary-blocked cross-entropy):
+ * a rank's share of the columns (Vlo > 0), padding (Vreal inside and past
+ * the share), one block and many, M = 0, more rows than the workspace. */
+static void ops_xent_blocks(void)
+{
+    static const int64_t c[][6] = {   /* M, K (the rank's blocks), C, Vreal, Vlo, Kall */
+        {0, 4, 8, 32, 0, 4},    {1, 1, 1, 1, 0, 1},      {37, 8, 25, 190, 0, 8},   {37, 4, 25, 190, 100, 8},
+        {37, 4, 25, 150, 100, 8}, {5, 64, 80, 50257, 0, 64}, {1500, 2, 16, 60, 32, 4}};
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t s = 0; s < sizeof c / sizeof c[0]; s++)
+            for (int acc = 0; acc < (kind ? 2 : 1); acc++) {
+                int64_t M = c[s][0], K = c[s][1], C = c[s][2], Vr = c[s][3], Vlo = c[s][4], Ka = c[s][5];
+                static const char *nm[3] = {"xent_stats", "xent_loss", "xent_vp_bwd"};
+                float scale = M ? 1.0f / (float)M : 1.0f;
+                if (!tc_begin(nm[kind], "M=%lld K=%lld C=%lld Vreal=%lld Vlo=%lld Kall=%lld acc=%d", (long long)M,
+                              (long long)K, (long long)C, (long long)Vr, (long long)Vlo, (long long)Ka, acc))
+                    continue;
+                if (kind == 0) {
+                    int x = tc_buf(TB_IN, "logits", M * K * C, -4, 4), t = tc_tok("targets", M, 0, Vr);
+                    int a = tc_buf(TB_OUT, "bmax", M * K, 0, 1), b = tc_buf(TB_OUT, "bsum", M * K, 0, 1);
+                    int p = tc_buf(TB_OUT, "btarget", M * K, 0, 1);
+                    tc_launch(RT_KN_xent_stats, B(x, t, a, b, p), I(M, K, C, Vr, Vlo), NOF);
+                } else if (kind == 1) {
+                    int a = tc_buf(TB_IN, "bmax", M * Ka, -4, 4), b = tc_buf(TB_IN, "bsum", M * Ka, 0.5f, 40);
+                    int p = tc_buf(TB_IN, "btarget", M * Ka, -4, 4), l = tc_buf(TB_OUT, "L", 1, 1, 2);
+                    tc_launch(RT_KN_xent_loss, B(a, b, p, l), I(M, Ka, acc), F(scale));
+                } else {
+                    int x = tc_buf(TB_IN, "logits", M * K * C, -4, 4), t = tc_tok("targets", M, 0, Vr);
+                    int a = tc_buf(TB_IN, "bmax", M * Ka, 3, 4), b = tc_buf(TB_IN, "bsum", M * Ka, 0.5f, 40);
+                    int d = tc_buf(TB_OUT, "dlogits", M * K * C, -1, 1);
+                    tc_launch(RT_KN_xent_vp_bwd, B(x, t, a, b, d), I(M, K * C, acc, Vr, Ka, Vlo), F(scale));
+                }
+                tc_run();
+            }
+}
+
 /* sgd and adamw read the lr scale and the gradient scale from the device
  * state; gradclip (after sumsq) writes the norm and scale there. */
 static void ops_optimizers(void)
@@ -1414,6 +1450,7 @@ int main(int argc, char **argv)
     ops_bias();
     ops_reductions();
     ops_xent();
+    ops_xent_blocks();
     ops_optimizers();
     ops_embedding();
     ops_norm(0);

@@ -179,11 +179,13 @@ static void test_ew(void)
               *w3 = fbuf(n, 0, 1);
         rt_ref_ew(NULL, (void *[]){x, bias, y3, z3}, ia, NULL);
         rt_ref_ew(NULL, (void *[]){dy, x, a3, v3, w3}, ib, NULL);
-        double e = nerr(z3, z2, n, 1e-3);
-        e = fmax(e, nerr(y3, y2, n, 1e-3));
-        e = fmax(e, nerr(a3, a2, n, 1e-3));
-        e = fmax(e, nerr(v3, v2, n, 1e-3));
-        e = fmax(e, nerr(w3, w2, n, 1e-3));
+        /* floor 0.1: with n = 1 the one value may sit where gelu' crosses 0 (x near -0.75),
+           and the fast kernel's absolute error (~1e-7 of terms of size 1) is all there is */
+        double e = nerr(z3, z2, n, 0.1);
+        e = fmax(e, nerr(y3, y2, n, 0.1));
+        e = fmax(e, nerr(a3, a2, n, 0.1));
+        e = fmax(e, nerr(v3, v2, n, 0.1));
+        e = fmax(e, nerr(w3, w2, n, 0.1));
         CHECK(e < 1e-5, "ew n %lld: fast and reference agree (worst normalised error %.2g)",
               (long long)n, e);
         float *all[] = {x, bias, dy, acc0, y1, z1, y2, z2, a1, a2, t, u, v1, w1, v2, w2,
@@ -262,6 +264,105 @@ static void test_xent(void)
     check(fin && fabs(rs0) < 1e-6 && fabs(rs1) < 1e-6 && fabs(d[1] - (exp(1.0) /
           (exp(0.0) + exp(1.0) + exp(-2.0)) - 1)) < 1e-6,
           "xent_bwd stable at |logits| ~ 1e4 (rows sum to 0)");
+}
+
+/* The vocabulary-blocked cross-entropy (xent_stats, xent_loss, xent_vp_bwd):
+ * fast against reference, against the one-op xent on the same rows, and a
+ * tp shard's kernels against the columns of the whole (bitwise). */
+static void test_xent_blocks(void)
+{
+    const int64_t M = 13, V = 300, Vr = 291, K = 12, C = V / K, H = V / 2, KH = K / 2;
+    float *lg = fbuf(M * V, -5, 5);
+    int32_t t[13];
+    for (int64_t m = 0; m < M; m++)
+        t[m] = (int32_t)((m * 97 + 5) % Vr);
+    t[0] = 0, t[1] = (int32_t)Vr - 1, t[2] = (int32_t)H, t[3] = (int32_t)H - 1;   /* first, last, shard edges */
+    float *st[2][3];
+    for (int w = 0; w < 2; w++)
+        for (int k = 0; k < 3; k++)
+            st[w][k] = fbuf(M * K, 0, 1);
+    int64_t is[5] = {M, K, C, Vr, 0};
+    void *bs0[5] = {lg, t, st[0][0], st[0][1], st[0][2]}, *bs1[5] = {lg, t, st[1][0], st[1][1], st[1][2]};
+    rt_k_xent_stats(NULL, bs0, is, NULL);
+    rt_ref_xent_stats(NULL, bs1, is, NULL);
+    double e = 0;
+    for (int k = 0; k < 3; k++) {
+        double ek = nerr(st[0][k], st[1][k], M * K, 1e-6);
+        e = ek > e ? ek : e;
+    }
+    int pad = 1;   /* blocks past Vreal: nothing real (bsum 0) */
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < K; j++)
+            if (j * C >= Vr) pad &= st[0][1][m * K + j] == 0 && st[0][2][m * K + j] == 0;
+    check(e < 1e-6 && pad && guard_ok(st[0][0], M * K) && guard_ok(st[0][2], M * K),
+          "xent_stats fast vs reference (M %lld, %lld blocks of %lld, Vreal %lld): err %.2e", (long long)M,
+          (long long)K, (long long)C, (long long)Vr, e);
+    float sc[1] = {1.0f / M};
+    for (int acc = 0; acc < 2; acc++) {
+        float l[3] = {0.25f, 0.25f, 0.25f};
+        int64_t il[3] = {M, K, acc}, ix[4] = {M, V, acc, Vr};
+        void *bl0[4] = {st[0][0], st[0][1], st[0][2], &l[0]}, *bl1[4] = {st[1][0], st[1][1], st[1][2], &l[1]};
+        void *bx[3] = {lg, t, &l[2]};
+        rt_k_xent_loss(NULL, bl0, il, sc);
+        rt_ref_xent_loss(NULL, bl1, il, sc);
+        rt_ref_xent(NULL, bx, ix, sc);
+        check(fabs(l[0] - l[2]) < 1e-6 * fabs(l[2]) && fabs(l[1] - l[2]) < 1e-6 * fabs(l[2]),
+              "xent_loss acc=%d from the blocks: fast %.8g, reference %.8g, one-op xent %.8g", acc, l[0], l[1], l[2]);
+        float *d0 = fbuf(M * V, -1, 1), *d1 = fdup(d0, M * V), *d2 = fdup(d0, M * V);
+        int64_t ib[6] = {M, V, acc, Vr, K, 0};
+        void *bb0[5] = {lg, t, st[0][0], st[0][1], d0}, *bb1[5] = {lg, t, st[1][0], st[1][1], d1};
+        void *bx2[3] = {lg, t, d2};
+        rt_k_xent_vp_bwd(NULL, bb0, ib, sc);
+        rt_ref_xent_vp_bwd(NULL, bb1, ib, sc);
+        rt_ref_xent_bwd(NULL, bx2, ix, sc);
+        double e1 = nerr(d0, d1, M * V, 1e-6), e2 = nerr(d0, d2, M * V, 1e-6);
+        check(e1 < 1e-5 && e2 < 1e-5 && guard_ok(d0, M * V),
+              "xent_vp_bwd acc=%d: err %.2e vs its reference, %.2e vs the one-op xent_bwd", acc, e1, e2);
+        /* tp 2: each half's kernels on its columns (Vlo 0 and H), with the whole's statistics */
+        int same = 1;
+        for (int h = 0; h < 2; h++) {
+            float *lh = fbuf(M * H, 0, 1), *sh[3], *dh = fbuf(M * H, -1, 1);
+            for (int k = 0; k < 3; k++) sh[k] = fbuf(M * KH, 0, 1);
+            for (int64_t m = 0; m < M; m++) memcpy(lh + m * H, lg + m * V + h * H, (size_t)H * 4);
+            float *dref = fdup(d2, M * V);   /* the whole's gradient before this call, for acc */
+            if (acc)
+                for (int64_t m = 0; m < M; m++) memcpy(dh + m * H, d2 + m * V + h * H, (size_t)H * 4);
+            int64_t ish[5] = {M, KH, C, Vr, h * H}, ibh[6] = {M, H, acc, Vr, K, h * H};
+            void *bsh[5] = {lh, t, sh[0], sh[1], sh[2]}, *bbh[5] = {lh, t, st[0][0], st[0][1], dh};
+            rt_k_xent_stats(NULL, bsh, ish, NULL);
+            for (int k = 0; k < 3; k++)
+                for (int64_t m = 0; m < M; m++)
+                    same &= memcmp(sh[k] + m * KH, st[0][k] + m * K + h * KH, (size_t)KH * 4) == 0;
+            rt_k_xent_vp_bwd(NULL, bbh, ibh, sc);
+            float *dw = fdup(dref, M * V);
+            void *bw[5] = {lg, t, st[0][0], st[0][1], dw};
+            rt_k_xent_vp_bwd(NULL, bw, ib, sc);
+            for (int64_t m = 0; m < M; m++)
+                same &= memcmp(dh + m * H, dw + m * V + h * H, (size_t)H * 4) == 0;
+            free(lh), free(dh), free(dref), free(dw);
+            for (int k = 0; k < 3; k++) free(sh[k]);
+        }
+        check(same, "xent_stats, xent_vp_bwd acc=%d on each half of the columns: bitwise the whole's halves", acc);
+        free(d0), free(d1), free(d2);
+    }
+    /* logits around +-1e4, one column per block: the blocks' maxes differ by 2e4 */
+    float row[3 * 2] = {1e4f, 1e4f + 1, 1e4f - 2, -1e4f, -1e4f + 3, -1e4f + 1}, bm[6], bsu[6], bt[6], loss[1], d[6];
+    int32_t tg[2] = {1, 0};
+    int64_t i3[5] = {2, 3, 1, 3, 0}, i3l[3] = {2, 3, 0}, i3b[6] = {2, 3, 0, 3, 3, 0};
+    float one[1] = {1.0f};
+    void *b3[5] = {row, tg, bm, bsu, bt}, *b3l[4] = {bm, bsu, bt, loss}, *b3b[5] = {row, tg, bm, bsu, d};
+    rt_k_xent_stats(NULL, b3, i3, NULL);
+    rt_k_xent_loss(NULL, b3l, i3l, one);
+    rt_k_xent_vp_bwd(NULL, b3b, i3b, one);
+    double want = (log(exp(0.0) + exp(1.0) + exp(-2.0)) - 1.0) + (log(exp(0.0) + exp(3.0) + exp(1.0)) - 0.0);
+    double rs = fabs(d[0] + d[1] + d[2]) + fabs(d[3] + d[4] + d[5]);
+    check(isfinite(loss[0]) && fabs(loss[0] - want) < 1e-4 && rs < 1e-6,
+          "xent blocks stable at |logits| ~ 1e4: loss %.7g (want %.7g), rows of the gradient sum to %.1e", loss[0], want,
+          rs);
+    for (int w = 0; w < 2; w++)
+        for (int k = 0; k < 3; k++)
+            free(st[w][k]);
+    free(lg);
 }
 
 /* slice (any dims) vs reference, acc 0 and 1. */
@@ -1309,6 +1410,7 @@ int main(int argc, char **argv)
         test_ew();
         test_xent();
         test_xent_vreal();
+        test_xent_blocks();
         test_rows();
         test_attention();
     }

@@ -303,6 +303,21 @@ static void test_agreement(void)
     th_tokens(&cxb, 1, V - 47);
     th_run(&cxb);
     th_free(&cxb);
+    /* the vocabulary-blocked cross-entropy, a second shard's columns (Vlo 1000 of 3000) */
+    const int64_t KB = 8, CB = V / KB;
+    int64_t ist[5] = {M, KB, CB, 2 * V - 47, V}, ivb[6] = {M, V, 1, 2 * V - 47, 2 * KB, V};
+    th_case cst = th_make("xent_stats", rt_k_xent_stats, 5, (int64_t[]){M * V, M, M * KB, M * KB, M * KB},
+                         (int[]){0, 0, 1, 1, 1}, ist, NULL, 0);
+    th_tokens(&cst, 1, 2 * V - 47);
+    th_run(&cst);
+    th_free(&cst);
+    th_case cvb = th_make("xent_vp_bwd acc=1", rt_k_xent_vp_bwd, 5,
+                          (int64_t[]){M * V, M, 2 * M * KB, 2 * M * KB, M * V}, (int[]){0, 0, 0, 0, 1}, ivb, xs, 0);
+    th_tokens(&cvb, 1, 2 * V - 47);
+    for (int64_t q = 0; q < 2 * M * KB; q++)   /* block sums are positive */
+        cvb.init[3][q] = 1.0f + fabsf(cvb.init[3][q]);
+    th_run(&cvb);
+    th_free(&cvb);
 
     const int64_t ne = 100003;
     int64_t i1[2] = {ne, 1}, ia[2] = {ne, 3};

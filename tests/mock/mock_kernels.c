@@ -318,6 +318,29 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         s->grid = MOCK_GRID_FIXED, s->gx = K == RT_KN_xent && i[0] == 0 ? 1 : i[0];
         s->ws_per_block = K == RT_KN_xent ? 8 : 0;
         break;
+    case RT_KN_xent_stats:   /* i: M, K, C, Vreal, Vlo */
+        if (i[3] < 1) {
+            snprintf(why, wl, "Vreal = %" PRId64 " below 1 (the launcher checks it)", i[3]);
+            return -1;
+        }
+        B[0] = mock_f4(i[0], mock_mul(i[1], i[2])), B[1] = mock_f4(i[0], 1);
+        B[2] = B[3] = B[4] = mock_f4(i[0], i[1]);
+        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
+        break;
+    case RT_KN_xent_loss:   /* i: M, K, acc */
+        B[0] = B[1] = B[2] = mock_f4(i[0], i[1]), B[3] = 4;
+        s->grid = MOCK_GRID_FIXED, s->gx = i[0] == 0 ? 1 : i[0];
+        s->ws_per_block = 8;
+        break;
+    case RT_KN_xent_vp_bwd:   /* i: M, V, acc, Vreal, Kall, Vlo */
+        if (i[3] < 1) {
+            snprintf(why, wl, "Vreal = %" PRId64 " below 1 (the launcher checks it)", i[3]);
+            return -1;
+        }
+        B[0] = B[4] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[0], 1);
+        B[2] = B[3] = mock_f4(i[0], i[4]);
+        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
+        break;
     case RT_KN_gradclip:   /* S */
         B[0] = 4;
         s->grid = MOCK_GRID_FIXED, s->block = 32;
@@ -463,11 +486,11 @@ CUresult mock_run_launch(const mock_op *op)
     ctx.grad_scale = st->grad_scale;
     ctx.grad_norm = st->grad_norm;
     int K = e->kernel;
-    if ((K == RT_KN_mse_loss || K == RT_KN_sumsq || K == RT_KN_xent) && st->red_count) {
+    if ((K == RT_KN_mse_loss || K == RT_KN_sumsq || K == RT_KN_xent || K == RT_KN_xent_loss) && st->red_count) {
         return mock_fail(CUDA_ERROR_LAUNCH_FAILED, e->name, "the state's grid reduction counter "
                          "is %u, not 0, at the start of a grid reduction", st->red_count);
     }
-    if (K == RT_KN_xent || K == RT_KN_xent_bwd) {
+    if (K == RT_KN_xent || K == RT_KN_xent_bwd || K == RT_KN_xent_stats || K == RT_KN_xent_vp_bwd) {
         /* a target outside [0, Vreal): the device kernels record the first in
            the state and carry on (the host stops the rank after the step);
            the reference would exit, so it sees target 0 there instead */
