@@ -315,7 +315,7 @@ int64_t ir_xent_blocks(int64_t v)
 {
     int64_t best = 1;
     int bestp = 0;
-    for (int64_t d = 2; d <= 64 && d <= v; d++) {
+    for (int64_t d = 2; d <= 64 && d * 64 <= v; d++) {   /* blocks of 64 columns at least */
         if (v % d) continue;
         int p = 0;
         for (int64_t x = d; x % 2 == 0; x /= 2) p++;

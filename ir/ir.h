@@ -380,7 +380,8 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
 int ir_add_cross_entropy(ir_graph *g, const char *name, const int *in, const char *out_name, const int64_t *iattr,
                          const double *fattr, int line, int *stats_op, char *err, size_t errsz);
 /* Vocabulary blocks of xent_stats for a last dim of v: the divisor of v up to
- * 64 with the most factors of 2 (then the largest), so tp degrees divide it. */
+ * 64, leaving 64 columns or more per block, with the most factors of 2 (then
+ * the largest), so tp degrees divide it; 1 for fewer than 128 columns. */
 int64_t ir_xent_blocks(int64_t v);
 /* Extent of annotation dim d given identifier extents (merged dims multiply). */
 int64_t ir_adim_extent(const ir_adim *d, const int64_t *ext);

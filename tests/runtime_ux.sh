@@ -128,7 +128,7 @@ says "rebuild with --devices 2" "wrong world"
 # ---- 4. banner, step line, summary, --log
 expect_rc 0 "3 steps with --peak-flops 50G --log" "$o/launch" --steps 3 --peak-flops 50G --log "$tmp/log.jsonl"
 cp "$tmp/out" "$tmp/ux.out"
-grep -q "^model gpt2-tiny: 834k params, mesh dp2 x tp2 (hybrid), world 4, 512 tokens/step, arena 9.8MiB per rank$" "$tmp/ux.out" &&
+grep -q "^model gpt2-tiny: 834k params, mesh dp2 x tp2 (hybrid), world 4, 512 tokens/step, arena 9.3MiB per rank$" "$tmp/ux.out" &&
   grep -q "^run: 3 steps, synthetic tokens (no data file), 2.7 GFLOP/step, peak 50 GFLOP/s per device (--peak-flops)$" "$tmp/ux.out" &&
   ok "  ... banner: model, params, mesh, world, tokens/step, arena, FLOP/step, peak" || no "banner: $(head -n 2 "$tmp/ux.out")"
 # mfu = flops_per_step / step time / (peak x world), flops_per_step the sum of plan.txt's per-rank counts

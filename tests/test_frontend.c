@@ -393,9 +393,13 @@ static void test_small(void)
     int tok = tid(&g, "tok");
     CHECK(g.t[tok].dtype == IR_I32 && g.t[tok].data == IR_DATA_INT && g.t[tok].data_range == 14,
           "i32 input: data = int V*2 gives range 14");
-    CHECK(g.nop == 3 && strcmp(g.op[0].name, "act") == 0 && strcmp(g.op[1].name, "fc") == 0 &&
-              strcmp(g.op[2].name, "loss") == 0,
-          "ops listed out of order are added in dependency order");
+    CHECK(g.nop == 4 && strcmp(g.op[0].name, "act") == 0 && strcmp(g.op[1].name, "fc") == 0 &&
+              strcmp(g.op[2].name, "loss.stats") == 0 && strcmp(g.op[3].name, "loss") == 0,
+          "ops listed out of order are added in dependency order (cross_entropy: statistics, then loss)");
+    CHECK(g.op[2].kind == IR_OP_XENT_STATS && g.op[3].kind == IR_OP_XENT_LOSS && g.op[3].out[0] == tid(&g, "loss") &&
+              g.t[g.op[3].out[0]].kind == IR_T_LOSS && g.op[2].iattr[IR_IA_XBLOCKS] == 1 &&
+              g.op[3].fattr[IR_FA_SCALE] == 1.0 / 8,
+          "cross_entropy: xent_stats (1 block of 7 columns) and xent_loss (scale 1/rows) writing the loss");
     CHECK(strcmp(g.model, "small") == 0 && g.t[tid(&g, "w")].init == IR_INIT_CONST && g.t[tid(&g, "w")].init_a == 0.5 &&
               g.train.optimizer == IR_OP_SGD && g.train.steps == 10 && g.train.data_period == 4,
           "defaults: model name from the file, steps 10, data_period 4; init const");
@@ -448,7 +452,7 @@ static void test_lines(void)
     const char *p = scratch("long.ini", text);
     ir_graph g;
     if (load_ok("100 KB lines", p, NULL, 0, &g)) {
-        CHECK(strcmp(g.model, "long") == 0 && g.nop == 3, "100 KB lines: values and comments read right");
+        CHECK(strcmp(g.model, "long") == 0 && g.nop == 4, "100 KB lines: values and comments read right");
         ir_graph_free(&g);
     }
     /* an error after the long lines still points at the right line */
