@@ -613,14 +613,15 @@ static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, const ir
 /* [op NAME]  kind = KIND, in = NAME, ..., out = NAME, ... */
 /* Op attributes: heads = EXPR and causal = true|false (attention), vocab =
  * EXPR (cross_entropy: the real vocabulary; logits past it are padding),
- * eps = FLOAT (layernorm, rmsnorm), heads and theta = FLOAT (rope).  A key that does not belong to the op's kind is
+ * eps = FLOAT (layernorm, rmsnorm), heads and theta = FLOAT (rope), scale = FLOAT (attention: of q . k,
+ * default 1 / sqrt(head size)).  A key that does not belong to the op's kind is
  * an error. */
 static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
         {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
-        {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"attrs", IR_OP_CUSTOM}};
+        {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"attrs", IR_OP_CUSTOM}, {"scale", IR_OP_ATTENTION}};
     char err[256], hint[256], clip[96];
     for (size_t a = 0; a < sizeof own / sizeof own[0]; a++) {
         const fe_kv *kv = fe_get(sec, own[a].key);
@@ -685,6 +686,8 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
                                                                : "add `heads = N`: the last dim of q, k and v is heads x head size",
                         "%s op '%s' needs heads", ir_ops[d->kind].name, fe_clip(sec->name, clip, sizeof clip));
     if (d->kind == IR_OP_ROPE && get_float(L, sec, "theta", 10000.0, FE_POS, &d->fattr[IR_FA_THETA])) return 2;
+    /* attention's scale of q . k: 0 (absent) is 1 / sqrt(head size), set by ir_add_op */
+    if (d->kind == IR_OP_ATTENTION && get_float(L, sec, "scale", 0.0, FE_POS, &d->fattr[IR_FA_SCALE])) return 2;
     if (d->kind != IR_OP_CUSTOM && get_float(L, sec, "eps", 1e-5, FE_POS, &d->fattr[IR_FA_LN_EPS])) return 2;
     if (d->kind == IR_OP_RECYCLE) {
         if (!fe_get(sec, "shape"))

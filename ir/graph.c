@@ -231,6 +231,14 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         ext[t] = op.iattr[IR_IA_MEAN_T];
     }
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
+    if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD) && op.iattr[IR_IA_CAUSAL]) {
+        int64_t et = ext[ir_anno_find(&op.anno, "t")], es = ext[ir_anno_find(&op.anno, "s")];
+        if (et != es) {
+            snprintf(err, errsz, "causal attention needs as many keys as queries: q has %lld positions, k and v "
+                     "%lld (cross-attention: causal = false)", (long long)et, (long long)es);
+            return -1;
+        }
+    }
     if (kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD) {   /* the rotation pairs the halves of a head */
         int d = ir_anno_find(&op.anno, "d");
         if (d >= 0 && ext[d] % 2) {
@@ -305,7 +313,8 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         op.iattr[IR_IA_MEAN_T] = ext[ir_anno_find(&op.anno, "t")];
         op.fattr[IR_FA_SCALE] = 1.0 / (double)op.iattr[IR_IA_MEAN_T];
     }
-    if (kind == IR_OP_ATTENTION) op.fattr[IR_FA_SCALE] = 1.0 / sqrt((double)ext[ir_anno_find(&op.anno, "d")]);
+    if (kind == IR_OP_ATTENTION && op.fattr[IR_FA_SCALE] == 0)   /* (a spec's scale = ... when given) */
+        op.fattr[IR_FA_SCALE] = 1.0 / sqrt((double)ext[ir_anno_find(&op.anno, "d")]);
     if (kind == IR_OP_LAYERNORM && op.fattr[IR_FA_LN_EPS] == 0) op.fattr[IR_FA_LN_EPS] = 1e-5;
     *IR_PUSH(g->op, g->nop, g->opcap) = op;
     return opid;

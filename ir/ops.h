@@ -46,8 +46,8 @@ OP(RMSNORM_BWD,   "rmsnorm_bwd",       "* c^, * c^, c^, * -> * c^",       4, 1, 
 OP(RMSNORM_WGRAD, "rmsnorm_wgrad",     "*+ c^, *+ c^, *+ -> c^",          3, 1, 0)                     /* dw; inputs dy, x, rstd */
 OP(SOFTMAX,       "softmax",           "* n^ -> * n^",                    1, 1, OPF_USER)              /* over the last dim */
 OP(SOFTMAX_BWD,   "softmax_bwd",       "* n^, * n^ -> * n^",              2, 1, 0)                     /* inputs dy, y */
-OP(ATTENTION,     "attention",         "* t^ (h r d^), * t^ (h d^), * t^ (h d^) -> * t^ (h r d^), * (h r) t^", 3, 2, OPF_USER) /* causal multi-head attention; q, k, v -> y, lse; h: the key/value heads (kv_heads, default heads), r = heads / kv_heads query heads each (grouped-query) */
-OP(ATTENTION_BWD, "attention_bwd",     "* t^ (h r d^), * t^ (h r d^), * t^ (h d^), * t^ (h d^), * t^ (h r d^), * (h r) t^ -> * t^ (h r d^), * t^ (h d^), * t^ (h d^)", 6, 3, 0) /* dy, q, k, v, y, lse -> dq, dk, dv */
+OP(ATTENTION,     "attention",         "* t^ (h r d^), * s^ (h d^), * s^ (h d^) -> * t^ (h r d^), * (h r) t^", 3, 2, OPF_USER) /* multi-head attention (causal by default: then s = t); q, k, v -> y, lse; t queries, s keys (cross-attention: s != t); h: the key/value heads (kv_heads, default heads), r = heads / kv_heads query heads each (grouped-query) */
+OP(ATTENTION_BWD, "attention_bwd",     "* t^ (h r d^), * t^ (h r d^), * s^ (h d^), * s^ (h d^), * t^ (h r d^), * (h r) t^ -> * t^ (h r d^), * s^ (h d^), * s^ (h d^)", 6, 3, 0) /* dy, q, k, v, y, lse -> dq, dk, dv */
 OP(ROPE,          "rope",              "* t^ (h d^) -> * t^ (h d^)",      1, 1, OPF_USER)              /* rotary position embedding of each head (LLaMA's halves); heads binds h, theta the base */
 OP(ROPE_BWD,      "rope_bwd",          "* t^ (h d^) -> * t^ (h d^)",      1, 1, 0)                     /* dx = the rotation back of dy */
 OP(MEAN,          "mean",              "* t+ c -> * c",                   1, 1, OPF_USER)              /* y = the mean over the dim before the last (mean pooling over a sequence) */

@@ -523,15 +523,15 @@ static int64_t pg_extent(const pg_instr *in, int j) {
     case RT_K_softmax:    /* R N */
     case RT_K_softmax_bwd:
         return pg_prod(in, 0, 2, 1);
-    case RT_K_attention:  /* B T H D causal Hkv: q Y B*T*H*D, k v B*T*Hkv*D, lse B*H*T */
+    case RT_K_attention:  /* B T H D causal Hkv S: q Y B*T*H*D, k v B*S*Hkv*D, lse B*H*T */
         if (j == 1 || j == 2) {
-            int64_t bt = pg_prod(in, 0, 2, 1), kd = pg_prod2(in, 5, 3), r;
+            int64_t bt = pg_prod2(in, 0, 6), kd = pg_prod2(in, 5, 3), r;
             return bt < 0 || kd < 0 || ir_mul_ovf(bt, kd, &r) ? -1 : r;
         }
         return j == 4 ? pg_prod(in, 0, 3, 1) : pg_prod(in, 0, 4, 1);
-    case RT_K_attention_bwd: /* B T H D causal acc Hkv: dY q Y dq B*T*H*D, k v dk dv B*T*Hkv*D, lse */
+    case RT_K_attention_bwd: /* B T H D causal acc Hkv S P: dY q Y dq B*T*H*D, k v dk dv B*S*Hkv*D, lse */
         if (j == 2 || j == 3 || j == 7 || j == 8) {
-            int64_t bt = pg_prod(in, 0, 2, 1), kd = pg_prod2(in, 6, 3), r;
+            int64_t bt = pg_prod2(in, 0, 7), kd = pg_prod2(in, 6, 3), r;
             return bt < 0 || kd < 0 || ir_mul_ovf(bt, kd, &r) ? -1 : r;
         }
         return j == 5 ? pg_prod(in, 0, 3, 1) : pg_prod(in, 0, 4, 1);

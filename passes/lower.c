@@ -154,8 +154,8 @@ double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
     case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: {
         int64_t H, D, Hkv;
         att_heads(o, ext, &H, &D, &Hkv);
-        double t = (double)ext_prod(o, ext, 0, nd0 - 2, nd0 - 1);
-        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)H * t * t * (double)D;
+        double t = (double)ext_prod(o, ext, 0, nd0 - 2, nd0 - 1), sk = (double)ext[ir_anno_find(&o->anno, "s")];
+        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)H * t * sk * (double)D;
         if (o->iattr[IR_IA_CAUSAL]) fl /= 2;
         if (o->kind == IR_OP_ATTENTION_BWD) fl *= 2;
         break;
@@ -320,13 +320,14 @@ static void lower_subop(lctx *c, int si, int sec)
         pg_i(in, ext_prod(o, ext, 2, 1, 2)); put_acc(c, in, acc, sec);
         break;
     case IR_OP_ATTENTION:
-    case IR_OP_ATTENTION_BWD: { /* q[*, t, (h r d)]: B T H D causal (acc) Hkv */
-        int64_t H, D, Hkv;
+    case IR_OP_ATTENTION_BWD: { /* q[*, t, (h r d)], k[*, s, (h d)]: B T H D causal (acc) Hkv S (bwd: max(T, S)) */
+        int64_t H, D, Hkv, T = ext_prod(o, ext, 0, nd0 - 2, nd0 - 1), S = ext[ir_anno_find(&o->anno, "s")];
         att_heads(o, ext, &H, &D, &Hkv);
-        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0 - 1));
+        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, T);
         pg_i(in, H); pg_i(in, D); pg_i(in, o->iattr[IR_IA_CAUSAL]);
         if (o->kind == IR_OP_ATTENTION_BWD) put_acc(c, in, acc, sec);
-        pg_i(in, Hkv);
+        pg_i(in, Hkv); pg_i(in, S);
+        if (o->kind == IR_OP_ATTENTION_BWD) pg_i(in, T > S ? T : S);
         break;
     }
     case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU:

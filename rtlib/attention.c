@@ -1,8 +1,9 @@
 /* attention.c -- multi-head attention (optionally causal, optionally
  * grouped-query), forward and backward, flash-attention style.
  *
- * Tensors q, Y, dY, dq are (B, T, H, D) and k, v, dk, dv (B, T, Hkv, D):
- * head (b, h) is a T x D matrix whose rows are H*D (Hkv*D) floats apart,
+ * Tensors q, Y, dY, dq are (B, T, H, D) and k, v, dk, dv (B, S, Hkv, D) (S
+ * keys: S = T when causal; cross-attention otherwise): head (b, h) is a
+ * T x D (S x D) matrix whose rows are H*D (Hkv*D) floats apart,
  * which rt_gemm (matmul.c) takes as it is.  Query head h reads key/value
  * head h / (H / Hkv) (grouped-query attention; Hkv = H: multi-head).  lse is
  * (B, H, T).  Per head, with S = scale q k^T
@@ -19,7 +20,7 @@
  *             dS = scale P (dP - Drow); dv += P^T dY, dk += dS^T q,
  *             dq += dS k (all rt_gemm).
  *
- * No T x T matrix is ever stored: the tiles live in the calling thread's
+ * No T x S matrix is ever stored: the tiles live in the calling thread's
  * scratch (rt_scratch, after matmul's pack buffers).  Heads are independent
  * and split across the pool's threads; each head is computed the same way
  * whatever the thread count.
@@ -31,8 +32,9 @@
 
 /* One attention call. */
 typedef struct at_job {
-    int64_t B, T, H, D;     /* batch, sequence, heads, head size */
+    int64_t B, T, H, D;     /* batch, queries, heads, head size */
     int64_t Hkv;            /* key/value heads (H a multiple of it) */
+    int64_t S;              /* keys */
     int causal;             /* 1: query t sees keys s <= t */
     int acc;                /* backward: 1 adds into dq, dk, dv */
     float scale;            /* multiplies q . k */
@@ -41,7 +43,7 @@ typedef struct at_job {
 
 /* A head's view: its rows are ld floats apart, its key/value head's ldk. */
 typedef struct at_head {
-    int64_t T, D, ld;       /* rows, columns, row stride (H*D) */
+    int64_t T, S, D, ld;    /* query rows, key rows, columns, row stride (H*D) */
     int64_t off;            /* offset of row 0 of the head in a (B, T, H, D) tensor */
     int64_t loff;           /* offset of the head's lse (T floats) */
     int64_t ldk, koff;      /* row stride (Hkv*D) and row 0 of its key/value head in (B, T, Hkv, D) */
@@ -52,7 +54,7 @@ static at_head at_head_of(const at_job *j, int64_t bh)
 {
     int64_t b = bh / j->H, h = bh % j->H, ld = j->H * j->D, ldk = j->Hkv * j->D;
     int64_t g = h / (j->H / j->Hkv);
-    return (at_head){j->T, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->T * ldk + g * j->D};
+    return (at_head){j->T, j->S, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->S * ldk + g * j->D};
 }
 
 /* Keys of block [s0, s0 + kb) that query t sees. */
@@ -82,7 +84,7 @@ static void at_fwd_head(const at_job *j, int64_t bh, float *scratch)
     int64_t T = hd.T, D = hd.D, ld = hd.ld, ldk = hd.ldk;
     for (int64_t t0 = 0; t0 < T; t0 += RT_ATT_QB) {
         int64_t qb = T - t0 < RT_ATT_QB ? T - t0 : RT_ATT_QB;
-        int64_t kend = j->causal ? t0 + qb : T;
+        int64_t kend = j->causal ? t0 + qb : hd.S;
         float m[RT_ATT_QB], l[RT_ATT_QB];   /* running row max and sum of exp */
         for (int64_t s0 = 0; s0 < kend; s0 += RT_ATT_KB) {
             int64_t kb = kend - s0 < RT_ATT_KB ? kend - s0 : RT_ATT_KB;
@@ -148,17 +150,17 @@ static void at_bwd_head(const at_job *j, int64_t bh, int first, float *scratch)
     float *dv = (float *)j->b[8] + hd.koff;
     float *P = scratch + RT_MM_SCRATCH_FLOATS, *dS = P + RT_ATT_QB * RT_ATT_KB;
     int64_t T = hd.T, D = hd.D, ld = hd.ld, ldk = hd.ldk;
-    if (!j->acc)
-        for (int64_t t = 0; t < T; t++) {
+    if (!j->acc) {
+        for (int64_t t = 0; t < T; t++)
             memset(dq + t * ld, 0, (size_t)D * 4);
-            if (first) {
-                memset(dk + t * ldk, 0, (size_t)D * 4);
-                memset(dv + t * ldk, 0, (size_t)D * 4);
-            }
+        for (int64_t s = 0; first && s < hd.S; s++) {
+            memset(dk + s * ldk, 0, (size_t)D * 4);
+            memset(dv + s * ldk, 0, (size_t)D * 4);
         }
+    }
     for (int64_t t0 = 0; t0 < T; t0 += RT_ATT_QB) {
         int64_t qb = T - t0 < RT_ATT_QB ? T - t0 : RT_ATT_QB;
-        int64_t kend = j->causal ? t0 + qb : T;
+        int64_t kend = j->causal ? t0 + qb : hd.S;
         float drow[RT_ATT_QB];   /* sum_d dY Y = sum_s P dP, per query row */
         for (int64_t r = 0; r < qb; r++)
             drow[r] = at_dot(dy + (t0 + r) * ld, y + (t0 + r) * ld, D);
@@ -213,26 +215,26 @@ static void at_bwd_task(void *p, int t, int nt)
     at_task(p, t, nt, 1);
 }
 
-/* Validate the shape arguments (hkv: Hkv). */
-static void at_check(rt_ctx *ctx, const char *what, const int64_t *i, int64_t hkv)
+/* Validate the shape arguments (hkv: Hkv, s: S). */
+static void at_check(rt_ctx *ctx, const char *what, const int64_t *i, int64_t hkv, int64_t s)
 {
     if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||
-        i[2] % hkv)
-        rt_fatal(ctx, 1, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld", what,
+        i[2] % hkv || s < 0 || (i[4] && s != i[1]) || (s == 0 && i[1] > 0))
+        rt_fatal(ctx, 1, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld S %lld", what,
                  (long long)i[0], (long long)i[1], (long long)i[2], (long long)i[3],
-                 (long long)i[4], (long long)hkv);
+                 (long long)i[4], (long long)hkv, (long long)s);
 }
 
 void rt_k_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention", i, i[5]);
-    at_job j = {i[0], i[1], i[2], i[3], i[5], (int)i[4], 0, f[0], b};
+    at_check(ctx, "attention", i, i[5], i[6]);
+    at_job j = {i[0], i[1], i[2], i[3], i[5], i[6], (int)i[4], 0, f[0], b};
     rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
 }
 
 void rt_k_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention_bwd", i, i[6]);
-    at_job j = {i[0], i[1], i[2], i[3], i[6], (int)i[4], (int)i[5], f[0], b};
+    at_check(ctx, "attention_bwd", i, i[6], i[7]);
+    at_job j = {i[0], i[1], i[2], i[3], i[6], i[7], (int)i[4], (int)i[5], f[0], b};
     rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
 }

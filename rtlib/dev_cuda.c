@@ -127,7 +127,8 @@ typedef enum cu_grid {
  * already show), and extra work around a launch. */
 enum {
     CU_CHK_VREAL = 1,     /* xent: 1 <= Vreal (i[3]) <= V (i[1]) */
-    CU_CHK_ATT = 2,       /* attention: B, T, H, D >= 0, causal 0 or 1, D <= 256, Hkv >= 1 divides H */
+    CU_CHK_ATT = 2,       /* attention: B, T, H, D >= 0, causal 0 or 1, D <= 256, Hkv >= 1 divides H,
+                             S >= 1 keys (= T when causal; S = 0 only with T = 0), bwd: P = max(T, S) */
     CU_CHK_BOX = 4,       /* slice/place: ndim <= 8, 0 <= lo < hi <= extent */
     CU_CHK_COPY = 8,      /* copy: X and Y equal or disjoint */
     CU_CHK_EW = 16,       /* ew: the op list is well formed */
@@ -231,9 +232,10 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     /* softmax, softmax_bwd: a block per row of R = i[0] */
     [RT_KN_softmax] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, 0},
     [RT_KN_softmax_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, 0},
-    /* attention, attention_bwd: a warp per row (b, h, t), B * T * H rows */
+    /* attention: a warp per query row (b, h, t), B * T * H rows; attention_bwd: B * P * H rows,
+       P = max(T, S) (a row of dq and, for a key, of dk and dv) */
     [RT_KN_attention] = {CU_DEV, CU_GRID_WARPS, 128, {0, 1, 2}, -1, CU_CHK_ATT},
-    [RT_KN_attention_bwd] = {CU_DEV, CU_GRID_WARPS, 128, {0, 1, 2}, -1, CU_CHK_ATT},
+    [RT_KN_attention_bwd] = {CU_DEV, CU_GRID_WARPS, 128, {0, 8, 2}, -1, CU_CHK_ATT},
     /* place, slice: the box's elements */
     [RT_KN_place] = {CU_DEV, CU_GRID_BOX, 256, CU_NO_N, -1, CU_CHK_BOX},
     [RT_KN_slice] = {CU_DEV, CU_GRID_BOX, 256, CU_NO_N, -1, CU_CHK_BOX},
@@ -344,12 +346,14 @@ static int cu_preconditions(int kernel, const cu_launch *L, void *const *b, cons
     if ((L->flags & CU_NOTE_VREAL) && i[3] < 1)
         return cu_refuse(err, errlen, "%s: Vreal %lld below 1", name, (long long)i[3]);
     if (L->flags & CU_CHK_ATT) {
-        int64_t hkv = i[kernel == RT_KN_attention ? 5 : 6];
+        int fw = kernel == RT_KN_attention;
+        int64_t hkv = i[fw ? 5 : 6], s = i[fw ? 6 : 7];
         if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||
-            i[2] % hkv)
-            return cu_refuse(err, errlen, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld",
+            i[2] % hkv || s < 0 || (i[4] && s != i[1]) || (s == 0 && i[1] > 0) ||
+            (!fw && i[8] != (i[1] > s ? i[1] : s)))
+            return cu_refuse(err, errlen, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld S %lld",
                              name, (long long)i[0], (long long)i[1], (long long)i[2],
-                             (long long)i[3], (long long)i[4], (long long)hkv);
+                             (long long)i[3], (long long)i[4], (long long)hkv, (long long)s);
         if (i[3] > CU_ATT_DMAX)
             return cu_refuse(err, errlen, "%s: head size D = %lld is above %d, the largest "
                              "the CUDA kernel takes", name, (long long)i[3], CU_ATT_DMAX);

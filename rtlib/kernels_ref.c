@@ -687,12 +687,13 @@ void rt_ref_softmax_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const flo
     }
 }
 
-/* The shape of an attention call: i = B, T, H, D, causal (, acc), Hkv; f[0] = scale. */
+/* The shape of an attention call: i = B, T, H, D, causal (, acc), Hkv, S; f[0] = scale. */
 typedef struct rt_ref_att {
-    int64_t B, T, H, D;   /* batch, sequence, heads, head size */
+    int64_t B, T, H, D;   /* batch, queries, heads, head size */
     int causal;           /* 1: query t sees keys s <= t */
     double scale;         /* multiplies q . k */
     int64_t Hkv;          /* key/value heads: query head h reads head h / (H / Hkv) */
+    int64_t S;            /* keys */
 } rt_ref_att;
 
 /* Index of element (b, t, h, d) of a (B, T, H, D) tensor (q, Y, dY, dq). */
@@ -701,10 +702,10 @@ static int64_t rt_ref_bthd(const rt_ref_att *a, int64_t b, int64_t t, int64_t h,
     return ((b * a->T + t) * a->H + h) * a->D + d;
 }
 
-/* Index of element (b, t, g, d) of a (B, T, Hkv, D) tensor (k, v, dk, dv). */
-static int64_t rt_ref_btgd(const rt_ref_att *a, int64_t b, int64_t t, int64_t g, int64_t d)
+/* Index of element (b, s, g, d) of a (B, S, Hkv, D) tensor (k, v, dk, dv). */
+static int64_t rt_ref_btgd(const rt_ref_att *a, int64_t b, int64_t s, int64_t g, int64_t d)
 {
-    return ((b * a->T + t) * a->Hkv + g) * a->D + d;
+    return ((b * a->S + s) * a->Hkv + g) * a->D + d;
 }
 
 /* The key/value head of query head h. */
@@ -740,11 +741,11 @@ void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float
 {
     const float *q = b[0], *k = b[1], *v = b[2];
     float *y = b[3], *lse = b[4];
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5]};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6]};
     for (int64_t bb = 0; bb < a.B; bb++)
         for (int64_t h = 0; h < a.H; h++)
             for (int64_t t = 0; t < a.T; t++) {
-                int64_t ns = a.causal ? t + 1 : a.T;   /* visible keys */
+                int64_t ns = a.causal ? t + 1 : a.S;   /* visible keys */
                 double mx = -INFINITY, sum = 0;
                 for (int64_t s = 0; s < ns; s++)
                     mx = fmax(mx, a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h, 1));
@@ -779,7 +780,7 @@ void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const f
 {
     const float *dy = b[0], *q = b[1], *k = b[2], *lse = b[5];
     float *dq = b[6], *dk = b[7], *dv = b[8];
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6]};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7]};
     int acc = (int)i[5];
     int64_t r = a.H / a.Hkv;
     for (int64_t bb = 0; bb < a.B; bb++)
@@ -787,18 +788,18 @@ void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const f
             for (int64_t t = 0; t < a.T; t++)   /* t: this row's position */
                 for (int64_t d = 0; d < a.D; d++) {
                     double gq = 0;
-                    for (int64_t s = 0; s < a.T; s++)   /* s: the other position */
+                    for (int64_t s = 0; s < a.S; s++)   /* s: a key */
                         gq += rt_ref_dscore(&a, b, bb, t, s, h) * k[rt_ref_btgd(&a, bb, s, rt_ref_kvh(&a, h), d)];
                     int64_t o = rt_ref_bthd(&a, bb, t, h, d);
                     dq[o] = (float)((acc ? dq[o] : 0.0) + a.scale * gq);
                 }
     for (int64_t bb = 0; bb < a.B; bb++)
         for (int64_t g = 0; g < a.Hkv; g++)
-            for (int64_t t = 0; t < a.T; t++)
+            for (int64_t t = 0; t < a.S; t++)   /* t: a key */
                 for (int64_t d = 0; d < a.D; d++) {
                     double gk = 0, gv = 0;
                     for (int64_t h = g * r; h < (g + 1) * r; h++)   /* the query heads of head g */
-                        for (int64_t s = 0; s < a.T; s++) {
+                        for (int64_t s = 0; s < a.T; s++) {   /* s: a query */
                             gk += rt_ref_dscore(&a, b, bb, s, t, h) * q[rt_ref_bthd(&a, bb, s, h, d)];
                             gv += rt_ref_prob(&a, q, k, lse[(bb * a.H + h) * a.T + s], bb, s, t, h) *
                                   dy[rt_ref_bthd(&a, bb, s, h, d)];

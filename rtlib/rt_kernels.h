@@ -9,7 +9,9 @@
  *
  * Conventions: b[] are arena pointers (float * unless stated), i[] are
  * element counts and flags, f[] are float hyper-parameters.  `acc` = 0
- * overwrites the output, 1 adds into it.  All matrices are row-major.
+ * overwrites the output, any other value adds into it (the compiler passes
+ * the micro-batch index in a step's micro-batch loop: the first overwrites,
+ * the others add).  All matrices are row-major.
  */
 /*    name            nbuf nint nflt   arguments */
 RT_K(init_param,      1,   1,   0)  /* b: dst.  i: param index in the manifest. Fills dst with the
@@ -112,17 +114,18 @@ RT_K(rope,            2,   6,   1)  /* b: X (B, T, H, D), Y.  i: B, T, H, D (eve
                                        + X[j] sin a; inverse: the angle -a (the backward).  Y may be X */
 RT_K(softmax,         2,   2,   0)  /* b: X (R, N), Y.  i: R, N.  Y = softmax over the last dim (stable) */
 RT_K(softmax_bwd,     3,   3,   0)  /* b: dY, Y, dX.  i: R, N, acc.  dX (+)= Y (dY - sum(dY Y)) */
-RT_K(attention,       5,   6,   1)  /* b: q (B, T, H, D), k, v (B, T, Hkv, D), Y (B, T, H, D), lse (B, H, T).
-                                       i: B, T, H, D, causal, Hkv.  f: scale (1/sqrt(D)).  Multi-head
-                                       attention per (b, h), grouped-query when Hkv < H (H a multiple of
+RT_K(attention,       5,   7,   1)  /* b: q (B, T, H, D), k, v (B, S, Hkv, D), Y (B, T, H, D), lse (B, H, T).
+                                       i: B, T, H, D, causal, Hkv, S.  f: scale (default 1/sqrt(D)).
+                                       Multi-head attention per (b, h) of T queries over S keys
+                                       (causal: S = T), grouped-query when Hkv < H (H a multiple of
                                        Hkv): query head h reads key/value head h / (H / Hkv).
-                                       S = scale q k^T (masked to s <= t when causal), P = softmax(S),
-                                       Y = P v, lse = logsumexp of S's rows.  Rows of q/Y are H*D floats,
+                                       Sc = scale q k^T (masked to s <= t when causal), P = softmax(Sc),
+                                       Y = P v, lse = logsumexp of Sc's rows.  Rows of q/Y are H*D floats,
                                        of k/v Hkv*D. */
-RT_K(attention_bwd,   9,   7,   1)  /* b: dY, q, k, v, Y, lse, dq, dk, dv.  i: B, T, H, D, causal, acc, Hkv.
-                                       f: scale.  Gradients of attention (P recomputed from q, k, lse);
-                                       dk, dv of a key/value head sum over its H / Hkv query heads, in
-                                       head order. */
+RT_K(attention_bwd,   9,   9,   1)  /* b: dY, q, k, v, Y, lse, dq, dk, dv.  i: B, T, H, D, causal, acc, Hkv, S,
+                                       P = max(T, S).  f: scale.  Gradients of attention (P recomputed
+                                       from q, k, lse); dk, dv of a key/value head sum over its H / Hkv
+                                       query heads, in head order. */
 RT_K(mean_mid,        2,   4,   1)  /* b: X (R, T, C), Y (R, C).  i: R, T, C, acc.  f: scale.
                                        Y[r, c] (+)= scale * sum_t X[r, t, c] (summed in t order in f32,
                                        then scaled).  mean over the dim before the last. */

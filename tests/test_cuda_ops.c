@@ -1035,35 +1035,39 @@ static void ops_mean(void)
 
 /* attention and its backward (Y and lse from the reference forward): head
  * sizes 1 to 256 (the largest the kernel takes), odd T, causal or not,
- * grouped-query (Hkv < H) and multi-query (Hkv = 1). */
+ * grouped-query (Hkv < H) and multi-query (Hkv = 1), cross-attention (S keys
+ * != T queries: more and fewer, not causal). */
 static void ops_attention(void)
 {
-    static const int64_t sh[][5] = {   /* B, T, H, D, Hkv */
-        {1, 1, 1, 1, 1}, {1, 2, 1, 1, 1}, {2, 5, 3, 8, 3}, {1, 33, 2, 64, 2}, {1, 17, 1, 256, 1},
-        {2, 70, 2, 24, 2}, {2, 19, 6, 16, 2}, {1, 40, 4, 32, 1}};
+    static const int64_t sh[][6] = {   /* B, T, H, D, Hkv, S (0: T) */
+        {1, 1, 1, 1, 1, 0}, {1, 2, 1, 1, 1, 0}, {2, 5, 3, 8, 3, 0}, {1, 33, 2, 64, 2, 0}, {1, 17, 1, 256, 1, 0},
+        {2, 70, 2, 24, 2, 0}, {2, 19, 6, 16, 2, 0}, {1, 40, 4, 32, 1, 0}, {2, 19, 6, 16, 2, 45}, {1, 33, 2, 64, 2, 7},
+        {2, 3, 2, 8, 1, 1}};
     for (int bwd = 0; bwd < 2; bwd++)
-        for (int s = 0; s < 8; s++)
-            for (int causal = 0; causal < 2; causal++)
+        for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+            for (int causal = 0; causal < (sh[s][5] ? 1 : 2); causal++)
                 for (int acc = 0; acc <= bwd; acc++) {
                     int64_t Bn = sh[s][0], T = sh[s][1], H = sh[s][2], D = sh[s][3], Hkv = sh[s][4];
-                    int64_t n = Bn * T * H * D, nk = Bn * T * Hkv * D;
+                    int64_t S = sh[s][5] ? sh[s][5] : T, P = T > S ? T : S;
+                    int64_t n = Bn * T * H * D, nk = Bn * S * Hkv * D;
                     float scale = 1.0f / sqrtf((float)D);
-                    char what[112];
-                    snprintf(what, sizeof what, "B=%lld T=%lld H=%lld D=%lld Hkv=%lld causal=%d",
-                             (long long)Bn, (long long)T, (long long)H, (long long)D, (long long)Hkv, causal);
+                    char what[128];
+                    snprintf(what, sizeof what, "B=%lld T=%lld S=%lld H=%lld D=%lld Hkv=%lld causal=%d",
+                             (long long)Bn, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv,
+                             causal);
                     if (!bwd) {
                         if (!tc_begin("attention", "%s", what))
                             continue;
                         int q = tc_buf(TB_IN, "q", n, -1, 1), k = tc_buf(TB_IN, "k", nk, -1, 1);
                         int v = tc_buf(TB_IN, "v", nk, -1, 1), y = tc_buf(TB_OUT, "Y", n, -1, 1);
                         int lse = tc_buf(TB_OUT, "lse", Bn * H * T, -1, 1);
-                        tc_launch(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv),
+                        tc_launch(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv, S),
                                   F(scale));
                         tc_run();
                         continue;
                     }
-                    /* T = 1: dq and dk are 0 up to rounding (one key, P = 1) */
-                    if (T == 1 || !tc_begin("attention_bwd", "%s acc=%d", what, acc))
+                    /* one key: dq and dk are 0 up to rounding (P = 1) */
+                    if (S == 1 || !tc_begin("attention_bwd", "%s acc=%d", what, acc))
                         continue;
                     int dy = tc_buf(TB_IN, "dY", n, -1, 1), q = tc_buf(TB_IN, "q", n, -1, 1);
                     int k = tc_buf(TB_IN, "k", nk, -1, 1), v = tc_buf(TB_IN, "v", nk, -1, 1);
@@ -1071,9 +1075,9 @@ static void ops_attention(void)
                     int lse = tc_buf(TB_IN, "lse", Bn * H * T, 0, 0);
                     int dq = tc_buf(TB_OUT, "dq", n, -1, 1), dk = tc_buf(TB_OUT, "dk", nk, -1, 1);
                     int dv = tc_buf(TB_OUT, "dv", nk, -1, 1);
-                    tc_prep(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv), F(scale));
+                    tc_prep(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv, S), F(scale));
                     tc_launch(RT_KN_attention_bwd, B(dy, q, k, v, y, lse, dq, dk, dv),
-                              I(Bn, T, H, D, causal, acc, Hkv), F(scale));
+                              I(Bn, T, H, D, causal, acc, Hkv, S, P), F(scale));
                     tc_run();
                 }
 }

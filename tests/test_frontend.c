@@ -478,6 +478,29 @@ static void test_lines(void)
     free(text);
 }
 
+/* Is tensor name [a, b, c]? */
+static int shape3(const ir_graph *g, const char *name, int64_t a, int64_t b, int64_t c)
+{
+    int t = tid(g, name);
+    return t >= 0 && g->t[t].ndim == 3 && g->t[t].shape[0] == a && g->t[t].shape[1] == b && g->t[t].shape[2] == c;
+}
+
+/* tests/equiv/xattn.ini: cross-attention (16 queries over 24 keys) with its
+ * own scale, self-attention with the default 1 / sqrt(head size). */
+static void test_cross_attention(const char *tests)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/equiv/xattn.ini", tests);
+    ir_graph g;
+    if (!load_ok("xattn.ini", p, NULL, 0, &g)) return;
+    int x = ir_find_op(&g, "d.0.xattn"), s = ir_find_op(&g, "d.0.attn");
+    CHECK(x >= 0 && s >= 0 && g.op[x].fattr[IR_FA_SCALE] == 0.2 && g.op[s].fattr[IR_FA_SCALE] == 0.25 &&
+              !g.op[x].iattr[IR_IA_CAUSAL] && shape3(&g, "d.0.q", 8, 16, 32) && shape3(&g, "d.0.k", 8, 24, 32) &&
+              shape3(&g, "d.0.cy", 8, 16, 32) && shape3(&g, "d.0.clse", 8, 2, 16),
+          "cross-attention: q 16 positions, k and v 24, y and lse as q; scale = 0.2, the default 1/sqrt(16)");
+    ir_graph_free(&g);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -501,6 +524,7 @@ int main(int argc, char **argv)
     test_small();
     test_format();
     test_lines();
+    test_cross_attention(tests);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -341,15 +341,22 @@ static void test_launch_config(void)
 
     /* attention: a warp per (b, h, t), 4 warps per block */
     expect("attention B=2 T=5 H=3 D=64",
-           cfg(RT_KN_attention, b, (int64_t[]){2, 5, 3, 64, 1, 3}), 8, 1, 128, 0);
+           cfg(RT_KN_attention, b, (int64_t[]){2, 5, 3, 64, 1, 3, 5}), 8, 1, 128, 0);
     expect("attention_bwd B=1 T=4 H=1 D=256",
-           cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 256, 0, 1, 1}), 1, 1, 128, 0);
-    check(cfg(RT_KN_attention, b, (int64_t[]){0, 5, 3, 64, 1, 3}).rc == 0, "attention B=0: skipped");
-    refused("attention D=257", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 257, 1, 1}), "D = 257");
-    refused("attention H=3 Hkv=2", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 3, 64, 1, 2}), "Hkv 2");
-    refused("attention_bwd Hkv=0", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 3, 64, 1, 0, 0}), "Hkv 0");
-    refused("attention_bwd causal=2", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 2, 0, 1}),
+           cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 256, 0, 1, 1, 4, 4}), 1, 1, 128, 0);
+    /* cross-attention's backward: a warp per (b, h, p), p < max(T, S) */
+    expect("attention_bwd B=1 T=4 S=9 H=2 D=64",
+           cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 2, 64, 0, 0, 2, 9, 9}), 5, 1, 128, 0);
+    check(cfg(RT_KN_attention, b, (int64_t[]){0, 5, 3, 64, 1, 3, 5}).rc == 0, "attention B=0: skipped");
+    refused("attention D=257", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 257, 1, 1, 4}), "D = 257");
+    refused("attention H=3 Hkv=2", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 3, 64, 1, 2, 4}), "Hkv 2");
+    refused("attention causal with S != T", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 64, 1, 1, 6}), "S 6");
+    refused("attention no keys", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 64, 0, 1, 0}), "S 0");
+    refused("attention_bwd Hkv=0", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 3, 64, 1, 0, 0, 4, 4}), "Hkv 0");
+    refused("attention_bwd causal=2", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 2, 0, 1, 4, 4}),
             "causal 2");
+    refused("attention_bwd P != max(T, S)", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 0, 0, 1, 9, 4}),
+            "S 9");
 
     /* slice / place: grid-stride over the box */
     expect("slice [1,3)x[0,6) of 4x6",

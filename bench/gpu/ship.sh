@@ -52,6 +52,7 @@ CASES=(
   "swiglu|tests/equiv/swiglu.ini||1e-4|1e-3"
   "gqa|tests/equiv/gqa.ini||1e-4|1e-3"
   "meanpool|tests/equiv/meanpool.ini||1e-4|1e-3"
+  "xattn|tests/equiv/xattn.ini||1e-4|1e-3"
 )
 
 if [[ $mode == pack ]]; then

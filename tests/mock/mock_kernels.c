@@ -247,8 +247,8 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         break;
     case RT_KN_matmul:
     case RT_KN_matmul_bf16:   /* i: M, K, N, transA, transB, acc; 64x64 tiles of C */
-        if ((i[3] | i[4] | i[5]) & ~(int64_t)1) {
-            snprintf(why, wl, "transA, transB and acc must be 0 or 1");
+        if (((i[3] | i[4]) & ~(int64_t)1) || i[5] < 0) {   /* acc: 0, or any count (the micro-batch) */
+            snprintf(why, wl, "transA and transB must be 0 or 1, acc >= 0");
             return -1;
         }
         B[0] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], i[2]), B[2] = mock_f4(i[0], i[2]);
@@ -396,11 +396,17 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
     case RT_KN_attention:
-    case RT_KN_attention_bwd: {   /* i: B, T, H, D, causal (, acc), Hkv */
-        int64_t rows = mock_mul(mock_mul(i[0], i[1]), i[2]);   /* B*T*H: a warp each */
+    case RT_KN_attention_bwd: {   /* i: B, T, H, D, causal (, acc), Hkv, S (, P = max(T, S)) */
+        int fw = K == RT_KN_attention;
+        int64_t rows = mock_mul(mock_mul(i[0], i[1]), i[2]);   /* B*T*H: q, Y, lse rows */
         int64_t all = mock_f4(rows, i[3]), lse = mock_f4(rows, 1);
-        int64_t hkv = i[K == RT_KN_attention ? 5 : 6];
-        int64_t kv = mock_f4(mock_mul(mock_mul(i[0], i[1]), hkv), i[3]);   /* k, v, dk, dv */
+        int64_t hkv = i[fw ? 5 : 6], S = i[fw ? 6 : 7];
+        int64_t kv = mock_f4(mock_mul(mock_mul(i[0], S), hkv), i[3]);   /* k, v, dk, dv */
+        if (S < 0 || (i[4] && S != i[1]) || (S == 0 && i[1] > 0) || (!fw && i[8] != (i[1] > S ? i[1] : S))) {
+            snprintf(why, wl, "S = %" PRId64 " keys for T = %" PRId64 " queries (causal %" PRId64 ") or P "
+                     "(the launcher checks them)", S, i[1], i[4]);
+            return -1;
+        }
         if (hkv < 1 || i[2] % hkv) {
             snprintf(why, wl, "Hkv = %" PRId64 " does not divide H = %" PRId64 " (the launcher checks it)", hkv,
                      i[2]);
@@ -416,12 +422,13 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         else
             B[0] = B[1] = B[4] = B[6] = all, B[2] = B[3] = B[7] = B[8] = kv, B[5] = lse;
         s->block = 128;
-        s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(rows, 4);
+        s->grid = MOCK_GRID_FIXED;
+        s->gx = mock_cdiv(fw ? rows : mock_mul(mock_mul(i[0], i[8]), i[2]), 4);   /* 4 warps a block */
         break;
     }
     case RT_KN_slice:
     case RT_KN_place: {   /* i: ndim, acc, per dim: extent, lo, hi */
-        if (i[0] < 0 || i[0] > RT_MAXDIM || (i[1] & ~(int64_t)1)) {
+        if (i[0] < 0 || i[0] > RT_MAXDIM || i[1] < 0) {
             snprintf(why, wl, "ndim = %" PRId64 " outside [0, %d] or acc = %" PRId64, i[0],
                      RT_MAXDIM, i[1]);
             return -1;
