@@ -303,12 +303,12 @@ static int bn_others(bn_other *o)
     float *dq = bn_buf(n, 0, 0), *dk = bn_buf(n, 0, 0), *dv = bn_buf(n, 0, 0);
     double causal_pairs = (double)BN_B * BN_H * BN_T * (BN_T + 1) / 2;
     o[k++] = (bn_other){"attention fwd (B4 T64 H12 D64, causal)", BN_L,
-                        {rt_k_attention, {q, kk, v, y, lse}, {BN_B, BN_T, BN_H, D, 1, BN_H},
+                        {rt_k_attention, {q, kk, v, y, lse}, {BN_B, BN_T, BN_H, D, 1, BN_H, BN_T},
                          {0.125f}}, 4.0 * causal_pairs * D};
     rt_k_attention(NULL, o[k - 1].call.b, o[k - 1].call.i, o[k - 1].call.f);   /* Y, lse */
     o[k++] = (bn_other){"attention bwd", BN_L,
                         {rt_k_attention_bwd, {dy, q, kk, v, y, lse, dq, dk, dv},
-                         {BN_B, BN_T, BN_H, D, 1, 0, BN_H}, {0.125f}}, 10.0 * causal_pairs * D};
+                         {BN_B, BN_T, BN_H, D, 1, 0, BN_H, BN_T, BN_T}, {0.125f}}, 10.0 * causal_pairs * D};
     float *x = bn_buf(R * C, -1, 1), *w = bn_buf(C, 0.5f, 1.5f), *bias = bn_buf(C, -1, 1);
     float *ln = bn_buf(R * C, 0, 0), *mean = bn_buf(R, 0, 0), *rstd = bn_buf(R, 0, 0);
     float *dln = bn_buf(R * C, -1, 1), *dx = bn_buf(R * C, 0, 0), *dw = bn_buf(C, 0, 0);
@@ -339,11 +339,17 @@ static int bn_others(bn_other *o)
     for (int64_t r = 0; r < R; r++)
         tg[r] = (int32_t)((r * 7919) % BN_VR);
     float *loss = bn_buf(1, 0, 0);
-    o[k++] = (bn_other){"xent (256 x 50304, Vreal 50257)", 1,
-                        {rt_k_xent, {logits, tg, loss}, {R, BN_V, 0, BN_VR}, {1.0f / R}}, 0};
-    o[k++] = (bn_other){"xent_bwd", 1,
-                        {rt_k_xent_bwd, {logits, tg, dlogits}, {R, BN_V, 0, BN_VR}, {1.0f / R}},
-                        0};
+    /* cross-entropy as the compiler lowers it: 64 vocabulary blocks of 786 columns */
+    float *st = bn_buf(3 * R * 64, 0, 0);
+    o[k++] = (bn_other){"xent_stats (256 x 50304 in 64 blocks, Vreal 50257)", 1,
+                        {rt_k_xent_stats, {logits, tg, st, st + R * 64, st + 2 * R * 64},
+                         {R, 64, BN_V / 64, BN_VR, 0}, {0}}, 0};
+    rt_k_xent_stats(NULL, o[k - 1].call.b, o[k - 1].call.i, o[k - 1].call.f);
+    o[k++] = (bn_other){"xent_loss (256 x 64 blocks)", 1,
+                        {rt_k_xent_loss, {st, st + R * 64, st + 2 * R * 64, loss}, {R, 64, 0}, {1.0f / R}}, 0};
+    o[k++] = (bn_other){"xent_vp_bwd", 1,
+                        {rt_k_xent_vp_bwd, {logits, tg, st, st + R * 64, dlogits}, {R, BN_V, 0, BN_VR, 64, 0},
+                         {1.0f / R}}, 0};
     float *wte = bn_buf((int64_t)BN_V * C, -0.1f, 0.1f), *dwte = bn_buf((int64_t)BN_V * C, 0, 0);
     o[k++] = (bn_other){"embedding (256 tokens of 50304 x 768)", 1,
                         {rt_k_embedding, {tg, wte, x}, {R, 0, BN_V, C, 0}, {0}}, 0};

@@ -54,7 +54,7 @@ static const char cg_cu_prelude[] =
     "#define NNSC_FULL 0xffffffffu   /* every lane of a warp */\n"
     "\n"
     "/* Device-side errors (nnsc_state.err). */\n"
-    "#define NNSC_ERR_TARGET 1   /* xent: target outside [0, Vreal); err_a: it, err_b: its row */\n"
+    "#define NNSC_ERR_TARGET 1   /* cross-entropy target outside [0, Vreal): err_a, row err_b */\n"
     "\n"
     "/* The rank's device-side state, one per rank, zeroed at start-up. */\n"
     "struct nnsc_state {\n"
@@ -192,6 +192,20 @@ static const char cg_cu_prelude[] =
     "    v = sh[0];\n"
     "    __syncthreads();\n"
     "    return v;\n"
+    "}\n"
+    "\n"
+    "/* log sum exp of row[0 .. n), max subtracted, computed by the whole block\n"
+    " * and returned to every thread. */\n"
+    "static __device__ float nnsc_row_lse(const float *row, i64 n)\n"
+    "{\n"
+    "    float mx = nnsc_neg_inf();\n"
+    "    for (i64 v = threadIdx.x; v < n; v += blockDim.x)\n"
+    "        mx = fmaxf(mx, row[v]);\n"
+    "    mx = nnsc_block_max(mx);\n"
+    "    float s = 0.0f;\n"
+    "    for (i64 v = threadIdx.x; v < n; v += blockDim.x)\n"
+    "        s += expf(row[v] - mx);\n"
+    "    return mx + logf(nnsc_block_sum(s));\n"
     "}\n"
     "\n"
     "/* Deterministic sum over the blocks of the grid, without float atomics.\n"
@@ -768,82 +782,13 @@ static const char cg_cu_mse_bwd[] =
     "    }\n"
     "}\n";
 
-/* ------------------------------------------------------------------- xent */
-static const char cg_cu_xent[] =
-    "/* log sum exp of row[0 .. n), max subtracted, computed by the whole block\n"
-    " * and returned to every thread. */\n"
-    "static __device__ float nnsc_row_lse(const float *row, i64 n)\n"
-    "{\n"
-    "    float mx = nnsc_neg_inf();\n"
-    "    for (i64 v = threadIdx.x; v < n; v += blockDim.x)\n"
-    "        mx = fmaxf(mx, row[v]);\n"
-    "    mx = nnsc_block_max(mx);\n"
-    "    float s = 0.0f;\n"
-    "    for (i64 v = threadIdx.x; v < n; v += blockDim.x)\n"
-    "        s += expf(row[v] - mx);\n"
-    "    return mx + logf(nnsc_block_sum(s));\n"
-    "}\n"
-    "\n"
-    "/* b: logits (M,V), targets (i32, M), L.  i: M, V, acc, Vreal.  f: scale.\n"
-    " * L[0] (+)= scale * sum_m (logsumexp(logits[m, :Vreal]) - logits[m, t_m]).\n"
-    " * One block per row (grid max(M, 1): with M = 0, acc = 0 must still write\n"
-    " * 0); the rows' losses are added in row order in double (nnsc_grid_sum;\n"
-    " * workspace: M doubles).  The host checks 1 <= Vreal <= V; a target outside\n"
-    " * [0, Vreal) is recorded in st->err (its row adds 0). */\n"
-    "NNSC_KERNEL(nnsc_xent, 256)\n"
-    "{\n"
-    "    const float *x = (const float *)a.b[0];\n"
-    "    const int *tg = (const int *)a.b[1];\n"
-    "    float *l = (float *)a.b[2];\n"
-    "    i64 m = blockIdx.x, M = a.i[0], V = a.i[1], Vr = a.i[3];\n"
-    "    double loss = 0.0;\n"
-    "    if (m < M) {   /* the same in the whole block; only M = 0 launches a block past M */\n"
-    "        const float *row = x + m * V;\n"
-    "        float lse = nnsc_row_lse(row, Vr);\n"
-    "        int t = tg[m];\n"
-    "        if (t >= 0 && t < Vr)\n"
-    "            loss = (double)lse - (double)row[t];\n"
-    "        else if (threadIdx.x == 0)\n"
-    "            nnsc_error(a.st, NNSC_ERR_TARGET, t, m);\n"
-    "    }\n"
-    "    double total;\n"
-    "    if (nnsc_grid_sum(a.st, (double *)a.ws, loss, &total) && threadIdx.x == 0)\n"
-    "        l[0] = (float)((a.i[2] ? (double)l[0] : 0.0) + (double)a.f[0] * total);\n"
-    "}\n";
-
-/* --------------------------------------------------------------- xent_bwd */
-static const char cg_cu_xent_bwd[] =
-    "/* b: logits, targets, dlogits.  i: M, V, acc, Vreal.  f: scale.\n"
-    " * dlogits[m, :Vreal] (+)= scale * (softmax(logits[m, :Vreal]) - onehot(t_m));\n"
-    " * dlogits[m, Vreal:] (+)= 0.  One block per row; a bad target is recorded\n"
-    " * as in xent (and matches no column). */\n"
-    "NNSC_KERNEL(nnsc_xent_bwd, 256)\n"
-    "{\n"
-    "    const float *x = (const float *)a.b[0];\n"
-    "    const int *tg = (const int *)a.b[1];\n"
-    "    float *dx = (float *)a.b[2];\n"
-    "    i64 m = blockIdx.x, V = a.i[1], Vr = a.i[3];\n"
-    "    int acc = (int)a.i[2];\n"
-    "    float scale = a.f[0];\n"
-    "    const float *row = x + m * V;\n"
-    "    float *drow = dx + m * V;\n"
-    "    float lse = nnsc_row_lse(row, Vr);\n"
-    "    int t = tg[m];\n"
-    "    if ((t < 0 || t >= Vr) && threadIdx.x == 0)\n"
-    "        nnsc_error(a.st, NNSC_ERR_TARGET, t, m);\n"
-    "    for (i64 v = threadIdx.x; v < V; v += blockDim.x) {\n"
-    "        float g = v < Vr ? scale * (expf(row[v] - lse) - (v == t ? 1.0f : 0.0f)) : 0.0f;\n"
-    "        drow[v] = acc ? drow[v] + g : g;\n"
-    "    }\n"
-    "}\n";
-
 /* ------------------------------------------------ xent_stats, xent_loss, xent_vp_bwd */
 static const char cg_cu_xent_stats[] =
     "/* b: logits (M, K*C), targets (i32, M), bmax, bsum, btarget (M, K).\n"
     " * i: M, K, C, Vreal, Vlo.  One block per row; per block j of C columns\n"
     " * (global Vlo + j C ..), its real columns (< Vreal): max (0: none), sum of\n"
     " * exp(x - max) in double, the target's logit (0 when elsewhere).  A target\n"
-    " * outside [0, Vreal) is recorded in st->err (as xent). */\n"
+    " * outside [0, Vreal) is recorded in st->err (NNSC_ERR_TARGET). */\n"
     "NNSC_KERNEL(nnsc_xent_stats, 256)\n"
     "{\n"
     "    const float *x = (const float *)a.b[0];\n"
@@ -916,7 +861,7 @@ static const char cg_cu_xent_vp_bwd[] =
     " * i: M, V, acc, Vreal, Kall, Vlo.  f: scale.  One block per row: lse from the\n"
     " * Kall blocks (nnsc_blocks_lse), then for the columns g = Vlo + v:\n"
     " * dlogits (+)= scale * (exp(x - lse) - (g == t)) where g < Vreal, else 0.\n"
-    " * A bad target is recorded as in xent. */\n"
+    " * A bad target is recorded as in xent_stats. */\n"
     "NNSC_KERNEL(nnsc_xent_vp_bwd, 256)\n"
     "{\n"
     "    const float *x = (const float *)a.b[0];\n"
@@ -1572,8 +1517,6 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"mean_mid_bwd", cg_cu_mean_mid_bwd},
     {"mse_loss", cg_cu_mse_loss},
     {"mse_bwd", cg_cu_mse_bwd},
-    {"xent", cg_cu_xent},
-    {"xent_bwd", cg_cu_xent_bwd},
     {"xent_stats", cg_cu_xent_stats},
     {"xent_loss", cg_cu_xent_loss},
     {"xent_vp_bwd", cg_cu_xent_vp_bwd},
@@ -1620,8 +1563,6 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_mean_mid_bwd", RT_K_mean_mid_bwd, "f32"},
     {"nnsc_mse_loss", RT_K_mse_loss, "f32"},
     {"nnsc_mse_bwd", RT_K_mse_bwd, "f32"},
-    {"nnsc_xent", RT_K_xent, "f32"},
-    {"nnsc_xent_bwd", RT_K_xent_bwd, "f32"},
     {"nnsc_xent_stats", RT_K_xent_stats, "f32"},
     {"nnsc_xent_loss", RT_K_xent_loss, "f32"},
     {"nnsc_xent_vp_bwd", RT_K_xent_vp_bwd, "f32"},

@@ -252,7 +252,7 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     if (batch_id(g, kind, &op.anno, in, &bid, err, errsz)) return -1;
     /* dtype rules: class targets are i32, everything else f32 */
     for (int k = 0; k < nin; k++) {
-        int ints = ((kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_BWD || kind == IR_OP_XENT_STATS ||
+        int ints = ((kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_STATS ||
                      kind == IR_OP_XENT_VP_BWD) && k == 1) ||
                    ((kind == IR_OP_EMBEDDING || kind == IR_OP_EMBEDDING_BWD) && k == 0);
         ir_dtype want = ints ? IR_I32 : IR_F32;
@@ -509,8 +509,8 @@ void ir_graph_print(const ir_graph *g, ir_buf *b)
         ir_bprintf(b, "  \"");
         ir_anno_print(&o->anno, b);
         ir_bprintf(b, "\"");
-        if (o->kind == IR_OP_MSE_LOSS || o->kind == IR_OP_CROSS_ENTROPY || o->kind == IR_OP_MSE_BWD ||
-            o->kind == IR_OP_XENT_BWD || o->kind == IR_OP_XENT_LOSS || o->kind == IR_OP_XENT_VP_BWD)
+        if (o->kind == IR_OP_MSE_LOSS || o->kind == IR_OP_MSE_BWD || o->kind == IR_OP_XENT_LOSS ||
+            o->kind == IR_OP_XENT_VP_BWD)
             ir_bprintf(b, " scale=%g", o->fattr[IR_FA_SCALE]);
         if (o->kind == IR_OP_XENT_STATS || o->kind == IR_OP_XENT_LOSS || o->kind == IR_OP_XENT_VP_BWD)
             ir_bprintf(b, " vocab=%lld blocks=%lld", (long long)o->iattr[IR_IA_VOCAB],
@@ -521,6 +521,10 @@ void ir_graph_print(const ir_graph *g, ir_buf *b)
 
 void ir_graph_verify(const ir_graph *g)
 {
+    for (int i = 0; i < g->nop; i++)
+        if (g->op[i].kind == IR_OP_CROSS_ENTROPY)
+            ir_die(__FILE__, __LINE__, "op %s: cross_entropy is added by ir_add_cross_entropy (statistics, then loss)",
+                   g->op[i].name);
     for (int i = 0; i < g->nt; i++) {
         const ir_tensor *t = &g->t[i];
         if (t->producer >= 0) {

@@ -60,8 +60,7 @@ OP(SILU,          "silu",              "* -> *",                          1, 1, 
 OP(SILU_BWD,      "silu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* inputs dy, x */
 OP(MSE_LOSS,      "mse_loss",          "*+, *+ -> 1",                     2, 1, OPF_USER | OPF_LOSS)   /* mean((p - t)^2) over all elements */
 OP(MSE_BWD,       "mse_bwd",           "*, * -> *",                       2, 1, OPF_ELTW)              /* dp = 2 (p - t) / numel; inputs p, t */
-OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, OPF_USER | OPF_LOSS)   /* mean over rows of -log softmax(logits[:vocab])[target]; targets i32 */
-OP(XENT_BWD,      "cross_entropy_bwd", "* v^, * -> * v^",                 2, 1, 0)                     /* dlogits = (softmax - onehot) / rows */
+OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, OPF_USER | OPF_LOSS)   /* mean over rows of -log softmax(logits[:vocab])[target]; targets i32; the spec's op, never in a graph: */
 /* cross_entropy in a spec lowers to these (ir_add_cross_entropy): the vocabulary in k blocks of c,
  * per-block statistics, then their combination -- so tp splits the vocabulary (k) with no all-gather
  * of the logits, only of the rows x k statistics */

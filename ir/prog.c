@@ -478,10 +478,6 @@ static int64_t pg_extent(const pg_instr *in, int j) {
         return j == 1 ? pg_prod(in, 1, 1, 1) : pg_prod(in, 0, 2, 1);
     case RT_K_mse_loss:   /* n: P, T n, L 1 */
         return j == 2 ? 1 : n;
-    case RT_K_xent:       /* M V: logits M*V, targets M, L 1 */
-        return j == 0 ? pg_prod(in, 0, 2, 1) : j == 1 ? pg_prod(in, 0, 1, 1) : 1;
-    case RT_K_xent_bwd:   /* M V: logits and dlogits M*V, targets M */
-        return j == 1 ? pg_prod(in, 0, 1, 1) : pg_prod(in, 0, 2, 1);
     case RT_K_xent_stats: /* M K C Vreal Vlo: logits M*K*C, targets M, bmax bsum btarget M*K */
         return j == 0 ? pg_prod(in, 0, 3, 1) : j == 1 ? pg_prod(in, 0, 1, 1) : pg_prod(in, 0, 2, 1);
     case RT_K_xent_loss:  /* M K acc: bmax bsum btarget M*K, L 1 */
@@ -568,8 +564,6 @@ static const struct pg_role {
     [RT_K_silu_bwd] = {1u << 2, 0, 1},
     [RT_K_mse_loss] = {1u << 2, 0, 1},
     [RT_K_mse_bwd] = {1u << 2, 0, 1},
-    [RT_K_xent] = {1u << 2, 0, 2},
-    [RT_K_xent_bwd] = {1u << 2, 0, 2},
     [RT_K_xent_stats] = {1u << 2 | 1u << 3 | 1u << 4, 0, -1},
     [RT_K_xent_loss] = {1u << 3, 0, 2},
     [RT_K_xent_vp_bwd] = {1u << 4, 0, 2},

@@ -253,14 +253,13 @@ static int backward(agctx *c, int oi)
     case IR_OP_MEAN:   /* dx = dy / T, broadcast over t (T from the forward's attributes) */
         contribute(c, x, IR_OP_MEAN_BWD, 1, &dy);
         break;
-    case IR_OP_MSE_LOSS:
-    case IR_OP_CROSS_ENTROPY: {
+    case IR_OP_MSE_LOSS: {
         if (c->needs[w])
             return pass_error(g, o.line, "the second input (targets) must be data, not computed from params",
                               "%s: gradients with respect to the targets are not supported",
                               o.name);
         int a[2] = {x, w};
-        contribute(c, x, o.kind == IR_OP_MSE_LOSS ? IR_OP_MSE_BWD : IR_OP_XENT_BWD, 2, a);
+        contribute(c, x, IR_OP_MSE_BWD, 2, a);
         break;
     }
     case IR_OP_XENT_LOSS: {   /* straight to the logits: the statistics carry no gradient of their own */

@@ -202,8 +202,6 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_SILU_BWD: kern = RT_K_silu_bwd; break;
     case IR_OP_MSE_LOSS: kern = RT_K_mse_loss; break;
     case IR_OP_MSE_BWD: kern = RT_K_mse_bwd; break;
-    case IR_OP_CROSS_ENTROPY: kern = RT_K_xent; break;
-    case IR_OP_XENT_BWD: kern = RT_K_xent_bwd; break;
     case IR_OP_XENT_STATS: kern = RT_K_xent_stats; break;
     case IR_OP_XENT_LOSS: kern = RT_K_xent_loss; break;
     case IR_OP_XENT_VP_BWD: kern = RT_K_xent_vp_bwd; break;
@@ -286,10 +284,6 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_SOFTMAX_BWD:
         pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec);
         break;
-    case IR_OP_CROSS_ENTROPY:
-    case IR_OP_XENT_BWD:
-        pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec); pg_i(in, o->iattr[IR_IA_VOCAB]);
-        break;
     case IR_OP_XENT_STATS: { /* logits[*, (k c)]: M K C Vreal Vlo (the rank's first column) */
         const ir_adim *kc = &o->anno.dim[0][nd0 - 1];
         if (acc) ir_die(__FILE__, __LINE__, "op %s: statistics are written, not accumulated", o->name);
@@ -352,8 +346,7 @@ static void lower_subop(lctx *c, int si, int sec)
         break;
     }
     switch (o->kind) {
-    case IR_OP_MSE_LOSS: case IR_OP_MSE_BWD: case IR_OP_CROSS_ENTROPY: case IR_OP_XENT_BWD:
-    case IR_OP_XENT_LOSS: case IR_OP_XENT_VP_BWD:
+    case IR_OP_MSE_LOSS: case IR_OP_MSE_BWD: case IR_OP_XENT_LOSS: case IR_OP_XENT_VP_BWD:
     case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: case IR_OP_MEAN: case IR_OP_MEAN_BWD:
         pg_f(in, (float)o->fattr[IR_FA_SCALE]);
         break;

@@ -12,9 +12,9 @@
  * Device memory, allocated once in rt_dev_init:
  *   arena      the manifest's arena; b[] of every kernel point into it
  *   state      the rank's rt_cuda_state (rt_cuda_abi.h), zeroed
- *   workspace  8 * max(1024, largest xent M seen) bytes: one double per block
- *              of the grid reductions (grown, after a wait, when an xent
- *              needs more)
+ *   workspace  8 * max(1024, largest xent_loss M seen) bytes: one double per
+ *              block of the grid reductions (grown, after a wait, when an
+ *              xent_loss needs more)
  * and one stream, on which every kernel, copy and collective of the rank
  * runs in program order.  ctx->arena, the host arena, stays allocated as the
  * device arena's mirror: init_param and data run the CPU kernels on the
@@ -30,7 +30,7 @@
  *
  * Errors: every driver call goes through cu_check (the CU macro), which
  * names file:line, the call and the driver's error name and text, and exits
- * 1.  Kernels report bad data (an xent target outside [0, Vreal)) in the
+ * 1.  Kernels report bad data (a cross-entropy target outside [0, Vreal)) in the
  * state; rt_dev_step_end reads it after each step and stops with the CPU
  * target's message.  NNSC_CUDA_SYNC=1 waits after every launch, so that a
  * kernel that faults is named; NNSC_VERBOSE=1 prints the device chosen.
@@ -117,7 +117,7 @@ typedef enum cu_grid {
     CU_GRID_COLS,     /* 32 columns per block: ceil(n / 32) blocks */
     CU_GRID_MATMUL,   /* 64x64 tiles of C: (ceil(N / 64), ceil(M / 64)) */
     CU_GRID_REDUCE,   /* a scalar sum: min(ceil(n / 2048), 1024) blocks, at least 1 */
-    CU_GRID_XENT,     /* a block per row and a scalar sum: max(n, 1) blocks */
+    CU_GRID_XENT,     /* a block per row and a scalar sum: max(n, 1) blocks (xent_loss) */
     CU_GRID_ONE,      /* one block */
     CU_GRID_WARPS,    /* a warp per row: ceil(n / (block / 32)) blocks */
     CU_GRID_BOX,      /* slice/place: grid-stride over the box's elements */
@@ -126,14 +126,13 @@ typedef enum cu_grid {
 /* Host-side preconditions (what the CPU kernel stops on that the arguments
  * already show), and extra work around a launch. */
 enum {
-    CU_CHK_VREAL = 1,     /* xent: 1 <= Vreal (i[3]) <= V (i[1]) */
     CU_CHK_ATT = 2,       /* attention: B, T, H, D >= 0, causal 0 or 1, D <= 256, Hkv >= 1 divides H,
                              S >= 1 keys (= T when causal; S = 0 only with T = 0), bwd: P = max(T, S) */
     CU_CHK_BOX = 4,       /* slice/place: ndim <= 8, 0 <= lo < hi <= extent */
     CU_CHK_COPY = 8,      /* copy: X and Y equal or disjoint */
     CU_CHK_EW = 16,       /* ew: the op list is well formed */
     CU_ZERO_FIRST = 32,   /* embedding_bwd: acc = 0 zeroes the table (nnsc_zero) first */
-    CU_NOTE_VREAL = 64,   /* xent_stats, xent_vp_bwd: i[3] is the whole vocabulary's Vreal (the
+    CU_CHK_VREAL = 1,     /* xent_stats, xent_vp_bwd: i[3] is the whole vocabulary's Vreal (the
                              rank may hold fewer columns): 1 <= Vreal, kept for the message */
 };
 
@@ -182,14 +181,10 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_mse_loss] = {CU_DEV, CU_GRID_REDUCE, 256, {0, -1, -1}, 1, 0},
     /* mse_bwd: n elements */
     [RT_KN_mse_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
-    /* xent: a block per row of M = i[0] and a scalar sum; acc = i[2] */
-    [RT_KN_xent] = {CU_DEV, CU_GRID_XENT, 256, {0, -1, -1}, 2, CU_CHK_VREAL},
-    /* xent_bwd: a block per row of M = i[0] */
-    [RT_KN_xent_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_CHK_VREAL},
     /* xent_stats, xent_vp_bwd: a block per row of M = i[0]; xent_loss: and a scalar sum, acc = i[2] */
-    [RT_KN_xent_stats] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_NOTE_VREAL},
+    [RT_KN_xent_stats] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_CHK_VREAL},
     [RT_KN_xent_loss] = {CU_DEV, CU_GRID_XENT, 256, {0, -1, -1}, 2, 0},
-    [RT_KN_xent_vp_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_NOTE_VREAL},
+    [RT_KN_xent_vp_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_CHK_VREAL},
     /* sgd, adamw: n elements */
     [RT_KN_sgd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     [RT_KN_adamw] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
@@ -340,10 +335,7 @@ static int cu_preconditions(int kernel, const cu_launch *L, void *const *b, cons
                             char *err, size_t errlen)
 {
     const char *name = cu_names[kernel];
-    if ((L->flags & CU_CHK_VREAL) && (i[3] < 1 || i[3] > i[1]))
-        return cu_refuse(err, errlen, "%s: Vreal %lld outside [1, V = %lld]", name,
-                         (long long)i[3], (long long)i[1]);
-    if ((L->flags & CU_NOTE_VREAL) && i[3] < 1)
+    if ((L->flags & CU_CHK_VREAL) && i[3] < 1)
         return cu_refuse(err, errlen, "%s: Vreal %lld below 1", name, (long long)i[3]);
     if (L->flags & CU_CHK_ATT) {
         int fw = kernel == RT_KN_attention;
@@ -550,7 +542,7 @@ struct rt_dev {
     int64_t ws_bytes;             /* its size */
     cu_host *host;                /* pinned host memory for the state and the loss */
     int sync_each;                /* NNSC_CUDA_SYNC: wait after every launch */
-    int64_t vreal;                /* Vreal of the xent kernels since the last step end (0: none) */
+    int64_t vreal;                /* Vreal of the cross-entropy kernels since the last step end (0: none) */
     int vreal_mixed;              /* they had different Vreal */
 };
 
@@ -1097,7 +1089,7 @@ void rt_cuda_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i, const 
         rt_fatal(ctx, 1, "%s", err);
     if ((L->flags & CU_ZERO_FIRST) && !i[4])
         cu_zero_table(ctx, b, i);
-    if (L->flags & (CU_CHK_VREAL | CU_NOTE_VREAL)) {   /* for the message of a bad target */
+    if (L->flags & CU_CHK_VREAL) {   /* for the message of a bad target */
         if (d->vreal && d->vreal != i[3])
             d->vreal_mixed = 1;
         d->vreal = i[3];

@@ -203,15 +203,6 @@ void rt_ref_mse_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *
         dp[k] = (float)((i[1] ? dp[k] : 0.0) + 2.0 * f[0] * ((double)p[k] - t[k]));
 }
 
-/* Vreal (the real vocabulary, i[3]) must be in [1, V]; a target must be below it. */
-static int64_t rt_ref_vreal(rt_ctx *ctx, const int64_t *i)
-{
-    if (i[3] < 1 || i[3] > i[1])
-        rt_fatal(ctx, 1, "xent: Vreal %lld outside [1, V = %lld]", (long long)i[3],
-                 (long long)i[1]);
-    return i[3];
-}
-
 /* Check target t of row m is a class index; a bad one is a data bug. */
 static void rt_ref_check_target(rt_ctx *ctx, int32_t t, int64_t m, int64_t V)
 {
@@ -231,40 +222,6 @@ static double rt_ref_logsumexp(const float *row, int64_t n)
     for (int64_t v = 0; v < n; v++)
         s += exp(row[v] - mx);
     return mx + log(s);
-}
-
-/* L[0] (+)= scale * sum_m (logsumexp(logits[m, :Vreal]) - logits[m, t_m]). */
-void rt_ref_xent(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0];
-    const int32_t *t = b[1];
-    float *l = b[2];
-    int64_t M = i[0], V = i[1], Vr = rt_ref_vreal(ctx, i);
-    double s = 0;
-    for (int64_t m = 0; m < M; m++) {
-        rt_ref_check_target(ctx, t[m], m, Vr);
-        s += rt_ref_logsumexp(x + m * V, Vr) - x[m * V + t[m]];
-    }
-    l[0] = (float)((i[2] ? l[0] : 0.0) + f[0] * s);
-}
-
-/* dlogits[m, :Vreal] (+)= scale * (softmax(logits[m, :Vreal]) - onehot(t_m));
- * dlogits[m, Vreal:] (+)= 0. */
-void rt_ref_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0];
-    const int32_t *t = b[1];
-    float *dx = b[2];
-    int64_t M = i[0], V = i[1], Vr = rt_ref_vreal(ctx, i);
-    for (int64_t m = 0; m < M; m++) {
-        rt_ref_check_target(ctx, t[m], m, Vr);
-        const float *row = x + m * V;
-        double lse = rt_ref_logsumexp(row, Vr);
-        for (int64_t v = 0; v < V; v++) {
-            double g = v < Vr ? f[0] * (exp(row[v] - lse) - (v == t[m] ? 1.0 : 0.0)) : 0.0;
-            dx[m * V + v] = (float)((i[2] ? dx[m * V + v] : 0.0) + g);
-        }
-    }
 }
 
 /* xent_stats: per row and block of C, in double, rounded once. */

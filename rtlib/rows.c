@@ -1,12 +1,13 @@
-/* rows.c -- the row-wise kernels: xent, softmax, layernorm, embedding.
+/* rows.c -- the row-wise kernels: cross-entropy (in vocabulary blocks),
+ * softmax, layernorm, embedding.
  *
  * Each works on the rows of a (R, C) matrix and is cut across the pool's
  * threads by rows (forward and input gradients) or by columns (weight
  * gradients: layernorm_wgrad and embedding_bwd sum over rows, so a thread
  * owns a range of columns and sums every row of it in order; their results
- * do not depend on the number of threads).  xent's loss is a sum over rows:
- * each thread sums its rows in order and the partial sums are added in
- * thread order, so the loss is deterministic for a given thread count.
+ * do not depend on the number of threads).  xent_loss sums its rows on one
+ * thread, in row order (rows x blocks terms: cheap), so the loss does not
+ * depend on the thread count either.
  *
  * Row reductions keep 16 partial sums (one per lane of the widest vector;
  * the compiler vectorises the lane loop at any ISA), so results do not
@@ -73,16 +74,7 @@ static int64_t rw_grain(int64_t n)
     return RT_EW_GRAIN / (n > 0 ? n : 1) + 1;
 }
 
-/* ---- xent */
-
-/* Vreal (i[3]) must be in [1, V]; returns it. */
-static int64_t rw_vreal(rt_ctx *ctx, const int64_t *i)
-{
-    if (i[3] < 1 || i[3] > i[1])
-        rt_fatal(ctx, 1, "xent: Vreal %lld outside [1, V = %lld]", (long long)i[3],
-                 (long long)i[1]);
-    return i[3];
-}
+/* ---- cross-entropy in vocabulary blocks: xent_stats, xent_loss, xent_vp_bwd */
 
 /* Every target must be a real class: a bad one is a data bug (checked on
  * the calling thread, before any work is split). */
@@ -93,86 +85,6 @@ static void rw_check_targets(rt_ctx *ctx, const int32_t *t, int64_t M, int64_t V
             rt_fatal(ctx, 1, "xent: target %d of row %lld is outside [0, %lld)", t[m],
                      (long long)m, (long long)Vr);
 }
-
-/* Max and log-sum-exp of row[0..n) (max subtracted before exp: no overflow). */
-static void rw_row_lse(const float *row, int64_t n, float *mx_out, double *lse_out)
-{
-    float mx = rt_vmax(row, n);
-    *mx_out = mx;
-    *lse_out = (double)mx + log(rt_vexp_sum(row, mx, n));
-}
-
-/* xent's per-thread loss sums (thread order) and arguments. */
-typedef struct rw_xent {
-    rt_kargs a;                     /* the kernel's arguments */
-    double part[RT_MAX_THREADS];    /* sum over thread t's rows */
-} rw_xent;
-
-/* Loss of rows [lo, hi) into part[t]. */
-static void rw_xent_rows(const void *p, int64_t lo, int64_t hi, int t)
-{
-    rw_xent *x = (rw_xent *)p;
-    const float *lg = x->a.b[0];
-    const int32_t *tg = x->a.b[1];
-    int64_t V = x->a.i[1], Vr = x->a.i[3];
-    double s = 0;
-    for (int64_t m = lo; m < hi; m++) {
-        float mx;
-        double lse;
-        rw_row_lse(lg + m * V, Vr, &mx, &lse);
-        s += lse - lg[m * V + tg[m]];
-    }
-    x->part[t] = s;
-}
-
-void rt_k_xent(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    int64_t M = i[0], Vr = rw_vreal(ctx, i);
-    rw_check_targets(ctx, b[1], M, Vr);
-    static rw_xent x;   /* kernels run on thread 0 only: one at a time */
-    x.a = (rt_kargs){ctx, b, i, f};
-    int nt = rt_threads_for(M, rw_grain(Vr));
-    memset(x.part, 0, sizeof x.part[0] * (size_t)nt);
-    rt_parallel_for(rw_xent_rows, &x, M, 1, rw_grain(Vr));
-    double s = 0;
-    for (int t = 0; t < nt; t++)
-        s += x.part[t];
-    float *l = b[2];
-    l[0] = (float)((i[2] ? l[0] : 0.0) + f[0] * s);
-}
-
-/* xent_bwd on rows [lo, hi). */
-static void rw_xent_bwd_rows(const void *p, int64_t lo, int64_t hi, int t)
-{
-    const rt_kargs *a = p;
-    const float *lg = a->b[0];
-    const int32_t *tg = a->b[1];
-    float *dx = a->b[2];
-    int64_t V = a->i[1], Vr = a->i[3];
-    int acc = (int)a->i[2];
-    float scale = a->f[0];
-    for (int64_t m = lo; m < hi; m++) {
-        const float *row = lg + m * V;
-        float *d = dx + m * V, mx;
-        double lse;
-        rw_row_lse(row, Vr, &mx, &lse);
-        /* softmax = exp((row - mx) - shift): row - mx is exact, shift is small */
-        rt_vexp_scale(row, mx, (float)(lse - mx), scale, d, Vr, acc);
-        d[tg[m]] -= scale;
-        if (!acc && Vr < V)
-            memset(d + Vr, 0, (size_t)(V - Vr) * 4);   /* padding columns: gradient 0 */
-    }
-}
-
-void rt_k_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    int64_t Vr = rw_vreal(ctx, i);
-    rw_check_targets(ctx, b[1], i[0], Vr);
-    rt_kargs a = {ctx, b, i, f};
-    rt_parallel_for(rw_xent_bwd_rows, &a, i[0], 1, rw_grain(i[1]));
-}
-
-/* ---- vocabulary-blocked cross-entropy: xent_stats, xent_loss, xent_vp_bwd */
 
 /* Stats of rows [lo, hi): per block of C columns, max, sum of exp and the target's logit. */
 static void rw_xstats_rows(const void *p, int64_t lo, int64_t hi, int t)

@@ -16,7 +16,7 @@
 /* Device-side errors, in rt_cuda_state.err. */
 enum {
     RT_CUDA_ERR_NONE = 0,    /* no error */
-    RT_CUDA_ERR_TARGET = 1,  /* xent / xent_bwd: a target outside [0, Vreal);
+    RT_CUDA_ERR_TARGET = 1,  /* xent_stats / xent_vp_bwd: a target outside [0, Vreal);
                                 err_a = the target, err_b = its row */
 };
 

@@ -39,12 +39,6 @@ RT_K(silu_bwd,        3,   2,   0)  /* b: dY, X, dX.  i: n, acc.  dX (+)= dY * s
                                        s = 1 / (1 + exp(-X)) */
 RT_K(mse_loss,        3,   2,   1)  /* b: P, T, L.  i: n, acc.  f: scale.  L[0] (+)= scale * sum (P - T)^2 */
 RT_K(mse_bwd,         3,   2,   1)  /* b: P, T, dP.  i: n, acc.  f: scale.  dP (+)= 2 scale (P - T) */
-RT_K(xent,            3,   4,   1)  /* b: logits (M,V), targets (i32, M), L.  i: M, V, acc, Vreal.  f: scale.
-                                       L[0] (+)= scale * sum_m (logsumexp(logits[m, :Vreal]) - logits[m, t_m]);
-                                       columns >= Vreal (vocabulary padding) are ignored */
-RT_K(xent_bwd,        3,   4,   1)  /* b: logits, targets, dlogits.  i: M, V, acc, Vreal.  f: scale.
-                                       dlogits[m, :Vreal] (+)= scale * (softmax(logits[m, :Vreal]) - onehot(t_m));
-                                       dlogits[m, Vreal:] (+)= 0 */
 RT_K(xent_stats,      5,   5,   0)  /* b: logits (M, K*C), targets (i32, M), bmax, bsum, btarget (M, K).
                                        i: M, K, C, Vreal, Vlo.  The rank's logits hold columns
                                        [Vlo, Vlo + K*C) of the vocabulary, in K blocks of C; of block j

@@ -773,28 +773,6 @@ static void ops_reductions(void)
     }
 }
 
-/* xent and xent_bwd: rows, vocabulary padding (Vreal < V), a block's worth
- * of columns and more, more rows than the initial workspace holds (xent's
- * grid sum: M doubles), M = 0 (xent with acc = 0 writes 0). */
-static void ops_xent(void)
-{
-    static const int64_t c[][4] = {   /* M, V, Vreal, acc */
-        {0, 10, 10, 0},       {1, 1, 1, 1},         {37, 50, 45, 0},   {37, 50, 45, 1},
-        {300, 1000, 1000, 0}, {5, 5000, 4999, 1},   {1500, 33, 30, 0}, {1500, 33, 30, 1}};
-    for (int bwd = 0; bwd < 2; bwd++)
-        for (size_t s = 0; s < sizeof c / sizeof c[0]; s++) {
-            int64_t M = c[s][0], V = c[s][1], Vr = c[s][2], acc = c[s][3];
-            float scale = M ? 1.0f / (float)M : 1.0f;
-            if (!tc_begin(bwd ? "xent_bwd" : "xent", "M=%lld V=%lld Vreal=%lld acc=%lld scale=1/M",
-                          (long long)M, (long long)V, (long long)Vr, (long long)acc))
-                continue;
-            int x = tc_buf(TB_IN, "logits", M * V, -4, 4), t = tc_tok("targets", M, 0, Vr);
-            int y = bwd ? tc_buf(TB_OUT, "dlogits", M * V, -1, 1) : tc_buf(TB_OUT, "L", 1, 1, 2);
-            tc_launch(bwd ? RT_KN_xent_bwd : RT_KN_xent, B(x, t, y), I(M, V, acc, Vr), F(scale));
-            tc_run();
-        }
-}
-
 /* xent_stats, xent_loss, xent_vp_bwd (the vocabulary-blocked cross-entropy):
  * a rank's share of the columns (Vlo > 0), padding (Vreal inside and past
  * the share), one block and many, M = 0, more rows than the workspace. */
@@ -1209,9 +1187,10 @@ static void ops_ew(void)
 
 /* ------------------------------------------ a bad target (child process) */
 
-/* The child (--bad-target KIND FILE): the images from FILE, then an xent
- * (KIND 0) or xent_bwd (KIND 1) with target 5 in row 3 (Vreal 5), or -1 in
- * row 2, inside a step: rt_dev_step_end is to stop the rank. */
+/* The child (--bad-target KIND FILE): the images from FILE, then an
+ * xent_stats (KIND 0) or xent_vp_bwd (KIND 1) with target 5 in row 3
+ * (Vreal 5), or -1 in row 2, inside a step: rt_dev_step_end is to stop the
+ * rank. */
 static int bad_target_child(int kind, const char *path, char *argv0)
 {
     FILE *f = fopen(path, "rb");
@@ -1253,9 +1232,17 @@ static int bad_target_child(int kind, const char *path, char *argv0)
         t[2] = -1;
     rt_dev_upload(c, 0, 8192);
     rt_step_begin(c, 0);
-    void *b[3] = {d, d + 4096, d + 6144};
-    rt_cuda_k(c, kind ? RT_KN_xent_bwd : RT_KN_xent, b, (int64_t[]){M, V, 0, Vr},
-              (float[]){1.0f});
+    if (kind == 0) {   /* xent_stats: 3 blocks of 2 */
+        void *b[5] = {d, d + 4096, d + 6144, d + 6400, d + 6656};
+        rt_cuda_k(c, RT_KN_xent_stats, b, (int64_t[]){M, 3, 2, Vr, 0}, NULL);
+    } else {           /* xent_vp_bwd, on statistics of 1 block */
+        float *st = (float *)(c->arena + 6144);
+        for (int64_t m = 0; m < 2 * M; m++)
+            st[m] = 1.0f;
+        rt_dev_upload(c, 6144, 256);
+        void *b[5] = {d, d + 4096, d + 6144, d + 6144 + 4 * M, d + 7168};
+        rt_cuda_k(c, RT_KN_xent_vp_bwd, b, (int64_t[]){M, V, 0, Vr, 1, 0}, (float[]){1.0f});
+    }
     rt_dev_step_end(c, NULL);
     printf("the bad target was not noticed\n");
     return 0;
@@ -1266,7 +1253,7 @@ static void test_bad_target(const char *self, const char *images, int kind)
 {
     const char *want = kind ? "xent: target -1 of row 2 is outside [0, 5)"
                             : "xent: target 5 of row 3 is outside [0, 5)";
-    const char *label = kind ? "xent_bwd" : "xent";
+    const char *label = kind ? "xent_vp_bwd" : "xent_stats";
     if (!tc_begin(label, "a target outside [0, Vreal) stops the rank (child process)"))
         return;
     int fd[2];
@@ -1453,7 +1440,6 @@ int main(int argc, char **argv)
     ops_elementwise();
     ops_bias();
     ops_reductions();
-    ops_xent();
     ops_xent_blocks();
     ops_optimizers();
     ops_embedding();

@@ -313,17 +313,18 @@ static void test_launch_config(void)
            8192);
     expect("sumsq n=0 acc=0", cfg(RT_KN_sumsq, b, (int64_t[]){0, 0}), 1, 1, 256, 8);
 
-    /* xent: max(M, 1) blocks, M doubles of workspace; Vreal in [1, V] */
-    expect("xent M=5 V=10 Vreal=10", cfg(RT_KN_xent, b, (int64_t[]){5, 10, 0, 10}), 5, 1, 256, 40);
-    expect("xent M=3000 (workspace 8 M)", cfg(RT_KN_xent, b, (int64_t[]){3000, 10, 1, 7}), 3000, 1,
+    /* xent_loss: max(M, 1) blocks, M doubles of workspace; xent_stats, xent_vp_bwd: a block per
+       row, Vreal >= 1 (the whole vocabulary's: may exceed the rank's columns) */
+    expect("xent_loss M=5 K=4", cfg(RT_KN_xent_loss, b, (int64_t[]){5, 4, 0}), 5, 1, 256, 40);
+    expect("xent_loss M=3000 (workspace 8 M)", cfg(RT_KN_xent_loss, b, (int64_t[]){3000, 64, 1}), 3000, 1,
            256, 24000);
-    expect("xent M=0 acc=0 (writes 0)", cfg(RT_KN_xent, b, (int64_t[]){0, 10, 0, 10}), 1, 1, 256, 8);
-    check(cfg(RT_KN_xent, b, (int64_t[]){0, 10, 1, 10}).rc == 0, "xent M=0 acc=1: skipped");
-    refused("xent Vreal=0", cfg(RT_KN_xent, b, (int64_t[]){5, 10, 0, 0}), "Vreal 0 outside [1, V = 10]");
-    refused("xent Vreal=11 > V", cfg(RT_KN_xent, b, (int64_t[]){5, 10, 0, 11}), "Vreal 11");
-    expect("xent_bwd M=7", cfg(RT_KN_xent_bwd, b, (int64_t[]){7, 10, 0, 9}), 7, 1, 256, 0);
-    check(cfg(RT_KN_xent_bwd, b, (int64_t[]){0, 10, 0, 9}).rc == 0, "xent_bwd M=0: skipped");
-    refused("xent_bwd Vreal=11", cfg(RT_KN_xent_bwd, b, (int64_t[]){7, 10, 0, 11}), "Vreal");
+    expect("xent_loss M=0 acc=0 (writes 0)", cfg(RT_KN_xent_loss, b, (int64_t[]){0, 4, 0}), 1, 1, 256, 8);
+    check(cfg(RT_KN_xent_loss, b, (int64_t[]){0, 4, 1}).rc == 0, "xent_loss M=0 acc=1: skipped");
+    expect("xent_stats M=5", cfg(RT_KN_xent_stats, b, (int64_t[]){5, 4, 8, 100, 32}), 5, 1, 256, 0);
+    refused("xent_stats Vreal=0", cfg(RT_KN_xent_stats, b, (int64_t[]){5, 4, 8, 0, 0}), "Vreal 0 below 1");
+    expect("xent_vp_bwd M=7", cfg(RT_KN_xent_vp_bwd, b, (int64_t[]){7, 10, 0, 9, 2, 0}), 7, 1, 256, 0);
+    check(cfg(RT_KN_xent_vp_bwd, b, (int64_t[]){0, 10, 0, 9, 2, 0}).rc == 0, "xent_vp_bwd M=0: skipped");
+    refused("xent_vp_bwd Vreal=0", cfg(RT_KN_xent_vp_bwd, b, (int64_t[]){7, 10, 0, 0, 2, 0}), "Vreal");
 
     /* rows kernels: a block per row */
     expect("layernorm R=4", cfg(RT_KN_layernorm, b, (int64_t[]){4, 768}), 4, 1, 256, 0);

@@ -24,6 +24,87 @@
 
 typedef void kfn(rt_ctx *, void *const *, const int64_t *, const float *);
 
+/* ---- cross-entropy of whole rows, as the compiler lowers it (i: M, V,
+ * acc, Vreal; b: logits, targets, then L or dlogits; f: scale): xent_stats
+ * over K blocks (the largest divisor of V up to 8), then xent_loss or
+ * xent_vp_bwd; and its double-precision oracle, the one-op formula. */
+
+static int64_t xk_blocks(int64_t V)
+{
+    for (int64_t k = 8; k > 1; k--)
+        if (V % k == 0) return k;
+    return 1;
+}
+
+/* The statistics (3 M K floats, malloc'd) of logits b[0], targets b[1]. */
+static float *xk_stats(rt_ctx *ctx, void *const *b, const int64_t *i, int64_t K)
+{
+    int64_t M = i[0];
+    float *st = malloc((size_t)(3 * M * K + 1) * sizeof *st);
+    int64_t is[5] = {M, K, i[1] / K, i[3], 0};
+    void *bs[5] = {b[0], b[1], st, st + M * K, st + 2 * M * K};
+    rt_k_xent_stats(ctx, bs, is, NULL);
+    return st;
+}
+
+static void xk_fwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    int64_t M = i[0], K = xk_blocks(i[1]);
+    float *st = xk_stats(ctx, b, i, K);
+    int64_t il[3] = {M, K, i[2]};
+    void *bl[4] = {st, st + M * K, st + 2 * M * K, b[2]};
+    rt_k_xent_loss(ctx, bl, il, f);
+    free(st);
+}
+
+static void xk_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    int64_t M = i[0], K = xk_blocks(i[1]);
+    float *st = xk_stats(ctx, b, i, K);
+    int64_t ib[6] = {M, i[1], i[2], i[3], K, 0};
+    void *bb[5] = {b[0], b[1], st, st + M * K, b[2]};
+    rt_k_xent_vp_bwd(ctx, bb, ib, f);
+    free(st);
+}
+
+/* log sum exp of row[0..n), stable, in double. */
+static double oracle_lse(const float *row, int64_t n)
+{
+    double mx = row[0], s = 0;
+    for (int64_t v = 1; v < n; v++) mx = row[v] > mx ? row[v] : mx;
+    for (int64_t v = 0; v < n; v++) s += exp(row[v] - mx);
+    return mx + log(s);
+}
+
+/* L[0] (+)= scale * sum_m (logsumexp(logits[m, :Vreal]) - logits[m, t_m]). */
+static void oracle_xent(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)ctx;
+    const float *x = b[0];
+    const int32_t *t = b[1];
+    float *l = b[2];
+    double s = 0;
+    for (int64_t m = 0; m < i[0]; m++) s += oracle_lse(x + m * i[1], i[3]) - x[m * i[1] + t[m]];
+    l[0] = (float)((i[2] ? l[0] : 0.0) + f[0] * s);
+}
+
+/* dlogits[m, :Vreal] (+)= scale * (softmax - onehot(t_m)); past Vreal (+)= 0. */
+static void oracle_xent_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)ctx;
+    const float *x = b[0];
+    const int32_t *t = b[1];
+    float *dx = b[2];
+    int64_t V = i[1], Vr = i[3];
+    for (int64_t m = 0; m < i[0]; m++) {
+        double lse = oracle_lse(x + m * V, Vr);
+        for (int64_t v = 0; v < V; v++) {
+            double g = v < Vr ? f[0] * (exp(x[m * V + v] - lse) - (v == t[m] ? 1.0 : 0.0)) : 0.0;
+            dx[m * V + v] = (float)((i[2] ? dx[m * V + v] : 0.0) + g);
+        }
+    }
+}
+
 /* Run fast and reference kernel on copies of the same inputs; compare output
  * buffer `out` (n_out floats).  bufs: nb buffers of sizes sz[], made in [lo, hi). */
 static void cmp_kernel(const char *name, kfn *fast, kfn *ref, int nb, const int64_t *sz,
@@ -128,7 +209,8 @@ static void test_elementwise(void)
     free(y);
 }
 
-/* xent / xent_bwd vs reference, and stability with logits near 1e4. */
+/* Cross-entropy of whole rows (the blocked kernels: xk_fwd, xk_bwd) vs the
+ * one-op formula in double, and stability with logits near 1e4. */
 /* ew (fused chains) gives bitwise what the unfused kernels give, over sizes
  * that cross tile and thread boundaries, and agrees with rt_ref_ew. */
 static void test_ew(void)
@@ -207,12 +289,12 @@ static void test_xent(void)
         int64_t ints[4] = {M, V, acc, V};
         float sc[1] = {1.0f / M};
         void *bf[3] = {lg, t, l1}, *br[3] = {lg, t, l2};
-        rt_k_xent(NULL, bf, ints, sc);
-        rt_ref_xent(NULL, br, ints, sc);
+        xk_fwd(NULL, bf, ints, sc);
+        oracle_xent(NULL, br, ints, sc);
         check(nerr(l1, l2, 1, 1e-6) < 1e-6 && guard_ok(l1, M * V),
               "xent acc=%d fast vs reference: %.7g vs %.7g", acc, l1[0], l2[0]);
-        rt_k_xent_bwd(NULL, bf, ints, sc);
-        rt_ref_xent_bwd(NULL, br, ints, sc);
+        xk_bwd(NULL, bf, ints, sc);
+        oracle_xent_bwd(NULL, br, ints, sc);
         double e = nerr(l1, l2, M * V, 1e-6);
         check(e < 1e-5 && guard_ok(l1, M * V), "xent_bwd acc=%d fast vs reference: err %.2e",
               acc, e);
@@ -231,10 +313,10 @@ static void test_xent(void)
         float sw[1] = {0.5f};
         void *a1[3] = {wide, tw, l1}, *a2[3] = {wide, tw, l2};
         void *d1[3] = {wide, tw, g1}, *d2[3] = {wide, tw, g2};
-        rt_k_xent(NULL, a1, iw, sw);
-        rt_ref_xent(NULL, a2, iw, sw);
-        rt_k_xent_bwd(NULL, d1, iw, sw);
-        rt_ref_xent_bwd(NULL, d2, iw, sw);
+        xk_fwd(NULL, a1, iw, sw);
+        oracle_xent(NULL, a2, iw, sw);
+        xk_bwd(NULL, d1, iw, sw);
+        oracle_xent_bwd(NULL, d2, iw, sw);
         double e = nerr(g1, g2, 100, 1e-6);
         check(fabs(l1[0] - l2[0]) < 1e-5 * fabs(l2[0]) && e < 1e-5,
               "xent, xent_bwd with logits spread over [-90, 0]: loss %.7g vs %.7g, grad err %.2e",
@@ -247,12 +329,12 @@ static void test_xent(void)
     int64_t ints[4] = {2, 3, 0, 3};
     float sc[1] = {1.0f};
     void *b1[3] = {row, tg, loss}, *b2[3] = {row, tg, d};
-    rt_k_xent(NULL, b1, ints, sc);
+    xk_fwd(NULL, b1, ints, sc);
     double want = (log(exp(0.0) + exp(1.0) + exp(-2.0)) - 1.0) +
                   (log(exp(0.0) + exp(3.0) + exp(1.0)) - 0.0);
     check(isfinite(loss[0]) && fabs(loss[0] - want) < 1e-4,
           "xent stable at |logits| ~ 1e4: %.7g (want %.7g)", loss[0], want);
-    rt_k_xent_bwd(NULL, b2, ints, sc);
+    xk_bwd(NULL, b2, ints, sc);
     int fin = 1;
     double rs0 = 0, rs1 = 0;
     for (int k = 0; k < 6; k++)
@@ -305,7 +387,7 @@ static void test_xent_blocks(void)
         void *bx[3] = {lg, t, &l[2]};
         rt_k_xent_loss(NULL, bl0, il, sc);
         rt_ref_xent_loss(NULL, bl1, il, sc);
-        rt_ref_xent(NULL, bx, ix, sc);
+        oracle_xent(NULL, bx, ix, sc);
         check(fabs(l[0] - l[2]) < 1e-6 * fabs(l[2]) && fabs(l[1] - l[2]) < 1e-6 * fabs(l[2]),
               "xent_loss acc=%d from the blocks: fast %.8g, reference %.8g, one-op xent %.8g", acc, l[0], l[1], l[2]);
         float *d0 = fbuf(M * V, -1, 1), *d1 = fdup(d0, M * V), *d2 = fdup(d0, M * V);
@@ -314,7 +396,7 @@ static void test_xent_blocks(void)
         void *bx2[3] = {lg, t, d2};
         rt_k_xent_vp_bwd(NULL, bb0, ib, sc);
         rt_ref_xent_vp_bwd(NULL, bb1, ib, sc);
-        rt_ref_xent_bwd(NULL, bx2, ix, sc);
+        oracle_xent_bwd(NULL, bx2, ix, sc);
         double e1 = nerr(d0, d1, M * V, 1e-6), e2 = nerr(d0, d2, M * V, 1e-6);
         check(e1 < 1e-5 && e2 < 1e-5 && guard_ok(d0, M * V),
               "xent_vp_bwd acc=%d: err %.2e vs its reference, %.2e vs the one-op xent_bwd", acc, e1, e2);
@@ -710,7 +792,7 @@ static void test_attention(void)
 /* xent with Vreal < V: the padding columns change nothing and get gradient 0. */
 static void test_xent_vreal(void)
 {
-    const int64_t M = 7, V = 41, Vr = 33;
+    const int64_t M = 7, V = 44, Vr = 33;   /* blocks of 11 columns in both (xk_blocks) */
     float *pad = fbuf(M * V, -4, 4), *cmp = fbuf(M * Vr, 0, 1);
     for (int64_t m = 0; m < M; m++) {
         memcpy(cmp + m * Vr, pad + m * V, (size_t)Vr * 4);
@@ -721,9 +803,9 @@ static void test_xent_vreal(void)
     float sc[1] = {1.0f / M}, lp[1], lc[1], lr[1];
     int64_t ip[4] = {M, V, 0, Vr}, ic[4] = {M, Vr, 0, Vr};
     void *bp[3] = {pad, tg, lp}, *bc[3] = {cmp, tg, lc}, *br[3] = {pad, tg, lr};
-    rt_k_xent(NULL, bp, ip, sc);
-    rt_k_xent(NULL, bc, ic, sc);
-    rt_ref_xent(NULL, br, ip, sc);
+    xk_fwd(NULL, bp, ip, sc);
+    xk_fwd(NULL, bc, ic, sc);
+    oracle_xent(NULL, br, ip, sc);
     check(lp[0] == lc[0] && fabs(lp[0] - lr[0]) < 1e-6 * fabs(lr[0]),
           "xent Vreal=%lld of V=%lld: loss %.7g, same as without padding (%.7g), reference %.7g",
           (long long)Vr, (long long)V, lp[0], lc[0], lr[0]);
@@ -734,9 +816,9 @@ static void test_xent_vreal(void)
             memcpy(gc + m * Vr, gp + m * V, (size_t)Vr * 4);
         ip[2] = ic[2] = acc;
         void *dp[3] = {pad, tg, gp}, *dc[3] = {cmp, tg, gc}, *dr[3] = {pad, tg, gr};
-        rt_k_xent_bwd(NULL, dp, ip, sc);
-        rt_k_xent_bwd(NULL, dc, ic, sc);
-        rt_ref_xent_bwd(NULL, dr, ip, sc);
+        xk_bwd(NULL, dp, ip, sc);
+        xk_bwd(NULL, dc, ic, sc);
+        oracle_xent_bwd(NULL, dr, ip, sc);
         int same = 1, padok = 1;
         for (int64_t m = 0; m < M; m++)
             for (int64_t v = 0; v < V; v++) {
@@ -775,26 +857,28 @@ static int exit_status(void (*fn)(const int64_t *), const int64_t *arg)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* xent on a 2 x 4 matrix with ints i (M, V, acc, Vreal) and targets {i[4], 0}. */
+/* cross-entropy (xent_stats, xent_loss) on a 2 x 4 matrix with ints i (M, V, acc, Vreal) and
+ * targets {i[4], 0}. */
 static void xent_child(const int64_t *i)
 {
     float lg[8] = {0}, l[1];
     int32_t t[2] = {(int32_t)i[4], 0};
     void *b[3] = {lg, t, l};
     float sc[1] = {1.0f};
-    rt_k_xent(NULL, b, i, sc);
+    xk_fwd(NULL, b, i, sc);
 }
 
-/* Bad Vreal or a target in the padding: exit status 1. */
+/* Vreal = 0 or a target in the padding: exit status 1 (Vreal may exceed a
+ * rank's columns: its share of a wider vocabulary). */
 static void test_xent_errors(void)
 {
-    int64_t bad[3][5] = {{2, 4, 0, 5, 0}, {2, 4, 0, 0, 0}, {2, 4, 0, 3, 3}};
+    int64_t bad[2][5] = {{2, 4, 0, 0, 0}, {2, 4, 0, 3, 3}};
     int ok = 1;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 2; k++)
         ok &= exit_status(xent_child, bad[k]) == 1;
-    int64_t good[5] = {2, 4, 0, 3, 2};
-    check(ok && exit_status(xent_child, good) == 0,
-          "xent: Vreal > V, Vreal = 0, target >= Vreal exit 1; a good call exits 0");
+    int64_t good[5] = {2, 4, 0, 3, 2}, wide[5] = {2, 4, 0, 9, 7};
+    check(ok && exit_status(xent_child, good) == 0 && exit_status(xent_child, wide) == 0,
+          "xent_stats: Vreal = 0, target >= Vreal exit 1; good calls exit 0 (Vreal past the columns too)");
 }
 
 /* ---- matmul */
@@ -998,15 +1082,15 @@ static void fd_losses(void)
     int64_t i3[4] = {M, V, 0, V};
     float s2[1] = {1.0f / M};
     void *bx[3] = {lg, tg, l}, *bxd[3] = {lg, tg, dl};
-    rt_k_xent_bwd(NULL, bxd, i3, s2);
+    xk_bwd(NULL, bxd, i3, s2);
     worst = 0;
     for (int64_t k = 0; k < M * V; k++) {
         float keep = lg[k];
         lg[k] = keep + h;
-        rt_k_xent(NULL, bx, i3, s2);
+        xk_fwd(NULL, bx, i3, s2);
         double lp = l[0];
         lg[k] = keep - h;
-        rt_k_xent(NULL, bx, i3, s2);
+        xk_fwd(NULL, bx, i3, s2);
         double lm = l[0];
         lg[k] = keep;
         double e = fabs((lp - lm) / (2 * h) - dl[k]);
@@ -1265,8 +1349,8 @@ static void fd_xent_vreal(void)
     int64_t ints[4] = {M, V, 0, Vr};
     float sc[1] = {1.0f / M}, one[1] = {1.0f};
     void *bx[3] = {lg, tg, l}, *bd[3] = {lg, tg, dl};
-    rt_k_xent_bwd(NULL, bd, ints, sc);
-    double e = fd_check(rt_k_xent, bx, ints, sc, lg, M * V, dl, one, l, 1);
+    xk_bwd(NULL, bd, ints, sc);
+    double e = fd_check(xk_fwd, bx, ints, sc, lg, M * V, dl, one, l, 1);
     check(e < 2e-3, "xent_bwd Vreal=%lld of V=%lld vs central differences: max err %.2e",
           (long long)Vr, (long long)V, e);
     free(lg);
@@ -1374,7 +1458,7 @@ static int bench(int argc, char **argv)
         int64_t i1[2] = {n, 0}, ix[4] = {n / V, V, 0, V};
         float sc[1] = {1.0f};
         void *bg[2] = {x, y}, *bb[3] = {y, x, d}, *bx[3] = {x, t, l}, *bxd[3] = {x, t, d};
-        const char *names[4] = {"gelu", "gelu_bwd", "xent", "xent_bwd"};
+        const char *names[4] = {"gelu", "gelu_bwd", "xent_stats+loss", "xent_stats+vp_bwd"};
         for (int w = 0; w < 4; w++) {
             double best = 1e30;
             for (int r = 0; r < 5; r++) {
@@ -1384,9 +1468,9 @@ static int bench(int argc, char **argv)
                 else if (w == 1)
                     rt_k_gelu_bwd(NULL, bb, i1, NULL);
                 else if (w == 2)
-                    rt_k_xent(NULL, bx, ix, sc);
+                    xk_fwd(NULL, bx, ix, sc);
                 else
-                    rt_k_xent_bwd(NULL, bxd, ix, sc);
+                    xk_bwd(NULL, bxd, ix, sc);
                 best = fmin(best, rt_now() - t0);
             }
             printf("%-8s %-6s 2^20 elements  %7.3f ms  %6.2f ns/element\n", names[w], isas[s],

@@ -306,18 +306,6 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         B[0] = mock_f4(i[0], 1), B[1] = 4;
         s->grid = MOCK_GRID_REDUCE, s->ws_per_block = 8;
         break;
-    case RT_KN_xent:
-    case RT_KN_xent_bwd:   /* i: M, V, acc, Vreal */
-        if (i[3] < 1 || i[3] > i[1]) {
-            snprintf(why, wl, "Vreal = %" PRId64 " outside [1, V = %" PRId64 "] (the launcher "
-                              "checks it)", i[3], i[1]);
-            return -1;
-        }
-        B[0] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[0], 1);
-        B[2] = K == RT_KN_xent ? 4 : mock_f4(i[0], i[1]);
-        s->grid = MOCK_GRID_FIXED, s->gx = K == RT_KN_xent && i[0] == 0 ? 1 : i[0];
-        s->ws_per_block = K == RT_KN_xent ? 8 : 0;
-        break;
     case RT_KN_xent_stats:   /* i: M, K, C, Vreal, Vlo */
         if (i[3] < 1) {
             snprintf(why, wl, "Vreal = %" PRId64 " below 1 (the launcher checks it)", i[3]);
@@ -493,11 +481,11 @@ CUresult mock_run_launch(const mock_op *op)
     ctx.grad_scale = st->grad_scale;
     ctx.grad_norm = st->grad_norm;
     int K = e->kernel;
-    if ((K == RT_KN_mse_loss || K == RT_KN_sumsq || K == RT_KN_xent || K == RT_KN_xent_loss) && st->red_count) {
+    if ((K == RT_KN_mse_loss || K == RT_KN_sumsq || K == RT_KN_xent_loss) && st->red_count) {
         return mock_fail(CUDA_ERROR_LAUNCH_FAILED, e->name, "the state's grid reduction counter "
                          "is %u, not 0, at the start of a grid reduction", st->red_count);
     }
-    if (K == RT_KN_xent || K == RT_KN_xent_bwd || K == RT_KN_xent_stats || K == RT_KN_xent_vp_bwd) {
+    if (K == RT_KN_xent_stats || K == RT_KN_xent_vp_bwd) {
         /* a target outside [0, Vreal): the device kernels record the first in
            the state and carry on (the host stops the rank after the step);
            the reference would exit, so it sees target 0 there instead */

@@ -364,22 +364,23 @@ static void test_state(void)
     rt_ref_sgd(&ctx, b, i, a.f);
     CHECK(!memcmp(p, want, sizeof p), "sgd used the state's lr scale and grad scale");
 
-    /* xent: 3 rows of V = 5, Vreal = 4; row 1's target 4 is outside [0, 4) */
-    float logits[15];
+    /* xent_stats: 3 rows of 5 columns (1 block), Vreal = 4; row 1's target 4 is outside [0, 4) */
+    float logits[15], stats[9];
     for (int k = 0; k < 15; k++)
         logits[k] = (float)k / 7.0f;
     int32_t tg[3] = {0, 4, 2};
-    CUdeviceptr dX = upload(logits, 15), dT = upload((float *)tg, 3), dL = upload(&s16, 1);
+    CUdeviceptr dX = upload(logits, 15), dT = upload((float *)tg, 3), dSt = upload(stats, 9);
     a = args0();
-    a.b[0] = dX, a.b[1] = dT, a.b[2] = dL, a.i[0] = 3, a.i[1] = 5, a.i[3] = 4, a.f[0] = 1.0f;
-    CHECK(!launch("nnsc_xent", &a, 3, 1, 256), "xent with a bad target launches");
+    a.b[0] = dX, a.b[1] = dT, a.b[2] = dSt, a.b[3] = dSt + 12, a.b[4] = dSt + 24;
+    a.i[0] = 3, a.i[1] = 1, a.i[2] = 5, a.i[3] = 4, a.i[4] = 0;
+    CHECK(!launch("nnsc_xent_stats", &a, 3, 1, 256), "xent_stats with a bad target launches");
     p_cuMemcpyDtoHAsync(&st, st_dev, sizeof st, NULL);
     CHECK(st.err == RT_CUDA_ERR_TARGET && st.err_a == 4 && st.err_b == 1,
           "the state records target 4 of row 1 (err %d, %lld, %lld)", st.err,
           (long long)st.err_a, (long long)st.err_b);
-    a.i[3] = 6;
-    CHECK(launch("nnsc_xent", &a, 3, 1, 256) == CUDA_ERROR_INVALID_VALUE,
-          "Vreal 6 > V 5 is refused (the launcher's check)");
+    a.i[3] = 0;
+    CHECK(launch("nnsc_xent_stats", &a, 3, 1, 256) == CUDA_ERROR_INVALID_VALUE,
+          "Vreal 0 is refused (the launcher's check)");
 
     /* embedding_bwd, acc 0: rows 0 and 2 of the table are touched by no token */
     float tab[6] = {7, 7, 7, 7, 7, 7}, dy[4] = {1, 2, 3, 4};
