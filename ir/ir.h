@@ -681,7 +681,7 @@ void ir_dist_verify(const ir_dist *d);
 
 /* rtlib entry points, RT_K_<name> (rtlib/rt_kernels.h is the one list). */
 enum {
-#define RT_K(name, nbuf, nint, nflt) RT_K_##name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) RT_K_##name,
 #include "rt_kernels.h"
 #undef RT_K
     RT_K_COUNT

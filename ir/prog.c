@@ -20,13 +20,19 @@
 #include "codegen.h"   /* RT_K_* ids and cg_kernel_names */
 #include "rt_ew.h"
 
-/* Minimum argument counts of each kernel (index RT_K_*), from rt_kernels.h. */
+/* Each kernel's contract (index RT_K_*), from its row in rt_kernels.h: the
+ * minimum argument counts, and which buffers it writes (bit j: b[j]), which
+ * of those it also reads or writes only in part whatever acc says (rw), and
+ * the index of its acc int (-1: none), which dumps and passes (fuse.c) need. */
 static const struct pg_kinfo {
-    int nbuf;  /* buffer arguments */
-    int nint;  /* integer arguments */
-    int nflt;  /* float arguments */
+    int nbuf;      /* buffer arguments */
+    int nint;      /* integer arguments */
+    int nflt;      /* float arguments */
+    unsigned out;  /* buffers written */
+    unsigned rw;   /* written buffers that are also read, or written only in part */
+    int acc;       /* the acc int: acc != 0 makes every written buffer read too */
 } pg_kinfo[RT_K_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt) {nbuf, nint, nflt},
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) {nbuf, nint, nflt, out, rw, acc},
 #include "rt_kernels.h"
 #undef RT_K
 };
@@ -538,72 +544,10 @@ static int64_t pg_extent(const pg_instr *in, int j) {
     }
 }
 
-/* Which buffers each kernel writes (bit j: b[j]), which of those it also
- * reads or writes only in part whatever acc says (rw), and the index of its
- * acc int (-1: none): the rest of rt_kernels.h's contract that dumps and
- * passes (fuse.c) need.  ew's come from its ops. */
-static const struct pg_role {
-    unsigned out;  /* buffers written */
-    unsigned rw;   /* written buffers that are also read, or written only in part */
-    int acc;       /* the acc int: acc != 0 makes every written buffer read too */
-} pg_role[RT_K_COUNT] = {
-    [RT_K_init_param] = {1u << 0, 0, -1},
-    [RT_K_zero] = {1u << 0, 0, -1},
-    [RT_K_data] = {1u << 0, 0, -1},
-    [RT_K_matmul] = {1u << 2, 0, 5},
-    [RT_K_bias_add] = {1u << 2, 0, -1},
-    [RT_K_bias_grad] = {1u << 1, 0, 2},
-    [RT_K_add] = {1u << 2, 0, 1},
-    [RT_K_mul] = {1u << 2, 0, 1},
-    [RT_K_copy] = {1u << 1, 0, 1},
-    [RT_K_relu] = {1u << 1, 0, -1},
-    [RT_K_relu_bwd] = {1u << 2, 0, 1},
-    [RT_K_gelu] = {1u << 1, 0, -1},
-    [RT_K_gelu_bwd] = {1u << 2, 0, 1},
-    [RT_K_silu] = {1u << 1, 0, -1},
-    [RT_K_silu_bwd] = {1u << 2, 0, 1},
-    [RT_K_mse_loss] = {1u << 2, 0, 1},
-    [RT_K_mse_bwd] = {1u << 2, 0, 1},
-    [RT_K_xent_stats] = {1u << 2 | 1u << 3 | 1u << 4, 0, -1},
-    [RT_K_xent_loss] = {1u << 3, 0, 2},
-    [RT_K_xent_vp_bwd] = {1u << 4, 0, 2},
-    [RT_K_sgd] = {1u << 0, 1u << 0, -1},
-    [RT_K_adamw] = {1u << 0 | 1u << 2 | 1u << 3, 1u << 0 | 1u << 2 | 1u << 3, -1},
-    [RT_K_sumsq] = {1u << 1, 0, 1},
-    [RT_K_gradclip] = {0, 0, -1},
-    [RT_K_allreduce] = {1u << 0, 1u << 0, -1},
-    [RT_K_allgather] = {1u << 1, 0, -1},
-    [RT_K_reducescatter] = {1u << 1, 0, -1},
-    [RT_K_broadcast] = {1u << 0, 1u << 0, -1},
-    [RT_K_sendrecv] = {1u << 1, 1u << 1, -1},   /* no recv when peer_recv = -1 */
-    [RT_K_alltoall] = {1u << 1, 0, -1},
-    [RT_K_p2p] = {0, 0, -1},
-    [RT_K_mark] = {0, 0, -1},   /* per op: receives write, sends read (ir_prog_access) */
-    [RT_K_embedding] = {1u << 2, 0, 4},
-    [RT_K_embedding_bwd] = {1u << 2, 0, 4},
-    [RT_K_layernorm] = {1u << 3 | 1u << 4 | 1u << 5, 0, -1},
-    [RT_K_layernorm_bwd] = {1u << 5, 0, 2},
-    [RT_K_layernorm_wgrad] = {1u << 4 | 1u << 5, 0, 2},
-    [RT_K_rmsnorm] = {1u << 2 | 1u << 3, 0, -1},
-    [RT_K_rope] = {1u << 1, 0, 5},
-    [RT_K_rmsnorm_bwd] = {1u << 4, 0, 2},
-    [RT_K_rmsnorm_wgrad] = {1u << 3, 0, 2},
-    [RT_K_softmax] = {1u << 1, 0, -1},
-    [RT_K_softmax_bwd] = {1u << 2, 0, 2},
-    [RT_K_attention] = {1u << 3 | 1u << 4, 0, -1},
-    [RT_K_attention_bwd] = {1u << 6 | 1u << 7 | 1u << 8, 0, 5},
-    [RT_K_place] = {1u << 1, 1u << 1, 1},   /* writes a box of dst only */
-    [RT_K_slice] = {1u << 1, 0, 1},
-    [RT_K_ew] = {0, 0, -1},
-    [RT_K_matmul_bf16] = {1u << 2, 0, 5},
-    [RT_K_custom] = {0, 0, 3},
-    [RT_K_mean_mid] = {1u << 1, 0, 3},
-    [RT_K_mean_mid_bwd] = {1u << 1, 0, 3},   /* per instruction: its outputs (ir_prog_access) */
-};
 
 int ir_prog_acc_index(int kernel) {
     IR_ASSERT(kernel >= 0 && kernel < RT_K_COUNT);
-    return pg_role[kernel].acc;
+    return pg_kinfo[kernel].acc;
 }
 
 int ir_prog_access(const pg_instr *in, int j, int64_t *bytes) {
@@ -638,7 +582,7 @@ int ir_prog_access(const pg_instr *in, int j, int64_t *bytes) {
         if (j < nin) return PG_RD;
         return pg_const(in, 3, &acc) && !acc ? PG_WR : PG_RD | PG_WR | PG_PART;
     }
-    const struct pg_role *ro = &pg_role[k];
+    const struct pg_kinfo *ro = &pg_kinfo[k];
     int64_t acc = 0;
     int acc_known = ro->acc < 0 || pg_const(in, ro->acc, &acc);
     if (ro->out >> j & 1) {

@@ -70,29 +70,29 @@ int rt_cuda_launch_config(int kernel, void *const *b, const int64_t *i, unsigned
 
 /* Kernel names and argument counts, from rt_kernels.h. */
 static const char *const cu_names[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt) #name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) #name,
 #include "rt_kernels.h"
 #undef RT_K
 };
 static const unsigned char cu_nbuf[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt) nbuf,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) nbuf,
 #include "rt_kernels.h"
 #undef RT_K
 };
 static const unsigned char cu_nint[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt) nint,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) nint,
 #include "rt_kernels.h"
 #undef RT_K
 };
 static const unsigned char cu_nflt[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt) nflt,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) nflt,
 #include "rt_kernels.h"
 #undef RT_K
 };
 
 /* Every kernel's fixed arguments fit the device's parameter block, and so
  * do the variable ones at their largest. */
-#define RT_K(name, nbuf, nint, nflt)                                                    \
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc)                                                    \
     _Static_assert(nbuf <= RT_CUDA_MAXBUF && nint <= RT_CUDA_MAXINT && nflt <= RT_CUDA_MAXFLT, \
                    "rt_cuda_args cannot hold the arguments of " #name);
 #include "rt_kernels.h"

@@ -104,7 +104,7 @@ static const char manifest_fmt[] =
 /* The scalar references, by kernel number. */
 typedef void ref_fn(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 static ref_fn *const refs[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt) rt_ref_##name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) rt_ref_##name,
 #include "rt_kernels.h"
 #undef RT_K
 };

@@ -38,7 +38,7 @@ static uint64_t mock_rd(const unsigned char *d, uint64_t off, int bytes)
 static int mock_kernel_of(const char *sym, int64_t *ew_id)
 {
     static const char *const names[] = {
-#define RT_K(name, nbuf, nint, nflt) #name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) #name,
 #include "rt_kernels.h"
 #undef RT_K
     };
@@ -458,7 +458,7 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
 /* The scalar references, by kernel number (rtlib/kernels_ref.c). */
 typedef void mock_ref_fn(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 static mock_ref_fn *const mock_refs[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt) rt_ref_##name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc) rt_ref_##name,
 #include "rt_kernels.h"
 #undef RT_K
 };
