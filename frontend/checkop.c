@@ -302,18 +302,27 @@ static double loss_of(const float *y, const float *r, int64_t n)
     return l;
 }
 
-/* Gradients of fw's inputs from bw against finite differences of L = sum(y1 r). */
-static void check_grads(const co_op *fw, const co_op *bw, float **in)
+/* L = sum_k sum(y_k * r_k) over the first ng outputs. */
+static double loss_all(const co_op *fw, float *const *outs, float *const *r, int ng)
 {
-    int nout = fw->n - fw->nin;
-    int64_t ny = numel(fw, fw->nin);
-    float *r = fill(ny, 0), *outs[IR_MAXIO], *buf[2 * IR_MAXIO];
+    double l = 0;
+    for (int k = 0; k < ng; k++) l += loss_of(outs[k], r[k], numel(fw, fw->nin + k));
+    return l;
+}
+
+/* Gradients of fw's inputs from bw against finite differences of L = sum(y1 * r1)
+ * (all: + sum(y_k * r_k) over every output, which bw takes the gradients of). */
+static void check_grads(const co_op *fw, const co_op *bw, float **in, int all)
+{
+    int nout = fw->n - fw->nin, ng = all ? nout : 1;
+    float *r[IR_MAXIO], *outs[IR_MAXIO], *buf[2 * IR_MAXIO];
     for (int k = 0; k < nout; k++) outs[k] = ir_xcalloc((size_t)numel(fw, fw->nin + k) + 1, sizeof(float));
-    /* the backward: dy = r, then the inputs */
-    float *bb[2 * IR_MAXIO];
-    bb[0] = r;
-    for (int k = 0; k < fw->nin; k++) bb[1 + k] = in[k];
-    for (int k = 0; k < fw->nin; k++) bb[1 + fw->nin + k] = ir_xcalloc((size_t)numel(fw, k) + 1, sizeof(float));
+    for (int k = 0; k < ng; k++) r[k] = fill(numel(fw, fw->nin + k), 0);
+    /* the backward: dy_k = r_k, then the inputs */
+    float *bb[3 * IR_MAXIO];
+    for (int k = 0; k < ng; k++) bb[k] = r[k];
+    for (int k = 0; k < fw->nin; k++) bb[ng + k] = in[k];
+    for (int k = 0; k < fw->nin; k++) bb[ng + fw->nin + k] = ir_xcalloc((size_t)numel(fw, k) + 1, sizeof(float));
     int64_t bsh[2 * IR_MAXIO][IR_MAXDIM];
     memcpy(bsh, bw->shape, sizeof bsh);
     call(bw, bb, bsh, 0);
@@ -323,7 +332,7 @@ static void check_grads(const co_op *fw, const co_op *bw, float **in)
     for (int k = 0; k < nout; k++) buf[fw->nin + k] = outs[k];
     for (int k = 0; k < fw->nin; k++) {
         int64_t n = numel(fw, k);
-        const float *an = bb[1 + fw->nin + k];
+        const float *an = bb[ng + fw->nin + k];
         double rms = 0;
         for (int64_t e = 0; e < n; e++) rms += (double)an[e] * an[e];
         rms = sqrt(rms / (double)(n ? n : 1));
@@ -339,10 +348,10 @@ static void check_grads(const co_op *fw, const co_op *bw, float **in)
                 double lp, lm;
                 in[k][e] = x0 + h;
                 call(fw, buf, sh, 0);
-                lp = loss_of(outs[0], r, ny);
+                lp = loss_all(fw, outs, r, ng);
                 in[k][e] = x0 - h;
                 call(fw, buf, sh, 0);
-                lm = loss_of(outs[0], r, ny);
+                lm = loss_all(fw, outs, r, ng);
                 D[q] = (lp - lm) / (double)((x0 + h) - (x0 - h));
             }
             in[k][e] = x0;
@@ -356,8 +365,8 @@ static void check_grads(const co_op *fw, const co_op *bw, float **in)
         if (worst > 2e-2 && at >= 0) printf("       element %lld: backward %.6g\n", (long long)at, (double)an[at]);
     }
     for (int k = 0; k < nout; k++) free(outs[k]);
-    for (int k = 0; k < fw->nin; k++) free(bb[1 + fw->nin + k]);
-    free(r);
+    for (int k = 0; k < fw->nin; k++) free(bb[ng + fw->nin + k]);
+    for (int k = 0; k < ng; k++) free(r[k]);
 }
 
 /* Compile src into a shared object in dir and find NAME's kernel in it. */
@@ -453,23 +462,28 @@ int fe_check_op(const fe_opts *o)
         for (int k = 0; k < fw.n - fw.nin; k++) free(out[k]);
     }
     if (!rc && back >= 0) {   /* the backward: its own splits, then the gradients */
-        int bnd[IR_MAXIO + 1];
-        int64_t bsh[IR_MAXIO + 1][IR_MAXDIM];
-        const char *bnames[IR_MAXIO + 1];
-        bnd[0] = fw.ndim[fw.nin], bnames[0] = "dy1";
-        memcpy(bsh[0], fw.shape[fw.nin], sizeof bsh[0]);
-        for (int k = 0; k < fw.nin; k++) bnd[1 + k] = ndim[k], bnames[1 + k] = names[k], memcpy(bsh[1 + k], sh[k], sizeof bsh[k]);
-        rc = instantiate(&g, back, 1 + fw.nin, bnd, bsh, bnames, &bw);
+        int all = g.cust[main_id].bwd_all, ng = all ? fw.n - fw.nin : 1;   /* gradients it takes */
+        int bnd[2 * IR_MAXIO];
+        int64_t bsh[2 * IR_MAXIO][IR_MAXDIM];
+        const char *bnames[2 * IR_MAXIO];
+        static const char *const dyname[IR_MAXIO] = {"dy1", "dy2", "dy3", "dy4", "dy5", "dy6"};
+        for (int k = 0; k < ng; k++) {
+            bnd[k] = fw.ndim[fw.nin + k], bnames[k] = dyname[k];
+            memcpy(bsh[k], fw.shape[fw.nin + k], sizeof bsh[k]);
+        }
+        for (int k = 0; k < fw.nin; k++)
+            bnd[ng + k] = ndim[k], bnames[ng + k] = names[k], memcpy(bsh[ng + k], sh[k], sizeof bsh[k]);
+        rc = instantiate(&g, back, ng + fw.nin, bnd, bsh, bnames, &bw);
         memcpy(bw.attr, fw.attr, sizeof bw.attr);
         if (!rc && !(bw.fn = load(&g, back, dir, handles, &nh))) rc = 2;
         if (!rc) {
-            float *bin[IR_MAXIO + 1], *bout[IR_MAXIO];
-            bin[0] = fill(numel(&bw, 0), 0);
-            for (int k = 0; k < fw.nin; k++) bin[1 + k] = in[k];
+            float *bin[2 * IR_MAXIO], *bout[IR_MAXIO];
+            for (int k = 0; k < ng; k++) bin[k] = fill(numel(&bw, k), 0);
+            for (int k = 0; k < fw.nin; k++) bin[ng + k] = in[k];
             check_splits(&bw, bin, bout);
             for (int k = 0; k < bw.n - bw.nin; k++) free(bout[k]);
-            free(bin[0]);
-            if (cid == main_id) check_grads(&fw, &bw, in);
+            for (int k = 0; k < ng; k++) free(bin[k]);
+            if (cid == main_id) check_grads(&fw, &bw, in, all);
             else printf("  (the gradients against finite differences: nnsc-aot check-op %s %s)\n", o->spec,
                         g.cust[main_id].name);
         }

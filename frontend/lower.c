@@ -559,16 +559,22 @@ static int lower_customs(fe_lw *L)
                                "gradients", b == me ? "custom op '%s' is its own backward" : "no [custom %s] section",
                                fe_clip(b == me ? c->name : bkv->val, clip, sizeof clip));
         const ir_custom *bc = &g->cust[b];
-        if (bc->nin != 1 + c->nin || bc->nout != c->nin) {
+        int all = c->nout > 1 && bc->nin == c->nout + c->nin;   /* every output's gradient */
+        if ((bc->nin != 1 + c->nin && !all) || bc->nout != c->nin) {
+            char more[160] = "";
+            if (c->nout > 1)
+                snprintf(more, sizeof more, " (or the gradients of all its %d outputs, then its inputs: %d in all)",
+                         c->nout, c->nout + c->nin);
             snprintf(hint, sizeof hint, "the backward of an op with %d input%s takes the gradient of its output 1, "
-                     "then its %d input%s (%d in all), and makes the %d input gradient%s",
-                     c->nin, c->nin == 1 ? "" : "s", c->nin, c->nin == 1 ? "" : "s", 1 + c->nin, c->nin,
+                     "then its %d input%s (%d in all)%s, and makes the %d input gradient%s",
+                     c->nin, c->nin == 1 ? "" : "s", c->nin, c->nin == 1 ? "" : "s", 1 + c->nin, more, c->nin,
                      c->nin == 1 ? "" : "s");
             return fe_kv_error(L->s, sec, bkv, hint, "backward '%s' of custom op '%s' takes %d input%s and makes %d "
                                "output%s", bc->name, c->name, bc->nin, bc->nin == 1 ? "" : "s", bc->nout,
                                bc->nout == 1 ? "" : "s");
         }
         c->bwd = b;
+        c->bwd_all = all;
     }
     return 0;
 }

@@ -330,6 +330,8 @@ typedef struct ir_custom {
     const char *anno;         /* annotation text (also the shape rule) */
     int nin, nout;            /* operand counts, from the annotation */
     int bwd;                  /* the backward's row, or -1 (none: no gradient may flow through it) */
+    int bwd_all;              /* the backward takes every output's gradient (nout + nin inputs), not
+                                 output 1's alone (1 + nin) */
     const char *src;          /* the C file of its kernel (resolved path) */
     double flops;             /* FLOPs per element of output 0 (cost model) */
     int line;                 /* spec line of the section */

@@ -125,20 +125,75 @@ static int final_grad(agctx *c, int y)
     return acc;
 }
 
+/* Record dy as y's gradient (the first contribution sum made for it). */
+static void set_grad(ir_graph *g, int y, int dy)
+{
+    if (g->t[y].grad < 0) {
+        g->t[y].grad = dy;
+        if (g->t[dy].grad_of < 0) g->t[dy].grad_of = y;
+    }
+}
+
+/* A custom op whose backward takes every output's gradient (bwd_all): an
+ * output the loss does not depend on gets a gradient of zeros (an input
+ * tensor, data = zeros, as recycling's first pass reads). */
+static int backward_custom_all(agctx *c, const ir_op *o)
+{
+    ir_graph *g = c->g;
+    const ir_custom *cu = &g->cust[o->iattr[IR_IA_CUSTOM]];
+    int a[2 * IR_MAXIO], any = 0, anyin = 0;
+    for (int k = 0; k < o->nout; k++) {
+        a[k] = final_grad(c, o->out[k]);
+        if (a[k] >= 0) any = 1, set_grad(g, o->out[k], a[k]);
+    }
+    for (int k = 0; k < o->nin; k++) anyin |= c->needs[o->in[k]];
+    if (!any || !anyin) return 0;
+    for (int k = 0; k < o->nout; k++) {
+        if (a[k] >= 0) continue;
+        const ir_tensor y = g->t[o->out[k]];
+        char nm[512];
+        snprintf(nm, sizeof nm, "d.%s.zeros", y.name);
+        a[k] = ir_add_tensor(g, nm, IR_F32, IR_T_INPUT, y.ndim, y.shape, o->line);
+        ir_tensor *z = &g->t[a[k]];
+        z->data = IR_DATA_ZEROS;
+        z->batch_dim = y.batch_dim;
+        z->stream = -1;
+    }
+    for (int k = 0; k < o->nin; k++) a[o->nout + k] = o->in[k];
+    c->custom = cu->bwd;
+    contribute_n(c, o->nin, o->in, IR_OP_CUSTOM, o->nout + o->nin, a);
+    c->custom = -1;
+    return 0;
+}
+
+/* A custom op without a backward taking every output's gradient: an
+ * error (1) when an output past the first reaches the loss. */
+static int custom_outputs_only_1(agctx *c, const ir_op *o)
+{
+    for (int k = 1; k < o->nout; k++)
+        if (c->ncontrib[o->out[k]])
+            return pass_error(c->g, o->line, "use output 1 where a gradient must flow, or give the custom op a "
+                              "backward that takes every output's gradient (docs/custom-ops.md)",
+                              "%s: output %d (%s) of custom op %s reaches the loss, but a custom op's backward "
+                              "takes the gradient of output 1 only, unless it takes every output's",
+                              o->name, k + 1, c->g->t[o->out[k]].name, c->g->cust[o->iattr[IR_IA_CUSTOM]].name);
+    return 0;
+}
+
 /* Backward rule of one forward op. */
 static int backward(agctx *c, int oi)
 {
     ir_graph *g = c->g;
     const ir_op o = g->op[oi];   /* copy: g->op moves as ops are added */
     c->fwd = oi;
+    if (o.kind == IR_OP_CUSTOM && g->cust[o.iattr[IR_IA_CUSTOM]].bwd >= 0 && g->cust[o.iattr[IR_IA_CUSTOM]].bwd_all)
+        return backward_custom_all(c, &o);
     int dy = -1;
     if (!(ir_ops[o.kind].flags & OPF_LOSS)) {
         dy = final_grad(c, o.out[0]);
-        if (dy < 0) return 0;    /* output does not reach the loss */
-        if (g->t[o.out[0]].grad < 0) {
-            g->t[o.out[0]].grad = dy;
-            if (g->t[dy].grad_of < 0) g->t[dy].grad_of = o.out[0];
-        }
+        if (dy < 0)   /* output 1 does not reach the loss; a custom op's others may */
+            return o.kind == IR_OP_CUSTOM ? custom_outputs_only_1(c, &o) : 0;
+        set_grad(g, o.out[0], dy);
     }
     int x = o.in[0], w = o.nin > 1 ? o.in[1] : -1;
     switch (o.kind) {
@@ -211,12 +266,8 @@ static int backward(agctx *c, int oi)
         break;
     case IR_OP_CUSTOM: {   /* the backward section's op: dy, then the inputs -> their gradients */
         const ir_custom *cu = &g->cust[o.iattr[IR_IA_CUSTOM]];
-        for (int k = 1; k < o.nout; k++)
-            if (c->ncontrib[o.out[k]])
-                return pass_error(g, o.line, "use output 1 where a gradient must flow; the others are for "
-                                  "statistics and other values the loss does not depend on",
-                                  "%s: output %d (%s) of custom op %s reaches the loss, but a custom op's backward "
-                                  "takes the gradient of output 1 only", o.name, k + 1, g->t[o.out[k]].name, cu->name);
+        int e = custom_outputs_only_1(c, &o);
+        if (e) return e;
         int any = 0;
         for (int k = 0; k < o.nin; k++) any |= c->needs[o.in[k]];
         if (!any) break;

@@ -128,5 +128,42 @@ says "no [op] is of kind lonely" "unused"
 expect_rc 2 "check-op with -o" "$nn" check-op "$spec" swiglu -o "$tmp/x"
 says "check-op writes nothing" "-o"
 
+# two outputs, both reaching the loss, and a backward taking both gradients (custom_pair.ini):
+# the same losses as the built-ins; with output 2 alone reaching the loss, output 1's gradient is zeros
+pair=$top/tests/equiv/custom_pair.ini pairb=$top/tests/equiv/custom_pair_builtin.ini
+for v in both only2; do
+  extra=()
+  [[ $v == only2 ]] && extra=(--set "op h.sum.in=h.p2, h.p2")
+  "$nn" "$pair" -o "$tmp/p-$v" -q "${extra[@]}" && "$nn" "$pairb" -o "$tmp/pb-$v" -q "${extra[@]}" &&
+    "$tmp/p-$v/launch" --steps 8 >"$tmp/p-$v.log" 2>&1 && "$tmp/pb-$v/launch" --steps 8 >"$tmp/pb-$v.log" 2>&1 ||
+    no "build or run custom_pair.ini / custom_pair_builtin.ini ($v)"
+  if python3 - "$tmp/p-$v.log" "$tmp/pb-$v.log" <<'PY'
+import re, sys
+a, b = ([float(x) for x in re.findall(r"^step \d+/\d+ loss (\S+)", open(f).read(), re.M)] for f in sys.argv[1:])
+assert len(a) == len(b) == 8, (a, b)
+worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+assert worst <= 1e-5, worst
+PY
+  then ok "custom pair ($v): a two-output op with a two-gradient backward trains like the built-ins (8 steps, 1e-5)"
+  else no "custom pair ($v): $(tail -n 2 "$tmp/p-$v.log") / $(tail -n 2 "$tmp/pb-$v.log")"; fi
+done
+"$nn" "$pair" --set "op h.sum.in=h.p2, h.p2" --stop-after autograd --dump=autograd >"$tmp/p.dump" 2>&1
+grep -qE "input +f32 d\.h\.0\.p1\.zeros\[16,128\] batch=0 data=zeros" "$tmp/p.dump" &&
+  ok "  ... output 1's gradient, which nothing makes, is an input of zeros" || no "zeros: $(grep -c zeros "$tmp/p.dump")"
+expect_rc 0 "check-op custom_pair.ini pair (the gradients of both outputs)" "$nn" check-op "$pair" pair
+cp "$top/tests/equiv/custom_pair.c" "$tmp/"
+sed 's/ + dy2\[k\] \* u\[k\]);/);/' "$top/tests/equiv/custom_pair.c" >"$tmp/custom_pair.c"
+sed "s|cpu = custom_pair.c|cpu = $tmp/custom_pair.c|" "$pair" >"$tmp/pair-bad.ini"
+expect_rc 1 "check-op: a backward that forgets output 2's gradient" "$nn" check-op "$tmp/pair-bad.ini" pair
+grep -qF "FAIL pair_bwd: gradient of input 1 'h.0.g' against finite differences" "$tmp/out" &&
+  ok "  ... the gradient check fails" || no "check-op pair: $(cat "$tmp/out")"
+# a backward taking output 1's gradient alone: output 2 may not reach the loss, even with output 1 unused
+sed -e "s|cpu = custom_pair.c|cpu = $tmp/custom_pair.c|" -e 's/^annotation = \* f, \* f, \* f, \* f -> \* f, \* f$/annotation = * f, * f, * f -> * f, * f/' \
+  "$pair" >"$tmp/pair-1.ini"
+expect_rc 2 "output 2 reaching the loss through a backward of output 1's gradient" "$nn" "$tmp/pair-1.ini" -o "$tmp/e" \
+  --set "op h.sum.in=h.p2, h.p2"
+says "output 2 (h.3.p2) of custom op pair reaches the loss, but a custom op's backward takes the gradient of output 1 only" \
+  "output 2 alone"
+
 echo "$pass passed, $fail failed"
 ((fail == 0))
