@@ -641,6 +641,23 @@ static const char cg_cu_mean_mid[] =
     "    }\n"
     "}\n";
 
+/* -------------------------------------------------------------- transpose */
+static const char cg_cu_transpose[] =
+    "/* b: X (R, A, B), Y (R, B, A).  i: R, A, B, acc.  Y[r, b, a] (+)= X[r, a, b]:\n"
+    " * a thread per element of Y (coalesced writes). */\n"
+    "NNSC_KERNEL(nnsc_transpose, 256)\n"
+    "{\n"
+    "    const float *x = (const float *)a.b[0];\n"
+    "    float *y = (float *)a.b[1];\n"
+    "    i64 A = a.i[1], B = a.i[2], n = a.i[0] * A * B;\n"
+    "    int acc = (int)a.i[3];\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n"
+    "        i64 aa = k % A, bb = k / A % B, r = k / (A * B);\n"
+    "        float v = x[(r * A + aa) * B + bb];\n"
+    "        y[k] = acc ? y[k] + v : v;\n"
+    "    }\n"
+    "}\n";
+
 /* ----------------------------------------------------------- mean_mid_bwd */
 static const char cg_cu_mean_mid_bwd[] =
     "/* b: dY (R, C), dX (R, T, C).  i: R, T, C, acc.  f: scale.\n"
@@ -1515,6 +1532,7 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"silu_bwd", cg_cu_silu_bwd},
     {"mean_mid", cg_cu_mean_mid},
     {"mean_mid_bwd", cg_cu_mean_mid_bwd},
+    {"transpose", cg_cu_transpose},
     {"mse_loss", cg_cu_mse_loss},
     {"mse_bwd", cg_cu_mse_bwd},
     {"xent_stats", cg_cu_xent_stats},
@@ -1561,6 +1579,7 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_silu_bwd", RT_K_silu_bwd, "f32"},
     {"nnsc_mean_mid", RT_K_mean_mid, "f32"},
     {"nnsc_mean_mid_bwd", RT_K_mean_mid_bwd, "f32"},
+    {"nnsc_transpose", RT_K_transpose, "f32"},
     {"nnsc_mse_loss", RT_K_mse_loss, "f32"},
     {"nnsc_mse_bwd", RT_K_mse_bwd, "f32"},
     {"nnsc_xent_stats", RT_K_xent_stats, "f32"},

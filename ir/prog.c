@@ -522,6 +522,8 @@ static int64_t pg_extent(const pg_instr *in, int j) {
         return j == 1 ? pg_prod(in, 0, 3, 1) : pg_prod2(in, 0, 2);
     case RT_K_rope:       /* B T H D inverse acc: X Y B*T*H*D */
         return pg_prod(in, 0, 4, 1);
+    case RT_K_transpose:  /* R A B acc: X and Y R*A*B */
+        return pg_prod(in, 0, 3, 1);
     case RT_K_softmax:    /* R N */
     case RT_K_softmax_bwd:
         return pg_prod(in, 0, 2, 1);

@@ -301,6 +301,9 @@ static int backward(agctx *c, int oi)
         contribute(c, x, IR_OP_SILU_BWD, 2, a);
         break;
     }
+    case IR_OP_TRANSPOSE:   /* dx = dy with the last two dims swapped back */
+        contribute(c, x, IR_OP_TRANSPOSE, 1, &dy);
+        break;
     case IR_OP_MEAN:   /* dx = dy / T, broadcast over t (T from the forward's attributes) */
         contribute(c, x, IR_OP_MEAN_BWD, 1, &dy);
         break;

@@ -198,6 +198,7 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_GELU_BWD: kern = RT_K_gelu_bwd; break;
     case IR_OP_SILU: kern = RT_K_silu; break;
     case IR_OP_MEAN: kern = RT_K_mean_mid; break;
+    case IR_OP_TRANSPOSE: kern = RT_K_transpose; break;
     case IR_OP_MEAN_BWD: kern = RT_K_mean_mid_bwd; break;
     case IR_OP_SILU_BWD: kern = RT_K_silu_bwd; break;
     case IR_OP_MSE_LOSS: kern = RT_K_mse_loss; break;
@@ -251,6 +252,10 @@ static void lower_subop(lctx *c, int si, int sec)
         pg_i(in, ext_prod(o, ext, k, nd - 1, nd)); put_acc(c, in, acc, sec);
         break;
     }
+    case IR_OP_TRANSPOSE: /* x[*, a, b]: R A B acc */
+        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0 - 1));
+        pg_i(in, ext_prod(o, ext, 0, nd0 - 1, nd0)); put_acc(c, in, acc, sec);
+        break;
     case IR_OP_CUSTOM: /* id nin nout acc, then per operand: ndim, its extents (rtlib/nnsc_custom.h) */
         pg_i(in, o->iattr[IR_IA_CUSTOM]); pg_i(in, o->nin); pg_i(in, o->nout); put_acc(c, in, acc, sec);
         for (int k = 0; k < o->nin + o->nout; k++) {

@@ -205,6 +205,8 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     /* mean_mid: R * C outputs; mean_mid_bwd: R * T * C elements */
     [RT_KN_mean_mid] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 2, -1}, -1, 0},
     [RT_KN_mean_mid_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, 2}, -1, 0},
+    /* transpose: R * A * B elements */
+    [RT_KN_transpose] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, 2}, -1, 0},
     /* custom: never in a cuda build (the compiler refuses custom ops for cuda);
        rt_k_custom on the host says so */
     [RT_KN_custom] = {CU_HOST, CU_GRID_NONE, 0, CU_NO_N, -1, 0},

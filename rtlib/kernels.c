@@ -550,6 +550,38 @@ static void rt_mean_mid_rows(const void *p, int64_t lo, int64_t hi, int t)
         }
 }
 
+/* transpose on units [lo, hi) of R x ceil(A / 32): 32 rows of X at a time,
+ * in 32 x 32 tiles (reads and writes both touch 32 consecutive floats). */
+static void rt_transpose_units(const void *p, int64_t lo, int64_t hi, int t)
+{
+    (void)t;
+    const rt_kargs *a = p;
+    const float *restrict x = a->b[0];
+    float *restrict y = a->b[1];
+    int64_t A = a->i[1], B = a->i[2], na = (A + 31) / 32;
+    int acc = a->i[3] != 0;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t r = u / na, a0 = u % na * 32, a1 = a0 + 32 < A ? a0 + 32 : A;
+        const float *xr = x + r * A * B;
+        float *yr = y + r * A * B;
+        for (int64_t b0 = 0; b0 < B; b0 += 32) {
+            int64_t b1 = b0 + 32 < B ? b0 + 32 : B;
+            for (int64_t bb = b0; bb < b1; bb++)
+                for (int64_t aa = a0; aa < a1; aa++) {
+                    float v = xr[aa * B + bb];
+                    yr[bb * A + aa] = acc ? yr[bb * A + aa] + v : v;
+                }
+        }
+    }
+}
+
+void rt_k_transpose(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_kargs a = {ctx, b, i, f};
+    int64_t units = i[0] * ((i[1] + 31) / 32), per = 32 * i[2];
+    rt_parallel_for(rt_transpose_units, &a, units, 1, RT_EW_GRAIN / (per > 0 ? per : 1) + 1);
+}
+
 void rt_k_mean_mid(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_kargs a = {ctx, b, i, f};

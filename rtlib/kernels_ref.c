@@ -828,6 +828,21 @@ void rt_ref_custom(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
 }
 
 /* Y[r, c] (+)= scale sum_t X[r, t, c], in double. */
+/* Y[r, b, a] (+)= X[r, a, b]. */
+void rt_ref_transpose(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)ctx, (void)f;
+    const float *x = b[0];
+    float *y = b[1];
+    int64_t R = i[0], A = i[1], B = i[2];
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t aa = 0; aa < A; aa++)
+            for (int64_t bb = 0; bb < B; bb++) {
+                int64_t o = (r * B + bb) * A + aa;
+                y[o] = i[3] ? y[o] + x[(r * A + aa) * B + bb] : x[(r * A + aa) * B + bb];
+            }
+}
+
 void rt_ref_mean_mid(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     const float *x = b[0];

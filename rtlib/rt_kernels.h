@@ -134,6 +134,8 @@ RT_K(mean_mid,        2,   4,   1, RT_B(1), 0, 3)  /* b: X (R, T, C), Y (R, C). 
                                                    then scaled).  mean over the dim before the last. */
 RT_K(mean_mid_bwd,    2,   4,   1, RT_B(1), 0, 3)  /* b: dY (R, C), dX (R, T, C).  i: R, T, C, acc.  f: scale.
                                                    dX[r, t, c] (+)= scale * dY[r, c]. */
+RT_K(transpose,       2,   4,   0, RT_B(1), 0, 3)  /* b: X (R, A, B), Y (R, B, A).  i: R, A, B, acc.
+                                                  Y[r, b, a] (+)= X[r, a, b] */
 RT_K(place,           2,   2,   0, RT_B(1), RT_B(1), 1)  /* var. b: src, dst.  i: ndim, acc, then per dim: dst extent, lo, hi.
                                                          dst[lo:hi, ...] (+)= src (src contiguous); the inverse of slice */
 RT_K(slice,           2,   2,   0, RT_B(1), 0, 1)  /* var. b: src, dst.  i: ndim, acc, then per dim: src extent,

@@ -1011,6 +1011,21 @@ static void ops_mean(void)
         }
 }
 
+/* transpose: more than a grid of elements, one row or column, empty. */
+static void ops_transpose(void)
+{
+    static const int64_t sh[][3] = {{3, 7, 5}, {2, 1, 300}, {64, 33, 1100}, {0, 4, 3}};
+    for (int s = 0; s < 4; s++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t R = sh[s][0], A = sh[s][1], Bn = sh[s][2];
+            if (tc_begin("transpose", "R=%lld A=%lld B=%lld acc=%d", (long long)R, (long long)A, (long long)Bn, acc)) {
+                int x = tc_buf(TB_IN, "X", R * A * Bn, -1, 1), y = tc_buf(TB_OUT, "Y", R * A * Bn, -1, 1);
+                tc_launch(RT_KN_transpose, B(x, y), I(R, A, Bn, acc), NOF);
+                tc_run();
+            }
+        }
+}
+
 /* attention and its backward (Y and lse from the reference forward): head
  * sizes 1 to 256 (the largest the kernel takes), odd T, causal or not,
  * grouped-query (Hkv < H) and multi-query (Hkv = 1), cross-attention (S keys
@@ -1448,6 +1463,7 @@ int main(int argc, char **argv)
     ops_rope();
     ops_softmax();
     ops_mean();
+    ops_transpose();
     ops_attention();
     ops_slice_place();
     ops_matmul();

@@ -1283,6 +1283,31 @@ static void test_mean(void)
     free(x), free(W), free(y), free(dx);
 }
 
+/* transpose vs reference (tiles partly filled, one row or column, acc), and
+ * transposing twice gives X back bitwise. */
+static void test_transpose(void)
+{
+    static const int64_t sh[][3] = {{3, 7, 5}, {2, 1, 300}, {4, 33, 65}, {1, 64, 32}, {0, 4, 3}};
+    char nm[64];
+    for (int s = 0; s < 5; s++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t R = sh[s][0], A = sh[s][1], Bn = sh[s][2], iv[4] = {R, A, Bn, acc};
+            kcall c;
+            kc_make(&c, 2, (int64_t[]){R * A * Bn, R * A * Bn}, -1, 1);
+            kc_run(&c, rt_k_transpose, rt_ref_transpose, iv, NULL);
+            snprintf(nm, sizeof nm, "transpose R%lld A%lld B%lld acc=%d", (long long)R, (long long)A, (long long)Bn, acc);
+            kc_check(&c, nm, (int[]){1}, 1, 1e-7);
+            kc_free(&c);
+        }
+    const int64_t R = 3, A = 40, Bn = 70, n = R * A * Bn;
+    float *x = fbuf(n, -1, 1), *y = fbuf(n, 0, 1), *z = fbuf(n, 0, 1);
+    rt_k_transpose(NULL, (void *[]){x, y}, (int64_t[]){R, A, Bn, 0}, NULL);
+    rt_k_transpose(NULL, (void *[]){y, z}, (int64_t[]){R, Bn, A, 0}, NULL);
+    check(!memcmp(x, z, (size_t)n * 4) && y[(1 * Bn + 3) * A + 5] == x[(1 * A + 5) * Bn + 3] && guard_ok(z, n),
+          "transpose twice gives X back; Y[1, 3, 5] = X[1, 5, 3]");
+    free(x), free(y), free(z);
+}
+
 /* rope's backward (the inverse rotation of dY) vs central differences of
  * L = sum W rope(X); and the inverse undoes the forward. */
 static void fd_rope(void)
@@ -1528,6 +1553,7 @@ int main(int argc, char **argv)
     fd_rmsnorm();
     fd_rope();
     test_mean();
+    test_transpose();
     fd_softmax_embedding();
     test_optimizers();
     return check_done();

@@ -291,6 +291,10 @@ static void test_agreement(void)
 
     const int64_t M = 64, V = 2000;
     float xs[1] = {1.0f / M};
+    th_case ctr = th_make("transpose acc=1", rt_k_transpose, 2, (int64_t[]){4 * 300 * 70, 4 * 300 * 70},
+                          (int[]){0, 1}, (int64_t[]){4, 300, 70, 1}, NULL, 0);
+    th_run(&ctr);
+    th_free(&ctr);
     /* cross-entropy in vocabulary blocks, a second shard's columns (Vlo 2000 of 4000, 47 padding) */
     const int64_t KB = 8, CB = V / KB;
     int64_t ist[5] = {M, KB, CB, 2 * V - 47, V}, ivb[6] = {M, V, 1, 2 * V - 47, 2 * KB, V};

@@ -53,6 +53,7 @@ CASES=(
   "gqa|tests/equiv/gqa.ini||1e-4|1e-3"
   "meanpool|tests/equiv/meanpool.ini||1e-4|1e-3"
   "xattn|tests/equiv/xattn.ini||1e-4|1e-3"
+  "mixer|tests/equiv/mixer.ini||1e-4|1e-3"
 )
 
 if [[ $mode == pack ]]; then

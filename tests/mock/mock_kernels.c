@@ -258,6 +258,9 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
     case RT_KN_bias_add:   /* i: M, N */
         B[0] = B[2] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], 1);
         break;
+    case RT_KN_transpose:      /* i: R, A, B, acc: X, Y R*A*B */
+        B[0] = B[1] = mock_f4(mock_mul(i[0], i[1]), i[2]);
+        break;
     case RT_KN_mean_mid:       /* i: R, T, C, acc: X R*T*C, Y R*C */
     case RT_KN_mean_mid_bwd: { /* dY R*C, dX R*T*C */
         int64_t all = mock_f4(mock_mul(i[0], i[1]), i[2]), out = mock_f4(i[0], i[2]);
