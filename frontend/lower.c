@@ -625,7 +625,7 @@ static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, const ir
 static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
-        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION},
+        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"heads", IR_OP_SPLIT_HEADS}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
         {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"attrs", IR_OP_CUSTOM}, {"scale", IR_OP_ATTENTION}};
     char err[256], hint[256], clip[96];
@@ -687,8 +687,8 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
     if ((kv = fe_get(sec, "kv_heads")) && d->iattr[IR_IA_KV_HEADS] < 1)
         return fe_kv_error(L->s, sec, kv, "kv_heads is the number of key/value heads, >= 1, dividing heads",
                            "kv_heads must be >= 1, got %lld", (long long)d->iattr[IR_IA_KV_HEADS]);
-    if ((d->kind == IR_OP_ATTENTION || d->kind == IR_OP_ROPE) && !fe_get(sec, "heads"))
-        return fe_error(L->s, sec->line, d->kind == IR_OP_ROPE ? "add `heads = N`: the last dim of x is heads x head size"
+    if ((d->kind == IR_OP_ATTENTION || d->kind == IR_OP_ROPE || d->kind == IR_OP_SPLIT_HEADS) && !fe_get(sec, "heads"))
+        return fe_error(L->s, sec->line, d->kind != IR_OP_ATTENTION ? "add `heads = N`: the last dim of x is heads x head size"
                                                                : "add `heads = N`: the last dim of q, k and v is heads x head size",
                         "%s op '%s' needs heads", ir_ops[d->kind].name, fe_clip(sec->name, clip, sizeof clip));
     if (d->kind == IR_OP_ROPE && get_float(L, sec, "theta", 10000.0, FE_POS, &d->fattr[IR_FA_THETA])) return 2;

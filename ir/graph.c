@@ -200,7 +200,8 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     int64_t ext[IR_MAXID];
     for (int i = 0; i < IR_MAXID; i++) ext[i] = -1;
     int h = ir_anno_find(&op.anno, "h");
-    if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD || kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD) &&
+    if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD || kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD ||
+         kind == IR_OP_SPLIT_HEADS) &&
         h >= 0) {
         if (op.iattr[IR_IA_HEADS] < 1) {
             snprintf(err, errsz, "%s needs heads >= 1", oi->name);

@@ -29,6 +29,7 @@ typedef struct agctx {
     int *nmade;      /* per tensor: contributions made so far (names) */
     int fwd;         /* forward op being differentiated */
     int custom;      /* >= 0: the [custom] row the next backward op runs (a custom op's backward) */
+    int64_t heads;   /* > 0: the next backward op's heads (merge_heads' backward splits into them) */
 } agctx;
 
 /* Append backward op k (outputs named outs[], or name when outs is NULL),
@@ -43,6 +44,7 @@ static int add_n(agctx *c, const char *name, ir_opkind k, int nin, const int *in
     memcpy(ia, f->iattr, sizeof ia);
     memcpy(fa, f->fattr, sizeof fa);
     if (k == IR_OP_CUSTOM) ia[IR_IA_CUSTOM] = c->custom;
+    if (c->heads > 0) ia[IR_IA_HEADS] = c->heads;
     int o = ir_add_op_attr(c->g, name, k, nin, in, outs ? outs : one, ia, fa, 0, err, sizeof err);
     if (o < 0) ir_die(__FILE__, __LINE__, "autograd %s: %s", name, err);
     ir_op *op = &c->g->op[o];
@@ -299,6 +301,15 @@ static int backward(agctx *c, int oi)
     case IR_OP_SILU: {
         int a[2] = {dy, x};
         contribute(c, x, IR_OP_SILU_BWD, 2, a);
+        break;
+    }
+    case IR_OP_SPLIT_HEADS:   /* the same elements: dx = dy merged back */
+        contribute(c, x, IR_OP_MERGE_HEADS, 1, &dy);
+        break;
+    case IR_OP_MERGE_HEADS: {   /* dx = dy split again, into the forward's heads */
+        c->heads = g->t[x].shape[g->t[x].ndim - 2];
+        contribute(c, x, IR_OP_SPLIT_HEADS, 1, &dy);
+        c->heads = 0;
         break;
     }
     case IR_OP_TRANSPOSE:   /* dx = dy with the last two dims swapped back */

@@ -199,6 +199,7 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_SILU: kern = RT_K_silu; break;
     case IR_OP_MEAN: kern = RT_K_mean_mid; break;
     case IR_OP_TRANSPOSE: kern = RT_K_transpose; break;
+    case IR_OP_SPLIT_HEADS: case IR_OP_MERGE_HEADS: kern = RT_K_copy; break;   /* the same bytes */
     case IR_OP_MEAN_BWD: kern = RT_K_mean_mid_bwd; break;
     case IR_OP_SILU_BWD: kern = RT_K_silu_bwd; break;
     case IR_OP_MSE_LOSS: kern = RT_K_mse_loss; break;

@@ -54,6 +54,7 @@ CASES=(
   "meanpool|tests/equiv/meanpool.ini||1e-4|1e-3"
   "xattn|tests/equiv/xattn.ini||1e-4|1e-3"
   "mixer|tests/equiv/mixer.ini||1e-4|1e-3"
+  "qknorm|tests/equiv/qknorm.ini||1e-4|1e-3"
 )
 
 if [[ $mode == pack ]]; then
