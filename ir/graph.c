@@ -232,6 +232,18 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         ext[t] = op.iattr[IR_IA_MEAN_T];
     }
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
+    if (kind == IR_OP_CONCAT)   /* c = a + b */
+        ext[ir_anno_find(&op.anno, "c")] = ext[ir_anno_find(&op.anno, "a")] + ext[ir_anno_find(&op.anno, "b")];
+    if (kind == IR_OP_SPLIT) {   /* a = first, b = the rest */
+        int64_t cc = ext[ir_anno_find(&op.anno, "c")], a = op.iattr[IR_IA_FIRST];
+        if (a < 1 || a >= cc) {
+            snprintf(err, errsz, "first = %lld must leave both parts a column at least: 1 <= first < %lld "
+                     "(the last dim of '%s')", (long long)a, (long long)cc, g->t[in[0]].name);
+            return -1;
+        }
+        ext[ir_anno_find(&op.anno, "a")] = a;
+        ext[ir_anno_find(&op.anno, "b")] = cc - a;
+    }
     if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD) && op.iattr[IR_IA_CAUSAL]) {
         int64_t et = ext[ir_anno_find(&op.anno, "t")], es = ext[ir_anno_find(&op.anno, "s")];
         if (et != es) {

@@ -54,6 +54,8 @@ OP(MEAN,          "mean",              "* t+ c -> * c",                   1, 1, 
 OP(MEAN_BWD,      "mean_bwd",          "* c -> * t c",                    1, 1, 0)                     /* dx = dy / T broadcast over t (T: the forward's, iattr IR_IA_MEAN_T) */
 OP(SPLIT_HEADS,   "split_heads",       "* (h d^) -> * h d^",              1, 1, OPF_USER | OPF_LINEAR) /* [*, heads x d] viewed as [*, heads, d] (per-head ops: QK-norm); heads binds h; a copy */
 OP(MERGE_HEADS,   "merge_heads",       "* h d^ -> * (h d^)",              1, 1, OPF_USER | OPF_LINEAR) /* the inverse: [*, h, d] as [*, h x d] */
+OP(CONCAT,        "concat",            "* a^, * b^ -> * c^",              2, 1, OPF_USER | OPF_LINEAR) /* the last dims side by side: c = a + b; its backward is split */
+OP(SPLIT,         "split",             "* c^ -> * a^, * b^",              1, 2, OPF_USER | OPF_LINEAR) /* the last dim cut in two: a = first (iattr IR_IA_FIRST), b = c - a; its backward is concat */
 OP(TRANSPOSE,     "transpose",         "* a b -> * b a",                  1, 1, OPF_USER | OPF_LINEAR) /* swap the last two dims (MLP-Mixer's token mixing); its own backward */
 OP(RELU,          "relu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* y = max(x, 0) */
 OP(RELU_BWD,      "relu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* dx = dy * (y > 0); inputs dy, y */

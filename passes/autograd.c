@@ -29,7 +29,8 @@ typedef struct agctx {
     int *nmade;      /* per tensor: contributions made so far (names) */
     int fwd;         /* forward op being differentiated */
     int custom;      /* >= 0: the [custom] row the next backward op runs (a custom op's backward) */
-    int64_t heads;   /* > 0: the next backward op's heads (merge_heads' backward splits into them) */
+    int set;         /* > 0: the next backward op's integer attribute set - 1 is set_val */
+    int64_t set_val; /* (merge_heads' backward splits into the forward's heads; concat's at its first part) */
 } agctx;
 
 /* Append backward op k (outputs named outs[], or name when outs is NULL),
@@ -44,7 +45,7 @@ static int add_n(agctx *c, const char *name, ir_opkind k, int nin, const int *in
     memcpy(ia, f->iattr, sizeof ia);
     memcpy(fa, f->fattr, sizeof fa);
     if (k == IR_OP_CUSTOM) ia[IR_IA_CUSTOM] = c->custom;
-    if (c->heads > 0) ia[IR_IA_HEADS] = c->heads;
+    if (c->set > 0) ia[c->set - 1] = c->set_val;
     int o = ir_add_op_attr(c->g, name, k, nin, in, outs ? outs : one, ia, fa, 0, err, sizeof err);
     if (o < 0) ir_die(__FILE__, __LINE__, "autograd %s: %s", name, err);
     ir_op *op = &c->g->op[o];
@@ -136,14 +137,15 @@ static void set_grad(ir_graph *g, int y, int dy)
     }
 }
 
-/* A custom op whose backward takes every output's gradient (bwd_all): an
- * output the loss does not depend on gets a gradient of zeros (an input
- * tensor, data = zeros, as recycling's first pass reads). */
-static int backward_custom_all(agctx *c, const ir_op *o)
+/* The gradients of every output of an op whose backward takes them all
+ * (split; a custom op whose backward does, bwd_all) into a[]: an output the
+ * loss does not depend on gets a gradient of zeros (an input tensor, data =
+ * zeros, as recycling's first pass reads).  0 when no gradient is needed
+ * (no output reaches the loss, or no input needs one). */
+static int output_grads(agctx *c, const ir_op *o, int *a)
 {
     ir_graph *g = c->g;
-    const ir_custom *cu = &g->cust[o->iattr[IR_IA_CUSTOM]];
-    int a[2 * IR_MAXIO], any = 0, anyin = 0;
+    int any = 0, anyin = 0;
     for (int k = 0; k < o->nout; k++) {
         a[k] = final_grad(c, o->out[k]);
         if (a[k] >= 0) any = 1, set_grad(g, o->out[k], a[k]);
@@ -161,6 +163,15 @@ static int backward_custom_all(agctx *c, const ir_op *o)
         z->batch_dim = y.batch_dim;
         z->stream = -1;
     }
+    return 1;
+}
+
+/* A custom op whose backward takes every output's gradient, then the inputs. */
+static int backward_custom_all(agctx *c, const ir_op *o)
+{
+    const ir_custom *cu = &c->g->cust[o->iattr[IR_IA_CUSTOM]];
+    int a[2 * IR_MAXIO];
+    if (!output_grads(c, o, a)) return 0;
     for (int k = 0; k < o->nin; k++) a[o->nout + k] = o->in[k];
     c->custom = cu->bwd;
     contribute_n(c, o->nin, o->in, IR_OP_CUSTOM, o->nout + o->nin, a);
@@ -190,6 +201,11 @@ static int backward(agctx *c, int oi)
     c->fwd = oi;
     if (o.kind == IR_OP_CUSTOM && g->cust[o.iattr[IR_IA_CUSTOM]].bwd >= 0 && g->cust[o.iattr[IR_IA_CUSTOM]].bwd_all)
         return backward_custom_all(c, &o);
+    if (o.kind == IR_OP_SPLIT) {   /* dx = the outputs' gradients side by side */
+        int a[2];
+        if (output_grads(c, &o, a)) contribute(c, o.in[0], IR_OP_CONCAT, 2, a);
+        return 0;
+    }
     int dy = -1;
     if (!(ir_ops[o.kind].flags & OPF_LOSS)) {
         dy = final_grad(c, o.out[0]);
@@ -307,9 +323,16 @@ static int backward(agctx *c, int oi)
         contribute(c, x, IR_OP_MERGE_HEADS, 1, &dy);
         break;
     case IR_OP_MERGE_HEADS: {   /* dx = dy split again, into the forward's heads */
-        c->heads = g->t[x].shape[g->t[x].ndim - 2];
+        c->set = 1 + IR_IA_HEADS, c->set_val = g->t[x].shape[g->t[x].ndim - 2];
         contribute(c, x, IR_OP_SPLIT_HEADS, 1, &dy);
-        c->heads = 0;
+        c->set = 0;
+        break;
+    }
+    case IR_OP_CONCAT: {   /* da, db = dy split where the inputs meet */
+        int xs[2] = {x, w};
+        c->set = 1 + IR_IA_FIRST, c->set_val = g->t[x].shape[g->t[x].ndim - 1];
+        contribute_n(c, 2, xs, IR_OP_SPLIT, 1, &dy);
+        c->set = 0;
         break;
     }
     case IR_OP_TRANSPOSE:   /* dx = dy with the last two dims swapped back */

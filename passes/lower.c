@@ -167,6 +167,40 @@ double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
     return fl * execs;
 }
 
+static pg_instr *emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const ir_box *full,
+                          const ir_box *region, int nd, int acc, const char *note);
+
+/* The acc int of an instruction writing a buffer that accumulates (acc as
+ * pass_pt_accum gives it) in section sec: put_acc's, for emit_box (-1: the
+ * micro-batch loop's form). */
+static int box_acc(const lctx *c, int acc, int sec)
+{
+    return acc == 2 ? 1 : acc && !c->eval && sec == IR_SEC_MB ? -1 : acc;
+}
+
+/* concat (two places into the output's column ranges) and split (two
+ * slices of the input's): the [rows, last dim] views of the rank's boxes. */
+static void lower_cols(lctx *c, const ir_subop *s, const ir_op *o, const int64_t *ext, int sec, const char *note)
+{
+    int nd0 = o->anno.ndim[0], nd1 = o->anno.ndim[1];
+    /* last dims of operands 0 and 1: concat's inputs a, b; split's input c and output 1 a */
+    int64_t R = ext_prod(o, ext, 0, 0, nd0 - 1), n0 = ext_prod(o, ext, 0, nd0 - 1, nd0);
+    int64_t n1 = ext_prod(o, ext, 1, nd1 - 1, nd1);
+    int64_t w = o->kind == IR_OP_CONCAT ? n0 + n1 : n0;     /* the wide side's columns */
+    int64_t cut = o->kind == IR_OP_CONCAT ? n0 : n1;        /* where the two parts meet */
+    ir_box full = {{0, 0}, {R, w}}, part[2] = {{{0, 0}, {R, cut}}, {{0, cut}, {R, w}}};
+    for (int k = 0; k < 2; k++) {
+        pg_instr *in;
+        if (o->kind == IR_OP_CONCAT)
+            in = emit_box(c, sec, 1, off(c, s->in[k]), off(c, s->out[0]), &full, &part[k], 2,
+                          box_acc(c, pass_pt_accum(c->d, s->out[0]), sec), note);
+        else
+            in = emit_box(c, sec, 0, off(c, s->in[0]), off(c, s->out[k]), &full, &part[k], 2,
+                          box_acc(c, pass_pt_accum(c->d, s->out[k]), sec), note);
+        in->blk = o->block, in->rep = o->rep;
+    }
+}
+
 static void lower_subop(lctx *c, int si, int sec)
 {
     const ir_graph *g = c->d->g;
@@ -199,6 +233,7 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_SILU: kern = RT_K_silu; break;
     case IR_OP_MEAN: kern = RT_K_mean_mid; break;
     case IR_OP_TRANSPOSE: kern = RT_K_transpose; break;
+    case IR_OP_CONCAT: case IR_OP_SPLIT: kern = -1; break;   /* slice and place instructions (lower_cols) */
     case IR_OP_SPLIT_HEADS: case IR_OP_MERGE_HEADS: kern = RT_K_copy; break;   /* the same bytes */
     case IR_OP_MEAN_BWD: kern = RT_K_mean_mid_bwd; break;
     case IR_OP_SILU_BWD: kern = RT_K_silu_bwd; break;
@@ -230,6 +265,10 @@ static void lower_subop(lctx *c, int si, int sec)
     if (!c->eval) c->p->flops += pass_subop_flops(g, s, sec);
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
+    if (kern < 0) {
+        lower_cols(c, s, o, ext, sec, note);
+        return;
+    }
     pg_instr *in = add(c, sec, kern, note);
     in->blk = o->block, in->rep = o->rep;   /* provenance; an update's: its param's */
     if (o->phase == IR_PH_OPT) prov_tensor(g, o->in[0], in);
@@ -415,8 +454,8 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank)
 
 /* slice (dir 0: dst = src[region]) or place (dir 1: dst[region] = src) of a
  * region given in tensor coordinates, relative to the box of the full buffer. */
-static void emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const ir_box *full, const ir_box *region,
-                     int nd, int acc, const char *note)
+static pg_instr *emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const ir_box *full,
+                          const ir_box *region, int nd, int acc, const char *note)
 {
     pg_instr *in = add(c, sec, dir ? RT_K_place : RT_K_slice, note);
     pg_buf(in, src);
@@ -429,6 +468,7 @@ static void emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const 
         pg_i(in, region->lo[j] - full->lo[j]);
         pg_i(in, region->hi[j] - full->lo[j]);
     }
+    return in;
 }
 
 /* Are the tiles (in member order) consecutive blocks of whole's row-major
