@@ -827,7 +827,6 @@ void rt_ref_custom(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f
     rt_fatal(ctx, 1, "internal error: no reference kernel for custom op %lld", (long long)i[0]);
 }
 
-/* Y[r, c] (+)= scale sum_t X[r, t, c], in double. */
 /* Y[r, b, a] (+)= X[r, a, b]. */
 void rt_ref_transpose(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
@@ -843,6 +842,7 @@ void rt_ref_transpose(rt_ctx *ctx, void *const *b, const int64_t *i, const float
             }
 }
 
+/* Y[r, c] (+)= scale sum_t X[r, t, c], in double. */
 void rt_ref_mean_mid(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     const float *x = b[0];
