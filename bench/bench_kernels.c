@@ -223,7 +223,7 @@ static double bn_peak(int runs)
 typedef struct bn_call {
     void (*k)(rt_ctx *, void *const *, const int64_t *, const float *);   /* rt_k_* */
     void *b[10];            /* buffers */
-    int64_t i[10];          /* ints */
+    int64_t i[12];          /* ints */
     float f[5];             /* floats */
 } bn_call;
 
@@ -303,12 +303,12 @@ static int bn_others(bn_other *o)
     float *dq = bn_buf(n, 0, 0), *dk = bn_buf(n, 0, 0), *dv = bn_buf(n, 0, 0);
     double causal_pairs = (double)BN_B * BN_H * BN_T * (BN_T + 1) / 2;
     o[k++] = (bn_other){"attention fwd (B4 T64 H12 D64, causal)", BN_L,
-                        {rt_k_attention, {q, kk, v, y, lse}, {BN_B, BN_T, BN_H, D, 1, BN_H, BN_T},
+                        {rt_k_attention, {q, kk, v, y, lse}, {BN_B, BN_T, BN_H, D, 1, BN_H, BN_T, 0, 0, BN_H},
                          {0.125f}}, 4.0 * causal_pairs * D};
     rt_k_attention(NULL, o[k - 1].call.b, o[k - 1].call.i, o[k - 1].call.f);   /* Y, lse */
     o[k++] = (bn_other){"attention bwd", BN_L,
                         {rt_k_attention_bwd, {dy, q, kk, v, y, lse, dq, dk, dv},
-                         {BN_B, BN_T, BN_H, D, 1, 0, BN_H, BN_T, BN_T}, {0.125f}}, 10.0 * causal_pairs * D};
+                         {BN_B, BN_T, BN_H, D, 1, 0, BN_H, BN_T, BN_T, 0, 0, BN_H}, {0.125f}}, 10.0 * causal_pairs * D};
     float *x = bn_buf(R * C, -1, 1), *w = bn_buf(C, 0.5f, 1.5f), *bias = bn_buf(C, -1, 1);
     float *ln = bn_buf(R * C, 0, 0), *mean = bn_buf(R, 0, 0), *rstd = bn_buf(R, 0, 0);
     float *dln = bn_buf(R * C, -1, 1), *dx = bn_buf(R * C, 0, 0), *dw = bn_buf(C, 0, 0);

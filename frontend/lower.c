@@ -625,7 +625,7 @@ static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, const ir
 static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
-        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"heads", IR_OP_SPLIT_HEADS}, {"first", IR_OP_SPLIT}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION},
+        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"heads", IR_OP_SPLIT_HEADS}, {"first", IR_OP_SPLIT}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION}, {"alibi", IR_OP_ATTENTION},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
         {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"attrs", IR_OP_CUSTOM}, {"scale", IR_OP_ATTENTION}};
     char err[256], hint[256], clip[96];
@@ -653,6 +653,12 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         static const char *const tf[] = {"true", "false", NULL};
         if (get_choice(L, sec, "causal", tf, 0, &v)) return 2;
         d->iattr[IR_IA_CAUSAL] = v == 0;
+    }
+    if ((kv = fe_get(sec, "alibi"))) {
+        int v;
+        static const char *const tf[] = {"true", "false", NULL};
+        if (get_choice(L, sec, "alibi", tf, 1, &v)) return 2;
+        d->iattr[IR_IA_ALIBI] = v == 0;
     }
     static const char *const ik[] = {"heads", "vocab", "kv_heads", "first"};
     static const int slot[] = {IR_IA_HEADS, IR_IA_VOCAB, IR_IA_KV_HEADS, IR_IA_FIRST};

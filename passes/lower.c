@@ -367,6 +367,10 @@ static void lower_subop(lctx *c, int si, int sec)
         if (o->kind == IR_OP_ATTENTION_BWD) put_acc(c, in, acc, sec);
         pg_i(in, Hkv); pg_i(in, S);
         if (o->kind == IR_OP_ATTENTION_BWD) pg_i(in, T > S ? T : S);
+        /* ALiBi: the rank's first query head in the layer (q's box), the layer's heads */
+        pg_i(in, o->iattr[IR_IA_ALIBI]);
+        pg_i(in, c->d->pt[s->in[o->kind == IR_OP_ATTENTION ? 0 : 1]].box.lo[nd0 - 1] / D);
+        pg_i(in, o->iattr[IR_IA_HEADS]);
         break;
     }
     case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU:

@@ -20,12 +20,16 @@
  *             dS = scale P (dP - Drow); dv += P^T dY, dk += dS^T q,
  *             dq += dS k (all rt_gemm).
  *
+ * With ALiBi (alibi = 1) every score gets -m_h |t - s| before the softmax,
+ * m_h the slope of the layer's query head hoff + h of Htot (rt_alibi_slope).
+ *
  * No T x S matrix is ever stored: the tiles live in the calling thread's
  * scratch (rt_scratch, after matmul's pack buffers).  Heads are independent
  * and split across the pool's threads; each head is computed the same way
  * whatever the thread count.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rt_internal.h"
@@ -36,6 +40,8 @@ typedef struct at_job {
     int64_t Hkv;            /* key/value heads (H a multiple of it) */
     int64_t S;              /* keys */
     int causal;             /* 1: query t sees keys s <= t */
+    int alibi;              /* 1: scores get -m_h |t - s| (ALiBi), m_h rt_alibi_slope(hoff + h, Htot) */
+    int64_t hoff, Htot;     /* ALiBi: global index of query head 0, heads of the whole layer */
     int acc;                /* backward: 1 adds into dq, dk, dv */
     float scale;            /* multiplies q . k */
     void *const *b;         /* the kernel's buffers */
@@ -47,14 +53,26 @@ typedef struct at_head {
     int64_t off;            /* offset of row 0 of the head in a (B, T, H, D) tensor */
     int64_t loff;           /* offset of the head's lse (T floats) */
     int64_t ldk, koff;      /* row stride (Hkv*D) and row 0 of its key/value head in (B, T, Hkv, D) */
+    float slope;            /* ALiBi: the head's m (0: no ALiBi) */
 } at_head;
+
+float rt_alibi_slope(int64_t h, int64_t H)
+{
+    /* BLOOM's and the paper's: with n the largest power of 2 <= H, heads
+       0 .. n-1 get 2^(-8 (h+1) / n); the rest the odd steps of the 2n series */
+    int64_t n = 1;
+    while (n * 2 <= H) n *= 2;
+    if (h < n) return (float)exp2(-8.0 * (double)(h + 1) / (double)n);
+    return (float)exp2(-8.0 * (double)(2 * (h - n) + 1) / (double)(2 * n));
+}
 
 /* Head number bh = b*H + h of job j. */
 static at_head at_head_of(const at_job *j, int64_t bh)
 {
     int64_t b = bh / j->H, h = bh % j->H, ld = j->H * j->D, ldk = j->Hkv * j->D;
     int64_t g = h / (j->H / j->Hkv);
-    return (at_head){j->T, j->S, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->S * ldk + g * j->D};
+    float slope = j->alibi ? rt_alibi_slope(j->hoff + h, j->Htot) : 0.0f;
+    return (at_head){j->T, j->S, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->S * ldk + g * j->D, slope};
 }
 
 /* Keys of block [s0, s0 + kb) that query t sees. */
@@ -98,6 +116,9 @@ static void at_fwd_head(const at_job *j, int64_t bh, float *scratch)
                 }
                 for (int64_t c = 0; c < nv; c++)
                     sr[c] *= j->scale;
+                if (j->alibi)   /* -m |t - s| */
+                    for (int64_t c = 0; c < nv; c++)
+                        sr[c] -= hd.slope * (float)llabs(t0 + r - (s0 + c));
                 float bm = rt_vmax(sr, nv);
                 float mnew = s0 == 0 || bm > m[r] ? bm : m[r];
                 float sum = (float)rt_vexp_affine(sr, 1.0f, mnew, sr, nv);
@@ -172,7 +193,13 @@ static void at_bwd_head(const at_job *j, int64_t bh, int first, float *scratch)
             for (int64_t r = 0; r < qb; r++) {
                 float *pr = P + r * RT_ATT_KB, *dr = dS + r * RT_ATT_KB;
                 int64_t nv = at_visible(j, t0 + r, s0, kb);
-                rt_vexp_affine(pr, j->scale, lse[t0 + r], pr, nv);
+                if (j->alibi) {   /* P = exp(scale q.k - m |t - s| - lse) */
+                    for (int64_t c = 0; c < nv; c++)
+                        pr[c] = pr[c] * j->scale - hd.slope * (float)llabs(t0 + r - (s0 + c));
+                    rt_vexp_affine(pr, 1.0f, lse[t0 + r], pr, nv);
+                } else {
+                    rt_vexp_affine(pr, j->scale, lse[t0 + r], pr, nv);
+                }
                 for (int64_t c = 0; c < nv; c++)
                     dr[c] = j->scale * pr[c] * (dr[c] - drow[r]);
                 memset(pr + nv, 0, (size_t)(kb - nv) * 4);
@@ -216,25 +243,28 @@ static void at_bwd_task(void *p, int t, int nt)
 }
 
 /* Validate the shape arguments (hkv: Hkv, s: S). */
-static void at_check(rt_ctx *ctx, const char *what, const int64_t *i, int64_t hkv, int64_t s)
+static void at_check(rt_ctx *ctx, const char *what, const int64_t *i, int64_t hkv, int64_t s, const int64_t *al)
 {
     if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||
-        i[2] % hkv || s < 0 || (i[4] && s != i[1]) || (s == 0 && i[1] > 0))
-        rt_fatal(ctx, 1, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld S %lld", what,
-                 (long long)i[0], (long long)i[1], (long long)i[2], (long long)i[3],
-                 (long long)i[4], (long long)hkv, (long long)s);
+        i[2] % hkv || s < 0 || (i[4] && s != i[1]) || (s == 0 && i[1] > 0) || (al[0] != 0 && al[0] != 1) ||
+        al[1] < 0 || (al[0] && al[1] + i[2] > al[2]))
+        rt_fatal(ctx, 1, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld S %lld alibi %lld %lld %lld",
+                 what, (long long)i[0], (long long)i[1], (long long)i[2], (long long)i[3], (long long)i[4],
+                 (long long)hkv, (long long)s, (long long)al[0], (long long)al[1], (long long)al[2]);
 }
 
 void rt_k_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention", i, i[5], i[6]);
-    at_job j = {i[0], i[1], i[2], i[3], i[5], i[6], (int)i[4], 0, f[0], b};
+    at_check(ctx, "attention", i, i[5], i[6], i + 7);
+    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[5], .S = i[6], .causal = (int)i[4],
+                .alibi = (int)i[7], .hoff = i[8], .Htot = i[9], .acc = 0, .scale = f[0], .b = b};
     rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
 }
 
 void rt_k_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention_bwd", i, i[6], i[7]);
-    at_job j = {i[0], i[1], i[2], i[3], i[6], i[7], (int)i[4], (int)i[5], f[0], b};
+    at_check(ctx, "attention_bwd", i, i[6], i[7], i + 9);
+    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
+                .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = b};
     rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
 }

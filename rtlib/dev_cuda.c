@@ -127,7 +127,8 @@ typedef enum cu_grid {
  * already show), and extra work around a launch. */
 enum {
     CU_CHK_ATT = 2,       /* attention: B, T, H, D >= 0, causal 0 or 1, D <= 256, Hkv >= 1 divides H,
-                             S >= 1 keys (= T when causal; S = 0 only with T = 0), bwd: P = max(T, S) */
+                             S >= 1 keys (= T when causal; S = 0 only with T = 0), bwd: P = max(T, S);
+                             alibi 0 or 1, with hoff + H <= Htot */
     CU_CHK_BOX = 4,       /* slice/place: ndim <= 8, 0 <= lo < hi <= extent */
     CU_CHK_COPY = 8,      /* copy: X and Y equal or disjoint */
     CU_CHK_EW = 16,       /* ew: the op list is well formed */
@@ -342,12 +343,15 @@ static int cu_preconditions(int kernel, const cu_launch *L, void *const *b, cons
     if (L->flags & CU_CHK_ATT) {
         int fw = kernel == RT_KN_attention;
         int64_t hkv = i[fw ? 5 : 6], s = i[fw ? 6 : 7];
+        const int64_t *al = i + (fw ? 7 : 9);   /* alibi, hoff, Htot */
         if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||
             i[2] % hkv || s < 0 || (i[4] && s != i[1]) || (s == 0 && i[1] > 0) ||
-            (!fw && i[8] != (i[1] > s ? i[1] : s)))
-            return cu_refuse(err, errlen, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld S %lld",
-                             name, (long long)i[0], (long long)i[1], (long long)i[2],
-                             (long long)i[3], (long long)i[4], (long long)hkv, (long long)s);
+            (!fw && i[8] != (i[1] > s ? i[1] : s)) || (al[0] != 0 && al[0] != 1) || al[1] < 0 ||
+            (al[0] && al[1] + i[2] > al[2]))
+            return cu_refuse(err, errlen, "%s: bad B %lld T %lld H %lld D %lld causal %lld Hkv %lld S %lld "
+                             "alibi %lld %lld %lld", name, (long long)i[0], (long long)i[1], (long long)i[2],
+                             (long long)i[3], (long long)i[4], (long long)hkv, (long long)s, (long long)al[0],
+                             (long long)al[1], (long long)al[2]);
         if (i[3] > CU_ATT_DMAX)
             return cu_refuse(err, errlen, "%s: head size D = %lld is above %d, the largest "
                              "the CUDA kernel takes", name, (long long)i[3], CU_ATT_DMAX);

@@ -651,7 +651,22 @@ typedef struct rt_ref_att {
     double scale;         /* multiplies q . k */
     int64_t Hkv;          /* key/value heads: query head h reads head h / (H / Hkv) */
     int64_t S;            /* keys */
+    int alibi;            /* 1: scores get -m |t - s|, m the slope of layer head hoff + h of Htot */
+    int64_t hoff, Htot;
 } rt_ref_att;
+
+/* ALiBi's slope of head h of H, in double: with n the largest power of 2 <= H,
+ * 2^(-8 (h+1) / n) for h < n, 2^(-8 (2 (h - n) + 1) / (2 n)) after. */
+static double rt_ref_alibi_slope(int64_t h, int64_t H)
+{
+    int64_t n = 1;
+    while (2 * n <= H) n *= 2;
+    return h < n ? pow(2.0, -8.0 * (double)(h + 1) / (double)n) : pow(2.0, -4.0 * (double)(2 * (h - n) + 1) / (double)n);
+}
+
+/* The score of query t and key s in head (b, h): scale q_t . k_s (- m |t - s|). */
+static double rt_ref_score(const rt_ref_att *a, const float *q, const float *k, int64_t b, int64_t t, int64_t s,
+                           int64_t h);
 
 /* Index of element (b, t, h, d) of a (B, T, H, D) tensor (q, Y, dY, dq). */
 static int64_t rt_ref_bthd(const rt_ref_att *a, int64_t b, int64_t t, int64_t h, int64_t d)
@@ -683,13 +698,21 @@ static double rt_ref_rowdot(const rt_ref_att *a, const float *x, const float *y,
     return r;
 }
 
-/* Softmax weight P[t, s] of head (b, h): exp(scale q_t . k_s - lse_t), 0 when masked. */
+static double rt_ref_score(const rt_ref_att *a, const float *q, const float *k, int64_t b, int64_t t, int64_t s,
+                           int64_t h)
+{
+    double x = a->scale * rt_ref_rowdot(a, q, k, b, t, s, h, 1);
+    if (a->alibi) x -= rt_ref_alibi_slope(a->hoff + h, a->Htot) * (double)(t > s ? t - s : s - t);
+    return x;
+}
+
+/* Softmax weight P[t, s] of head (b, h): exp(score - lse_t), 0 when masked. */
 static double rt_ref_prob(const rt_ref_att *a, const float *q, const float *k, double lse,
                           int64_t b, int64_t t, int64_t s, int64_t h)
 {
     if (a->causal && s > t)
         return 0.0;
-    return exp(a->scale * rt_ref_rowdot(a, q, k, b, t, s, h, 1) - lse);
+    return exp(rt_ref_score(a, q, k, b, t, s, h) - lse);
 }
 
 /* Per (b, h): S = scale q k^T (s <= t when causal), lse = logsumexp of S's rows,
@@ -698,16 +721,16 @@ void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float
 {
     const float *q = b[0], *k = b[1], *v = b[2];
     float *y = b[3], *lse = b[4];
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6]};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9]};
     for (int64_t bb = 0; bb < a.B; bb++)
         for (int64_t h = 0; h < a.H; h++)
             for (int64_t t = 0; t < a.T; t++) {
                 int64_t ns = a.causal ? t + 1 : a.S;   /* visible keys */
                 double mx = -INFINITY, sum = 0;
                 for (int64_t s = 0; s < ns; s++)
-                    mx = fmax(mx, a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h, 1));
+                    mx = fmax(mx, rt_ref_score(&a, q, k, bb, t, s, h));
                 for (int64_t s = 0; s < ns; s++)
-                    sum += exp(a.scale * rt_ref_rowdot(&a, q, k, bb, t, s, h, 1) - mx);
+                    sum += exp(rt_ref_score(&a, q, k, bb, t, s, h) - mx);
                 double l = mx + log(sum);
                 lse[(bb * a.H + h) * a.T + t] = (float)l;
                 for (int64_t d = 0; d < a.D; d++) {
@@ -737,7 +760,7 @@ void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const f
 {
     const float *dy = b[0], *q = b[1], *k = b[2], *lse = b[5];
     float *dq = b[6], *dk = b[7], *dv = b[8];
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7]};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11]};
     int acc = (int)i[5];
     int64_t r = a.H / a.Hkv;
     for (int64_t bb = 0; bb < a.B; bb++)

@@ -434,6 +434,9 @@ double rt_vexp_sum(const float *x, float mx, int64_t n);
 /* y (+)= scale * exp((x - mx) - shift). */
 void rt_vexp_scale(const float *x, float mx, float shift, float scale, float *y, int64_t n,
                    int acc);
+/* ALiBi's slope m of head h of H (attention.c): 2^(-8 (h+1) / H) for H a
+ * power of 2, the paper's interleaving otherwise. */
+float rt_alibi_slope(int64_t h, int64_t H);
 /* y = exp(a x - c); returns sum of y. */
 double rt_vexp_affine(const float *x, float a, float c, float *y, int64_t n);
 /* Forget the chosen implementation (after rt_isa_force). */

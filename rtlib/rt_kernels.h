@@ -117,16 +117,18 @@ RT_K(rope,            2,   6,   1, RT_B(1), 0, 5)  /* b: X (B, T, H, D), Y.  i: 
                                                    + X[j] sin a; inverse: the angle -a (the backward).  Y may be X */
 RT_K(softmax,         2,   2,   0, RT_B(1), 0, -1)  /* b: X (R, N), Y.  i: R, N.  Y = softmax over the last dim (stable) */
 RT_K(softmax_bwd,     3,   3,   0, RT_B(2), 0, 2)  /* b: dY, Y, dX.  i: R, N, acc.  dX (+)= Y (dY - sum(dY Y)) */
-RT_K(attention,       5,   7,   1, RT_B(3) | RT_B(4), 0, -1)  /* b: q (B, T, H, D), k, v (B, S, Hkv, D), Y (B, T, H, D), lse (B, H, T).
-                                                              i: B, T, H, D, causal, Hkv, S.  f: scale (default 1/sqrt(D)).
+RT_K(attention,       5,  10,   1, RT_B(3) | RT_B(4), 0, -1)  /* b: q (B, T, H, D), k, v (B, S, Hkv, D), Y (B, T, H, D), lse (B, H, T).
+                                                              i: B, T, H, D, causal, Hkv, S, alibi, hoff, Htot.  f: scale (default 1/sqrt(D)).
                                                               Multi-head attention per (b, h) of T queries over S keys
                                                               (causal: S = T), grouped-query when Hkv < H (H a multiple of
                                                               Hkv): query head h reads key/value head h / (H / Hkv).
-                                                              Sc = scale q k^T (masked to s <= t when causal), P = softmax(Sc),
+                                                              Sc = scale q k^T (masked to s <= t when causal; with alibi = 1
+                                                              each score - m |t - s|, m the slope of the layer's query
+                                                              head hoff + h of Htot, rt_alibi_slope), P = softmax(Sc),
                                                               Y = P v, lse = logsumexp of Sc's rows.  Rows of q/Y are H*D floats,
                                                               of k/v Hkv*D. */
-RT_K(attention_bwd,   9,   9,   1, RT_B(6) | RT_B(7) | RT_B(8), 0, 5)  /* b: dY, q, k, v, Y, lse, dq, dk, dv.  i: B, T, H, D, causal, acc, Hkv, S,
-                                                                       P = max(T, S).  f: scale.  Gradients of attention (P recomputed
+RT_K(attention_bwd,   9,  12,   1, RT_B(6) | RT_B(7) | RT_B(8), 0, 5)  /* b: dY, q, k, v, Y, lse, dq, dk, dv.  i: B, T, H, D, causal, acc, Hkv, S,
+                                                                       P = max(T, S), alibi, hoff, Htot.  f: scale.  Gradients of attention (P recomputed
                                                                        from q, k, lse); dk, dv of a key/value head sum over its H / Hkv
                                                                        query heads, in head order. */
 RT_K(mean_mid,        2,   4,   1, RT_B(1), 0, 3)  /* b: X (R, T, C), Y (R, C).  i: R, T, C, acc.  f: scale.

@@ -1032,30 +1032,31 @@ static void ops_transpose(void)
  * != T queries: more and fewer, not causal). */
 static void ops_attention(void)
 {
-    static const int64_t sh[][6] = {   /* B, T, H, D, Hkv, S (0: T) */
-        {1, 1, 1, 1, 1, 0}, {1, 2, 1, 1, 1, 0}, {2, 5, 3, 8, 3, 0}, {1, 33, 2, 64, 2, 0}, {1, 17, 1, 256, 1, 0},
-        {2, 70, 2, 24, 2, 0}, {2, 19, 6, 16, 2, 0}, {1, 40, 4, 32, 1, 0}, {2, 19, 6, 16, 2, 45}, {1, 33, 2, 64, 2, 7},
-        {2, 3, 2, 8, 1, 1}};
+    static const int64_t sh[][7] = {   /* B, T, H, D, Hkv, S (0: T), ALiBi (heads 1 .. H of H + 2) */
+        {1, 1, 1, 1, 1, 0, 0}, {1, 2, 1, 1, 1, 0, 0}, {2, 5, 3, 8, 3, 0, 0}, {1, 33, 2, 64, 2, 0, 0},
+        {1, 17, 1, 256, 1, 0, 0}, {2, 70, 2, 24, 2, 0, 0}, {2, 19, 6, 16, 2, 0, 0}, {1, 40, 4, 32, 1, 0, 0},
+        {2, 19, 6, 16, 2, 45, 0}, {1, 33, 2, 64, 2, 7, 0}, {2, 3, 2, 8, 1, 1, 0}, {2, 19, 6, 16, 2, 0, 1},
+        {1, 33, 3, 32, 3, 12, 1}};
     for (int bwd = 0; bwd < 2; bwd++)
         for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
             for (int causal = 0; causal < (sh[s][5] ? 1 : 2); causal++)
                 for (int acc = 0; acc <= bwd; acc++) {
                     int64_t Bn = sh[s][0], T = sh[s][1], H = sh[s][2], D = sh[s][3], Hkv = sh[s][4];
-                    int64_t S = sh[s][5] ? sh[s][5] : T, P = T > S ? T : S;
+                    int64_t S = sh[s][5] ? sh[s][5] : T, P = T > S ? T : S, al = sh[s][6];
                     int64_t n = Bn * T * H * D, nk = Bn * S * Hkv * D;
                     float scale = 1.0f / sqrtf((float)D);
                     char what[128];
-                    snprintf(what, sizeof what, "B=%lld T=%lld S=%lld H=%lld D=%lld Hkv=%lld causal=%d",
+                    snprintf(what, sizeof what, "B=%lld T=%lld S=%lld H=%lld D=%lld Hkv=%lld causal=%d%s",
                              (long long)Bn, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv,
-                             causal);
+                             causal, al ? " alibi" : "");
                     if (!bwd) {
                         if (!tc_begin("attention", "%s", what))
                             continue;
                         int q = tc_buf(TB_IN, "q", n, -1, 1), k = tc_buf(TB_IN, "k", nk, -1, 1);
                         int v = tc_buf(TB_IN, "v", nk, -1, 1), y = tc_buf(TB_OUT, "Y", n, -1, 1);
                         int lse = tc_buf(TB_OUT, "lse", Bn * H * T, -1, 1);
-                        tc_launch(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv, S),
-                                  F(scale));
+                        tc_launch(RT_KN_attention, B(q, k, v, y, lse),
+                                  I(Bn, T, H, D, causal, Hkv, S, al, 1, H + 2), F(scale));
                         tc_run();
                         continue;
                     }
@@ -1068,9 +1069,10 @@ static void ops_attention(void)
                     int lse = tc_buf(TB_IN, "lse", Bn * H * T, 0, 0);
                     int dq = tc_buf(TB_OUT, "dq", n, -1, 1), dk = tc_buf(TB_OUT, "dk", nk, -1, 1);
                     int dv = tc_buf(TB_OUT, "dv", nk, -1, 1);
-                    tc_prep(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv, S), F(scale));
+                    tc_prep(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv, S, al, 1, H + 2),
+                            F(scale));
                     tc_launch(RT_KN_attention_bwd, B(dy, q, k, v, y, lse, dq, dk, dv),
-                              I(Bn, T, H, D, causal, acc, Hkv, S, P), F(scale));
+                              I(Bn, T, H, D, causal, acc, Hkv, S, P, al, 1, H + 2), F(scale));
                     tc_run();
                 }
 }

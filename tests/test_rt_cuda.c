@@ -342,21 +342,24 @@ static void test_launch_config(void)
 
     /* attention: a warp per (b, h, t), 4 warps per block */
     expect("attention B=2 T=5 H=3 D=64",
-           cfg(RT_KN_attention, b, (int64_t[]){2, 5, 3, 64, 1, 3, 5}), 8, 1, 128, 0);
+           cfg(RT_KN_attention, b, (int64_t[]){2, 5, 3, 64, 1, 3, 5, 0, 0, 3}), 8, 1, 128, 0);
     expect("attention_bwd B=1 T=4 H=1 D=256",
-           cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 256, 0, 1, 1, 4, 4}), 1, 1, 128, 0);
+           cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 256, 0, 1, 1, 4, 4, 0, 0, 1}), 1, 1, 128, 0);
     /* cross-attention's backward: a warp per (b, h, p), p < max(T, S) */
     expect("attention_bwd B=1 T=4 S=9 H=2 D=64",
-           cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 2, 64, 0, 0, 2, 9, 9}), 5, 1, 128, 0);
-    check(cfg(RT_KN_attention, b, (int64_t[]){0, 5, 3, 64, 1, 3, 5}).rc == 0, "attention B=0: skipped");
-    refused("attention D=257", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 257, 1, 1, 4}), "D = 257");
-    refused("attention H=3 Hkv=2", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 3, 64, 1, 2, 4}), "Hkv 2");
-    refused("attention causal with S != T", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 64, 1, 1, 6}), "S 6");
-    refused("attention no keys", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 64, 0, 1, 0}), "S 0");
-    refused("attention_bwd Hkv=0", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 3, 64, 1, 0, 0, 4, 4}), "Hkv 0");
-    refused("attention_bwd causal=2", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 2, 0, 1, 4, 4}),
+           cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 2, 64, 0, 0, 2, 9, 9, 0, 0, 2}), 5, 1, 128, 0);
+    check(cfg(RT_KN_attention, b, (int64_t[]){0, 5, 3, 64, 1, 3, 5, 0, 0, 3}).rc == 0, "attention B=0: skipped");
+    refused("attention D=257", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 257, 1, 1, 4, 0, 0, 1}), "D = 257");
+    refused("attention H=3 Hkv=2", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 3, 64, 1, 2, 4, 0, 0, 3}), "Hkv 2");
+    refused("attention causal with S != T", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 64, 1, 1, 6, 0, 0, 1}), "S 6");
+    refused("attention no keys", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 1, 64, 0, 1, 0, 0, 0, 1}), "S 0");
+    refused("attention_bwd Hkv=0", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 3, 64, 1, 0, 0, 4, 4, 0, 0, 3}), "Hkv 0");
+    refused("attention_bwd causal=2", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 2, 0, 1, 4, 4, 0, 0, 1}),
             "causal 2");
-    refused("attention_bwd P != max(T, S)", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 0, 0, 1, 9, 4}),
+    refused("attention alibi = 2", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 2, 64, 1, 2, 4, 2, 0, 2}), "alibi 2");
+    refused("attention ALiBi heads past the layer's", cfg(RT_KN_attention, b, (int64_t[]){1, 4, 2, 64, 1, 2, 4, 1, 3, 4}),
+            "alibi 1 3 4");
+    refused("attention_bwd P != max(T, S)", cfg(RT_KN_attention_bwd, b, (int64_t[]){1, 4, 1, 8, 0, 0, 1, 9, 4, 0, 0, 1}),
             "S 9");
 
     /* slice / place: grid-stride over the box */
@@ -471,7 +474,7 @@ static void test_launch_bounds(const char *tests_dir)
             i[6] = RT_EW_MEM + 0;
         }
         if (k == RT_KN_attention || k == RT_KN_attention_bwd)
-            i[4] = 0;
+            i[4] = 0, i[k == RT_KN_attention ? 7 : 9] = 0;   /* not causal, no ALiBi */
         conf c = cfg(k, b, i);
         if (c.rc == -1 && strstr(c.err, "does not run on the device"))
             continue;

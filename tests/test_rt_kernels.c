@@ -733,25 +733,28 @@ static void test_place(void)
 /* Forward and backward of one attention shape vs reference (backward
  * inputs Y and lse from the fast forward, so they are consistent); Hkv
  * key/value heads (grouped-query when below H); S keys (0: S = T; else
- * cross-attention, not causal). */
-static void att_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int accs, int64_t Hkv, int64_t S)
+ * cross-attention, not causal); alibi: ALiBi, the heads being 1 .. H of a
+ * layer of H + 2. */
+static void att_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int accs, int64_t Hkv, int64_t S,
+                     int alibi)
 {
     if (!S) S = T;
     int64_t n = B * T * H * D, nk = B * S * Hkv * D, nl = B * H * T;
     float sc[1] = {1.0f / sqrtf((float)D)};
     char nm[140];
     kcall c;
-    int64_t sf[5] = {n, nk, nk, n, nl}, ifw[7] = {B, T, H, D, causal, Hkv, S};
+    int64_t sf[5] = {n, nk, nk, n, nl}, ifw[10] = {B, T, H, D, causal, Hkv, S, alibi, 1, H + 2};
     kc_make(&c, 5, sf, -2, 2);
     kc_run(&c, rt_k_attention, rt_ref_attention, ifw, sc);
-    snprintf(nm, sizeof nm, "attention B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d", (long long)B,
-             (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal);
+    snprintf(nm, sizeof nm, "attention B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d%s", (long long)B,
+             (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, alibi ? " alibi" : "");
     kc_check(&c, nm, (int[]){3, 4}, 2, 2e-5);
     float *q = fdup(c.f[0], n), *k = fdup(c.f[1], nk), *v = fdup(c.f[2], nk);
     float *y = fdup(c.f[3], n), *lse = fdup(c.f[4], nl);
     kc_free(&c);
     for (int acc = 0; acc < accs; acc++) {
-        int64_t sb[9] = {n, n, nk, nk, n, nl, n, nk, nk}, ib[9] = {B, T, H, D, causal, acc, Hkv, S, T > S ? T : S};
+        int64_t sb[9] = {n, n, nk, nk, n, nl, n, nk, nk};
+        int64_t ib[12] = {B, T, H, D, causal, acc, Hkv, S, T > S ? T : S, alibi, 1, H + 2};
         kc_make(&c, 9, sb, -1, 1);
         kc_set(&c, 1, q);
         kc_set(&c, 2, k);
@@ -759,8 +762,9 @@ static void att_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int
         kc_set(&c, 4, y);
         kc_set(&c, 5, lse);
         kc_run(&c, rt_k_attention_bwd, rt_ref_attention_bwd, ib, sc);
-        snprintf(nm, sizeof nm, "attention_bwd B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d",
-                 (long long)B, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, acc);
+        snprintf(nm, sizeof nm, "attention_bwd B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d%s",
+                 (long long)B, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, acc,
+                 alibi ? " alibi" : "");
         kc_check(&c, nm, (int[]){6, 7, 8}, 3, 5e-5);
         kc_free(&c);
     }
@@ -774,19 +778,24 @@ static void att_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int
 static void test_attention(void)
 {
     for (int causal = 0; causal < 2; causal++) {
-        att_case(2, 37, 3, 16, causal, 2, 3, 0);   /* odd T: partial query tiles */
-        att_case(1, 150, 2, 8, causal, 1, 2, 0);   /* several query and key tiles */
-        att_case(1, 64, 1, 32, causal, 1, 1, 0);   /* a GPT-2-like tile */
-        att_case(3, 1, 2, 5, causal, 1, 2, 0);     /* one position */
-        att_case(1, 29, 1, 1, causal, 1, 1, 0);    /* head size 1 */
-        att_case(2, 37, 6, 16, causal, 2, 2, 0);   /* grouped-query: 3 query heads per key/value head */
-        att_case(1, 70, 4, 8, causal, 1, 1, 0);    /* multi-query: one key/value head */
+        att_case(2, 37, 3, 16, causal, 2, 3, 0, 0);   /* odd T: partial query tiles */
+        att_case(1, 150, 2, 8, causal, 1, 2, 0, 0);   /* several query and key tiles */
+        att_case(1, 64, 1, 32, causal, 1, 1, 0, 0);   /* a GPT-2-like tile */
+        att_case(3, 1, 2, 5, causal, 1, 2, 0, 0);     /* one position */
+        att_case(1, 29, 1, 1, causal, 1, 1, 0, 0);    /* head size 1 */
+        att_case(2, 37, 6, 16, causal, 2, 2, 0, 0);   /* grouped-query: 3 query heads per key/value head */
+        att_case(1, 70, 4, 8, causal, 1, 1, 0, 0);    /* multi-query: one key/value head */
     }
     /* cross-attention: T queries over S keys, fewer and more, across key and query tiles */
-    att_case(2, 37, 3, 16, 0, 2, 3, 100);
-    att_case(2, 150, 2, 8, 0, 2, 1, 29);
-    att_case(1, 1, 2, 5, 0, 1, 2, 70);
-    att_case(3, 20, 4, 8, 0, 1, 2, 1);
+    att_case(2, 37, 3, 16, 0, 2, 3, 100, 0);
+    att_case(2, 150, 2, 8, 0, 2, 1, 29, 0);
+    att_case(1, 1, 2, 5, 0, 1, 2, 70, 0);
+    att_case(3, 20, 4, 8, 0, 1, 2, 1, 0);
+    /* ALiBi: causal and not, several tiles, grouped-query, cross-attention */
+    att_case(2, 37, 3, 16, 1, 2, 3, 0, 1);
+    att_case(1, 150, 4, 8, 1, 1, 2, 0, 1);
+    att_case(2, 37, 6, 16, 0, 1, 2, 0, 1);
+    att_case(2, 20, 3, 8, 0, 1, 3, 45, 1);
 }
 
 /* xent with Vreal < V: the padding columns change nothing and get gradient 0. */
@@ -1183,22 +1192,23 @@ static double fd_check(kfn *fwd, void *const *b, const int64_t *ints, const floa
 
 /* attention_bwd's dq, dk, dv vs central differences of L = sum W Y (Hkv
  * key/value heads: grouped-query when 1 < H / Hkv). */
-static void fd_attention(int causal, int64_t Hkv, int64_t S)
+static void fd_attention(int causal, int64_t Hkv, int64_t S, int alibi)
 {
     const int64_t B = 2, T = 5, H = 2, D = 3, n = B * T * H * D, nk = B * S * Hkv * D;
     float *q = fbuf(n, -1, 1), *k = fbuf(nk, -1, 1), *v = fbuf(nk, -1, 1), *W = fbuf(n, -1, 1);
     float *y = fbuf(n, 0, 1), *lse = fbuf(B * H * T, 0, 1);
     float *dq = fbuf(n, 0, 1), *dk = fbuf(nk, 0, 1), *dv = fbuf(nk, 0, 1);
     float sc[1] = {0.7f};
-    int64_t ifw[7] = {B, T, H, D, causal, Hkv, S}, ib[9] = {B, T, H, D, causal, 0, Hkv, S, T > S ? T : S};
+    int64_t ifw[10] = {B, T, H, D, causal, Hkv, S, alibi, 2, 5};
+    int64_t ib[12] = {B, T, H, D, causal, 0, Hkv, S, T > S ? T : S, alibi, 2, 5};
     void *bf[5] = {q, k, v, y, lse}, *bb[9] = {W, q, k, v, y, lse, dq, dk, dv};
     rt_k_attention(NULL, bf, ifw, sc);
     rt_k_attention_bwd(NULL, bb, ib, sc);
     double eq = fd_check(rt_k_attention, bf, ifw, sc, q, n, dq, W, y, n);
     double ek = fd_check(rt_k_attention, bf, ifw, sc, k, nk, dk, W, y, n);
     double ev = fd_check(rt_k_attention, bf, ifw, sc, v, nk, dv, W, y, n);
-    check(fmax(eq, fmax(ek, ev)) < 2e-3, "attention_bwd causal=%d Hkv=%lld S=%lld vs central differences: dq "
-          "%.2e, dk %.2e, dv %.2e", causal, (long long)Hkv, (long long)S, eq, ek, ev);
+    check(fmax(eq, fmax(ek, ev)) < 2e-3, "attention_bwd causal=%d Hkv=%lld S=%lld%s vs central differences: dq "
+          "%.2e, dk %.2e, dv %.2e", causal, (long long)Hkv, (long long)S, alibi ? " alibi" : "", eq, ek, ev);
     float *all[9] = {q, k, v, W, y, lse, dq, dk, dv};
     for (int a = 0; a < 9; a++)
         free(all[a]);
@@ -1544,11 +1554,12 @@ int main(int argc, char **argv)
     fd_xent_vreal();
     fd_matmul();
     for (int causal = 0; causal < 2; causal++) {
-        fd_attention(causal, 2, 5);
-        fd_attention(causal, 1, 5);   /* grouped-query: both query heads read one */
+        fd_attention(causal, 2, 5, 0);
+        fd_attention(causal, 1, 5, 0);   /* grouped-query: both query heads read one */
+        fd_attention(causal, 2, 5, 1);   /* ALiBi */
     }
-    fd_attention(0, 2, 8);   /* cross-attention: more keys than queries */
-    fd_attention(0, 1, 3);   /* fewer */
+    fd_attention(0, 2, 8, 0);   /* cross-attention: more keys than queries */
+    fd_attention(0, 1, 3, 0);   /* fewer */
     fd_layernorm();
     fd_rmsnorm();
     fd_rope();

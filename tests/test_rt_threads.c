@@ -230,7 +230,7 @@ static void test_agreement(void)
     /* grouped-query: 6 query heads on 2 key/value heads (the backward's threads own key/value heads) */
     const int64_t B = 2, T = 40, H = 6, Hkv = 2, D = 16, n = B * T * H * D, nk = B * T * Hkv * D, nl = B * H * T;
     float sc[1] = {0.25f};
-    int64_t iat[7] = {B, T, H, D, 1, Hkv, T}, iab[9] = {B, T, H, D, 1, 0, Hkv, T, T};
+    int64_t iat[10] = {B, T, H, D, 1, Hkv, T, 1, 2, 8}, iab[12] = {B, T, H, D, 1, 0, Hkv, T, T, 1, 2, 8};   /* ALiBi */
     th_case c = th_make("attention", rt_k_attention, 5, (int64_t[]){n, nk, nk, n, nl},
                         (int[]){0, 0, 0, 1, 1}, iat, sc, 0);
     th_run(&c);

@@ -393,9 +393,11 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         int64_t all = mock_f4(rows, i[3]), lse = mock_f4(rows, 1);
         int64_t hkv = i[fw ? 5 : 6], S = i[fw ? 6 : 7];
         int64_t kv = mock_f4(mock_mul(mock_mul(i[0], S), hkv), i[3]);   /* k, v, dk, dv */
-        if (S < 0 || (i[4] && S != i[1]) || (S == 0 && i[1] > 0) || (!fw && i[8] != (i[1] > S ? i[1] : S))) {
-            snprintf(why, wl, "S = %" PRId64 " keys for T = %" PRId64 " queries (causal %" PRId64 ") or P "
-                     "(the launcher checks them)", S, i[1], i[4]);
+        const int64_t *al = i + (fw ? 7 : 9);   /* alibi, hoff, Htot */
+        if (S < 0 || (i[4] && S != i[1]) || (S == 0 && i[1] > 0) || (!fw && i[8] != (i[1] > S ? i[1] : S)) ||
+            (al[0] != 0 && al[0] != 1) || (al[0] && (al[1] < 0 || al[1] + i[2] > al[2]))) {
+            snprintf(why, wl, "S = %" PRId64 " keys for T = %" PRId64 " queries (causal %" PRId64 "), P or "
+                     "ALiBi's heads (the launcher checks them)", S, i[1], i[4]);
             return -1;
         }
         if (hkv < 1 || i[2] % hkv) {
