@@ -647,18 +647,13 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         }
     }
     const fe_kv *kv;
-    d->iattr[IR_IA_CAUSAL] = 1;
-    if ((kv = fe_get(sec, "causal"))) {
+    static const char *const tf[] = {"true", "false", NULL};
+    static const char *const bk[] = {"causal", "alibi"};   /* attention's flags: causal by default, no ALiBi */
+    static const int bslot[] = {IR_IA_CAUSAL, IR_IA_ALIBI}, bdef[] = {0, 1};
+    for (int a = 0; a < 2; a++) {
         int v;
-        static const char *const tf[] = {"true", "false", NULL};
-        if (get_choice(L, sec, "causal", tf, 0, &v)) return 2;
-        d->iattr[IR_IA_CAUSAL] = v == 0;
-    }
-    if ((kv = fe_get(sec, "alibi"))) {
-        int v;
-        static const char *const tf[] = {"true", "false", NULL};
-        if (get_choice(L, sec, "alibi", tf, 1, &v)) return 2;
-        d->iattr[IR_IA_ALIBI] = v == 0;
+        if (get_choice(L, sec, bk[a], tf, bdef[a], &v)) return 2;
+        d->iattr[bslot[a]] = v == 0;
     }
     static const char *const ik[] = {"heads", "vocab", "kv_heads", "first"};
     static const int slot[] = {IR_IA_HEADS, IR_IA_VOCAB, IR_IA_KV_HEADS, IR_IA_FIRST};

@@ -28,9 +28,10 @@ typedef struct agctx {
     char *needs;     /* per tensor: requires a gradient */
     int *nmade;      /* per tensor: contributions made so far (names) */
     int fwd;         /* forward op being differentiated */
-    int custom;      /* >= 0: the [custom] row the next backward op runs (a custom op's backward) */
-    int set;         /* > 0: the next backward op's integer attribute set - 1 is set_val */
-    int64_t set_val; /* (merge_heads' backward splits into the forward's heads; concat's at its first part) */
+    int set;         /* > 0: the next backward op's integer attribute set - 1 is set_val (a custom
+                        op's backward: the [custom] row it runs; merge_heads': the forward's heads;
+                        concat's: where its first part ends) */
+    int64_t set_val;
 } agctx;
 
 /* Append backward op k (outputs named outs[], or name when outs is NULL),
@@ -44,7 +45,6 @@ static int add_n(agctx *c, const char *name, ir_opkind k, int nin, const int *in
     double fa[IR_MAXFATTR];
     memcpy(ia, f->iattr, sizeof ia);
     memcpy(fa, f->fattr, sizeof fa);
-    if (k == IR_OP_CUSTOM) ia[IR_IA_CUSTOM] = c->custom;
     if (c->set > 0) ia[c->set - 1] = c->set_val;
     int o = ir_add_op_attr(c->g, name, k, nin, in, outs ? outs : one, ia, fa, 0, err, sizeof err);
     if (o < 0) ir_die(__FILE__, __LINE__, "autograd %s: %s", name, err);
@@ -173,9 +173,9 @@ static int backward_custom_all(agctx *c, const ir_op *o)
     int a[2 * IR_MAXIO];
     if (!output_grads(c, o, a)) return 0;
     for (int k = 0; k < o->nin; k++) a[o->nout + k] = o->in[k];
-    c->custom = cu->bwd;
+    c->set = 1 + IR_IA_CUSTOM, c->set_val = cu->bwd;
     contribute_n(c, o->nin, o->in, IR_OP_CUSTOM, o->nout + o->nin, a);
-    c->custom = -1;
+    c->set = 0;
     return 0;
 }
 
@@ -296,9 +296,9 @@ static int backward(agctx *c, int oi)
         int a[IR_MAXIO + 1];
         a[0] = dy;
         for (int k = 0; k < o.nin; k++) a[1 + k] = o.in[k];
-        c->custom = cu->bwd;
+        c->set = 1 + IR_IA_CUSTOM, c->set_val = cu->bwd;
         contribute_n(c, o.nin, o.in, IR_OP_CUSTOM, o.nin + 1, a);
-        c->custom = -1;
+        c->set = 0;
         break;
     }
     case IR_OP_ROPE:   /* linear: the transposed rotation */

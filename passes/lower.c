@@ -109,11 +109,18 @@ static void load_input(lctx *c, int pt)
  * gradients each step.  Evaluation accumulates over its batches from a
  * zeroed loss, so it always adds; so does acc = 2 (a co-shard piece after
  * the first). */
+static int box_acc(const lctx *c, int acc, int sec);
+
+/* Append acc int a: -1 is the micro-batch loop's (0 on the first, then 1). */
+static void pg_acc(pg_instr *in, int a)
+{
+    if (a < 0) pg_iv(in, 0, 0, 1);
+    else pg_i(in, a);
+}
+
 static void put_acc(lctx *c, pg_instr *in, int acc, int sec)
 {
-    if (acc == 2) pg_i(in, 1);
-    else if (acc && !c->eval && sec == IR_SEC_MB) pg_iv(in, 0, 0, 1);
-    else pg_i(in, acc);
+    pg_acc(in, box_acc(c, acc, sec));
 }
 
 /* Model FLOPs of sub-op s per step when it runs in section sec (matmuls and
@@ -171,8 +178,8 @@ static pg_instr *emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, c
                           const ir_box *region, int nd, int acc, const char *note);
 
 /* The acc int of an instruction writing a buffer that accumulates (acc as
- * pass_pt_accum gives it) in section sec: put_acc's, for emit_box (-1: the
- * micro-batch loop's form). */
+ * pass_pt_accum gives it; 2: a co-shard piece after the first, which always
+ * adds) in section sec (-1: the micro-batch loop's form, pg_acc). */
 static int box_acc(const lctx *c, int acc, int sec)
 {
     return acc == 2 ? 1 : acc && !c->eval && sec == IR_SEC_MB ? -1 : acc;
@@ -465,8 +472,7 @@ static pg_instr *emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, c
     pg_buf(in, src);
     pg_buf(in, dst);
     pg_i(in, nd);
-    if (acc < 0) pg_iv(in, 0, 0, 1);   /* per micro-batch: overwrite on the first, then add */
-    else pg_i(in, acc);
+    pg_acc(in, acc);   /* (-1: per micro-batch: overwrite on the first, then add) */
     for (int j = 0; j < nd; j++) {
         pg_i(in, full->hi[j] - full->lo[j]);
         pg_i(in, region->lo[j] - full->lo[j]);
