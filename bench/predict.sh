@@ -40,7 +40,8 @@
 #   RANKS=4 bench/predict.sh report .pred     here: the table
 #
 # Environment: BUILD (build directory, default build/), RANKS (2 or 4), PLANS=spread (4
-# ranks: five plans whose estimates lie 18 % or more apart instead of the nine).
+# ranks: five plans whose estimates lie 18 % or more apart instead of the nine; PLANS=probe:
+# twelve plans at 1 to 16 micro-batches, the data for the calibration's fit).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$top/build}
@@ -63,6 +64,22 @@ case $ranks in
               "tp4-m4|--set plan.policy=tp --set train.micro_batches=4"
               "pp4-1f1b-m2|--set plan.pp=4 --set train.micro_batches=2"
               "tp4-m16|--set plan.policy=tp --set train.micro_batches=16")
+     elif [[ ${PLANS:-} == probe ]]; then
+       # how the step moves with the micro-batches at a fixed plan: dp 4 (the same all-reduces, smaller
+       # kernels), tp 4 (more and smaller messages too), dp 2 x tp 2 and pp 4 -- the data a calibration
+       # of the small-kernel rate and the per-message latency is fitted on
+       plans=("dp4-m1|--set plan.policy=dp --set train.micro_batches=1"
+              "dp4-m4|--set plan.policy=dp --set train.micro_batches=4"
+              "dp4-m2|--set plan.policy=dp --set train.micro_batches=2"
+              "tp4-m1|--set plan.policy=tp --set train.micro_batches=1"
+              "tp4-m2|--set plan.policy=tp --set train.micro_batches=2"
+              "tp4-m4|--set plan.policy=tp --set train.micro_batches=4"
+              "tp4-m8|--set plan.policy=tp --set train.micro_batches=8"
+              "tp4-m16|--set plan.policy=tp --set train.micro_batches=16"
+              "dp2-tp2-m1|--set plan.policy=hybrid --set plan.dp=2 --set plan.tp=2 --set train.micro_batches=1"
+              "dp2-tp2-m8|--set plan.policy=hybrid --set plan.dp=2 --set plan.tp=2 --set train.micro_batches=8"
+              "pp4-1f1b-m4|--set plan.pp=4 --set train.micro_batches=4"
+              "pp4-1f1b-m16|--set plan.pp=4 --set train.micro_batches=16")
      else
      plans=("dp4|--set plan.policy=dp --set train.micro_batches=1"
             "tp4|--set plan.policy=tp --set train.micro_batches=1"

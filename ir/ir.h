@@ -486,7 +486,8 @@ typedef struct ir_comm {
     int root;          /* BROADCAST, SENDRECV: member index of the sender */
     int acc;           /* SENDRECV, COPY: add into the output; REDUCESCATTER: in each micro-batch,
                           summed over the step's micro-batches (ZeRO 2's gradient shards) */
-    int64_t bytes;     /* bytes the busiest member sends per execution (cost model) */
+    int64_t bytes;     /* bytes the busiest member sends per step: a batched tensor's in the micro-batches
+                          are the step's batch, 1/micro_batches of it per execution (cost model) */
     int sec;           /* section, set by schedule */
     int prologue;      /* also once in the prologue (ZeRO-1/2: the params gathered after the updates
                           are gathered after their initialisation too; schedule.c) */

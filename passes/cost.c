@@ -76,6 +76,9 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
     int spans = 0;
     for (int k = 1; k < c->n; k++) spans |= m[k] / pf->per_node != m[0] / pf->per_node;
     double bytes = (double)c->bytes;
+    /* ir_comm.bytes counts the tensor's box, which spans the whole step's batch: a collective of a
+       batched tensor in the micro-batches moves 1/m of it each time (as pt_bytes) */
+    if (c->sec == IR_SEC_MB && d->g->t[c->tensor].batch_dim >= 0) bytes /= (double)d->g->train.micro_batches;
     if (c->kind == IR_COMM_SLICE || c->kind == IR_COMM_COPY || c->kind == IR_COMM_ZERO) {
         int o = c->out >= 0 ? d->ints[c->out] : -1;
         bytes = o >= 0 ? pt_bytes(d, o, c->sec) : 0;

@@ -75,6 +75,17 @@ for n in 2 4 8; do  # (micro_batches 1: B = 8 splits 8 ways)
   [[ $got == "$want" ]] && ok "dp $n: the all-reduces send 2(n-1)/n x 4 psi (+ the loss) = $got bytes per rank (psi $psi)" ||
     no "dp $n: allreduce $got bytes, wanted $want"
 done
+# tp's collectives in the micro-batches: at latency 0 the estimate's comm is the bytes rank 0 sends
+# per step over the link, whatever the micro-batches (each moves 1/m of the step's batch)
+for m in 1 4; do
+  "$nn" "$tiny" --devices 2 -q -o "$tmp/tpm$m" --set plan.policy=tp --set train.micro_batches=$m \
+    --set cluster.link_lat=0 --set cluster.link_bw=1e9 || no "tp 2, $m micro-batches: build"
+  ms=$(sed -n 's/^estimate .* comm \([0-9.]*\) ms.*/\1/p' "$tmp/tpm$m/plan.txt")
+  sent=$(grep -m1 "^  rank 0 .*sent/step:" "$tmp/tpm$m/plan.txt" | sed 's/.*sent\/step://' | grep -o "[0-9]*" | paste -sd+ | bc)
+  python3 -c "import sys; sys.exit(not (abs($ms * 1e6 - $sent) <= 1e-3 * $sent and $sent > 0))" 2>/dev/null &&
+    ok "tp 2, $m micro-batches: the estimate's comm ($ms ms at 1 GB/s) is rank 0's $sent bytes per step" ||
+    no "tp 2, $m micro-batches: comm ${ms:-?} ms at 1 GB/s, but rank 0 sends ${sent:-?} bytes per step"
+done
 grep -q "^estimate  step [0-9.]* ms on a100-80g (cost model: rank 0: compute" "$tmp/dp4/plan.txt" &&
   ok "plan.txt's estimate names the profile and splits the step" || no "estimate: $(grep '^estimate' "$tmp/dp4/plan.txt")"
 "$nn" "$tiny" --devices 2 -q -o "$tmp/small" --set cluster.memory=1e6 || no "build with a small memory"

@@ -30,7 +30,7 @@ die() { echo "ship.sh: $2" >&2; exit "$1"; }
 (($# >= 2)) || die 2 "usage: bench/gpu/ship.sh pack DIR | run DIR [STEPS]"
 mode=$1 dir=$2 steps=${3:-20}
 
-# name | spec | devices-1 --set options | loss bound | weight bound.
+# name | spec | --set options (shell words) | loss bound | weight bound.
 # f32 bounds: the GPU sums in other orders than the CPU (grid reductions,
 # atomics-free column sums), so losses and weights differ by rounding; bf16
 # rounds the matmul inputs, and a rounding flipped by a different f32 sum
@@ -55,6 +55,9 @@ CASES=(
   "xattn|tests/equiv/xattn.ini||1e-4|1e-3"
   "mixer|tests/equiv/mixer.ini||1e-4|1e-3"
   "qknorm|tests/equiv/qknorm.ini||1e-4|1e-3"
+  "fused-qkv|tests/equiv/fused-qkv.ini||1e-4|1e-3"
+  "alibi|tests/equiv/decoder-nopos.ini|--set 'op h.attn.alibi=true'|1e-4|1e-3"
+  "vocab-pad|examples/gpt2-tiny.ini|--set 'op loss.vocab=100' --set 'input targets.data=int 100'|1e-4|1e-3"
 )
 
 if [[ $mode == pack ]]; then
@@ -64,9 +67,9 @@ if [[ $mode == pack ]]; then
   rm -rf "$dir" && mkdir -p "$dir/cases" || die 1 "cannot create $dir"
   for c in "${CASES[@]}"; do
     IFS='|' read -r name spec opts _ _ <<<"$c"
+    eval "args=($opts)"   # opts: shell words, quoted where a value has a blank
     for t in cpu cuda; do
-      # shellcheck disable=SC2086  # opts is a list of --set pairs without blanks in values
-      "$nn" "$top/$spec" -o "$dir/cases/$name/$t" --devices 1 --target "$t" -q $opts ||
+      "$nn" "$top/$spec" -o "$dir/cases/$name/$t" --devices 1 --target "$t" -q "${args[@]}" ||
         die 1 "building $name for $t failed"
       rm -f "$dir/cases/$name/$t/rank"   # rank0 is a hard link to it: one copy travels
     done
