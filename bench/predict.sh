@@ -39,9 +39,10 @@
 #                                             keep the new plan.txt files
 #   RANKS=4 bench/predict.sh report .pred     here: the table
 #
-# Environment: BUILD (build directory, default build/), RANKS (2 or 4), PLANS=spread (4
+# Environment: BUILD (build directory, default build/), RANKS (2 or 4), ROUNDS (default 3: each
+# run that many times, round by round, calibration and plans alike; the medians), PLANS=spread (4
 # ranks: five plans whose estimates lie 18 % or more apart instead of the nine; PLANS=probe:
-# twelve plans at 1 to 16 micro-batches, the data for the calibration's fit).
+# twelve plans at 1 to 16 micro-batches, the data for the calibration's fit; PLANS=all: both).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$top/build}
@@ -56,19 +57,17 @@ case $ranks in
             "pp2-zbh1-m4|--set plan.pp=2 --set plan.schedule=zb-h1 --set train.micro_batches=4"
             "pp2-1f1b-m8|--set plan.pp=2 --set train.micro_batches=8"
             "pp2-interleaved-m4|--set plan.pp=2 --set plan.schedule=interleaved --set train.micro_batches=4") ;;
-  4) if [[ ${PLANS:-} == spread ]]; then
-       # five plans whose estimates (with the 4-rank profile of docs/performance.md) lie 18 % or
-       # more apart, chosen before any was run: a ranking check beyond the runs' noise
-       plans=("dp2-tp2|--set plan.policy=hybrid --set plan.dp=2 --set plan.tp=2 --set train.micro_batches=1"
-              "tp2-pp2-1f1b-m2|--set plan.policy=hybrid --set plan.tp=2 --set plan.pp=2 --set train.micro_batches=2"
-              "tp4-m4|--set plan.policy=tp --set train.micro_batches=4"
-              "pp4-1f1b-m2|--set plan.pp=4 --set train.micro_batches=2"
-              "tp4-m16|--set plan.policy=tp --set train.micro_batches=16")
-     elif [[ ${PLANS:-} == probe ]]; then
-       # how the step moves with the micro-batches at a fixed plan: dp 4 (the same all-reduces, smaller
-       # kernels), tp 4 (more and smaller messages too), dp 2 x tp 2 and pp 4 -- the data a calibration
-       # of the small-kernel rate and the per-message latency is fitted on
-       plans=("dp4-m1|--set plan.policy=dp --set train.micro_batches=1"
+  4) # five plans whose estimates (with the 4-rank profile of docs/performance.md) lie 18 % or
+     # more apart, chosen before any was run: a ranking check beyond the runs' noise
+     spread=("dp2-tp2|--set plan.policy=hybrid --set plan.dp=2 --set plan.tp=2 --set train.micro_batches=1"
+             "tp2-pp2-1f1b-m2|--set plan.policy=hybrid --set plan.tp=2 --set plan.pp=2 --set train.micro_batches=2"
+             "tp4-m4|--set plan.policy=tp --set train.micro_batches=4"
+             "pp4-1f1b-m2|--set plan.pp=4 --set train.micro_batches=2"
+             "tp4-m16|--set plan.policy=tp --set train.micro_batches=16")
+     # how the step moves with the micro-batches at a fixed plan: dp 4 (the same all-reduces, smaller
+     # kernels), tp 4 (more and smaller messages too), dp 2 x tp 2 and pp 4 -- the data a calibration
+     # of the small-kernel rate and the per-message latency is fitted on
+     probe=("dp4-m1|--set plan.policy=dp --set train.micro_batches=1"
               "dp4-m4|--set plan.policy=dp --set train.micro_batches=4"
               "dp4-m2|--set plan.policy=dp --set train.micro_batches=2"
               "tp4-m1|--set plan.policy=tp --set train.micro_batches=1"
@@ -80,8 +79,7 @@ case $ranks in
               "dp2-tp2-m8|--set plan.policy=hybrid --set plan.dp=2 --set plan.tp=2 --set train.micro_batches=8"
               "pp4-1f1b-m4|--set plan.pp=4 --set train.micro_batches=4"
               "pp4-1f1b-m16|--set plan.pp=4 --set train.micro_batches=16")
-     else
-     plans=("dp4|--set plan.policy=dp --set train.micro_batches=1"
+     nine=("dp4|--set plan.policy=dp --set train.micro_batches=1"
             "tp4|--set plan.policy=tp --set train.micro_batches=1"
             "dp2-tp2|--set plan.policy=hybrid --set plan.dp=2 --set plan.tp=2 --set train.micro_batches=1"
             "dp2-pp2-1f1b-m4|--set plan.policy=hybrid --set plan.dp=2 --set plan.pp=2 --set train.micro_batches=4"
@@ -90,10 +88,29 @@ case $ranks in
             "pp4-1f1b-m8|--set plan.pp=4 --set train.micro_batches=8"
             "pp4-gpipe-m8|--set plan.pp=4 --set plan.schedule=gpipe --set train.micro_batches=8"
             "pp4-zbh1-m8|--set plan.pp=4 --set plan.schedule=zb-h1 --set train.micro_batches=8")
-     fi ;;
+     case ${PLANS:-} in
+       spread) plans=("${spread[@]}") ;;
+       probe) plans=("${probe[@]}") ;;
+       all)   # both sets in one bundle (report PLANS=spread or probe on it for each alone)
+         plans=("${spread[@]}")
+         for p in "${probe[@]}"; do
+           [[ " ${spread[*]%%|*} " == *" ${p%%|*} "* ]] || plans+=("$p")
+         done ;;
+       *) plans=("${nine[@]}") ;;
+     esac ;;
   *) echo "predict.sh: RANKS must be 2 or 4" >&2; exit 1 ;;
 esac
-median() { grep -o 'step median [0-9.]* ms' "$1" | grep -o '[0-9.]*' | head -n 1; }
+rounds=${ROUNDS:-3}
+# median LOGDIR NAME: the run's median step (ms); with rounds (LOGDIR/r1, r2, ...) the median over them
+median() {
+  local f v=()
+  if [[ -d $1/r1 ]]; then
+    for f in "$1"/r*/"$2.log"; do v+=("$(grep -o 'step median [0-9.]* ms' "$f" | grep -o '[0-9.]*' | head -n 1)"); done
+    printf '%s\n' "${v[@]}" | sort -g | awk '{ a[NR] = $1 } END { if (NR) print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+  else
+    grep -o 'step median [0-9.]* ms' "$1/$2.log" | grep -o '[0-9.]*' | head -n 1
+  fi
+}
 
 # build_plans DIR PROFILE STEPS: each plan into DIR/NAME with the profile, DIR/run.sh to run them
 build_plans() {
@@ -125,13 +142,21 @@ report() {
   for p in "${plans[@]}"; do
     name=${p%%|*}
     est=$(sed -n 's/^estimate  step \([0-9.]*\) ms.*/\1/p' "$1/$name/plan.txt")
-    got=$(median "$2/$name.log")
+    got=$(median "$2" "$name")
     [[ -n $est && -n $got ]] || { echo "predict.sh: no estimate or no measured step for $name" >&2; exit 1; }
     echo "$name $est $got" >>"$tmp/rows"
   done
-  python3 - "$tmp/rows" <<'PY'
+  : >"$tmp/rounds"
+  if [[ -d $2/r1 ]]; then   # each round's ranking alone, and against the others': the runs' noise
+    for r in "$2"/r*/; do
+      for p in "${plans[@]}"; do name=${p%%|*}; printf '%s ' "$(median "$r" "$name")"; done >>"$tmp/rounds"
+      echo >>"$tmp/rounds"
+    done
+  fi
+  python3 - "$tmp/rows" "$tmp/rounds" <<'PY'
 import sys
 rows = [l.split() for l in open(sys.argv[1])]
+rounds = [[float(x) for x in l.split()] for l in open(sys.argv[2]) if l.strip()]
 rows = [(n, float(e), float(m)) for n, e, m in rows]
 print(f"{'plan':22s} {'predicted ms':>12s} {'measured ms':>12s} {'ratio':>6s}")
 for n, e, m in rows:
@@ -146,7 +171,19 @@ rho = 1 - 6 * sum((a[n] - b[n]) ** 2 for n in a) / (k * (k * k - 1))
 within = sum(abs(e / m - 1) <= 0.25 for _, e, m in rows)
 print("predicted order:", " < ".join(pe))
 print("measured order: ", " < ".join(pm))
-print(f"Spearman rank correlation {rho:.2f}; {within} of {k} predictions within 25 % of the measured step")
+print(f"Spearman rank correlation {rho:.2f}; {within} of {k} predictions within 25 % of the measured step"
+      + (f" (measured: the median of {len(rounds)} rounds)" if rounds else ""))
+def spear(x, y):
+    rx = {i: r for r, i in enumerate(sorted(range(len(x)), key=lambda i: x[i]))}
+    ry = {i: r for r, i in enumerate(sorted(range(len(y)), key=lambda i: y[i]))}
+    return 1 - 6 * sum((rx[i] - ry[i]) ** 2 for i in rx) / (k * (k * k - 1))
+if rounds:
+    est = [e for _, e, _ in rows]
+    print("each round: predicted against it " + ", ".join(f"{spear(est, r):.2f}" for r in rounds)
+          + "; within 25 % " + ", ".join(str(sum(abs(e / m - 1) <= 0.25 for e, m in zip(est, r))) for r in rounds))
+    pairs = [spear(rounds[i], rounds[j]) for i in range(len(rounds)) for j in range(i + 1, len(rounds))]
+    if pairs:
+        print("rounds against each other: " + ", ".join(f"{p:.2f}" for p in pairs))
 PY
 }
 
@@ -170,18 +207,21 @@ case ${1:-} in
     build_plans "$dir/plans" cpu "$steps"
     {
       echo '#!/bin/sh'
-      echo "# bench/predict.sh bundle: the calibration runs, then the plans ($ranks ranks)"
+      echo "# bench/predict.sh bundle: $rounds rounds, each the calibration runs, then the plans ($ranks ranks):"
+      echo "# the machine's drift shared by both, the medians over the rounds"
       echo 'set -e'
       echo 'here=$(cd "$(dirname "$0")" && pwd)'
-      echo '"$here/cal/run.sh" "$here/cal-logs"'
-      echo '"$here/plans/run.sh" "$here/plan-logs"'
+      echo "for r in \$(seq $rounds); do"
+      echo '  "$here/cal/run.sh" "$here/cal-logs/r$r"'
+      echo '  "$here/plans/run.sh" "$here/plan-logs/r$r"'
+      echo 'done'
     } >"$dir/run.sh"
     chmod +x "$dir/run.sh"
     echo "next: $dir/run.sh (where the ranks run), then RANKS=$ranks $0 plans $dir" ;;
   plans)
     dir=${2:?predict.sh plans DIR}
     "$nn" profile "${spec[@]}" --ranks "$ranks" --from "$dir/cal-logs" -o "$dir/cpu.ini" -q
-    echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$dir/cpu.ini")): $(grep -E '^(flops|link_bw|link_lat) ' "$dir/cpu.ini" | tr '\n' ' ')"
+    echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$dir/cpu.ini")): $(grep -E '^(flops|weight_bw|link_bw|link_lat) ' "$dir/cpu.ini" | tr '\n' ' ')"
     if [[ -d $dir/plan-logs ]]; then
       # bundled: the plans already ran; price them again with the fitted
       # profile and prove the ranks that ran are the ones priced
@@ -202,16 +242,16 @@ case ${1:-} in
     echo "next: $dir/plans/run.sh $dir/plan-logs (where the ranks run), then RANKS=$ranks $0 report $dir" ;;
   report)
     dir=${2:?predict.sh report DIR}
-    echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$dir/cpu.ini")): $(grep -E '^(flops|link_bw|link_lat) ' "$dir/cpu.ini" | tr '\n' ' ')"
+    echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$dir/cpu.ini")): $(grep -E '^(flops|weight_bw|link_bw|link_lat) ' "$dir/cpu.ini" | tr '\n' ' ')"
     report "$dir/plans" "$dir/plan-logs" ;;
   *)
     steps=${1:-15}
     echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "command: bench/predict.sh $steps"
     # calibration: nnsc-aot profile on this model (RANKS copies of 1 rank at once, dp RANKS, tp RANKS)
-    "$nn" profile "${spec[@]}" --ranks "$ranks" -o "$tmp/cpu.ini" --steps "$steps" -q
-    echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$tmp/cpu.ini")): $(grep -E '^(flops|link_bw|link_lat) ' "$tmp/cpu.ini" | tr '\n' ' ')"
+    "$nn" profile "${spec[@]}" --ranks "$ranks" --rounds "$rounds" -o "$tmp/cpu.ini" --steps "$steps" -q
+    echo "calibrated ($(sed -n 's/^; *1 rank/1 rank/p' "$tmp/cpu.ini")): $(grep -E '^(flops|weight_bw|link_bw|link_lat) ' "$tmp/cpu.ini" | tr '\n' ' ')"
     build_plans "$tmp/plans" "$tmp/cpu.ini" "$steps"
-    "$tmp/plans/run.sh" "$tmp/logs" >/dev/null
+    for r in $(seq "$rounds"); do "$tmp/plans/run.sh" "$tmp/logs/r$r" >/dev/null; done
     report "$tmp/plans" "$tmp/logs" ;;
 esac

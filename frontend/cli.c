@@ -62,7 +62,8 @@ static const char usage[] =
     "options (profile only):\n"
     "  --steps N          steps of each calibration run (default 12)\n"
     "  --ranks N          ranks busy at once in every run, as many as the plans will run\n"
-    "                     (default 2): N copies of the 1-rank run, dp N, tp N\n"
+    "                     (default 2): N copies of the 1-rank runs, dp N, tp N\n"
+    "  --rounds R         every run R times, round by round (the medians: a noisy machine)\n"
     "\n"
     "exit status: 0 ok, 1 failure (a rank failed, verify disagreed, a tool failed),\n"
     "             2 bad input (the message names file, line and what would be right)\n"
@@ -227,7 +228,7 @@ static int check_cpu(const char *cpu)
 static const char *const options[] = {
     "-o", "--devices", "--set", "--dump", "--stop-after", "--emit-llvm", "--cpu", "-O", "--target", "--arch", "--emit-kernels",
     "--no-fuse", "--no-loops", "-v", "-q", "--help", "--version", "--steps", "--keep", "--loss-tol",
-    "--weight-tol", "--pack", "--from", "--ranks",
+    "--weight-tol", "--pack", "--from", "--ranks", "--rounds",
 };
 
 /* An unknown option: the message, with the closest option as a hint.
@@ -345,6 +346,9 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         } else if (o->profile && strcmp(a, "--ranks") == 0) {
             if (parse_int(val, 2, 1024, &v)) return bad("--ranks needs a number of ranks in [2, 1024], got '%s'", val ? val : "");
             o->prof_ranks = (int)v, i++;
+        } else if (o->profile && strcmp(a, "--rounds") == 0) {
+            if (parse_int(val, 1, 100, &v)) return bad("--rounds needs a number of rounds in [1, 100], got '%s'", val ? val : "");
+            o->prof_rounds = (int)v, i++;
         } else if (o->verify && strcmp(a, "--keep") == 0) {
             if (!val) return bad("%s needs a directory", a);
             o->keep = val, i++;

@@ -86,6 +86,7 @@ typedef struct fe_opts {
     const char *prof_pack;     /* profile --pack DIR: build the calibration runs into DIR (and DIR/run.sh) */
     const char *prof_from;     /* profile --from DIR: fit from the logs DIR/run.sh wrote */
     int prof_ranks;            /* profile --ranks N: ranks busy at once in every run (0: 2) */
+    int prof_rounds;           /* profile --rounds R: every run R times, round by round; the medians (0: 1) */
     int check_op;              /* the check-op command (checkop.c) */
     const char *check_name;    /* check-op SPEC NAME: the [custom NAME] to check */
     const char *spec;          /* model spec path */

@@ -1656,10 +1656,10 @@ static int lower_cluster(fe_lw *L)
         L->g->prof = *base;
         ir_profile *q = &L->g->prof;
         static const char *const fk[] = {"flops", "flops_bf16", "mem_bw", "memory", "link_bw", "link_lat", "net_bw",
-                                         "net_lat"};
+                                         "net_lat", "weight_bw"};
         double *fv[] = {&q->flops, &q->flops_bf16, &q->mem_bw, &q->mem, &q->link_bw, &q->link_lat, &q->net_bw,
-                        &q->net_lat};
-        for (int k = 0; k < 8; k++) {
+                        &q->net_lat, &q->weight_bw};
+        for (int k = 0; k < 9; k++) {
             const fe_kv *x = fe_get(pc, fk[k]);
             char err[128];
             if (x && (fe_parse_float(x->val, fv[k], err, sizeof err) || *fv[k] < 0)) {
@@ -1690,6 +1690,7 @@ static int lower_cluster(fe_lw *L)
         get_float(L, cl, "link_lat", pf->link_lat, FE_NONNEG, &pf->link_lat) ||
         get_float(L, cl, "net_bw", pf->net_bw, FE_POS, &pf->net_bw) ||
         get_float(L, cl, "net_lat", pf->net_lat, FE_NONNEG, &pf->net_lat) ||
+        get_float(L, cl, "weight_bw", pf->weight_bw, FE_NONNEG, &pf->weight_bw) ||
         get_int(L, cl, "per_node", pf->per_node, 1, FE_MAX_DEVICES, &pn))
         return 2;
     pf->per_node = (int)pn;

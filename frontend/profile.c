@@ -1,28 +1,31 @@
 /* profile.c -- nnsc-aot profile -o FILE: calibrate the cpu-host profile
  * on this machine (docs/plan-search.md, Calibration).
  *
- * Three runs of a model (the one given, else a small transformer-shaped
+ * Five runs of a model (the one given, else a small transformer-shaped
  * one built in) the compiler builds (the generated kernels and the
  * shared-memory collectives are what is timed, one kernel thread per rank,
  * as the ranks run one per core; --set overrides apply to every run), each
  * with N ranks busy at once (--ranks N, default 2: on a CPU the ranks share
  * caches and memory bandwidth, so a kernel is slower with its neighbours
- * busy):
+ * busy).  Each pair differs in what one figure prices:
  *
- *   1 rank, N copies  the FLOP/s: the figure at which the cost model's
- *   at once           estimate of this run equals the copies' mean median
- *                     step (the roofline's max: found by iterating);
- *   dp N, 1 micro-batch  large all-reduces, and
- *   tp N              many small ones: the link's bandwidth and latency
- *                     that make both estimates (each linear in 1 /
- *                     bandwidth and in latency) equal their steps; where
- *                     no positive pair does, latency 0 and the bandwidth
- *                     that fits both best (least squares).
+ *   one      1 rank, N copies at once, 1 micro-batch    the FLOP/s
+ *   small    the same with K micro-batches (the most   weight_bw: the same
+ *            up to 16 dividing the batch)              FLOPs, K passes over
+ *                                                      the weights
+ *   dp       dp N, 1 micro-batch (large all-reduces)   the link's bandwidth
+ *   tp       tp N, 1 micro-batch (smaller ones)        and latency
+ *   tpsmall  tp N, K micro-batches (K times the        (least squares over
+ *            messages, the same bytes)                 the three)
+ *
+ * The fit goes through the cost model's own estimates of those runs (fit).
+ * --rounds R runs them R times, round by round, and takes each run's
+ * median over the rounds.
  *
  * FILE is a profile `[cluster] device = FILE` reads (an INI [cluster]
  * section: device = cpu-host and the measured figures).
  *
- * A cluster has no compiler: --pack DIR builds the three runs into DIR with
+ * A cluster has no compiler: --pack DIR builds the runs into DIR with
  * DIR/run.sh, which runs them there and writes their logs; --from DIR -o
  * FILE then fits the profile from those logs where the compiler is. */
 #include <stdio.h>
@@ -86,18 +89,20 @@ static int build(const fe_opts *o, const char *spec, const char *dir, const char
 }
 
 /* The cost model's step (seconds) of spec with the command line's
- * overrides, then sets, then the profile figures flops, bw, lat. */
+ * overrides, then sets, then the profile figures flops, bw, lat and
+ * 1 / weight_bw (wx: seconds per byte; 0, weights not priced). */
 static int estimate(const fe_opts *o, const char *spec, const char *const *sets, int nset, double flops, double bw,
-                    double lat, double *step)
+                    double lat, double wx, double *step)
 {
-    char f[4][64];
+    char f[5][64];
     snprintf(f[0], sizeof f[0], "cluster.flops=%.9g", flops);
     snprintf(f[1], sizeof f[1], "cluster.flops_bf16=%.9g", flops);
     snprintf(f[2], sizeof f[2], "cluster.link_bw=%.9g", bw);
     snprintf(f[3], sizeof f[3], "cluster.link_lat=%.9g", lat);
-    const char *fp[4] = {f[0], f[1], f[2], f[3]}, **all;
+    snprintf(f[4], sizeof f[4], "cluster.weight_bw=%.9g", wx > 0 ? 1 / wx : 0);
+    const char *fp[5] = {f[0], f[1], f[2], f[3], f[4]}, **all;
     int n;
-    all = join_sets(o, sets, nset, fp, 4, &n);
+    all = join_sets(o, sets, nset, fp, 5, &n);
     int rc = fe_estimate(spec, all, n, step);
     free(all);
     return rc;
@@ -121,116 +126,210 @@ static double log_number(const char *log, const char *key)
 /* The median step (ms) a run's log reports, or -1. */
 static double log_median(const char *log) { return log_number(log, "step median "); }
 
-/* The 1-rank run's median step (ms) over its copies' logs dir/one-K.log,
- * K = 1..n: their mean, or -1 (*bad: the log that has none). */
-static double one_median(const char *dir, int n, char *bad, size_t nbad)
+/* The world size a run's log names ("world N"), or -1. */
+static int log_world(const char *log) { return (int)log_number(log, " world "); }
+
+/* The calibration runs: names, settings (the worlds and the small run's
+ * micro-batches set by set_runs). */
+enum { RUN_ONE, RUN_SMALL, RUN_DP, RUN_TP, RUN_TPSMALL, NRUN };
+static const char *const run_name[NRUN] = {"one", "small", "dp", "tp", "tpsmall"};
+static char world_set[40], small_set[40];
+static const char *s_one[] = {"cluster.devices=1", "train.micro_batches=1"};
+static const char *s_small[] = {"cluster.devices=1", small_set};
+static const char *s_dp[] = {world_set, "plan.policy=dp", "train.micro_batches=1"};
+static const char *s_tp[] = {world_set, "plan.policy=tp", "train.micro_batches=1"};
+static const char *s_tpsmall[] = {world_set, "plan.policy=tp", small_set};
+static const char *const *const run_set[NRUN] = {s_one, s_small, s_dp, s_tp, s_tpsmall};
+static const int run_nset[NRUN] = {2, 2, 3, 3, 3};
+static void set_runs(int n, int K)
 {
+    snprintf(world_set, sizeof world_set, "cluster.devices=%d", n);
+    snprintf(small_set, sizeof small_set, "train.micro_batches=%d", K);
+}
+/* Run k is built and run (the small runs only where the batch has K). */
+static int wanted(int k, int K) { return K || (k != RUN_SMALL && k != RUN_TPSMALL); }
+/* The 1-rank runs go as N copies at once (the others' ranks are N already). */
+static int copies(int k) { return k == RUN_ONE || k == RUN_SMALL; }
+
+/* The small run's micro-batches: the most, up to 16, that divide the
+ * model's batch (0: none, the batch is 1 or has no divisor in 2..16).  0,
+ * or the frontend's status. */
+static int small_mb(const fe_opts *o, const char *spec, int *K)
+{
+    int n;
+    const char **all = join_sets(o, s_one, 2, NULL, 0, &n);
+    ir_graph g;
+    int rc = fe_load(spec, all, n, &g);
+    free(all);
+    if (rc) return rc;
+    int64_t B = 0;
+    for (int t = 0; t < g.nt && !B; t++)
+        if (g.t[t].kind == IR_T_INPUT && g.t[t].batch_dim >= 0) B = g.t[t].shape[g.t[t].batch_dim];
+    ir_graph_free(&g);
+    *K = 0;
+    for (int k = 16; k >= 2 && !*K; k--)
+        if (B % k == 0) *K = k;
+    return 0;
+}
+
+/* Run k's median step (ms) in the logs of dir (one round): the 1-rank runs'
+ * the mean over their copies NAME-1.log..NAME-n.log, the others' NAME.log;
+ * -1 (*bad: the log that has none). */
+static double run_ms(const char *dir, int k, int n, char *bad, size_t nbad)
+{
+    if (!copies(k)) {
+        snprintf(bad, nbad, "%s/%s.log", dir, run_name[k]);
+        return log_median(bad);
+    }
     double sum = 0;
-    for (int k = 1; k <= n; k++) {
-        char log[4096];
-        snprintf(log, sizeof log, "%s/one-%d.log", dir, k);
-        double ms = log_median(log);
-        if (ms <= 0) {
-            snprintf(bad, nbad, "%s", log);
-            return -1;
-        }
+    for (int c = 1; c <= n; c++) {
+        snprintf(bad, nbad, "%s/%s-%d.log", dir, run_name[k], c);
+        double ms = log_median(bad);
+        if (ms <= 0) return -1;
         sum += ms;
     }
     return sum / n;
 }
 
-/* The world size a run's log names ("world N"), or -1. */
-static int log_world(const char *log) { return (int)log_number(log, " world "); }
-
-/* The shell command that runs the calibration run NAME of directory HERE
- * (a shell word) into LOGS (one too) for steps: the 1-rank run as n copies
- * at once, logs one-1.log..one-n.log; the others once, NAME.log. */
-static void run_cmd(char *cmd, size_t ncmd, const char *here, const char *logs, const char *name, int n,
-                    int64_t steps)
+static int is_dir(const char *path)
 {
-    if (strcmp(name, "one") == 0)
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Run k's median step (ms) in dir: with rounds (dir/r1, dir/r2, ...) the
+ * median over them, else run_ms of dir; -1 (*bad as run_ms). */
+static double rounds_ms(const char *dir, int k, int n, char *bad, size_t nbad)
+{
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/r1", dir);
+    if (!is_dir(sub)) return run_ms(dir, k, n, bad, nbad);
+    double v[100];
+    int nr = 0;
+    for (; nr < 100; nr++) {
+        snprintf(sub, sizeof sub, "%s/r%d", dir, nr + 1);
+        if (!is_dir(sub)) break;
+        if ((v[nr] = run_ms(sub, k, n, bad, nbad)) <= 0) return -1;
+    }
+    qsort(v, (size_t)nr, sizeof v[0], cmp_double);
+    return nr % 2 ? v[nr / 2] : (v[nr / 2 - 1] + v[nr / 2]) / 2;
+}
+
+/* The shell command that runs calibration run k of directory HERE (a
+ * shell word) into LOGS (one too) for steps: the 1-rank runs as n copies at
+ * once, logs NAME-1.log..NAME-n.log; the others once, NAME.log. */
+static void run_cmd(char *cmd, size_t ncmd, const char *here, const char *logs, int k, int n, int64_t steps)
+{
+    const char *name = run_name[k];
+    if (copies(k))
         snprintf(cmd, ncmd,
-                 "pids=; for k in $(seq %d); do NNSC_THREADS=1 %s/one/launch --steps %lld --quiet >%s/one-$k.log "
+                 "pids=; for k in $(seq %d); do NNSC_THREADS=1 %s/%s/launch --steps %lld --quiet >%s/%s-$k.log "
                  "2>&1 & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || rc=1; done; [ $rc = 0 ]",
-                 n, here, (long long)steps, logs);
+                 n, here, name, (long long)steps, logs, name);
     else
         snprintf(cmd, ncmd, "NNSC_THREADS=1 %s/%s/launch --steps %lld --quiet >%s/%s.log 2>&1", here, name,
                  (long long)steps, logs, name);
 }
 
-/* Run the calibration run name of dir for steps; its median step in ms
- * (the 1-rank run: its n copies' mean), or -1. */
-static double run(const char *dir, const char *name, int n, int64_t steps)
+/* Build the runs (the small one only with K > 0) into dir; 0 or the
+ * compiler's status. */
+static int build_runs(const fe_opts *o, const char *spec, const char *dir, int K)
 {
-    char cmd[8192], q[4200], bad[4096];
-    snprintf(q, sizeof q, "'%s'", dir);
-    run_cmd(cmd, sizeof cmd, q, q, name, n, steps);
-    if (system(cmd) != 0) return -1;
-    if (strcmp(name, "one") == 0) return one_median(dir, n, bad, sizeof bad);
-    snprintf(bad, sizeof bad, "%s/%s.log", dir, name);
-    return log_median(bad);
-}
-
-/* The three runs: their names and settings (s2, s3: the world set by
- * set_world). */
-static const char *const run_name[3] = {"one", "dp", "tp"};
-static const char *const s1[] = {"cluster.devices=1"};
-static char world_set[2][40];
-static const char *s2[] = {world_set[0], "plan.policy=dp", "train.micro_batches=1"};
-static const char *s3[] = {world_set[1], "plan.policy=tp"};
-static void set_world(int n)
-{
-    snprintf(world_set[0], sizeof world_set[0], "cluster.devices=%d", n);
-    snprintf(world_set[1], sizeof world_set[1], "cluster.devices=%d", n);
-}
-
-/* Fit the cost model's estimates of the three runs (seconds per step t1,
- * t2, tt) with one figure each: the FLOP/s, the link's bandwidth and its
- * latency.  0, or the compiler's status. */
-static int fit(const fe_opts *o, const char *spec, double t1, double t2, double tt, double *flops_out, double *bw_out,
-               double *lat_out)
-{
-    int rc;
-    double e0, flops, bw = 1e18;
-    /* FLOP/s: the 1-rank estimate = its run (the roofline's max: iterate from the compute-bound guess) */
-    if ((rc = estimate(o, spec, s1, 1, 1e11, bw, 0, &e0))) return rc;
-    flops = e0 > 0 ? 1e11 * e0 / t1 : 1e11;
-    for (int it = 0; it < 8; it++) {
-        double e;
-        if ((rc = estimate(o, spec, s1, 1, flops, bw, 0, &e))) return rc;
-        if (e <= 0) break;
-        flops *= e / t1;
+    for (int k = 0; k < NRUN; k++) {
+        if (!wanted(k, K)) continue;
+        int rc = build(o, spec, dir, run_name[k], run_set[k], run_nset[k]);
+        if (rc) return rc;
     }
-    /* bandwidth and latency: the dp N run (large all-reduces) and the tp N run
-       (many small ones) at once; each estimate is base + A / bw + B lat */
-    double base[2] = {0, 0}, A[2] = {0, 0}, B[2] = {0, 0}, T[2] = {t2, tt};
-    const char *const *ss[2] = {s2, s3};
-    int ns[2] = {3, 2};
-    for (int k = 0; k < 2; k++) {
-        double eb = 0, el = 0;
-        if ((rc = estimate(o, spec, ss[k], ns[k], flops, 1e18, 0, &base[k])) ||
-            (rc = estimate(o, spec, ss[k], ns[k], flops, 1e9, 0, &eb)) ||
-            (rc = estimate(o, spec, ss[k], ns[k], flops, 1e18, 1e-3, &el)))
-            return rc;
-        A[k] = (eb - base[k]) * 1e9;
-        B[k] = (el - base[k]) / 1e-3;
-    }
-    double det = A[0] * B[1] - A[1] * B[0], x = -1, y = -1;   /* x = 1 / bw, y = latency */
-    if (det != 0) {
-        x = ((T[0] - base[0]) * B[1] - (T[1] - base[1]) * B[0]) / det;
-        y = (A[0] * (T[1] - base[1]) - A[1] * (T[0] - base[0])) / det;
-    }
-    if (!(x > 0 && y >= 0)) {   /* no positive pair: latency 0, bandwidth by least squares */
-        double num = A[0] * (T[0] - base[0]) + A[1] * (T[1] - base[1]), den = A[0] * A[0] + A[1] * A[1];
-        x = den > 0 && num > 0 ? num / den : 1e-12;
-        y = 0;
-    }
-    *flops_out = flops, *bw_out = 1 / x, *lat_out = y;
     return 0;
 }
 
-/* --pack DIR: the three runs built into DIR, and DIR/run.sh to run them. */
-static int pack(const fe_opts *o, const char *spec, int n, int64_t steps)
+/* The cost model's step (seconds) of run k with weights not priced, and
+ * the bytes its micro-batches' kernels go over without a batch dim on the
+ * slowest rank (the step's slope in 1 / weight_bw). */
+static int est_run(const fe_opts *o, const char *spec, int k, double flops, double *e, double *wbytes)
+{
+    int rc = estimate(o, spec, run_set[k], run_nset[k], flops, 1e18, 0, 0, e);
+    if (rc || !wbytes) return rc;
+    double e2;
+    if ((rc = estimate(o, spec, run_set[k], run_nset[k], flops, 1e18, 0, 1e-9, &e2))) return rc;
+    *wbytes = (e2 - *e) / 1e-9;
+    return 0;
+}
+
+/* Fit the profile to the runs' steps t[] (seconds; t[RUN_SMALL] unused
+ * with K = 0): the FLOP/s and weight_bw from the 1-rank runs (1 and K
+ * micro-batches: the same FLOPs, K times the passes over the weights), then
+ * the link's bandwidth and latency from dp N and tp N.  *wbw_out 0: the K
+ * micro-batches cost no more than 1 (weights not priced).  0, or the
+ * compiler's status. */
+static int fit(const fe_opts *o, const char *spec, const double *t, int K, double *flops_out, double *wbw_out,
+               double *bw_out, double *lat_out)
+{
+    int rc;
+    double flops = 1e11, x = 0, e1, eS, n1 = 0, nS = 0;   /* x: 1 / weight_bw */
+    if ((rc = est_run(o, spec, RUN_ONE, flops, &e1, &n1)) || (K && (rc = est_run(o, spec, RUN_SMALL, flops, &eS, &nS))))
+        return rc;
+    /* each estimate is base(flops) + weight bytes x x, base about proportional to 1 / flops (the
+       roofline's max bends it: iterate).  Both runs at once: c base1 + n1 x = t1, c baseS + nS x = tS,
+       flops /= c */
+    for (int it = 0; it < 8; it++) {
+        if ((rc = est_run(o, spec, RUN_ONE, flops, &e1, NULL))) return rc;
+        if (e1 <= 0) break;
+        double c = t[RUN_ONE] / e1;
+        x = 0;
+        if (K) {
+            if ((rc = est_run(o, spec, RUN_SMALL, flops, &eS, NULL))) return rc;
+            double det = e1 * nS - eS * n1;
+            if (det != 0) {
+                double cc = (t[RUN_ONE] * nS - t[RUN_SMALL] * n1) / det;
+                double xx = (e1 * t[RUN_SMALL] - eS * t[RUN_ONE]) / det;
+                if (cc > 0 && xx >= 0) c = cc, x = xx;
+            }
+        }
+        flops /= c;
+    }
+    /* bandwidth and latency: dp N (large all-reduces), tp N with 1 micro-batch (many smaller ones) and
+       with K (K times as many messages, the same bytes); each estimate is base + A / bw + B lat, fitted
+       by least squares in relative terms (each run's error over its step) */
+    double base[3] = {0, 0, 0}, A[3] = {0, 0, 0}, B[3] = {0, 0, 0};
+    const int kk[3] = {RUN_DP, RUN_TP, RUN_TPSMALL};
+    int nr = K ? 3 : 2;
+    for (int j = 0; j < nr; j++) {
+        int k = kk[j];
+        double eb = 0, el = 0;
+        if ((rc = estimate(o, spec, run_set[k], run_nset[k], flops, 1e18, 0, x, &base[j])) ||
+            (rc = estimate(o, spec, run_set[k], run_nset[k], flops, 1e9, 0, x, &eb)) ||
+            (rc = estimate(o, spec, run_set[k], run_nset[k], flops, 1e18, 1e-3, x, &el)))
+            return rc;
+        A[j] = (eb - base[j]) * 1e9 / t[k];
+        B[j] = (el - base[j]) / 1e-3 / t[k];
+        base[j] = (t[k] - base[j]) / t[k];   /* what the link is to explain, relative */
+    }
+    double aa = 0, ab = 0, bb = 0, ar = 0, br = 0, bx = -1, y = -1;   /* bx = 1 / bw, y = latency */
+    for (int j = 0; j < nr; j++)
+        aa += A[j] * A[j], ab += A[j] * B[j], bb += B[j] * B[j], ar += A[j] * base[j], br += B[j] * base[j];
+    double det = aa * bb - ab * ab;
+    if (det != 0) {
+        bx = (ar * bb - br * ab) / det;
+        y = (aa * br - ab * ar) / det;
+    }
+    if (!(bx > 0 && y >= 0)) {   /* no positive pair: latency 0, bandwidth by least squares */
+        bx = aa > 0 && ar > 0 ? ar / aa : 1e-12;
+        y = 0;
+    }
+    *flops_out = flops, *wbw_out = x > 0 ? 1 / x : 0, *bw_out = 1 / bx, *lat_out = y;
+    return 0;
+}
+
+/* --pack DIR: the runs built into DIR, and DIR/run.sh to run them (rounds:
+ * each round's logs in LOGDIR/rR). */
+static int pack(const fe_opts *o, const char *spec, int n, int K, int rounds, int64_t steps)
 {
     const char *dir = o->prof_pack;
     if (mkdir(dir, 0777) && errno != EEXIST) {
@@ -238,9 +337,7 @@ static int pack(const fe_opts *o, const char *spec, int n, int64_t steps)
         return 1;
     }
     int rc;
-    if ((rc = build(o, spec, dir, "one", s1, 1)) || (rc = build(o, spec, dir, "dp", s2, 3)) ||
-        (rc = build(o, spec, dir, "tp", s3, 2)))
-        return rc;
+    if ((rc = build_runs(o, spec, dir, K))) return rc;
     char path[4096];
     snprintf(path, sizeof path, "%s/run.sh", dir);
     FILE *f = fopen(path, "w");
@@ -250,20 +347,27 @@ static int pack(const fe_opts *o, const char *spec, int n, int64_t steps)
     }
     fprintf(f, "#!/bin/sh\n"
                "# nnsc-aot profile --pack: the calibration runs of model %s (%d --set overrides), %d ranks\n"
-               "# busy at once. On the machine to calibrate (no compiler needed): run.sh [LOGDIR]\n"
-               "# (default: this directory) writes one-1.log..one-%d.log, dp.log and tp.log; then, where\n"
-               "# nnsc-aot is, with the same model, --set overrides and --ranks:\n"
+               "# busy at once, %d round%s. On the machine to calibrate (no compiler needed): run.sh [LOGDIR]\n"
+               "# (default: this directory) writes the runs' logs%s; then, where nnsc-aot is,\n"
+               "# with the same model, --set overrides and --ranks:\n"
                "# nnsc-aot profile MODEL --ranks %d --from LOGDIR -o FILE\n"
                "set -e\n"
                "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
                "logs=${1:-$here}\n"
                "mkdir -p \"$logs\"\n",
-            o->spec ? o->spec : "built in", o->nset, n, n, n);
-    for (int k = 0; k < 3; k++) {
+            o->spec ? o->spec : "built in", o->nset, n, rounds, rounds == 1 ? "" : "s",
+            rounds == 1 ? "" : " (LOGDIR/r1, r2, ...: one folder a round)", n);
+    if (rounds > 1)
+        fprintf(f, "for r in $(seq %d); do\nd=\"$logs/r$r\"\nmkdir -p \"$d\"\n", rounds);
+    else
+        fprintf(f, "d=\"$logs\"\n");
+    for (int k = 0; k < NRUN; k++) {
+        if (!wanted(k, K)) continue;
         char cmd[1024];
-        run_cmd(cmd, sizeof cmd, "\"$here\"", "\"$logs\"", run_name[k], n, steps);
-        fprintf(f, "%s ||\n  { echo \"run.sh: the %s run failed (logs in $logs)\" >&2; exit 1; }\n", cmd, run_name[k]);
+        run_cmd(cmd, sizeof cmd, "\"$here\"", "\"$d\"", k, n, steps);
+        fprintf(f, "%s ||\n  { echo \"run.sh: the %s run failed (logs in $d)\" >&2; exit 1; }\n", cmd, run_name[k]);
     }
+    if (rounds > 1) fprintf(f, "done\n");
     fprintf(f, "echo \"run.sh: logs in $logs\"\n");
     if (fclose(f) || chmod(path, 0755)) {
         fprintf(stderr, "nnsc-aot: error: cannot write %s\n", path);
@@ -294,17 +398,23 @@ int fe_profile(const fe_opts *o)
         }
     }
     int64_t steps = o->steps ? o->steps : 12;
-    int n = o->prof_ranks ? o->prof_ranks : 2, rc = 0;
-    set_world(n);
-    double t[3] = {-1, -1, -1}, flops = 0, bw = 0, lat = 0;
+    int n = o->prof_ranks ? o->prof_ranks : 2, rounds = o->prof_rounds ? o->prof_rounds : 1, K = 0, rc = 0;
+    double t[NRUN] = {-1, -1, -1, -1}, flops = 0, wbw = 0, bw = 0, lat = 0;
+    if ((rc = small_mb(o, spec, &K))) goto out;
+    set_runs(n, K);
     if (o->prof_pack) {
-        rc = pack(o, spec, n, steps);
+        rc = pack(o, spec, n, K, rounds, steps);
         goto out;
     }
+    const char *logs = dir;
     if (o->prof_from) {   /* the logs of DIR/run.sh */
-        for (int k = 1; k < 3; k++) {   /* the runs' world first: the likelier slip */
-            char log[4096];
-            snprintf(log, sizeof log, "%s/%s.log", o->prof_from, run_name[k]);
+        logs = o->prof_from;
+        char first[4096];
+        snprintf(first, sizeof first, "%s/r1", logs);
+        if (!is_dir(first)) snprintf(first, sizeof first, "%s", logs);
+        for (int k = RUN_DP; k <= RUN_TP; k++) {   /* the runs' world first: the likelier slip */
+            char log[4200];
+            snprintf(log, sizeof log, "%s/%s.log", first, run_name[k]);
             int w = log_world(log);
             if (w > 0 && w != n) {
                 fprintf(stderr, "nnsc-aot: error: %s: the run had %d ranks, not --ranks %d\n"
@@ -313,28 +423,36 @@ int fe_profile(const fe_opts *o)
                 goto out;
             }
         }
-        for (int k = 0; k < 3; k++) {
-            char log[4096];
-            snprintf(log, sizeof log, "%s/%s.log", o->prof_from, run_name[k]);
-            t[k] = k ? log_median(log) : one_median(o->prof_from, n, log, sizeof log);
-            if (t[k] <= 0) {
-                fprintf(stderr, "nnsc-aot: error: %s: no 'step median' in it (or no such file)\n"
-                                "  hint: run DIR/run.sh of nnsc-aot profile --pack DIR first; --from names where "
-                                "it wrote one-1.log..one-%d.log, dp.log and tp.log\n", log, n);
-                rc = 2;
-                goto out;
+    } else {
+        if ((rc = build_runs(o, spec, dir, K))) goto out;
+        for (int r = 1; r <= rounds; r++) {
+            char sub[4096], q[4200], here[4200], cmd[9000];
+            snprintf(sub, sizeof sub, "%s/r%d", dir, r);
+            if (rounds > 1 && mkdir(sub, 0777)) goto fail;
+            snprintf(here, sizeof here, "'%s'", dir);
+            snprintf(q, sizeof q, "'%s'", rounds > 1 ? sub : dir);
+            for (int k = 0; k < NRUN; k++) {
+                if (!wanted(k, K)) continue;
+                run_cmd(cmd, sizeof cmd, here, q, k, n, steps);
+                if (system(cmd) != 0) goto fail;
             }
         }
-    } else {
-        if ((rc = build(o, spec, dir, "one", s1, 1)) || (rc = build(o, spec, dir, "dp", s2, 3)) ||
-            (rc = build(o, spec, dir, "tp", s3, 2)))
-            goto out;
-        for (int k = 0; k < 3; k++)
-            if ((t[k] = run(dir, run_name[k], n, steps)) <= 0) goto fail;
     }
-    double t1 = t[0] / 1e3, t2 = t[1] / 1e3, tt = t[2] / 1e3;
-    if ((rc = fit(o, spec, t1, t2, tt, &flops, &bw, &lat))) goto out;
-    t1 *= 1e3, t2 *= 1e3, tt *= 1e3;
+    for (int k = 0; k < NRUN; k++) {
+        if (!wanted(k, K)) continue;
+        char bad[4200];
+        if ((t[k] = rounds_ms(logs, k, n, bad, sizeof bad)) <= 0) {
+            if (!o->prof_from) goto fail;
+            fprintf(stderr, "nnsc-aot: error: %s: no 'step median' in it (or no such file)\n"
+                            "  hint: run DIR/run.sh of nnsc-aot profile --pack DIR (of this nnsc-aot, with this "
+                            "model, --set overrides and --ranks) first; --from names where it wrote its logs\n", bad);
+            rc = 2;
+            goto out;
+        }
+    }
+    double ts[NRUN];
+    for (int k = 0; k < NRUN; k++) ts[k] = t[k] / 1e3;
+    if ((rc = fit(o, spec, ts, K, &flops, &wbw, &bw, &lat))) goto out;
     {
         FILE *out = o->out ? fopen(o->out, "w") : stdout;
         if (!out) {
@@ -342,22 +460,34 @@ int fe_profile(const fe_opts *o)
             rc = 1;
             goto out;
         }
-        char nsteps[64] = "";
+        char nsteps[64] = "", nround[64] = "", small[96] = "", tpsmall[96] = "";
         if (!o->prof_from) snprintf(nsteps, sizeof nsteps, " of %lld steps", (long long)steps);
+        if (rounds > 1 || o->prof_from) {
+            int nr = 0;
+            char sub[4200];
+            do snprintf(sub, sizeof sub, "%s/r%d", logs, ++nr);
+            while (nr < 100 && is_dir(sub));
+            if (nr > 2) snprintf(nround, sizeof nround, ", over %d rounds", nr - 1);
+        }
+        if (K) {
+            snprintf(small, sizeof small, ", with %d micro-batches %.1f ms", K, t[RUN_SMALL]);
+            snprintf(tpsmall, sizeof tpsmall, ", with %d micro-batches %.1f ms", K, t[RUN_TPSMALL]);
+        }
         time_t now = time(NULL);
         char when[64];
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
         fprintf(out, "; nnsc-aot profile (%s, model %s): cpu-host calibrated on %s, one rank per core;\n"
-                     "; 1 rank (%d copies at once) %.1f ms, dp %d %.1f ms, tp %d %.1f ms per step (medians%s).\n"
+                     "; 1 rank (%d copies at once) %.1f ms%s, dp %d %.1f ms, tp %d %.1f ms%s per step (medians%s%s).\n"
                      "; Use it with [cluster] device = THIS FILE (docs/plan-search.md).\n"
-                     "[cluster]\ndevice = cpu-host\nflops = %.6g\nflops_bf16 = %.6g\nlink_bw = %.6g\n"
+                     "[cluster]\ndevice = cpu-host\nflops = %.6g\nflops_bf16 = %.6g\nweight_bw = %.6g\nlink_bw = %.6g\n"
                      "link_lat = %.6g\nnet_bw = %.6g\nnet_lat = %.6g\n",
                 when, o->spec ? o->spec : "built in", o->prof_from ? "the machine of the --from logs" : "this machine",
-                n, t1, n, t2, n, tt, nsteps, flops, flops, bw, lat, bw, lat);
+                n, t[RUN_ONE], small, n, t[RUN_DP], n, t[RUN_TP], tpsmall, nsteps, nround, flops, flops, wbw, bw, lat, bw,
+                lat);
         if (out != stdout && fclose(out)) rc = 1;
         if (!o->quiet)
-            fprintf(stderr, "nnsc-aot profile: flops %.4g, link_bw %.4g B/s, link_lat %.3g s%s%s\n", flops, bw, lat,
-                    o->out ? " -> " : "", o->out ? o->out : "");
+            fprintf(stderr, "nnsc-aot profile: flops %.4g, weight_bw %.4g B/s, link_bw %.4g B/s, link_lat %.3g s%s%s\n",
+                    flops, wbw, bw, lat, o->out ? " -> " : "", o->out ? o->out : "");
     }
     goto out;
 fail:

@@ -322,6 +322,10 @@ typedef struct ir_profile {
     double link_bw, link_lat; /* within a node: bytes/s per device and direction, seconds per message */
     double net_bw, net_lat;   /* between nodes (IB): bytes/s per device, seconds per message */
     int per_node;             /* devices per node */
+    double weight_bw;         /* bytes/s at which a micro-batch's kernel goes over its operands without a
+                                 batch dim (a matmul packing its weight, a weight gradient accumulated),
+                                 on top of its roofline time; 0: not priced (the built-in profiles),
+                                 nnsc-aot profile fits it */
 } ir_profile;
 
 /* A [custom NAME] section of the spec (docs/custom-ops.md): an op the user

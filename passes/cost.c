@@ -3,7 +3,12 @@
  *
  * A sub-op takes the longer of its FLOPs at the device's peak (bf16 peak
  * for matmuls under dtype = bf16) and its operands' bytes at the memory
- * bandwidth (a roofline).  A collective takes alpha-beta time for its
+ * bandwidth (a roofline).  In the micro-batches it also takes its operands
+ * without a batch dim (weights, weight gradients) at the profile's
+ * weight_bw, where set: a CPU matmul packs its weight panel on every call
+ * and a weight gradient is read and written by every micro-batch, whatever
+ * the micro-batch's size, so K micro-batches cost more than one of K times
+ * the rows.  Under tp each rank goes over its shard only.  A collective takes alpha-beta time for its
  * algorithm: its steps times the latency plus the bytes its busiest member
  * sends (ir_comm.bytes, which the comm pass counts per algorithm: 2(n-1)/n
  * S for a ring all-reduce, (n-1)/n S for all-gather and reduce-scatter, S
@@ -51,8 +56,16 @@ double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)
     for (int k = 0; k < o->nout; k++) by += pt_bytes(d, s->out[k], sec);
     int mm = o->kind == IR_OP_MATMUL || o->kind == IR_OP_MATMUL_NT || o->kind == IR_OP_MATMUL_TN;
     double peak = mm && g->train.bf16 ? g->prof.flops_bf16 : g->prof.flops;
-    double t = fl / peak, tb = by / g->prof.mem_bw;
-    return t > tb ? t : tb;
+    double t = fl / peak, tb = by / g->prof.mem_bw, tw = 0;
+    if (sec == IR_SEC_MB && g->prof.weight_bw > 0) {   /* the operands every micro-batch goes over again */
+        double w = 0;
+        for (int k = 0; k < o->nin; k++)
+            if (g->t[d->pt[s->in[k]].tensor].batch_dim < 0) w += pt_bytes(d, s->in[k], sec);
+        for (int k = 0; k < o->nout; k++)
+            if (g->t[d->pt[s->out[k]].tensor].batch_dim < 0) w += pt_bytes(d, s->out[k], sec);
+        tw = w / g->prof.weight_bw;
+    }
+    return (t > tb ? t : tb) + tw;
 }
 
 double pass_cost_collective(const ir_profile *pf, ir_commkind kind, int n, double bytes, int spans_nodes)

@@ -255,7 +255,7 @@ v = dict(re.findall(r"^(\w+) = (\S+)$", t, re.M))
 assert v["device"] == "cpu-host", v
 for k in ("flops", "flops_bf16", "link_bw", "net_bw"):
     assert float(v[k]) > 0, (k, v[k])
-for k in ("link_lat", "net_lat"):
+for k in ("link_lat", "net_lat", "weight_bw"):
     assert float(v[k]) >= 0, (k, v[k])
 PY
 then ok "nnsc-aot profile: writes a cpu-host profile of measured figures"
@@ -268,16 +268,44 @@ expect_rc 2 "a profile file naming no built-in device" "$nn" "$tiny" -o "$tmp/ba
 says "names no built-in device" "profile file"
 expect_rc 2 "profile without -o" "$nn" profile "$tiny"
 says "profile needs -o FILE" "profile -o"
-# profile on a machine without the compiler: --pack builds the three runs and run.sh, which writes
-# their logs; --from fits the profile from them (the same figures as the logs' medians give)
+# profile on a machine without the compiler: --pack builds the five runs and run.sh, which writes
+# their logs; --from fits the profile from them (the same figures as the logs' medians give); the
+# small runs take the most micro-batches up to 16 that divide the batch (gpt2-tiny's B = 8: 8)
 "$nn" profile "$tiny" --pack "$tmp/pk" --steps 3 -q || no "profile --pack"
-[[ -x $tmp/pk/run.sh && -x $tmp/pk/one/launch && -x $tmp/pk/dp/launch && -x $tmp/pk/tp/launch ]] &&
+mean_of() { sed -n 's/.*step median \([0-9.]*\) ms.*/\1/p' "$@" | awk '{ t += $1 } END { printf "%.1f", t / NR }'; }
+[[ -x $tmp/pk/run.sh && -x $tmp/pk/one/launch && -x $tmp/pk/small/launch && -x $tmp/pk/dp/launch && -x $tmp/pk/tp/launch &&
+   -x $tmp/pk/tpsmall/launch ]] &&
   "$tmp/pk/run.sh" "$tmp/pk/logs" >/dev/null && "$nn" profile "$tiny" --from "$tmp/pk/logs" -o "$tmp/from.ini" -q &&
-  grep -qF "; 1 rank (2 copies at once) $(sed -n 's/.*step median \([0-9.]*\) ms.*/\1/p' "$tmp/pk/logs/one-1.log" \
-    "$tmp/pk/logs/one-2.log" | awk '{ t += $1 } END { printf "%.1f", t / NR }') ms, dp 2 " "$tmp/from.ini" &&
-  grep -q "^flops = [0-9.e+]*$" "$tmp/from.ini" &&
+  grep -qF "; 1 rank (2 copies at once) $(mean_of "$tmp/pk/logs"/one-[12].log) ms, with 8 micro-batches $(mean_of \
+    "$tmp/pk/logs"/small-[12].log) ms, dp 2 " "$tmp/from.ini" &&
+  grep -q "^flops = [0-9.e+]*$" "$tmp/from.ini" && grep -q "^weight_bw = [0-9.e+]*$" "$tmp/from.ini" &&
+  grep -q "micro_batches 8" "$tmp/pk/tpsmall/plan.txt" && grep -q "policy tp, micro_batches 1" "$tmp/pk/tp/plan.txt" &&
   ok "profile --pack DIR, DIR/run.sh, profile --from: a profile from runs made elsewhere" ||
   no "profile --pack/--from: $(ls "$tmp/pk" "$tmp/pk/logs" 2>&1 | tr '\n' ' '); $(cat "$tmp/from.ini" 2>&1)"
+# --rounds 2: run.sh runs every run twice, round by round, into LOGDIR/r1 and r2; --from takes each
+# run's median over the rounds (of two: their mean)
+"$nn" profile "$tiny" --pack "$tmp/pr" --rounds 2 --steps 2 -q || no "profile --pack --rounds 2"
+if "$tmp/pr/run.sh" "$tmp/pr/logs" >/dev/null && [[ -f $tmp/pr/logs/r1/tpsmall.log && -f $tmp/pr/logs/r2/one-2.log ]] &&
+   "$nn" profile "$tiny" --from "$tmp/pr/logs" -o "$tmp/pr.ini" -q; then
+  a=$(mean_of "$tmp/pr/logs"/r1/one-[12].log) b=$(mean_of "$tmp/pr/logs"/r2/one-[12].log)
+  want=$(python3 -c "print('%.1f' % (($a + $b) / 2))")
+  grep -qF "; 1 rank (2 copies at once) $want ms" "$tmp/pr.ini" && grep -q "over 2 rounds" "$tmp/pr.ini" &&
+    ok "profile --rounds 2: the runs twice, round by round; each run's median over the rounds ($a, $b -> $want ms)" ||
+    no "profile --rounds: wanted $want ms over 2 rounds: $(head -n 2 "$tmp/pr.ini")"
+else no "profile --rounds 2: $(ls -R "$tmp/pr/logs" 2>&1 | tr '\n' ' ')"; fi
+# weight_bw: each micro-batch goes over the weights again, so with 4 micro-batches the step gains 4
+# times what it gains with 1 (the roofline part is the same: the micro-batches split the rows)
+for m in 1 4; do
+  for w in 0 1e9; do
+    "$nn" "$tiny" --devices 1 -q -o "$tmp/w" --set train.micro_batches=$m --set cluster.weight_bw=$w || no "weight_bw $w build"
+    eval "e${m}_${w//[^0-9]/}=$(sed -n 's/^estimate  step \([0-9.]*\) ms.*/\1/p' "$tmp/w/plan.txt")"
+  done
+done
+python3 -c "import sys; d1 = $e1_19 - $e1_0; d4 = $e4_19 - $e4_0; sys.exit(not (d1 > 0.1 and abs(d4 / d1 - 4) < 1e-2))" &&
+  ok "weight_bw: 4 micro-batches' weight time is 4 x 1's ($e1_0 -> $e1_19 ms, $e4_0 -> $e4_19 ms)" ||
+  no "weight_bw: 1 micro-batch $e1_0 -> $e1_19 ms, 4: $e4_0 -> $e4_19 ms"
+expect_rc 2 "profile --rounds 0" "$nn" profile "$tiny" --rounds 0 -o "$tmp/x.ini"
+says "--rounds needs a number of rounds in [1, 100]" "profile --rounds"
 expect_rc 2 "profile --from a directory without logs" "$nn" profile "$tiny" --from "$tmp/prof" -o "$tmp/x.ini"
 says "one-1.log: no 'step median' in it" "profile --from"
 expect_rc 2 "profile --from logs of another --ranks" "$nn" profile "$tiny" --from "$tmp/pk/logs" --ranks 3 -o "$tmp/x.ini"
