@@ -65,6 +65,7 @@ int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, cons
  * nnsc_prog<cls_of[rank]>(argc, argv, row_of[rank]).  Writes obj_path;
  * 0, or 1 after a message. */
 int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, const char *model, const cg_opts *o,
+                const char *const *cust, int ncust,
                 const char *obj_path);
 
 /* emit.c: write DIR/launch (runs all ranks here, forwards their output,

@@ -24,6 +24,7 @@
  * Launch configurations, workspace sizes and what the host launcher must do
  * around some kernels: docs/cuda.md.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda.h"
@@ -49,7 +50,7 @@ static const char cg_cu_prelude[] =
     "typedef unsigned short u16;\n"
     "\n"
     "#define NNSC_MAXBUF 9    /* most buffer arguments of a kernel (attention_bwd) */\n"
-    "#define NNSC_MAXINT 26   /* most int arguments: slice/place with 8 dims, 2 + 3 * 8 */\n"
+    "#define NNSC_MAXINT 88   /* most int arguments: a custom op, 4 + 9 operands x (1 + 8) */\n"
     "#define NNSC_MAXFLT 6    /* most float arguments (adamw: 5), one more for an 8-byte size */\n"
     "#define NNSC_FULL 0xffffffffu   /* every lane of a warp */\n"
     "\n"
@@ -80,7 +81,7 @@ static const char cg_cu_prelude[] =
     "/* The host declares the same layouts (cg_cuda_state, cg_cuda_args in codegen/cuda.h);\n"
     " * the fields are ordered so that no padding can differ between the two. */\n"
     "static_assert(sizeof(nnsc_state) == 48, \"nnsc_state must match cg_cuda_state\");\n"
-    "static_assert(sizeof(nnsc_args) == 320, \"nnsc_args must match cg_cuda_args\");\n"
+    "static_assert(sizeof(nnsc_args) == 816, \"nnsc_args must match cg_cuda_args\");\n"
     "\n"
     "/* An entry point: an unmangled name (for cuModuleGetFunction), one nnsc_args\n"
     " * parameter read in place (__grid_constant__: never copied to local memory),\n"
@@ -1726,9 +1727,91 @@ static void cg_cuda_ew_kernel(ir_buf *out, int id, const pg_instr *in)
     ir_bprintf(out, "    }\n}\n");
 }
 
+/* Custom ops' device kernels ([custom NAME] cuda = FILE.cu; docs/custom-ops.md):
+ * the types of rtlib/nnsc_custom.h in CUDA C, the decoding of the generated
+ * code's arguments, and NNSC_CUSTOM_CUDA(NAME), which defines the body. */
+static const char cg_cu_custom_prelude[] =
+    "#define NNSC_CUSTOM_MAXIO 6\n"
+    "#define NNSC_CUSTOM_MAXDIM 8\n"
+    "#define NNSC_CUSTOM_MAXATTR 6\n"
+    "typedef struct nnsc_tensor {\n"
+    "    float *data;                        /* numel floats, row-major (device memory) */\n"
+    "    int ndim;\n"
+    "    i64 shape[NNSC_CUSTOM_MAXDIM];      /* this rank's extents */\n"
+    "    i64 numel;\n"
+    "} nnsc_tensor;\n"
+    "typedef struct nnsc_call {\n"
+    "    int nin, nout;\n"
+    "    int acc;                            /* != 0: add into the outputs */\n"
+    "    float attr[NNSC_CUSTOM_MAXATTR];\n"
+    "    nnsc_tensor in[NNSC_CUSTOM_MAXIO];\n"
+    "    nnsc_tensor out[NNSC_CUSTOM_MAXIO];\n"
+    "} nnsc_call;\n"
+    "#define NNSC_PUT(c, dst, v) ((dst) = (c)->acc ? (dst) + (v) : (v))\n"
+    "/* k over [0, n), spread over the grid's threads: each k on one thread */\n"
+    "#define NNSC_FOR(k, n) for (i64 k = nnsc_tid(); k < (i64)(n); k += nnsc_nthreads())\n"
+    "#define NNSC_CUSTOM_CUDA(NAME) \\\n"
+    "    static __device__ void nnsc_cuda_custom_##NAME(const nnsc_call *c)\n"
+    "static __device__ void nnsc_custom_decode(nnsc_call *c, const nnsc_args &a)\n"
+    "{\n"
+    "    c->nin = (int)a.i[1], c->nout = (int)a.i[2], c->acc = a.i[3] != 0;\n"
+    "    for (int k = 0; k < NNSC_CUSTOM_MAXATTR; k++)\n"
+    "        c->attr[k] = a.f[k];\n"
+    "    int pos = 4;\n"
+    "    for (int k = 0; k < c->nin + c->nout; k++) {\n"
+    "        nnsc_tensor *t = k < c->nin ? &c->in[k] : &c->out[k - c->nin];\n"
+    "        t->data = (float *)a.b[k];\n"
+    "        t->ndim = (int)a.i[pos++];\n"
+    "        t->numel = 1;\n"
+    "        for (int j = 0; j < t->ndim; j++) {\n"
+    "            t->shape[j] = a.i[pos++];\n"
+    "            t->numel *= t->shape[j];\n"
+    "        }\n"
+    "    }\n"
+    "}\n";
+
+/* The custom ops' part of a build's source: the prelude, each CUDA file once
+ * (under #line, so NVRTC's messages name the user's file and line), and an
+ * entry point nnsc_custom_<row> per section with a device kernel. */
+static void cg_cuda_custom(ir_buf *out, const ir_custom *cust, int ncust)
+{
+    int any = 0;
+    for (int k = 0; k < ncust; k++) any |= cust[k].cuda != NULL;
+    if (!any) return;
+    ir_bprintf(out, "\n/* ---- custom ops (codegen/cuda.c: cg_cu_custom_prelude, the spec's cuda files) */\n%s",
+               cg_cu_custom_prelude);
+    for (int k = 0; k < ncust; k++) {
+        if (!cust[k].cuda) continue;
+        int first = 1;
+        for (int j = 0; j < k; j++) first &= !cust[j].cuda || strcmp(cust[j].cuda, cust[k].cuda) != 0;
+        if (!first) continue;
+        ir_bprintf(out, "#line 1 \"%s\"\n", cust[k].cuda);
+        FILE *f = fopen(cust[k].cuda, "r");
+        char buf[4096];
+        size_t n;
+        if (!f) {
+            ir_bprintf(out, "#error \"cannot read this file\"\n");
+            continue;
+        }
+        while ((n = fread(buf, 1, sizeof buf - 1, f)) > 0) {
+            buf[n] = 0;
+            ir_bprintf(out, "%s", buf);
+        }
+        fclose(f);
+        ir_bprintf(out, "\n");
+    }
+    ir_bprintf(out, "#line 1 \"nnsc_custom_entries\"\n");
+    for (int k = 0; k < ncust; k++)
+        if (cust[k].cuda)
+            ir_bprintf(out, "NNSC_KERNEL(nnsc_custom_%d, 256)   /* [custom %s] */\n{\n    nnsc_call c;\n"
+                       "    nnsc_custom_decode(&c, a);\n    nnsc_cuda_custom_%s(&c);\n}\n", k, cust[k].name,
+                       cust[k].name);
+}
+
 void cg_cuda_build_source(ir_buf *out, const ir_prog *progs, int nprogs)
 {
     cg_cuda_source(out);
+    if (nprogs > 0) cg_cuda_custom(out, progs[0].cust, progs[0].ncust);
     /* one kernel per id, from the first instruction with that id (pass_fuse
        numbers them 0, 1, ... in order of first appearance) */
     int next = 0;

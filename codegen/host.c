@@ -873,9 +873,13 @@ static LLVMValueRef cg_i32_table(LLVMModuleRef m, LLVMTypeRef i32, const int *v,
 /* int main(int argc, char **argv) {
  *     int r = rt_rank_select(argc, argv, WORLD, MODEL);
  *     switch (cls_of[r]) { case k: return nnsc_prog<k>(argc, argv, row_of[r]); ... }
- * } */
+ * }
+ * and, with ncust custom sections (a cuda build's), the table of their C
+ * kernels in section order, NULL-terminated: nnsc_custom_fns, which the
+ * link exports (the CUDA driver double of the tests runs them in place of
+ * the device kernels). */
 int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, const char *model, const cg_opts *o,
-                const char *obj_path) {
+                const char *const *cust, int ncust, const char *obj_path) {
     if (!o) o = &cg_default_opts;
     cg_target t;
     LLVMTargetMachineRef tm = cg_target_open(&t, o);
@@ -923,6 +927,22 @@ int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, cons
     LLVMPositionBuilderAtEnd(b, bad);
     LLVMBuildUnreachable(b);
     LLVMDisposeBuilder(b);
+    if (ncust > 0) {   /* void (*nnsc_custom_fns[])(...) = {nnsc_custom_<name>, ..., NULL} */
+        LLVMTypeRef kargs[4] = {ptr, ptr, ptr, ptr};
+        LLVMTypeRef kty = LLVMFunctionType(LLVMVoidTypeInContext(c), kargs, 4, 0);
+        LLVMValueRef *fv = ir_xmalloc(sizeof *fv * ((size_t)ncust + 1));
+        for (int j = 0; j < ncust; j++) {
+            char fnm[160];
+            snprintf(fnm, sizeof fnm, "nnsc_custom_%s", cust[j]);
+            fv[j] = LLVMAddFunction(m, fnm, kty);
+        }
+        fv[ncust] = LLVMConstPointerNull(ptr);
+        LLVMTypeRef at = LLVMArrayType2(ptr, (uint64_t)ncust + 1);
+        LLVMValueRef tab = LLVMAddGlobal(m, at, "nnsc_custom_fns");
+        LLVMSetInitializer(tab, LLVMConstArray2(ptr, fv, (uint64_t)ncust + 1));
+        LLVMSetGlobalConstant(tab, 1);
+        free(fv);
+    }
     int rc = 1;
     char *msg;
     if (CG_CHECK("dispatcher verification", LLVMVerifyModule(m, LLVMReturnStatusAction, &msg), msg)) goto done;

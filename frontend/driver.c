@@ -134,6 +134,47 @@ static int count_fused(const ir_prog *progs, int nprogs)
  * failure leaves it to read), and compiled by NVRTC for every --arch into
  * gpu (its cubin array is the caller's to free).  Returns 0, or 1 after a
  * message (NVRTC failed, a file could not be written), or 2 (no NVRTC). */
+/* Whether CUDA file path has NNSC_CUSTOM_CUDA(name) (blanks allowed inside the parentheses). */
+static int defines_cuda_kernel(const char *path, const char *name)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    size_t n = strlen(name);
+    while (!found && fgets(line, sizeof line, f))
+        for (const char *p = strstr(line, "NNSC_CUSTOM_CUDA("); p && !found; p = strstr(p + 1, "NNSC_CUSTOM_CUDA(")) {
+            const char *q = p + strlen("NNSC_CUSTOM_CUDA(");
+            while (*q == ' ' || *q == '\t') q++;
+            if (strncmp(q, name, n)) continue;
+            q += n;
+            while (*q == ' ' || *q == '\t') q++;
+            found = *q == ')';
+        }
+    fclose(f);
+    return found;
+}
+
+/* The cuda target: every custom op's launch fits the argument block (at most
+ * RT_CUDA_MAXBUF operands, RT_CUDA_MAXINT ints: 4 + per operand 1 + its
+ * rank).  0, or 2 after a message at the section. */
+static int custom_fits_launch(const ir_graph *g, const ir_prog *progs, int nprogs)
+{
+    for (int r = 0; r < nprogs; r++)
+        for (int sec = 0; sec < IR_SEC_COUNT; sec++)
+            for (int x = 0, k = 0;;) {
+                const pg_instr *in = ir_prog_walk(&progs[r], sec, &x, &k);
+                if (!in) break;
+                if (in->kernel != RT_K_custom || (in->nbuf <= RT_CUDA_MAXBUF && in->nint <= RT_CUDA_MAXINT)) continue;
+                const ir_custom *c = &g->cust[in->ints[0].c];
+                return pass_error(g, c->line, "on the cuda target a custom op takes at most 9 operands, inputs and "
+                                  "outputs together (docs/custom-ops.md)",
+                                  "custom op '%s' has %d operands and %d ints of arguments: too many for a CUDA "
+                                  "launch", c->name, in->nbuf, in->nint);
+            }
+    return 0;
+}
+
 static int build_kernels(const fe_opts *o, const ir_prog *progs, int nprogs, cg_gpu *gpu, double *t0)
 {
     ir_buf src = {0};
@@ -168,9 +209,20 @@ static int build_kernels(const fe_opts *o, const ir_prog *progs, int nprogs, cg_
                         "e.g. sm_80,sm_90\n", major, minor, o->archs[a - 1]);
         rc = 2;
     } else if (nv != CG_NVRTC_OK) {
-        fprintf(stderr, "nnsc-aot: error: NVRTC could not compile the CUDA kernels (%s%s):\n%s\n",
-                o->emit_kernels ? "the source is in " : "--emit-kernels writes the source to ", path, err);
-        rc = 1;
+        /* an error in a custom op's CUDA file is the spec's (NVRTC's log names the file and line) */
+        const char *user = NULL;
+        for (int k = 0; nprogs > 0 && k < progs[0].ncust && !user; k++)
+            if (progs[0].cust[k].cuda && strstr(err, progs[0].cust[k].cuda)) user = progs[0].cust[k].cuda;
+        if (user) {
+            fprintf(stderr, "nnsc-aot: error: a custom op's CUDA kernel (%s) does not compile:\n%s\n"
+                            "  hint: fix the file at the lines NVRTC names; it is compiled with the library's "
+                            "types and NNSC_CUSTOM_CUDA, no #include (docs/custom-ops.md)\n", user, err);
+            rc = 2;
+        } else {
+            fprintf(stderr, "nnsc-aot: error: NVRTC could not compile the CUDA kernels (%s%s):\n%s\n",
+                    o->emit_kernels ? "the source is in " : "--emit-kernels writes the source to ", path, err);
+            rc = 1;
+        }
     }
     /* the kernels compile without a warning: one is worth seeing */
     for (int k = 0; !rc && !o->quiet && k < o->narch; k++)
@@ -330,7 +382,18 @@ static int link_all(const fe_opts *o, const ir_dist *d, int nprog, const int *cl
                             g->cust[j].src, sym);
         }
     }
-    if (!rc) rc = cg_dispatch(n, nprog, cls_of, row_of, d->g->model ? d->g->model : "model", &co, objs[nprog]);
+    /* a cuda build with custom ops: the table of their C kernels (nnsc_custom_fns), exported for the CUDA
+       driver double, which runs them in place of the device kernels (tests/mock) */
+    int cuda_cust = o->target == FE_TARGET_CUDA && g->ncust > 0;
+    const char *cnames[IR_MAXCUSTOM];
+    for (int k = 0; k < g->ncust; k++) cnames[k] = g->cust[k].name;
+    if (!rc)
+        rc = cg_dispatch(n, nprog, cls_of, row_of, d->g->model ? d->g->model : "model", &co, cnames,
+                         cuda_cust ? g->ncust : 0, objs[nprog]);
+    if (cuda_cust) {
+        objs = ir_xrealloc(objs, sizeof *objs * ((size_t)nprog + 3 + (size_t)ncobj));
+        objs[nprog + 1 + ncobj++] = ir_xstrdup("-Wl,--export-dynamic-symbol=nnsc_custom_fns");
+    }
     snprintf(path, sizeof path, "%s/rank", o->out);
     if (!rc) rc = cg_link_objs((const char *const *)objs, nprog + 1 + ncobj, rtlib, path);
     for (int r = 0; r < n && !rc; r++) {
@@ -343,7 +406,10 @@ static int link_all(const fe_opts *o, const ir_dist *d, int nprog, const int *cl
             rc = same_file_as(ll, path2);
         }
     }
-    for (int k = 0; k <= nprog + ncobj; k++) remove(objs[k]), free(objs[k]);
+    for (int k = 0; k <= nprog + ncobj; k++) {
+        if (objs[k][0] != '-') remove(objs[k]);   /* (not the linker flag) */
+        free(objs[k]);
+    }
     free(objs);
     return rc;
 }
@@ -540,6 +606,7 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         if (!rc && !rtlib) rc = 1;
         cg_gpu gpu = {0};   /* the cuda target's images */
         int cuda = o->target == FE_TARGET_CUDA;
+        if (!rc && cuda) rc = custom_fits_launch(d->g, progs, nprog);
         if (!rc && cuda) rc = build_kernels(o, progs, nprog, &gpu, t0);
         if (!rc) rc = build_all(o, progs, nprog, cuda ? &gpu : NULL);
         if (!o->verbose && !o->quiet && isatty(2)) fprintf(stderr, "\r\033[K");
@@ -590,13 +657,28 @@ int fe_compile(const fe_opts *o)
     rc = fe_load(o->spec, o->sets, o->nset, &g);
     if (rc) goto out_g;
     ir_graph_verify(&g);
-    if (o->target == FE_TARGET_CUDA)
+    if (o->target == FE_TARGET_CUDA)   /* the cuda target: every custom op used (and its backward) has cuda = */
         for (int k = 0; k < g.nop; k++)
             if (g.op[k].kind == IR_OP_CUSTOM) {
                 const ir_custom *c = &g.cust[g.op[k].iattr[IR_IA_CUSTOM]];
-                rc = pass_error(&g, g.op[k].line, "build it for --target cpu; custom ops have no CUDA kernels yet "
-                                 "(docs/custom-ops.md)", "op '%s': custom op '%s' cannot run on the cuda target",
-                                 g.op[k].name, c->name);
+                const ir_custom *b = c->bwd >= 0 ? &g.cust[c->bwd] : NULL, *miss = !c->cuda ? c : b && !b->cuda ? b : 0;
+                for (int w = 0; w < 2 && !miss; w++) {   /* each defines NNSC_CUSTOM_CUDA(its name) */
+                    const ir_custom *x = w ? b : c;
+                    if (x && !defines_cuda_kernel(x->cuda, x->name)) {
+                        char hint[400];
+                        snprintf(hint, sizeof hint, "define it in %s: NNSC_CUSTOM_CUDA(%s) { ... } "
+                                 "(docs/custom-ops.md)", x->cuda, x->name);
+                        rc = pass_error(&g, x->line, hint, "custom op '%s': %s defines no NNSC_CUSTOM_CUDA(%s)",
+                                        x->name, x->cuda, x->name);
+                        goto out_g;
+                    }
+                }
+                if (!miss) continue;
+                char hint[300];
+                snprintf(hint, sizeof hint, "give [custom %s] a device kernel: cuda = FILE.cu with NNSC_CUSTOM_CUDA(%s) "
+                         "(docs/custom-ops.md); or build for --target cpu", miss->name, miss->name);
+                rc = pass_error(&g, miss->line, hint, "op '%s': custom op '%s' has no CUDA kernel (no cuda = in "
+                                "[custom %s]), so it cannot run on the cuda target", g.op[k].name, c->name, miss->name);
                 goto out_g;
             }
     tick(o, &t0, "frontend");

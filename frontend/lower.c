@@ -525,19 +525,23 @@ static int lower_customs(fe_lw *L)
                                "annotation of custom op '%s': %s", fe_clip(nm, clip, sizeof clip),
                                bad ? err : "the outputs do not parse");
         c->anno = ir_str(g, a);
-        /* the kernel's C file, relative to the spec's directory */
-        const fe_kv *ckv = fe_get(sec, "cpu");
-        char path[4096];
-        const char *slash = strrchr(L->s->file, '/');
-        if (ckv->val[0] == '/' || !slash) snprintf(path, sizeof path, "%s", ckv->val);
-        else snprintf(path, sizeof path, "%.*s/%s", (int)(slash - L->s->file), L->s->file, ckv->val);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            return fe_kv_error(L->s, sec, ckv, "cpu = names the C file of the kernel, relative to the spec's directory",
-                               "custom op '%s': cannot read '%s': %s", fe_clip(nm, clip, sizeof clip), path,
-                               strerror(errno));
-        fclose(f);
-        c->src = ir_str(g, path);
+        /* the kernels' files (C, and CUDA C if given), relative to the spec's directory */
+        for (int w = 0; w < 2; w++) {
+            const fe_kv *ckv = fe_get(sec, w ? "cuda" : "cpu");
+            if (!ckv) continue;
+            char path[4096];
+            const char *slash = strrchr(L->s->file, '/');
+            if (ckv->val[0] == '/' || !slash) snprintf(path, sizeof path, "%s", ckv->val);
+            else snprintf(path, sizeof path, "%.*s/%s", (int)(slash - L->s->file), L->s->file, ckv->val);
+            FILE *f = fopen(path, "r");
+            if (!f)
+                return fe_kv_error(L->s, sec, ckv, w ? "cuda = names the CUDA C file of the device kernel, relative "
+                                   "to the spec's directory" : "cpu = names the C file of the kernel, relative to "
+                                   "the spec's directory", "custom op '%s': cannot read '%s': %s",
+                                   fe_clip(nm, clip, sizeof clip), path, strerror(errno));
+            fclose(f);
+            *(w ? &c->cuda : &c->src) = ir_str(g, path);
+        }
         if (get_float(L, sec, "flops", 4.0, FE_NONNEG, &c->flops)) return 2;
         g->ncust++;
     }

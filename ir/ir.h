@@ -339,6 +339,8 @@ typedef struct ir_custom {
     int bwd_all;              /* the backward takes every output's gradient (nout + nin inputs), not
                                  output 1's alone (1 + nin) */
     const char *src;          /* the C file of its kernel (resolved path) */
+    const char *cuda;         /* the CUDA C file of its device kernel (resolved path), or NULL: the
+                                 cpu target only */
     double flops;             /* FLOPs per element of output 0 (cost model) */
     int line;                 /* spec line of the section */
 } ir_custom;

@@ -105,6 +105,7 @@ _Static_assert(RT_EW_NBUF <= RT_CUDA_MAXBUF, "ew buffers");
 typedef enum cu_where {
     CU_DEV = 1,   /* on the device: the library's entry point nnsc_<name> */
     CU_EW,        /* on the device: the build's generated chain nnsc_ew_<i[0]> */
+    CU_CUSTOM,    /* on the device: the build's custom op entry nnsc_custom_<i[0]> */
     CU_HOST,      /* on the host, into the mirror, then uploaded (rt_k_<name>) */
     CU_COLL,      /* a collective: NCCL on the rank's stream (nccl.c) */
 } cu_where;
@@ -133,6 +134,7 @@ enum {
     CU_CHK_COPY = 8,      /* copy: X and Y equal or disjoint */
     CU_CHK_EW = 16,       /* ew: the op list is well formed */
     CU_ZERO_FIRST = 32,   /* embedding_bwd: acc = 0 zeroes the table (nnsc_zero) first */
+    CU_CHK_CUSTOM = 64,   /* custom: the operands' ranks and extents fit the argument block */
     CU_CHK_VREAL = 1,     /* xent_stats, xent_vp_bwd: i[3] is the whole vocabulary's Vreal (the
                              rank may hold fewer columns): 1 <= Vreal, kept for the message */
 };
@@ -208,9 +210,9 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_mean_mid_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, 2}, -1, 0},
     /* transpose: R * A * B elements */
     [RT_KN_transpose] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, 2}, -1, 0},
-    /* custom: never in a cuda build (the compiler refuses custom ops for cuda);
-       rt_k_custom on the host says so */
-    [RT_KN_custom] = {CU_HOST, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
+    /* custom: the spec's CUDA kernel of the section i[0] (nnsc_custom_<i[0]>), a grid-stride
+       loop over output 1's elements (cu_custom_decode) */
+    [RT_KN_custom] = {CU_CUSTOM, CU_GRID_STRIDE, 256, CU_NO_N, -1, CU_CHK_CUSTOM},
     /* embedding: R * C = i[0] * i[3] elements */
     [RT_KN_embedding] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 3, -1}, -1, 0},
     /* embedding_bwd: a block per token position R = i[0]; acc = 0 zeroes the
@@ -268,6 +270,39 @@ static int cu_refuse(char *err, size_t errlen, const char *fmt, ...)
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+#define CU_CUSTOM_MAX 32   /* custom: sections (the compiler's IR_MAXCUSTOM) */
+
+/* Check a custom op's ints (id nin nout acc, then per operand ndim and its
+ * extents: rtlib/nnsc_custom.h) against the argument block: *nbuf buffers,
+ * *nint ints, *n the elements of output 1 (the grid-stride loop's size).
+ * 0, or -1 with a message in err. */
+static int cu_custom_decode(const int64_t *i, int *nbuf, int *nint, int64_t *n, char *err, size_t errlen)
+{
+    if (i[0] < 0 || i[0] >= CU_CUSTOM_MAX)
+        return cu_refuse(err, errlen, "custom: section %lld outside [0, %d)", (long long)i[0], CU_CUSTOM_MAX);
+    if (i[1] < 1 || i[2] < 1 || i[1] > 6 || i[2] > 6 || i[1] + i[2] > RT_CUDA_MAXBUF)
+        return cu_refuse(err, errlen, "custom %lld: %lld inputs and %lld outputs (on the cuda target at most "
+                         "%d operands, 6 of each)", (long long)i[0], (long long)i[1], (long long)i[2],
+                         RT_CUDA_MAXBUF);
+    int pos = 4;
+    for (int k = 0; k < i[1] + i[2]; k++) {
+        int64_t nd = pos < RT_CUDA_MAXINT ? i[pos] : -1, numel = 1;
+        if (nd < 0 || nd > 8 || pos + 1 + nd > RT_CUDA_MAXINT)
+            return cu_refuse(err, errlen, "custom %lld: operand %d's rank and extents do not fit the %d ints of "
+                             "a launch", (long long)i[0], k + 1, RT_CUDA_MAXINT);
+        for (int j = 1; j <= nd; j++)
+            if (i[pos + j] < 0 || __builtin_mul_overflow(numel, i[pos + j], &numel))
+                return cu_refuse(err, errlen, "custom %lld: operand %d has a bad extent %lld", (long long)i[0],
+                                 k + 1, (long long)i[pos + j]);
+        if (k == i[1])
+            *n = numel;
+        pos += 1 + (int)nd;
+    }
+    *nbuf = (int)(i[1] + i[2]);
+    *nint = pos;
+    return 0;
 }
 
 /* Check an ew instruction's ints (rt_ew.h) and count the buffers its
@@ -369,6 +404,11 @@ static int cu_preconditions(int kernel, const cu_launch *L, void *const *b, cons
         int nbuf;
         return cu_ew_decode(i, &nbuf, err, errlen);
     }
+    if (L->flags & CU_CHK_CUSTOM) {
+        int nbuf, nint;
+        int64_t n;
+        return cu_custom_decode(i, &nbuf, &nint, &n, err, errlen);
+    }
     return 0;
 }
 
@@ -383,7 +423,7 @@ int rt_cuda_launch_config(int kernel, void *const *b, const int64_t *i, unsigned
     const char *name = cu_names[kernel];
     if (!L->where)
         return cu_refuse(err, errlen, "%s has no row in dev_cuda.c's launch table", name);
-    if (L->where != CU_DEV && L->where != CU_EW)
+    if (L->where != CU_DEV && L->where != CU_EW && L->where != CU_CUSTOM)
         return cu_refuse(err, errlen, "%s does not run on the device", name);
     if (cu_preconditions(kernel, L, b, i, err, errlen))
         return -1;
@@ -392,6 +432,10 @@ int rt_cuda_launch_config(int kernel, void *const *b, const int64_t *i, unsigned
     int64_t n = 1;
     if (L->grid == CU_GRID_BOX) {
         if (cu_box_check(name, i, &n, err, errlen))
+            return -1;
+    } else if (L->where == CU_CUSTOM) {
+        int nbuf, nint;
+        if (cu_custom_decode(i, &nbuf, &nint, &n, err, errlen))
             return -1;
     } else {
         for (int k = 0; k < 3 && L->n[k] >= 0; k++) {
@@ -538,6 +582,7 @@ struct rt_dev {
     CUmodule module;              /* the loaded cubin */
     CUfunction fn[RT_KN_COUNT];   /* nnsc_<name> of every CU_DEV kernel */
     CUfunction *ew;               /* nnsc_ew_<id>, looked up on first use (NULL: not yet) */
+    CUfunction cust[CU_CUSTOM_MAX]; /* nnsc_custom_<row>, looked up on first use (NULL: not yet) */
     int64_t ew_cap;               /* entries of ew */
     CUstream stream;              /* the rank's stream */
     CUevent up_done;              /* recorded after the step-begin upload of host->up */
@@ -1118,6 +1163,19 @@ void rt_cuda_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i, const 
         fn = cu_ew_function(ctx, i[0]);
         snprintf(ew_name, sizeof ew_name, "ew_%lld", (long long)i[0]);
         name = ew_name;
+    }
+    if (L->where == CU_CUSTOM) {   /* the section's entry; its attrs (6 floats) where given */
+        int64_t n;
+        RT_ASSERT(cu_custom_decode(i, &nbuf, &nint, &n, err, sizeof err) == 0);   /* checked above */
+        nflt = f ? 6 : 0;
+        snprintf(ew_name, sizeof ew_name, "custom_%lld", (long long)i[0]);
+        name = ew_name;
+        if (!d->cust[i[0]]) {
+            char fname[48];
+            snprintf(fname, sizeof fname, "nnsc_custom_%lld", (long long)i[0]);
+            d->cust[i[0]] = cu_function(ctx, fname);
+        }
+        fn = d->cust[i[0]];
     }
     RT_ASSERT(nbuf <= RT_CUDA_MAXBUF && nint <= RT_CUDA_MAXINT && nflt <= RT_CUDA_MAXFLT);
     rt_cuda_args a;

@@ -27,8 +27,9 @@ grep -qE "^  h\.0\.glu +swiglu +split f /2 on 0,1" "$tmp/tp/plan.txt" &&
   no "tp plan: $(grep -E 'glu|d\.h\.0\.g ' "$tmp/tp/plan.txt" | head -3)"
 
 # mistakes: exit 2 at the line, saying what is wrong
-cp "$top/tests/equiv/custom_swiglu.c" "$tmp/"
-mk() { sed "s|cpu = custom_swiglu.c|cpu = $tmp/custom_swiglu.c|" "$spec" >"$tmp/$1.ini"; }
+cp "$top/tests/equiv/custom_swiglu.c" "$top/tests/equiv/custom_swiglu.cu" "$tmp/"
+mk() { sed "s|cpu = custom_swiglu.c|cpu = $tmp/custom_swiglu.c|; s|cuda = custom_swiglu.cu|cuda = $tmp/custom_swiglu.cu|" \
+  "$spec" >"$tmp/$1.ini"; }
 edit() { mk "$1"; python3 - "$tmp/$1.ini" "$2" "$3" <<'PY'
 import sys
 p, a, b = sys.argv[1:]
@@ -67,9 +68,29 @@ says "op 'h.glu' (swiglu) takes 2 inputs, got 1" "inputs"
 edit shape "in = h.g, h.u" "in = h.g, h.n"
 expect_rc 2 "inputs that do not fit the annotation" "$nn" "$tmp/shape.ini" -o "$tmp/e"
 says "swiglu is \`* f, * f -> * f\`" "shapes"
-mk cuda
-expect_rc 2 "a custom op on the cuda target" "$nn" "$tmp/cuda.ini" -o "$tmp/e" --target cuda
-says "custom op 'swiglu' cannot run on the cuda target" "cuda"
+# the cuda target: each custom op used, and its backward, needs cuda = FILE.cu with its kernel
+mk nocuda && sed -i '/^cuda = /d' "$tmp/nocuda.ini"
+expect_rc 2 "a custom op without cuda = on the cuda target" "$nn" "$tmp/nocuda.ini" -o "$tmp/e" --target cuda
+says "custom op 'swiglu' has no CUDA kernel (no cuda = in [custom swiglu])" "cuda"
+mk nobwdcuda && python3 - "$tmp/nobwdcuda.ini" <<'PY'
+import sys
+p = sys.argv[1]; s = open(p).read(); i = s.rindex("cuda = "); j = s.index("\n", i)
+open(p, "w").write(s[:i] + s[j + 1:])
+PY
+expect_rc 2 "a custom backward without cuda = on the cuda target" "$nn" "$tmp/nobwdcuda.ini" -o "$tmp/e" --target cuda
+says "has no CUDA kernel (no cuda = in [custom swiglu_bwd])" "cuda backward"
+edit cuname "cuda = $tmp/custom_swiglu.cu" "cuda = $tmp/none.cu"
+expect_rc 2 "a cuda = file that does not exist" "$nn" "$tmp/cuname.ini" -o "$tmp/e" --target cuda
+says "custom op 'swiglu': cannot read '$tmp/none.cu'" "cuda file"
+sed 's/NNSC_CUSTOM_CUDA(swiglu_bwd)/NNSC_CUSTOM_CUDA(swiglu_back)/' "$tmp/custom_swiglu.cu" >"$tmp/nokern.cu"
+mk nokern && sed -i "s|cuda = $tmp/custom_swiglu.cu|cuda = $tmp/nokern.cu|" "$tmp/nokern.ini"
+expect_rc 2 "a cuda file without the section's kernel" "$nn" "$tmp/nokern.ini" -o "$tmp/e" --target cuda
+says "custom op 'swiglu_bwd': $tmp/nokern.cu defines no NNSC_CUSTOM_CUDA(swiglu_bwd)" "cuda kernel missing"
+sed 's/float s = g\[k\]/float s = g[k] +/' "$tmp/custom_swiglu.cu" >"$tmp/badcu.cu"
+mk badcu && sed -i "s|cuda = $tmp/custom_swiglu.cu|cuda = $tmp/badcu.cu|" "$tmp/badcu.ini"
+expect_rc 2 "a cuda file that does not compile" "$nn" "$tmp/badcu.ini" -o "$tmp/e" --target cuda
+says "a custom op's CUDA kernel ($tmp/badcu.cu) does not compile" "cuda compile"
+says "$tmp/badcu.cu(12): error: expected an expression" "NVRTC names the file and line"
 # the C file: does not compile; compiles but lacks a kernel
 mk cc
 echo "this is not C;" >>"$tmp/custom_swiglu.c"
@@ -92,7 +113,7 @@ grep -qF "ok   sqsum: split o+ (8 -> 4 + 4) gives the unsplit result" "$tmp/out"
   ok "  ... splits the + dim (partial sums added) and checks the gradient" || no "check-op sqsum: $(cat "$tmp/out")"
 # ... and catches a wrong annotation, a wrong gradient, a kernel that ignores acc
 cp "$top/tests/equiv/custom_norm.c" "$tmp/"
-sed "s|cpu = custom_norm.c|cpu = $tmp/custom_norm.c|" "$top/tests/equiv/custom_norm.ini" >"$tmp/n.ini"
+sed "s|cpu = custom_norm.c|cpu = $tmp/custom_norm.c|; /^cuda = /d" "$top/tests/equiv/custom_norm.ini" >"$tmp/n.ini"
 sed 's/^annotation = \* f^ -> \* f^$/annotation = * f -> * f/' "$tmp/n.ini" >"$tmp/nf.ini"
 expect_rc 1 "check-op: an RMS norm's row dim marked splittable" "$nn" check-op "$tmp/nf.ini" rownorm
 grep -qF "FAIL rownorm: dim 'f' is marked splittable, but splitting it (64 -> 32 + 32) changes output 1 'y1'" "$tmp/out" &&
@@ -163,6 +184,36 @@ expect_rc 2 "output 2 reaching the loss through a backward of output 1's gradien
   --set "op h.sum.in=h.p2, h.p2"
 says "output 2 (h.3.p2) of custom op pair reaches the loss, but a custom op's backward takes the gradient of output 1 only" \
   "output 2 alone"
+
+# the cuda target: a custom op's CUDA kernel (cuda = FILE.cu) compiles with NVRTC into the build's
+# kernel library, and the ranks launch it (nnsc_custom_<row>) with the op's operands. Under the
+# CUDA driver double the launch runs the rank's own C kernel of the section, so these check the
+# compile, the launches and their buffers against the cpu build, not the CUDA code's arithmetic
+# (bench/gpu/ship.sh runs the custom case on a GPU).
+mockenv=(env LD_LIBRARY_PATH="$build/tests/mock${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NNSC_THREADS=1 NNSC_TIMEOUT=30
+         NNSC_MOCK_STATS=1 NNSC_MOCK_DEVICES=2)
+same_losses() {   # LOG_A LOG_B STEPS: the per-step losses within 1e-5 relative
+  python3 - "$@" <<'PY'
+import re, sys
+a, b = ([float(x) for x in re.findall(r"^step \d+/\d+ loss (\S+)", open(f).read(), re.M)] for f in sys.argv[1:3])
+assert len(a) == len(b) == int(sys.argv[3]), (a, b)
+worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+assert worst <= 1e-5, worst
+PY
+}
+if "$nn" "$spec" -o "$tmp/cu1" -q --target cuda && "${mockenv[@]}" "$tmp/cu1/rank0" --steps 8 >"$tmp/cu1.log" 2>&1 &&
+   "$tmp/c1/rank0" --steps 8 >"$tmp/cpu8.log" 2>&1 && same_losses "$tmp/cu1.log" "$tmp/cpu8.log" 8 &&
+   grep -qE "nnsc-mock-cuda: .*kernels=.*custom:[1-9]" "$tmp/cu1.log"; then
+  ok "cuda target: custom.ini's swiglu and swiglu_bwd as CUDA kernels (NVRTC), launched under the driver double: the cpu build's losses (8 steps, 1e-5)"
+else no "cuda target, custom.ini: $(tail -n 3 "$tmp/cu1.log")"; fi
+# tp 2 on two (double) GPUs: the norm's kernels on each rank's rows, sqsum's partial sums all-reduced, attrs
+norm=$top/tests/equiv/custom_norm.ini
+if "$nn" "$norm" -o "$tmp/cun" -q --target cuda --devices 2 --set plan.policy=tp &&
+   "$nn" "$norm" -o "$tmp/n1" -q && "${mockenv[@]}" "$tmp/cun/launch" --steps 6 >"$tmp/cun.log" 2>&1 &&
+   "$tmp/n1/rank0" --steps 6 >"$tmp/n1.log" 2>&1 && same_losses "$tmp/cun.log" "$tmp/n1.log" 6 &&
+   grep -q "sq .*split" "$tmp/cun/plan.txt"; then
+  ok "cuda target, tp 2: custom_norm.ini's four CUDA kernels train like 1 cpu device (6 steps, 1e-5)"
+else no "cuda target, custom_norm.ini tp 2: $(tail -n 3 "$tmp/cun.log")"; fi
 
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -386,10 +386,24 @@ static void test_launch_config(void)
     ew[9] = RT_EW_ROW + 0;
     refused("ew storing to a row broadcast", cfg(RT_KN_ew, b, ew), "bad dst operand");
 
+    /* custom: row nin nout acc, then per operand ndim and extents; the grid strides over output 1 */
+    int64_t cu[RT_CUDA_MAXINT] = {2, 1, 1, 0, 2, 3, 5, 1, 1000};
+    conf cc = cfg(RT_KN_custom, b, cu);
+    check(cc.rc == 1 && cc.bs == 256 && cc.gx == 4, "custom: output 1 of 1000 elements, grid %u x 256 (want 4)",
+          cc.gx);
+    cu[0] = 32;
+    refused("custom of a section past the table", cfg(RT_KN_custom, b, cu), "outside [0, 32)");
+    cu[0] = 2, cu[1] = 5, cu[2] = 5;
+    refused("custom with 10 operands", cfg(RT_KN_custom, b, cu), "at most 9 operands");
+    cu[1] = cu[2] = 1, cu[4] = 9;
+    refused("custom with a rank of 9", cfg(RT_KN_custom, b, cu), "rank and extents do not fit");
+    cu[4] = 2, cu[6] = -5;
+    refused("custom with a negative extent", cfg(RT_KN_custom, b, cu), "bad extent");
+
     /* host-side and collective kernels have no launch */
     static const int host[] = {RT_KN_init_param, RT_KN_data, RT_KN_allreduce, RT_KN_allgather,
                                RT_KN_reducescatter, RT_KN_broadcast, RT_KN_sendrecv,
-                               RT_KN_alltoall, RT_KN_p2p, RT_KN_mark, RT_KN_custom};
+                               RT_KN_alltoall, RT_KN_p2p, RT_KN_mark};
     int64_t ones[RT_CUDA_MAXINT];
     for (int k = 0; k < RT_CUDA_MAXINT; k++)
         ones[k] = 1;
@@ -479,8 +493,8 @@ static void test_launch_bounds(const char *tests_dir)
         if (c.rc == -1 && strstr(c.err, "does not run on the device"))
             continue;
         char key[80];
-        snprintf(key, sizeof key, k == RT_KN_ew ? "NNSC_KERNEL(nnsc_ew_%%d, " : "NNSC_KERNEL(nnsc_%s, ",
-                 knames[k]);
+        snprintf(key, sizeof key, k == RT_KN_ew ? "NNSC_KERNEL(nnsc_ew_%%d, " : k == RT_KN_custom ?
+                 "NNSC_KERNEL(nnsc_custom_%%d, " : "NNSC_KERNEL(nnsc_%s, ", knames[k]);
         const char *at = strstr(src, key);
         long want = -1;
         if (at) {

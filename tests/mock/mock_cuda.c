@@ -46,7 +46,9 @@
  *   gradient scales come from the rank's device state; gradclip writes the
  *   norm and scale back into the state, and a cross-entropy target outside
  *   [0, Vreal) is recorded in the state's err fields as the device kernels
- *   do.  nnsc_ew_<id> runs rt_ref_ew, nnsc_matmul_bf16 rt_ref_matmul_bf16.
+ *   do.  nnsc_ew_<id> runs rt_ref_ew, nnsc_matmul_bf16 rt_ref_matmul_bf16, and
+ *   nnsc_custom_<row> the rank's own C kernel of that custom section (the
+ *   nnsc_custom_fns table a cuda build with custom ops exports).
  *   The tensor-core matmuls on 16-bit inputs (nnsc_matmul_tc_*) are not
  *   modelled (nothing launches them yet).
  * - Streams: work is queued in call order (one queue for all streams) and

@@ -14,6 +14,7 @@
  *   reference's (the state, bad targets, embedding_bwd's untouched rows).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,8 @@ static uint64_t mock_rd(const unsigned char *d, uint64_t off, int bytes)
 }
 
 /* The kernel of an entry symbol: nnsc_<name> for a device-side row of
- * rt_kernels.h, nnsc_ew_<id> for a fused chain; -1 if not modelled. */
+ * rt_kernels.h, nnsc_ew_<id> for a fused chain, nnsc_custom_<row> for a
+ * custom op's (*ew_id: the id or row); -1 if not modelled. */
 static int mock_kernel_of(const char *sym, int64_t *ew_id)
 {
     static const char *const names[] = {
@@ -53,6 +55,14 @@ static int mock_kernel_of(const char *sym, int64_t *ew_id)
             return -1;
         *ew_id = id;
         return RT_KN_ew;
+    }
+    if (!strncmp(s, "custom_", 7) && s[7]) {
+        char *end;
+        long long row = strtoll(s + 7, &end, 10);
+        if (*end || row < 0)
+            return -1;
+        *ew_id = row;
+        return RT_KN_custom;
     }
     for (int k = 0; k < RT_KN_COUNT; k++)
         if (!strcmp(s, names[k]) && k != RT_KN_ew)
@@ -445,6 +455,26 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         if (mock_ew_shape(a, ew_id, s, why, wl))
             return -1;
         break;
+    case RT_KN_custom: {   /* i: row nin nout acc, then per operand ndim and its extents */
+        if (i[0] != ew_id || i[1] < 1 || i[2] < 1 || i[1] + i[2] > RT_CUDA_MAXBUF) {
+            snprintf(why, wl, "custom: row %" PRId64 " (entry %" PRId64 "), %" PRId64 " inputs, %" PRId64
+                     " outputs", i[0], ew_id, i[1], i[2]);
+            return -1;
+        }
+        int pos = 4;
+        for (int k = 0; k < i[1] + i[2]; k++) {
+            int64_t nd = pos < RT_CUDA_MAXINT ? i[pos] : -1, numel = 1;
+            if (nd < 0 || nd > 8 || pos + 1 + nd > RT_CUDA_MAXINT) {
+                snprintf(why, wl, "custom: operand %d's rank does not fit the ints", k + 1);
+                return -1;
+            }
+            for (int j = 1; j <= nd; j++)
+                numel = mock_mul(numel, i[pos + j]);
+            B[k] = mock_f4(numel, 1);
+            pos += 1 + (int)nd;
+        }
+        break;
+    }
     default:
         snprintf(why, wl, "the double has no model of this kernel");
         return -1;
@@ -486,6 +516,19 @@ CUresult mock_run_launch(const mock_op *op)
     ctx.grad_scale = st->grad_scale;
     ctx.grad_norm = st->grad_norm;
     int K = e->kernel;
+    if (K == RT_KN_custom) {
+        /* the rank's C kernel of the section (the table the compiler exports from cuda builds) */
+        typedef void custom_fn(void *, void *const *, const int64_t *, const float *);
+        custom_fn *const *tab = dlsym(RTLD_DEFAULT, "nnsc_custom_fns");
+        int64_t n = 0;
+        while (tab && tab[n])
+            n++;
+        if (a->i[0] >= n)
+            return mock_fail(CUDA_ERROR_LAUNCH_FAILED, e->name, "no C kernel of custom row %" PRId64
+                             " in the rank's nnsc_custom_fns (%" PRId64 " rows)", a->i[0], n);
+        tab[a->i[0]](NULL, b, a->i, a->f);
+        return CUDA_SUCCESS;
+    }
     if ((K == RT_KN_mse_loss || K == RT_KN_sumsq || K == RT_KN_xent_loss) && st->red_count) {
         return mock_fail(CUDA_ERROR_LAUNCH_FAILED, e->name, "the state's grid reduction counter "
                          "is %u, not 0, at the start of a grid reduction", st->red_count);
