@@ -226,6 +226,11 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         IR_ASSERT(kb >= 0 && op.iattr[IR_IA_XBLOCKS] >= 1);
         ext[kb] = op.iattr[IR_IA_XBLOCKS];
     }
+    if (kind == IR_OP_PAD) {   /* t: the forward's */
+        int t = ir_anno_find(&op.anno, "t");
+        IR_ASSERT(t >= 0 && op.iattr[IR_IA_FULL] >= 1);
+        ext[t] = op.iattr[IR_IA_FULL];
+    }
     if (kind == IR_OP_MEAN_BWD) {   /* t: the forward's, which its input does not show */
         int t = ir_anno_find(&op.anno, "t");
         IR_ASSERT(t >= 0 && op.iattr[IR_IA_MEAN_T] >= 1);
@@ -234,6 +239,17 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
     if (kind == IR_OP_CONCAT)   /* c = a + b */
         ext[ir_anno_find(&op.anno, "c")] = ext[ir_anno_find(&op.anno, "a")] + ext[ir_anno_find(&op.anno, "b")];
+    if (kind == IR_OP_SLICE || kind == IR_OP_PAD) {   /* s = stop - start, within t */
+        int64_t t = ext[ir_anno_find(&op.anno, "t")], a = op.iattr[IR_IA_START], z = op.iattr[IR_IA_STOP];
+        if (kind == IR_OP_SLICE && (a < 0 || z <= a || z > t)) {
+            snprintf(err, errsz, "start = %lld, stop = %lld: the positions kept must lie within the %lld of '%s' "
+                     "(the dim before the last), at least one: 0 <= start < stop <= %lld", (long long)a, (long long)z,
+                     (long long)t, g->t[in[0]].name, (long long)t);
+            return -1;
+        }
+        ext[ir_anno_find(&op.anno, "s")] = z - a;
+        op.iattr[IR_IA_FULL] = t;
+    }
     if (kind == IR_OP_SPLIT) {   /* a = first, b = the rest */
         int64_t cc = ext[ir_anno_find(&op.anno, "c")], a = op.iattr[IR_IA_FIRST];
         if (a < 1 || a >= cc) {

@@ -21,7 +21,7 @@
 #define IR_MAXID    16  /* most distinct identifiers in one annotation */
 #define IR_MAXSPLIT 5   /* most nested op-trans splits of one op */
 #define IR_MAXFATTR 6   /* float attributes of an op */
-#define IR_MAXIATTR 9   /* integer attributes of an op */
+#define IR_MAXIATTR 12  /* integer attributes of an op */
 
 /* ---------------------------------------------------------------- util.c */
 
@@ -219,6 +219,9 @@ enum {
     IR_IA_XBLOCKS = 6,/* xent_stats, xent_vp_bwd: vocabulary blocks (binds k of the logits' (k c)) */
     IR_IA_FIRST = 7,  /* split: the last dim of output 1 (binds a; output 2 gets the rest) */
     IR_IA_ALIBI = 8,  /* attention: 1 = ALiBi's linear biases on the scores */
+    IR_IA_START = 9,  /* slice, pad: the first position of the dim before the last kept */
+    IR_IA_STOP = 10,  /* slice, pad: one past the last (s = stop - start) */
+    IR_IA_FULL = 11,  /* slice, pad: the dim's whole extent (binds t in pad) */
 };
 
 /* Float attribute slots. */

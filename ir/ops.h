@@ -56,6 +56,8 @@ OP(SPLIT_HEADS,   "split_heads",       "* (h d^) -> * h d^",              1, 1, 
 OP(MERGE_HEADS,   "merge_heads",       "* h d^ -> * (h d^)",              1, 1, OPF_USER | OPF_LINEAR) /* the inverse: [*, h, d] as [*, h x d] */
 OP(CONCAT,        "concat",            "* a^, * b^ -> * c^",              2, 1, OPF_USER | OPF_LINEAR) /* the last dims side by side: c = a + b; its backward is split */
 OP(SPLIT,         "split",             "* c^ -> * a^, * b^",              1, 2, OPF_USER | OPF_LINEAR) /* the last dim cut in two: a = first (iattr IR_IA_FIRST), b = c - a; its backward is concat */
+OP(SLICE,         "slice",             "* t^ c -> * s^ c",                1, 1, OPF_USER | OPF_LINEAR) /* y = x[..., start:stop, :]: positions start .. stop-1 of the dim before the last (a CLS token, a window); its backward is pad */
+OP(PAD,           "pad",               "* s^ c -> * t^ c",                1, 1, OPF_LINEAR)            /* dx = dy at start:stop of t (the forward's extent, iattr IR_IA_FULL), zeros elsewhere */
 OP(TRANSPOSE,     "transpose",         "* a b -> * b a",                  1, 1, OPF_USER | OPF_LINEAR) /* swap the last two dims (MLP-Mixer's token mixing); its own backward */
 OP(RELU,          "relu",              "* -> *",                          1, 1, OPF_USER | OPF_ELTW)   /* y = max(x, 0) */
 OP(RELU_BWD,      "relu_bwd",          "*, * -> *",                       2, 1, OPF_ELTW)              /* dx = dy * (y > 0); inputs dy, y */

@@ -338,6 +338,14 @@ static int backward(agctx *c, int oi)
     case IR_OP_TRANSPOSE:   /* dx = dy with the last two dims swapped back */
         contribute(c, x, IR_OP_TRANSPOSE, 1, &dy);
         break;
+    case IR_OP_SLICE:   /* dx = dy at start:stop, zeros elsewhere (start, stop, t: the forward's attributes) */
+        if (c->needs[x] && g->t[x].kind == IR_T_PARAM)
+            return pass_error(g, o.line, "slice an activation (the param's use, e.g. an embedding lookup's output), "
+                              "or give the param the sliced shape", "%s: a slice of param '%s' is not supported "
+                              "(its gradient would accumulate over the micro-batches into a padded buffer)", o.name,
+                              g->t[x].name);
+        contribute(c, x, IR_OP_PAD, 1, &dy);
+        break;
     case IR_OP_MEAN:   /* dx = dy / T, broadcast over t (T from the forward's attributes) */
         contribute(c, x, IR_OP_MEAN_BWD, 1, &dy);
         break;

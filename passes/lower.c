@@ -208,6 +208,28 @@ static void lower_cols(lctx *c, const ir_subop *s, const ir_op *o, const int64_t
     }
 }
 
+/* slice (a box of the input) and pad (zeros, then the input placed in the
+ * box; where the output accumulates, only the box added): the [rows, t, c]
+ * views of the rank's boxes, the box start..stop along t. */
+static void lower_slice(lctx *c, const ir_subop *s, const ir_op *o, const int64_t *ext, int sec, const char *note)
+{
+    int nd = o->anno.ndim[0], pad = o->kind == IR_OP_PAD, wide = pad ? 1 : 0;   /* wide: the operand with t */
+    int ndw = o->anno.ndim[wide];
+    int64_t R = ext_prod(o, ext, wide, 0, ndw - 2), T = ext_prod(o, ext, wide, ndw - 2, ndw - 1);
+    int64_t C = ext_prod(o, ext, 0, nd - 1, nd);
+    ir_box full = {{0, 0, 0}, {R, T, C}}, box = {{0, o->iattr[IR_IA_START], 0}, {R, o->iattr[IR_IA_STOP], C}};
+    int acc = box_acc(c, pass_pt_accum(c->d, s->out[0]), sec);
+    if (pad && !acc) {   /* the positions outside the box get zeros */
+        pg_instr *z = add(c, sec, RT_K_zero, note);
+        z->blk = o->block, z->rep = o->rep;
+        pg_buf(z, off(c, s->out[0]));
+        pg_i(z, R * T * C);
+    }
+    IR_ASSERT(!pad || acc >= 0);   /* (a pad's output never accumulates over the micro-batches: autograd) */
+    pg_instr *in = emit_box(c, sec, pad, off(c, s->in[0]), off(c, s->out[0]), &full, &box, 3, acc, note);
+    in->blk = o->block, in->rep = o->rep;
+}
+
 static void lower_subop(lctx *c, int si, int sec)
 {
     const ir_graph *g = c->d->g;
@@ -240,7 +262,9 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_SILU: kern = RT_K_silu; break;
     case IR_OP_MEAN: kern = RT_K_mean_mid; break;
     case IR_OP_TRANSPOSE: kern = RT_K_transpose; break;
-    case IR_OP_CONCAT: case IR_OP_SPLIT: kern = -1; break;   /* slice and place instructions (lower_cols) */
+    case IR_OP_CONCAT: case IR_OP_SPLIT: case IR_OP_SLICE: case IR_OP_PAD:
+        kern = -1;   /* slice and place instructions (lower_cols, lower_slice) */
+        break;
     case IR_OP_SPLIT_HEADS: case IR_OP_MERGE_HEADS: kern = RT_K_copy; break;   /* the same bytes */
     case IR_OP_MEAN_BWD: kern = RT_K_mean_mid_bwd; break;
     case IR_OP_SILU_BWD: kern = RT_K_silu_bwd; break;
@@ -273,7 +297,8 @@ static void lower_subop(lctx *c, int si, int sec)
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
     if (kern < 0) {
-        lower_cols(c, s, o, ext, sec, note);
+        if (o->kind == IR_OP_SLICE || o->kind == IR_OP_PAD) lower_slice(c, s, o, ext, sec, note);
+        else lower_cols(c, s, o, ext, sec, note);
         return;
     }
     pg_instr *in = add(c, sec, kern, note);
