@@ -44,28 +44,25 @@ static int mock_kernel_of(const char *sym, int64_t *ew_id)
 #include "rt_kernels.h"
 #undef RT_K
     };
+    static const struct { const char *prefix; int kernel; } numbered[] = {{"ew_", RT_KN_ew},
+                                                                          {"custom_", RT_KN_custom}};
     *ew_id = -1;
     if (strncmp(sym, "nnsc_", 5))
         return -1;
     const char *s = sym + 5;
-    if (!strncmp(s, "ew_", 3) && s[3]) {
+    for (size_t j = 0; j < sizeof numbered / sizeof numbered[0]; j++) {   /* nnsc_<prefix><number> */
+        size_t n = strlen(numbered[j].prefix);
+        if (strncmp(s, numbered[j].prefix, n) || !s[n])
+            continue;
         char *end;
-        long long id = strtoll(s + 3, &end, 10);
+        long long id = strtoll(s + n, &end, 10);
         if (*end || id < 0)
             return -1;
         *ew_id = id;
-        return RT_KN_ew;
-    }
-    if (!strncmp(s, "custom_", 7) && s[7]) {
-        char *end;
-        long long row = strtoll(s + 7, &end, 10);
-        if (*end || row < 0)
-            return -1;
-        *ew_id = row;
-        return RT_KN_custom;
+        return numbered[j].kernel;
     }
     for (int k = 0; k < RT_KN_COUNT; k++)
-        if (!strcmp(s, names[k]) && k != RT_KN_ew)
+        if (!strcmp(s, names[k]) && k != RT_KN_ew && k != RT_KN_custom)
             return k;
     return -1;
 }
