@@ -206,6 +206,7 @@ llama=("$top/examples/llama-tiny.ini" --set dims.T=16 --set dims.C=64 --set dims
 gqa=("$top/tests/equiv/gqa.ini" --set dims.T=16 --set dims.C=64 --set dims.L=2 --set dims.F=128)
 # ... and an encoder-decoder with cross-attention (16 queries over 24 keys), vocabulary-parallel loss
 xattn=("$top/tests/equiv/xattn.ini")
+slice=("$top/tests/equiv/slice.ini")
 # build NAME ARGS...: nnsc-aot ARGS -o $tmp/NAME (not under the doubles);
 # failures are reported by built below
 build() {
@@ -265,6 +266,7 @@ check_run() {
   build llama-cpu "${llama[@]}"
   build gqa-cpu "${gqa[@]}"
   build xattn-cpu "${xattn[@]}"
+  build slice-cpu "${slice[@]}"
   build mlp "$top/examples/mlp.ini" --target cuda --arch sm_80,sm_90
   build gpt "${gpt[@]}" --target cuda --arch sm_90
   build gpt-plan "${gpt[@]}" --target cuda --arch sm_90 --devices 4 --set plan.policy=hybrid \
@@ -284,13 +286,14 @@ check_run() {
   build llama-tp2 "${llama[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
   build gqa-tp2 "${gqa[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
   build xattn-tp2 "${xattn[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
+  build slice-dp2 "${slice[@]}" --target cuda --arch sm_90 --devices 2 --set train.micro_batches=2
 ) &
 wait
-built mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu mlp gpt gpt-bf16 gpt-dp2 gpt-tp2 gpt-dp2tp2 \
-  gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc rcy-pp2 llama-tp2 gqa-tp2 xattn-tp2
+built mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu mlp gpt gpt-bf16 gpt-dp2 gpt-tp2 \
+  gpt-dp2tp2 gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc rcy-pp2 llama-tp2 gqa-tp2 xattn-tp2 slice-dp2
 
 # the cpu-target references (no doubles involved, but the same environment)
-for ref in mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu; do
+for ref in mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu; do
   [[ -x $tmp/$ref/launch ]] || continue
   run "$ref"
   [[ -s $tmp/$ref/final.safetensors ]] || no "the cpu-target reference $ref failed: $(tail -n 3 "$tmp/$ref.err")"
@@ -310,6 +313,8 @@ check_run llama-tp2 llama-cpu 2 "llama-tiny, tp2 (rmsnorm, rope, silu, mul)"
 check_run gqa-tp2 gqa-cpu 2 "gqa, tp2 (grouped-query attention: a key/value head and its 2 query heads per device)"
 [[ -x $tmp/xattn-tp2/launch ]] && run xattn-tp2
 check_run xattn-tp2 xattn-cpu 2 "xattn, tp2 (cross-attention, 16 queries over 24 keys; vocabulary-parallel loss)"
+[[ -x $tmp/slice-dp2/launch ]] && run slice-dp2
+check_run slice-dp2 slice-cpu 2 "slice, dp2 with 2 micro-batches (slice; pad: zero, then place)"
 [[ -x $tmp/gpt-dp2/launch ]] && run gpt-dp2; check_run gpt-dp2 gpt-cpu 2 "gpt2-tiny, dp2"
 [[ -x $tmp/gpt-tp2/launch ]] && run gpt-tp2; check_run gpt-tp2 gpt-cpu 2 "gpt2-tiny, tp2"
 [[ -x $tmp/gpt-dp2tp2/launch ]] && run gpt-dp2tp2
