@@ -287,8 +287,16 @@ mean_of() { sed -n 's/.*step median \([0-9.]*\) ms.*/\1/p' "$@" | awk '{ t += $1
 "$nn" profile "$tiny" --pack "$tmp/pr" --rounds 2 --steps 2 -q || no "profile --pack --rounds 2"
 if "$tmp/pr/run.sh" "$tmp/pr/logs" >/dev/null && [[ -f $tmp/pr/logs/r1/tpsmall.log && -f $tmp/pr/logs/r2/one-2.log ]] &&
    "$nn" profile "$tiny" --from "$tmp/pr/logs" -o "$tmp/pr.ini" -q; then
-  a=$(mean_of "$tmp/pr/logs"/r1/one-[12].log) b=$(mean_of "$tmp/pr/logs"/r2/one-[12].log)
-  want=$(python3 -c "print('%.1f' % (($a + $b) / 2))")
+  read -r a b want < <(python3 - "$tmp/pr/logs" <<'PY'
+import re, sys
+def mean(r):   # the round's 1-rank copies: the mean of their medians
+    v = [float(re.search(r"step median ([0-9.]+) ms", open(f"{sys.argv[1]}/{r}/one-{k}.log").read()).group(1))
+         for k in (1, 2)]
+    return sum(v) / 2
+a, b = mean("r1"), mean("r2")
+print(f"{a:.2f} {b:.2f} {(a + b) / 2:.1f}")
+PY
+)
   grep -qF "; 1 rank (2 copies at once) $want ms" "$tmp/pr.ini" && grep -q "over 2 rounds" "$tmp/pr.ini" &&
     ok "profile --rounds 2: the runs twice, round by round; each run's median over the rounds ($a, $b -> $want ms)" ||
     no "profile --rounds: wanted $want ms over 2 rounds: $(head -n 2 "$tmp/pr.ini")"
