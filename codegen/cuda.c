@@ -1811,7 +1811,6 @@ static void cg_cuda_custom(ir_buf *out, const ir_custom *cust, int ncust)
 void cg_cuda_build_source(ir_buf *out, const ir_prog *progs, int nprogs)
 {
     cg_cuda_source(out);
-    if (nprogs > 0) cg_cuda_custom(out, progs[0].cust, progs[0].ncust);
     /* one kernel per id, from the first instruction with that id (pass_fuse
        numbers them 0, 1, ... in order of first appearance) */
     int next = 0;
@@ -1825,4 +1824,6 @@ void cg_cuda_build_source(ir_buf *out, const ir_prog *progs, int nprogs)
                                       cg_cu_ew_prelude);
                 cg_cuda_ew_kernel(out, next++, in);
             }
+    /* the custom ops last: their #line directives name the user's files from there on */
+    if (nprogs > 0) cg_cuda_custom(out, progs[0].cust, progs[0].ncust);
 }
