@@ -91,11 +91,25 @@ echo "mode: no GPU -- under the CUDA driver double ($mock/libcuda.so.1)."
 echo "      The double runs every launch as the scalar reference the test compares with:"
 echo "      the comparisons check the HOST SIDE only (argument packing, launch configurations,"
 echo "      bounds, the device state, uploads and downloads), NOT the CUDA kernels."
-timeout 600 env -u NNSC_MOCK_CC -u NNSC_MOCK_SYNC -u NNSC_MOCK_PROTECT -u NNSC_MOCK_NODEV_INIT \
-  -u NNSC_MOCK_DEVICES -u NNSC_MOCK_MEM \
-  LD_LIBRARY_PATH="$mock${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NNSC_MOCK_STATS=1 \
-  "$bin" "${args[@]}" 2>"$tmp/err"
+run_double() {   # the test's stdout shown and kept in $tmp/out, its stderr in $tmp/err; its status
+  timeout 600 env -u NNSC_MOCK_CC -u NNSC_MOCK_SYNC -u NNSC_MOCK_PROTECT -u NNSC_MOCK_NODEV_INIT \
+    -u NNSC_MOCK_DEVICES -u NNSC_MOCK_MEM \
+    LD_LIBRARY_PATH="$mock${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NNSC_MOCK_STATS=1 \
+    "$bin" "${args[@]}" 2>"$tmp/err" | tee "$tmp/out"
+  return "${PIPESTATUS[0]}"
+}
+run_double
 rc=$?
+# A sanitized build: LeakSanitizer's own tracer thread sometimes crashes at exit ("Tracer caught
+# signal 11 ... LeakSanitizer has encountered a fatal error"; seen in 2 of 9 runs at c8ecd65, after
+# every case passed). That is the leak check failing to run, not a finding: run once more, so the
+# leak check does run; a second such crash, or any other failure, stands.
+if ((rc != 0)) && grep -q 'LeakSanitizer has encountered a fatal error' "$tmp/err" &&
+  grep -q ' passed, 0 failed' "$tmp/out"; then
+  echo "note  LeakSanitizer's tracer crashed at exit (a sanitizer failure, not a test result): running once more"
+  run_double
+  rc=$?
+fi
 # the driver's messages (a refused launch says why here), without the statistics
 grep -v '^nnsc-mock-cuda:' "$tmp/err" | head -n 40
 ((rc == 77)) && exit 77
