@@ -29,7 +29,7 @@ extern char **environ;
 
 /* Kernel names by RT_K_* id, from rtlib/rt_kernels.h. */
 const char *const cg_kernel_names[RT_K_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) #name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) #name,
 #include "rt_kernels.h"
 #undef RT_K
 };

@@ -6,11 +6,31 @@
 
 #include "ir.h"
 
+enum { RT_K_none = -1, IR_OP_NONE = -1 };   /* (ops.h: no kernel, no one-op backward rule) */
+
 const ir_opinfo ir_ops[IR_OP_COUNT] = {
-#define OP(e, name, anno, nin, nout, flags) {name, anno, nin, nout, flags},
+#define OP(e, name, anno, nin, nout, flags, kern, bwd, bargs) \
+    {name, anno, nin, nout, flags, RT_K_##kern, IR_OP_##bwd, bargs},
 #include "ops.h"
 #undef OP
 };
+
+int ir_op_bwd_inputs(int kind, int *role)
+{
+    static const char *const words[] = {[IR_BA_DY] = "dy", [IR_BA_X] = "x", [IR_BA_W] = "w", [IR_BA_Y] = "y"};
+    int n = 0;
+    for (const char *p = ir_ops[kind].bargs; *p;) {
+        size_t len = strcspn(p, " ");
+        int r = -1;
+        for (int k = 0; k < 4 && r < 0; k++)
+            if (len == strlen(words[k]) && !strncmp(p, words[k], len)) r = k;
+        if (r < 0 || n == IR_BA_MAX) return -1;
+        role[n++] = r;
+        p += len;
+        if (*p == ' ' && !*++p) return -1;   /* (a trailing space) */
+    }
+    return n;
+}
 
 int ir_op_lookup(const char *name)
 {

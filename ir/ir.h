@@ -69,7 +69,7 @@ enum {
 };
 
 typedef enum ir_opkind {
-#define OP(e, name, anno, nin, nout, flags) IR_OP_##e,
+#define OP(e, name, anno, nin, nout, flags, kern, bwd, bargs) IR_OP_##e,
 #include "ops.h"
 #undef OP
     IR_OP_COUNT
@@ -81,10 +81,19 @@ typedef struct ir_opinfo {
     int nin;           /* number of inputs */
     int nout;          /* number of outputs */
     int flags;         /* OPF_* */
+    int kern;          /* the RT_K_* kernel it lowers to, or -1 (lowered by hand: passes/lower.c) */
+    int bwd;           /* the backward op giving input 0's gradient (IR_OP_*), or -1: a rule in
+                          passes/autograd.c, or none */
+    const char *bargs; /* bwd's inputs: "dy", "x", "w", "y" separated by spaces */
 } ir_opinfo;
 extern const ir_opinfo ir_ops[IR_OP_COUNT];
 /* Op kind by spec name, or -1. */
 int ir_op_lookup(const char *name);
+/* The inputs of kind's one-op backward rule (ir_opinfo.bwd, bargs), as
+ * roles IR_BA_*: their count (at most IR_BA_MAX), or -1 when bargs is
+ * malformed (a word that is not dy, x, w or y; more than IR_BA_MAX). */
+enum { IR_BA_DY, IR_BA_X, IR_BA_W, IR_BA_Y, IR_BA_MAX = 4 };
+int ir_op_bwd_inputs(int kind, int *role);
 struct ir_graph;
 struct ir_op;
 /* The kind's name of op o as the spec writes it (a custom op's section name). */
@@ -695,7 +704,7 @@ void ir_dist_verify(const ir_dist *d);
 
 /* rtlib entry points, RT_K_<name> (rtlib/rt_kernels.h is the one list). */
 enum {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) RT_K_##name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) RT_K_##name,
 #include "rt_kernels.h"
 #undef RT_K
     RT_K_COUNT

@@ -19,6 +19,7 @@
 #include "ir.h"
 #include "codegen.h"   /* RT_K_* ids and cg_kernel_names */
 #include "rt_ew.h"
+#include "rt_kext.h"
 
 /* Each kernel's contract (index RT_K_*), from its row in rt_kernels.h: the
  * minimum argument counts, and which buffers it writes (bit j: b[j]), which
@@ -31,8 +32,9 @@ static const struct pg_kinfo {
     unsigned out;  /* buffers written */
     unsigned rw;   /* written buffers that are also read, or written only in part */
     int acc;       /* the acc int: acc != 0 makes every written buffer read too */
+    const char *ext; /* each buffer's elements as a product of ints (rt_kext.h) */
 } pg_kinfo[RT_K_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) {nbuf, nint, nflt, out, rw, acc},
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) {nbuf, nint, nflt, out, rw, acc, ext},
 #include "rt_kernels.h"
 #undef RT_K
 };
@@ -420,16 +422,6 @@ static int64_t pg_box(const pg_instr *in, int first, int stride, int64_t ndim) {
     return r;
 }
 
-/* Elements of buffer j that the kernel touches, as far as the ints tell
- * (a lower bound where the size depends on a group's size or on the
- * manifest), or -1 when unknown (loop-dependent sizes, buffers past the
- * documented ones). */
-/* ints[a] * ints[b] (both constant), or -1. */
-static int64_t pg_prod2(const pg_instr *in, int a, int b) {
-    int64_t x, y, r;
-    if (!pg_const(in, a, &x) || !pg_const(in, b, &y) || ir_mul_ovf(x, y, &r)) return -1;
-    return r;
-}
 
 /* ew: elements of buffer j its ops touch (n, or N for row broadcasts only),
  * -1 when the ints are malformed (the verifier says so). */
@@ -450,10 +442,24 @@ static int64_t pg_ew_extent(const pg_instr *in, int j) {
     return ext;
 }
 
+/* Elements of buffer j that the kernel touches, as far as the ints tell
+ * (a lower bound where the size depends on a group's size or on the
+ * manifest), or -1 when unknown (loop-dependent sizes, buffers past the
+ * documented ones). */
 static int64_t pg_extent(const pg_instr *in, int j) {
     int64_t n = pg_prod(in, 0, 1, 1), ndim;
     if (in->kernel == RT_K_ew) return j < in->nbuf ? pg_ew_extent(in, j) : -1;
-    if (in->kernel == RT_K_custom) {   /* id nin nout acc, then per operand: ndim, extents */
+    if (j >= pg_kinfo[in->kernel].nbuf && in->kernel != RT_K_custom) return -1;
+    {   /* the row's formula (rt_kernels.h), over the constant ints (-1: one that is not) */
+        int64_t v[RT_KEXT_MAXINT];
+        int ni = in->nint < RT_KEXT_MAXINT ? in->nint : RT_KEXT_MAXINT;
+        for (int k = 0; k < ni; k++)
+            if (!pg_const(in, k, &v[k])) v[k] = -1;
+        int64_t e = rt_kext(pg_kinfo[in->kernel].ext, j, v, ni);
+        if (e != RT_KEXT_VAR) return e;
+    }
+    switch (in->kernel) {   /* the rows whose formula says `?` */
+    case RT_K_custom: {   /* id nin nout acc, then per operand: ndim, extents */
         int pos = 4;
         for (int k = 0; k < j; k++) {
             if (!pg_const(in, pos, &ndim) || ndim < 0) return -1;
@@ -462,8 +468,6 @@ static int64_t pg_extent(const pg_instr *in, int j) {
         return pg_const(in, pos, &ndim) && ndim >= 0 && pos + 1 + ndim <= in->nint
                    ? pg_prod(in, pos + 1, (int)ndim, 1) : -1;
     }
-    if (j >= pg_kinfo[in->kernel].nbuf) return -1;
-    switch (in->kernel) {
     case RT_K_init_param:
         return -1;  /* the box size is in the manifest */
     case RT_K_p2p: {   /* nops (dir n group peer)*: op j's buffer n floats */
@@ -472,76 +476,14 @@ static int64_t pg_extent(const pg_instr *in, int j) {
     }
     case RT_K_data:       /* input step ndim (lo hi)*: dst the box */
         return pg_const(in, 2, &ndim) ? pg_box(in, 3, 2, ndim) : -1;
-    case RT_K_matmul:    /* M K N: A M*K, B K*N, C M*N */
-    case RT_K_matmul_bf16: {
-        static const int a[3] = {0, 1, 0}, c[3] = {1, 2, 2};
-        int64_t x = pg_prod(in, a[j], 1, 1), y = pg_prod(in, c[j], 1, 1), r;
-        return x < 0 || y < 0 || ir_mul_ovf(x, y, &r) ? -1 : r;
-    }
-    case RT_K_bias_add:   /* M N: X and Y M*N, bias N */
-        return j == 1 ? pg_prod(in, 1, 1, 1) : pg_prod(in, 0, 2, 1);
-    case RT_K_bias_grad:  /* M N: dY M*N, db N */
-        return j == 1 ? pg_prod(in, 1, 1, 1) : pg_prod(in, 0, 2, 1);
-    case RT_K_mse_loss:   /* n: P, T n, L 1 */
-        return j == 2 ? 1 : n;
-    case RT_K_xent_stats: /* M K C Vreal Vlo: logits M*K*C, targets M, bmax bsum btarget M*K */
-        return j == 0 ? pg_prod(in, 0, 3, 1) : j == 1 ? pg_prod(in, 0, 1, 1) : pg_prod(in, 0, 2, 1);
-    case RT_K_xent_loss:  /* M K acc: bmax bsum btarget M*K, L 1 */
-        return j == 3 ? 1 : pg_prod(in, 0, 2, 1);
-    case RT_K_xent_vp_bwd: /* M V acc Vreal Kall Vlo: logits dlogits M*V, targets M, bmax bsum M*Kall */
-        return j == 1 ? pg_prod(in, 0, 1, 1) : j == 2 || j == 3 ? pg_prod2(in, 0, 4) : pg_prod(in, 0, 2, 1);
     case RT_K_slice:      /* ndim acc (extent lo hi)*: src prod extent, dst the box */
         if (!pg_const(in, 0, &ndim)) return -1;
         return j == 0 ? pg_prod(in, 2, (int)ndim, 3) : pg_box(in, 3, 3, ndim);
     case RT_K_place:      /* ndim acc (extent lo hi)*: src the box, dst prod extent */
         if (!pg_const(in, 0, &ndim)) return -1;
         return j == 1 ? pg_prod(in, 2, (int)ndim, 3) : pg_box(in, 3, 3, ndim);
-    case RT_K_sumsq:      /* n acc: G n, S 1 */
-        return j == 1 ? 1 : n;
-    case RT_K_gradclip:   /* S 1 */
-        return 1;
-    case RT_K_embedding:  /* R Vlo Vext C acc: tokens R, table Vext*C, Y R*C */
-        return j == 0 ? n : j == 1 ? pg_prod(in, 2, 2, 1) : pg_prod2(in, 0, 3);
-    case RT_K_embedding_bwd: /* R Vlo Vext C acc: tokens R, dY R*C, dtable Vext*C */
-        return j == 0 ? n : j == 1 ? pg_prod2(in, 0, 3) : pg_prod(in, 2, 2, 1);
-    case RT_K_layernorm:  /* R C: X R*C, w C, b C, Y R*C, mean R, rstd R */
-        return j == 1 || j == 2 ? pg_prod(in, 1, 1, 1) : j >= 4 ? n : pg_prod(in, 0, 2, 1);
-    case RT_K_layernorm_bwd: /* R C acc: dY X R*C, w C, mean rstd R, dX R*C */
-        return j == 2 ? pg_prod(in, 1, 1, 1) : j == 3 || j == 4 ? n : pg_prod(in, 0, 2, 1);
-    case RT_K_layernorm_wgrad: /* R C acc: dY X R*C, mean rstd R, dw db C */
-        return j >= 4 ? pg_prod(in, 1, 1, 1) : j >= 2 ? n : pg_prod(in, 0, 2, 1);
-    case RT_K_rmsnorm:    /* R C: X R*C, w C, Y R*C, rstd R */
-        return j == 1 ? pg_prod(in, 1, 1, 1) : j == 3 ? n : pg_prod(in, 0, 2, 1);
-    case RT_K_rmsnorm_bwd: /* R C acc: dY X R*C, w C, rstd R, dX R*C */
-        return j == 2 ? pg_prod(in, 1, 1, 1) : j == 3 ? n : pg_prod(in, 0, 2, 1);
-    case RT_K_rmsnorm_wgrad: /* R C acc: dY X R*C, rstd R, dw C */
-        return j == 3 ? pg_prod(in, 1, 1, 1) : j == 2 ? n : pg_prod(in, 0, 2, 1);
-    case RT_K_mean_mid:   /* R T C acc: X R*T*C, Y R*C */
-        return j == 0 ? pg_prod(in, 0, 3, 1) : pg_prod2(in, 0, 2);
-    case RT_K_mean_mid_bwd: /* R T C acc: dY R*C, dX R*T*C */
-        return j == 1 ? pg_prod(in, 0, 3, 1) : pg_prod2(in, 0, 2);
-    case RT_K_rope:       /* B T H D inverse acc: X Y B*T*H*D */
-        return pg_prod(in, 0, 4, 1);
-    case RT_K_transpose:  /* R A B acc: X and Y R*A*B */
-        return pg_prod(in, 0, 3, 1);
-    case RT_K_softmax:    /* R N */
-    case RT_K_softmax_bwd:
-        return pg_prod(in, 0, 2, 1);
-    case RT_K_attention:  /* B T H D causal Hkv S: q Y B*T*H*D, k v B*S*Hkv*D, lse B*H*T */
-        if (j == 1 || j == 2) {
-            int64_t bt = pg_prod2(in, 0, 6), kd = pg_prod2(in, 5, 3), r;
-            return bt < 0 || kd < 0 || ir_mul_ovf(bt, kd, &r) ? -1 : r;
-        }
-        return j == 4 ? pg_prod(in, 0, 3, 1) : pg_prod(in, 0, 4, 1);
-    case RT_K_attention_bwd: /* B T H D causal acc Hkv S P: dY q Y dq B*T*H*D, k v dk dv B*S*Hkv*D, lse */
-        if (j == 2 || j == 3 || j == 7 || j == 8) {
-            int64_t bt = pg_prod2(in, 0, 7), kd = pg_prod2(in, 6, 3), r;
-            return bt < 0 || kd < 0 || ir_mul_ovf(bt, kd, &r) ? -1 : r;
-        }
-        return j == 5 ? pg_prod(in, 0, 3, 1) : pg_prod(in, 0, 4, 1);
     default:
-        /* Elementwise kernels and collectives: n elements per buffer
-         * (collectives' n * group-size buffers: n is a lower bound). */
+        /* collectives' n * group-size buffers: n is a lower bound */
         return n;
     }
 }

@@ -214,6 +214,14 @@ static int backward(agctx *c, int oi)
         set_grad(g, o.out[0], dy);
     }
     int x = o.in[0], w = o.nin > 1 ? o.in[1] : -1;
+    if (ir_ops[o.kind].bwd >= 0) {   /* the table's rule (ir/ops.h): one op giving input 0's gradient */
+        int role[IR_BA_MAX], a[IR_BA_MAX], n = ir_op_bwd_inputs(o.kind, role);
+        IR_ASSERT(n >= 0);
+        for (int k = 0; k < n; k++)
+            a[k] = role[k] == IR_BA_DY ? dy : role[k] == IR_BA_X ? x : role[k] == IR_BA_W ? w : o.out[0];
+        contribute(c, x, ir_ops[o.kind].bwd, n, a);
+        return 0;
+    }
     switch (o.kind) {
     case IR_OP_MATMUL: {
         int a[2] = {dy, w};
@@ -257,11 +265,6 @@ static int backward(agctx *c, int oi)
         contribute(c, w, IR_OP_RMSNORM_WGRAD, 3, b);
         break;
     }
-    case IR_OP_SOFTMAX: {
-        int a[2] = {dy, o.out[0]};
-        contribute(c, x, IR_OP_SOFTMAX_BWD, 2, a);
-        break;
-    }
     case IR_OP_ATTENTION: {
         int a[6] = {dy, o.in[0], o.in[1], o.in[2], o.out[0], o.out[1]};
         contribute_n(c, 3, o.in, IR_OP_ATTENTION_BWD, 6, a);
@@ -301,27 +304,6 @@ static int backward(agctx *c, int oi)
         c->set = 0;
         break;
     }
-    case IR_OP_ROPE:   /* linear: the transposed rotation */
-        contribute(c, x, IR_OP_ROPE_BWD, 1, &dy);
-        break;
-    case IR_OP_RELU: {
-        int a[2] = {dy, o.out[0]};
-        contribute(c, x, IR_OP_RELU_BWD, 2, a);
-        break;
-    }
-    case IR_OP_GELU: {
-        int a[2] = {dy, x};
-        contribute(c, x, IR_OP_GELU_BWD, 2, a);
-        break;
-    }
-    case IR_OP_SILU: {
-        int a[2] = {dy, x};
-        contribute(c, x, IR_OP_SILU_BWD, 2, a);
-        break;
-    }
-    case IR_OP_SPLIT_HEADS:   /* the same elements: dx = dy merged back */
-        contribute(c, x, IR_OP_MERGE_HEADS, 1, &dy);
-        break;
     case IR_OP_MERGE_HEADS: {   /* dx = dy split again, into the forward's heads */
         c->set = 1 + IR_IA_HEADS, c->set_val = g->t[x].shape[g->t[x].ndim - 2];
         contribute(c, x, IR_OP_SPLIT_HEADS, 1, &dy);
@@ -335,9 +317,6 @@ static int backward(agctx *c, int oi)
         c->set = 0;
         break;
     }
-    case IR_OP_TRANSPOSE:   /* dx = dy with the last two dims swapped back */
-        contribute(c, x, IR_OP_TRANSPOSE, 1, &dy);
-        break;
     case IR_OP_SLICE:   /* dx = dy at start:stop, zeros elsewhere (start, stop, t: the forward's attributes) */
         if (c->needs[x] && g->t[x].kind == IR_T_PARAM)
             return pass_error(g, o.line, "slice an activation (the param's use, e.g. an embedding lookup's output), "
@@ -345,9 +324,6 @@ static int backward(agctx *c, int oi)
                               "(its gradient would accumulate over the micro-batches into a padded buffer)", o.name,
                               g->t[x].name);
         contribute(c, x, IR_OP_PAD, 1, &dy);
-        break;
-    case IR_OP_MEAN:   /* dx = dy / T, broadcast over t (T from the forward's attributes) */
-        contribute(c, x, IR_OP_MEAN_BWD, 1, &dy);
         break;
     case IR_OP_MSE_LOSS: {
         if (c->needs[w])

@@ -245,54 +245,11 @@ static void lower_subop(lctx *c, int si, int sec)
     int nd0 = o->anno.ndim[0];
     int64_t rows = ext_prod(o, ext, 0, 0, nd0 - 1), last = nd0 ? ext_prod(o, ext, 0, nd0 - 1, nd0) : 1;
     int64_t n0 = ext_prod(o, ext, 0, 0, nd0);
-    int kern;
-    switch (o->kind) {
-    case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN:   /* dtype = bf16: bf16 inputs */
-        kern = g->train.bf16 ? RT_K_matmul_bf16 : RT_K_matmul;
-        break;
-    case IR_OP_BIAS_ADD: kern = RT_K_bias_add; break;
-    case IR_OP_BIAS_GRAD: kern = RT_K_bias_grad; break;
-    case IR_OP_ADD: kern = RT_K_add; break;
-    case IR_OP_MUL: kern = RT_K_mul; break;
-    case IR_OP_COPY: case IR_OP_RECYCLE: kern = RT_K_copy; break;
-    case IR_OP_RELU: kern = RT_K_relu; break;
-    case IR_OP_RELU_BWD: kern = RT_K_relu_bwd; break;
-    case IR_OP_GELU: kern = RT_K_gelu; break;
-    case IR_OP_GELU_BWD: kern = RT_K_gelu_bwd; break;
-    case IR_OP_SILU: kern = RT_K_silu; break;
-    case IR_OP_MEAN: kern = RT_K_mean_mid; break;
-    case IR_OP_TRANSPOSE: kern = RT_K_transpose; break;
-    case IR_OP_CONCAT: case IR_OP_SPLIT: case IR_OP_SLICE: case IR_OP_PAD:
-        kern = -1;   /* slice and place instructions (lower_cols, lower_slice) */
-        break;
-    case IR_OP_SPLIT_HEADS: case IR_OP_MERGE_HEADS: kern = RT_K_copy; break;   /* the same bytes */
-    case IR_OP_MEAN_BWD: kern = RT_K_mean_mid_bwd; break;
-    case IR_OP_SILU_BWD: kern = RT_K_silu_bwd; break;
-    case IR_OP_MSE_LOSS: kern = RT_K_mse_loss; break;
-    case IR_OP_MSE_BWD: kern = RT_K_mse_bwd; break;
-    case IR_OP_XENT_STATS: kern = RT_K_xent_stats; break;
-    case IR_OP_XENT_LOSS: kern = RT_K_xent_loss; break;
-    case IR_OP_XENT_VP_BWD: kern = RT_K_xent_vp_bwd; break;
-    case IR_OP_ADD_BCAST: kern = RT_K_bias_add; break;
-    case IR_OP_SUM_LEAD: kern = RT_K_bias_grad; break;
-    case IR_OP_EMBEDDING: kern = RT_K_embedding; break;
-    case IR_OP_EMBEDDING_BWD: kern = RT_K_embedding_bwd; break;
-    case IR_OP_LAYERNORM: kern = RT_K_layernorm; break;
-    case IR_OP_LAYERNORM_BWD: kern = RT_K_layernorm_bwd; break;
-    case IR_OP_LAYERNORM_WGRAD: kern = RT_K_layernorm_wgrad; break;
-    case IR_OP_RMSNORM: kern = RT_K_rmsnorm; break;
-    case IR_OP_RMSNORM_BWD: kern = RT_K_rmsnorm_bwd; break;
-    case IR_OP_RMSNORM_WGRAD: kern = RT_K_rmsnorm_wgrad; break;
-    case IR_OP_SOFTMAX: kern = RT_K_softmax; break;
-    case IR_OP_SOFTMAX_BWD: kern = RT_K_softmax_bwd; break;
-    case IR_OP_ATTENTION: kern = RT_K_attention; break;
-    case IR_OP_ATTENTION_BWD: kern = RT_K_attention_bwd; break;
-    case IR_OP_ROPE: case IR_OP_ROPE_BWD: kern = RT_K_rope; break;
-    case IR_OP_SGD: kern = RT_K_sgd; break;
-    case IR_OP_ADAMW: kern = RT_K_adamw; break;
-    case IR_OP_CUSTOM: kern = RT_K_custom; break;
-    default: ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
-    }
+    int kern = ir_ops[o->kind].kern;   /* ir/ops.h */
+    if (kern == RT_K_matmul && g->train.bf16) kern = RT_K_matmul_bf16;   /* dtype = bf16: bf16 inputs */
+    if (kern < 0 && o->kind != IR_OP_CONCAT && o->kind != IR_OP_SPLIT && o->kind != IR_OP_SLICE &&
+        o->kind != IR_OP_PAD)   /* (those: slice and place instructions, lower_cols and lower_slice) */
+        ir_die(__FILE__, __LINE__, "no kernel for op %s (kind %d)", o->name, (int)o->kind);
     if (!c->eval) c->p->flops += pass_subop_flops(g, s, sec);
     char note[300];
     snprintf(note, sizeof note, "%s.%d", o->name, s->sub);
@@ -405,9 +362,6 @@ static void lower_subop(lctx *c, int si, int sec)
         pg_i(in, o->iattr[IR_IA_HEADS]);
         break;
     }
-    case IR_OP_RELU: case IR_OP_GELU: case IR_OP_SILU:
-        pg_i(in, n0);
-        break;
     case IR_OP_ROPE:
     case IR_OP_ROPE_BWD: { /* x[*, t, (h d)]: rows, T, H, D, inverse, acc */
         const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
@@ -422,8 +376,10 @@ static void lower_subop(lctx *c, int si, int sec)
     case IR_OP_ADAMW:
         pg_i(in, n0); pg_iv(in, 1, 1, 0);
         break;
-    default: /* elementwise with acc, losses */
-        pg_i(in, n0); put_acc(c, in, acc, sec);
+    default: /* elementwise, losses: n, then acc where the kernel's row has one (rt_kernels.h) */
+        pg_i(in, n0);
+        if (ir_prog_acc_index(kern) == 1) put_acc(c, in, acc, sec);
+        else IR_ASSERT(!acc);
         break;
     }
     switch (o->kind) {

@@ -70,29 +70,29 @@ int rt_cuda_launch_config(int kernel, void *const *b, const int64_t *i, unsigned
 
 /* Kernel names and argument counts, from rt_kernels.h. */
 static const char *const cu_names[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) #name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) #name,
 #include "rt_kernels.h"
 #undef RT_K
 };
 static const unsigned char cu_nbuf[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) nbuf,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) nbuf,
 #include "rt_kernels.h"
 #undef RT_K
 };
 static const unsigned char cu_nint[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) nint,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) nint,
 #include "rt_kernels.h"
 #undef RT_K
 };
 static const unsigned char cu_nflt[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) nflt,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) nflt,
 #include "rt_kernels.h"
 #undef RT_K
 };
 
 /* Every kernel's fixed arguments fit the device's parameter block, and so
  * do the variable ones at their largest. */
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc)                                                    \
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext)                                                    \
     _Static_assert(nbuf <= RT_CUDA_MAXBUF && nint <= RT_CUDA_MAXINT && nflt <= RT_CUDA_MAXFLT, \
                    "rt_cuda_args cannot hold the arguments of " #name);
 #include "rt_kernels.h"
@@ -153,12 +153,14 @@ typedef struct cu_launch {
 #define CU_NO_N {-1, -1, -1}
 
 /* The launch table: docs/cuda.md, "Launch configurations".  Every row of
- * rt_kernels.h has an entry (rt_dev_init asserts it). */
+ * rt_kernels.h has an entry here (rt_dev_init asserts it), except the
+ * elementwise kernels: those whose every buffer holds n = i[0] elements
+ * (their formula in rt_kernels.h is "i0 i0 ..."; zero, add, mul, relu,
+ * gelu, silu and their backwards, mse_bwd, sgd, adamw) run grid-stride
+ * over n in blocks of 256 (cu_row), unless a row here says otherwise. */
 static const cu_launch cu_launches[RT_KN_COUNT] = {
     /* init_param: the counter-based RNG on the host */
     [RT_KN_init_param] = {CU_HOST, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
-    /* zero: dst[0 .. n) = 0 */
-    [RT_KN_zero] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     /* data: synthetic inputs and token files on the host */
     [RT_KN_data] = {CU_HOST, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     /* matmul: C[M, N], a 64x64 tile per block; M = i[0], N = i[2] */
@@ -167,30 +169,14 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_bias_add] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, -1}, -1, 0},
     /* bias_grad: N columns; M = 0 still writes zeros when acc = 0 */
     [RT_KN_bias_grad] = {CU_DEV, CU_GRID_COLS, 256, {1, -1, -1}, -1, 0},
-    /* add, mul: n elements */
-    [RT_KN_add] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
-    [RT_KN_mul] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     /* copy: n elements; a partial overlap is refused */
     [RT_KN_copy] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, CU_CHK_COPY},
-    /* relu, relu_bwd, gelu, gelu_bwd: n elements */
-    [RT_KN_relu] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
-    [RT_KN_relu_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
-    [RT_KN_gelu] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
-    [RT_KN_gelu_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
-    /* silu, silu_bwd: n elements */
-    [RT_KN_silu] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
-    [RT_KN_silu_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     /* mse_loss: a scalar sum over n = i[0]; acc = i[1] */
     [RT_KN_mse_loss] = {CU_DEV, CU_GRID_REDUCE, 256, {0, -1, -1}, 1, 0},
-    /* mse_bwd: n elements */
-    [RT_KN_mse_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     /* xent_stats, xent_vp_bwd: a block per row of M = i[0]; xent_loss: and a scalar sum, acc = i[2] */
     [RT_KN_xent_stats] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_CHK_VREAL},
     [RT_KN_xent_loss] = {CU_DEV, CU_GRID_XENT, 256, {0, -1, -1}, 2, 0},
     [RT_KN_xent_vp_bwd] = {CU_DEV, CU_GRID_ROWS, 256, {0, -1, -1}, -1, CU_CHK_VREAL},
-    /* sgd, adamw: n elements */
-    [RT_KN_sgd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
-    [RT_KN_adamw] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     /* sumsq: a scalar sum over n = i[0]; acc = i[1] */
     [RT_KN_sumsq] = {CU_DEV, CU_GRID_REDUCE, 256, {0, -1, -1}, 1, 0},
     /* gradclip: one thread writes the state's grad_norm and grad_scale */
@@ -244,6 +230,25 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     /* matmul_bf16: as matmul on the tensor cores, a 64x64 tile per block of 4 warps */
     [RT_KN_matmul_bf16] = {CU_DEV, CU_GRID_MATMUL, 128, {0, 2, -1}, -1, 0},
 };
+
+/* Kernel k's launch row: its entry in cu_launches, or for an elementwise
+ * kernel without one (every buffer of its formula "i0"), grid-stride over
+ * n = i[0] in blocks of 256; a row with where 0 when neither. */
+static const cu_launch *cu_row(int k)
+{
+    static const cu_launch eltw = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0};
+    static const char *const ext[RT_KN_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) ext,
+#include "rt_kernels.h"
+#undef RT_K
+    };
+    if (cu_launches[k].where) return &cu_launches[k];
+    const char *e = ext[k];
+    if (!*e) return &cu_launches[k];
+    for (; *e; e += e[2] ? 3 : 2)
+        if (e[0] != 'i' || e[1] != '0' || (e[2] && e[2] != ' ')) return &cu_launches[k];
+    return &eltw;
+}
 
 #define CU_MAX_GRID_X 2147483647LL   /* gridDim.x limit (every GPU since sm_30) */
 #define CU_MAX_GRID_Y 65535LL        /* gridDim.y limit */
@@ -419,7 +424,7 @@ int rt_cuda_launch_config(int kernel, void *const *b, const int64_t *i, unsigned
     *ws = 0;
     if (kernel < 0 || kernel >= RT_KN_COUNT)
         return cu_refuse(err, errlen, "kernel number %d outside [0, %d)", kernel, RT_KN_COUNT);
-    const cu_launch *L = &cu_launches[kernel];
+    const cu_launch *L = cu_row(kernel);
     const char *name = cu_names[kernel];
     if (!L->where)
         return cu_refuse(err, errlen, "%s has no row in dev_cuda.c's launch table", name);
@@ -814,7 +819,7 @@ static CUdeviceptr cu_alloc(rt_ctx *ctx, int64_t bytes, const char *what)
 void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages)
 {
     for (int k = 0; k < RT_KN_COUNT; k++)
-        RT_ASSERT(cu_launches[k].where != 0);   /* a row of rt_kernels.h missing above */
+        RT_ASSERT(cu_row(k)->where != 0);   /* a row of rt_kernels.h missing in cu_launches */
     rt_dev *d = calloc(1, sizeof *d);
     if (!d)
         rt_fatal(ctx, 1, "out of memory");
@@ -829,7 +834,7 @@ void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages)
     CU(ctx, cuCtxSetCurrent, d->cuctx);
     cu_load_module(ctx, d);
     for (int k = 0; k < RT_KN_COUNT; k++)
-        if (cu_launches[k].where == CU_DEV) {
+        if (cu_row(k)->where == CU_DEV) {
             char name[64];
             snprintf(name, sizeof name, "nnsc_%s", cu_names[k]);
             d->fn[k] = cu_function(ctx, name);
@@ -1122,7 +1127,7 @@ void rt_cuda_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i, const 
 {
     rt_dev *d = ctx->dev;
     RT_ASSERT(d && kernel >= 0 && kernel < RT_KN_COUNT);
-    const cu_launch *L = &cu_launches[kernel];
+    const cu_launch *L = cu_row(kernel);
     if (L->where == CU_HOST) {
         cu_host_kernel(ctx, kernel, b, i, f);
         return;

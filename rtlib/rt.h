@@ -149,7 +149,7 @@ rt_ctx *rt_init_cuda(int argc, char **argv, const char *manifest, const rt_image
 /* Run kernel `kernel` (rt_kernels.h row) on the rank's stream. */
 void rt_cuda_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i, const float *f);
 
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) \
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) \
     void rt_k_##name(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 #include "rt_kernels.h"
 #undef RT_K

@@ -148,7 +148,7 @@ typedef struct rt_nccl rt_nccl;
 /* Kernel numbers: the rows of rt_kernels.h, in order (rt_cuda_k's argument;
  * the compiler's ir.h numbers them the same way). */
 enum {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) RT_KN_##name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) RT_KN_##name,
 #include "rt_kernels.h"
 #undef RT_K
     RT_KN_COUNT
@@ -446,7 +446,7 @@ const char *rt_vmath_isa(void);
 
 /* ---- kernels_ref.c: the scalar reference of every kernel */
 
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) \
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) \
     void rt_ref_##name(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 #include "rt_kernels.h"
 #undef RT_K

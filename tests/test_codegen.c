@@ -33,6 +33,7 @@
 #include "codegen.h"
 #include "ir.h"
 #include "rt_internal.h"  /* rt_st_open: rtlib's safetensors reader */
+#include "rt_kext.h"
 
 /* ------------------------------------------------------- the test program */
 
@@ -285,6 +286,56 @@ static void test_print(void) {
     CHECK(strstr(b.s, "i=[-1-s+m -3m 5+2s 0] f=[0.0003 0.1 -2 1e+20]") != NULL,
           "ints print as c+Ks+Km, floats in their shortest exact form");
     ir_buf_free(&b);
+    ir_prog_free(&p);
+}
+
+/* The kernel contract's extents (rt_kernels.h's last field, rt_kext.h):
+ * every row's formula names exactly its nbuf buffers and only its ints; the
+ * reader gives the products, `?` and the bad cases; and ir_prog_verify
+ * sizes a buffer by it (a matmul C one float short of M*N is refused). */
+static void test_kext(const char *dir) {
+    static const struct { const char *name, *ext; int nbuf, nint; } rows[] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) {#name, ext, nbuf, nint},
+#include "rt_kernels.h"
+#undef RT_K
+    };
+    int bad = 0, fixed = 0;
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        char why[160];
+        if (rt_kext_check(rows[k].ext, rows[k].nbuf, rows[k].nint, why, (int)sizeof why)) {
+            printf("  %s: \"%s\": %s\n", rows[k].name, rows[k].ext, why);
+            bad++;
+        }
+        fixed += rows[k].ext[0] && !strchr(rows[k].ext, '?');
+    }
+    CHECK(bad == 0, "every row of rt_kernels.h has a formula of its nbuf buffers over its ints (%d bad)", bad);
+    CHECK(fixed >= 40, "%d rows have every buffer's extent from their ints", fixed);
+    char why[160];
+    CHECK(rt_kext_check("i0 i1", 3, 2, why, (int)sizeof why) && strstr(why, "2 buffers in the formula, 3"),
+          "a formula with a buffer too few is refused (%s)", why);
+    CHECK(rt_kext_check("i0*i5", 1, 2, why, (int)sizeof why) && strstr(why, "i5 past the 2 ints"),
+          "a formula naming an int past the row's is refused (%s)", why);
+    CHECK(rt_kext_check("i0  i1", 2, 2, why, (int)sizeof why) && rt_kext_check("i0*", 1, 1, why, (int)sizeof why) &&
+          rt_kext_check("x1", 1, 1, why, (int)sizeof why) && rt_kext_check("i0 ", 1, 1, why, (int)sizeof why),
+          "double spaces, a dangling *, a stray letter and a trailing space are refused");
+    const int64_t mkn[3] = {3, 5, 7}, neg[2] = {-1, 4}, big[2] = {INT64_MAX / 2, 3};
+    CHECK(rt_kext("i0*i1 i1*i2 i0*i2", 0, mkn, 3) == 15 && rt_kext("i0*i1 i1*i2 i0*i2", 2, mkn, 3) == 21 &&
+          rt_kext("i0 i0 1", 2, mkn, 3) == 1 && rt_kext("4*i2", 0, mkn, 3) == 28,
+          "the formula's products (matmul's A and C, a constant, a constant factor)");
+    CHECK(rt_kext("i0 ?", 1, mkn, 3) == RT_KEXT_VAR && rt_kext("i0", 1, mkn, 3) == RT_KEXT_VAR &&
+          rt_kext("", 0, mkn, 3) == RT_KEXT_VAR, "`?`, and buffers past the formula, are not from the ints");
+    CHECK(rt_kext("i0*i1", 0, neg, 2) == -1 && rt_kext("i0*i1", 0, big, 2) == -1 && rt_kext("i3", 0, mkn, 3) == -1,
+          "an unknown (negative) int, an overflow and an int past the count give -1");
+
+    ir_prog p;
+    build_prog(&p);
+    pg_instr *in = ir_prog_add(&p, IR_SEC_PRE, RT_K_matmul, "mm short");
+    pg_buf(in, 0);
+    pg_buf(in, 64);
+    pg_buf(in, ARENA - 4 * 15 + 4);   /* C holds 14 of M*N = 15 floats before the arena ends */
+    int64_t m35[6] = {3, 4, 5, 0, 0, 0};
+    for (int k = 0; k < 6; k++) pg_i(in, m35[k]);
+    CHECK(verify_dies(&p, dir, "run past the arena"), "verify sizes matmul's C by the formula i0*i2 (M*N)");
     ir_prog_free(&p);
 }
 
@@ -632,6 +683,7 @@ int main(int argc, char **argv) {
 
     test_print();
     test_verify(dir);
+    test_kext(dir);
 
     /* The test binary is build/tests/test_codegen; rtlib is build/libnnsc_rt.a. */
     unsetenv("NNSC_RTLIB");

@@ -67,6 +67,7 @@
 #include "rt_cuda_abi.h"
 #include "rt_ew.h"
 #include "rt_internal.h"
+#include "rt_kext.h"
 
 /* dev_cuda.c's image choice (shared with the tests; documented there). */
 extern int rt_cuda_pick_image(int major, int minor, const rt_image *images, int nimages);
@@ -104,7 +105,7 @@ static const char manifest_fmt[] =
 /* The scalar references, by kernel number. */
 typedef void ref_fn(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 static ref_fn *const refs[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) rt_ref_##name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) rt_ref_##name,
 #include "rt_kernels.h"
 #undef RT_K
 };
@@ -490,6 +491,23 @@ static void tc_run(void)
     /* layout: guard, buffer, guard, ...; each buffer at a 256-byte boundary
        plus 0, 4, 8 or 12 bytes (varied by case and buffer) */
     int64_t top = 0;
+    /* every buffer as large as its kernel's contract says (the formula of its
+       row in rt_kernels.h, rt_kext.h): the guards then check that the kernel
+       keeps to the contract the compiler plans the arena by */
+    static const char *const row_ext[RT_KN_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) ext,
+#include "rt_kernels.h"
+#undef RT_K
+    };
+    for (int l = 0; l < tc.nl; l++)
+        for (int k = 0; k < tc.l[l].nb; k++) {
+            const tbuf *b = &tc.b[tc.l[l].buf[k]];
+            int64_t e = rt_kext(row_ext[tc.l[l].kernel], k, tc.l[l].i, tc.l[l].ni);
+            if (e != RT_KEXT_VAR && e != b->n)
+                tc_fail(&failed, "%s (b[%d] of %s) holds %lld elements; its row's formula in rt_kernels.h "
+                        "says %lld", b->name, k, cg_kernel_names[tc.l[l].kernel], (long long)b->n,
+                        (long long)e);
+        }
     for (int k = 0; k < tc.nb; k++) {
         tbuf *b = &tc.b[k];
         if (b->kind == TB_HOST)

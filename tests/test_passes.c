@@ -779,8 +779,59 @@ static void test_cost(void)
           "across nodes slower than within");
 }
 
+/* The op table (ir/ops.h) against the kernel contract (rtlib/rt_kernels.h):
+ * every op lowers to a kernel, or is one of the view ops lowered by hand
+ * (or cross_entropy, which never reaches a graph); a kernel of fixed
+ * buffers takes the op's inputs and outputs (but embedding_bwd, whose
+ * table input gives only its shape); a one-op backward rule names an op
+ * taking as many inputs as the rule gives it, from roles the op has. */
+static void test_op_table(void)
+{
+    static const int nbuf[RT_K_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) nbuf,
+#include "rt_kernels.h"
+#undef RT_K
+    };
+    int bad = 0, rules = 0;
+    for (int k = 0; k < IR_OP_COUNT; k++) {
+        const ir_opinfo *o = &ir_ops[k];
+        int by_hand = k == IR_OP_CONCAT || k == IR_OP_SPLIT || k == IR_OP_SLICE || k == IR_OP_PAD ||
+                      k == IR_OP_CROSS_ENTROPY;
+        if ((o->kern < 0) != by_hand) {
+            printf("  %s: kernel %d%s\n", o->name, o->kern, by_hand ? " (lowered by hand: none expected)" : "");
+            bad++;
+        }
+        if (o->kern >= 0 && k != IR_OP_CUSTOM && k != IR_OP_EMBEDDING_BWD && nbuf[o->kern] != o->nin + o->nout) {
+            printf("  %s: %d inputs and %d outputs, its kernel %s takes %d buffers\n", o->name, o->nin, o->nout,
+                   cg_kernel_names[o->kern], nbuf[o->kern]);
+            bad++;
+        }
+        int role[IR_BA_MAX], n = ir_op_bwd_inputs(k, role);
+        if (o->bwd < 0) {
+            if (o->bargs[0]) printf("  %s: backward inputs \"%s\" without a backward op\n", o->name, o->bargs), bad++;
+            continue;
+        }
+        rules++;
+        int ok = n >= 1 && n == ir_ops[o->bwd].nin && ir_ops[o->bwd].nout == 1 && o->nin >= 1;
+        for (int j = 0; j < n && ok; j++)
+            ok = role[j] != IR_BA_W ? role[j] != IR_BA_Y || o->nout >= 1 : o->nin >= 2;
+        if (!ok) {
+            printf("  %s: backward %s on \"%s\" (%d inputs read; it takes %d)\n", o->name, ir_ops[o->bwd].name,
+                   o->bargs, n, ir_ops[o->bwd].nin);
+            bad++;
+        }
+    }
+    CHECK(bad == 0, "the op table: every op has its kernel and its kernel its buffers; one-op backward rules are "
+          "well formed (%d of them; %d bad)", rules, bad);
+    CHECK(rules >= 8, "relu, gelu, silu, softmax, rope, transpose, mean and split_heads take their rules from the "
+          "table (%d rules)", rules);
+    CHECK(ir_ops[IR_OP_RELU].bwd == IR_OP_RELU_BWD && ir_ops[IR_OP_RELU].kern == RT_K_relu,
+          "relu lowers to rt_k_relu and differentiates by relu_bwd");
+}
+
 int main(int argc, char **argv)
 {
+    test_op_table();
     test_cost();
     test_balance();
     test_inplace_readers(argc > 1 ? argv[1] : "tests");

@@ -220,7 +220,7 @@ static void test_pick_image(void)
 
 /* Kernel numbers and names, from rt_kernels.h. */
 static const char *const knames[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) #name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) #name,
 #include "rt_kernels.h"
 #undef RT_K
 };

@@ -503,7 +503,7 @@ __attribute__((destructor)) static void mock_stats_print(void)
     if (!M.stats || !M.used)   /* not for NVRTC's probe in nnsc-aot (cuGetExportTable) */
         return;
     static const char *const names[] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) #name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) #name,
 #include "rt_kernels.h"
 #undef RT_K
     };

@@ -6,7 +6,8 @@
  *   its kernel entries and, from .nv.info, each one's __launch_bounds__ and
  *   parameter size.
  * - mock_shape_of: from a kernel and its integer arguments, the bytes each
- *   buffer argument spans (rt_kernels.h) and the block and grid of
+ *   buffer argument spans (the row's formula in rt_kernels.h, rt_kext.h;
+ *   the kernel's own rule where it says `?`) and the block and grid of
  *   docs/cuda.md's table of launch configurations.
  * - mock_run_launch: rt_ref_<name> (rtlib/kernels_ref.c, lowp.c) on the
  *   launch's arguments -- never the fast CPU kernels (rt_k_*) the cpu target
@@ -22,6 +23,7 @@
 
 #include "mock_cuda.h"
 #include "rt_ew.h"
+#include "rt_kext.h"
 
 /* ------------------------------------------------------- cubin parsing */
 
@@ -40,7 +42,7 @@ static uint64_t mock_rd(const unsigned char *d, uint64_t off, int bytes)
 static int mock_kernel_of(const char *sym, int64_t *ew_id)
 {
     static const char *const names[] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) #name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) #name,
 #include "rt_kernels.h"
 #undef RT_K
     };
@@ -248,46 +250,35 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
     s->grid = MOCK_GRID_STRIDE;
     s->gx = s->gy = 1;
     s->ws_per_block = 0;
+    static const char *const row_ext[RT_KN_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) ext,
+#include "rt_kernels.h"
+#undef RT_K
+    };
+    static const int row_nbuf[RT_KN_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) nbuf,
+#include "rt_kernels.h"
+#undef RT_K
+    };
+    for (int k = 0; k < row_nbuf[K] && k < RT_CUDA_MAXBUF; k++) {   /* the contract's extents */
+        int64_t e = rt_kext(row_ext[K], k, i, RT_CUDA_MAXINT);
+        if (e != RT_KEXT_VAR)
+            B[k] = e < 0 ? MOCK_BAD : mock_f4(e, 1);
+    }
     switch (K) {
-    case RT_KN_zero:
-        B[0] = mock_f4(i[0], 1);
-        break;
     case RT_KN_matmul:
     case RT_KN_matmul_bf16:   /* i: M, K, N, transA, transB, acc; 64x64 tiles of C */
         if (((i[3] | i[4]) & ~(int64_t)1) || i[5] < 0) {   /* acc: 0, or any count (the micro-batch) */
             snprintf(why, wl, "transA and transB must be 0 or 1, acc >= 0");
             return -1;
         }
-        B[0] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], i[2]), B[2] = mock_f4(i[0], i[2]);
         s->block = K == RT_KN_matmul ? 256 : 128;   /* bf16: the tensor-core code */
         s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[2], 64), s->gy = mock_cdiv(i[0], 64);
         break;
-    case RT_KN_bias_add:   /* i: M, N */
-        B[0] = B[2] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], 1);
-        break;
-    case RT_KN_transpose:      /* i: R, A, B, acc: X, Y R*A*B */
-        B[0] = B[1] = mock_f4(mock_mul(i[0], i[1]), i[2]);
-        break;
-    case RT_KN_mean_mid:       /* i: R, T, C, acc: X R*T*C, Y R*C */
-    case RT_KN_mean_mid_bwd: { /* dY R*C, dX R*T*C */
-        int64_t all = mock_f4(mock_mul(i[0], i[1]), i[2]), out = mock_f4(i[0], i[2]);
-        B[0] = K == RT_KN_mean_mid ? all : out, B[1] = K == RT_KN_mean_mid ? out : all;
-        break;
-    }
     case RT_KN_bias_grad:   /* i: M, N, acc */
-        B[0] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], 1);
         s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[1], 32);
         break;
-    case RT_KN_add:
-    case RT_KN_mul:
-    case RT_KN_relu_bwd:
-    case RT_KN_gelu_bwd:
-    case RT_KN_silu_bwd:
-    case RT_KN_mse_bwd:   /* three buffers of n */
-        B[0] = B[1] = B[2] = mock_f4(i[0], 1);
-        break;
     case RT_KN_copy:
-        B[0] = B[1] = mock_f4(i[0], 1);
         if (B[0] > 0 && a->b[0] != a->b[1] && a->b[0] < a->b[1] + (uint64_t)B[1] &&
             a->b[1] < a->b[0] + (uint64_t)B[0]) {
             snprintf(why, wl, "X and Y overlap partly (the launcher copies only X == Y or "
@@ -295,25 +286,16 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
             return -1;
         }
         break;
-    case RT_KN_relu:
-    case RT_KN_gelu:
-    case RT_KN_silu:
-    case RT_KN_sgd:   /* two buffers of n */
-        B[0] = B[1] = mock_f4(i[0], 1);
-        break;
     case RT_KN_adamw:   /* i: n, t */
-        B[0] = B[1] = B[2] = B[3] = mock_f4(i[0], 1);
         if (i[1] < 1) {
             snprintf(why, wl, "step t = %" PRId64 " (it is 1-based)", i[1]);
             return -1;
         }
         break;
-    case RT_KN_mse_loss:   /* P, T of n; L */
-        B[0] = B[1] = mock_f4(i[0], 1), B[2] = 4;
+    case RT_KN_mse_loss:
         s->grid = MOCK_GRID_REDUCE, s->ws_per_block = 8;
         break;
-    case RT_KN_sumsq:   /* G of n; S */
-        B[0] = mock_f4(i[0], 1), B[1] = 4;
+    case RT_KN_sumsq:
         s->grid = MOCK_GRID_REDUCE, s->ws_per_block = 8;
         break;
     case RT_KN_xent_stats:   /* i: M, K, C, Vreal, Vlo */
@@ -321,12 +303,9 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
             snprintf(why, wl, "Vreal = %" PRId64 " below 1 (the launcher checks it)", i[3]);
             return -1;
         }
-        B[0] = mock_f4(i[0], mock_mul(i[1], i[2])), B[1] = mock_f4(i[0], 1);
-        B[2] = B[3] = B[4] = mock_f4(i[0], i[1]);
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
     case RT_KN_xent_loss:   /* i: M, K, acc */
-        B[0] = B[1] = B[2] = mock_f4(i[0], i[1]), B[3] = 4;
         s->grid = MOCK_GRID_FIXED, s->gx = i[0] == 0 ? 1 : i[0];
         s->ws_per_block = 8;
         break;
@@ -335,71 +314,45 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
             snprintf(why, wl, "Vreal = %" PRId64 " below 1 (the launcher checks it)", i[3]);
             return -1;
         }
-        B[0] = B[4] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[0], 1);
-        B[2] = B[3] = mock_f4(i[0], i[4]);
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
-    case RT_KN_gradclip:   /* S */
-        B[0] = 4;
+    case RT_KN_gradclip:
         s->grid = MOCK_GRID_FIXED, s->block = 32;
         break;
     case RT_KN_embedding:
     case RT_KN_embedding_bwd:   /* i: R, Vlo, Vext, C, acc */
-        B[0] = mock_f4(i[0], 1);
-        B[K == RT_KN_embedding ? 1 : 2] = mock_f4(i[2], i[3]);
-        B[K == RT_KN_embedding ? 2 : 1] = mock_f4(i[0], i[3]);
         if (K == RT_KN_embedding_bwd)
             s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
-    case RT_KN_layernorm:   /* X, w, bias, Y, mean, rstd.  i: R, C */
-        B[0] = B[3] = mock_f4(i[0], i[1]), B[1] = B[2] = mock_f4(i[1], 1);
-        B[4] = B[5] = mock_f4(i[0], 1);
+    case RT_KN_layernorm:   /* a block per row */
+    case RT_KN_layernorm_bwd:
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
-    case RT_KN_layernorm_bwd:   /* dY, X, w, mean, rstd, dX.  i: R, C, acc */
-        B[0] = B[1] = B[5] = mock_f4(i[0], i[1]), B[2] = mock_f4(i[1], 1);
-        B[3] = B[4] = mock_f4(i[0], 1);
-        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
-        break;
-    case RT_KN_layernorm_wgrad:   /* dY, X, mean, rstd, dw, dbias.  i: R, C, acc */
-        B[0] = B[1] = mock_f4(i[0], i[1]), B[2] = B[3] = mock_f4(i[0], 1);
-        B[4] = B[5] = mock_f4(i[1], 1);
+    case RT_KN_layernorm_wgrad:   /* 32 columns a block */
         s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[1], 32);
         break;
-    case RT_KN_rope:   /* X, Y.  i: B, T, H, D, inverse, acc */
-        B[0] = B[1] = mock_f4(i[0] * i[1] * i[2], i[3]);
+    case RT_KN_rope:   /* i: B, T, H, D, inverse, acc */
         if (i[3] % 2) {
             snprintf(why, wl, "head size D = %" PRId64 " is odd", i[3]);
             return -1;
         }
         break;
-    case RT_KN_rmsnorm:   /* X, w, Y, rstd.  i: R, C */
-        B[0] = B[2] = mock_f4(i[0], i[1]), B[1] = mock_f4(i[1], 1), B[3] = mock_f4(i[0], 1);
+    case RT_KN_rmsnorm:   /* a block per row */
+    case RT_KN_rmsnorm_bwd:
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
-    case RT_KN_rmsnorm_bwd:   /* dY, X, w, rstd, dX.  i: R, C, acc */
-        B[0] = B[1] = B[4] = mock_f4(i[0], i[1]), B[2] = mock_f4(i[1], 1), B[3] = mock_f4(i[0], 1);
-        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
-        break;
-    case RT_KN_rmsnorm_wgrad:   /* dY, X, rstd, dw.  i: R, C, acc */
-        B[0] = B[1] = mock_f4(i[0], i[1]), B[2] = mock_f4(i[0], 1), B[3] = mock_f4(i[1], 1);
+    case RT_KN_rmsnorm_wgrad:   /* 32 columns a block */
         s->grid = MOCK_GRID_FIXED, s->gx = mock_cdiv(i[1], 32);
         break;
-    case RT_KN_softmax:   /* i: R, N */
-        B[0] = B[1] = mock_f4(i[0], i[1]);
-        s->grid = MOCK_GRID_FIXED, s->gx = i[0];
-        break;
-    case RT_KN_softmax_bwd:   /* i: R, N, acc */
-        B[0] = B[1] = B[2] = mock_f4(i[0], i[1]);
+    case RT_KN_softmax:   /* a block per row */
+    case RT_KN_softmax_bwd:
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
     case RT_KN_attention:
     case RT_KN_attention_bwd: {   /* i: B, T, H, D, causal (, acc), Hkv, S (, P = max(T, S)) */
         int fw = K == RT_KN_attention;
         int64_t rows = mock_mul(mock_mul(i[0], i[1]), i[2]);   /* B*T*H: q, Y, lse rows */
-        int64_t all = mock_f4(rows, i[3]), lse = mock_f4(rows, 1);
         int64_t hkv = i[fw ? 5 : 6], S = i[fw ? 6 : 7];
-        int64_t kv = mock_f4(mock_mul(mock_mul(i[0], S), hkv), i[3]);   /* k, v, dk, dv */
         const int64_t *al = i + (fw ? 7 : 9);   /* alibi, hoff, Htot */
         if (S < 0 || (i[4] && S != i[1]) || (S == 0 && i[1] > 0) || (!fw && i[8] != (i[1] > S ? i[1] : S)) ||
             (al[0] != 0 && al[0] != 1) || (al[0] && (al[1] < 0 || al[1] + i[2] > al[2]))) {
@@ -417,10 +370,6 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
                               "checks it)", i[3]);
             return -1;
         }
-        if (K == RT_KN_attention)
-            B[0] = B[3] = all, B[1] = B[2] = kv, B[4] = lse;
-        else
-            B[0] = B[1] = B[4] = B[6] = all, B[2] = B[3] = B[7] = B[8] = kv, B[5] = lse;
         s->block = 128;
         s->grid = MOCK_GRID_FIXED;
         s->gx = mock_cdiv(fw ? rows : mock_mul(mock_mul(i[0], i[8]), i[2]), 4);   /* 4 warps a block */
@@ -472,9 +421,12 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         }
         break;
     }
-    default:
-        snprintf(why, wl, "the double has no model of this kernel");
-        return -1;
+    default:   /* the grid-stride kernels over buffers the formula sizes (add, silu, sgd, ...) */
+        if (!row_ext[K][0] || strchr(row_ext[K], '?')) {
+            snprintf(why, wl, "the double has no model of this kernel");
+            return -1;
+        }
+        break;
     }
     for (int k = 0; k < RT_CUDA_MAXBUF; k++)
         if (B[k] == MOCK_BAD || s->gx == MOCK_BAD || s->gy == MOCK_BAD) {
@@ -490,7 +442,7 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
 /* The scalar references, by kernel number (rtlib/kernels_ref.c). */
 typedef void mock_ref_fn(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 static mock_ref_fn *const mock_refs[RT_KN_COUNT] = {
-#define RT_K(name, nbuf, nint, nflt, out, rw, acc) rt_ref_##name,
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) rt_ref_##name,
 #include "rt_kernels.h"
 #undef RT_K
 };
