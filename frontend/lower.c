@@ -629,7 +629,7 @@ static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, const ir
 static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
-        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"heads", IR_OP_SPLIT_HEADS}, {"first", IR_OP_SPLIT}, {"start", IR_OP_SLICE}, {"stop", IR_OP_SLICE}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION}, {"alibi", IR_OP_ATTENTION},
+        {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"heads", IR_OP_SPLIT_HEADS}, {"first", IR_OP_SPLIT}, {"groups", IR_OP_SPLIT}, {"groups", IR_OP_CONCAT}, {"start", IR_OP_SLICE}, {"stop", IR_OP_SLICE}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION}, {"alibi", IR_OP_ATTENTION},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
         {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"attrs", IR_OP_CUSTOM}, {"scale", IR_OP_ATTENTION}};
     char err[256], hint[256], clip[96];
@@ -659,9 +659,10 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         if (get_choice(L, sec, bk[a], tf, bdef[a], &v)) return 2;
         d->iattr[bslot[a]] = v == 0;
     }
-    static const char *const ik[] = {"heads", "vocab", "kv_heads", "first", "start", "stop"};
-    static const int slot[] = {IR_IA_HEADS, IR_IA_VOCAB, IR_IA_KV_HEADS, IR_IA_FIRST, IR_IA_START, IR_IA_STOP};
-    for (int a = 0; a < 6; a++) {
+    static const char *const ik[] = {"heads", "vocab", "kv_heads", "first", "start", "stop", "groups"};
+    static const int slot[] = {IR_IA_HEADS, IR_IA_VOCAB, IR_IA_KV_HEADS, IR_IA_FIRST, IR_IA_START, IR_IA_STOP,
+                               IR_IA_GROUPS};
+    for (int a = 0; a < 7; a++) {
         if (!(kv = fe_get(sec, ik[a]))) continue;
         if (slot[a] == IR_IA_START && strspn(kv->val, "0") == strlen(kv->val) && kv->val[0]) {   /* (a size is >= 1) */
             d->iattr[slot[a]] = 0;

@@ -251,6 +251,20 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         IR_ASSERT(t >= 0 && op.iattr[IR_IA_FULL] >= 1);
         ext[t] = op.iattr[IR_IA_FULL];
     }
+    if (kind == IR_OP_SPLIT || kind == IR_OP_CONCAT) {   /* g: the groups of the last dim */
+        int gi = ir_anno_find(&op.anno, "g");
+        IR_ASSERT(gi >= 0);
+        ext[gi] = op.iattr[IR_IA_GROUPS] > 1 ? op.iattr[IR_IA_GROUPS] : 1;
+        for (int k = 0; k < oi->nin; k++) {
+            const ir_tensor *x = &g->t[in[k]];
+            if (x->ndim >= 1 && x->shape[x->ndim - 1] % ext[gi]) {
+                snprintf(err, errsz, "groups = %lld does not divide the last dim of '%s' (%lld): each group is "
+                         "the last dim / groups columns", (long long)ext[gi], x->name,
+                         (long long)x->shape[x->ndim - 1]);
+                return -1;
+            }
+        }
+    }
     if (kind == IR_OP_MEAN_BWD) {   /* t: the forward's, which its input does not show */
         int t = ir_anno_find(&op.anno, "t");
         IR_ASSERT(t >= 0 && op.iattr[IR_IA_MEAN_T] >= 1);
@@ -274,7 +288,8 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         int64_t cc = ext[ir_anno_find(&op.anno, "c")], a = op.iattr[IR_IA_FIRST];
         if (a < 1 || a >= cc) {
             snprintf(err, errsz, "first = %lld must leave both parts a column at least: 1 <= first < %lld "
-                     "(the last dim of '%s')", (long long)a, (long long)cc, g->t[in[0]].name);
+                     "(the last dim of '%s'%s)", (long long)a, (long long)cc, g->t[in[0]].name,
+                     op.iattr[IR_IA_GROUPS] > 1 ? ", per group" : "");
             return -1;
         }
         ext[ir_anno_find(&op.anno, "a")] = a;

@@ -21,7 +21,7 @@
 #define IR_MAXID    16  /* most distinct identifiers in one annotation */
 #define IR_MAXSPLIT 5   /* most nested op-trans splits of one op */
 #define IR_MAXFATTR 6   /* float attributes of an op */
-#define IR_MAXIATTR 12  /* integer attributes of an op */
+#define IR_MAXIATTR 13  /* integer attributes of an op */
 
 /* ---------------------------------------------------------------- util.c */
 
@@ -231,6 +231,7 @@ enum {
     IR_IA_START = 9,  /* slice, pad: the first position of the dim before the last kept */
     IR_IA_STOP = 10,  /* slice, pad: one past the last (s = stop - start) */
     IR_IA_FULL = 11,  /* slice, pad: the dim's whole extent (binds t in pad) */
+    IR_IA_GROUPS = 12,/* split, concat: the last dim's groups (binds g; 0 or 1: one) */
 };
 
 /* Float attribute slots. */

@@ -186,23 +186,22 @@ static int box_acc(const lctx *c, int acc, int sec)
 }
 
 /* concat (two places into the output's column ranges) and split (two
- * slices of the input's): the [rows, last dim] views of the rank's boxes. */
+ * slices of the input's): the [rows, groups, columns of a group] views of
+ * the rank's boxes (a tp split of g leaves each rank whole groups). */
 static void lower_cols(lctx *c, const ir_subop *s, const ir_op *o, const int64_t *ext, int sec, const char *note)
 {
-    int nd0 = o->anno.ndim[0], nd1 = o->anno.ndim[1];
-    /* last dims of operands 0 and 1: concat's inputs a, b; split's input c and output 1 a */
-    int64_t R = ext_prod(o, ext, 0, 0, nd0 - 1), n0 = ext_prod(o, ext, 0, nd0 - 1, nd0);
-    int64_t n1 = ext_prod(o, ext, 1, nd1 - 1, nd1);
-    int64_t w = o->kind == IR_OP_CONCAT ? n0 + n1 : n0;     /* the wide side's columns */
-    int64_t cut = o->kind == IR_OP_CONCAT ? n0 : n1;        /* where the two parts meet */
-    ir_box full = {{0, 0}, {R, w}}, part[2] = {{{0, 0}, {R, cut}}, {{0, cut}, {R, w}}};
+    int nd0 = o->anno.ndim[0];
+    int64_t R = ext_prod(o, ext, 0, 0, nd0 - 1), G = ext[ir_anno_find(&o->anno, "g")];
+    int64_t a = ext[ir_anno_find(&o->anno, "a")], b = ext[ir_anno_find(&o->anno, "b")];
+    int64_t w = a + b, cut = a;   /* a group's columns; where its two parts meet */
+    ir_box full = {{0, 0, 0}, {R, G, w}}, part[2] = {{{0, 0, 0}, {R, G, cut}}, {{0, 0, cut}, {R, G, w}}};
     for (int k = 0; k < 2; k++) {
         pg_instr *in;
         if (o->kind == IR_OP_CONCAT)
-            in = emit_box(c, sec, 1, off(c, s->in[k]), off(c, s->out[0]), &full, &part[k], 2,
+            in = emit_box(c, sec, 1, off(c, s->in[k]), off(c, s->out[0]), &full, &part[k], 3,
                           box_acc(c, pass_pt_accum(c->d, s->out[0]), sec), note);
         else
-            in = emit_box(c, sec, 0, off(c, s->in[0]), off(c, s->out[k]), &full, &part[k], 2,
+            in = emit_box(c, sec, 0, off(c, s->in[0]), off(c, s->out[k]), &full, &part[k], 3,
                           box_acc(c, pass_pt_accum(c->d, s->out[k]), sec), note);
         in->blk = o->block, in->rep = o->rep;
     }

@@ -56,6 +56,7 @@ CASES=(
   "mixer|tests/equiv/mixer.ini||1e-4|1e-3"
   "qknorm|tests/equiv/qknorm.ini||1e-4|1e-3"
   "fused-qkv|tests/equiv/fused-qkv.ini||1e-4|1e-3"
+  "fused-qkv-grouped|tests/equiv/fused-qkv-grouped.ini||1e-4|1e-3"
   "alibi|tests/equiv/decoder-nopos.ini|--set 'op h.attn.alibi=true'|1e-4|1e-3"
   "vocab-pad|examples/gpt2-tiny.ini|--set 'op loss.vocab=100' --set 'input targets.data=int 100'|1e-4|1e-3"
   "slice|tests/equiv/slice.ini||1e-4|1e-3"
