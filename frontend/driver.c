@@ -156,7 +156,7 @@ static int defines_cuda_kernel(const char *path, const char *name)
 }
 
 /* The cuda target: every custom op's launch fits the argument block (at most
- * RT_CUDA_MAXBUF operands, RT_CUDA_MAXINT ints: 4 + per operand 1 + its
+ * RT_CUDA_CUSTOM_MAXOPS operands, RT_CUDA_MAXINT ints: 4 + per operand 1 + its
  * rank).  0, or 2 after a message at the section. */
 static int custom_fits_launch(const ir_graph *g, const ir_prog *progs, int nprogs)
 {
@@ -165,7 +165,7 @@ static int custom_fits_launch(const ir_graph *g, const ir_prog *progs, int nprog
             for (int x = 0, k = 0;;) {
                 const pg_instr *in = ir_prog_walk(&progs[r], sec, &x, &k);
                 if (!in) break;
-                if (in->kernel != RT_K_custom || (in->nbuf <= RT_CUDA_MAXBUF && in->nint <= RT_CUDA_MAXINT)) continue;
+                if (in->kernel != RT_K_custom || (in->nbuf <= RT_CUDA_CUSTOM_MAXOPS && in->nint <= RT_CUDA_MAXINT)) continue;
                 const ir_custom *c = &g->cust[in->ints[0].c];
                 return pass_error(g, c->line, "on the cuda target a custom op takes at most 9 operands, inputs and "
                                   "outputs together (docs/custom-ops.md)",

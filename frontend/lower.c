@@ -511,8 +511,9 @@ static int lower_customs(fe_lw *L)
                                "annotation of custom op '%s' has no '->'", fe_clip(nm, clip, sizeof clip));
         c->nin = anno_side(a, arrow, rin);
         c->nout = anno_side(arrow + 2, a + strlen(a), rout);
-        if (c->nin < 1 || c->nin > IR_MAXIO || c->nout < 1 || c->nout > IR_MAXIO) {
-            snprintf(hint, sizeof hint, "a custom op takes 1 to %d inputs and makes 1 to %d outputs", IR_MAXIO, IR_MAXIO);
+        if (c->nin < 1 || c->nin > IR_CUSTOM_MAXIO || c->nout < 1 || c->nout > IR_CUSTOM_MAXIO) {
+            snprintf(hint, sizeof hint, "a custom op takes 1 to %d inputs and makes 1 to %d outputs", IR_CUSTOM_MAXIO,
+                     IR_CUSTOM_MAXIO);
             return fe_kv_error(L->s, sec, akv, hint, "annotation of custom op '%s' has %d input%s and %d output%s",
                                fe_clip(nm, clip, sizeof clip), c->nin, c->nin == 1 ? "" : "s", c->nout,
                                c->nout == 1 ? "" : "s");
@@ -583,6 +584,14 @@ static int lower_customs(fe_lw *L)
     return 0;
 }
 
+/* The names in a comma-separated list (empty ones count: parse_list says so). */
+static int count_names(const char *v)
+{
+    int n = 1;
+    for (; *v; v++) n += *v == ',';
+    return n;
+}
+
 /* list := NAME (',' NAME)*    with exactly want names. */
 static int parse_list(fe_lw *L, const fe_section *sec, const fe_kv *kv, const ir_opinfo *oi, char **names,
                       int want, const char *what, int *got)
@@ -630,6 +639,8 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 {
     static const struct { const char *key; ir_opkind kind; } own[] = {
         {"heads", IR_OP_ATTENTION}, {"heads", IR_OP_ROPE}, {"heads", IR_OP_SPLIT_HEADS}, {"first", IR_OP_SPLIT}, {"groups", IR_OP_SPLIT}, {"groups", IR_OP_CONCAT}, {"start", IR_OP_SLICE}, {"stop", IR_OP_SLICE}, {"kv_heads", IR_OP_ATTENTION}, {"causal", IR_OP_ATTENTION}, {"alibi", IR_OP_ATTENTION},
+        {"heads", IR_OP_ATTENTION_VL}, {"kv_heads", IR_OP_ATTENTION_VL}, {"causal", IR_OP_ATTENTION_VL},
+        {"alibi", IR_OP_ATTENTION_VL}, {"scale", IR_OP_ATTENTION_VL},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
         {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"attrs", IR_OP_CUSTOM}, {"scale", IR_OP_ATTENTION}};
     char err[256], hint[256], clip[96];
@@ -697,8 +708,8 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
     if ((kv = fe_get(sec, "kv_heads")) && d->iattr[IR_IA_KV_HEADS] < 1)
         return fe_kv_error(L->s, sec, kv, "kv_heads is the number of key/value heads, >= 1, dividing heads",
                            "kv_heads must be >= 1, got %lld", (long long)d->iattr[IR_IA_KV_HEADS]);
-    if ((d->kind == IR_OP_ATTENTION || d->kind == IR_OP_ROPE || d->kind == IR_OP_SPLIT_HEADS) && !fe_get(sec, "heads"))
-        return fe_error(L->s, sec->line, d->kind != IR_OP_ATTENTION ? "add `heads = N`: the last dim of x is heads x head size"
+    if ((IR_IS_ATT(d->kind) || d->kind == IR_OP_ROPE || d->kind == IR_OP_SPLIT_HEADS) && !fe_get(sec, "heads"))
+        return fe_error(L->s, sec->line, !IR_IS_ATT(d->kind) ? "add `heads = N`: the last dim of x is heads x head size"
                                                                : "add `heads = N`: the last dim of q, k and v is heads x head size",
                         "%s op '%s' needs heads", ir_ops[d->kind].name, fe_clip(sec->name, clip, sizeof clip));
     if (d->kind == IR_OP_SLICE && (!fe_get(sec, "start") || !fe_get(sec, "stop")))
@@ -710,7 +721,7 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
                         "split op '%s' needs first", fe_clip(sec->name, clip, sizeof clip));
     if (d->kind == IR_OP_ROPE && get_float(L, sec, "theta", 10000.0, FE_POS, &d->fattr[IR_FA_THETA])) return 2;
     /* attention's scale of q . k: 0 (absent) is 1 / sqrt(head size), set by ir_add_op */
-    if (d->kind == IR_OP_ATTENTION && get_float(L, sec, "scale", 0.0, FE_POS, &d->fattr[IR_FA_SCALE])) return 2;
+    if (IR_IS_ATT(d->kind) && get_float(L, sec, "scale", 0.0, FE_POS, &d->fattr[IR_FA_SCALE])) return 2;
     if (d->kind != IR_OP_CUSTOM && get_float(L, sec, "eps", 1e-5, FE_POS, &d->fattr[IR_FA_LN_EPS])) return 2;
     if (d->kind == IR_OP_RECYCLE) {
         if (!fe_get(sec, "shape"))
@@ -752,6 +763,8 @@ static int lower_opdecls(fe_lw *L)
         d->out_kv = fe_get(sec, "out");
         d->block = block_of(L, sec->name);
         d->iattr[IR_IA_CUSTOM] = cu;
+        if (k == IR_OP_ATTENTION && d->in_kv && count_names(d->in_kv->val) == 4)
+            d->kind = IR_OP_ATTENTION_VL;   /* q, k, v and the key lengths */
         if (k == IR_OP_RECYCLE && d->block >= 0)
             return fe_error(L->s, sec->line, "declare the recycle op outside the block: it feeds a tensor of the "
                             "previous forward pass into this one, once per pass", "recycle op '%s' in block %s",

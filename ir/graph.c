@@ -220,7 +220,7 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     int64_t ext[IR_MAXID];
     for (int i = 0; i < IR_MAXID; i++) ext[i] = -1;
     int h = ir_anno_find(&op.anno, "h");
-    if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD || kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD ||
+    if ((IR_IS_ATT(kind) || IR_IS_ATT_BWD(kind) || kind == IR_OP_ROPE || kind == IR_OP_ROPE_BWD ||
          kind == IR_OP_SPLIT_HEADS) &&
         h >= 0) {
         if (op.iattr[IR_IA_HEADS] < 1) {
@@ -295,7 +295,7 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         ext[ir_anno_find(&op.anno, "a")] = a;
         ext[ir_anno_find(&op.anno, "b")] = cc - a;
     }
-    if ((kind == IR_OP_ATTENTION || kind == IR_OP_ATTENTION_BWD) && op.iattr[IR_IA_CAUSAL]) {
+    if ((IR_IS_ATT(kind) || IR_IS_ATT_BWD(kind)) && op.iattr[IR_IA_CAUSAL]) {
         int64_t et = ext[ir_anno_find(&op.anno, "t")], es = ext[ir_anno_find(&op.anno, "s")];
         if (et != es) {
             snprintf(err, errsz, "causal attention needs as many keys as queries: q has %lld positions, k and v "
@@ -314,11 +314,12 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
     memcpy(op.ext, ext, sizeof op.ext);
     int bid;
     if (batch_id(g, kind, &op.anno, in, &bid, err, errsz)) return -1;
-    /* dtype rules: class targets are i32, everything else f32 */
+    /* dtype rules: class targets, token ids and key lengths are i32, everything else f32 */
     for (int k = 0; k < nin; k++) {
         int ints = ((kind == IR_OP_CROSS_ENTROPY || kind == IR_OP_XENT_STATS ||
                      kind == IR_OP_XENT_VP_BWD) && k == 1) ||
-                   ((kind == IR_OP_EMBEDDING || kind == IR_OP_EMBEDDING_BWD) && k == 0);
+                   ((kind == IR_OP_EMBEDDING || kind == IR_OP_EMBEDDING_BWD) && k == 0) ||
+                   (kind == IR_OP_ATTENTION_VL && k == 3) || (kind == IR_OP_ATTENTION_VL_BWD && k == 6);
         ir_dtype want = ints ? IR_I32 : IR_F32;
         if (g->t[in[k]].dtype != want) {
             snprintf(err, errsz, "input %d ('%s') of %s must be %s, is %s", k + 1,
@@ -377,7 +378,7 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         op.iattr[IR_IA_MEAN_T] = ext[ir_anno_find(&op.anno, "t")];
         op.fattr[IR_FA_SCALE] = 1.0 / (double)op.iattr[IR_IA_MEAN_T];
     }
-    if (kind == IR_OP_ATTENTION && op.fattr[IR_FA_SCALE] == 0)   /* (a spec's scale = ... when given) */
+    if (IR_IS_ATT(kind) && op.fattr[IR_FA_SCALE] == 0)   /* (a spec's scale = ... when given) */
         op.fattr[IR_FA_SCALE] = 1.0 / sqrt((double)ext[ir_anno_find(&op.anno, "d")]);
     if (kind == IR_OP_LAYERNORM && op.fattr[IR_FA_LN_EPS] == 0) op.fattr[IR_FA_LN_EPS] = 1e-5;
     *IR_PUSH(g->op, g->nop, g->opcap) = op;

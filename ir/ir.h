@@ -17,7 +17,8 @@
 #include <stdio.h>
 
 #define IR_MAXDIM   8   /* most dimensions of a tensor */
-#define IR_MAXIO    6   /* most inputs (or outputs) of an op */
+#define IR_MAXIO    7   /* most inputs (or outputs) of an op (attention_vl_bwd: 7 inputs) */
+#define IR_CUSTOM_MAXIO 6   /* most inputs (or outputs) of a [custom] op */
 #define IR_MAXID    16  /* most distinct identifiers in one annotation */
 #define IR_MAXSPLIT 5   /* most nested op-trans splits of one op */
 #define IR_MAXFATTR 6   /* float attributes of an op */
@@ -93,6 +94,9 @@ int ir_op_lookup(const char *name);
  * roles IR_BA_*: their count (at most IR_BA_MAX), or -1 when bargs is
  * malformed (a word that is not dy, x, w or y; more than IR_BA_MAX). */
 enum { IR_BA_DY, IR_BA_X, IR_BA_W, IR_BA_Y, IR_BA_MAX = 4 };
+/* Attention's forward (attention, attention_vl) and backward kinds. */
+#define IR_IS_ATT(k) ((k) == IR_OP_ATTENTION || (k) == IR_OP_ATTENTION_VL)
+#define IR_IS_ATT_BWD(k) ((k) == IR_OP_ATTENTION_BWD || (k) == IR_OP_ATTENTION_VL_BWD)
 int ir_op_bwd_inputs(int kind, int *role);
 struct ir_graph;
 struct ir_op;

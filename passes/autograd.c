@@ -270,6 +270,14 @@ static int backward(agctx *c, int oi)
         contribute_n(c, 3, o.in, IR_OP_ATTENTION_BWD, 6, a);
         break;
     }
+    case IR_OP_ATTENTION_VL: {   /* the key lengths (data) take no gradient */
+        if (c->needs[o.in[3]])
+            return pass_error(g, o.line, "give the key lengths as data (an i32 input), not computed from params",
+                              "%s: gradients with respect to the key lengths are not supported", o.name);
+        int a[7] = {dy, o.in[0], o.in[1], o.in[2], o.out[0], o.out[1], o.in[3]};
+        contribute_n(c, 3, o.in, IR_OP_ATTENTION_VL_BWD, 7, a);
+        break;
+    }
     case IR_OP_ADD:
         if (c->needs[x]) push(c, x, dy);
         if (c->needs[w]) push(c, w, dy);

@@ -158,13 +158,13 @@ double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
                       : o->kind == IR_OP_MATMUL_NT ? ext_prod(o, ext, 1, 0, 1)
                                                    : ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
         break;
-    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: {
+    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: case IR_OP_ATTENTION_VL: case IR_OP_ATTENTION_VL_BWD: {
         int64_t H, D, Hkv;
         att_heads(o, ext, &H, &D, &Hkv);
         double t = (double)ext_prod(o, ext, 0, nd0 - 2, nd0 - 1), sk = (double)ext[ir_anno_find(&o->anno, "s")];
         fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)H * t * sk * (double)D;
         if (o->iattr[IR_IA_CAUSAL]) fl /= 2;
-        if (o->kind == IR_OP_ATTENTION_BWD) fl *= 2;
+        if (IR_IS_ATT_BWD(o->kind)) fl *= 2;
         break;
     }
     default:
@@ -347,17 +347,19 @@ static void lower_subop(lctx *c, int si, int sec)
         pg_i(in, ext_prod(o, ext, 2, 1, 2)); put_acc(c, in, acc, sec);
         break;
     case IR_OP_ATTENTION:
-    case IR_OP_ATTENTION_BWD: { /* q[*, t, (h r d)], k[*, s, (h d)]: B T H D causal (acc) Hkv S (bwd: max(T, S)) */
+    case IR_OP_ATTENTION_BWD:
+    case IR_OP_ATTENTION_VL:
+    case IR_OP_ATTENTION_VL_BWD: { /* q[*, t, (h r d)], k[*, s, (h d)]: B T H D causal (acc) Hkv S (bwd: max(T, S)) */
         int64_t H, D, Hkv, T = ext_prod(o, ext, 0, nd0 - 2, nd0 - 1), S = ext[ir_anno_find(&o->anno, "s")];
         att_heads(o, ext, &H, &D, &Hkv);
         pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, T);
         pg_i(in, H); pg_i(in, D); pg_i(in, o->iattr[IR_IA_CAUSAL]);
-        if (o->kind == IR_OP_ATTENTION_BWD) put_acc(c, in, acc, sec);
+        if (IR_IS_ATT_BWD(o->kind)) put_acc(c, in, acc, sec);
         pg_i(in, Hkv); pg_i(in, S);
-        if (o->kind == IR_OP_ATTENTION_BWD) pg_i(in, T > S ? T : S);
+        if (IR_IS_ATT_BWD(o->kind)) pg_i(in, T > S ? T : S);
         /* ALiBi: the rank's first query head in the layer (q's box), the layer's heads */
         pg_i(in, o->iattr[IR_IA_ALIBI]);
-        pg_i(in, c->d->pt[s->in[o->kind == IR_OP_ATTENTION ? 0 : 1]].box.lo[nd0 - 1] / D);
+        pg_i(in, c->d->pt[s->in[IR_IS_ATT(o->kind) ? 0 : 1]].box.lo[nd0 - 1] / D);
         pg_i(in, o->iattr[IR_IA_HEADS]);
         break;
     }
@@ -383,7 +385,8 @@ static void lower_subop(lctx *c, int si, int sec)
     }
     switch (o->kind) {
     case IR_OP_MSE_LOSS: case IR_OP_MSE_BWD: case IR_OP_XENT_LOSS: case IR_OP_XENT_VP_BWD:
-    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: case IR_OP_MEAN: case IR_OP_MEAN_BWD:
+    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: case IR_OP_ATTENTION_VL: case IR_OP_ATTENTION_VL_BWD:
+    case IR_OP_MEAN: case IR_OP_MEAN_BWD:
         pg_f(in, (float)o->fattr[IR_FA_SCALE]);
         break;
     case IR_OP_LAYERNORM:

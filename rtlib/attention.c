@@ -23,6 +23,10 @@
  * With ALiBi (alibi = 1) every score gets -m_h |t - s| before the softmax,
  * m_h the slope of the layer's query head hoff + h of Htot (rt_alibi_slope).
  *
+ * With key lengths (attention_vl: lens, one i32 per row b) row b's queries
+ * see only its keys s < lens[b] (a padded batch: the rest are padding); a
+ * row with none gives Y = 0 and lse = -inf, and its keys' gradients 0.
+ *
  * No T x S matrix is ever stored: the tiles live in the calling thread's
  * scratch (rt_scratch, after matmul's pack buffers).  Heads are independent
  * and split across the pool's threads; each head is computed the same way
@@ -44,7 +48,8 @@ typedef struct at_job {
     int64_t hoff, Htot;     /* ALiBi: global index of query head 0, heads of the whole layer */
     int acc;                /* backward: 1 adds into dq, dk, dv */
     float scale;            /* multiplies q . k */
-    void *const *b;         /* the kernel's buffers */
+    void *const *b;         /* the kernel's buffers (attention's, attention_bwd's order) */
+    const int32_t *lens;    /* attention_vl: row b's keys s < lens[b] are seen; NULL: all S */
 } at_job;
 
 /* A head's view: its rows are ld floats apart, its key/value head's ldk. */
@@ -72,7 +77,8 @@ static at_head at_head_of(const at_job *j, int64_t bh)
     int64_t b = bh / j->H, h = bh % j->H, ld = j->H * j->D, ldk = j->Hkv * j->D;
     int64_t g = h / (j->H / j->Hkv);
     float slope = j->alibi ? rt_alibi_slope(j->hoff + h, j->Htot) : 0.0f;
-    return (at_head){j->T, j->S, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->S * ldk + g * j->D, slope};
+    int64_t S = j->lens && j->lens[b] < j->S ? j->lens[b] : j->S;   /* (the keys row b sees; lens checked >= 0) */
+    return (at_head){j->T, S, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->S * ldk + g * j->D, slope};
 }
 
 /* Keys of block [s0, s0 + kb) that query t sees. */
@@ -100,9 +106,16 @@ static void at_fwd_head(const at_job *j, int64_t bh, float *scratch)
     float *y = (float *)j->b[3] + hd.off, *lse = (float *)j->b[4] + hd.loff;
     float *S = scratch + RT_MM_SCRATCH_FLOATS;   /* RT_ATT_QB x RT_ATT_KB */
     int64_t T = hd.T, D = hd.D, ld = hd.ld, ldk = hd.ldk;
+    if (hd.S == 0) {   /* (a row whose keys are all padding) */
+        for (int64_t t = 0; t < T; t++) {
+            memset(y + t * ld, 0, (size_t)D * 4);
+            lse[t] = -INFINITY;
+        }
+        return;
+    }
     for (int64_t t0 = 0; t0 < T; t0 += RT_ATT_QB) {
         int64_t qb = T - t0 < RT_ATT_QB ? T - t0 : RT_ATT_QB;
-        int64_t kend = j->causal ? t0 + qb : hd.S;
+        int64_t kend = j->causal && t0 + qb < hd.S ? t0 + qb : hd.S;
         float m[RT_ATT_QB], l[RT_ATT_QB];   /* running row max and sum of exp */
         for (int64_t s0 = 0; s0 < kend; s0 += RT_ATT_KB) {
             int64_t kb = kend - s0 < RT_ATT_KB ? kend - s0 : RT_ATT_KB;
@@ -174,14 +187,14 @@ static void at_bwd_head(const at_job *j, int64_t bh, int first, float *scratch)
     if (!j->acc) {
         for (int64_t t = 0; t < T; t++)
             memset(dq + t * ld, 0, (size_t)D * 4);
-        for (int64_t s = 0; first && s < hd.S; s++) {
+        for (int64_t s = 0; first && s < j->S; s++) {   /* (all of them: keys past lens get 0) */
             memset(dk + s * ldk, 0, (size_t)D * 4);
             memset(dv + s * ldk, 0, (size_t)D * 4);
         }
     }
     for (int64_t t0 = 0; t0 < T; t0 += RT_ATT_QB) {
         int64_t qb = T - t0 < RT_ATT_QB ? T - t0 : RT_ATT_QB;
-        int64_t kend = j->causal ? t0 + qb : hd.S;
+        int64_t kend = j->causal && t0 + qb < hd.S ? t0 + qb : hd.S;
         float drow[RT_ATT_QB];   /* sum_d dY Y = sum_s P dP, per query row */
         for (int64_t r = 0; r < qb; r++)
             drow[r] = at_dot(dy + (t0 + r) * ld, y + (t0 + r) * ld, D);
@@ -266,5 +279,34 @@ void rt_k_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const flo
     at_check(ctx, "attention_bwd", i, i[6], i[7], i + 9);
     at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
                 .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = b};
+    rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
+}
+
+void rt_att_check_lens(rt_ctx *ctx, const char *what, const int32_t *lens, int64_t B)
+{
+    for (int64_t r = 0; r < B; r++)
+        if (lens[r] < 0)
+            rt_fatal(ctx, 1, "%s: key length %d of row %lld is negative (the lengths are 0 .. S)", what,
+                     (int)lens[r], (long long)r);
+}
+
+void rt_k_attention_vl(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_check(ctx, "attention_vl", i, i[5], i[6], i + 7);
+    rt_att_check_lens(ctx, "attention_vl", b[3], i[0]);
+    void *bb[5] = {b[0], b[1], b[2], b[4], b[5]};   /* (attention's order) */
+    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[5], .S = i[6], .causal = (int)i[4],
+                .alibi = (int)i[7], .hoff = i[8], .Htot = i[9], .acc = 0, .scale = f[0], .b = bb, .lens = b[3]};
+    rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
+}
+
+void rt_k_attention_vl_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_check(ctx, "attention_vl_bwd", i, i[6], i[7], i + 9);
+    rt_att_check_lens(ctx, "attention_vl_bwd", b[6], i[0]);
+    void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};   /* (attention_bwd's order) */
+    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
+                .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = bb,
+                .lens = b[6]};
     rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
 }

@@ -222,6 +222,9 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
        P = max(T, S) (a row of dq and, for a key, of dk and dv) */
     [RT_KN_attention] = {CU_DEV, CU_GRID_WARPS, 128, {0, 1, 2}, -1, CU_CHK_ATT},
     [RT_KN_attention_bwd] = {CU_DEV, CU_GRID_WARPS, 128, {0, 8, 2}, -1, CU_CHK_ATT},
+    /* attention_vl, attention_vl_bwd: as attention, attention_bwd (the ints the same, lens a buffer) */
+    [RT_KN_attention_vl] = {CU_DEV, CU_GRID_WARPS, 128, {0, 1, 2}, -1, CU_CHK_ATT},
+    [RT_KN_attention_vl_bwd] = {CU_DEV, CU_GRID_WARPS, 128, {0, 8, 2}, -1, CU_CHK_ATT},
     /* place, slice: the box's elements */
     [RT_KN_place] = {CU_DEV, CU_GRID_BOX, 256, CU_NO_N, -1, CU_CHK_BOX},
     [RT_KN_slice] = {CU_DEV, CU_GRID_BOX, 256, CU_NO_N, -1, CU_CHK_BOX},
@@ -287,10 +290,10 @@ static int cu_custom_decode(const int64_t *i, int *nbuf, int *nint, int64_t *n, 
 {
     if (i[0] < 0 || i[0] >= CU_CUSTOM_MAX)
         return cu_refuse(err, errlen, "custom: section %lld outside [0, %d)", (long long)i[0], CU_CUSTOM_MAX);
-    if (i[1] < 1 || i[2] < 1 || i[1] > 6 || i[2] > 6 || i[1] + i[2] > RT_CUDA_MAXBUF)
+    if (i[1] < 1 || i[2] < 1 || i[1] > 6 || i[2] > 6 || i[1] + i[2] > RT_CUDA_CUSTOM_MAXOPS)
         return cu_refuse(err, errlen, "custom %lld: %lld inputs and %lld outputs (on the cuda target at most "
                          "%d operands, 6 of each)", (long long)i[0], (long long)i[1], (long long)i[2],
-                         RT_CUDA_MAXBUF);
+                         RT_CUDA_CUSTOM_MAXOPS);
     int pos = 4;
     for (int k = 0; k < i[1] + i[2]; k++) {
         int64_t nd = pos < RT_CUDA_MAXINT ? i[pos] : -1, numel = 1;
@@ -381,7 +384,7 @@ static int cu_preconditions(int kernel, const cu_launch *L, void *const *b, cons
     if ((L->flags & CU_CHK_VREAL) && i[3] < 1)
         return cu_refuse(err, errlen, "%s: Vreal %lld below 1", name, (long long)i[3]);
     if (L->flags & CU_CHK_ATT) {
-        int fw = kernel == RT_KN_attention;
+        int fw = kernel == RT_KN_attention || kernel == RT_KN_attention_vl;
         int64_t hkv = i[fw ? 5 : 6], s = i[fw ? 6 : 7];
         const int64_t *al = i + (fw ? 7 : 9);   /* alibi, hoff, Htot */
         if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||

@@ -653,6 +653,7 @@ typedef struct rt_ref_att {
     int64_t S;            /* keys */
     int alibi;            /* 1: scores get -m |t - s|, m the slope of layer head hoff + h of Htot */
     int64_t hoff, Htot;
+    const int32_t *lens;  /* attention_vl: row b sees keys s < lens[b]; NULL: all */
 } rt_ref_att;
 
 /* ALiBi's slope of head h of H, in double: with n the largest power of 2 <= H,
@@ -710,22 +711,26 @@ static double rt_ref_score(const rt_ref_att *a, const float *q, const float *k, 
 static double rt_ref_prob(const rt_ref_att *a, const float *q, const float *k, double lse,
                           int64_t b, int64_t t, int64_t s, int64_t h)
 {
-    if (a->causal && s > t)
+    if ((a->causal && s > t) || (a->lens && s >= a->lens[b]))
         return 0.0;
     return exp(rt_ref_score(a, q, k, b, t, s, h) - lse);
 }
 
-/* Per (b, h): S = scale q k^T (s <= t when causal), lse = logsumexp of S's rows,
- * Y = softmax(S) v. */
-void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* Per (b, h): S = scale q k^T (s <= t when causal; s < lens[b] with lens),
+ * lse = logsumexp of S's rows, Y = softmax(S) v (a row with no key: Y = 0,
+ * lse = -inf). */
+static void rt_ref_att_fwd(rt_ref_att a, const float *q, const float *k, const float *v, float *y, float *lse)
 {
-    const float *q = b[0], *k = b[1], *v = b[2];
-    float *y = b[3], *lse = b[4];
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9]};
     for (int64_t bb = 0; bb < a.B; bb++)
         for (int64_t h = 0; h < a.H; h++)
             for (int64_t t = 0; t < a.T; t++) {
                 int64_t ns = a.causal ? t + 1 : a.S;   /* visible keys */
+                if (a.lens && a.lens[bb] < ns) ns = a.lens[bb];
+                if (ns <= 0) {
+                    lse[(bb * a.H + h) * a.T + t] = -INFINITY;
+                    for (int64_t d = 0; d < a.D; d++) y[rt_ref_bthd(&a, bb, t, h, d)] = 0.0f;
+                    continue;
+                }
                 double mx = -INFINITY, sum = 0;
                 for (int64_t s = 0; s < ns; s++)
                     mx = fmax(mx, rt_ref_score(&a, q, k, bb, t, s, h));
@@ -742,6 +747,20 @@ void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float
             }
 }
 
+void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], NULL};
+    rt_ref_att_fwd(a, b[0], b[1], b[2], b[3], b[4]);
+}
+
+/* attention with key lengths: b q, k, v, lens, Y, lse. */
+void rt_ref_attention_vl(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_att_check_lens(ctx, "attention_vl", b[3], i[0]);
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], b[3]};
+    rt_ref_att_fwd(a, b[0], b[1], b[2], b[4], b[5]);
+}
+
 /* dS[t, s] = P[t, s] (dP[t, s] - Drow[t]) with dP = dY_t . v_s and Drow = dY_t . Y_t. */
 static double rt_ref_dscore(const rt_ref_att *a, void *const *b, int64_t bb, int64_t t,
                             int64_t s, int64_t h)
@@ -756,12 +775,10 @@ static double rt_ref_dscore(const rt_ref_att *a, void *const *b, int64_t bb, int
 /* Gradients of attention with P = exp(scale q k^T - lse) (masked):
  * dv = P^T dY, dq = scale dS k, dk = scale dS^T q; dk and dv of a key/value
  * head summed over its query heads. */
-void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+static void rt_ref_att_bwd(rt_ref_att a, void *const *b, int acc)
 {
     const float *dy = b[0], *q = b[1], *k = b[2], *lse = b[5];
     float *dq = b[6], *dk = b[7], *dv = b[8];
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11]};
-    int acc = (int)i[5];
     int64_t r = a.H / a.Hkv;
     for (int64_t bb = 0; bb < a.B; bb++)
         for (int64_t h = 0; h < a.H; h++)
@@ -788,6 +805,21 @@ void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const f
                     dk[o] = (float)((acc ? dk[o] : 0.0) + a.scale * gk);
                     dv[o] = (float)((acc ? dv[o] : 0.0) + gv);
                 }
+}
+
+void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], NULL};
+    rt_ref_att_bwd(a, b, (int)i[5]);
+}
+
+/* attention_bwd with key lengths: b dY, q, k, v, Y, lse, lens, dq, dk, dv. */
+void rt_ref_attention_vl_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_att_check_lens(ctx, "attention_vl_bwd", b[6], i[0]);
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], b[6]};
+    void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};
+    rt_ref_att_bwd(a, bb, (int)i[5]);
 }
 
 /* One ew operand of element k: a register or a buffer element. */

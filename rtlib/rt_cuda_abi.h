@@ -9,8 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RT_CUDA_MAXBUF 9    /* most buffer arguments of a kernel (attention_bwd) */
+#define RT_CUDA_MAXBUF 10   /* most buffer arguments of a kernel (attention_vl_bwd) */
 #define RT_CUDA_MAXINT 88   /* most int arguments (a custom op: 4 + 9 operands x (1 + 8 dims)) */
+#define RT_CUDA_CUSTOM_MAXOPS 9   /* a custom op's operands, inputs and outputs together */
 #define RT_CUDA_MAXFLT 6    /* float arguments (adamw: 5), one more for an 8-byte size */
 
 /* Device-side errors, in rt_cuda_state.err. */
@@ -49,8 +50,8 @@ typedef struct rt_cuda_args {
 _Static_assert(sizeof(rt_cuda_state) == 48, "rt_cuda_state must match nnsc_state");
 _Static_assert(offsetof(rt_cuda_state, red_count) == 20, "rt_cuda_state layout");
 _Static_assert(offsetof(rt_cuda_state, err_a) == 32, "rt_cuda_state layout");
-_Static_assert(sizeof(rt_cuda_args) == 816, "rt_cuda_args must match nnsc_args");
-_Static_assert(offsetof(rt_cuda_args, i) == 88, "rt_cuda_args layout");
-_Static_assert(offsetof(rt_cuda_args, f) == 792, "rt_cuda_args layout");
+_Static_assert(sizeof(rt_cuda_args) == 824, "rt_cuda_args must match nnsc_args");
+_Static_assert(offsetof(rt_cuda_args, i) == 96, "rt_cuda_args layout");
+_Static_assert(offsetof(rt_cuda_args, f) == 800, "rt_cuda_args layout");
 
 #endif

@@ -437,6 +437,8 @@ void rt_vexp_scale(const float *x, float mx, float shift, float scale, float *y,
 /* ALiBi's slope m of head h of H (attention.c): 2^(-8 (h+1) / H) for H a
  * power of 2, the paper's interleaving otherwise. */
 float rt_alibi_slope(int64_t h, int64_t H);
+/* attention_vl: stop unless every key length lens[0 .. B) is >= 0. */
+void rt_att_check_lens(rt_ctx *ctx, const char *what, const int32_t *lens, int64_t B);
 /* y = exp(a x - c); returns sum of y. */
 double rt_vexp_affine(const float *x, float a, float c, float *y, int64_t n);
 /* Forget the chosen implementation (after rt_isa_force). */

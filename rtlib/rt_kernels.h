@@ -136,6 +136,13 @@ RT_K(attention_bwd,   9,  12,   1, RT_B(6) | RT_B(7) | RT_B(8), 0, 5, "i0*i1*i2*
                                                                        P = max(T, S), alibi, hoff, Htot.  f: scale.  Gradients of attention (P recomputed
                                                                        from q, k, lse); dk, dv of a key/value head sum over its H / Hkv
                                                                        query heads, in head order. */
+RT_K(attention_vl,    6,  10,   1, RT_B(4) | RT_B(5), 0, -1, "i0*i1*i2*i3 i0*i6*i5*i3 i0*i6*i5*i3 i0 i0*i1*i2*i3 i0*i2*i1")
+                       /* b: q, k, v, lens (i32, B), Y, lse.  i, f: attention's.  attention where row b's queries see
+                          only its keys s < lens[b] (padding after them); a row with lens[b] = 0 gives Y = 0,
+                          lse = -inf.  A negative length is an error. */
+RT_K(attention_vl_bwd, 10, 12,   1, RT_B(7) | RT_B(8) | RT_B(9), 0, 5, "i0*i1*i2*i3 i0*i1*i2*i3 i0*i7*i6*i3 i0*i7*i6*i3 i0*i1*i2*i3 i0*i2*i1 i0 i0*i1*i2*i3 i0*i7*i6*i3 i0*i7*i6*i3")
+                       /* b: dY, q, k, v, Y, lse, lens, dq, dk, dv.  i, f: attention_bwd's.  Its gradients with
+                          attention_vl's mask: keys s >= lens[b] get dk = dv = 0 (+ acc). */
 RT_K(mean_mid,        2,   4,   1, RT_B(1), 0, 3, "i0*i1*i2 i0*i2")  /* b: X (R, T, C), Y (R, C).  i: R, T, C, acc.  f: scale.
                                                    Y[r, c] (+)= scale * sum_t X[r, t, c] (summed in t order in f32,
                                                    then scaled).  mean over the dim before the last. */

@@ -260,7 +260,7 @@ static void refused(const char *what, conf c, const char *want)
 static void test_launch_config(void)
 {
     static float buf[64];
-    void *b[9] = {buf, buf + 16, buf + 32, buf + 48, buf, buf, buf, buf, buf};
+    void *b[10] = {buf, buf + 16, buf + 32, buf + 48, buf, buf, buf, buf, buf, buf};
 
     /* grid-stride kernels: min(ceil(n / 256), 65535) blocks of 256 */
     expect("zero n=1000", cfg(RT_KN_zero, b, (int64_t[]){1000}), 4, 1, 256, 0);
@@ -471,7 +471,7 @@ static void test_launch_bounds(const char *tests_dir)
         return;
     }
     static float buf[64];
-    void *b[9] = {buf, buf + 16, buf + 32, buf + 48, buf, buf, buf, buf, buf};
+    void *b[10] = {buf, buf + 16, buf + 32, buf + 48, buf, buf, buf, buf, buf, buf};
     int64_t i[RT_CUDA_MAXINT];
     for (int k = 0; k < RT_KN_COUNT; k++) {
         for (int j = 0; j < RT_CUDA_MAXINT; j++)
@@ -487,8 +487,9 @@ static void test_launch_bounds(const char *tests_dir)
             i[5] = RT_EW_MEM + 1;
             i[6] = RT_EW_MEM + 0;
         }
-        if (k == RT_KN_attention || k == RT_KN_attention_bwd)
-            i[4] = 0, i[k == RT_KN_attention ? 7 : 9] = 0;   /* not causal, no ALiBi */
+        if (k == RT_KN_attention || k == RT_KN_attention_bwd || k == RT_KN_attention_vl ||
+            k == RT_KN_attention_vl_bwd)   /* not causal, no ALiBi */
+            i[4] = 0, i[k == RT_KN_attention || k == RT_KN_attention_vl ? 7 : 9] = 0;
         conf c = cfg(k, b, i);
         if (c.rc == -1 && strstr(c.err, "does not run on the device"))
             continue;

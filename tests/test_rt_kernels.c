@@ -536,10 +536,10 @@ static void kc_check(const kcall *c, const char *name, const int *outs, int nout
     for (int k = 0; k < nout; k++) {
         const float *a = c->f[outs[k]], *b = c->r[outs[k]];
         for (int64_t q = 0; q < c->sz[outs[k]]; q++) {
-            double d = fabs((double)a[q] - b[q]);
+            double d = a[q] == b[q] ? 0.0 : fabs((double)a[q] - b[q]);   /* (equal infinities: 0) */
             if (!(d <= md))
                 md = d;   /* NaN propagates as a failure */
-            mb = fmax(mb, fabs(b[q]));
+            if (isfinite(b[q])) mb = fmax(mb, fabs(b[q]));   /* (lse -inf: a row with no keys) */
         }
     }
     double e = md / mb;
@@ -775,6 +775,58 @@ static void att_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int
     free(lse);
 }
 
+/* attention_vl and its backward vs reference: row b sees keys s < lens[b],
+ * lens cycling over S, 0 (Y = 0, lse = -inf, its keys' gradients 0), 1, S/2
+ * and S - 1; with S = 0 given, S = T. */
+static void att_vl_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int64_t Hkv, int64_t S, int alibi)
+{
+    if (!S) S = T;
+    int64_t n = B * T * H * D, nk = B * S * Hkv * D, nl = B * H * T;
+    float sc[1] = {1.0f / sqrtf((float)D)};
+    char nm[160];
+    int32_t *lens = malloc((size_t)B * 4);
+    const int64_t pat[5] = {S, 0, 1, S / 2, S - 1};
+    for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)pat[b % 5];
+    kcall c;
+    int64_t sf[6] = {n, nk, nk, B, n, nl}, ifw[10] = {B, T, H, D, causal, Hkv, S, alibi, 1, H + 2};
+    kc_make(&c, 6, sf, -2, 2);
+    kc_set(&c, 3, (const float *)lens);
+    kc_run(&c, rt_k_attention_vl, rt_ref_attention_vl, ifw, sc);
+    snprintf(nm, sizeof nm, "attention_vl B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d%s", (long long)B,
+             (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, alibi ? " alibi" : "");
+    kc_check(&c, nm, (int[]){4, 5}, 2, 2e-5);
+    int zero = 1;   /* row 1 (lens 0): Y = 0, lse = -inf */
+    for (int64_t q = T * H * D; B > 1 && q < 2 * T * H * D; q++) zero &= c.f[4][q] == 0.0f;
+    for (int64_t q = H * T; B > 1 && q < 2 * H * T; q++) zero &= isinf(c.f[5][q]) && c.f[5][q] < 0;
+    check(zero, "%s: the row with no keys gives Y = 0 and lse = -inf", nm);
+    float *q = fdup(c.f[0], n), *k = fdup(c.f[1], nk), *v = fdup(c.f[2], nk);
+    float *y = fdup(c.f[4], n), *lse = fdup(c.f[5], nl);
+    kc_free(&c);
+    for (int acc = 0; acc < 2; acc++) {
+        int64_t sb[10] = {n, n, nk, nk, n, nl, B, n, nk, nk};
+        int64_t ib[12] = {B, T, H, D, causal, acc, Hkv, S, T > S ? T : S, alibi, 1, H + 2};
+        kc_make(&c, 10, sb, -1, 1);
+        kc_set(&c, 1, q);
+        kc_set(&c, 2, k);
+        kc_set(&c, 3, v);
+        kc_set(&c, 4, y);
+        kc_set(&c, 5, lse);
+        kc_set(&c, 6, (const float *)lens);
+        kc_run(&c, rt_k_attention_vl_bwd, rt_ref_attention_vl_bwd, ib, sc);
+        snprintf(nm, sizeof nm, "attention_vl_bwd B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d%s",
+                 (long long)B, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, acc,
+                 alibi ? " alibi" : "");
+        kc_check(&c, nm, (int[]){7, 8, 9}, 3, 5e-5);
+        kc_free(&c);
+    }
+    free(lens);
+    free(q);
+    free(k);
+    free(v);
+    free(y);
+    free(lse);
+}
+
 static void test_attention(void)
 {
     for (int causal = 0; causal < 2; causal++) {
@@ -796,6 +848,14 @@ static void test_attention(void)
     att_case(1, 150, 4, 8, 1, 1, 2, 0, 1);
     att_case(2, 37, 6, 16, 0, 1, 2, 0, 1);
     att_case(2, 20, 3, 8, 0, 1, 3, 45, 1);
+    /* key lengths: causal and not, several tiles, grouped-query, cross-attention, ALiBi */
+    for (int causal = 0; causal < 2; causal++) {
+        att_vl_case(5, 37, 3, 16, causal, 3, 0, 0);
+        att_vl_case(5, 150, 4, 8, causal, 2, 0, 0);
+        att_vl_case(5, 20, 2, 8, causal, 1, 0, 1);
+    }
+    att_vl_case(5, 37, 3, 16, 0, 3, 100, 0);
+    att_vl_case(5, 20, 2, 8, 0, 2, 7, 0);
 }
 
 /* xent with Vreal < V: the padding columns change nothing and get gradient 0. */
@@ -1214,6 +1274,36 @@ static void fd_attention(int causal, int64_t Hkv, int64_t S, int alibi)
         free(all[a]);
 }
 
+/* attention_vl_bwd's dq, dk, dv vs central differences of L = sum W Y, row
+ * 0 seeing 3 of S = 5 keys, row 1 none. */
+static void fd_attention_vl(int causal)
+{
+    const int64_t B = 2, T = 5, H = 2, D = 3, S = 5, Hkv = 2, n = B * T * H * D, nk = B * S * Hkv * D;
+    float *q = fbuf(n, -1, 1), *k = fbuf(nk, -1, 1), *v = fbuf(nk, -1, 1), *W = fbuf(n, -1, 1);
+    float *y = fbuf(n, 0, 1), *lse = fbuf(B * H * T, 0, 1);
+    float *dq = fbuf(n, 0, 1), *dk = fbuf(nk, 0, 1), *dv = fbuf(nk, 0, 1);
+    int32_t lens[2] = {3, 0};
+    float sc[1] = {0.7f};
+    int64_t ifw[10] = {B, T, H, D, causal, Hkv, S, 0, 0, 2};
+    int64_t ib[12] = {B, T, H, D, causal, 0, Hkv, S, T, 0, 0, 2};
+    void *bf[6] = {q, k, v, lens, y, lse}, *bb[10] = {W, q, k, v, y, lse, lens, dq, dk, dv};
+    rt_k_attention_vl(NULL, bf, ifw, sc);
+    rt_k_attention_vl_bwd(NULL, bb, ib, sc);
+    double eq = fd_check(rt_k_attention_vl, bf, ifw, sc, q, n, dq, W, y, n);
+    double ek = fd_check(rt_k_attention_vl, bf, ifw, sc, k, nk, dk, W, y, n);
+    double ev = fd_check(rt_k_attention_vl, bf, ifw, sc, v, nk, dv, W, y, n);
+    int masked = 1;   /* keys 3, 4 of row 0 and all of row 1: no gradient */
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t x = 0; x < Hkv * D; x++)
+            for (int64_t b = 0; b < B; b++)
+                if (b == 1 || s >= 3) masked &= dk[(b * S + s) * Hkv * D + x] == 0 && dv[(b * S + s) * Hkv * D + x] == 0;
+    check(fmax(eq, fmax(ek, ev)) < 2e-3 && masked, "attention_vl_bwd causal=%d vs central differences: dq %.2e, "
+          "dk %.2e, dv %.2e; the padding keys' dk, dv 0: %s", causal, eq, ek, ev, masked ? "yes" : "NO");
+    float *all[9] = {q, k, v, W, y, lse, dq, dk, dv};
+    for (int a = 0; a < 9; a++)
+        free(all[a]);
+}
+
 /* layernorm_bwd (dX) and layernorm_wgrad (dw, dbias) vs central differences. */
 static void fd_layernorm(void)
 {
@@ -1560,6 +1650,8 @@ int main(int argc, char **argv)
     }
     fd_attention(0, 2, 8, 0);   /* cross-attention: more keys than queries */
     fd_attention(0, 1, 3, 0);   /* fewer */
+    fd_attention_vl(0);
+    fd_attention_vl(1);
     fd_layernorm();
     fd_rmsnorm();
     fd_rope();

@@ -349,8 +349,10 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         s->grid = MOCK_GRID_FIXED, s->gx = i[0];
         break;
     case RT_KN_attention:
-    case RT_KN_attention_bwd: {   /* i: B, T, H, D, causal (, acc), Hkv, S (, P = max(T, S)) */
-        int fw = K == RT_KN_attention;
+    case RT_KN_attention_bwd:
+    case RT_KN_attention_vl:
+    case RT_KN_attention_vl_bwd: {   /* i: B, T, H, D, causal (, acc), Hkv, S (, P = max(T, S)) */
+        int fw = K == RT_KN_attention || K == RT_KN_attention_vl;
         int64_t rows = mock_mul(mock_mul(i[0], i[1]), i[2]);   /* B*T*H: q, Y, lse rows */
         int64_t hkv = i[fw ? 5 : 6], S = i[fw ? 6 : 7];
         const int64_t *al = i + (fw ? 7 : 9);   /* alibi, hoff, Htot */
@@ -402,7 +404,7 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
             return -1;
         break;
     case RT_KN_custom: {   /* i: row nin nout acc, then per operand ndim and its extents */
-        if (i[0] != ew_id || i[1] < 1 || i[2] < 1 || i[1] + i[2] > RT_CUDA_MAXBUF) {
+        if (i[0] != ew_id || i[1] < 1 || i[2] < 1 || i[1] + i[2] > RT_CUDA_CUSTOM_MAXOPS) {
             snprintf(why, wl, "custom: row %" PRId64 " (entry %" PRId64 "), %" PRId64 " inputs, %" PRId64
                      " outputs", i[0], ew_id, i[1], i[2]);
             return -1;
