@@ -18,8 +18,10 @@
  * are the known case of a gradient that is zero in exact arithmetic (they
  * stayed at their constant init: rounding noise, docs/testing.md).
  */
+#define _XOPEN_SOURCE 700   /* nftw */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <math.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -366,6 +368,14 @@ static void report_failed(const char *what, const char *dir, int rc, int logged,
     quote_stderr(dir, 8);
 }
 
+/* nftw callback: remove one entry (files before their directories). */
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
 /* Build, run and compare (fe_verify, after the spec has been read). */
 static int verify_run(const fe_opts *o, int ndev, const char *model, const vtrain *vt)
 {
@@ -431,25 +441,9 @@ static int verify_run(const fe_opts *o, int ndev, const char *model, const vtrai
     if (!r1 && !rn) bad += compare_weights(d1, dn, o->weight_tol, vt);
     else printf("final weights: not compared (a run failed)\n");
     printf("verify: %s\n", bad ? "FAILED" : "OK");
-    if (!o->keep && !bad) {
-        /* remove what we made; keep it when something disagreed */
-        char cmdpath[4300];
-        const char *sub[] = {d1, dn};
-        for (int i = 0; i < 2; i++) {
-            const char *files[] = {"launch", "plan.txt", "log.txt", "stderr.txt", "final.safetensors",
-                                   "kernels/nnsc_kernels.cu", "kernels"};
-            for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
-                snprintf(cmdpath, sizeof cmdpath, "%s/%s", sub[i], files[k]);
-                remove(cmdpath);
-            }
-            for (int r = 0; r < ndev; r++) {
-                snprintf(cmdpath, sizeof cmdpath, "%s/rank%d", sub[i], r);
-                remove(cmdpath);
-            }
-            rmdir(sub[i]);
-        }
-        rmdir(root);
-    }
+    if (!o->keep && !bad)   /* remove the temporary tree we made (every build's files); keep it when
+                               something disagreed */
+        nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     free(l1);
     free(ln);
     return bad ? 1 : 0;

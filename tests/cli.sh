@@ -144,8 +144,13 @@ expect_rc 2 "a rank rejects an unknown flag" "$tmp/a/rank0" --frobnicate
 "$tmp/a/launch" --frobnicate >/dev/null 2>&1 && no "launch passes a failing rank's status" || ok "launch exits non-zero when ranks fail"
 
 # verify explains the known zero-gradient case: gpt2-tiny's attention key
-# biases differ by ~100% between the runs, yet stayed at their init (0)
-expect_rc 0 "verify gpt2-tiny dp2" "$nn" verify "$top/examples/gpt2-tiny.ini" --devices 2 --steps 5
+# biases differ by ~100% between the runs, yet stayed at their init (0);
+# and when it passes it leaves nothing in TMPDIR (every build's files removed:
+# the suite runs it hundreds of times)
+mkdir -p "$tmp/vtmp"
+expect_rc 0 "verify gpt2-tiny dp2" env TMPDIR="$tmp/vtmp" "$nn" verify "$top/examples/gpt2-tiny.ini" --devices 2 --steps 5
+[[ -z $(ls -A "$tmp/vtmp") ]] && ok "  ... and leaves nothing in TMPDIR" ||
+  no "verify left in TMPDIR: $(find "$tmp/vtmp" | head -n 8 | tr '\n' ' ')"
 grep -q "h.0.k_b, h.1.k_b, h.2.k_b and h.3.k_b differ by [0-9]*-[0-9]*% between the runs" "$tmp/out" &&
   grep -q "yet stayed at their init (0)" "$tmp/out" && grep -q "gradient that is zero in exact" "$tmp/out" &&
   ! grep -q "note:" "$tmp/out" && ok "  ... names the key biases and why their difference means nothing" ||

@@ -94,11 +94,12 @@ want cli && run "viewops" "$top/tests/viewops.sh"
 [[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"
 [[ -f $top/tests/cuda_ops.sh ]] && (want cli || want cuda) && run "cuda_ops" "$top/tests/cuda_ops.sh"
 if want equiv; then
+  mkdir -p "$log/verify"   # verify's temporary builds (a failed one keeps its own: reported, then removed with the log)
   while read -r spec devs extra; do
     [[ -z $spec || $spec == \#* ]] && continue
     eval "args=($extra)"   # the list quotes values that hold blanks
     name="$(basename "$spec" .ini)-$devs${extra:+-$(printf '%s' "$extra" | tr -cs 'A-Za-z0-9=.' '_' | cut -c1-60)}"
-    run "equiv/$name" "$build/nnsc-aot" verify "$top/$spec" --devices "$devs" "${args[@]}"
+    run "equiv/$name" env TMPDIR="$log/verify" "$build/nnsc-aot" verify "$top/$spec" --devices "$devs" "${args[@]}"
   done <"$top/tests/equiv.list"
 fi
 
