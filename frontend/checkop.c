@@ -426,7 +426,9 @@ int fe_check_op(const fe_opts *o)
         rc = 2;
         goto out;
     }
-    char dir[] = "/tmp/nnsc-checkop-XXXXXX";
+    char dir[4096];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/nnsc-checkop-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) {
         fprintf(stderr, "nnsc-aot: error: cannot make a temporary directory: %s\n", strerror(errno));
         rc = 1;
@@ -492,9 +494,7 @@ int fe_check_op(const fe_opts *o)
     }
     for (int k = 0; k < io->nin; k++) free(in[k]);
     for (int k = 0; k < nh; k++) dlclose(handles[k]);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "nnsc-aot: warning: could not remove %s\n", dir);
+    if (fe_rm_tree(dir)) fprintf(stderr, "nnsc-aot: warning: could not remove %s\n", dir);
     if (!rc) {
         printf("check-op: %s\n", failed ? "FAILED" : "OK");
         rc = failed ? 1 : 0;

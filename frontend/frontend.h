@@ -135,6 +135,9 @@ int fe_target_check(const fe_opts *o);
 /* verify.c: build 1-device and N-device programs, run both, compare.
  * Returns the exit status. */
 int fe_verify(const fe_opts *o);
+/* Remove the tree at dir (a temporary directory the compiler made); 0, or -1
+ * when something stayed. */
+int fe_rm_tree(const char *dir);
 /* nnsc-aot check-op SPEC NAME: a custom op's kernel and annotation against
  * its unsplit runs and finite differences; 0 ok, 1 a check failed, 2 bad input. */
 int fe_check_op(const fe_opts *o);

@@ -381,8 +381,10 @@ static int pack(const fe_opts *o, const char *spec, int n, int K, int rounds, in
 
 int fe_profile(const fe_opts *o)
 {
-    char dir[] = "/tmp/nnsc-profile-XXXXXX";
-    if (!mkdtemp(dir)) {
+    char dir[1024];
+    const char *tmp = getenv("TMPDIR");
+    if (snprintf(dir, sizeof dir, "%.900s/nnsc-profile-XXXXXX", tmp && *tmp ? tmp : "/tmp") >= (int)sizeof dir ||
+        !mkdtemp(dir)) {
         fprintf(stderr, "nnsc-aot: error: cannot make a temporary directory\n");
         return 1;
     }
@@ -494,10 +496,6 @@ fail:
     fprintf(stderr, "nnsc-aot: error: a calibration run failed (logs in %s)\n", dir);
     return 1;
 out:
-    {   /* (a run that failed keeps its logs: fail) */
-        char cmd[4200];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) rc = 1;
-    }
+    if (fe_rm_tree(dir)) rc = 1;   /* (a run that failed keeps its logs: fail) */
     return rc;
 }

@@ -376,6 +376,12 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return 0;
 }
 
+int fe_rm_tree(const char *dir)
+{
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return access(dir, F_OK) == 0 ? -1 : 0;
+}
+
 /* Build, run and compare (fe_verify, after the spec has been read). */
 static int verify_run(const fe_opts *o, int ndev, const char *model, const vtrain *vt)
 {
@@ -443,7 +449,7 @@ static int verify_run(const fe_opts *o, int ndev, const char *model, const vtrai
     printf("verify: %s\n", bad ? "FAILED" : "OK");
     if (!o->keep && !bad)   /* remove the temporary tree we made (every build's files); keep it when
                                something disagreed */
-        nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        fe_rm_tree(root);
     free(l1);
     free(ln);
     return bad ? 1 : 0;
