@@ -489,6 +489,9 @@ int fe_check_op(const fe_opts *o)
             else printf("  (the gradients against finite differences: nnsc-aot check-op %s %s)\n", o->spec,
                         g.cust[main_id].name);
         }
+    } else if (!rc && g.cust[main_id].ngrad > 0) {
+        printf("  (the backward is built-in ops, grad =: check-op does not run them; nnsc-aot verify checks the "
+               "training they give)\n");
     } else if (!rc) {
         printf("  (no backward: no gradient check)\n");
     }

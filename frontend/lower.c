@@ -467,6 +467,139 @@ static int anno_side(const char *p, const char *end, int *rank)
     return n + 1;
 }
 
+/* May a custom op's grad = use built-in op kind k?  The ops that need no
+ * keys of a spec (heads, first, ...) and are not losses or updates. */
+static int grad_kind_ok(int k)
+{
+    if (k < 0 || k == IR_OP_CUSTOM || k == IR_OP_MSE_BWD || (ir_ops[k].flags & (OPF_LOSS | OPF_OPTIM))) return 0;
+    return (ir_ops[k].flags & OPF_ELTW) || k == IR_OP_MATMUL || k == IR_OP_MATMUL_NT || k == IR_OP_MATMUL_TN ||
+           k == IR_OP_BIAS_ADD || k == IR_OP_BIAS_GRAD || k == IR_OP_ADD_BCAST || k == IR_OP_SUM_LEAD ||
+           k == IR_OP_TRANSPOSE || k == IR_OP_SOFTMAX || k == IR_OP_SOFTMAX_BWD;
+}
+
+/* A comma-separated list of names from [p, e) into out[] (at most max, each
+ * owned by the graph); their count, or -1 (an empty name, too many). */
+static int grad_names(fe_lw *L, const char *p, const char *e, const char **out, int max)
+{
+    int n = 0;
+    while (p < e) {
+        const char *c = memchr(p, ',', (size_t)(e - p));
+        const char *q = c ? c : e, *a = p, *b = q;
+        while (a < b && (*a == ' ' || *a == '\t')) a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+        if (a == b || n == max) return -1;
+        char *nm = ir_xmalloc((size_t)(b - a) + 1);
+        memcpy(nm, a, (size_t)(b - a));
+        nm[b - a] = '\0';
+        out[n++] = ir_str(L->g, nm);
+        free(nm);
+        if (!c) break;
+        p = c + 1;
+        if (p == e) return -1;   /* (a trailing comma) */
+    }
+    return n;
+}
+
+/* Why grad may not write name o (known[0 .. nseed): the names it reads). */
+static const char *grad_taken_why(const char *const *known, int nseed, const char *o)
+{
+    for (int j = 0; j < nseed; j++)
+        if (!strcmp(known[j], o)) return "one of the names grad reads (dy, x1, y1, ...)";
+    return "which an op before it already writes (each name is written once)";
+}
+
+/* grad = OP; OP; ...: custom op c's backward as built-in ops, each `KIND
+ * IN, IN -> OUT, OUT` over the names dy (dy1 .. dym with several outputs),
+ * x1 .. xn, y1 .. ym and the outputs before it; dx1 .. dxn are the inputs'
+ * gradients (docs/custom-ops.md).  0, or 2 after a message at the key. */
+static int parse_grad(fe_lw *L, const fe_section *sec, const fe_kv *kv, ir_custom *c)
+{
+    char clip[96], hint[1024], w[64];
+    const char *known[3 * IR_MAXIO + IR_MAXGRADOPS * IR_MAXIO];
+    int nknown = 0;
+    char *own_names = ir_xmalloc(64 * (size_t)(3 * IR_MAXIO));   /* (the seeded names) */
+    for (int k = 0; k < c->nout; k++, nknown++) {
+        snprintf(own_names + 64 * nknown, 64, c->nout == 1 ? "dy" : "dy%d", k + 1);
+        known[nknown] = ir_str(L->g, own_names + 64 * nknown);
+    }
+    for (int k = 0; k < c->nin; k++, nknown++) known[nknown] = ir_str(L->g, (snprintf(w, sizeof w, "x%d", k + 1), w));
+    for (int k = 0; k < c->nout; k++, nknown++) known[nknown] = ir_str(L->g, (snprintf(w, sizeof w, "y%d", k + 1), w));
+    free(own_names);
+    int nseed = nknown;
+    snprintf(hint, sizeof hint, "grad = KIND IN, IN -> OUT; KIND ... with the names dy%s, x1%s, y1%s, the outputs "
+             "of the ops before, and dx1%s for the inputs' gradients; KIND a built-in op without keys (e.g. mul, "
+             "silu_bwd, matmul_nt), e.g. grad = mul dy, x2 -> dx1; mul dy, x1 -> dx2", c->nout > 1 ? "1 .. dym" : "",
+             c->nin > 1 ? " .. xn" : "", c->nout > 1 ? " .. ym" : "", c->nin > 1 ? " .. dxn" : "");
+    c->ngrad = 0;
+    c->grad_line = kv->line ? kv->line : sec->line;
+    for (const char *p = kv->val; *p;) {
+        const char *e = strchr(p, ';');
+        if (!e) e = p + strlen(p);
+        while (p < e && (*p == ' ' || *p == '\t')) p++;
+        if (p == e)
+            return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad has an empty op (two ';' in a row?)",
+                               c->name);
+        if (c->ngrad == IR_MAXGRADOPS)
+            return fe_kv_error(L->s, sec, kv, "write the backward as another [custom] section (backward = NAME)",
+                               "custom op '%s': grad has more than %d ops", c->name, IR_MAXGRADOPS);
+        ir_gradop *op = &c->grad[c->ngrad];
+        int opn = c->ngrad + 1;
+        size_t kl = strcspn(p, " \t");
+        if (p + kl > e) kl = (size_t)(e - p);
+        snprintf(w, sizeof w, "%.*s", (int)(kl < 63 ? kl : 63), p);
+        op->kind = ir_op_lookup(w);
+        if (!grad_kind_ok(op->kind))
+            return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad op %d: '%s' is %s", c->name, opn,
+                               fe_clip(w, clip, sizeof clip), op->kind < 0 ? "not a built-in op kind" :
+                               "not a built-in op that grad may use (losses, updates and ops with keys may not)");
+        const char *arrow = strstr(p + kl, "->");
+        if (!arrow || arrow >= e)
+            return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad op %d (%s) has no '->'", c->name, opn, w);
+        op->nin = grad_names(L, p + kl, arrow, op->in, IR_MAXIO);
+        op->nout = grad_names(L, arrow + 2, e, op->out, IR_MAXIO);
+        if (op->nin != ir_ops[op->kind].nin || op->nout != ir_ops[op->kind].nout)
+            return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad op %d (%s) takes %d input%s and makes %d "
+                               "output%s (`%s`), written with %d and %d", c->name, opn, w, ir_ops[op->kind].nin,
+                               ir_ops[op->kind].nin == 1 ? "" : "s", ir_ops[op->kind].nout,
+                               ir_ops[op->kind].nout == 1 ? "" : "s", ir_ops[op->kind].anno, op->nin, op->nout);
+        for (int k = 0; k < op->nin; k++) {
+            int found = 0;
+            for (int j = 0; j < nknown && !found; j++) found = !strcmp(known[j], op->in[k]);
+            if (!found)
+                return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad op %d (%s) reads '%s', which is none "
+                                   "of its names nor an output of an op before it", c->name, opn, w,
+                                   fe_clip(op->in[k], clip, sizeof clip));
+        }
+        for (int k = 0; k < op->nout; k++) {
+            const char *o = op->out[k];
+            int taken = !fe_is_name(o) || strchr(o, '.');
+            for (int j = 0; j < nknown && !taken; j++) taken = !strcmp(known[j], o);
+            if (taken)
+                return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad op %d (%s) writes '%s', %s", c->name,
+                                   opn, w, fe_clip(o, clip, sizeof clip), !fe_is_name(o) || strchr(o, '.') ?
+                                   "which is not a plain name (letters, digits, '_')" : grad_taken_why(known, nseed, o));
+            if (!strncmp(o, "dx", 2)) {
+                char *end;
+                long xi = strtol(o + 2, &end, 10);
+                if (*end || xi < 1 || xi > c->nin)
+                    return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad op %d (%s) writes '%s', but the "
+                                       "gradients are dx1 .. dx%d", c->name, opn, w, o, c->nin);
+            }
+            known[nknown++] = o;
+        }
+        c->ngrad++;
+        p = *e ? e + 1 : e;
+        if (*e && !*p)
+            return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad ends with ';'", c->name);
+    }
+    int any = 0;
+    for (int j = nseed; j < nknown; j++) any |= !strncmp(known[j], "dx", 2);
+    if (!any)
+        return fe_kv_error(L->s, sec, kv, hint, "custom op '%s': grad gives no gradient (no op writes dx1 .. dx%d)",
+                           c->name, c->nin);
+    return 0;
+}
+
 /* [custom NAME]  annotation = ..., cpu = FILE.c, backward = NAME, flops = F:
  * an op kind of the user's, its kernel a C function compiled with the
  * ranks (docs/custom-ops.md). */
@@ -552,6 +685,9 @@ static int lower_customs(fe_lw *L)
         const fe_section *sec = &L->s->sec[i];
         const fe_kv *bkv = is_kind(sec, "custom") ? fe_get(sec, "backward") : NULL;
         if (!bkv) continue;
+        if (fe_get(sec, "grad"))
+            return fe_kv_error(L->s, sec, fe_get(sec, "grad"), "keep one: backward = NAME (a kernel) or grad = ... "
+                               "(built-in ops)", "custom op '%s' has both backward and grad", sec->name);
         int me = -1, b = -1;
         for (int j = 0; j < g->ncust; j++) {
             if (strcmp(g->cust[j].name, sec->name) == 0) me = j;
@@ -580,6 +716,17 @@ static int lower_customs(fe_lw *L)
         }
         c->bwd = b;
         c->bwd_all = all;
+    }
+    /* grad = OP; OP; ...: the backward as built-in ops (not with backward =) */
+    for (int i = 0; i < L->s->nsec; i++) {
+        const fe_section *sec = &L->s->sec[i];
+        const fe_kv *gkv = is_kind(sec, "custom") ? fe_get(sec, "grad") : NULL;
+        if (!gkv) continue;
+        int me = -1;
+        for (int j = 0; j < g->ncust && me < 0; j++)
+            if (strcmp(g->cust[j].name, sec->name) == 0) me = j;
+        IR_ASSERT(me >= 0);
+        if (parse_grad(L, sec, gkv, &g->cust[me])) return 2;
     }
     return 0;
 }

@@ -42,7 +42,7 @@ static const fe_schema fe_schemas[] = {
     {"param", 1, 0, {"shape", "init", "dtype", "import", "import_transposed", "trainable"}, {"shape"}},
     {"op", 1, 0, {"kind", "in", "out", "heads", "kv_heads", "causal", "vocab", "eps", "theta", "shape", "attrs", "scale", "first", "alibi", "start", "stop", "groups"}, {"kind", "in", "out"}},
     {"block", 1, 0, {"repeat", "in", "out"}, {"repeat", "in", "out"}},
-    {"custom", 1, 0, {"annotation", "cpu", "cuda", "backward", "flops"}, {"annotation", "cpu"}},
+    {"custom", 1, 0, {"annotation", "cpu", "cuda", "backward", "grad", "flops"}, {"annotation", "cpu"}},
     {"train", 0, 0, {"loss", "optimizer", "lr", "weight_decay", "beta1", "beta2", "eps", "steps",
                      "micro_batches", "data", "data_period", "eval_data", "eval_every", "eval_steps",
                      "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype", "recycle"}, {"loss"}},

@@ -348,6 +348,17 @@ typedef struct ir_profile {
 /* A [custom NAME] section of the spec (docs/custom-ops.md): an op the user
  * declares with its annotation and a C kernel compiled at compile time. */
 #define IR_MAXCUSTOM 32
+/* One op of a custom op's backward written as built-in ops ([custom] grad =):
+ * its kind and operands by name -- dy (dy1, dy2, ... with several outputs),
+ * x1 .. xn (the op's inputs), y1 .. ym (its outputs), the outputs of the
+ * ops before it; dx1 .. dxn are the inputs' gradients. */
+#define IR_MAXGRADOPS 12
+typedef struct ir_gradop {
+    int kind;                 /* a built-in IR_OP_* */
+    int nin, nout;
+    const char *in[IR_MAXIO], *out[IR_MAXIO];
+} ir_gradop;
+
 typedef struct ir_custom {
     const char *name;         /* NAME: the op kind in [op] sections and the kernel nnsc_custom_NAME */
     const char *anno;         /* annotation text (also the shape rule) */
@@ -360,6 +371,9 @@ typedef struct ir_custom {
                                  cpu target only */
     double flops;             /* FLOPs per element of output 0 (cost model) */
     int line;                 /* spec line of the section */
+    ir_gradop grad[IR_MAXGRADOPS]; /* grad =: the backward as built-in ops (ngrad > 0; then bwd = -1) */
+    int ngrad;
+    int grad_line;            /* the grad key's line */
 } ir_custom;
 
 typedef struct ir_graph {

@@ -179,6 +179,97 @@ static int backward_custom_all(agctx *c, const ir_op *o)
     return 0;
 }
 
+/* A custom op whose backward is built-in ops ([custom] grad =, ir_gradop):
+ * each added as written, over the op's gradients, inputs, outputs and the
+ * ops before it, without the custom op's attributes; dxK contributes to
+ * input K's gradient.  0, or 2 after a message at the grad key. */
+static int backward_custom_grad(agctx *c, const ir_op *o)
+{
+    ir_graph *g = c->g;
+    const ir_custom *cu = &g->cust[o->iattr[IR_IA_CUSTOM]];
+    int dys[IR_MAXIO];
+    if (cu->nout == 1) {
+        dys[0] = final_grad(c, o->out[0]);
+        if (dys[0] < 0) return 0;
+        set_grad(g, o->out[0], dys[0]);
+        int anyin = 0;
+        for (int k = 0; k < o->nin; k++) anyin |= c->needs[o->in[k]];
+        if (!anyin) return 0;
+    } else if (!output_grads(c, o, dys)) {
+        return 0;
+    }
+    const char *name[3 * IR_MAXIO + IR_MAXGRADOPS * IR_MAXIO];
+    int id[3 * IR_MAXIO + IR_MAXGRADOPS * IR_MAXIO], n = 0;
+    char seed[3 * IR_MAXIO][16];
+    for (int k = 0; k < o->nout; k++, n++) {
+        snprintf(seed[n], sizeof seed[n], o->nout == 1 ? "dy" : "dy%d", k + 1);
+        name[n] = seed[n], id[n] = dys[k];
+    }
+    for (int k = 0; k < o->nin; k++, n++) snprintf(seed[n], sizeof seed[n], "x%d", k + 1), name[n] = seed[n], id[n] = o->in[k];
+    for (int k = 0; k < o->nout; k++, n++) snprintf(seed[n], sizeof seed[n], "y%d", k + 1), name[n] = seed[n], id[n] = o->out[k];
+    for (int q = 0; q < cu->ngrad; q++) {
+        const ir_gradop *gop = &cu->grad[q];
+        int in[IR_MAXIO];
+        for (int k = 0; k < gop->nin; k++) {
+            in[k] = -1;
+            for (int j = 0; j < n && in[k] < 0; j++)
+                if (!strcmp(name[j], gop->in[k])) in[k] = id[j];
+            IR_ASSERT(in[k] >= 0);   /* (the frontend checked the names) */
+        }
+        char outn[IR_MAXIO][600];
+        const char *outs[IR_MAXIO];
+        for (int k = 0; k < gop->nout; k++) {
+            snprintf(outn[k], sizeof outn[k], "d.%s.%s", o->name, gop->out[k]);
+            outs[k] = outn[k];
+        }
+        char err[256];
+        int64_t ia[IR_MAXIATTR] = {0};
+        double fa[IR_MAXFATTR] = {0};
+        int op = ir_add_op_attr(g, outn[0], gop->kind, gop->nin, in, outs, ia, fa, 0, err, sizeof err);
+        if (op < 0) {
+            char ins[512] = "";
+            size_t u = 0;
+            for (int k = 0; k < gop->nin && u < sizeof ins; k++) {
+                const ir_tensor *t = &g->t[in[k]];
+                u += (size_t)snprintf(ins + u, sizeof ins - u, "%s%s [", k ? ", " : "", gop->in[k]);
+                for (int d = 0; d < t->ndim && u < sizeof ins; d++)
+                    u += (size_t)snprintf(ins + u, sizeof ins - u, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+                if (u < sizeof ins) u += (size_t)snprintf(ins + u, sizeof ins - u, "]");
+            }
+            return pass_error(g, cu->grad_line, "each grad op must fit its annotation (docs/model-spec.md); the "
+                              "names' shapes here", "%s: custom op %s's grad op %d (%s on %s): %s", o->name, cu->name,
+                              q + 1, ir_ops[gop->kind].name, ins, err);
+        }
+        ir_op *no = &g->op[op];
+        no->phase = IR_PH_BWD;
+        no->fwd = c->fwd;
+        no->block = g->op[c->fwd].block;
+        no->rep = g->op[c->fwd].rep;
+        for (int k = 0; k < gop->nout; k++) name[n] = gop->out[k], id[n++] = g->op[op].out[k];
+    }
+    for (int k = 0; k < o->nin; k++) {
+        if (!c->needs[o->in[k]]) continue;
+        char dx[16];
+        snprintf(dx, sizeof dx, "dx%d", k + 1);
+        int t = -1;
+        for (int j = 0; j < n && t < 0; j++)
+            if (!strcmp(name[j], dx)) t = id[j];
+        if (t < 0)
+            return pass_error(g, cu->grad_line, "add an op writing it, or make the input data that needs no gradient",
+                              "%s: input %d (%s) of custom op %s needs a gradient, and its grad writes no %s", o->name,
+                              k + 1, g->t[o->in[k]].name, cu->name, dx);
+        const ir_tensor *xt = &g->t[o->in[k]], *dt = &g->t[t];
+        int same = xt->ndim == dt->ndim;
+        for (int d = 0; d < xt->ndim && same; d++) same = xt->shape[d] == dt->shape[d];
+        if (!same)
+            return pass_error(g, cu->grad_line, "dxK must have input K's shape", "%s: custom op %s's grad gives %s "
+                              "a shape other than input %d's (%s)", o->name, cu->name, dx, k + 1, xt->name);
+        g->t[t].kind = IR_T_GRAD;
+        push(c, o->in[k], t);
+    }
+    return 0;
+}
+
 /* A custom op without a backward taking every output's gradient: an
  * error (1) when an output past the first reaches the loss. */
 static int custom_outputs_only_1(agctx *c, const ir_op *o)
@@ -201,6 +292,7 @@ static int backward(agctx *c, int oi)
     c->fwd = oi;
     if (o.kind == IR_OP_CUSTOM && g->cust[o.iattr[IR_IA_CUSTOM]].bwd >= 0 && g->cust[o.iattr[IR_IA_CUSTOM]].bwd_all)
         return backward_custom_all(c, &o);
+    if (o.kind == IR_OP_CUSTOM && g->cust[o.iattr[IR_IA_CUSTOM]].ngrad > 0) return backward_custom_grad(c, &o);
     if (o.kind == IR_OP_SPLIT) {   /* dx = the outputs' gradients side by side */
         int a[2];
         if (output_grads(c, &o, a)) contribute(c, o.in[0], IR_OP_CONCAT, 2, a);
