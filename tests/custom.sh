@@ -262,6 +262,12 @@ if "$nn" "$spec" -o "$tmp/cu1" -q --target cuda && "${mockenv[@]}" "$tmp/cu1/ran
    grep -qE "nnsc-mock-cuda: .*kernels=.*custom:[1-9]" "$tmp/cu1.log"; then
   ok "cuda target: custom.ini's swiglu and swiglu_bwd as CUDA kernels (NVRTC), launched under the driver double: the cpu build's losses (8 steps, 1e-5)"
 else no "cuda target, custom.ini: $(tail -n 3 "$tmp/cu1.log")"; fi
+# ... and with grad = built-in ops: the forward launches the user's kernel, the gradients the library's
+if "$nn" "$gspec" -o "$tmp/cug" -q --target cuda && "${mockenv[@]}" "$tmp/cug/rank0" --steps 8 >"$tmp/cug.log" 2>&1 &&
+   "$tmp/g1/rank0" --steps 8 >"$tmp/cpug8.log" 2>&1 && same_losses "$tmp/cug.log" "$tmp/cpug8.log" 8 &&
+   grep -qE "nnsc-mock-cuda: .*kernels=.*custom:[1-9]" "$tmp/cug.log"; then
+  ok "cuda target: custom_grad.ini (a CUDA forward kernel, the gradients as built-in kernels) under the driver double: the cpu build's losses (8 steps, 1e-5)"
+else no "cuda target, custom_grad.ini: $(tail -n 3 "$tmp/cug.log")"; fi
 # tp 2 on two (double) GPUs: the norm's kernels on each rank's rows, sqsum's partial sums all-reduced, attrs
 norm=$top/tests/equiv/custom_norm.ini
 if "$nn" "$norm" -o "$tmp/cun" -q --target cuda --devices 2 --set plan.policy=tp &&

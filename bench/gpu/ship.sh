@@ -62,6 +62,7 @@ CASES=(
   "vocab-pad|examples/gpt2-tiny.ini|--set 'op loss.vocab=100' --set 'input targets.data=int 100'|1e-4|1e-3"
   "slice|tests/equiv/slice.ini||1e-4|1e-3"
   "custom|tests/equiv/custom.ini||1e-4|1e-3"
+  "custom-grad|tests/equiv/custom_grad.ini||1e-4|1e-3"
   "custom-norm|tests/equiv/custom_norm.ini||1e-4|1e-3"
 )
 
