@@ -4,32 +4,27 @@
 # and every mistake in a [custom] section or its C file is a clear exit 2.
 . "$(dirname "$0")/lib.sh" custom
 spec=$top/tests/equiv/custom.ini
+same_losses() {   # LOG_A LOG_B STEPS: the per-step losses within 1e-5 relative
+  python3 - "$@" <<'PY'
+import re, sys
+a, b = ([float(x) for x in re.findall(r"^step \d+/\d+ loss (\S+)", open(f).read(), re.M)] for f in sys.argv[1:3])
+assert len(a) == len(b) == int(sys.argv[3]), (a, b)
+worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
+assert worst <= 1e-5, worst
+PY
+}
 
 # custom.ini is swiglu.ini with silu and mul as one custom op: the same losses on 1 device
 "$nn" "$spec" -o "$tmp/c1" -q && "$nn" "$top/tests/equiv/swiglu.ini" -o "$tmp/s1" -q || no "build custom.ini / swiglu.ini"
 "$tmp/c1/launch" --steps 10 >"$tmp/c1.log" 2>&1 && "$tmp/s1/launch" --steps 10 >"$tmp/s1.log" 2>&1 || no "run them"
-if python3 - "$tmp/c1.log" "$tmp/s1.log" <<'PY'
-import re, sys
-a, b = ([float(x) for x in re.findall(r"^step \d+/\d+ loss (\S+)", open(f).read(), re.M)] for f in sys.argv[1:])
-assert len(a) == len(b) == 10, (a, b)
-worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
-print(f"largest relative loss difference {worst:.2e}")
-assert worst <= 1e-5, worst
-PY
+if same_losses "$tmp/c1.log" "$tmp/s1.log" 10
 then ok "custom swiglu (a C kernel) trains like the built-in silu and mul (10 steps, losses within 1e-5)"
 else no "custom.ini and swiglu.ini disagree: $(tail -n 2 "$tmp/c1.log") / $(tail -n 2 "$tmp/s1.log")"; fi
 
 # custom_grad.ini: the same op with its backward as built-in ops (grad =): custom.ini's losses
 gspec=$top/tests/equiv/custom_grad.ini
 "$nn" "$gspec" -o "$tmp/g1" -q && "$tmp/g1/launch" --steps 10 >"$tmp/g1.log" 2>&1 || no "build or run custom_grad.ini"
-if python3 - "$tmp/g1.log" "$tmp/c1.log" <<'PY'
-import re, sys
-a, b = ([float(x) for x in re.findall(r"^step \d+/\d+ loss (\S+)", open(f).read(), re.M)] for f in sys.argv[1:])
-assert len(a) == len(b) == 10, (a, b)
-worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
-print(f"largest relative loss difference {worst:.2e}")
-assert worst <= 1e-5, worst
-PY
+if same_losses "$tmp/g1.log" "$tmp/c1.log" 10
 then ok "grad = built-in ops (mul, silu_bwd, silu) trains like the C backward kernel (10 steps, losses within 1e-5)"
 else no "custom_grad.ini and custom.ini disagree: $(tail -n 2 "$tmp/g1.log") / $(tail -n 2 "$tmp/c1.log")"; fi
 "$nn" "$gspec" -o "$tmp/gtp" --devices 2 --set plan.policy=tp -q || no "custom_grad tp build"
@@ -37,44 +32,6 @@ grep -qE "^  d\.h\.0\.glu\.dx1 +silu_bwd +split" "$tmp/gtp/plan.txt" &&
   grep -qE "^  d\.h\.0\.glu\.dx2 +mul +split" "$tmp/gtp/plan.txt" &&
   ok "tp: the grad ops are built-ins the planner splits (plan.txt)" ||
   no "custom_grad tp plan: $(grep -E 'glu' "$tmp/gtp/plan.txt" | head -4)"
-# ... a wrong grad is a clear exit 2: at the key when it reads wrong, at the op's use when the shapes do not fit
-gedit() { sed "s|cpu = custom_swiglu.c|cpu = $top/tests/equiv/custom_swiglu.c|; s|cuda = custom_swiglu.cu|cuda = $top/tests/equiv/custom_swiglu.cu|" \
-  "$gspec" >"$tmp/$1.ini"; python3 - "$tmp/$1.ini" "$2" "$3" <<'PY'
-import sys
-p, a, b = sys.argv[1:]
-s = open(p).read()
-assert s.count(a) == 1, a
-open(p, "w").write(s.replace(a, b, 1))
-PY
-}
-gedit gkind "silu_bwd dyu, x1" "swish dyu, x1"
-expect_rc 2 "grad with an unknown op kind" "$nn" "$tmp/gkind.ini" -o "$tmp/e"
-says "custom op 'swiglu': grad op 2: 'swish' is not a built-in op kind" "grad kind"
-gedit gloss "silu x1 -> s" "mse_loss x1, x2 -> s"
-expect_rc 2 "grad with a loss" "$nn" "$tmp/gloss.ini" -o "$tmp/e"
-says "'mse_loss' is not a built-in op that grad may use" "grad loss"
-gedit gname "mul dy, s -> dx2" "mul dy, t -> dx2"
-expect_rc 2 "grad reading an unknown name" "$nn" "$tmp/gname.ini" -o "$tmp/e"
-says "grad op 4 (mul) reads 't', which is none of its names nor an output of an op before it" "grad name"
-gedit gnin "silu x1 -> s" "silu x1, x2 -> s"
-expect_rc 2 "grad with the wrong inputs for an op" "$nn" "$tmp/gnin.ini" -o "$tmp/e"
-says "grad op 3 (silu) takes 1 input and makes 1 output" "grad arity"
-gedit gtwice "silu x1 -> s" "silu x1 -> dyu"
-expect_rc 2 "grad writing a name twice" "$nn" "$tmp/gtwice.ini" -o "$tmp/e"
-says "writes 'dyu', which an op before it already writes" "grad twice"
-gedit gdx "mul dy, s -> dx2" "mul dy, s -> dx3"
-expect_rc 2 "grad writing a gradient past the inputs" "$nn" "$tmp/gdx.ini" -o "$tmp/e"
-says "writes 'dx3', but the gradients are dx1 .. dx2" "grad dx"
-gedit gboth "flops = 6" $'flops = 6\nbackward = swiglu'
-expect_rc 2 "grad and backward together" "$nn" "$tmp/gboth.ini" -o "$tmp/e"
-says "custom op 'swiglu' has both backward and grad" "grad and backward"
-gedit gmiss "; mul dy, s -> dx2" ""
-expect_rc 2 "grad without an input's gradient" "$nn" "$tmp/gmiss.ini" -o "$tmp/e"
-says "(h.3.u) of custom op swiglu needs a gradient, and its grad writes no dx2" "grad missing dx"
-gedit gshape "mul dy, s -> dx2" "transpose s -> dx2"
-expect_rc 2 "grad giving a gradient of the wrong shape" "$nn" "$tmp/gshape.ini" -o "$tmp/e"
-says "custom op swiglu's grad gives dx2 a shape other than input 2's" "grad shape"
-
 # the planner splits it through its annotation: f under tp, its backward too
 "$nn" "$spec" -o "$tmp/tp" --devices 2 --set plan.policy=tp -q || no "tp build"
 grep -qE "^  h\.0\.glu +swiglu +split f /2 on 0,1" "$tmp/tp/plan.txt" &&
@@ -85,7 +42,7 @@ grep -qE "^  h\.0\.glu +swiglu +split f /2 on 0,1" "$tmp/tp/plan.txt" &&
 # mistakes: exit 2 at the line, saying what is wrong
 cp "$top/tests/equiv/custom_swiglu.c" "$top/tests/equiv/custom_swiglu.cu" "$tmp/"
 mk() { sed "s|cpu = custom_swiglu.c|cpu = $tmp/custom_swiglu.c|; s|cuda = custom_swiglu.cu|cuda = $tmp/custom_swiglu.cu|" \
-  "$spec" >"$tmp/$1.ini"; }
+  "${src:-$spec}" >"$tmp/$1.ini"; }   # (src: another spec than custom.ini)
 edit() { mk "$1"; python3 - "$tmp/$1.ini" "$2" "$3" <<'PY'
 import sys
 p, a, b = sys.argv[1:]
@@ -94,6 +51,35 @@ assert s.count(a) >= 1, a
 open(p, "w").write(s.replace(a, b, 1))
 PY
 }
+# ... a wrong grad is a clear exit 2: at the key when it reads wrong, at the op's use when the shapes do not fit
+src=$gspec edit gkind "silu_bwd dyu, x1" "swish dyu, x1"
+expect_rc 2 "grad with an unknown op kind" "$nn" "$tmp/gkind.ini" -o "$tmp/e"
+says "custom op 'swiglu': grad op 2: 'swish' is not a built-in op kind" "grad kind"
+src=$gspec edit gloss "silu x1 -> s" "mse_loss x1, x2 -> s"
+expect_rc 2 "grad with a loss" "$nn" "$tmp/gloss.ini" -o "$tmp/e"
+says "'mse_loss' is not a built-in op that grad may use" "grad loss"
+src=$gspec edit gname "mul dy, s -> dx2" "mul dy, t -> dx2"
+expect_rc 2 "grad reading an unknown name" "$nn" "$tmp/gname.ini" -o "$tmp/e"
+says "grad op 4 (mul) reads 't', which is none of its names nor an output of an op before it" "grad name"
+src=$gspec edit gnin "silu x1 -> s" "silu x1, x2 -> s"
+expect_rc 2 "grad with the wrong inputs for an op" "$nn" "$tmp/gnin.ini" -o "$tmp/e"
+says "grad op 3 (silu) takes 1 input and makes 1 output" "grad arity"
+src=$gspec edit gtwice "silu x1 -> s" "silu x1 -> dyu"
+expect_rc 2 "grad writing a name twice" "$nn" "$tmp/gtwice.ini" -o "$tmp/e"
+says "writes 'dyu', which an op before it already writes" "grad twice"
+src=$gspec edit gdx "mul dy, s -> dx2" "mul dy, s -> dx3"
+expect_rc 2 "grad writing a gradient past the inputs" "$nn" "$tmp/gdx.ini" -o "$tmp/e"
+says "writes 'dx3', but the gradients are dx1 .. dx2" "grad dx"
+src=$gspec edit gboth "flops = 6" $'flops = 6\nbackward = swiglu'
+expect_rc 2 "grad and backward together" "$nn" "$tmp/gboth.ini" -o "$tmp/e"
+says "custom op 'swiglu' has both backward and grad" "grad and backward"
+src=$gspec edit gmiss "; mul dy, s -> dx2" ""
+expect_rc 2 "grad without an input's gradient" "$nn" "$tmp/gmiss.ini" -o "$tmp/e"
+says "(h.3.u) of custom op swiglu needs a gradient, and its grad writes no dx2" "grad missing dx"
+src=$gspec edit gshape "mul dy, s -> dx2" "transpose s -> dx2"
+expect_rc 2 "grad giving a gradient of the wrong shape" "$nn" "$tmp/gshape.ini" -o "$tmp/e"
+says "custom op swiglu's grad gives dx2 a shape other than input 2's" "grad shape"
+
 edit name "[custom swiglu]" "[custom swi.glu]"
 expect_rc 2 "a custom op name that is not a C identifier" "$nn" "$tmp/name.ini" -o "$tmp/e"
 says "custom op name 'swi.glu' is not a C identifier" "name"
@@ -248,15 +234,6 @@ says "output 2 (h.3.p2) of custom op pair reaches the loss, but a custom op's ba
 # (bench/gpu/ship.sh runs the custom case on a GPU).
 mockenv=(env LD_LIBRARY_PATH="$build/tests/mock${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NNSC_THREADS=1 NNSC_TIMEOUT=30
          NNSC_MOCK_STATS=1 NNSC_MOCK_DEVICES=2)
-same_losses() {   # LOG_A LOG_B STEPS: the per-step losses within 1e-5 relative
-  python3 - "$@" <<'PY'
-import re, sys
-a, b = ([float(x) for x in re.findall(r"^step \d+/\d+ loss (\S+)", open(f).read(), re.M)] for f in sys.argv[1:3])
-assert len(a) == len(b) == int(sys.argv[3]), (a, b)
-worst = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b))
-assert worst <= 1e-5, worst
-PY
-}
 if "$nn" "$spec" -o "$tmp/cu1" -q --target cuda && "${mockenv[@]}" "$tmp/cu1/rank0" --steps 8 >"$tmp/cu1.log" 2>&1 &&
    "$tmp/c1/rank0" --steps 8 >"$tmp/cpu8.log" 2>&1 && same_losses "$tmp/cu1.log" "$tmp/cpu8.log" 8 &&
    grep -qE "nnsc-mock-cuda: .*kernels=.*custom:[1-9]" "$tmp/cu1.log"; then

@@ -1052,11 +1052,15 @@ static void ops_transpose(void)
  * != T queries: more and fewer, not causal). */
 static void ops_attention(void)
 {
-    static const int64_t sh[][7] = {   /* B, T, H, D, Hkv, S (0: T), ALiBi (heads 1 .. H of H + 2) */
-        {1, 1, 1, 1, 1, 0, 0}, {1, 2, 1, 1, 1, 0, 0}, {2, 5, 3, 8, 3, 0, 0}, {1, 33, 2, 64, 2, 0, 0},
-        {1, 17, 1, 256, 1, 0, 0}, {2, 70, 2, 24, 2, 0, 0}, {2, 19, 6, 16, 2, 0, 0}, {1, 40, 4, 32, 1, 0, 0},
-        {2, 19, 6, 16, 2, 45, 0}, {1, 33, 2, 64, 2, 7, 0}, {2, 3, 2, 8, 1, 1, 0}, {2, 19, 6, 16, 2, 0, 1},
-        {1, 33, 3, 32, 3, 12, 1}};
+    /* B, T, H, D, Hkv, S (0: T), ALiBi (heads 1 .. H of H + 2), key lengths (attention_vl: S, 0 -- Y = 0,
+       lse = -inf --, 1, S / 2 + 1, S - 1 over the rows) */
+    static const int64_t sh[][8] = {
+        {1, 1, 1, 1, 1, 0, 0, 0}, {1, 2, 1, 1, 1, 0, 0, 0}, {2, 5, 3, 8, 3, 0, 0, 0}, {1, 33, 2, 64, 2, 0, 0, 0},
+        {1, 17, 1, 256, 1, 0, 0, 0}, {2, 70, 2, 24, 2, 0, 0, 0}, {2, 19, 6, 16, 2, 0, 0, 0},
+        {1, 40, 4, 32, 1, 0, 0, 0}, {2, 19, 6, 16, 2, 45, 0, 0}, {1, 33, 2, 64, 2, 7, 0, 0}, {2, 3, 2, 8, 1, 1, 0, 0},
+        {2, 19, 6, 16, 2, 0, 1, 0}, {1, 33, 3, 32, 3, 12, 1, 0},
+        {5, 5, 3, 8, 3, 0, 0, 1}, {5, 19, 6, 16, 2, 0, 0, 1}, {5, 19, 6, 16, 2, 45, 0, 1}, {5, 33, 3, 32, 3, 12, 1, 1},
+        {5, 40, 2, 64, 2, 0, 1, 1}};
     for (int bwd = 0; bwd < 2; bwd++)
         for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
             for (int causal = 0; causal < (sh[s][5] ? 1 : 2); causal++)
@@ -1064,75 +1068,44 @@ static void ops_attention(void)
                     int64_t Bn = sh[s][0], T = sh[s][1], H = sh[s][2], D = sh[s][3], Hkv = sh[s][4];
                     int64_t S = sh[s][5] ? sh[s][5] : T, P = T > S ? T : S, al = sh[s][6];
                     int64_t n = Bn * T * H * D, nk = Bn * S * Hkv * D;
+                    int vl = (int)sh[s][7];
                     float scale = 1.0f / sqrtf((float)D);
                     char what[128];
                     snprintf(what, sizeof what, "B=%lld T=%lld S=%lld H=%lld D=%lld Hkv=%lld causal=%d%s",
                              (long long)Bn, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv,
                              causal, al ? " alibi" : "");
-                    if (!bwd) {
-                        if (!tc_begin("attention", "%s", what))
-                            continue;
-                        int q = tc_buf(TB_IN, "q", n, -1, 1), k = tc_buf(TB_IN, "k", nk, -1, 1);
-                        int v = tc_buf(TB_IN, "v", nk, -1, 1), y = tc_buf(TB_OUT, "Y", n, -1, 1);
-                        int lse = tc_buf(TB_OUT, "lse", Bn * H * T, -1, 1);
-                        tc_launch(RT_KN_attention, B(q, k, v, y, lse),
-                                  I(Bn, T, H, D, causal, Hkv, S, al, 1, H + 2), F(scale));
-                        tc_run();
-                        continue;
-                    }
+                    const char *name = bwd ? (vl ? "attention_vl_bwd" : "attention_bwd")
+                                           : (vl ? "attention_vl" : "attention");
                     /* one key: dq and dk are 0 up to rounding (P = 1) */
-                    if (S == 1 || !tc_begin("attention_bwd", "%s acc=%d", what, acc))
+                    if ((bwd && S == 1) || !(bwd ? tc_begin(name, "%s acc=%d", what, acc) : tc_begin(name, "%s", what)))
                         continue;
-                    int dy = tc_buf(TB_IN, "dY", n, -1, 1), q = tc_buf(TB_IN, "q", n, -1, 1);
+                    int lens = -1;
+                    if (vl) {
+                        lens = tc_tok("lens", Bn, 0, 1);
+                        const int64_t pat[5] = {S, 0, 1, S / 2 + 1, S - 1};
+                        for (int64_t r = 0; r < Bn; r++) ((int32_t *)tc.b[lens].host)[r] = (int32_t)pat[r % 5];
+                    }
+                    int dy = bwd ? tc_buf(TB_IN, "dY", n, -1, 1) : -1, q = tc_buf(TB_IN, "q", n, -1, 1);
                     int k = tc_buf(TB_IN, "k", nk, -1, 1), v = tc_buf(TB_IN, "v", nk, -1, 1);
-                    int y = tc_buf(TB_IN, "Y", n, 0, 0);
-                    int lse = tc_buf(TB_IN, "lse", Bn * H * T, 0, 0);
-                    int dq = tc_buf(TB_OUT, "dq", n, -1, 1), dk = tc_buf(TB_OUT, "dk", nk, -1, 1);
-                    int dv = tc_buf(TB_OUT, "dv", nk, -1, 1);
-                    tc_prep(RT_KN_attention, B(q, k, v, y, lse), I(Bn, T, H, D, causal, Hkv, S, al, 1, H + 2),
-                            F(scale));
-                    tc_launch(RT_KN_attention_bwd, B(dy, q, k, v, y, lse, dq, dk, dv),
-                              I(Bn, T, H, D, causal, acc, Hkv, S, P, al, 1, H + 2), F(scale));
-                    tc_run();
-                }
-    /* attention_vl and its backward: key lengths S, 0 (Y = 0, lse = -inf), 1, S / 2 + 1, S - 1 over
-       the rows: causal or not, grouped-query, cross-attention, ALiBi */
-    static const int64_t vl[][7] = {{5, 5, 3, 8, 3, 0, 0}, {5, 19, 6, 16, 2, 0, 0}, {5, 19, 6, 16, 2, 45, 0},
-                                    {5, 33, 3, 32, 3, 12, 1}, {5, 40, 2, 64, 2, 0, 1}};
-    for (int bwd = 0; bwd < 2; bwd++)
-        for (size_t s = 0; s < sizeof vl / sizeof vl[0]; s++)
-            for (int causal = 0; causal < (vl[s][5] ? 1 : 2); causal++)
-                for (int acc = 0; acc <= bwd; acc++) {
-                    int64_t Bn = vl[s][0], T = vl[s][1], H = vl[s][2], D = vl[s][3], Hkv = vl[s][4];
-                    int64_t S = vl[s][5] ? vl[s][5] : T, P = T > S ? T : S, al = vl[s][6];
-                    int64_t n = Bn * T * H * D, nk = Bn * S * Hkv * D;
-                    float scale = 1.0f / sqrtf((float)D);
-                    char what[128];
-                    snprintf(what, sizeof what, "B=%lld T=%lld S=%lld H=%lld D=%lld Hkv=%lld causal=%d%s%s",
-                             (long long)Bn, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv,
-                             causal, al ? " alibi" : "", bwd ? (acc ? " acc=1" : " acc=0") : "");
-                    if (!tc_begin(bwd ? "attention_vl_bwd" : "attention_vl", "%s", what))
-                        continue;
-                    int lens = tc_tok("lens", Bn, 0, 1);
-                    const int64_t pat[5] = {S, 0, 1, S / 2 + 1, S - 1};
-                    for (int64_t r = 0; r < Bn; r++) ((int32_t *)tc.b[lens].host)[r] = (int32_t)pat[r % 5];
-                    int q = tc_buf(TB_IN, "q", n, -1, 1), k = tc_buf(TB_IN, "k", nk, -1, 1);
-                    int v = tc_buf(TB_IN, "v", nk, -1, 1);
+                    int y = bwd ? tc_buf(TB_IN, "Y", n, 0, 0) : tc_buf(TB_OUT, "Y", n, -1, 1);
+                    int lse = bwd ? tc_buf(TB_IN, "lse", Bn * H * T, 0, 0) : tc_buf(TB_OUT, "lse", Bn * H * T, -1, 1);
+                    const int64_t *ifw = (const int64_t[]){Bn, T, H, D, causal, Hkv, S, al, 1, H + 2};
                     if (!bwd) {
-                        int y = tc_buf(TB_OUT, "Y", n, -1, 1), lse = tc_buf(TB_OUT, "lse", Bn * H * T, -1, 1);
-                        tc_launch(RT_KN_attention_vl, B(q, k, v, lens, y, lse),
-                                  I(Bn, T, H, D, causal, Hkv, S, al, 1, H + 2), F(scale));
+                        if (vl) tc_launch(RT_KN_attention_vl, B(q, k, v, lens, y, lse), 10, ifw, F(scale));
+                        else tc_launch(RT_KN_attention, B(q, k, v, y, lse), 10, ifw, F(scale));
                         tc_run();
                         continue;
                     }
-                    int dy = tc_buf(TB_IN, "dY", n, -1, 1), y = tc_buf(TB_IN, "Y", n, 0, 0);
-                    int lse = tc_buf(TB_IN, "lse", Bn * H * T, 0, 0);
                     int dq = tc_buf(TB_OUT, "dq", n, -1, 1), dk = tc_buf(TB_OUT, "dk", nk, -1, 1);
                     int dv = tc_buf(TB_OUT, "dv", nk, -1, 1);
-                    tc_prep(RT_KN_attention_vl, B(q, k, v, lens, y, lse),
-                            I(Bn, T, H, D, causal, Hkv, S, al, 1, H + 2), F(scale));
-                    tc_launch(RT_KN_attention_vl_bwd, B(dy, q, k, v, y, lse, lens, dq, dk, dv),
-                              I(Bn, T, H, D, causal, acc, Hkv, S, P, al, 1, H + 2), F(scale));
+                    const int64_t *ib = (const int64_t[]){Bn, T, H, D, causal, acc, Hkv, S, P, al, 1, H + 2};
+                    if (vl) {   /* (Y and lse from the reference forward) */
+                        tc_prep(RT_KN_attention_vl, B(q, k, v, lens, y, lse), 10, ifw, F(scale));
+                        tc_launch(RT_KN_attention_vl_bwd, B(dy, q, k, v, y, lse, lens, dq, dk, dv), 12, ib, F(scale));
+                    } else {
+                        tc_prep(RT_KN_attention, B(q, k, v, y, lse), 10, ifw, F(scale));
+                        tc_launch(RT_KN_attention_bwd, B(dy, q, k, v, y, lse, dq, dk, dv), 12, ib, F(scale));
+                    }
                     tc_run();
                 }
 }
