@@ -517,14 +517,10 @@ static int parse_grad(fe_lw *L, const fe_section *sec, const fe_kv *kv, ir_custo
     char clip[96], hint[1024], w[64];
     const char *known[3 * IR_MAXIO + IR_MAXGRADOPS * IR_MAXIO];
     int nknown = 0;
-    char *own_names = ir_xmalloc(64 * (size_t)(3 * IR_MAXIO));   /* (the seeded names) */
-    for (int k = 0; k < c->nout; k++, nknown++) {
-        snprintf(own_names + 64 * nknown, 64, c->nout == 1 ? "dy" : "dy%d", k + 1);
-        known[nknown] = ir_str(L->g, own_names + 64 * nknown);
+    for (; nknown < 2 * c->nout + c->nin; nknown++) {   /* dy .., x1 .., y1 .. */
+        ir_custom_grad_seed(c, nknown, w, sizeof w);
+        known[nknown] = ir_str(L->g, w);
     }
-    for (int k = 0; k < c->nin; k++, nknown++) known[nknown] = ir_str(L->g, (snprintf(w, sizeof w, "x%d", k + 1), w));
-    for (int k = 0; k < c->nout; k++, nknown++) known[nknown] = ir_str(L->g, (snprintf(w, sizeof w, "y%d", k + 1), w));
-    free(own_names);
     int nseed = nknown;
     snprintf(hint, sizeof hint, "grad = KIND IN, IN -> OUT; KIND ... with the names dy%s, x1%s, y1%s, the outputs "
              "of the ops before, and dx1%s for the inputs' gradients; KIND a built-in op without keys (e.g. mul, "

@@ -32,6 +32,13 @@ int ir_op_bwd_inputs(int kind, int *role)
     return n;
 }
 
+void ir_custom_grad_seed(const ir_custom *c, int k, char *buf, size_t n)
+{
+    if (k < c->nout) snprintf(buf, n, c->nout == 1 ? "dy" : "dy%d", k + 1);
+    else if (k < c->nout + c->nin) snprintf(buf, n, "x%d", k - c->nout + 1);
+    else snprintf(buf, n, "y%d", k - c->nout - c->nin + 1);
+}
+
 int ir_op_lookup(const char *name)
 {
     for (int k = 0; k < IR_OP_COUNT; k++)

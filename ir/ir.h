@@ -375,6 +375,10 @@ typedef struct ir_custom {
     int ngrad;
     int grad_line;            /* the grad key's line */
 } ir_custom;
+/* Name k of the names a custom op's grad ops read before their own outputs
+ * (ir_gradop): dy (dy1 .. dym), then x1 .. xn, then y1 .. ym, into buf;
+ * their count is 2 * nout + nin. */
+void ir_custom_grad_seed(const ir_custom *c, int k, char *buf, size_t n);
 
 typedef struct ir_graph {
     const char *model;        /* model name */

@@ -201,12 +201,11 @@ static int backward_custom_grad(agctx *c, const ir_op *o)
     const char *name[3 * IR_MAXIO + IR_MAXGRADOPS * IR_MAXIO];
     int id[3 * IR_MAXIO + IR_MAXGRADOPS * IR_MAXIO], n = 0;
     char seed[3 * IR_MAXIO][16];
-    for (int k = 0; k < o->nout; k++, n++) {
-        snprintf(seed[n], sizeof seed[n], o->nout == 1 ? "dy" : "dy%d", k + 1);
-        name[n] = seed[n], id[n] = dys[k];
+    for (; n < 2 * o->nout + o->nin; n++) {   /* dy .., x1 .., y1 .. (ir_custom_grad_seed's order) */
+        ir_custom_grad_seed(cu, n, seed[n], sizeof seed[n]);
+        name[n] = seed[n];
+        id[n] = n < o->nout ? dys[n] : n < o->nout + o->nin ? o->in[n - o->nout] : o->out[n - o->nout - o->nin];
     }
-    for (int k = 0; k < o->nin; k++, n++) snprintf(seed[n], sizeof seed[n], "x%d", k + 1), name[n] = seed[n], id[n] = o->in[k];
-    for (int k = 0; k < o->nout; k++, n++) snprintf(seed[n], sizeof seed[n], "y%d", k + 1), name[n] = seed[n], id[n] = o->out[k];
     for (int q = 0; q < cu->ngrad; q++) {
         const ir_gradop *gop = &cu->grad[q];
         int in[IR_MAXIO];
