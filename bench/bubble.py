@@ -2,7 +2,7 @@
 """bench/bubble.py TRACE-PREFIX P M SCHED [SKIP] -- the measured pipeline bubble
 from the --trace files of a P-rank pipeline run (one rank per stage).
 
-Reads TRACE-PREFIX-rank0.json .. -rank(P-1).json (rtlib/trace.c), and for
+Reads TRACE-PREFIX-rank0.json .. -rank(P-1).json (rtlib/base/trace.c), and for
 every step after the first SKIP: the step's span (first task begin to last
 task end over the ranks) and the busy time (sum of the task spans); the
 bubble is 1 - busy / (P * span).  Prints the medians of the span and the

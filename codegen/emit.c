@@ -38,7 +38,7 @@ static const char launch_cpu_head[] =
     "export NNSC_JOB=\"${NNSC_JOB:-nnsc-$$-$RANDOM$RANDOM}\"\n";
 
 /* The cuda head; printf arguments: world, model, architectures, world,
- * world.  Every rank gets the rendezvous address (rtlib/net.c) on this
+ * world.  Every rank gets the rendezvous address (rtlib/comm/net.c) on this
  * host; the port comes from $NNSC_MASTER_PORT or $MASTER_PORT, else it is
  * the first one nothing listens on from a pid-dependent start: connecting
  * with bash's /dev/tcp is refused on a free port (no other tool needed), the

@@ -5,7 +5,7 @@
  * bias_add then the residual add, gelu_bwd then an accumulating add, ... --
  * become one `ew` call (rtlib/rt_kernels.h, op codes in rtlib/rt_ew.h): one
  * pass over memory instead of one per kernel, one launch instead of several
- * on a GPU.  The CPU runs ew tile by tile (rtlib/kernels.c), the CUDA target
+ * on a GPU.  The CPU runs ew tile by tile (rtlib/cpu/kernels.c), the CUDA target
  * gets one generated kernel per distinct chain (codegen/cuda.c).
  *
  * A chain is a run of instructions of one section, each of them

@@ -97,7 +97,7 @@ RT_K(p2p,            1,   5,   0, 0, 0, -1, "?")  /* var. b: one buffer per op. 
                                              transfers at a task boundary.  Pairs with the peers' calls. */
 RT_K(mark,            0,   3,   0, 0, 0, -1, "")  /* i: what (0 F, 1 B, 2 W; + 3 (chunk + 1) for a model chunk's task),
                                               micro-batch, edge (0 begin, 1 end).  A
-                                              pipeline task's edge: recorded with --trace (rtlib/trace.c) */
+                                              pipeline task's edge: recorded with --trace (rtlib/base/trace.c) */
 RT_K(alltoall,        2,   2,   0, RT_B(1), 0, -1, "? ?")  /* b: send (size chunks of n floats), recv (same).  i: n, group.
                                                     member k's recv chunk j = member j's send chunk k. */
 RT_K(embedding,       3,   5,   0, RT_B(2), 0, 4, "i0 i2*i3 i0*i3")  /* b: tokens (i32, R), table (Vext, C), Y (R, C).  i: R, Vlo, Vext, C, acc.

@@ -13,7 +13,7 @@
 # cuda-target run with the cpu-target 1-device run of the same model:
 #
 #   doubles    the exported symbols are exactly what rtlib's backend resolves
-#              (rtlib/cuda_drv.h, nccl_api.h); mock_selftest: the doubles compute
+#              (rtlib/cuda/cuda_drv.h, nccl_api.h); mock_selftest: the doubles compute
 #              what rtlib's references compute and refuse what a GPU would not
 #              survive
 #   1 device   mlp and a small gpt2-tiny (token data, warmup + cosine lr,
@@ -158,19 +158,19 @@ if [[ ! -f $mock/libcuda.so.1 || ! -f $mock/libnccl.so.2 || ! -x $mock/mock_self
 fi
 
 # ---- the doubles export what rtlib's backend resolves, and nothing else
-want_cu=$(grep -o '^ *X(cu[A-Za-z0-9_]*' "$top/rtlib/cuda_drv.h" | sed 's/.*X(//' | sort)
-want_nc=$(grep -o 'nccl_[A-Za-z]*_fn' "$top/rtlib/nccl_api.h" | sed 's/^nccl_\(.*\)_fn$/nccl\1/' | sort -u)
+want_cu=$(grep -o '^ *X(cu[A-Za-z0-9_]*' "$top/rtlib/cuda/cuda_drv.h" | sed 's/.*X(//' | sort)
+want_nc=$(grep -o 'nccl_[A-Za-z]*_fn' "$top/rtlib/cuda/nccl_api.h" | sed 's/^nccl_\(.*\)_fn$/nccl\1/' | sort -u)
 have_cu=$(nm -D --defined-only "$mock/libcuda.so.1" | awk '{print $3}' | sort)
 have_nc=$(nm -D --defined-only "$mock/libnccl.so.2" | awk '{print $3}' | sort)
 extra_cu="cuEventElapsedTime_v2 cuGetExportTable nnsc_mock_check nnsc_mock_enter nnsc_mock_leave"
 exp_cu=$(printf '%s\n' $want_cu $extra_cu | sort -u)
 if [[ -n $want_cu && $have_cu == "$exp_cu" ]]; then
-  ok "libcuda.so.1 exports the $(wc -w <<<"$want_cu") functions of rtlib/cuda_drv.h, plus $extra_cu"
+  ok "libcuda.so.1 exports the $(wc -w <<<"$want_cu") functions of rtlib/cuda/cuda_drv.h, plus $extra_cu"
 else
   no "libcuda.so.1 exports: $(comm -3 <(echo "$exp_cu") <(echo "$have_cu") | tr -s ' \n\t' ' ')(left: wanted only, right: exported only)"
 fi
 if [[ -n $want_nc && $have_nc == "$want_nc" ]]; then
-  ok "libnccl.so.2 exports exactly the $(wc -w <<<"$want_nc") functions of rtlib/nccl_api.h"
+  ok "libnccl.so.2 exports exactly the $(wc -w <<<"$want_nc") functions of rtlib/cuda/nccl_api.h"
 else
   no "libnccl.so.2 exports: $(comm -3 <(echo "$want_nc") <(echo "$have_nc") | tr -s ' \n\t' ' ')"
 fi

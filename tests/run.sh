@@ -13,7 +13,8 @@
 #             hand-unrolled oracle (tests/recycle.sh), custom ops: a user's C kernel
 #             against the built-ins, their split, every mistake (tests/custom.sh), --init
 #             from a Hugging Face-named checkpoint (tests/hf_init.sh), the view ops
-#             (split, concat, transpose, split_heads, merge_heads: tests/viewops.sh)
+#             (split, concat, transpose, split_heads, merge_heads: tests/viewops.sh),
+#             rtlib's layers call nothing above them (tests/layers.sh)
 #   cuda      --target cuda without a GPU: NVRTC builds of every example, embedded
 #             cubins, linking, determinism, the no-driver failure (tests/cuda.sh);
 #             rtlib's CUDA backend against a mock driver (tests/cuda_mock.sh);
@@ -90,6 +91,7 @@ want cli && run "recycle" "$top/tests/recycle.sh"
 want cli && run "custom" "$top/tests/custom.sh"
 want cli && run "hf_init" "$top/tests/hf_init.sh"
 want cli && run "viewops" "$top/tests/viewops.sh"
+want cli && run "layers" "$top/tests/layers.sh"
 (want cli || want cuda) && run "cuda" "$top/tests/cuda.sh"
 [[ -f $top/tests/cuda_mock.sh ]] && (want cli || want cuda) && run "cuda_mock" "$top/tests/cuda_mock.sh"
 [[ -f $top/tests/cuda_ops.sh ]] && (want cli || want cuda) && run "cuda_ops" "$top/tests/cuda_ops.sh"

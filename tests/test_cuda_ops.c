@@ -1,7 +1,7 @@
 /* test_cuda_ops.c -- the op test of the CUDA kernels: every device kernel of
  * rtlib/rt_kernels.h, launched through rtlib's CUDA backend (rt_cuda_k) on
  * random inputs (fixed seed), against its scalar reference rt_ref_<name>
- * (rtlib/kernels_ref.c, lowp.c) run on host copies of the same inputs.
+ * (rtlib/cpu/kernels_ref.c, lowp.c) run on host copies of the same inputs.
  *
  *     tests/cuda_ops.sh [--gpu]            (the runner: docs/testing.md)
  *     build/tests/test_cuda_ops [--arch sm_XY[,sm_XY...]] [--only NAME]
@@ -63,7 +63,7 @@
 
 #include "codegen.h"
 #include "cuda.h"
-#include "cuda_drv.h"
+#include "cuda/cuda_drv.h"
 #include "rt_cuda_abi.h"
 #include "rt_ew.h"
 #include "rt_internal.h"

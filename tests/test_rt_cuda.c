@@ -1,4 +1,4 @@
-/* test_rt_cuda.c -- rtlib's CUDA backend (rtlib/dev_cuda.c), what can be
+/* test_rt_cuda.c -- rtlib's CUDA backend (rtlib/cuda/dev_cuda.c), what can be
  * checked without a GPU:
  *
  *   - rt_init_cuda with no driver on the library path: exit 2, "no CUDA
@@ -10,7 +10,7 @@
  *   - the launch configurations of docs/cuda.md for sample shapes, the
  *     host-side refusals, and every block size against the kernel's
  *     __launch_bounds__ in codegen/cuda.c;
- *   - rtlib/cuda_drv.h's constants and function types against the toolkit's
+ *   - rtlib/cuda/cuda_drv.h's constants and function types against the toolkit's
  *     cuda.h, when the toolkit is installed.
  *
  * Running kernels needs a device or the test double of libcuda (tests/mock/).
@@ -33,7 +33,7 @@
 #endif
 
 #include "check.h"
-#include "cuda_drv.h"
+#include "cuda/cuda_drv.h"
 #include "rt_cuda_abi.h"
 #include "rt_ew.h"
 #include "rt_internal.h"

@@ -1,4 +1,4 @@
-/* test_rt_lowp.c -- mixed precision on the CPU (rtlib/lowp.c): rounding to
+/* test_rt_lowp.c -- mixed precision on the CPU (rtlib/cpu/lowp.c): rounding to
  * bf16 and the matmul_bf16 kernel.
  *
  * Rounding: exact on every bf16 value, against an independent model (the
@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "rt_internal.h"
-#include "rt_lowp.h"
+#include "cpu/rt_lowp.h"
 
 /* ---- data helpers: rt_testdata.h */
 #define TD_SEED 4242

@@ -1,4 +1,4 @@
-/* test_rt_threads.c -- the kernel threads of a rank (rtlib/pool.c): the
+/* test_rt_threads.c -- the kernel threads of a rank (rtlib/cpu/pool.c): the
  * pool runs every part of a region exactly once, survives many regions in a
  * row and workers that fell asleep, splits ranges exactly; and every kernel
  * that runs on the pool gives the same results on 1, 2 and 3 threads

@@ -4,7 +4,7 @@
 #
 # gpt2-tiny as dp 32 x tp 4 (B 256), built and run for 2 steps, twice: every
 # rank must pass rt_finish's last barrier and the launch exit 0.  Before
-# rtlib/comm_shm.c counted a rank past that barrier as alive, a rank still
+# rtlib/comm/comm_shm.c counted a rank past that barrier as alive, a rank still
 # in it could read a peer's counter stale, find the peer exited and fail the
 # run ("peer rank N died in finish"): 3 of 3 such runs failed on this 2-core
 # machine.  About 15 s.  The sanitizer build skips it: 128 ranks under ASan

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """mkdata.py -- make token data files for nnsc-aot rank programs.
 
-Writes the llm.c token-file layout that rtlib/data.c reads: a header of 256
+Writes the llm.c token-file layout that rtlib/io/data.c reads: a header of 256
 little-endian int32 (magic 20240520, version 1, token count N, zeros), then
 N little-endian uint16 tokens.  Tokens are bytes (vocabulary 256): byte-level
 tokenisation needs no vocabulary file and fits any model with V >= 256.

@@ -7,7 +7,7 @@
  * streams and the queue of stream work.
  *
  * It exports exactly the driver functions rtlib's CUDA backend may use (the
- * list of rtlib/cuda_drv.h), with the signatures of cuda.h (included, so the
+ * list of rtlib/cuda/cuda_drv.h), with the signatures of cuda.h (included, so the
  * compiler checks them; cuEventElapsedTime under both its names), plus
  * cuGetExportTable, which answers "not supported" to NVRTC's probe (below),
  * and three nnsc_mock_* hooks for the NCCL double (mock_nccl.c).  What it
@@ -118,7 +118,7 @@ static const struct mock_errname {
      "too many resources requested for launch"},
     {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
-    /* never returned, but rtlib names them (rtlib/cuda_drv.h) */
+    /* never returned, but rtlib names them (rtlib/cuda/cuda_drv.h) */
     {CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
     {CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
      "the provided PTX was compiled with an unsupported toolchain."},

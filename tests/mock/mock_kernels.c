@@ -9,7 +9,7 @@
  *   buffer argument spans (the row's formula in rt_kernels.h, rt_kext.h;
  *   the kernel's own rule where it says `?`) and the block and grid of
  *   docs/cuda.md's table of launch configurations.
- * - mock_run_launch: rt_ref_<name> (rtlib/kernels_ref.c, lowp.c) on the
+ * - mock_run_launch: rt_ref_<name> (rtlib/cpu/kernels_ref.c, lowp.c) on the
  *   launch's arguments -- never the fast CPU kernels (rt_k_*) the cpu target
  *   runs -- with the device kernels' behaviour where it differs from the
  *   reference's (the state, bad targets, embedding_bwd's untouched rows).
@@ -441,7 +441,7 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
 
 /* -------------------------------------------------------- kernel runs */
 
-/* The scalar references, by kernel number (rtlib/kernels_ref.c). */
+/* The scalar references, by kernel number (rtlib/cpu/kernels_ref.c). */
 typedef void mock_ref_fn(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 static mock_ref_fn *const mock_refs[RT_KN_COUNT] = {
 #define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) rt_ref_##name,

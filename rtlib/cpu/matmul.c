@@ -39,7 +39,7 @@
 #define RT_HAVE_X86 1
 #endif
 
-#include "rt_internal.h"
+#include "cpu/rt_cpu.h"
 
 /* Register tile and cache blocks of one micro-kernel. */
 typedef struct mm_isa {

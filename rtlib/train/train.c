@@ -31,7 +31,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "rt_internal.h"
+#include "train/rt_train.h"
 
 /* ---- lr schedule */
 

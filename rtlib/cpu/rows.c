@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "rt_internal.h"
+#include "cpu/rt_cpu.h"
 
 #define RW_LANES 16   /* partial sums per row reduction */
 

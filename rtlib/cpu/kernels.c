@@ -1,5 +1,6 @@
 /* kernels.c -- the rt_k_* entry points that generated rank programs call:
- * elementwise kernels, losses, optimizers, copies, collectives.  (Row-wise
+ * elementwise kernels, losses, optimizers, copies.  (Collectives are in
+ * comm/coll.c, the data kernel in io/data.c.)  (Row-wise
  * kernels are in rows.c, attention in attention.c, matmul in matmul.c.)
  *
  * Each unpacks the argument arrays (conventions in rt_kernels.h) and runs
@@ -17,8 +18,8 @@
 #include <immintrin.h>
 #endif
 
+#include "cpu/rt_cpu.h"
 #include "rt_ew.h"
-#include "rt_internal.h"
 
 /* Run body(args, lo, hi, t) over [0, n) on the pool, elementwise-sized pieces. */
 static void rt_ew(rt_range_fn *body, rt_ctx *ctx, void *const *b, const int64_t *i,
@@ -66,11 +67,6 @@ static void rt_zero_range(const void *p, int64_t lo, int64_t hi, int t)
 void rt_k_zero(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_ew(rt_zero_range, ctx, b, i, f, i[0]);
-}
-
-void rt_k_data(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_data_box(ctx, b[0], i);
 }
 
 void rt_k_matmul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
@@ -314,67 +310,10 @@ void rt_k_adamw(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
     rt_ew(rt_adamw_range, ctx, b, i, fs, i[0]);
 }
 
-void rt_k_allreduce(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_allreduce(ctx, b[0], i[0], (int)i[1], 1);
-}
-
-void rt_k_allgather(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_allgather(ctx, b[0], b[1], i[0], (int)i[1], 1);
-}
-
-void rt_k_reducescatter(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_reducescatter(ctx, b[0], b[1], i[0], (int)i[1], 1);
-}
-
-void rt_k_broadcast(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_broadcast(ctx, b[0], i[0] * 4, (int)i[1], (int)i[2], 1);
-}
-
-void rt_k_sendrecv(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_sendrecv(ctx, b[0], b[1], i[0], (int)i[1], (int)i[2], (int)i[3], 1);
-}
-
-int rt_p2p_ops(rt_ctx *ctx, const int64_t *i, int *dir, int64_t *n, int *g, int *peer)
-{
-    int k = (int)i[0];
-    if (k < 1 || k > RT_P2P_MAX) rt_fatal(ctx, 1, "p2p with %lld ops (1 .. %d)", (long long)i[0], RT_P2P_MAX);
-    for (int j = 0; j < k; j++) {
-        dir[j] = (int)i[1 + 4 * j];
-        n[j] = i[2 + 4 * j];
-        g[j] = (int)i[3 + 4 * j];
-        peer[j] = (int)i[4 + 4 * j];
-    }
-    return k;
-}
-
-void rt_p2p_run(rt_ctx *ctx, void *const *b, const int64_t *i, int fast)
-{
-    int dir[RT_P2P_MAX], g[RT_P2P_MAX], peer[RT_P2P_MAX];
-    int64_t n[RT_P2P_MAX];
-    int k = rt_p2p_ops(ctx, i, dir, n, g, peer);
-    rt_comm_p2p(ctx, k, dir, b, n, g, peer, fast);
-}
-
-void rt_k_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    (void)f;
-    rt_p2p_run(ctx, b, i, 1);
-}
-
 void rt_k_mark(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     (void)b, (void)f;
     rt_trace_mark(ctx, i[0], i[1], i[2]);
-}
-
-void rt_k_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 1);
 }
 
 /* Read the per-dim triples (extent, lo, hi) of slice or place into shape,

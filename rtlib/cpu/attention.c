@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rt_internal.h"
+#include "cpu/rt_cpu.h"
 
 /* One attention call. */
 typedef struct at_job {

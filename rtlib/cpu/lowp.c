@@ -24,8 +24,8 @@
  */
 #include <string.h>
 
-#include "rt_internal.h"
-#include "rt_lowp.h"
+#include "cpu/rt_cpu.h"
+#include "cpu/rt_lowp.h"
 
 /* ---------------------------------------------------------------- rounding */
 

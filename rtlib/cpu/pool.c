@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rt_internal.h"
+#include "cpu/rt_cpu.h"
 
 #define RT_POOL_SPIN_S 2e-4   /* how long an idle worker spins before it sleeps */
 

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rt_internal.h"
+#include "base/rt_base.h"
 
 /* One event: what (0 F, 1 B, 2 W, each + 3 (chunk + 1) with model chunks;
  * -1 a step), micro-batch or step, 0 begin 1 end, time in microseconds. */
@@ -38,8 +38,8 @@ static void trace_add(rt_ctx *ctx, int what, int64_t id, int edge)
     rt_trace *t = ctx->trace;
     if (!t)
         return;
-    if (ctx->dev && what >= 0)
-        rt_dev_sync(ctx);
+    if (ctx->dev_sync && what >= 0)
+        ctx->dev_sync(ctx);   /* the cuda target: marks after the device work */
     if (t->n == t->cap) {
         int64_t cap = t->cap ? 2 * t->cap : 4096;
         rt_tevent *ev = realloc(t->ev, sizeof *ev * (size_t)cap);

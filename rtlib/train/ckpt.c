@@ -29,7 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "rt_internal.h"
+#include "train/rt_train.h"
 
 /* "DIR/NAME" into a malloc'ed string. */
 static char *ck_path(rt_ctx *ctx, const char *dir, const char *prefix, const char *name,

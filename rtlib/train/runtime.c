@@ -1,17 +1,12 @@
-/* runtime.c -- rt_init / rt_finish: flags, environment, the arena, errors.
+/* runtime.c -- rt_init / rt_finish: flags, environment, the arena.
  *
  * Errors in what the user gave (flags, environment, a manifest that does not
  * match the environment, bad data or checkpoint files) print one line and
  * exit with status 2; failures at run time (a dead peer, a write that fails)
- * exit with status 1.  rt_init also starts the kernel threads (pool.c), the
- * communicator (comm_shm.c), the token files (data.c) and the checkpoint
- * directory (ckpt.c); rt_finish writes the final weights and stops them.
- * The step loop's pieces are in train.c.
- *
- * Every message goes out with one write(2) (rt_fatal, rt_warn, rt_out): the
- * ranks of a job share a terminal or a pipe (out/launch filters their
- * stderr line by line), and a line written in pieces would mix with the
- * lines of the others.
+ * exit with status 1 (the messages: base/sys.c).  rt_init also starts the
+ * kernel threads (cpu/pool.c), the communicator (comm/comm_shm.c), the token
+ * files (io/data.c) and the checkpoint directory (ckpt.c); rt_finish writes
+ * the final weights and stops them.  The step loop's pieces are in train.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -22,122 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rt_internal.h"
-
-double rt_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-void rt_write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return;   /* nowhere to report it: the message is lost, not the run */
-        buf += n;
-        len -= (size_t)n;
-    }
-}
-
-#define RT_LINE_MAX 4096   /* a message line: PIPE_BUF, so a pipe takes it whole */
-
-/* "rank R: " (or "nnsc: ") + fmt + "\n" into one buffer, then one write to
- * stderr: lines of several ranks sharing a terminal or a pipe never mix. */
-static void rt_vline(const rt_ctx *ctx, const char *fmt, va_list ap)
-{
-    char line[RT_LINE_MAX];
-    int at = ctx && ctx->rank >= 0 ? snprintf(line, sizeof line, "rank %d: ", ctx->rank)
-                                   : snprintf(line, sizeof line, "nnsc: ");
-    int n = vsnprintf(line + at, sizeof line - (size_t)at, fmt, ap);
-    size_t len = (size_t)at + (n < 0 ? 0 : (size_t)n);
-    if (len > sizeof line - 2) {   /* cut: end with "..." */
-        len = sizeof line - 2;
-        memcpy(line + len - 3, "...", 3);
-    }
-    line[len++] = '\n';
-    fflush(stdout);   /* what rank 0 logged so far comes first */
-    fflush(stderr);
-    rt_write_all(fileno(stderr), line, len);
-}
-
-void rt_warn(const rt_ctx *ctx, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    rt_vline(ctx, fmt, ap);
-    va_end(ap);
-}
-
-void rt_out(const char *fmt, ...)
-{
-    char text[16384];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    fflush(stdout);
-    rt_write_all(fileno(stdout), text, (size_t)n < sizeof text ? (size_t)n : sizeof text - 1);
-}
-
-void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    rt_vline(ctx, fmt, ap);
-    va_end(ap);
-    if (ctx && ctx->comm)
-        rt_comm_free(ctx, 1);
-    if (ctx && ctx->nccl)
-        rt_nccl_free(ctx, 1);   /* abort: peers in a collective stop too */
-    if (ctx && ctx->net)
-        rt_net_free(ctx, 1);
-    exit(code);
-}
-
-void rt_assert_fail(const char *file, int line, const char *what)
-{
-    rt_warn(NULL, "%s:%d: rtlib internal error: %s", file, line, what);
-    abort();
-}
-
-#define RT_HUGE (2u << 20)   /* huge page size (x86-64) */
-
-/* Round bytes up to whole huge pages. */
-static size_t rt_huge_round(size_t bytes)
-{
-    return (bytes + RT_HUGE - 1) / RT_HUGE * RT_HUGE;
-}
-
-void *rt_big_alloc(size_t bytes)
-{
-    size_t len = rt_huge_round(bytes ? bytes : 1);
-    char *raw = mmap(NULL, len + RT_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
-    if (raw == MAP_FAILED)
-        return NULL;
-    char *p = (char *)(((uintptr_t)raw + RT_HUGE - 1) / RT_HUGE * RT_HUGE);
-    if (p > raw)
-        munmap(raw, (size_t)(p - raw));   /* the unaligned head ... */
-    if (p + len < raw + len + RT_HUGE)
-        munmap(p + len, (size_t)(raw + len + RT_HUGE - (p + len)));   /* ... and tail */
-#ifdef MADV_HUGEPAGE
-    madvise(p, len, MADV_HUGEPAGE);   /* a hint: without it, 4 KiB pages */
-#endif
-    return p;
-}
-
-void rt_big_free(void *p, size_t bytes)
-{
-    if (p)
-        munmap(p, rt_huge_round(bytes ? bytes : 1));
-}
+#include "train/rt_train.h"
 
 /* Write a zero into every 4 KiB page of bytes [lo, hi) of the block at p. */
 static void rt_touch_pages(const void *p, int64_t lo, int64_t hi, int t)

@@ -19,7 +19,7 @@
 #define RT_HAVE_X86 1
 #endif
 
-#include "rt_internal.h"
+#include "cpu/rt_cpu.h"
 
 #define VM_LOG2E 1.44269504088896341f
 #define VM_LN2_HI 0.693359375f          /* ln 2, high part (exact in few bits) */

@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "rt_internal.h"
+#include "io/rt_io.h"
 
 /* Largest single pread/pwrite; a heartbeat follows each (rt_comm_beat). */
 #define ST_IO_CHUNK (INT64_C(16) << 20)

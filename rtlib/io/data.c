@@ -31,7 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "rt_internal.h"
+#include "io/rt_io.h"
 
 /* One token file. */
 typedef struct dt_shard {
@@ -347,3 +347,124 @@ void rt_data_stream(rt_ctx *ctx, const rt_input *in, int64_t step, const int64_t
         b += m;
     }
 }
+
+/* ---- the data kernel: synthetic inputs from the counter-based streams
+ * (cpu/rng.c), stream inputs from the token files above.
+ *
+ * Synthetic evaluation batch e (data kernel step -1-e) is batch e mod P of
+ * the streams keyed with seed ^ RT_EVAL_SALT: held out from training. */
+
+#define RT_EVAL_SALT UINT64_C(0x6e6e73632d657661) /* "nnsc-eva": seed of evaluation batches */
+
+/* Check the data kernel's arguments; returns the input. */
+static const rt_input *rt_data_args(rt_ctx *ctx, const int64_t *i)
+{
+    if (i[0] < 0 || i[0] >= ctx->man.ninputs)
+        rt_fatal(ctx, 1, "data: input index %lld out of range (manifest has %d)",
+                 (long long)i[0], ctx->man.ninputs);
+    const rt_input *in = &ctx->man.inputs[i[0]];
+    if (i[2] != in->ndim)
+        rt_fatal(ctx, 1, "data: input %s: step %lld, ndim %lld (manifest says %d)", in->name,
+                 (long long)i[1], (long long)i[2], in->ndim);
+    for (int d = 0; d < in->ndim; d++) {
+        int64_t lo = i[3 + 2 * d], hi = i[4 + 2 * d];
+        if (lo < 0 || hi <= lo || hi > in->shape[d])
+            rt_fatal(ctx, 1, "data: input %s: box [%lld, %lld) of dim %d outside [0, %lld)",
+                     in->name, (long long)lo, (long long)hi, d, (long long)in->shape[d]);
+    }
+    return in;
+}
+
+/* Stream key and first counter of a synthetic input's batch for the data
+ * kernel's step (< 0: evaluation batch -1-step). */
+static void rt_data_base(const rt_ctx *ctx, const rt_input *in, int64_t step, uint64_t *key,
+                         uint64_t *base)
+{
+    int64_t batch = step >= 0 ? step : -1 - step;
+    *key = rt_rng_key(step >= 0 ? ctx->man.seed : ctx->man.seed ^ RT_EVAL_SALT, in->key);
+    *base = (uint64_t)(batch % in->period) * (uint64_t)rt_shape_numel(in->ndim, in->shape);
+}
+
+/* A stream input's box from the token files (data.c); ref: the reference reader. */
+static void rt_data_tokens(rt_ctx *ctx, const rt_input *in, void *dst, const int64_t *i, int ref)
+{
+    int64_t lo[2] = {i[3], i[5]}, hi[2] = {i[4], i[6]};
+    rt_data_stream(ctx, in, i[1], lo, hi, dst, ref);
+}
+
+/* Value of element j of an input's endless stream, stored as element q of dst. */
+static inline void rt_data_elem(const rt_input *in, uint64_t key, uint64_t j, void *dst,
+                                int64_t q)
+{
+    if (in->dist == RT_DIST_ZEROS)
+        ((float *)dst)[q] = 0.0f;
+    else if (in->dist == RT_DIST_NORMAL)
+        ((float *)dst)[q] = (float)rt_rng_normal(key, j);
+    else
+        ((int32_t *)dst)[q] = rt_rng_int(key, j, in->range);
+}
+
+/* rt_k_data, fast path: contiguous runs of the box. */
+void rt_data_box(rt_ctx *ctx, void *dst, const int64_t *i)
+{
+    const rt_input *in = rt_data_args(ctx, i);
+    if (in->dist == RT_DIST_STREAM) {
+        rt_data_tokens(ctx, in, dst, i, 0);
+        return;
+    }
+    int64_t lo[RT_MAXDIM], hi[RT_MAXDIM];
+    for (int d = 0; d < in->ndim; d++) {
+        lo[d] = i[3 + 2 * d];
+        hi[d] = i[4 + 2 * d];
+    }
+    uint64_t key, base;
+    rt_data_base(ctx, in, i[1], &key, &base);
+    rt_box_iter it;
+    rt_box_iter_init(&it, in->ndim, in->shape, lo, hi);
+    while (rt_box_iter_next(&it)) {
+        uint64_t j = base + (uint64_t)it.start;
+        if (in->dist == RT_DIST_INT) {
+            int32_t *o = (int32_t *)dst + it.pos;
+            for (int64_t t = 0; t < it.run; t++)
+                o[t] = rt_rng_int(key, j + (uint64_t)t, in->range);
+        } else if (in->dist == RT_DIST_ZEROS) {
+            memset((float *)dst + it.pos, 0, sizeof(float) * (size_t)it.run);
+        } else {
+            float *o = (float *)dst + it.pos;
+            for (int64_t t = 0; t < it.run; t++)
+                o[t] = (float)rt_rng_normal(key, j + (uint64_t)t);
+        }
+    }
+}
+
+/* The reference: element by element. */
+void rt_ref_data(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const rt_input *in = rt_data_args(ctx, i);
+    if (in->dist == RT_DIST_STREAM) {
+        rt_data_tokens(ctx, in, b[0], i, 1);
+        return;
+    }
+    uint64_t key, base;
+    rt_data_base(ctx, in, i[1], &key, &base);
+    int64_t n = 1;
+    for (int d = 0; d < in->ndim; d++)
+        n *= i[4 + 2 * d] - i[3 + 2 * d];
+    for (int64_t q = 0; q < n; q++) {
+        int64_t rest = q, logical = 0, stride = 1;
+        for (int d = in->ndim - 1; d >= 0; d--) {
+            int64_t lo = i[3 + 2 * d], ext = i[4 + 2 * d] - lo;
+            logical += (lo + rest % ext) * stride;
+            rest /= ext;
+            stride *= in->shape[d];
+        }
+        uint64_t j = base + (uint64_t)logical;
+        rt_data_elem(in, key, j, b[0], q);
+    }
+}
+
+void rt_k_data(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_data_box(ctx, b[0], i);
+}
+

@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rt_internal.h"
+#include "comm/rt_comm.h"
 
 #define SHM_MAGIC UINT64_C(0x6e6e73632d73686d)   /* "nnsc-shm" */
 #define SHM_VERSION 2
@@ -645,6 +645,7 @@ void rt_comm_init(rt_ctx *ctx)
     }
     shm_setup_views(ctx, c);
     ctx->comm = c;
+    ctx->on_fatal = rt_comm_abort;   /* rt_fatal tells the peers */
     shm_live = c;
     if (!hooked) {
         hooked = 1;
@@ -659,6 +660,12 @@ void rt_comm_init(rt_ctx *ctx)
         shm_unlink(c->name);
         c->linked = 0;
     }
+}
+
+void rt_comm_abort(rt_ctx *ctx)
+{
+    rt_comm_free(ctx, 1);
+    rt_net_free(ctx, 1);
 }
 
 void rt_comm_free(rt_ctx *ctx, int failed)
@@ -688,8 +695,6 @@ void rt_comm_free(rt_ctx *ctx, int failed)
     free(c->world_ranks);
     free(c);
 }
-
-/* net.c's heartbeat (to be declared in rt_internal.h's net.c section). */
 
 void rt_comm_beat(rt_ctx *ctx)
 {

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "rt_ew.h"
-#include "rt_internal.h"
-#include "rt_lowp.h"
+#include "cpu/rt_cpu.h"
+#include "cpu/rt_lowp.h"
 
 /* b: dst.  i: n.  dst[0..n) = 0 (f32 or i32 alike). */
 void rt_ref_zero(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
@@ -358,47 +358,10 @@ void rt_ref_gradclip(rt_ctx *ctx, void *const *b, const int64_t *i, const float 
     }
 }
 
-/* Collectives: the simple algorithms (see comm_shm.c). */
-void rt_ref_allreduce(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_allreduce(ctx, b[0], i[0], (int)i[1], 0);
-}
-
-void rt_ref_allgather(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_allgather(ctx, b[0], b[1], i[0], (int)i[1], 0);
-}
-
-void rt_ref_reducescatter(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_reducescatter(ctx, b[0], b[1], i[0], (int)i[1], 0);
-}
-
-void rt_ref_broadcast(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_broadcast(ctx, b[0], i[0] * 4, (int)i[1], (int)i[2], 0);
-}
-
-void rt_ref_sendrecv(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_sendrecv(ctx, b[0], b[1], i[0], (int)i[1], (int)i[2], (int)i[3], 0);
-}
-
-void rt_ref_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    (void)f;
-    rt_p2p_run(ctx, b, i, 0);
-}
-
 void rt_ref_mark(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     (void)b, (void)f;
     rt_trace_mark(ctx, i[0], i[1], i[2]);
-}
-
-void rt_ref_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 0);
 }
 
 /* Offset, in the full buffer of a box copy's index arithmetic, of element q

@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nccl_api.h"
-#include "rt_internal.h"
+#include "cuda/nccl_api.h"
+#include "cuda/rt_cuda.h"
 
 /* The NCCL functions the backend uses, once: X(name without "nccl"). */
 #define NCCL_FUNCS(X)                                                                      \
@@ -125,6 +125,14 @@ static int nccl_same_group(const rt_group *a, const rt_group *b)
     return a->n == b->n && memcmp(a->ranks, b->ranks, (size_t)a->n * sizeof *a->ranks) == 0;
 }
 
+/* ctx->on_fatal from rt_nccl_init on: abort the communicators (peers in a
+ * collective stop too), then tell the peers over the control plane. */
+static void nccl_abort(rt_ctx *ctx)
+{
+    rt_nccl_free(ctx, 1);
+    rt_comm_abort(ctx);
+}
+
 void rt_nccl_init(rt_ctx *ctx)
 {
     const rt_manifest *m = &ctx->man;
@@ -132,6 +140,7 @@ void rt_nccl_init(rt_ctx *ctx)
     if (!nc)
         rt_fatal(ctx, 1, "out of memory");
     ctx->nccl = nc;
+    ctx->on_fatal = nccl_abort;
     nccl_load(ctx, nc);
     RT_ASSERT(ctx->world == 1 || ctx->net);   /* the id travels over the control plane */
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rt_internal.h"
+#include "cpu/rt_cpu.h"
 
 /* The choice, once made (NULL: not yet). */
 static const char *isa_cur;

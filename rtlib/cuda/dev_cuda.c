@@ -42,10 +42,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_drv.h"
+#include "cuda/cuda_drv.h"
 #include "rt_cuda_abi.h"
 #include "rt_ew.h"
-#include "rt_internal.h"
+#include "cuda/rt_cuda.h"
 
 /* Shared with tests/test_rt_cuda.c only (which declares them itself):
  *
@@ -827,6 +827,7 @@ void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages)
     if (!d)
         rt_fatal(ctx, 1, "out of memory");
     ctx->dev = d;
+    ctx->dev_sync = rt_dev_sync;   /* trace marks wait for the device's work */
     const char *sync = getenv("NNSC_CUDA_SYNC");
     d->sync_each = sync && *sync && strcmp(sync, "0") != 0;
 

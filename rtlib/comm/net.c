@@ -49,7 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rt_internal.h"
+#include "comm/rt_comm.h"
 
 #define NET_MAGIC UINT64_C(0x74656e2d63736e6e)   /* "nnsc-net", little-endian */
 #define NET_VERSION 1            /* wire protocol version (hello, frames, abort) */
@@ -1246,6 +1246,7 @@ void rt_net_init(rt_ctx *ctx)
         n->c[k].fd = -1;
     pthread_mutex_init(&n->own, NULL);
     ctx->net = n;   /* from here on a failure closes what is open and tells the peers */
+    ctx->on_fatal = rt_comm_abort;
     net_read_env(ctx, n);
     uint64_t build = net_build_hash(&ctx->man);
     if (ctx->rank == 0)
