@@ -568,58 +568,9 @@ static const char cg_cu_bias_grad[] =
     "    }\n"
     "}\n";
 
-/* -------------------------------------------------------------------- add */
-static const char cg_cu_add[] =
-    "/* b: A, B, Y.  i: n, acc.  Y (+)= A + B (Y may be A or B). */\n"
-    "NNSC_KERNEL(nnsc_add, 256)\n"
-    "{\n"
-    "    const float *x = (const float *)a.b[0], *z = (const float *)a.b[1];\n"
-    "    float *y = (float *)a.b[2];\n"
-    "    i64 n = a.i[0];\n"
-    "    int acc = (int)a.i[1];\n"
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
-    "        y[k] = acc ? y[k] + (x[k] + z[k]) : x[k] + z[k];\n"
-    "}\n";
 
-/* -------------------------------------------------------------------- mul */
-static const char cg_cu_mul[] =
-    "/* b: A, B, Y.  i: n, acc.  Y (+)= A * B (Y may be A or B). */\n"
-    "NNSC_KERNEL(nnsc_mul, 256)\n"
-    "{\n"
-    "    const float *x = (const float *)a.b[0], *z = (const float *)a.b[1];\n"
-    "    float *y = (float *)a.b[2];\n"
-    "    i64 n = a.i[0];\n"
-    "    int acc = (int)a.i[1];\n"
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
-    "        y[k] = acc ? y[k] + x[k] * z[k] : x[k] * z[k];\n"
-    "}\n";
 
-/* ------------------------------------------------------------------- silu */
-static const char cg_cu_silu[] =
-    "/* b: X, Y.  i: n.  Y = X / (1 + exp(-X)) (expf, as rtlib's). */\n"
-    "NNSC_KERNEL(nnsc_silu, 256)\n"
-    "{\n"
-    "    const float *x = (const float *)a.b[0];\n"
-    "    float *y = (float *)a.b[1];\n"
-    "    i64 n = a.i[0];\n"
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
-    "        y[k] = x[k] / (1.0f + expf(-x[k]));\n"
-    "}\n";
 
-/* --------------------------------------------------------------- silu_bwd */
-static const char cg_cu_silu_bwd[] =
-    "/* b: dY, X, dX.  i: n, acc.  dX (+)= dY s (1 + X (1 - s)), s = 1 / (1 + exp(-X)). */\n"
-    "NNSC_KERNEL(nnsc_silu_bwd, 256)\n"
-    "{\n"
-    "    const float *dy = (const float *)a.b[0], *x = (const float *)a.b[1];\n"
-    "    float *dx = (float *)a.b[2];\n"
-    "    i64 n = a.i[0];\n"
-    "    int acc = (int)a.i[1];\n"
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n"
-    "        float s = 1.0f / (1.0f + expf(-x[k])), g = dy[k] * s * (1.0f + x[k] * (1.0f - s));\n"
-    "        dx[k] = acc ? dx[k] + g : g;\n"
-    "    }\n"
-    "}\n";
 
 /* --------------------------------------------------------------- mean_mid */
 static const char cg_cu_mean_mid[] =
@@ -697,71 +648,9 @@ static const char cg_cu_copy[] =
     "    }\n"
     "}\n";
 
-/* ------------------------------------------------------------------- relu */
-static const char cg_cu_relu[] =
-    "/* b: X, Y.  i: n.  Y = max(X, 0) (NaN gives 0, as X > 0 is false). */\n"
-    "NNSC_KERNEL(nnsc_relu, 256)\n"
-    "{\n"
-    "    const float *x = (const float *)a.b[0];\n"
-    "    float *y = (float *)a.b[1];\n"
-    "    i64 n = a.i[0];\n"
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
-    "        y[k] = x[k] > 0.0f ? x[k] : 0.0f;\n"
-    "}\n";
 
-/* --------------------------------------------------------------- relu_bwd */
-static const char cg_cu_relu_bwd[] =
-    "/* b: dY, Y, dX.  i: n, acc.  dX (+)= dY * (Y > 0). */\n"
-    "NNSC_KERNEL(nnsc_relu_bwd, 256)\n"
-    "{\n"
-    "    const float *dy = (const float *)a.b[0], *y = (const float *)a.b[1];\n"
-    "    float *dx = (float *)a.b[2];\n"
-    "    i64 n = a.i[0];\n"
-    "    int acc = (int)a.i[1];\n"
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n"
-    "        float g = y[k] > 0.0f ? dy[k] : 0.0f;\n"
-    "        dx[k] = acc ? dx[k] + g : g;\n"
-    "    }\n"
-    "}\n";
 
-/* ------------------------------------------------------------------- gelu */
-static const char cg_cu_gelu[] =
-    "/* The tanh approximation's constants: sqrt(2/pi) and the cubic coefficient. */\n"
-    "#define NNSC_GELU_C 0.7978845608028654f\n"
-    "#define NNSC_GELU_A 0.044715f\n"
-    "\n"
-    "/* b: X, Y.  i: n.  Y = 0.5 X (1 + tanh(sqrt(2/pi) (X + 0.044715 X^3))). */\n"
-    "NNSC_KERNEL(nnsc_gelu, 256)\n"
-    "{\n"
-    "    const float *x = (const float *)a.b[0];\n"
-    "    float *y = (float *)a.b[1];\n"
-    "    i64 n = a.i[0];\n"
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n"
-    "        float v = x[k];\n"
-    "        y[k] = 0.5f * v * (1.0f + tanhf(NNSC_GELU_C * (v + NNSC_GELU_A * v * v * v)));\n"
-    "    }\n"
-    "}\n";
 
-/* --------------------------------------------------------------- gelu_bwd */
-static const char cg_cu_gelu_bwd[] =
-    "/* b: dY, X, dX.  i: n, acc.  dX (+)= dY * gelu'(X), with t = tanh(u),\n"
-    " * u = sqrt(2/pi) (X + 0.044715 X^3):\n"
-    " * gelu'(X) = 0.5 (1 + t) + 0.5 X (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 X^2). */\n"
-    "NNSC_KERNEL(nnsc_gelu_bwd, 256)\n"
-    "{\n"
-    "    const float *dy = (const float *)a.b[0], *x = (const float *)a.b[1];\n"
-    "    float *dx = (float *)a.b[2];\n"
-    "    i64 n = a.i[0];\n"
-    "    int acc = (int)a.i[1];\n"
-    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n"
-    "        float v = x[k];\n"
-    "        float t = tanhf(NNSC_GELU_C * (v + NNSC_GELU_A * v * v * v));\n"
-    "        float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * NNSC_GELU_C *\n"
-    "                                          (1.0f + 3.0f * NNSC_GELU_A * v * v);\n"
-    "        float g = dy[k] * d;\n"
-    "        dx[k] = acc ? dx[k] + g : g;\n"
-    "    }\n"
-    "}\n";
 
 /* --------------------------------------------------------------- mse_loss */
 static const char cg_cu_mse_loss[] =
@@ -1562,6 +1451,64 @@ static const char cg_cu_place[] =
     "    nnsc_box_move(a.b[0], a.b[1], a.i, 1);\n"
     "}\n";
 
+/* ------------------------------------------------ the elementwise ops */
+
+/* rtlib/rt_ew.h's rows: the op code's name, the kernel, operands, acc,
+ * whether the kernel is made here, and the float expression as text (after
+ * the preprocessor: the helpers expanded). */
+static const struct {
+    const char *code, *kernel;
+    int nsrc, acc, made;
+    const char *expr;
+} cg_ew_ops[RT_EW_NOPS_KIND] = {
+#define CG_EW_made 1
+#define CG_EW_own 0
+#define CG_EW_ROW(CODE, kernel, nsrc, acc, cpu, made, expr, ref) \
+    [RT_EW_##CODE] = {#CODE, #kernel, nsrc, acc, CG_EW_##made, RT_EW_STR(expr)},
+    RT_EW_OPS(CG_EW_ROW)
+#undef CG_EW_ROW
+#undef CG_EW_made
+#undef CG_EW_own
+};
+
+/* Append the part made from rt_ew.h: per op a device function
+ * nnsc_ewf_<CODE>(a, c) giving its value (the fused chains call them), and
+ * the kernels nnsc_<kernel> of the rows marked made: a grid-stride loop over
+ * n, y (+)= the value. */
+static void cg_cuda_ew_ops(ir_buf *out)
+{
+    ir_bprintf(out, "\n/* ---- part ew_ops (codegen/cuda.c: cg_cuda_ew_ops, from rtlib/rt_ew.h) */\n");
+    for (int k = 0; k < RT_EW_NOPS_KIND; k++) {
+        ir_bprintf(out, "[[maybe_unused]] static __device__ __forceinline__ float nnsc_ewf_%s(float a, float c)\n"
+                   "{\n    (void)a, (void)c;\n    return", cg_ew_ops[k].code);
+        /* the expression's words, lines of at most 88 columns */
+        const char *e = cg_ew_ops[k].expr;
+        int col = 10;
+        while (*e) {
+            int w = (int)strcspn(e, " ");
+            if (col + 1 + w > 88) ir_bprintf(out, "\n          "), col = 10;
+            ir_bprintf(out, " %.*s", w, e);
+            col += 1 + w;
+            e += w;
+            e += strspn(e, " ");
+        }
+        ir_bprintf(out, ";\n}\n\n");
+    }
+    for (int k = 0; k < RT_EW_NOPS_KIND; k++) {
+        int two = cg_ew_ops[k].nsrc == 2, acc = cg_ew_ops[k].acc;
+        if (!cg_ew_ops[k].made) continue;
+        ir_bprintf(out, "/* b: A, %sY.  i: n%s.  Y %s= nnsc_ewf_%s(A%s). */\n", two ? "C, " : "", acc ? ", acc" : "",
+                   acc ? "(+)" : "", cg_ew_ops[k].code, two ? ", C" : "");
+        ir_bprintf(out, "NNSC_KERNEL(nnsc_%s, 256)\n{\n    const float *x = (const float *)a.b[0];\n", cg_ew_ops[k].kernel);
+        if (two) ir_bprintf(out, "    const float *z = (const float *)a.b[1];\n");
+        ir_bprintf(out, "    float *y = (float *)a.b[%d];\n    i64 n = a.i[0];\n", two ? 2 : 1);
+        if (acc) ir_bprintf(out, "    int acc = (int)a.i[1];\n");
+        ir_bprintf(out, "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n"
+                   "        float v = nnsc_ewf_%s(x[k], %s);\n        y[k] = %s;\n    }\n}\n\n",
+                   cg_ew_ops[k].code, two ? "z[k]" : "0.0f", acc ? "acc ? y[k] + v : v" : "v");
+    }
+}
+
 /* One part of the library source. */
 typedef struct cg_cuda_part {
     const char *name;   /* the part's name, in its banner in the generated source */
@@ -1578,15 +1525,7 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"matmul_tc", cg_cu_matmul_tc},
     {"bias_add", cg_cu_bias_add},
     {"bias_grad", cg_cu_bias_grad},
-    {"add", cg_cu_add},
     {"copy", cg_cu_copy},
-    {"relu", cg_cu_relu},
-    {"relu_bwd", cg_cu_relu_bwd},
-    {"gelu", cg_cu_gelu},
-    {"gelu_bwd", cg_cu_gelu_bwd},
-    {"mul", cg_cu_mul},
-    {"silu", cg_cu_silu},
-    {"silu_bwd", cg_cu_silu_bwd},
     {"mean_mid", cg_cu_mean_mid},
     {"mean_mid_bwd", cg_cu_mean_mid_bwd},
     {"transpose", cg_cu_transpose},
@@ -1625,15 +1564,11 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_matmul_bf16", RT_K_matmul_bf16, "f32"},  /* A, B f32 read as bf16; C f32 */
     {"nnsc_bias_add", RT_K_bias_add, "f32"},
     {"nnsc_bias_grad", RT_K_bias_grad, "f32"},
-    {"nnsc_add", RT_K_add, "f32"},
     {"nnsc_copy", RT_K_copy, "f32"},
-    {"nnsc_relu", RT_K_relu, "f32"},
-    {"nnsc_relu_bwd", RT_K_relu_bwd, "f32"},
-    {"nnsc_gelu", RT_K_gelu, "f32"},
-    {"nnsc_gelu_bwd", RT_K_gelu_bwd, "f32"},
-    {"nnsc_mul", RT_K_mul, "f32"},
-    {"nnsc_silu", RT_K_silu, "f32"},
-    {"nnsc_silu_bwd", RT_K_silu_bwd, "f32"},
+    /* the elementwise kernels made from rtlib/rt_ew.h's rows (cg_cuda_ew_ops) */
+#define CG_EW_ENTRY(CODE, kernel, nsrc, acc, cpu, made, expr, ref) RT_EW_IF_##made({"nnsc_" #kernel, RT_K_##kernel, "f32"},)
+    RT_EW_OPS(CG_EW_ENTRY)
+#undef CG_EW_ENTRY
     {"nnsc_mean_mid", RT_K_mean_mid, "f32"},
     {"nnsc_mean_mid_bwd", RT_K_mean_mid_bwd, "f32"},
     {"nnsc_transpose", RT_K_transpose, "f32"},
@@ -1685,27 +1620,11 @@ void cg_cuda_source(ir_buf *out)
             ir_bprintf(out, "\n/* ---- part %s (codegen/cuda.c: cg_cu_%s) */\n",
                        cg_cuda_parts[k].name, cg_cuda_parts[k].name);
         ir_bprintf(out, "%s", cg_cuda_parts[k].text);
+        if (k == 0) cg_cuda_ew_ops(out);   /* after the prelude: NNSC_KERNEL, nnsc_tid */
     }
 }
 
 /* ------------------------------------------------ fused chains (ew) */
-
-/* Device helpers of the generated nnsc_ew_<id> kernels: gelu and gelu' as
- * the nnsc_gelu / nnsc_gelu_bwd kernels compute them (same expressions). */
-static const char cg_cu_ew_prelude[] =
-    "/* gelu(v) and gelu'(v), written as nnsc_gelu and nnsc_gelu_bwd write them (a build's\n"
-    " * chains may use either or neither: maybe_unused keeps NVRTC's log empty). */\n"
-    "[[maybe_unused]] static __device__ __forceinline__ float nnsc_ew_gelu(float v)\n"
-    "{\n"
-    "    return 0.5f * v * (1.0f + tanhf(NNSC_GELU_C * (v + NNSC_GELU_A * v * v * v)));\n"
-    "}\n"
-    "\n"
-    "[[maybe_unused]] static __device__ __forceinline__ float nnsc_ew_dgelu(float v)\n"
-    "{\n"
-    "    float t = tanhf(NNSC_GELU_C * (v + NNSC_GELU_A * v * v * v));\n"
-    "    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * NNSC_GELU_C *\n"
-    "                                   (1.0f + 3.0f * NNSC_GELU_A * v * v);\n"
-    "}\n";
 
 /* The C expression of ew source operand x (rt_ew.h) into buf t. */
 static const char *cg_ew_operand(char *t, size_t tn, int64_t x)
@@ -1744,16 +1663,8 @@ static void cg_cuda_ew_kernel(ir_buf *out, int id, const pg_instr *in)
         char x[32], c[32], e[96];
         cg_ew_operand(x, sizeof x, q[2].c);
         if (rt_ew_nsrc(op) == 2) cg_ew_operand(c, sizeof c, q[3].c);
-        switch (op) {
-        case RT_EW_COPY: snprintf(e, sizeof e, "%s", x); break;
-        case RT_EW_ADD: snprintf(e, sizeof e, "%s + %s", x, c); break;
-        case RT_EW_GELU: snprintf(e, sizeof e, "nnsc_ew_gelu(%s)", x); break;
-        case RT_EW_RELU: snprintf(e, sizeof e, "%s > 0.0f ? %s : 0.0f", x, x); break;
-        case RT_EW_GELU_BWD: snprintf(e, sizeof e, "%s * nnsc_ew_dgelu(%s)", x, c); break;
-        case RT_EW_RELU_BWD: snprintf(e, sizeof e, "%s > 0.0f ? %s : 0.0f", c, x); break;
-        case RT_EW_MUL: snprintf(e, sizeof e, "%s * %s", x, c); break;
-        default: IR_ASSERT(!"ew: unknown op");
-        }
+        IR_ASSERT(op >= 0 && op < RT_EW_NOPS_KIND);
+        snprintf(e, sizeof e, "nnsc_ewf_%s(%s, %s)", cg_ew_ops[op].code, x, rt_ew_nsrc(op) == 2 ? c : "0.0f");
         if (d < RT_EW_MEM)
             ir_bprintf(out, "        r%d = %s;\n", (int)d, e);
         else if (d < RT_EW_ACC)
@@ -1858,8 +1769,6 @@ void cg_cuda_build_source(ir_buf *out, const ir_prog *progs, int nprogs)
                 const pg_instr *in = ir_prog_walk(&progs[r], sec, &x, &k);
                 if (!in) break;
                 if (in->kernel != RT_K_ew || in->ints[0].c != next) continue;
-                if (!next) ir_bprintf(out, "\n/* ---- part ew (codegen/cuda.c: cg_cu_ew_prelude) */\n%s",
-                                      cg_cu_ew_prelude);
                 cg_cuda_ew_kernel(out, next++, in);
             }
     /* the custom ops last: their #line directives name the user's files from there on */

@@ -9,7 +9,8 @@
  * gets one generated kernel per distinct chain (codegen/cuda.c).
  *
  * A chain is a run of instructions of one section, each of them
- *   - elementwise (bias_add, add, copy, relu, relu_bwd, gelu, gelu_bwd) with
+ *   - elementwise (bias_add, or a kernel of rt_ew.h's table of elementwise
+ *     ops: add, mul, copy, relu, gelu, silu and their backwards) with
  *     constant ints (no loop-dependent acc),
  *   - over the same number of elements n (bias_add's bias is a row of N
  *     elements read as element k % N; one N per chain),
@@ -54,6 +55,15 @@ static int fz_const(const pg_instr *in, int j, int64_t *v) {
     return 1;
 }
 
+/* The kernels that are one elementwise op (rt_ew.h's RT_EW_OPS). */
+static const struct {
+    int kernel, code, nsrc, acc;
+} fz_ew[] = {
+#define FZ_EW(CODE, kernel, nsrc, acc, cpu, made, expr, ref) {RT_K_##kernel, RT_EW_##CODE, nsrc, acc},
+    RT_EW_OPS(FZ_EW)
+#undef FZ_EW
+};
+
 /* Describe in as a chain member; 0 when it cannot be one. */
 static int fz_decode(const pg_instr *in, fz_src *s) {
     memset(s, 0, sizeof *s);
@@ -65,29 +75,16 @@ static int fz_decode(const pg_instr *in, fz_src *s) {
         if (!fz_const(in, 0, &a) || !fz_const(in, 1, &c) || c < 1) return 0;
         *s = (fz_src){RT_EW_ADD, 2, {in->buf[0], in->buf[1]}, {0, 1}, in->buf[2], 0, a * c, c};
         return 1;
-    case RT_K_add:
-    case RT_K_mul:  /* A B Y; n acc */
-        fz_const(in, 0, &a), fz_const(in, 1, &c);
-        *s = (fz_src){in->kernel == RT_K_add ? RT_EW_ADD : RT_EW_MUL, 2, {in->buf[0], in->buf[1]}, {0, 0},
-                      in->buf[2], c != 0, a, 0};
-        return 1;
-    case RT_K_copy:  /* X Y; n acc */
-        fz_const(in, 0, &a), fz_const(in, 1, &c);
-        *s = (fz_src){RT_EW_COPY, 1, {in->buf[0], 0}, {0, 0}, in->buf[1], c != 0, a, 0};
-        return 1;
-    case RT_K_relu:
-    case RT_K_gelu:  /* X Y; n */
-        fz_const(in, 0, &a);
-        *s = (fz_src){in->kernel == RT_K_relu ? RT_EW_RELU : RT_EW_GELU, 1, {in->buf[0], 0},
-                      {0, 0}, in->buf[1], 0, a, 0};
-        return 1;
-    case RT_K_relu_bwd:
-    case RT_K_gelu_bwd:  /* dY Y|X dX; n acc */
-        fz_const(in, 0, &a), fz_const(in, 1, &c);
-        *s = (fz_src){in->kernel == RT_K_relu_bwd ? RT_EW_RELU_BWD : RT_EW_GELU_BWD, 2,
-                      {in->buf[0], in->buf[1]}, {0, 0}, in->buf[2], c != 0, a, 0};
-        return 1;
-    default:
+    default:   /* the elementwise rows of rt_ew.h: a (, c), y; n (, acc) */
+        for (int k = 0; k < (int)(sizeof fz_ew / sizeof fz_ew[0]); k++) {
+            if (fz_ew[k].kernel != in->kernel) continue;
+            int two = fz_ew[k].nsrc == 2;
+            fz_const(in, 0, &a);
+            if (fz_ew[k].acc) fz_const(in, 1, &c);
+            *s = (fz_src){fz_ew[k].code, fz_ew[k].nsrc, {in->buf[0], two ? in->buf[1] : 0}, {0, 0},
+                          in->buf[fz_ew[k].nsrc], c != 0, a, 0};
+            return 1;
+        }
         return 0;
     }
 }

@@ -350,7 +350,7 @@ static void test_fused(int have_nvrtc)
               !strstr(src.s, "nnsc_ew_2"),
           "the build source has one generated kernel per distinct chain (nnsc_ew_0, nnsc_ew_1)");
     CHECK(strstr(src.s, "b1[k % N]") && strstr(src.s, "b3[k] = b3[k] + v") &&
-              strstr(src.s, "nnsc_ew_dgelu(b1[k])"),
+              strstr(src.s, "nnsc_ewf_GELU_BWD(b0[k], b1[k])"),
           "row broadcasts, accumulation and gelu' appear as the ops say");
     if (!have_nvrtc) {
         check_skip += 2 * NARCH;

@@ -211,6 +211,85 @@ static void test_elementwise(void)
 
 /* Cross-entropy of whole rows (the blocked kernels: xk_fwd, xk_bwd) vs the
  * one-op formula in double, and stability with logits near 1e4. */
+/* The elementwise ops' table (rt_ew.h) against the kernel table: each row's
+ * kernel has buffers a (, c), y, ints n (, acc) and extents n; and each op
+ * alone in an ew gives bitwise what its kernel gives, fast and reference,
+ * with and without acc, over sizes that cross tiles and threads. */
+static const struct {
+    const char *code, *kernel;
+    int kn, nsrc, acc;
+    kfn *fast, *ref;
+} ew_rows[] = {
+#define EW_ROW(CODE, kernel, nsrc, acc, cpu, made, expr, ref) \
+    {#CODE, #kernel, RT_KN_##kernel, nsrc, acc, rt_k_##kernel, rt_ref_##kernel},
+    RT_EW_OPS(EW_ROW)
+#undef EW_ROW
+};
+
+static const struct {
+    const char *name;
+    int nbuf, nint, nflt, acc;
+    const char *ext;
+} k_rows[] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) {#name, nbuf, nint, nflt, acc, ext},
+#include "rt_kernels.h"
+#undef RT_K
+};
+
+static void test_ew_rows(void)
+{
+    int n_rows = (int)(sizeof ew_rows / sizeof ew_rows[0]);
+    check(n_rows == RT_EW_NOPS_KIND, "rt_ew.h: %d rows, %d op codes", n_rows, RT_EW_NOPS_KIND);
+    /* the converse: a kernel whose contract is elementwise (a (, c), y; n (, acc);
+       no floats; every extent n) is a row of rt_ew.h */
+    char missing[256] = "";
+    for (int k = 0; k < (int)(sizeof k_rows / sizeof k_rows[0]); k++) {
+        int acc = k_rows[k].acc == 1, nb = k_rows[k].nbuf;
+        if (k_rows[k].nflt || (nb != 2 && nb != 3) || k_rows[k].nint != 1 + acc ||
+            strcmp(k_rows[k].ext, nb == 3 ? "i0 i0 i0" : "i0 i0"))
+            continue;
+        int found = 0;
+        for (int r = 0; r < n_rows; r++) found |= ew_rows[r].kn == k;
+        if (!found) snprintf(missing + strlen(missing), sizeof missing - strlen(missing), " %s", k_rows[k].name);
+    }
+    check(!missing[0], "every elementwise kernel of rt_kernels.h is a row of rt_ew.h (missing:%s)",
+          missing[0] ? missing : " none");
+    for (int r = 0; r < n_rows; r++) {
+        int ns = ew_rows[r].nsrc, ac = ew_rows[r].acc, kn = ew_rows[r].kn;
+        const char *ext = ns == 2 ? "i0 i0 i0" : "i0 i0";
+        CHECK(k_rows[kn].nbuf == ns + 1 && k_rows[kn].nint == 1 + ac && k_rows[kn].acc == (ac ? 1 : -1) &&
+                  !strcmp(k_rows[kn].ext, ext),
+              "ew row %s: kernel %s takes %d buffers, ints n%s, extents \"%s\" (rt_kernels.h: %d, %d, acc %d, \"%s\")",
+              ew_rows[r].code, ew_rows[r].kernel, ns + 1, ac ? ", acc" : "", ext, k_rows[kn].nbuf,
+              k_rows[kn].nint, k_rows[kn].acc, k_rows[kn].ext);
+        int bad = 0;
+        double worst = 0;
+        for (int64_t n = 1; n <= 70001; n = n * 37 + 3)
+            for (int acc = 0; acc <= ac; acc++) {
+                float *a = fbuf(n, -3, 3), *c = fbuf(n, -2, 2), *y0 = fbuf(n, -1, 1);
+                float *yk = fdup(y0, n), *ye = fdup(y0, n), *yr = fdup(y0, n), *yre = fdup(y0, n);
+                int64_t ik[2] = {n, acc};
+                int64_t ie[8] = {0, n, n, 1, r, (acc ? RT_EW_ACC : RT_EW_MEM) + ns, RT_EW_MEM + 0,
+                                 ns == 2 ? RT_EW_MEM + 1 : 0};
+                ew_rows[r].fast(NULL, ns == 2 ? (void *[]){a, c, yk} : (void *[]){a, yk}, ik, NULL);
+                ew_rows[r].ref(NULL, ns == 2 ? (void *[]){a, c, yr} : (void *[]){a, yr}, ik, NULL);
+                rt_k_ew(NULL, ns == 2 ? (void *[]){a, c, ye} : (void *[]){a, ye}, ie, NULL);
+                rt_ref_ew(NULL, ns == 2 ? (void *[]){a, c, yre} : (void *[]){a, yre}, ie, NULL);
+                /* acc: the kernel adds in one rounding, ew adds a rounded value: equal
+                   unless a kernel fuses the add (vmath's gelu_bwd) */
+                bad += !acc && (memcmp(yk, ye, (size_t)n * 4) || memcmp(yr, yre, (size_t)n * 4));
+                worst = fmax(worst, nerr(yr, yk, n, 0.1));
+                worst = fmax(worst, nerr(yre, ye, n, 0.1));
+                float *all[] = {a, c, y0, yk, ye, yr, yre};
+                for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+                    free(all[k]);
+            }
+        CHECK(!bad && worst < 1e-5,
+              "ew row %s alone in an ew: bitwise its kernel %s (fast and reference); fast within %.2g "
+              "of the reference", ew_rows[r].code, ew_rows[r].kernel, worst);
+    }
+}
+
 /* ew (fused chains) gives bitwise what the unfused kernels give, over sizes
  * that cross tile and thread boundaries, and agrees with rt_ref_ew. */
 static void test_ew(void)
@@ -221,6 +300,7 @@ static void test_ew(void)
         holes += rt_ew_nsrc(op) < 1 || rt_ew_nsrc(op) > 2;
     check(!holes && rt_ew_nsrc(RT_EW_NOPS_KIND) == 0 && rt_ew_nsrc(-1) == 0,
           "rt_ew_nsrc: 1 or 2 source operands for each of the %d op kinds, 0 past them", RT_EW_NOPS_KIND);
+    test_ew_rows();
     static const int64_t sizes[][2] = {{1, 1}, {7, 3}, {1000, 37}, {70001, 128}};
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         int64_t N = sizes[z][1], M = sizes[z][0] / N, n = M * N;

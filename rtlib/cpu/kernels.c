@@ -120,28 +120,6 @@ void rt_k_bias_grad(rt_ctx *ctx, void *const *b, const int64_t *i, const float *
                     RT_EW_GRAIN / (i[0] > 0 ? i[0] : 1) + 1);
 }
 
-/* add and mul on [lo, hi): Y (+)= A op B; Y may alias A or B (elementwise). */
-#define RT_BINARY(name, op)                                                                \
-    static void rt_##name##_range(const void *p, int64_t lo, int64_t hi, int t)              \
-    {                                                                                      \
-        const rt_kargs *a = p;                                                             \
-        const float *x = a->b[0], *z = a->b[1];                                            \
-        float *y = a->b[2];                                                                \
-        if (a->i[1])                                                                       \
-            for (int64_t k = lo; k < hi; k++)                                              \
-                y[k] += x[k] op z[k];                                                      \
-        else                                                                               \
-            for (int64_t k = lo; k < hi; k++)                                              \
-                y[k] = x[k] op z[k];                                                       \
-    }                                                                                      \
-    void rt_k_##name(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)        \
-    {                                                                                      \
-        rt_ew(rt_##name##_range, ctx, b, i, f, i[0]);                                      \
-    }
-RT_BINARY(add, +)
-RT_BINARY(mul, *)
-#undef RT_BINARY
-
 void rt_k_copy(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     if (!i[1]) {
@@ -152,84 +130,6 @@ void rt_k_copy(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
     float *restrict y = b[1];
     for (int64_t k = 0; k < i[0]; k++)
         y[k] += x[k];
-}
-
-void rt_k_relu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0];
-    float *y = b[1];
-    for (int64_t k = 0; k < i[0]; k++)
-        y[k] = x[k] > 0.0f ? x[k] : 0.0f;
-}
-
-void rt_k_relu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *dy = b[0], *y = b[1];
-    float *dx = b[2];
-    int64_t n = i[0];
-    if (i[1])
-        for (int64_t k = 0; k < n; k++)
-            dx[k] += y[k] > 0.0f ? dy[k] : 0.0f;
-    else
-        for (int64_t k = 0; k < n; k++)
-            dx[k] = y[k] > 0.0f ? dy[k] : 0.0f;
-}
-
-/* gelu on [lo, hi). */
-static void rt_gelu_range(const void *p, int64_t lo, int64_t hi, int t)
-{
-    const rt_kargs *a = p;
-    rt_vgelu((const float *)a->b[0] + lo, (float *)a->b[1] + lo, hi - lo);
-}
-
-void rt_k_gelu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_ew(rt_gelu_range, ctx, b, i, f, i[0]);
-}
-
-/* gelu_bwd on [lo, hi). */
-static void rt_gelu_bwd_range(const void *p, int64_t lo, int64_t hi, int t)
-{
-    const rt_kargs *a = p;
-    rt_vgelu_bwd((const float *)a->b[0] + lo, (const float *)a->b[1] + lo, (float *)a->b[2] + lo,
-                 hi - lo, (int)a->i[1]);
-}
-
-void rt_k_gelu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_ew(rt_gelu_bwd_range, ctx, b, i, f, i[0]);
-}
-
-/* silu on [lo, hi): x / (1 + exp(-x)), libm's expf (the CUDA kernel the same) */
-static void rt_silu_range(const void *p, int64_t lo, int64_t hi, int t)
-{
-    const rt_kargs *a = p;
-    const float *x = a->b[0];
-    float *y = a->b[1];
-    for (int64_t k = lo; k < hi; k++)
-        y[k] = x[k] / (1.0f + expf(-x[k]));
-}
-
-void rt_k_silu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_ew(rt_silu_range, ctx, b, i, f, i[0]);
-}
-
-/* silu_bwd on [lo, hi): dy s (1 + x (1 - s)), s = 1 / (1 + exp(-x)) */
-static void rt_silu_bwd_range(const void *p, int64_t lo, int64_t hi, int t)
-{
-    const rt_kargs *a = p;
-    const float *dy = a->b[0], *x = a->b[1];
-    float *dx = a->b[2];
-    for (int64_t k = lo; k < hi; k++) {
-        float s = 1.0f / (1.0f + expf(-x[k])), v = dy[k] * s * (1.0f + x[k] * (1.0f - s));
-        dx[k] = a->i[1] ? dx[k] + v : v;
-    }
-}
-
-void rt_k_silu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_ew(rt_silu_bwd_range, ctx, b, i, f, i[0]);
 }
 
 void rt_k_mse_loss(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
@@ -369,6 +269,82 @@ void rt_k_place(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 
 /* ---- ew: fused elementwise chains (rt_ew.h) */
 
+/* ---- the elementwise ops of rt_ew.h (RT_EW_OPS): one tile function per op,
+ * y (+)= the op over [0, n); the fused ew runs them tile by tile, and the
+ * kernels of the rows marked `made` run them alone. */
+typedef void rt_ew_tile_fn(const float *a, const float *c, float *y, int64_t n, int acc);
+
+/* cpu = vec: by hand.  copy: memmove (any 4-byte type, y may be a). */
+static void rt_ew_vec_COPY(const float *a, const float *c, float *y, int64_t n, int acc)
+{
+    if (acc)
+        for (int64_t j = 0; j < n; j++)
+            y[j] += a[j];
+    else if (y != a)
+        memmove(y, a, (size_t)n * 4);
+}
+
+/* gelu and gelu': vmath's vectorised tanh approximation. */
+static void rt_ew_vec_GELU(const float *a, const float *c, float *y, int64_t n, int acc)
+{
+    RT_ASSERT(!acc);
+    rt_vgelu(a, y, n);
+}
+
+static void rt_ew_vec_GELU_BWD(const float *a, const float *c, float *y, int64_t n, int acc)
+{
+    rt_vgelu_bwd(a, c, y, n, acc);
+}
+
+/* cpu = expr: the row's float expression in a loop (y may be a or c). */
+#define RT_EW_EXPR_TILE(CODE, kernel, nsrc, racc, cpu, made, expr, ref)                        \
+    __attribute__((unused)) static void rt_ew_expr_##CODE(const float *a_, const float *c_,     \
+                                                          float *y, int64_t n, int acc)        \
+    {                                                                                          \
+        if (acc)                                                                               \
+            for (int64_t j = 0; j < n; j++) {                                                  \
+                const float a = a_[j], c = nsrc == 2 ? c_[j] : 0.0f;                           \
+                (void)c;                                                                       \
+                y[j] += (expr);                                                                \
+            }                                                                                  \
+        else                                                                                   \
+            for (int64_t j = 0; j < n; j++) {                                                  \
+                const float a = a_[j], c = nsrc == 2 ? c_[j] : 0.0f;                           \
+                (void)c;                                                                       \
+                y[j] = (expr);                                                                 \
+            }                                                                                  \
+    }
+RT_EW_OPS(RT_EW_EXPR_TILE)
+#undef RT_EW_EXPR_TILE
+
+#define RT_EW_TILE_expr(CODE) rt_ew_expr_##CODE
+#define RT_EW_TILE_vec(CODE) rt_ew_vec_##CODE
+
+/* The tile function of every op code. */
+static rt_ew_tile_fn *const rt_ew_tiles[RT_EW_NOPS_KIND] = {
+#define RT_EW_TILE_OF(CODE, kernel, nsrc, racc, cpu, made, expr, ref) [RT_EW_##CODE] = RT_EW_TILE_##cpu(CODE),
+    RT_EW_OPS(RT_EW_TILE_OF)
+#undef RT_EW_TILE_OF
+};
+
+/* rt_k_<kernel> of the rows marked made: the tile function over the
+ * kernel's range, cut among the pool's threads. */
+#define RT_EW_KERNEL(CODE, kernel, nsrc, racc, cpu, made, expr, ref)                           \
+    RT_EW_IF_##made(                                                                           \
+    static void rt_ew1_##kernel(const void *p, int64_t lo, int64_t hi, int t)                  \
+    {                                                                                          \
+        const rt_kargs *q = p;                                                                 \
+        RT_EW_TILE_##cpu(CODE)((const float *)q->b[0] + lo,                                    \
+                               nsrc == 2 ? (const float *)q->b[1] + lo : NULL,                 \
+                               (float *)q->b[nsrc] + lo, hi - lo, racc ? (int)q->i[1] : 0);    \
+    }                                                                                          \
+    void rt_k_##kernel(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)          \
+    {                                                                                          \
+        rt_ew(rt_ew1_##kernel, ctx, b, i, f, i[0]);                                            \
+    })
+RT_EW_OPS(RT_EW_KERNEL)
+#undef RT_EW_KERNEL
+
 #define RT_EW_TILE 256   /* elements per tile: registers are tiles, all in L1 */
 
 /* The tile of operand code x for elements [k0, k0 + len): a register, the
@@ -410,36 +386,8 @@ static void rt_ew_range(const void *p, int64_t lo, int64_t hi, int t)
             float *y = dst < RT_EW_MEM   ? reg[dst]
                        : dst < RT_EW_ROW ? (float *)a->b[dst - RT_EW_MEM] + k0
                                          : res;   /* RT_EW_ACC: added below */
-            switch (op) {
-            case RT_EW_COPY:
-                if (y != x)
-                    memmove(y, x, (size_t)len * 4);
-                break;
-            case RT_EW_ADD:
-                for (int64_t j = 0; j < len; j++)
-                    y[j] = x[j] + c[j];
-                break;
-            case RT_EW_GELU:
-                rt_vgelu(x, y, len);
-                break;
-            case RT_EW_RELU:
-                for (int64_t j = 0; j < len; j++)
-                    y[j] = x[j] > 0.0f ? x[j] : 0.0f;
-                break;
-            case RT_EW_GELU_BWD:
-                rt_vgelu_bwd(x, c, y, len, 0);
-                break;
-            case RT_EW_RELU_BWD:
-                for (int64_t j = 0; j < len; j++)
-                    y[j] = c[j] > 0.0f ? x[j] : 0.0f;
-                break;
-            case RT_EW_MUL:
-                for (int64_t j = 0; j < len; j++)
-                    y[j] = x[j] * c[j];
-                break;
-            default:
-                RT_ASSERT(!"ew: unknown op");
-            }
+            RT_ASSERT(op >= 0 && op < RT_EW_NOPS_KIND);
+            rt_ew_tiles[op](x, c, y, len, 0);
             if (dst >= RT_EW_ACC) {
                 float *m = (float *)a->b[dst - RT_EW_ACC] + k0;
                 for (int64_t j = 0; j < len; j++)

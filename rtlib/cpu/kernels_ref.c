@@ -84,24 +84,6 @@ void rt_ref_bias_grad(rt_ctx *ctx, void *const *b, const int64_t *i, const float
     }
 }
 
-/* Y (+)= A * B. */
-void rt_ref_mul(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0], *z = b[1];
-    float *y = b[2];
-    for (int64_t k = 0; k < i[0]; k++)
-        y[k] = (i[1] ? y[k] : 0.0f) + (x[k] * z[k]);
-}
-
-/* Y (+)= A + B. */
-void rt_ref_add(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0], *z = b[1];
-    float *y = b[2];
-    for (int64_t k = 0; k < i[0]; k++)
-        y[k] = (i[1] ? y[k] : 0.0f) + (x[k] + z[k]);
-}
-
 /* Y (+)= X (acc = 0 copies any 4-byte elements bit for bit). */
 void rt_ref_copy(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
@@ -115,70 +97,34 @@ void rt_ref_copy(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
         y[k] += x[k];
 }
 
-/* Y = max(X, 0). */
-void rt_ref_relu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0];
-    float *y = b[1];
-    for (int64_t k = 0; k < i[0]; k++)
-        y[k] = x[k] > 0.0f ? x[k] : 0.0f;
-}
+/* rt_ref_<kernel> of the elementwise rows of rt_ew.h marked made: the
+ * row's double expression, the sum with y (acc) in double, rounded once. */
+#define RT_EW_REF(CODE, kernel, nsrc, racc, cpu, made, expr, ref)                              \
+    RT_EW_IF_##made(                                                                           \
+    void rt_ref_##kernel(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)        \
+    {                                                                                          \
+        const float *A = b[0], *C = nsrc == 2 ? (const float *)b[1] : NULL;                    \
+        float *Y = b[nsrc];                                                                    \
+        int acc = racc ? (int)i[1] : 0;                                                        \
+        for (int64_t k = 0; k < i[0]; k++) {                                                   \
+            const double a = A[k], c = nsrc == 2 ? C[k] : 0.0;                                 \
+            (void)c;                                                                           \
+            Y[k] = (float)((acc ? (double)Y[k] : 0.0) + (ref));                                \
+        }                                                                                      \
+    })
+RT_EW_OPS(RT_EW_REF)
+#undef RT_EW_REF
 
-/* dX (+)= dY * (Y > 0). */
-void rt_ref_relu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* The value of elementwise op `op` (rt_ew.h) in double. */
+static double rt_ref_ew_value(int64_t op, double a, double c)
 {
-    const float *dy = b[0], *y = b[1];
-    float *dx = b[2];
-    for (int64_t k = 0; k < i[0]; k++)
-        dx[k] = (i[1] ? dx[k] : 0.0f) + (y[k] > 0.0f ? dy[k] : 0.0f);
-}
-
-#define RT_GELU_C 0.7978845608028654   /* sqrt(2 / pi) */
-#define RT_GELU_A 0.044715
-
-/* Y = 0.5 X (1 + tanh(sqrt(2/pi) (X + 0.044715 X^3))). */
-void rt_ref_gelu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0];
-    float *y = b[1];
-    for (int64_t k = 0; k < i[0]; k++) {
-        double v = x[k];
-        y[k] = (float)(0.5 * v * (1.0 + tanh(RT_GELU_C * (v + RT_GELU_A * v * v * v))));
+    switch (op) {
+#define RT_EW_CASE(CODE, kernel, nsrc, racc, cpu, made, expr, ref) case RT_EW_##CODE: return (ref);
+    RT_EW_OPS(RT_EW_CASE)
+#undef RT_EW_CASE
+    default: RT_ASSERT(!"ew: unknown op");
     }
-}
-
-/* Y = X / (1 + exp(-X)) (in double). */
-void rt_ref_silu(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *x = b[0];
-    float *y = b[1];
-    for (int64_t k = 0; k < i[0]; k++)
-        y[k] = (float)((double)x[k] / (1.0 + exp(-(double)x[k])));
-}
-
-/* dX (+)= dY * silu'(X) = dY s (1 + X (1 - s)), s = sigmoid(X) (in double). */
-void rt_ref_silu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *dy = b[0], *x = b[1];
-    float *dx = b[2];
-    for (int64_t k = 0; k < i[0]; k++) {
-        double v = x[k], s = 1.0 / (1.0 + exp(-v));
-        dx[k] = (float)((i[1] ? dx[k] : 0.0) + dy[k] * s * (1.0 + v * (1.0 - s)));
-    }
-}
-
-/* dX (+)= dY * gelu'(X). */
-void rt_ref_gelu_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    const float *dy = b[0], *x = b[1];
-    float *dx = b[2];
-    for (int64_t k = 0; k < i[0]; k++) {
-        double v = x[k];
-        double t = tanh(RT_GELU_C * (v + RT_GELU_A * v * v * v));
-        double d = 0.5 * (1.0 + t) +
-                   0.5 * v * (1.0 - t * t) * RT_GELU_C * (1.0 + 3.0 * RT_GELU_A * v * v);
-        dx[k] = (float)((i[1] ? dx[k] : 0.0) + dy[k] * d);
-    }
+    return 0;
 }
 
 /* L[0] (+)= scale * sum (P - T)^2. */
@@ -808,25 +754,7 @@ void rt_ref_ew(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
             float c = rt_ew_nsrc(op) == 2
                           ? rt_ref_ew_get(b, i, reg, ops[4 * o + 3], k)
                           : 0.0f;
-            double xd = x;
-            switch (op) {
-            case RT_EW_COPY: v = x; break;
-            case RT_EW_ADD: v = x + c; break;
-            case RT_EW_GELU:
-                v = (float)(0.5 * xd * (1.0 + tanh(RT_GELU_C * (xd + RT_GELU_A * xd * xd * xd))));
-                break;
-            case RT_EW_RELU: v = x > 0.0f ? x : 0.0f; break;
-            case RT_EW_GELU_BWD: {
-                double cd = c, t = tanh(RT_GELU_C * (cd + RT_GELU_A * cd * cd * cd));
-                double d = 0.5 * (1.0 + t) +
-                           0.5 * cd * (1.0 - t * t) * RT_GELU_C * (1.0 + 3.0 * RT_GELU_A * cd * cd);
-                v = (float)(x * d);
-                break;
-            }
-            case RT_EW_RELU_BWD: v = c > 0.0f ? x : 0.0f; break;
-            case RT_EW_MUL: v = x * c; break;
-            default: RT_ASSERT(!"ew: unknown op");
-            }
+            v = (float)rt_ref_ew_value(op, x, c);
             if (dst < RT_EW_MEM)
                 reg[dst] = v;
             else if (dst < RT_EW_ROW)
