@@ -1537,10 +1537,11 @@ static int report_cycle(fe_lw *L)
 }
 
 /* ir_add_op failed for instance i: report it at the op's `in`. */
-static int report_shapes(fe_lw *L, const fe_inst *in, const int *ids, const char *err)
+static int report_shapes(fe_lw *L, const fe_inst *in, const int *ids, ir_opkind kind, const char *err)
 {
     const fe_opdecl *d = &L->ops[in->decl];
     ir_opinfo oinfo = op_info(L, d);
+    if (kind != d->kind) oinfo = ir_ops[kind];   /* (attention given a bias: attention_ab) */
     const ir_opinfo *oi = &oinfo;
     ir_buf b = {0};
     char clip[96];
@@ -1595,14 +1596,26 @@ static int lower_order(fe_lw *L)
         for (int k = 0; k < d->nin; k++) ids[k] = map_get(&L->tensor, in->in[k]);
         err[0] = '\0';
         int op, first;
+        ir_opkind kind = d->kind;
+        if (kind == IR_OP_ATTENTION_VL && L->g->t[ids[3]].dtype == IR_F32) {
+            /* a 4th input of f32: an additive bias (H, T, S), not key lengths */
+            kind = IR_OP_ATTENTION_AB;
+            if (L->g->t[ids[3]].ndim != 3) {
+                snprintf(err, sizeof err, "the 4th input of attention is the key lengths (i32, the batch dims) or "
+                         "an additive bias (f32, [heads, T, S]); '%s' is f32 with %d dims", L->g->t[ids[3]].name,
+                         L->g->t[ids[3]].ndim);
+                rc = report_shapes(L, in, ids, kind, err);
+                break;
+            }
+        }
         if (d->kind == IR_OP_CROSS_ENTROPY)   /* two ops: vocabulary-block statistics, then the loss */
             op = ir_add_cross_entropy(L->g, in->name, ids, in->out[0], d->iattr, d->fattr, d->sec->line, &first, err,
                                       sizeof err);
         else
-            first = op = ir_add_op_attr(L->g, in->name, d->kind, d->nin, ids, (const char *const *)in->out,
+            first = op = ir_add_op_attr(L->g, in->name, kind, d->nin, ids, (const char *const *)in->out,
                                         d->iattr, d->fattr, d->sec->line, err, sizeof err);
         if (op < 0) {
-            rc = report_shapes(L, in, ids, err[0] ? err : "the inputs do not fit the op");
+            rc = report_shapes(L, in, ids, kind, err[0] ? err : "the inputs do not fit the op");
             break;
         }
         for (int j = first; j <= op; j++) {

@@ -9,8 +9,8 @@
 enum { RT_K_none = -1, IR_OP_NONE = -1 };   /* (ops.h: no kernel, no one-op backward rule) */
 
 const ir_opinfo ir_ops[IR_OP_COUNT] = {
-#define OP(e, name, anno, nin, nout, flags, kern, bwd, bargs) \
-    {name, anno, nin, nout, flags, RT_K_##kern, IR_OP_##bwd, bargs},
+#define OP(e, name, anno, nin, nout, flags, kern, bwd, bargs, cost, args) \
+    {name, anno, nin, nout, flags, RT_K_##kern, IR_OP_##bwd, bargs, cost, args},
 #include "ops.h"
 #undef OP
 };

@@ -70,7 +70,7 @@ enum {
 };
 
 typedef enum ir_opkind {
-#define OP(e, name, anno, nin, nout, flags, kern, bwd, bargs) IR_OP_##e,
+#define OP(e, name, anno, nin, nout, flags, kern, bwd, bargs, cost, args) IR_OP_##e,
 #include "ops.h"
 #undef OP
     IR_OP_COUNT
@@ -86,6 +86,8 @@ typedef struct ir_opinfo {
     int bwd;           /* the backward op giving input 0's gradient (IR_OP_*), or -1: a rule in
                           passes/autograd.c, or none */
     const char *bargs; /* bwd's inputs: "dy", "x", "w", "y" separated by spaces */
+    const char *cost;  /* FLOPs of a sub-op as a product of factors (ir/ops.h); "": 4 per element of operand 0 */
+    const char *args;  /* the kernel's ints and floats, "INTS; FLOATS" (ir/ops.h) */
 } ir_opinfo;
 extern const ir_opinfo ir_ops[IR_OP_COUNT];
 /* Op kind by spec name, or -1. */
@@ -95,8 +97,10 @@ int ir_op_lookup(const char *name);
  * malformed (a word that is not dy, x, w or y; more than IR_BA_MAX). */
 enum { IR_BA_DY, IR_BA_X, IR_BA_W, IR_BA_Y, IR_BA_MAX = 4 };
 /* Attention's forward (attention, attention_vl) and backward kinds. */
-#define IR_IS_ATT(k) ((k) == IR_OP_ATTENTION || (k) == IR_OP_ATTENTION_VL)
-#define IR_IS_ATT_BWD(k) ((k) == IR_OP_ATTENTION_BWD || (k) == IR_OP_ATTENTION_VL_BWD)
+#define IR_IS_ATT(k) ((k) == IR_OP_ATTENTION || (k) == IR_OP_ATTENTION_VL || (k) == IR_OP_ATTENTION_AB)
+/* (attention_dbias counts as a backward: it reads the backward's inputs in its order) */
+#define IR_IS_ATT_BWD(k) ((k) == IR_OP_ATTENTION_BWD || (k) == IR_OP_ATTENTION_VL_BWD || \
+                          (k) == IR_OP_ATTENTION_AB_BWD || (k) == IR_OP_ATTENTION_DBIAS)
 int ir_op_bwd_inputs(int kind, int *role);
 struct ir_graph;
 struct ir_op;

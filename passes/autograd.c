@@ -369,6 +369,12 @@ static int backward(agctx *c, int oi)
         contribute_n(c, 3, o.in, IR_OP_ATTENTION_VL_BWD, 7, a);
         break;
     }
+    case IR_OP_ATTENTION_AB: {   /* q, k, v by attention_ab_bwd; the bias (when it needs one) by attention_dbias */
+        int a[7] = {dy, o.in[0], o.in[1], o.in[2], o.out[0], o.out[1], o.in[3]};
+        contribute_n(c, 3, o.in, IR_OP_ATTENTION_AB_BWD, 7, a);
+        contribute(c, o.in[3], IR_OP_ATTENTION_DBIAS, 7, a);
+        break;
+    }
     case IR_OP_ADD:
         if (c->needs[x]) push(c, x, dy);
         if (c->needs[w]) push(c, w, dy);

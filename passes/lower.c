@@ -12,6 +12,7 @@
  * a matmul_bf16 call (mixed precision: the products see bf16-rounded
  * inputs, everything else stays f32); the FLOP count is the same.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,10 +124,68 @@ static void put_acc(lctx *c, pg_instr *in, int acc, int sec)
     pg_acc(in, box_acc(c, acc, sec));
 }
 
-/* Model FLOPs of sub-op s per step when it runs in section sec (matmuls and
- * attention dominate; pointwise ops ~ a few per element): this rank's cost
- * (ir_prog.flops) and, summed over every rank's sub-ops, the manifest's
- * flops_per_step. */
+/* One factor of a cost formula (ir/ops.h): its value for op o with the
+ * sub-op's extents ext, or NAN when the word is none. */
+static double cost_factor(const ir_op *o, const int64_t *ext, const char *w, size_t n)
+{
+    char word[32];
+    if (n == 0 || n >= sizeof word) return NAN;
+    memcpy(word, w, n);
+    word[n] = '\0';
+    if (!strcmp(word, "causal/2")) return o->iattr[IR_IA_CAUSAL] ? 0.5 : 1.0;
+    if (!strcmp(word, "*")) {   /* the leading dims of operand 0: the ids named *0, *1, ... */
+        double p = 1;
+        for (int j = 0; j < o->anno.ndim[0]; j++) {
+            int id = o->anno.dim[0][j].id;
+            if (id >= 0 && o->anno.idname[id][0] == '*') p *= (double)ext[id];
+        }
+        return p;
+    }
+    if (word[0] == '@') {   /* every element of operand K */
+        char *end;
+        long k = strtol(word + 1, &end, 10);
+        if (*end || end == word + 1 || k < 0 || k >= o->nin + o->nout) return NAN;
+        return (double)ext_prod(o, ext, (int)k, 0, o->anno.ndim[k]);
+    }
+    char *end;
+    double v = strtod(word, &end);
+    if (!*end) return v;
+    int id = ir_anno_find(&o->anno, word);
+    return id >= 0 ? (double)ext[id] : NAN;
+}
+
+double pass_cost_formula(const ir_op *o, const char *f, const int64_t *ext)
+{
+    if (!f || !*f) f = "4 @0";
+    double p = 1;
+    while (*f) {
+        size_t n = strcspn(f, " ");
+        if (n) p *= cost_factor(o, ext, f, n);
+        f += n;
+        f += strspn(f, " ");
+    }
+    return p;
+}
+
+/* Model FLOPs of sub-op s per step when it runs in section sec: its row's
+ * cost formula (ir/ops.h) over the sub-op's extents, a custom op's FLOPs per
+ * element of output 0 ([custom] flops), times its executions: this rank's
+ * cost (ir_prog.flops) and, summed over every rank's sub-ops, the
+ * manifest's flops_per_step. */
+double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
+{
+    const ir_op *o = &g->op[s->op];
+    int64_t ext[IR_MAXID];
+    memcpy(ext, s->ext, sizeof ext);
+    int b = pass_batch_id(g, s->op);
+    if (b >= 0 && sec == IR_SEC_MB) ext[b] /= g->train.micro_batches;
+    double execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1;
+    double fl = o->kind == IR_OP_CUSTOM
+                    ? g->cust[o->iattr[IR_IA_CUSTOM]].flops * (double)ext_prod(o, ext, o->nin, 0, o->anno.ndim[o->nin])
+                    : pass_cost_formula(o, ir_ops[o->kind].cost, ext);
+    return fl * execs;
+}
+
 /* Attention's heads from operand 0's last dim, (h r d) or (h d): the query
  * heads H = h r, the head size D and the key/value heads Hkv = h. */
 static void att_heads(const ir_op *o, const int64_t *ext, int64_t *H, int64_t *D, int64_t *Hkv)
@@ -136,42 +195,6 @@ static void att_heads(const ir_op *o, const int64_t *ext, int64_t *H, int64_t *D
     *Hkv = ext[hd->id];
     *H = ext[hd->id] * (hd->nsub == 2 ? ext[hd->sub[0]] : 1);
     *D = ext[hd->sub[hd->nsub - 1]];
-}
-
-double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
-{
-    const ir_op *o = &g->op[s->op];
-    int64_t ext[IR_MAXID];
-    memcpy(ext, s->ext, sizeof ext);
-    int b = pass_batch_id(g, s->op);
-    if (b >= 0 && sec == IR_SEC_MB) ext[b] /= g->train.micro_batches;
-    int nd0 = o->anno.ndim[0];
-    int64_t rows = ext_prod(o, ext, 0, 0, nd0 - 1), last = nd0 ? ext_prod(o, ext, 0, nd0 - 1, nd0) : 1;
-    double fl = 0, execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1;
-    switch (o->kind) {
-    case IR_OP_CUSTOM: /* the section's FLOPs per element of output 0 */
-        fl = g->cust[o->iattr[IR_IA_CUSTOM]].flops * (double)ext_prod(o, ext, o->nin, 0, o->anno.ndim[o->nin]);
-        break;
-    case IR_OP_MATMUL: case IR_OP_MATMUL_NT: case IR_OP_MATMUL_TN: /* 2 M K N: rows x last x the other dim */
-        fl = 2.0 * (double)rows * (double)last *
-             (double)(o->kind == IR_OP_MATMUL    ? ext_prod(o, ext, 1, 1, 2)
-                      : o->kind == IR_OP_MATMUL_NT ? ext_prod(o, ext, 1, 0, 1)
-                                                   : ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
-        break;
-    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: case IR_OP_ATTENTION_VL: case IR_OP_ATTENTION_VL_BWD: {
-        int64_t H, D, Hkv;
-        att_heads(o, ext, &H, &D, &Hkv);
-        double t = (double)ext_prod(o, ext, 0, nd0 - 2, nd0 - 1), sk = (double)ext[ir_anno_find(&o->anno, "s")];
-        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0 - 2) * (double)H * t * sk * (double)D;
-        if (o->iattr[IR_IA_CAUSAL]) fl /= 2;
-        if (IR_IS_ATT_BWD(o->kind)) fl *= 2;
-        break;
-    }
-    default:
-        fl = 4.0 * (double)ext_prod(o, ext, 0, 0, nd0);
-        break;
-    }
-    return fl * execs;
 }
 
 static pg_instr *emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const ir_box *full,
@@ -229,6 +252,62 @@ static void lower_slice(lctx *c, const ir_subop *s, const ir_op *o, const int64_
     in->blk = o->block, in->rep = o->rep;
 }
 
+/* The kernel ints of args[0 .. len) (ir/ops.h: comma-separated products of
+ * cost factors, or acc; none: the default, n0 then acc where the kernel's
+ * row has one). */
+static void put_ints(lctx *c, pg_instr *in, const ir_op *o, const int64_t *ext, const char *args, size_t len,
+                     int kern, int acc, int64_t n0, int sec)
+{
+    size_t at = strspn(args, " ");
+    if (at >= len) {   /* elementwise, losses: n, then acc where the kernel's row has one (rt_kernels.h) */
+        pg_i(in, n0);
+        if (ir_prog_acc_index(kern) == 1) put_acc(c, in, acc, sec);
+        else IR_ASSERT(!acc);
+        return;
+    }
+    while (at < len) {
+        size_t n = strcspn(args + at, ",");
+        if (at + n > len) n = len - at;
+        char item[64];
+        IR_ASSERT(n < sizeof item);
+        memcpy(item, args + at, n);
+        item[n] = '\0';
+        char *w = item + strspn(item, " "), *e = w + strlen(w);
+        while (e > w && e[-1] == ' ') *--e = '\0';
+        if (!strcmp(w, "acc")) {
+            put_acc(c, in, acc, sec);
+        } else {
+            double v = pass_cost_formula(o, w, ext);
+            if (isnan(v)) ir_die(__FILE__, __LINE__, "op %s: kernel int \"%s\" of args \"%s\"", o->name, w, args);
+            pg_i(in, (int64_t)v);
+        }
+        at += n + 1;
+    }
+}
+
+/* The kernel floats named in list (ir/ops.h args after ';'). */
+static void put_floats(pg_instr *in, const ir_op *o, const char *list)
+{
+    static const struct {
+        const char *name;
+        int slot;
+    } fa[] = {{"scale", IR_FA_SCALE}, {"eps", IR_FA_LN_EPS}, {"theta", IR_FA_THETA}, {"lr", IR_FA_LR},
+              {"wd", IR_FA_WD}, {"beta1", IR_FA_BETA1}, {"beta2", IR_FA_BETA2}, {"aeps", IR_FA_EPS}};
+    while (*list) {
+        size_t n = strcspn(list, " ");
+        if (n == 3 && !strncmp(list, "all", 3)) {   /* a custom op's attrs (its backward: the forward's) */
+            for (int k = 0; k < IR_MAXFATTR; k++) pg_f(in, (float)o->fattr[k]);
+        } else if (n) {
+            int k = 0, nf = (int)(sizeof fa / sizeof fa[0]);
+            while (k < nf && (strlen(fa[k].name) != n || strncmp(fa[k].name, list, n))) k++;
+            if (k == nf) ir_die(__FILE__, __LINE__, "op %s: kernel float '%.*s'", o->name, (int)n, list);
+            pg_f(in, (float)o->fattr[fa[k].slot]);
+        }
+        list += n;
+        list += strspn(list, " ");
+    }
+}
+
 static void lower_subop(lctx *c, int si, int sec)
 {
     const ir_graph *g = c->d->g;
@@ -272,142 +351,66 @@ static void lower_subop(lctx *c, int si, int sec)
        producer; the others always add */
     const ir_trans *tr = &c->d->trans[s->op];
     if (tr->cosacc && s->sub % tr->cosk) acc = 2;   /* (ZeRO 2: a shard's input, not accumulated: still) */
-    switch (o->kind) {
-    case IR_OP_MEAN: /* x[*, t, c]: R T C acc */
-    case IR_OP_MEAN_BWD: { /* dy[*, c] -> dx[*, t, c]: the sizes from x (operand 0) or dx (operand 1) */
-        int k = o->kind == IR_OP_MEAN ? 0 : 1, nd = o->anno.ndim[k];
-        pg_i(in, ext_prod(o, ext, k, 0, nd - 2)); pg_i(in, ext_prod(o, ext, k, nd - 2, nd - 1));
-        pg_i(in, ext_prod(o, ext, k, nd - 1, nd)); put_acc(c, in, acc, sec);
-        break;
-    }
-    case IR_OP_TRANSPOSE: /* x[*, a, b]: R A B acc */
-        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0 - 1));
-        pg_i(in, ext_prod(o, ext, 0, nd0 - 1, nd0)); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_CUSTOM: /* id nin nout acc, then per operand: ndim, its extents (rtlib/nnsc_custom.h) */
-        pg_i(in, o->iattr[IR_IA_CUSTOM]); pg_i(in, o->nin); pg_i(in, o->nout); put_acc(c, in, acc, sec);
-        for (int k = 0; k < o->nin + o->nout; k++) {
-            pg_i(in, o->anno.ndim[k]);
-            for (int j = 0; j < o->anno.ndim[k]; j++) pg_i(in, ext_prod(o, ext, k, j, j + 1));
+    const char *args = ir_ops[o->kind].args, *semi = strchr(args, ';');
+    if (!strncmp(args, "hand", 4)) {
+        switch (o->kind) {   /* ints the op table's args cannot say: a box's start, a step-varying int */
+        case IR_OP_CUSTOM: /* id nin nout acc, then per operand: ndim, its extents (rtlib/nnsc_custom.h) */
+            pg_i(in, o->iattr[IR_IA_CUSTOM]); pg_i(in, o->nin); pg_i(in, o->nout); put_acc(c, in, acc, sec);
+            for (int k = 0; k < o->nin + o->nout; k++) {
+                pg_i(in, o->anno.ndim[k]);
+                for (int j = 0; j < o->anno.ndim[k]; j++) pg_i(in, ext_prod(o, ext, k, j, j + 1));
+            }
+            break;
+        case IR_OP_XENT_STATS: { /* logits[*, (k c)]: M K C Vreal Vlo (the rank's first column) */
+            const ir_adim *kc = &o->anno.dim[0][nd0 - 1];
+            if (acc) ir_die(__FILE__, __LINE__, "op %s: statistics are written, not accumulated", o->name);
+            pg_i(in, rows); pg_i(in, ext[kc->id]); pg_i(in, ext[kc->sub[0]]); pg_i(in, o->iattr[IR_IA_VOCAB]);
+            pg_i(in, c->d->pt[s->in[0]].box.lo[g->t[o->in[0]].ndim - 1]);
+            break;
         }
-        break;
-    case IR_OP_MATMUL: /* x[*,k] w[k,n] */
-        pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 1, 2));
-        pg_i(in, 0); pg_i(in, 0); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_MATMUL_NT: /* dy[*,n] w[k,n] -> dx[*,k] */
-        pg_i(in, rows); pg_i(in, last); pg_i(in, ext_prod(o, ext, 1, 0, 1));
-        pg_i(in, 0); pg_i(in, 1); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_MATMUL_TN: /* x[*,k] dy[*,n] -> dw[k,n] */
-        pg_i(in, last); pg_i(in, rows); pg_i(in, ext_prod(o, ext, 1, o->anno.ndim[1] - 1, o->anno.ndim[1]));
-        pg_i(in, 1); pg_i(in, 0); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_BIAS_ADD:
-    case IR_OP_LAYERNORM:
-    case IR_OP_RMSNORM:
-    case IR_OP_SOFTMAX:
-        pg_i(in, rows); pg_i(in, last);
-        break;
-    case IR_OP_BIAS_GRAD:
-    case IR_OP_LAYERNORM_BWD:
-    case IR_OP_LAYERNORM_WGRAD:
-    case IR_OP_RMSNORM_BWD:
-    case IR_OP_RMSNORM_WGRAD:
-    case IR_OP_SOFTMAX_BWD:
-        pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_XENT_STATS: { /* logits[*, (k c)]: M K C Vreal Vlo (the rank's first column) */
-        const ir_adim *kc = &o->anno.dim[0][nd0 - 1];
-        if (acc) ir_die(__FILE__, __LINE__, "op %s: statistics are written, not accumulated", o->name);
-        pg_i(in, rows); pg_i(in, ext[kc->id]); pg_i(in, ext[kc->sub[0]]); pg_i(in, o->iattr[IR_IA_VOCAB]);
-        pg_i(in, c->d->pt[s->in[0]].box.lo[g->t[o->in[0]].ndim - 1]);
-        break;
+        case IR_OP_XENT_VP_BWD: /* logits[*, (k c)], bmax[*, j]: M V acc Vreal Kall Vlo */
+            pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec); pg_i(in, o->iattr[IR_IA_VOCAB]);
+            pg_i(in, ext_prod(o, ext, 2, nd0 - 1, nd0));
+            pg_i(in, c->d->pt[s->in[0]].box.lo[g->t[o->in[0]].ndim - 1]);
+            break;
+        case IR_OP_EMBEDDING: /* tokens[*], table[v, c]: the table shard starts at row Vlo */
+            pg_i(in, n0); pg_i(in, c->d->pt[s->in[1]].box.lo[0]); pg_i(in, ext_prod(o, ext, 1, 0, 1));
+            pg_i(in, ext_prod(o, ext, 1, 1, 2)); put_acc(c, in, acc, sec);
+            break;
+        case IR_OP_EMBEDDING_BWD: /* tokens[*], dy[*, c], table[v, c] -> dtable[v, c] */
+            pg_i(in, n0); pg_i(in, c->d->pt[s->out[0]].box.lo[0]); pg_i(in, ext_prod(o, ext, 2, 0, 1));
+            pg_i(in, ext_prod(o, ext, 2, 1, 2)); put_acc(c, in, acc, sec);
+            break;
+        case IR_OP_ATTENTION:
+        case IR_OP_ATTENTION_BWD:
+        case IR_OP_ATTENTION_VL:
+        case IR_OP_ATTENTION_VL_BWD:
+        case IR_OP_ATTENTION_AB:
+        case IR_OP_ATTENTION_AB_BWD:
+        case IR_OP_ATTENTION_DBIAS: { /* q[*, t, (h r d)], k[*, s, (h d)]: B T H D causal (acc) Hkv S (bwd: max(T, S)) */
+            int64_t H, D, Hkv, T = ext_prod(o, ext, 0, nd0 - 2, nd0 - 1), S = ext[ir_anno_find(&o->anno, "s")];
+            att_heads(o, ext, &H, &D, &Hkv);
+            pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, T);
+            pg_i(in, H); pg_i(in, D); pg_i(in, o->iattr[IR_IA_CAUSAL]);
+            if (IR_IS_ATT_BWD(o->kind)) put_acc(c, in, acc, sec);
+            pg_i(in, Hkv); pg_i(in, S);
+            if (IR_IS_ATT_BWD(o->kind)) pg_i(in, T > S ? T : S);
+            /* ALiBi: the rank's first query head in the layer (q's box), the layer's heads */
+            pg_i(in, o->iattr[IR_IA_ALIBI]);
+            pg_i(in, c->d->pt[s->in[IR_IS_ATT(o->kind) ? 0 : 1]].box.lo[nd0 - 1] / D);
+            pg_i(in, o->iattr[IR_IA_HEADS]);
+            break;
+        }
+        case IR_OP_ADAMW:
+            pg_i(in, n0); pg_iv(in, 1, 1, 0);
+            break;
+        default:
+            ir_die(__FILE__, __LINE__, "op %s: args \"hand\" without a case in lower_subop", o->name);
+        }
+    } else {
+        put_ints(c, in, o, ext, args, semi ? (size_t)(semi - args) : strlen(args), kern, acc, n0, sec);
     }
-    case IR_OP_XENT_LOSS: /* bmax[*, k]: M K acc */
-        pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_XENT_VP_BWD: /* logits[*, (k c)], bmax[*, j]: M V acc Vreal Kall Vlo */
-        pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec); pg_i(in, o->iattr[IR_IA_VOCAB]);
-        pg_i(in, ext_prod(o, ext, 2, nd0 - 1, nd0));
-        pg_i(in, c->d->pt[s->in[0]].box.lo[g->t[o->in[0]].ndim - 1]);
-        break;
-    case IR_OP_ADD_BCAST: /* x[*,t,c] + p[t,c]: rows of t*c */
-        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0));
-        break;
-    case IR_OP_SUM_LEAD:
-        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0)); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_EMBEDDING: /* tokens[*], table[v, c]: the table shard starts at row Vlo */
-        pg_i(in, n0); pg_i(in, c->d->pt[s->in[1]].box.lo[0]); pg_i(in, ext_prod(o, ext, 1, 0, 1));
-        pg_i(in, ext_prod(o, ext, 1, 1, 2)); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_EMBEDDING_BWD: /* tokens[*], dy[*, c], table[v, c] -> dtable[v, c] */
-        pg_i(in, n0); pg_i(in, c->d->pt[s->out[0]].box.lo[0]); pg_i(in, ext_prod(o, ext, 2, 0, 1));
-        pg_i(in, ext_prod(o, ext, 2, 1, 2)); put_acc(c, in, acc, sec);
-        break;
-    case IR_OP_ATTENTION:
-    case IR_OP_ATTENTION_BWD:
-    case IR_OP_ATTENTION_VL:
-    case IR_OP_ATTENTION_VL_BWD: { /* q[*, t, (h r d)], k[*, s, (h d)]: B T H D causal (acc) Hkv S (bwd: max(T, S)) */
-        int64_t H, D, Hkv, T = ext_prod(o, ext, 0, nd0 - 2, nd0 - 1), S = ext[ir_anno_find(&o->anno, "s")];
-        att_heads(o, ext, &H, &D, &Hkv);
-        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, T);
-        pg_i(in, H); pg_i(in, D); pg_i(in, o->iattr[IR_IA_CAUSAL]);
-        if (IR_IS_ATT_BWD(o->kind)) put_acc(c, in, acc, sec);
-        pg_i(in, Hkv); pg_i(in, S);
-        if (IR_IS_ATT_BWD(o->kind)) pg_i(in, T > S ? T : S);
-        /* ALiBi: the rank's first query head in the layer (q's box), the layer's heads */
-        pg_i(in, o->iattr[IR_IA_ALIBI]);
-        pg_i(in, c->d->pt[s->in[IR_IS_ATT(o->kind) ? 0 : 1]].box.lo[nd0 - 1] / D);
-        pg_i(in, o->iattr[IR_IA_HEADS]);
-        break;
-    }
-    case IR_OP_ROPE:
-    case IR_OP_ROPE_BWD: { /* x[*, t, (h d)]: rows, T, H, D, inverse, acc */
-        const ir_adim *hd = &o->anno.dim[0][nd0 - 1];
-        pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, ext_prod(o, ext, 0, nd0 - 2, nd0 - 1));
-        pg_i(in, ext[hd->id]); pg_i(in, ext[hd->sub[0]]); pg_i(in, o->kind == IR_OP_ROPE_BWD);
-        put_acc(c, in, acc, sec);
-        break;
-    }
-    case IR_OP_SGD:
-        pg_i(in, n0);
-        break;
-    case IR_OP_ADAMW:
-        pg_i(in, n0); pg_iv(in, 1, 1, 0);
-        break;
-    default: /* elementwise, losses: n, then acc where the kernel's row has one (rt_kernels.h) */
-        pg_i(in, n0);
-        if (ir_prog_acc_index(kern) == 1) put_acc(c, in, acc, sec);
-        else IR_ASSERT(!acc);
-        break;
-    }
-    switch (o->kind) {
-    case IR_OP_MSE_LOSS: case IR_OP_MSE_BWD: case IR_OP_XENT_LOSS: case IR_OP_XENT_VP_BWD:
-    case IR_OP_ATTENTION: case IR_OP_ATTENTION_BWD: case IR_OP_ATTENTION_VL: case IR_OP_ATTENTION_VL_BWD:
-    case IR_OP_MEAN: case IR_OP_MEAN_BWD:
-        pg_f(in, (float)o->fattr[IR_FA_SCALE]);
-        break;
-    case IR_OP_LAYERNORM:
-    case IR_OP_RMSNORM:
-        pg_f(in, (float)o->fattr[IR_FA_LN_EPS]);
-        break;
-    case IR_OP_ROPE: case IR_OP_ROPE_BWD:
-        pg_f(in, (float)o->fattr[IR_FA_THETA]);
-        break;
-    case IR_OP_CUSTOM:   /* the op's attrs (its backward: the forward's), 0 past those given */
-        for (int k = 0; k < IR_MAXFATTR; k++) pg_f(in, (float)o->fattr[k]);
-        break;
-    case IR_OP_SGD:
-        pg_f(in, (float)o->fattr[IR_FA_LR]); pg_f(in, (float)o->fattr[IR_FA_WD]);
-        break;
-    case IR_OP_ADAMW:
-        for (int k = 0; k < 5; k++) pg_f(in, (float)o->fattr[k]);
-        break;
-    default:
-        break;
-    }
+    if (semi) put_floats(in, o, semi + 1);
 }
 
 ir_box pass_mbbox(const ir_dist *d, int tensor, const ir_box *b, int sec)

@@ -126,6 +126,9 @@ void pass_memcheck_key(const ir_dist *d, const pass_mem *m, uint64_t key[2]);
 /* Model FLOPs of sub-op s per step when it runs in section sec (the cost
  * model behind plan.txt's compute figures and the manifest's flops_per_step). */
 double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec);
+/* Cost formula f (ir/ops.h's cost column; NULL or "": "4 @0") of op o over
+ * extents ext: the product of its factors, NAN when a word is none. */
+double pass_cost_formula(const ir_op *o, const char *f, const int64_t *ext);
 
 /* The cost model (cost.c) on the graph's profile g->prof. */
 typedef struct pass_estimate {

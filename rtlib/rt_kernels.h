@@ -143,6 +143,16 @@ RT_K(attention_vl,    6,  10,   1, RT_B(4) | RT_B(5), 0, -1, "i0*i1*i2*i3 i0*i6*
 RT_K(attention_vl_bwd, 10, 12,   1, RT_B(7) | RT_B(8) | RT_B(9), 0, 5, "i0*i1*i2*i3 i0*i1*i2*i3 i0*i7*i6*i3 i0*i7*i6*i3 i0*i1*i2*i3 i0*i2*i1 i0 i0*i1*i2*i3 i0*i7*i6*i3 i0*i7*i6*i3")
                        /* b: dY, q, k, v, Y, lse, lens, dq, dk, dv.  i, f: attention_bwd's.  Its gradients with
                           attention_vl's mask: keys s >= lens[b] get dk = dv = 0 (+ acc). */
+RT_K(attention_ab,    6,  10,   1, RT_B(4) | RT_B(5), 0, -1, "i0*i1*i2*i3 i0*i6*i5*i3 i0*i6*i5*i3 i2*i1*i6 i0*i1*i2*i3 i0*i2*i1")
+                       /* b: q, k, v, bias (H, T, S), Y, lse.  i, f: attention's.  attention where every score of
+                          query head h gets bias[h, t, s] after the scale (and ALiBi); a bias of -inf masks. */
+RT_K(attention_ab_bwd, 10, 12,   1, RT_B(7) | RT_B(8) | RT_B(9), 0, 5, "i0*i1*i2*i3 i0*i1*i2*i3 i0*i7*i6*i3 i0*i7*i6*i3 i0*i1*i2*i3 i0*i2*i1 i2*i1*i7 i0*i1*i2*i3 i0*i7*i6*i3 i0*i7*i6*i3")
+                       /* b: dY, q, k, v, Y, lse, bias, dq, dk, dv.  i, f: attention_bwd's.  Its gradients with
+                          attention_ab's bias in the scores. */
+RT_K(attention_dbias, 8,  12,   1, RT_B(7), 0, 5, "i0*i1*i2*i3 i0*i1*i2*i3 i0*i7*i6*i3 i0*i7*i6*i3 i0*i1*i2*i3 i0*i2*i1 i2*i1*i7 i2*i1*i7")
+                       /* b: dY, q, k, v, Y, lse, bias, dbias (H, T, S).  i, f: attention_bwd's.  The bias's
+                          gradient: dbias[h, t, s] (+)= sum over b, in order, of P (dP - Drow) (attention_bwd's
+                          dS without the scale); 0 where masked. */
 RT_K(mean_mid,        2,   4,   1, RT_B(1), 0, 3, "i0*i1*i2 i0*i2")  /* b: X (R, T, C), Y (R, C).  i: R, T, C, acc.  f: scale.
                                                    Y[r, c] (+)= scale * sum_t X[r, t, c] (summed in t order in f32,
                                                    then scaled).  mean over the dim before the last. */

@@ -1046,21 +1046,37 @@ static void ops_transpose(void)
         }
 }
 
+/* -inf entries of an additive bias (H, T, S): mask 1, every third key of a
+ * row; mask 2, a sliding window (key s seen by queries s .. s + 4) and head
+ * 0's query 1 with no key at all. */
+static void ab_mask(float *bias, int64_t H, int64_t T, int64_t S, int mask)
+{
+    for (int64_t x = 0; x < H * T * S; x++) {
+        int64_t s = x % S, t = x / S % T, h = x / (S * T);
+        if (mask == 1 ? s % 3 == 2 : (s > t || s < t - 4 || (h == 0 && t == 1)))
+            bias[x] = -INFINITY;
+    }
+}
+
 /* attention and its backward (Y and lse from the reference forward): head
  * sizes 1 to 256 (the largest the kernel takes), odd T, causal or not,
  * grouped-query (Hkv < H) and multi-query (Hkv = 1), cross-attention (S keys
  * != T queries: more and fewer, not causal). */
 static void ops_attention(void)
 {
-    /* B, T, H, D, Hkv, S (0: T), ALiBi (heads 1 .. H of H + 2), key lengths (attention_vl: S, 0 -- Y = 0,
-       lse = -inf --, 1, S / 2 + 1, S - 1 over the rows) */
+    /* B, T, H, D, Hkv, S (0: T), ALiBi (heads 1 .. H of H + 2), then 1: key lengths (attention_vl: S, 0 --
+       Y = 0, lse = -inf --, 1, S / 2 + 1, S - 1 over the rows), 2, 3: an additive bias (attention_ab, its
+       backward and attention_dbias; 2: every third key of a row -inf, 3: a sliding window and a query
+       with no key, ab_mask) */
     static const int64_t sh[][8] = {
         {1, 1, 1, 1, 1, 0, 0, 0}, {1, 2, 1, 1, 1, 0, 0, 0}, {2, 5, 3, 8, 3, 0, 0, 0}, {1, 33, 2, 64, 2, 0, 0, 0},
         {1, 17, 1, 256, 1, 0, 0, 0}, {2, 70, 2, 24, 2, 0, 0, 0}, {2, 19, 6, 16, 2, 0, 0, 0},
         {1, 40, 4, 32, 1, 0, 0, 0}, {2, 19, 6, 16, 2, 45, 0, 0}, {1, 33, 2, 64, 2, 7, 0, 0}, {2, 3, 2, 8, 1, 1, 0, 0},
         {2, 19, 6, 16, 2, 0, 1, 0}, {1, 33, 3, 32, 3, 12, 1, 0},
         {5, 5, 3, 8, 3, 0, 0, 1}, {5, 19, 6, 16, 2, 0, 0, 1}, {5, 19, 6, 16, 2, 45, 0, 1}, {5, 33, 3, 32, 3, 12, 1, 1},
-        {5, 40, 2, 64, 2, 0, 1, 1}};
+        {5, 40, 2, 64, 2, 0, 1, 1},
+        {1, 1, 1, 1, 1, 0, 0, 2}, {3, 19, 6, 16, 2, 0, 0, 2}, {2, 33, 3, 32, 3, 12, 1, 2}, {2, 40, 2, 64, 2, 0, 1, 2},
+        {1, 17, 1, 256, 1, 0, 0, 2}, {2, 40, 3, 16, 3, 0, 0, 3}, {2, 70, 2, 32, 1, 0, 1, 3}};
     for (int bwd = 0; bwd < 2; bwd++)
         for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
             for (int causal = 0; causal < (sh[s][5] ? 1 : 2); causal++)
@@ -1068,19 +1084,22 @@ static void ops_attention(void)
                     int64_t Bn = sh[s][0], T = sh[s][1], H = sh[s][2], D = sh[s][3], Hkv = sh[s][4];
                     int64_t S = sh[s][5] ? sh[s][5] : T, P = T > S ? T : S, al = sh[s][6];
                     int64_t n = Bn * T * H * D, nk = Bn * S * Hkv * D;
-                    int vl = (int)sh[s][7];
+                    int vl = sh[s][7] >= 2 ? 2 : (int)sh[s][7], mask = (int)sh[s][7] - 1;
                     float scale = 1.0f / sqrtf((float)D);
                     char what[128];
                     snprintf(what, sizeof what, "B=%lld T=%lld S=%lld H=%lld D=%lld Hkv=%lld causal=%d%s",
                              (long long)Bn, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv,
                              causal, al ? " alibi" : "");
-                    const char *name = bwd ? (vl ? "attention_vl_bwd" : "attention_bwd")
-                                           : (vl ? "attention_vl" : "attention");
+                    const char *name = bwd ? (vl == 2 ? "attention_ab_bwd" : vl ? "attention_vl_bwd" : "attention_bwd")
+                                           : (vl == 2 ? "attention_ab" : vl ? "attention_vl" : "attention");
                     /* one key: dq and dk are 0 up to rounding (P = 1) */
                     if ((bwd && S == 1) || !(bwd ? tc_begin(name, "%s acc=%d", what, acc) : tc_begin(name, "%s", what)))
                         continue;
-                    int lens = -1;
-                    if (vl) {
+                    int lens = -1, bias = -1;
+                    if (vl == 2) {
+                        bias = tc_buf(TB_IN, "bias", H * T * S, -2, 2);
+                        ab_mask((float *)tc.b[bias].host, H, T, S, mask);
+                    } else if (vl) {
                         lens = tc_tok("lens", Bn, 0, 1);
                         const int64_t pat[5] = {S, 0, 1, S / 2 + 1, S - 1};
                         for (int64_t r = 0; r < Bn; r++) ((int32_t *)tc.b[lens].host)[r] = (int32_t)pat[r % 5];
@@ -1091,7 +1110,8 @@ static void ops_attention(void)
                     int lse = bwd ? tc_buf(TB_IN, "lse", Bn * H * T, 0, 0) : tc_buf(TB_OUT, "lse", Bn * H * T, -1, 1);
                     const int64_t *ifw = (const int64_t[]){Bn, T, H, D, causal, Hkv, S, al, 1, H + 2};
                     if (!bwd) {
-                        if (vl) tc_launch(RT_KN_attention_vl, B(q, k, v, lens, y, lse), 10, ifw, F(scale));
+                        if (vl == 2) tc_launch(RT_KN_attention_ab, B(q, k, v, bias, y, lse), 10, ifw, F(scale));
+                        else if (vl) tc_launch(RT_KN_attention_vl, B(q, k, v, lens, y, lse), 10, ifw, F(scale));
                         else tc_launch(RT_KN_attention, B(q, k, v, y, lse), 10, ifw, F(scale));
                         tc_run();
                         continue;
@@ -1099,13 +1119,28 @@ static void ops_attention(void)
                     int dq = tc_buf(TB_OUT, "dq", n, -1, 1), dk = tc_buf(TB_OUT, "dk", nk, -1, 1);
                     int dv = tc_buf(TB_OUT, "dv", nk, -1, 1);
                     const int64_t *ib = (const int64_t[]){Bn, T, H, D, causal, acc, Hkv, S, P, al, 1, H + 2};
-                    if (vl) {   /* (Y and lse from the reference forward) */
+                    if (vl == 2) {
+                        tc_prep(RT_KN_attention_ab, B(q, k, v, bias, y, lse), 10, ifw, F(scale));
+                        tc_launch(RT_KN_attention_ab_bwd, B(dy, q, k, v, y, lse, bias, dq, dk, dv), 12, ib, F(scale));
+                    } else if (vl) {   /* (Y and lse from the reference forward) */
                         tc_prep(RT_KN_attention_vl, B(q, k, v, lens, y, lse), 10, ifw, F(scale));
                         tc_launch(RT_KN_attention_vl_bwd, B(dy, q, k, v, y, lse, lens, dq, dk, dv), 12, ib, F(scale));
                     } else {
                         tc_prep(RT_KN_attention, B(q, k, v, y, lse), 10, ifw, F(scale));
                         tc_launch(RT_KN_attention_bwd, B(dy, q, k, v, y, lse, dq, dk, dv), 12, ib, F(scale));
                     }
+                    tc_run();
+                    if (vl != 2 || !tc_begin("attention_dbias", "%s acc=%d", what, acc))
+                        continue;
+                    /* the bias's gradient, summed over the batch, on the same kind of inputs */
+                    bias = tc_buf(TB_IN, "bias", H * T * S, -2, 2);
+                    ab_mask((float *)tc.b[bias].host, H, T, S, mask);
+                    dy = tc_buf(TB_IN, "dY", n, -1, 1), q = tc_buf(TB_IN, "q", n, -1, 1);
+                    k = tc_buf(TB_IN, "k", nk, -1, 1), v = tc_buf(TB_IN, "v", nk, -1, 1);
+                    y = tc_buf(TB_IN, "Y", n, 0, 0), lse = tc_buf(TB_IN, "lse", Bn * H * T, 0, 0);
+                    int db = tc_buf(TB_OUT, "dbias", H * T * S, -1, 1);
+                    tc_prep(RT_KN_attention_ab, B(q, k, v, bias, y, lse), 10, ifw, F(scale));
+                    tc_launch(RT_KN_attention_dbias, B(dy, q, k, v, y, lse, bias, db), 12, ib, F(scale));
                     tc_run();
                 }
 }

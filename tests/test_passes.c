@@ -1,6 +1,7 @@
 /* test_passes.c -- unit tests of the IR and the passes on graphs built
  * through the IR API (no spec file): annotations, autograd, the dp plan,
  * communication derived from pTensors, schedule, memory plan, lowering. */
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -827,6 +828,101 @@ static void test_op_table(void)
           "table (%d rules)", rules);
     CHECK(ir_ops[IR_OP_RELU].bwd == IR_OP_RELU_BWD && ir_ops[IR_OP_RELU].kern == RT_K_relu,
           "relu lowers to rt_k_relu and differentiates by relu_bwd");
+
+    /* the cost column: every word a number, `*`, `@K` with K an operand, causal/2, or
+       an identifier of the row's annotation */
+    bad = 0;
+    for (int k = 0; k < IR_OP_COUNT; k++) {
+        const ir_opinfo *o = &ir_ops[k];
+        for (const char *f = o->cost; *f;) {
+            size_t n = strcspn(f, " ");
+            char w[32] = "";
+            snprintf(w, sizeof w, "%.*s", (int)n, f);
+            char *end;
+            int ok = n > 0 && n < sizeof w;
+            if (ok && strcmp(w, "*") && strcmp(w, "causal/2")) {
+                if (w[0] == '@') {
+                    long q = strtol(w + 1, &end, 10);
+                    ok = !*end && end > w + 1 && q >= 0 && q < o->nin + o->nout;
+                } else if ((strtod(w, &end), *end)) {   /* not a number: an identifier of the annotation */
+                    ok = 0;
+                    for (const char *a = o->anno; *a && !ok; a++)
+                        ok = !strncmp(a, w, n) && (a == o->anno || !isalnum((unsigned char)a[-1])) &&
+                             !isalnum((unsigned char)a[n]) && a[n] != '_';
+                }
+            }
+            if (!ok) printf("  %s: cost \"%s\": '%s' is no factor\n", o->name, o->cost, w), bad++;
+            f += n;
+            f += strspn(f, " ");
+        }
+    }
+    CHECK(bad == 0, "the op table's cost formulas name only numbers, *, @K, causal/2 and their annotation's "
+          "identifiers (%d bad)", bad);
+    /* the args column: as many ints and floats as the kernel's row takes, every int a
+       product of factors (checked above) or acc */
+    static const int knint[RT_K_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) nint,
+#include "rt_kernels.h"
+#undef RT_K
+    }, knflt[RT_K_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) nflt,
+#include "rt_kernels.h"
+#undef RT_K
+    }, kacc[RT_K_COUNT] = {
+#define RT_K(name, nbuf, nint, nflt, out, rw, acc, ext) acc,
+#include "rt_kernels.h"
+#undef RT_K
+    };
+    int checked = 0;
+    bad = 0;
+    for (int k = 0; k < IR_OP_COUNT; k++) {
+        const ir_opinfo *o = &ir_ops[k];
+        if (o->kern < 0) continue;
+        const char *semi = strchr(o->args, ';'), *fl = semi ? semi + 1 : "";
+        size_t ilen = semi ? (size_t)(semi - o->args) : strlen(o->args);
+        int nf = 0, all = 0;
+        for (const char *f = fl; *f;) {
+            size_t n = strcspn(f, " ");
+            if (n) nf++, all |= n == 3 && !strncmp(f, "all", 3);
+            f += n;
+            f += strspn(f, " ");
+        }
+        if (!all && nf != knflt[o->kern]) {
+            printf("  %s: %d floats in args \"%s\", kernel %s takes %d\n", o->name, nf, o->args,
+                   cg_kernel_names[o->kern], knflt[o->kern]);
+            bad++;
+        }
+        if (!strncmp(o->args, "hand", 4)) continue;
+        int ni = 0, blank = strspn(o->args, " ") >= ilen, accs = 0;
+        for (size_t at = 0; !blank && at <= ilen;) {
+            size_t n = strcspn(o->args + at, ",;");
+            char w[64];
+            snprintf(w, sizeof w, "%.*s", (int)n, o->args + at);
+            accs += strstr(w, "acc") != NULL;
+            ni++;
+            at += n + 1;
+        }
+        if (blank) ni = 1 + (kacc[o->kern] == 1), accs = kacc[o->kern] == 1;
+        int acc_ok = kacc[o->kern] < 0 ? accs == 0 : accs == 1;
+        if (ni != knint[o->kern] || !acc_ok) {
+            printf("  %s: args \"%s\" give %d ints (%d acc), kernel %s takes %d (acc at %d)\n", o->name, o->args,
+                   ni, accs, cg_kernel_names[o->kern], knint[o->kern], kacc[o->kern]);
+            bad++;
+        }
+        checked++;
+    }
+    CHECK(bad == 0 && checked >= 30, "the op table's args give each kernel as many ints and floats as its row in "
+          "rt_kernels.h takes, acc where it has one (%d ops checked, %d bad)", checked, bad);
+    /* and they price: the mlp's fc1 (B 8: x [8, 4] @ w1 [4, 6]) is 2 M K N, its relu 4 per element */
+    ir_graph g;
+    mlp(&g, 8, 1);
+    const ir_op *fc1 = &g.op[0], *act = &g.op[2];
+    double mm = pass_cost_formula(fc1, ir_ops[fc1->kind].cost, fc1->ext);
+    double rl = pass_cost_formula(act, ir_ops[act->kind].cost, act->ext);
+    double nope = pass_cost_formula(fc1, "2 * k zz", fc1->ext);
+    CHECK(mm == 2.0 * 8 * 4 * 6 && rl == 4.0 * 8 * 6 && isnan(nope),
+          "cost formulas: matmul 2 M K N = %g, relu 4 n = %g, an unknown word NaN (%g)", mm, rl, nope);
+    ir_graph_free(&g);
 }
 
 int main(int argc, char **argv)

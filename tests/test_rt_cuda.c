@@ -499,8 +499,9 @@ static void test_launch_bounds(const char *tests_dir)
             i[6] = RT_EW_MEM + 0;
         }
         if (k == RT_KN_attention || k == RT_KN_attention_bwd || k == RT_KN_attention_vl ||
-            k == RT_KN_attention_vl_bwd)   /* not causal, no ALiBi */
-            i[4] = 0, i[k == RT_KN_attention || k == RT_KN_attention_vl ? 7 : 9] = 0;
+            k == RT_KN_attention_vl_bwd || k == RT_KN_attention_ab || k == RT_KN_attention_ab_bwd ||
+            k == RT_KN_attention_dbias)   /* not causal, no ALiBi */
+            i[4] = 0, i[k == RT_KN_attention || k == RT_KN_attention_vl || k == RT_KN_attention_ab ? 7 : 9] = 0;
         conf c = cfg(k, b, i);
         if (c.rc == -1 && strstr(c.err, "does not run on the device"))
             continue;

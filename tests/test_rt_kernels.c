@@ -907,6 +907,71 @@ static void att_vl_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, 
     free(lse);
 }
 
+/* attention_ab, its backward and attention_dbias vs reference: a bias
+ * (H, T, S) in the scores; mask 1: every third key of each row gets -inf;
+ * mask 2: a sliding window (key s seen by queries s .. s + 4 only, so the
+ * first key tiles of late queries are all -inf) and head 0's query 1 sees
+ * no key at all (Y = 0, lse = -inf, no gradient). */
+static void att_ab_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int64_t Hkv, int64_t S, int alibi,
+                        int mask)
+{
+    if (!S) S = T;
+    int64_t n = B * T * H * D, nk = B * S * Hkv * D, nl = B * H * T, nb = H * T * S;
+    float sc[1] = {1.0f / sqrtf((float)D)};
+    char nm[180];
+    float *bias = fbuf(nb, -2, 2);
+    for (int64_t x = 0; mask && x < nb; x++) {
+        int64_t s = x % S, t = x / S % T, h = x / (S * T);
+        if (mask == 1 ? s % 3 == 2 : (s > t || s < t - 4 || (h == 0 && t == 1)))
+            bias[x] = -INFINITY;
+    }
+    kcall c;
+    int64_t sf[6] = {n, nk, nk, nb, n, nl}, ifw[10] = {B, T, H, D, causal, Hkv, S, alibi, 1, H + 2};
+    kc_make(&c, 6, sf, -2, 2);
+    kc_set(&c, 3, bias);
+    kc_run(&c, rt_k_attention_ab, rt_ref_attention_ab, ifw, sc);
+    snprintf(nm, sizeof nm, "attention_ab B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d%s%s", (long long)B,
+             (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, alibi ? " alibi" : "",
+             mask ? " -inf mask" : "");
+    kc_check(&c, nm, (int[]){4, 5}, 2, 2e-5);
+    if (mask == 2) {   /* head 0's query 1 of every row: Y = 0, lse = -inf */
+        int none = 1;
+        for (int64_t b = 0; b < B && T > 1; b++) {
+            for (int64_t d = 0; d < D; d++) none &= c.f[4][((b * T + 1) * H) * D + d] == 0.0f;
+            none &= isinf(c.f[5][(b * H) * T + 1]) && c.f[5][(b * H) * T + 1] < 0;
+        }
+        check(none, "%s: a query whose every key the bias masks gives Y = 0, lse = -inf", nm);
+    }
+    float *q = fdup(c.f[0], n), *k = fdup(c.f[1], nk), *v = fdup(c.f[2], nk);
+    float *y = fdup(c.f[4], n), *lse = fdup(c.f[5], nl);
+    kc_free(&c);
+    for (int acc = 0; acc < 2; acc++) {
+        int64_t sb[10] = {n, n, nk, nk, n, nl, nb, n, nk, nk};
+        int64_t ib[12] = {B, T, H, D, causal, acc, Hkv, S, T > S ? T : S, alibi, 1, H + 2};
+        kc_make(&c, 10, sb, -1, 1);
+        const float *in[6] = {q, k, v, y, lse, bias};
+        for (int x = 0; x < 6; x++) kc_set(&c, 1 + x, in[x]);
+        kc_run(&c, rt_k_attention_ab_bwd, rt_ref_attention_ab_bwd, ib, sc);
+        snprintf(nm, sizeof nm, "attention_ab_bwd B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d%s%s",
+                 (long long)B, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, acc,
+                 alibi ? " alibi" : "", mask ? " -inf mask" : "");
+        kc_check(&c, nm, (int[]){7, 8, 9}, 3, 5e-5);
+        kc_free(&c);
+        int64_t sd[8] = {n, n, nk, nk, n, nl, nb, nb};
+        kc_make(&c, 8, sd, -1, 1);
+        for (int x = 0; x < 6; x++) kc_set(&c, 1 + x, in[x]);
+        kc_run(&c, rt_k_attention_dbias, rt_ref_attention_dbias, ib, sc);
+        snprintf(nm, sizeof nm, "attention_dbias B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d%s%s",
+                 (long long)B, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, acc,
+                 alibi ? " alibi" : "", mask ? " -inf mask" : "");
+        kc_check(&c, nm, (int[]){7}, 1, 5e-5);
+        kc_free(&c);
+    }
+    float *all[6] = {bias, q, k, v, y, lse};
+    for (int a = 0; a < 6; a++)
+        free(all[a]);
+}
+
 static void test_attention(void)
 {
     for (int causal = 0; causal < 2; causal++) {
@@ -936,6 +1001,15 @@ static void test_attention(void)
     }
     att_vl_case(5, 37, 3, 16, 0, 3, 100, 0);
     att_vl_case(5, 20, 2, 8, 0, 2, 7, 0);
+    /* an additive bias: causal and not, tiles, grouped-query, cross-attention, ALiBi, -inf entries */
+    for (int causal = 0; causal < 2; causal++) {
+        att_ab_case(3, 37, 3, 16, causal, 3, 0, 0, 0);
+        att_ab_case(2, 150, 4, 8, causal, 2, 0, 0, 0);
+        att_ab_case(2, 20, 2, 8, causal, 1, 0, 1, 1);
+        att_ab_case(2, 150, 3, 8, causal, 3, 0, 0, 2);   /* a sliding window; a query with no key */
+    }
+    att_ab_case(2, 37, 3, 16, 0, 3, 100, 0, 1);
+    att_ab_case(3, 20, 2, 8, 0, 2, 7, 0, 0);
 }
 
 /* xent with Vreal < V: the padding columns change nothing and get gradient 0. */
@@ -1384,6 +1458,38 @@ static void fd_attention_vl(int causal)
         free(all[a]);
 }
 
+/* attention_ab_bwd's dq, dk, dv and attention_dbias's dbias vs central
+ * differences of L = sum W Y. */
+static void fd_attention_ab(int causal, int64_t Hkv, int alibi)
+{
+    const int64_t B = 2, T = 5, H = 2, D = 3, S = 5, n = B * T * H * D, nk = B * S * Hkv * D, nb = H * T * S;
+    float *q = fbuf(n, -1, 1), *k = fbuf(nk, -1, 1), *v = fbuf(nk, -1, 1), *W = fbuf(n, -1, 1);
+    float *bias = fbuf(nb, -1, 1), *y = fbuf(n, 0, 1), *lse = fbuf(B * H * T, 0, 1);
+    float *dq = fbuf(n, 0, 1), *dk = fbuf(nk, 0, 1), *dv = fbuf(nk, 0, 1), *db = fbuf(nb, 0, 1);
+    float sc[1] = {0.7f};
+    int64_t ifw[10] = {B, T, H, D, causal, Hkv, S, alibi, 2, 5};
+    int64_t ib[12] = {B, T, H, D, causal, 0, Hkv, S, T, alibi, 2, 5};
+    void *bf[6] = {q, k, v, bias, y, lse}, *bb[10] = {W, q, k, v, y, lse, bias, dq, dk, dv};
+    void *bd[8] = {W, q, k, v, y, lse, bias, db};
+    rt_k_attention_ab(NULL, bf, ifw, sc);
+    rt_k_attention_ab_bwd(NULL, bb, ib, sc);
+    rt_k_attention_dbias(NULL, bd, ib, sc);
+    double eq = fd_check(rt_k_attention_ab, bf, ifw, sc, q, n, dq, W, y, n);
+    double ek = fd_check(rt_k_attention_ab, bf, ifw, sc, k, nk, dk, W, y, n);
+    double ev = fd_check(rt_k_attention_ab, bf, ifw, sc, v, nk, dv, W, y, n);
+    double eb = fd_check(rt_k_attention_ab, bf, ifw, sc, bias, nb, db, W, y, n);
+    int zero = 1;   /* causal: the bias of keys after the query gets no gradient */
+    for (int64_t h = 0; causal && h < H; h++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t s = t + 1; s < S; s++) zero &= db[(h * T + t) * S + s] == 0.0f;
+    check(fmax(fmax(eq, eb), fmax(ek, ev)) < 2e-3 && zero, "attention_ab_bwd and attention_dbias causal=%d "
+          "Hkv=%lld%s vs central differences: dq %.2e, dk %.2e, dv %.2e, dbias %.2e", causal, (long long)Hkv,
+          alibi ? " alibi" : "", eq, ek, ev, eb);
+    float *all[11] = {q, k, v, W, bias, y, lse, dq, dk, dv, db};
+    for (int a = 0; a < 11; a++)
+        free(all[a]);
+}
+
 /* layernorm_bwd (dX) and layernorm_wgrad (dw, dbias) vs central differences. */
 static void fd_layernorm(void)
 {
@@ -1732,6 +1838,10 @@ int main(int argc, char **argv)
     fd_attention(0, 1, 3, 0);   /* fewer */
     fd_attention_vl(0);
     fd_attention_vl(1);
+    for (int causal = 0; causal < 2; causal++) {
+        fd_attention_ab(causal, 2, 0);
+        fd_attention_ab(causal, 1, 1);   /* grouped-query, ALiBi */
+    }
     fd_layernorm();
     fd_rmsnorm();
     fd_rope();

@@ -23,6 +23,11 @@
  * With ALiBi (alibi = 1) every score gets -m_h |t - s| before the softmax,
  * m_h the slope of the layer's query head hoff + h of Htot (rt_alibi_slope).
  *
+ * With an additive bias (attention_ab: bias, (H, T, S)) every score of query
+ * head h gets bias[h, t, s] after the scale and ALiBi; attention_dbias sums
+ * the bias's gradient, dS / scale, over the batch: per (head, block of
+ * queries) in batch order, so the sum is the same whatever the threads.
+ *
  * With key lengths (attention_vl: lens, one i32 per row b) row b's queries
  * see only its keys s < lens[b] (a padded batch: the rest are padding); a
  * row with none gives Y = 0 and lse = -inf, and its keys' gradients 0.
@@ -50,6 +55,7 @@ typedef struct at_job {
     float scale;            /* multiplies q . k */
     void *const *b;         /* the kernel's buffers (attention's, attention_bwd's order) */
     const int32_t *lens;    /* attention_vl: row b's keys s < lens[b] are seen; NULL: all S */
+    const float *bias;      /* attention_ab: (H, T, S), added to the scores; NULL: none */
 } at_job;
 
 /* A head's view: its rows are ld floats apart, its key/value head's ldk. */
@@ -59,6 +65,7 @@ typedef struct at_head {
     int64_t loff;           /* offset of the head's lse (T floats) */
     int64_t ldk, koff;      /* row stride (Hkv*D) and row 0 of its key/value head in (B, T, Hkv, D) */
     float slope;            /* ALiBi: the head's m (0: no ALiBi) */
+    const float *bias;      /* attention_ab: the head's (T, S) bias; NULL: none */
 } at_head;
 
 float rt_alibi_slope(int64_t h, int64_t H)
@@ -78,7 +85,9 @@ static at_head at_head_of(const at_job *j, int64_t bh)
     int64_t g = h / (j->H / j->Hkv);
     float slope = j->alibi ? rt_alibi_slope(j->hoff + h, j->Htot) : 0.0f;
     int64_t S = j->lens && j->lens[b] < j->S ? j->lens[b] : j->S;   /* (the keys row b sees; lens checked >= 0) */
-    return (at_head){j->T, S, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->S * ldk + g * j->D, slope};
+    const float *bias = j->bias ? j->bias + h * j->T * j->S : NULL;
+    return (at_head){j->T, S, j->D, ld, b * j->T * ld + h * j->D, bh * j->T, ldk, b * j->S * ldk + g * j->D, slope,
+                     bias};
 }
 
 /* Keys of block [s0, s0 + kb) that query t sees. */
@@ -132,14 +141,20 @@ static void at_fwd_head(const at_job *j, int64_t bh, float *scratch)
                 if (j->alibi)   /* -m |t - s| */
                     for (int64_t c = 0; c < nv; c++)
                         sr[c] -= hd.slope * (float)llabs(t0 + r - (s0 + c));
+                if (hd.bias) {   /* + bias[h, t, s] */
+                    const float *br = hd.bias + (t0 + r) * j->S + s0;
+                    for (int64_t c = 0; c < nv; c++)
+                        sr[c] += br[c];
+                }
                 float bm = rt_vmax(sr, nv);
                 float mnew = s0 == 0 || bm > m[r] ? bm : m[r];
-                float sum = (float)rt_vexp_affine(sr, 1.0f, mnew, sr, nv);
+                /* (a bias of -inf on every key so far: the max is -inf, each exp 0) */
+                float sum = (float)rt_vexp_affine(sr, 1.0f, isinf(mnew) ? 0.0f : mnew, sr, nv);
                 memset(sr + nv, 0, (size_t)(kb - nv) * 4);
                 if (s0 == 0) {
                     l[r] = sum;
                 } else {
-                    float corr = expf(m[r] - mnew);
+                    float corr = m[r] == mnew ? 1.0f : expf(m[r] - mnew);
                     l[r] = l[r] * corr + sum;
                     if (corr != 1.0f)
                         at_scale_row(y + (t0 + r) * ld, D, corr);
@@ -150,6 +165,11 @@ static void at_fwd_head(const at_job *j, int64_t bh, float *scratch)
                     scratch);
         }
         for (int64_t r = 0; r < qb; r++) {
+            if (l[r] == 0.0f) {   /* every key masked by the bias: as a row with no keys */
+                memset(y + (t0 + r) * ld, 0, (size_t)D * 4);
+                lse[t0 + r] = -INFINITY;
+                continue;
+            }
             at_scale_row(y + (t0 + r) * ld, D, 1.0f / l[r]);
             lse[t0 + r] = m[r] + logf(l[r]);
         }
@@ -170,6 +190,36 @@ static float at_dot(const float *restrict x, const float *restrict y, int64_t n)
     for (int j = 0; j < 16; j++)
         s += acc[j];
     return s;
+}
+
+/* The tiles of queries [t0, t0 + qb) and keys [s0, s0 + kb) of head hd:
+ * P = exp(scale q.k (- m |t - s|) (+ bias) - lse) and dS = dsc P (dP - drow),
+ * dP = dY v^T (0 where masked; rows RT_ATT_KB floats apart). */
+static void at_tiles(const at_job *j, const at_head *hd, const float *dy, const float *q, const float *k,
+                     const float *v, const float *lse, const float *drow, int64_t t0, int64_t qb, int64_t s0,
+                     int64_t kb, float dsc, float *P, float *dS, float *scratch)
+{
+    int64_t D = hd->D, ld = hd->ld, ldk = hd->ldk;
+    rt_gemm(qb, D, kb, q + t0 * ld, ld, 0, k + s0 * ldk, ldk, 1, P, RT_ATT_KB, 0, scratch);
+    rt_gemm(qb, D, kb, dy + t0 * ld, ld, 0, v + s0 * ldk, ldk, 1, dS, RT_ATT_KB, 0, scratch);
+    for (int64_t r = 0; r < qb; r++) {
+        float *pr = P + r * RT_ATT_KB, *dr = dS + r * RT_ATT_KB;
+        int64_t nv = isinf(lse[t0 + r]) ? 0 : at_visible(j, t0 + r, s0, kb);   /* (a row with no key: P 0) */
+        if (j->alibi || hd->bias) {   /* P = exp(scale q.k - m |t - s| + bias - lse) */
+            for (int64_t c = 0; c < nv; c++)
+                pr[c] = pr[c] * j->scale - hd->slope * (float)llabs(t0 + r - (s0 + c));
+            if (hd->bias)
+                for (int64_t c = 0; c < nv; c++)
+                    pr[c] += hd->bias[(t0 + r) * j->S + s0 + c];
+            rt_vexp_affine(pr, 1.0f, lse[t0 + r], pr, nv);
+        } else {
+            rt_vexp_affine(pr, j->scale, lse[t0 + r], pr, nv);
+        }
+        for (int64_t c = 0; c < nv; c++)
+            dr[c] = dsc * pr[c] * (dr[c] - drow[r]);
+        memset(pr + nv, 0, (size_t)(kb - nv) * 4);
+        memset(dr + nv, 0, (size_t)(kb - nv) * 4);
+    }
 }
 
 /* Backward of one head; first: the first query head of its key/value head
@@ -200,24 +250,7 @@ static void at_bwd_head(const at_job *j, int64_t bh, int first, float *scratch)
             drow[r] = at_dot(dy + (t0 + r) * ld, y + (t0 + r) * ld, D);
         for (int64_t s0 = 0; s0 < kend; s0 += RT_ATT_KB) {
             int64_t kb = kend - s0 < RT_ATT_KB ? kend - s0 : RT_ATT_KB;
-            rt_gemm(qb, D, kb, q + t0 * ld, ld, 0, k + s0 * ldk, ldk, 1, P, RT_ATT_KB, 0, scratch);
-            rt_gemm(qb, D, kb, dy + t0 * ld, ld, 0, v + s0 * ldk, ldk, 1, dS, RT_ATT_KB, 0,
-                    scratch);
-            for (int64_t r = 0; r < qb; r++) {
-                float *pr = P + r * RT_ATT_KB, *dr = dS + r * RT_ATT_KB;
-                int64_t nv = at_visible(j, t0 + r, s0, kb);
-                if (j->alibi) {   /* P = exp(scale q.k - m |t - s| - lse) */
-                    for (int64_t c = 0; c < nv; c++)
-                        pr[c] = pr[c] * j->scale - hd.slope * (float)llabs(t0 + r - (s0 + c));
-                    rt_vexp_affine(pr, 1.0f, lse[t0 + r], pr, nv);
-                } else {
-                    rt_vexp_affine(pr, j->scale, lse[t0 + r], pr, nv);
-                }
-                for (int64_t c = 0; c < nv; c++)
-                    dr[c] = j->scale * pr[c] * (dr[c] - drow[r]);
-                memset(pr + nv, 0, (size_t)(kb - nv) * 4);
-                memset(dr + nv, 0, (size_t)(kb - nv) * 4);
-            }
+            at_tiles(j, &hd, dy, q, k, v, lse, drow, t0, qb, s0, kb, j->scale, P, dS, scratch);
             rt_gemm(kb, qb, D, P, RT_ATT_KB, 1, dy + t0 * ld, ld, 0, dv + s0 * ldk, ldk, 1, scratch);
             rt_gemm(kb, qb, D, dS, RT_ATT_KB, 1, q + t0 * ld, ld, 0, dk + s0 * ldk, ldk, 1, scratch);
             rt_gemm(qb, kb, D, dS, RT_ATT_KB, 0, k + s0 * ldk, ldk, 0, dq + t0 * ld, ld, 1, scratch);
@@ -240,6 +273,44 @@ static void at_task(void *p, int t, int nt, int bwd)
                 at_bwd_head(j, x * r + q, q == 0, scratch);
         else
             at_fwd_head(j, x, scratch);
+    }
+}
+
+/* attention_dbias: thread t's (head, block of queries) pairs; each sums
+ * over the batch in order into its rows of dbias (b[7], (H, T, S)). */
+static void at_dbias_task(void *p, int t, int nt)
+{
+    const at_job *j = p;
+    int64_t nqb = (j->T + RT_ATT_QB - 1) / RT_ATT_QB, lo, hi;
+    rt_split(j->H * nqb, t, nt, 1, &lo, &hi);
+    float *scratch = rt_scratch(t);
+    float *P = scratch + RT_MM_SCRATCH_FLOATS, *dS = P + RT_ATT_QB * RT_ATT_KB;
+    for (int64_t x = lo; x < hi; x++) {
+        int64_t h = x / nqb, t0 = x % nqb * RT_ATT_QB;
+        int64_t qb = j->T - t0 < RT_ATT_QB ? j->T - t0 : RT_ATT_QB;
+        float *db = (float *)j->b[7] + (h * j->T + t0) * j->S;   /* rows t0 .. t0 + qb of head h */
+        if (!j->acc)
+            memset(db, 0, (size_t)(qb * j->S) * 4);
+        for (int64_t b = 0; b < j->B; b++) {
+            at_head hd = at_head_of(j, b * j->H + h);
+            const float *dy = (const float *)j->b[0] + hd.off, *q = (const float *)j->b[1] + hd.off;
+            const float *k = (const float *)j->b[2] + hd.koff, *v = (const float *)j->b[3] + hd.koff;
+            const float *y = (const float *)j->b[4] + hd.off, *lse = (const float *)j->b[5] + hd.loff;
+            int64_t kend = j->causal && t0 + qb < hd.S ? t0 + qb : hd.S;
+            float drow[RT_ATT_QB];
+            for (int64_t r = 0; r < qb; r++)
+                drow[r] = at_dot(dy + (t0 + r) * hd.ld, y + (t0 + r) * hd.ld, hd.D);
+            for (int64_t s0 = 0; s0 < kend; s0 += RT_ATT_KB) {
+                int64_t kb = kend - s0 < RT_ATT_KB ? kend - s0 : RT_ATT_KB;
+                at_tiles(j, &hd, dy, q, k, v, lse, drow, t0, qb, s0, kb, 1.0f, P, dS, scratch);
+                for (int64_t r = 0; r < qb; r++) {
+                    const float *dr = dS + r * RT_ATT_KB;
+                    float *o = db + r * j->S + s0;
+                    for (int64_t c = 0; c < kb; c++)
+                        o[c] += dr[c];
+                }
+            }
+        }
     }
 }
 
@@ -309,4 +380,32 @@ void rt_k_attention_vl_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const 
                 .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = bb,
                 .lens = b[6]};
     rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
+}
+
+void rt_k_attention_ab(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_check(ctx, "attention_ab", i, i[5], i[6], i + 7);
+    void *bb[5] = {b[0], b[1], b[2], b[4], b[5]};   /* (attention's order) */
+    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[5], .S = i[6], .causal = (int)i[4],
+                .alibi = (int)i[7], .hoff = i[8], .Htot = i[9], .acc = 0, .scale = f[0], .b = bb, .bias = b[3]};
+    rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
+}
+
+void rt_k_attention_ab_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_check(ctx, "attention_ab_bwd", i, i[6], i[7], i + 9);
+    void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};   /* (attention_bwd's order) */
+    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
+                .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = bb,
+                .bias = b[6]};
+    rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
+}
+
+void rt_k_attention_dbias(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_check(ctx, "attention_dbias", i, i[6], i[7], i + 9);
+    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
+                .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = b,
+                .bias = b[6]};
+    rt_parallel(at_dbias_task, &j, rt_threads_for(j.H * ((j.T + RT_ATT_QB - 1) / RT_ATT_QB), 1));
 }

@@ -563,6 +563,7 @@ typedef struct rt_ref_att {
     int alibi;            /* 1: scores get -m |t - s|, m the slope of layer head hoff + h of Htot */
     int64_t hoff, Htot;
     const int32_t *lens;  /* attention_vl: row b sees keys s < lens[b]; NULL: all */
+    const float *bias;    /* attention_ab: (H, T, S), added to the scores; NULL: none */
 } rt_ref_att;
 
 /* ALiBi's slope of head h of H, in double: with n the largest power of 2 <= H,
@@ -574,7 +575,8 @@ static double rt_ref_alibi_slope(int64_t h, int64_t H)
     return h < n ? pow(2.0, -8.0 * (double)(h + 1) / (double)n) : pow(2.0, -4.0 * (double)(2 * (h - n) + 1) / (double)n);
 }
 
-/* The score of query t and key s in head (b, h): scale q_t . k_s (- m |t - s|). */
+/* The score of query t and key s in head (b, h): scale q_t . k_s (- m |t - s|)
+ * (+ bias[h, t, s]). */
 static double rt_ref_score(const rt_ref_att *a, const float *q, const float *k, int64_t b, int64_t t, int64_t s,
                            int64_t h);
 
@@ -613,6 +615,7 @@ static double rt_ref_score(const rt_ref_att *a, const float *q, const float *k, 
 {
     double x = a->scale * rt_ref_rowdot(a, q, k, b, t, s, h, 1);
     if (a->alibi) x -= rt_ref_alibi_slope(a->hoff + h, a->Htot) * (double)(t > s ? t - s : s - t);
+    if (a->bias) x += a->bias[(h * a->T + t) * a->S + s];
     return x;
 }
 
@@ -620,7 +623,7 @@ static double rt_ref_score(const rt_ref_att *a, const float *q, const float *k, 
 static double rt_ref_prob(const rt_ref_att *a, const float *q, const float *k, double lse,
                           int64_t b, int64_t t, int64_t s, int64_t h)
 {
-    if ((a->causal && s > t) || (a->lens && s >= a->lens[b]))
+    if ((a->causal && s > t) || (a->lens && s >= a->lens[b]) || isinf(lse))
         return 0.0;
     return exp(rt_ref_score(a, q, k, b, t, s, h) - lse);
 }
@@ -643,6 +646,11 @@ static void rt_ref_att_fwd(rt_ref_att a, const float *q, const float *k, const f
                 double mx = -INFINITY, sum = 0;
                 for (int64_t s = 0; s < ns; s++)
                     mx = fmax(mx, rt_ref_score(&a, q, k, bb, t, s, h));
+                if (isinf(mx)) {   /* every key masked by a bias of -inf: as no key */
+                    lse[(bb * a.H + h) * a.T + t] = -INFINITY;
+                    for (int64_t d = 0; d < a.D; d++) y[rt_ref_bthd(&a, bb, t, h, d)] = 0.0f;
+                    continue;
+                }
                 for (int64_t s = 0; s < ns; s++)
                     sum += exp(rt_ref_score(&a, q, k, bb, t, s, h) - mx);
                 double l = mx + log(sum);
@@ -658,7 +666,7 @@ static void rt_ref_att_fwd(rt_ref_att a, const float *q, const float *k, const f
 
 void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], NULL};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], NULL, NULL};
     rt_ref_att_fwd(a, b[0], b[1], b[2], b[3], b[4]);
 }
 
@@ -666,7 +674,7 @@ void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float
 void rt_ref_attention_vl(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_att_check_lens(ctx, "attention_vl", b[3], i[0]);
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], b[3]};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], b[3], NULL};
     rt_ref_att_fwd(a, b[0], b[1], b[2], b[4], b[5]);
 }
 
@@ -718,7 +726,7 @@ static void rt_ref_att_bwd(rt_ref_att a, void *const *b, int acc)
 
 void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], NULL};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], NULL, NULL};
     rt_ref_att_bwd(a, b, (int)i[5]);
 }
 
@@ -726,9 +734,40 @@ void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const f
 void rt_ref_attention_vl_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_att_check_lens(ctx, "attention_vl_bwd", b[6], i[0]);
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], b[6]};
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], b[6], NULL};
     void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};
     rt_ref_att_bwd(a, bb, (int)i[5]);
+}
+
+/* attention with an additive bias: b q, k, v, bias (H, T, S), Y, lse. */
+void rt_ref_attention_ab(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], NULL, b[3]};
+    rt_ref_att_fwd(a, b[0], b[1], b[2], b[4], b[5]);
+}
+
+/* attention_bwd with the bias: b dY, q, k, v, Y, lse, bias, dq, dk, dv. */
+void rt_ref_attention_ab_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], NULL, b[6]};
+    void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};
+    rt_ref_att_bwd(a, bb, (int)i[5]);
+}
+
+/* The bias's gradient: dbias[h, t, s] (+)= sum_b dS[b, h, t, s] (unscaled). */
+void rt_ref_attention_dbias(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], NULL, b[6]};
+    float *db = b[7];
+    for (int64_t h = 0; h < a.H; h++)
+        for (int64_t t = 0; t < a.T; t++)
+            for (int64_t s = 0; s < a.S; s++) {
+                double g = 0;
+                for (int64_t bb = 0; bb < a.B; bb++)
+                    g += rt_ref_dscore(&a, b, bb, t, s, h);
+                int64_t o = (h * a.T + t) * a.S + s;
+                db[o] = (float)((i[5] ? db[o] : 0.0) + g);
+            }
 }
 
 /* One ew operand of element k: a register or a buffer element. */

@@ -225,6 +225,11 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     /* attention_vl, attention_vl_bwd: as attention, attention_bwd (the ints the same, lens a buffer) */
     [RT_KN_attention_vl] = {CU_DEV, CU_GRID_WARPS, 128, {0, 1, 2}, -1, CU_CHK_ATT},
     [RT_KN_attention_vl_bwd] = {CU_DEV, CU_GRID_WARPS, 128, {0, 8, 2}, -1, CU_CHK_ATT},
+    /* attention_ab, attention_ab_bwd: the same (bias a buffer); attention_dbias: a warp per
+       element of dbias, H * T * S */
+    [RT_KN_attention_ab] = {CU_DEV, CU_GRID_WARPS, 128, {0, 1, 2}, -1, CU_CHK_ATT},
+    [RT_KN_attention_ab_bwd] = {CU_DEV, CU_GRID_WARPS, 128, {0, 8, 2}, -1, CU_CHK_ATT},
+    [RT_KN_attention_dbias] = {CU_DEV, CU_GRID_WARPS, 128, {2, 1, 7}, -1, CU_CHK_ATT},
     /* place, slice: the box's elements */
     [RT_KN_place] = {CU_DEV, CU_GRID_BOX, 256, CU_NO_N, -1, CU_CHK_BOX},
     [RT_KN_slice] = {CU_DEV, CU_GRID_BOX, 256, CU_NO_N, -1, CU_CHK_BOX},
@@ -384,7 +389,7 @@ static int cu_preconditions(int kernel, const cu_launch *L, void *const *b, cons
     if ((L->flags & CU_CHK_VREAL) && i[3] < 1)
         return cu_refuse(err, errlen, "%s: Vreal %lld below 1", name, (long long)i[3]);
     if (L->flags & CU_CHK_ATT) {
-        int fw = kernel == RT_KN_attention || kernel == RT_KN_attention_vl;
+        int fw = kernel == RT_KN_attention || kernel == RT_KN_attention_vl || kernel == RT_KN_attention_ab;
         int64_t hkv = i[fw ? 5 : 6], s = i[fw ? 6 : 7];
         const int64_t *al = i + (fw ? 7 : 9);   /* alibi, hoff, Htot */
         if (i[0] < 0 || i[1] < 0 || i[2] < 0 || i[3] < 0 || (i[4] != 0 && i[4] != 1) || hkv < 1 ||

@@ -351,8 +351,11 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
     case RT_KN_attention:
     case RT_KN_attention_bwd:
     case RT_KN_attention_vl:
-    case RT_KN_attention_vl_bwd: {   /* i: B, T, H, D, causal (, acc), Hkv, S (, P = max(T, S)) */
-        int fw = K == RT_KN_attention || K == RT_KN_attention_vl;
+    case RT_KN_attention_vl_bwd:
+    case RT_KN_attention_ab:
+    case RT_KN_attention_ab_bwd:
+    case RT_KN_attention_dbias: {   /* i: B, T, H, D, causal (, acc), Hkv, S (, P = max(T, S)) */
+        int fw = K == RT_KN_attention || K == RT_KN_attention_vl || K == RT_KN_attention_ab;
         int64_t rows = mock_mul(mock_mul(i[0], i[1]), i[2]);   /* B*T*H: q, Y, lse rows */
         int64_t hkv = i[fw ? 5 : 6], S = i[fw ? 6 : 7];
         const int64_t *al = i + (fw ? 7 : 9);   /* alibi, hoff, Htot */
@@ -374,7 +377,8 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
         }
         s->block = 128;
         s->grid = MOCK_GRID_FIXED;
-        s->gx = mock_cdiv(fw ? rows : mock_mul(mock_mul(i[0], i[8]), i[2]), 4);   /* 4 warps a block */
+        s->gx = mock_cdiv(fw ? rows : K == RT_KN_attention_dbias ? mock_mul(mock_mul(i[2], i[1]), i[7])
+                                                            : mock_mul(mock_mul(i[0], i[8]), i[2]), 4);   /* 4 warps a block */
         break;
     }
     case RT_KN_slice:
