@@ -785,7 +785,8 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         {"heads", IR_OP_ATTENTION_VL}, {"kv_heads", IR_OP_ATTENTION_VL}, {"causal", IR_OP_ATTENTION_VL},
         {"alibi", IR_OP_ATTENTION_VL}, {"scale", IR_OP_ATTENTION_VL},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
-        {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"attrs", IR_OP_CUSTOM}, {"scale", IR_OP_ATTENTION}};
+        {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"shape", IR_OP_RESHAPE}, {"attrs", IR_OP_CUSTOM},
+        {"scale", IR_OP_ATTENTION}};
     char err[256], hint[256], clip[96];
     for (size_t a = 0; a < sizeof own / sizeof own[0]; a++) {
         const fe_kv *kv = fe_get(sec, own[a].key);
@@ -872,6 +873,16 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
                             "which the first pass reads as zeros", "recycle op '%s' needs shape",
                             fe_clip(sec->name, clip, sizeof clip));
         if (parse_shape(L, sec, &d->ndim, d->shape)) return 2;
+    }
+    if (d->kind == IR_OP_RESHAPE) {   /* the output's shape, into the op's attributes */
+        if (!fe_get(sec, "shape"))
+            return fe_error(L->s, sec->line, "add `shape = ...`: the output's extents, as many elements as x's "
+                            "(e.g. shape = B T*C)", "reshape op '%s' needs shape", fe_clip(sec->name, clip, sizeof clip));
+        int nd;
+        int64_t sh[IR_MAXDIM];
+        if (parse_shape(L, sec, &nd, sh)) return 2;
+        d->iattr[IR_IA_RNDIM] = nd;
+        for (int k = 0; k < nd; k++) d->iattr[IR_IA_RSHAPE + k] = sh[k];
     }
     return 0;
 }
@@ -1552,7 +1563,7 @@ static int report_shapes(fe_lw *L, const fe_inst *in, const int *ids, ir_opkind 
         for (int j = 0; j < t->ndim; j++) ir_bprintf(&b, "%s%lld", j ? "," : "", (long long)t->shape[j]);
         ir_bprintf(&b, "]");
     }
-    ir_bprintf(&b, "; %s is `%s`", oi->name, oi->anno);
+    if (oi->anno[0]) ir_bprintf(&b, "; %s is `%s`", oi->name, oi->anno);
     for (int k = 0; k < d->nin; k++) {   /* (a recycled value has the recycle op's declared shape) */
         int p = L->g->t[ids[k]].producer;
         if (p >= 0 && L->g->op[p].kind == IR_OP_RECYCLE)

@@ -174,8 +174,12 @@ static int batch_id(const ir_graph *g, ir_opkind kind, const ir_anno *a, const i
         if (t->batch_dim < 0) continue;
         int b = a->dim[k][t->batch_dim].id;
         if (b < 0 || a->id_frozen[b]) {
-            snprintf(err, errsz, "the batch dim of '%s' (dim %d) may not be split by this op",
-                     t->name, t->batch_dim);
+            if (kind == IR_OP_RESHAPE)
+                snprintf(err, errsz, "reshape keeps the batch dim: the dims of '%s' up to its batch dim (dim %d) "
+                         "must stay as they are in shape; merge or split the dims after it", t->name, t->batch_dim);
+            else
+                snprintf(err, errsz, "the batch dim of '%s' (dim %d) may not be split by this op",
+                         t->name, t->batch_dim);
             return 1;
         }
         /* a user op may not sum over the batch (only losses reduce it) */
@@ -202,6 +206,50 @@ int ir_add_op(ir_graph *g, const char *name, ir_opkind kind, int nin,
     return ir_add_op_attr(g, name, kind, nin, in, out_names, NULL, NULL, line, err, errsz);
 }
 
+int ir_reshape_anno(const ir_tensor *x, const int64_t *iattr, char *buf, size_t len, char *err, size_t errsz)
+{
+    int nd = iattr ? (int)iattr[IR_IA_RNDIM] : 0;
+    if (nd < 1 || nd > IR_MAXDIM) {
+        snprintf(err, errsz, "reshape needs a shape of 1 to %d dims, got %d", IR_MAXDIM, nd);
+        return -1;
+    }
+    const int64_t *sh = iattr + IR_IA_RSHAPE;
+    int64_t nx = 1, ny = 1;
+    for (int d = 0; d < x->ndim; d++) nx *= x->shape[d];
+    for (int d = 0; d < nd; d++) {
+        if (sh[d] < 1) {
+            snprintf(err, errsz, "reshape: dim %d of the shape is %lld (extents are >= 1)", d, (long long)sh[d]);
+            return -1;
+        }
+        ny *= sh[d];
+    }
+    if (nx != ny) {
+        char a[160] = "", b[160] = "";
+        for (int d = 0; d < x->ndim; d++) snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? " x " : "",
+                                                   (long long)x->shape[d]);
+        for (int d = 0; d < nd; d++) snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? " x " : "",
+                                              (long long)sh[d]);
+        snprintf(err, errsz, "reshape keeps the elements: '%s' has %s = %lld, the shape %s = %lld", x->name, a,
+                 (long long)nx, b, (long long)ny);
+        return -1;
+    }
+    /* the leading dims both have (equal extents) are identifiers p0, p1, ...; the rest numbers */
+    int k = 0;
+    while (k < x->ndim - 1 && k < nd - 1 && x->shape[k] == sh[k]) k++;
+    if (k == x->ndim - 1 && k == nd - 1 && x->shape[k] == sh[k]) k++;   /* (the same shape: all shared) */
+    size_t u = 0;
+    for (int side = 0; side < 2; side++) {
+        int n = side ? nd : x->ndim;
+        for (int d = 0; d < n; d++) {
+            if (d < k) u += (size_t)snprintf(buf + u, len - u, "%sp%d", d ? " " : "", d);
+            else u += (size_t)snprintf(buf + u, len - u, "%s%lld", d ? " " : "", (long long)(side ? sh[d] : x->shape[d]));
+            if (u >= len) return snprintf(err, errsz, "reshape: annotation too long"), -1;
+        }
+        if (!side) u += (size_t)snprintf(buf + u, len - u, " -> ");
+    }
+    return 0;
+}
+
 int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
                    const int *in, const char *const *out_names, const int64_t *iattr,
                    const double *fattr, int line, char *err, size_t errsz)
@@ -211,6 +259,11 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         IR_ASSERT(iattr && iattr[IR_IA_CUSTOM] >= 0 && iattr[IR_IA_CUSTOM] < g->ncust);
         const ir_custom *c = &g->cust[iattr[IR_IA_CUSTOM]];
         ci.name = c->name, ci.anno = c->anno, ci.nin = c->nin, ci.nout = c->nout;
+    }
+    char rs[512];
+    if (kind == IR_OP_RESHAPE && nin == 1) {   /* the annotation of this reshape */
+        if (ir_reshape_anno(&g->t[in[0]], iattr, rs, sizeof rs, err, errsz)) return -1;
+        ci.anno = rs;
     }
     const ir_opinfo *oi = &ci;
     if (nin != oi->nin) {

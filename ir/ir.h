@@ -22,7 +22,7 @@
 #define IR_MAXID    16  /* most distinct identifiers in one annotation */
 #define IR_MAXSPLIT 5   /* most nested op-trans splits of one op */
 #define IR_MAXFATTR 6   /* float attributes of an op */
-#define IR_MAXIATTR 13  /* integer attributes of an op */
+#define IR_MAXIATTR 22  /* integer attributes of an op */
 
 /* ---------------------------------------------------------------- util.c */
 
@@ -90,6 +90,12 @@ typedef struct ir_opinfo {
     const char *args;  /* the kernel's ints and floats, "INTS; FLOATS" (ir/ops.h) */
 } ir_opinfo;
 extern const ir_opinfo ir_ops[IR_OP_COUNT];
+/* The annotation of a reshape of x to the shape in iattr (IR_IA_RNDIM,
+ * IR_IA_RSHAPE) into buf: the leading dims they share as identifiers
+ * p0, p1, ..., the others as numbers ("p0 64 12 -> p0 768").  0, or -1 with
+ * err when the shape is bad or has another element count. */
+struct ir_tensor;
+int ir_reshape_anno(const struct ir_tensor *x, const int64_t *iattr, char *buf, size_t len, char *err, size_t errsz);
 /* Op kind by spec name, or -1. */
 int ir_op_lookup(const char *name);
 /* The inputs of kind's one-op backward rule (ir_opinfo.bwd, bargs), as
@@ -240,6 +246,8 @@ enum {
     IR_IA_STOP = 10,  /* slice, pad: one past the last (s = stop - start) */
     IR_IA_FULL = 11,  /* slice, pad: the dim's whole extent (binds t in pad) */
     IR_IA_GROUPS = 12,/* split, concat: the last dim's groups (binds g; 0 or 1: one) */
+    IR_IA_RNDIM = 13, /* reshape: the output's number of dims (1 .. IR_MAXDIM) */
+    IR_IA_RSHAPE = 14,/* reshape: the output's extents, slots RSHAPE .. RSHAPE + RNDIM - 1 */
 };
 
 /* Float attribute slots. */

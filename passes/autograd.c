@@ -32,6 +32,7 @@ typedef struct agctx {
                         op's backward: the [custom] row it runs; merge_heads': the forward's heads;
                         concat's: where its first part ends) */
     int64_t set_val;
+    const int64_t *ia;   /* not NULL: the next backward op's integer attributes (reshape's: the forward's input shape) */
 } agctx;
 
 /* Append backward op k (outputs named outs[], or name when outs is NULL),
@@ -43,7 +44,7 @@ static int add_n(agctx *c, const char *name, ir_opkind k, int nin, const int *in
     const ir_op *f = &c->g->op[c->fwd];
     int64_t ia[IR_MAXIATTR];
     double fa[IR_MAXFATTR];
-    memcpy(ia, f->iattr, sizeof ia);
+    memcpy(ia, c->ia ? c->ia : f->iattr, sizeof ia);
     memcpy(fa, f->fattr, sizeof fa);
     if (c->set > 0) ia[c->set - 1] = c->set_val;
     int o = ir_add_op_attr(c->g, name, k, nin, in, outs ? outs : one, ia, fa, 0, err, sizeof err);
@@ -407,6 +408,15 @@ static int backward(agctx *c, int oi)
         c->set = 1 + IR_IA_CUSTOM, c->set_val = cu->bwd;
         contribute_n(c, o.nin, o.in, IR_OP_CUSTOM, o.nin + 1, a);
         c->set = 0;
+        break;
+    }
+    case IR_OP_RESHAPE: {   /* dx = dy reshaped back to x's shape */
+        int64_t ia[IR_MAXIATTR] = {0};
+        ia[IR_IA_RNDIM] = g->t[x].ndim;
+        for (int d = 0; d < g->t[x].ndim; d++) ia[IR_IA_RSHAPE + d] = g->t[x].shape[d];
+        c->ia = ia;
+        contribute(c, x, IR_OP_RESHAPE, 1, &dy);
+        c->ia = NULL;
         break;
     }
     case IR_OP_MERGE_HEADS: {   /* dx = dy split again, into the forward's heads */
