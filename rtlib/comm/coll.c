@@ -6,31 +6,6 @@
  */
 #include "comm/rt_comm.h"
 
-void rt_k_allreduce(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_allreduce(ctx, b[0], i[0], (int)i[1], 1);
-}
-
-void rt_k_allgather(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_allgather(ctx, b[0], b[1], i[0], (int)i[1], 1);
-}
-
-void rt_k_reducescatter(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_reducescatter(ctx, b[0], b[1], i[0], (int)i[1], 1);
-}
-
-void rt_k_broadcast(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_broadcast(ctx, b[0], i[0] * 4, (int)i[1], (int)i[2], 1);
-}
-
-void rt_k_sendrecv(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_sendrecv(ctx, b[0], b[1], i[0], (int)i[1], (int)i[2], (int)i[3], 1);
-}
-
 int rt_p2p_ops(rt_ctx *ctx, const int64_t *i, int *dir, int64_t *n, int *g, int *peer)
 {
     int k = (int)i[0];
@@ -52,49 +27,25 @@ void rt_p2p_run(rt_ctx *ctx, void *const *b, const int64_t *i, int fast)
     rt_comm_p2p(ctx, k, dir, b, n, g, peer, fast);
 }
 
-void rt_k_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    (void)f;
-    rt_p2p_run(ctx, b, i, 1);
-}
+/* rt_k_<name> (fast = 1) and rt_ref_<name> (fast = 0) of one collective:
+ * call, with the kernel's arguments b, i and the choice fast. */
+#define RT_COLL(name, call)                                                               \
+    void rt_k_##name(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)      \
+    {                                                                                     \
+        const int fast = 1;                                                               \
+        call;                                                                             \
+    }                                                                                     \
+    void rt_ref_##name(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)    \
+    {                                                                                     \
+        const int fast = 0;                                                               \
+        call;                                                                             \
+    }
 
-void rt_k_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 1);
-}
-
-void rt_ref_allreduce(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_allreduce(ctx, b[0], i[0], (int)i[1], 0);
-}
-
-void rt_ref_allgather(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_allgather(ctx, b[0], b[1], i[0], (int)i[1], 0);
-}
-
-void rt_ref_reducescatter(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_reducescatter(ctx, b[0], b[1], i[0], (int)i[1], 0);
-}
-
-void rt_ref_broadcast(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_broadcast(ctx, b[0], i[0] * 4, (int)i[1], (int)i[2], 0);
-}
-
-void rt_ref_sendrecv(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_sendrecv(ctx, b[0], b[1], i[0], (int)i[1], (int)i[2], (int)i[3], 0);
-}
-
-void rt_ref_p2p(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    (void)f;
-    rt_p2p_run(ctx, b, i, 0);
-}
-
-void rt_ref_alltoall(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], 0);
-}
+RT_COLL(allreduce, rt_comm_allreduce(ctx, b[0], i[0], (int)i[1], fast))
+RT_COLL(allgather, rt_comm_allgather(ctx, b[0], b[1], i[0], (int)i[1], fast))
+RT_COLL(reducescatter, rt_comm_reducescatter(ctx, b[0], b[1], i[0], (int)i[1], fast))
+RT_COLL(broadcast, rt_comm_broadcast(ctx, b[0], i[0] * 4, (int)i[1], (int)i[2], fast))
+RT_COLL(sendrecv, rt_comm_sendrecv(ctx, b[0], b[1], i[0], (int)i[1], (int)i[2], (int)i[3], fast))
+RT_COLL(p2p, rt_p2p_run(ctx, b, i, fast))
+RT_COLL(alltoall, rt_comm_alltoall(ctx, b[0], b[1], i[0], (int)i[1], fast))
+#undef RT_COLL
