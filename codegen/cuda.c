@@ -1520,14 +1520,10 @@ static const struct {
     int nsrc, acc, made;
     const char *expr;
 } cg_ew_ops[RT_EW_NOPS_KIND] = {
-#define CG_EW_made 1
-#define CG_EW_own 0
 #define CG_EW_ROW(CODE, kernel, nsrc, acc, cpu, made, expr, ref) \
-    [RT_EW_##CODE] = {#CODE, #kernel, nsrc, acc, CG_EW_##made, RT_EW_STR(expr)},
+    [RT_EW_##CODE] = {#CODE, #kernel, nsrc, acc, RT_EW_MADE_##made, RT_EW_STR(expr)},
     RT_EW_OPS(CG_EW_ROW)
 #undef CG_EW_ROW
-#undef CG_EW_made
-#undef CG_EW_own
 };
 
 /* Append the part made from rt_ew.h: per op a device function

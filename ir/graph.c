@@ -235,8 +235,7 @@ int ir_reshape_anno(const ir_tensor *x, const int64_t *iattr, char *buf, size_t 
     }
     /* the leading dims both have (equal extents) are identifiers p0, p1, ...; the rest numbers */
     int k = 0;
-    while (k < x->ndim - 1 && k < nd - 1 && x->shape[k] == sh[k]) k++;
-    if (k == x->ndim - 1 && k == nd - 1 && x->shape[k] == sh[k]) k++;   /* (the same shape: all shared) */
+    while (k < x->ndim && k < nd && x->shape[k] == sh[k]) k++;
     size_t u = 0;
     for (int side = 0; side < 2; side++) {
         int n = side ? nd : x->ndim;

@@ -80,9 +80,12 @@ enum {
     RT_EW_NOPS_KIND      /* number of op kinds */
 };
 
-/* An X of RT_EW_OPS's rows, for rows whose made column is `made` only. */
+/* An X of RT_EW_OPS's rows, for rows whose made column is `made` only; and
+ * the column as 1 or 0. */
 #define RT_EW_IF_made(...) __VA_ARGS__
 #define RT_EW_IF_own(...)
+#define RT_EW_MADE_made 1
+#define RT_EW_MADE_own 0
 /* Text of an expression after expansion (the CUDA kernels'). */
 #define RT_EW_STR_(...) #__VA_ARGS__
 #define RT_EW_STR(...) RT_EW_STR_(__VA_ARGS__)

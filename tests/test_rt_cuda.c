@@ -463,7 +463,7 @@ static long bound_value(const char *src, const char *bound, size_t len)
  * one format for all such rows). */
 static int ew_made(int k)
 {
-#define EW_MADE(CODE, kernel, nsrc, acc, cpu, made, expr, ref) RT_EW_IF_##made(if (k == RT_KN_##kernel) return 1;)
+#define EW_MADE(CODE, kernel, nsrc, acc, cpu, made, expr, ref) if (k == RT_KN_##kernel) return RT_EW_MADE_##made;
     RT_EW_OPS(EW_MADE)
 #undef EW_MADE
     return 0;

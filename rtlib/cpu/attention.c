@@ -337,20 +337,30 @@ static void at_check(rt_ctx *ctx, const char *what, const int64_t *i, int64_t hk
                  (long long)hkv, (long long)s, (long long)al[0], (long long)al[1], (long long)al[2]);
 }
 
-void rt_k_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* The job of an attention kernel's ints (bwd: attention_bwd's, with acc
+ * and P) and scale; no buffers yet. */
+static at_job at_job_of(const int64_t *i, const float *f, int bwd)
 {
-    at_check(ctx, "attention", i, i[5], i[6], i + 7);
-    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[5], .S = i[6], .causal = (int)i[4],
-                .alibi = (int)i[7], .hoff = i[8], .Htot = i[9], .acc = 0, .scale = f[0], .b = b};
-    rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
+    return (at_job){.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[5 + bwd], .S = i[6 + bwd],
+                    .causal = (int)i[4], .alibi = (int)i[7 + 2 * bwd], .hoff = i[8 + 2 * bwd],
+                    .Htot = i[9 + 2 * bwd], .acc = bwd ? (int)i[5] : 0, .scale = f[0]};
 }
 
-void rt_k_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* attention (bwd = 0) or attention_bwd (1) on kernel buffers b, where
+ * buffer extra (-1: none) is the key lengths (bias = 0: attention_vl's) or
+ * the bias (1: attention_ab's) and the others are attention's. */
+static void at_run(rt_ctx *ctx, const char *what, void *const *b, const int64_t *i, const float *f, int bwd,
+                   int extra, int bias)
 {
-    at_check(ctx, "attention_bwd", i, i[6], i[7], i + 9);
-    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
-                .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = b};
-    rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
+    at_check(ctx, what, i, i[5 + bwd], i[6 + bwd], i + 7 + 2 * bwd);   /* (bwd: acc and P come first) */
+    void *bb[9];
+    for (int k = 0, m = 0; k < (bwd ? 9 : 5); k++, m++) bb[k] = b[m == extra ? ++m : m];
+    at_job j = at_job_of(i, f, bwd);
+    j.b = bb;
+    j.lens = extra >= 0 && !bias ? b[extra] : NULL;
+    j.bias = extra >= 0 && bias ? b[extra] : NULL;
+    if (j.lens) rt_att_check_lens(ctx, what, j.lens, j.B);
+    rt_parallel(bwd ? at_bwd_task : at_fwd_task, &j, rt_threads_for(j.B * (bwd ? j.Hkv : j.H), 1));
 }
 
 void rt_att_check_lens(rt_ctx *ctx, const char *what, const int32_t *lens, int64_t B)
@@ -361,51 +371,41 @@ void rt_att_check_lens(rt_ctx *ctx, const char *what, const int32_t *lens, int64
                      (int)lens[r], (long long)r);
 }
 
+void rt_k_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_run(ctx, "attention", b, i, f, 0, -1, 0);
+}
+
+void rt_k_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    at_run(ctx, "attention_bwd", b, i, f, 1, -1, 0);
+}
+
 void rt_k_attention_vl(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention_vl", i, i[5], i[6], i + 7);
-    rt_att_check_lens(ctx, "attention_vl", b[3], i[0]);
-    void *bb[5] = {b[0], b[1], b[2], b[4], b[5]};   /* (attention's order) */
-    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[5], .S = i[6], .causal = (int)i[4],
-                .alibi = (int)i[7], .hoff = i[8], .Htot = i[9], .acc = 0, .scale = f[0], .b = bb, .lens = b[3]};
-    rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
+    at_run(ctx, "attention_vl", b, i, f, 0, 3, 0);
 }
 
 void rt_k_attention_vl_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention_vl_bwd", i, i[6], i[7], i + 9);
-    rt_att_check_lens(ctx, "attention_vl_bwd", b[6], i[0]);
-    void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};   /* (attention_bwd's order) */
-    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
-                .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = bb,
-                .lens = b[6]};
-    rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
+    at_run(ctx, "attention_vl_bwd", b, i, f, 1, 6, 0);
 }
 
 void rt_k_attention_ab(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention_ab", i, i[5], i[6], i + 7);
-    void *bb[5] = {b[0], b[1], b[2], b[4], b[5]};   /* (attention's order) */
-    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[5], .S = i[6], .causal = (int)i[4],
-                .alibi = (int)i[7], .hoff = i[8], .Htot = i[9], .acc = 0, .scale = f[0], .b = bb, .bias = b[3]};
-    rt_parallel(at_fwd_task, &j, rt_threads_for(j.B * j.H, 1));
+    at_run(ctx, "attention_ab", b, i, f, 0, 3, 1);
 }
 
 void rt_k_attention_ab_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    at_check(ctx, "attention_ab_bwd", i, i[6], i[7], i + 9);
-    void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};   /* (attention_bwd's order) */
-    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
-                .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = bb,
-                .bias = b[6]};
-    rt_parallel(at_bwd_task, &j, rt_threads_for(j.B * j.Hkv, 1));
+    at_run(ctx, "attention_ab_bwd", b, i, f, 1, 6, 1);
 }
 
 void rt_k_attention_dbias(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     at_check(ctx, "attention_dbias", i, i[6], i[7], i + 9);
-    at_job j = {.B = i[0], .T = i[1], .H = i[2], .D = i[3], .Hkv = i[6], .S = i[7], .causal = (int)i[4],
-                .alibi = (int)i[9], .hoff = i[10], .Htot = i[11], .acc = (int)i[5], .scale = f[0], .b = b,
-                .bias = b[6]};
+    at_job j = at_job_of(i, f, 1);
+    j.b = b;
+    j.bias = b[6];
     rt_parallel(at_dbias_task, &j, rt_threads_for(j.H * ((j.T + RT_ATT_QB - 1) / RT_ATT_QB), 1));
 }

@@ -664,18 +664,12 @@ static void rt_ref_att_fwd(rt_ref_att a, const float *q, const float *k, const f
             }
 }
 
-void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+/* The shape of an attention kernel's ints (bwd: attention_bwd's, with acc
+ * and P) and scale, with key lengths or a bias (or neither). */
+static rt_ref_att rt_ref_att_of(const int64_t *i, const float *f, int bwd, const int32_t *lens, const float *bias)
 {
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], NULL, NULL};
-    rt_ref_att_fwd(a, b[0], b[1], b[2], b[3], b[4]);
-}
-
-/* attention with key lengths: b q, k, v, lens, Y, lse. */
-void rt_ref_attention_vl(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
-{
-    rt_att_check_lens(ctx, "attention_vl", b[3], i[0]);
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], b[3], NULL};
-    rt_ref_att_fwd(a, b[0], b[1], b[2], b[4], b[5]);
+    return (rt_ref_att){i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5 + bwd], i[6 + bwd], (int)i[7 + 2 * bwd],
+                        i[8 + 2 * bwd], i[9 + 2 * bwd], lens, bias};
 }
 
 /* dS[t, s] = P[t, s] (dP[t, s] - Drow[t]) with dP = dY_t . v_s and Drow = dY_t . Y_t. */
@@ -724,40 +718,58 @@ static void rt_ref_att_bwd(rt_ref_att a, void *const *b, int acc)
                 }
 }
 
+/* attention (bwd = 0) or attention_bwd (1) on kernel buffers b, where
+ * buffer extra (-1: none) is the key lengths (bias = 0) or the bias (1). */
+static void rt_ref_att_run(rt_ctx *ctx, const char *what, void *const *b, const int64_t *i, const float *f, int bwd,
+                           int extra, int bias)
+{
+    void *bb[9];
+    for (int k = 0, m = 0; k < (bwd ? 9 : 5); k++, m++) bb[k] = b[m == extra ? ++m : m];
+    const int32_t *lens = extra >= 0 && !bias ? b[extra] : NULL;
+    if (lens) rt_att_check_lens(ctx, what, lens, i[0]);
+    rt_ref_att a = rt_ref_att_of(i, f, bwd, lens, extra >= 0 && bias ? b[extra] : NULL);
+    if (bwd)
+        rt_ref_att_bwd(a, bb, (int)i[5]);
+    else
+        rt_ref_att_fwd(a, bb[0], bb[1], bb[2], bb[3], bb[4]);
+}
+
+void rt_ref_attention(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_att_run(ctx, "attention", b, i, f, 0, -1, 0);
+}
+
 void rt_ref_attention_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], NULL, NULL};
-    rt_ref_att_bwd(a, b, (int)i[5]);
+    rt_ref_att_run(ctx, "attention_bwd", b, i, f, 1, -1, 0);
 }
 
-/* attention_bwd with key lengths: b dY, q, k, v, Y, lse, lens, dq, dk, dv. */
+/* b: q, k, v, lens, Y, lse and dY, q, k, v, Y, lse, lens, dq, dk, dv. */
+void rt_ref_attention_vl(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rt_ref_att_run(ctx, "attention_vl", b, i, f, 0, 3, 0);
+}
+
 void rt_ref_attention_vl_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_att_check_lens(ctx, "attention_vl_bwd", b[6], i[0]);
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], b[6], NULL};
-    void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};
-    rt_ref_att_bwd(a, bb, (int)i[5]);
+    rt_ref_att_run(ctx, "attention_vl_bwd", b, i, f, 1, 6, 0);
 }
 
-/* attention with an additive bias: b q, k, v, bias (H, T, S), Y, lse. */
+/* b: q, k, v, bias (H, T, S), Y, lse and dY, q, k, v, Y, lse, bias, dq, dk, dv. */
 void rt_ref_attention_ab(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[5], i[6], (int)i[7], i[8], i[9], NULL, b[3]};
-    rt_ref_att_fwd(a, b[0], b[1], b[2], b[4], b[5]);
+    rt_ref_att_run(ctx, "attention_ab", b, i, f, 0, 3, 1);
 }
 
-/* attention_bwd with the bias: b dY, q, k, v, Y, lse, bias, dq, dk, dv. */
 void rt_ref_attention_ab_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], NULL, b[6]};
-    void *bb[9] = {b[0], b[1], b[2], b[3], b[4], b[5], b[7], b[8], b[9]};
-    rt_ref_att_bwd(a, bb, (int)i[5]);
+    rt_ref_att_run(ctx, "attention_ab_bwd", b, i, f, 1, 6, 1);
 }
 
 /* The bias's gradient: dbias[h, t, s] (+)= sum_b dS[b, h, t, s] (unscaled). */
 void rt_ref_attention_dbias(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    rt_ref_att a = {i[0], i[1], i[2], i[3], (int)i[4], f[0], i[6], i[7], (int)i[9], i[10], i[11], NULL, b[6]};
+    rt_ref_att a = rt_ref_att_of(i, f, 1, NULL, b[6]);
     float *db = b[7];
     for (int64_t h = 0; h < a.H; h++)
         for (int64_t t = 0; t < a.T; t++)
