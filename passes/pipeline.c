@@ -825,17 +825,18 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     size_t hn = (size_t)p->nhoist + 1;
     int nh = 0, *hq = ir_xmalloc(sizeof(int) * hn), *hmb = ir_xmalloc(sizeof(int) * hn);
     int *hk = ir_xmalloc(sizeof(int) * hn), *hl = ir_xmalloc(sizeof(int) * hn);
-    int *qof = NULL;   /* schedule position -> this rank's item (made when needed) */
     for (int h = 0; h < p->nhoist; h++) {
         const ir_hoist *x = &p->hoist[h];
         if (x->rank != rank) continue;
-        if (!qof) {
-            qof = ir_xmalloc(sizeof(int) * ((size_t)d->nseq + 1));
-            for (int i = 0; i < d->nseq; i++) qof[i] = -1;
-            for (int q = nitem - 1; q >= 0; q--) qof[item[q]] = q;
+        /* schedule position -> this rank's first item there (item[] ascends) */
+        int lo = 0, hi = nitem;
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (item[mid] < x->n) lo = mid + 1;
+            else hi = mid;
         }
-        hq[nh] = x->n >= 0 && x->n < d->nseq ? qof[x->n] : -1;
-        IR_ASSERT(hq[nh] >= 0);
+        IR_ASSERT(lo < nitem && item[lo] == x->n);
+        hq[nh] = lo;
         hmb[nh] = x->mb, hl[nh] = x->late, hk[nh++] = x->task;
     }
     /* per item, once (not per task): its task class, and whether it is a
@@ -844,15 +845,19 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     int ncls = 3 * (p->nch + 2) + 1;
     int *mv = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1)), *cls0 = ir_xcalloc((size_t)ncls + 1, sizeof(int));
     int *byc = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1)), *qcls = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1));
+    /* per item, once: a transfer between stages (tx: 1, 3 when also direct), its peer stage, a receive */
+    int *tx = ir_xmalloc(sizeof(int) * 3 * ((size_t)nitem + 1)), *tpeer = tx + nitem + 1, *trecv = tpeer + nitem + 1;
     for (int q = 0; q < nitem; q++) {
         int peer, recv, c = d->seq[item[q]].sec == IR_SEC_MB ? pass_pipe_class(d, item[q], st) : -1;
         IR_ASSERT(c < ncls);
         qcls[q] = c;
-        mv[q] = 0;
+        mv[q] = tx[q] = 0;
         if (c < 0) continue;
         cls0[c + 1]++;
-        if (transfer(d, item[q], mem[q], st, &peer, &recv) && movable(d, item, mem, nitem, q, st, c, recv))
-            mv[q] = recv ? 1 : 2;
+        int64_t nf;
+        if (!transfer(d, item[q], mem[q], st, &peer, &recv)) continue;
+        tx[q] = 1 | (direct(d, item[q], mem[q], &nf) ? 2 : 0), tpeer[q] = peer, trecv[q] = recv;
+        if (movable(d, item, mem, nitem, q, st, c, recv)) mv[q] = recv ? 1 : 2;
     }
     for (int c = 0; c < ncls; c++) cls0[c + 1] += cls0[c];
     {
@@ -862,12 +867,30 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
             if (qcls[q] >= 0) byc[at[qcls[q]]++] = q;
         free(at);
     }
-    /* the moved transfers of each item: hfirst[q], then hnext[h] */
-    int *hfirst = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1)), *hnext = ir_xmalloc(sizeof(int) * hn);
-    for (int q = 0; q < nitem; q++) hfirst[q] = -1;
-    for (int h = nh - 1; h >= 0; h--) hnext[h] = hfirst[hq[h]], hfirst[hq[h]] = h;
-    for (int k = 0; k < ntask(p); k++) {
-        int start = n, peer, recv, cls = t[k].kind + 3 * t[k].chunk;
+    /* which item of which micro-batch moved (moved[q * m + mb]); the moved
+       transfers by task and side, in hoist order (hby[hat[2k + late] ...]);
+       each micro-batch's slot */
+    int nt = ntask(p);
+    char *moved = ir_xcalloc((size_t)nitem * (size_t)p->m + 1, 1);
+    int *hat = ir_xcalloc(2 * (size_t)nt + 2, sizeof(int)), *hby = ir_xmalloc(sizeof(int) * hn);
+    int *mbslot = ir_xmalloc(sizeof(int) * ((size_t)p->m + 1));
+    for (int h = 0; h < nh; h++) {
+        IR_ASSERT(hmb[h] >= 0 && hmb[h] < p->m && hk[h] >= 0 && hk[h] < nt);
+        moved[(size_t)hq[h] * (size_t)p->m + (size_t)hmb[h]] = 1;
+        hat[2 * hk[h] + hl[h] + 1]++;
+    }
+    for (int i = 0; i < 2 * nt; i++) hat[i + 1] += hat[i];
+    {
+        int *at = ir_xmalloc(sizeof(int) * (2 * (size_t)nt + 1));
+        memcpy(at, hat, sizeof(int) * 2 * (size_t)nt);
+        for (int h = 0; h < nh; h++) hby[at[2 * hk[h] + hl[h]]++] = h;
+        free(at);
+    }
+    for (int mb = 0; mb < p->m; mb++) mbslot[mb] = -1;
+    for (int j = nt - 1; j >= 0; j--)
+        if (t[j].mb >= 0 && t[j].mb < p->m) mbslot[t[j].mb] = t[j].slot;
+    for (int k = 0; k < nt; k++) {
+        int start = n, cls = t[k].kind + 3 * t[k].chunk;
         /* the task's items: its receives from other stages first, its sends
            to other stages last, everything else in schedule order between
            (the buffers of transfers are stash, which nothing else shares);
@@ -875,28 +898,32 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
         for (int late = 0; late < 2; late++) {
             for (int pass = 0; pass < 3 && !late; pass++)
                 for (int j = cls0[cls]; j < cls0[cls + 1]; j++) {
-                    int q = byc[j], moved = 0;
+                    int q = byc[j];
                     if (pass != (mv[q] == 0 ? 1 : mv[q] == 1 ? 0 : 2)) continue;
-                    for (int h = hfirst[q]; h >= 0 && !moved; h = hnext[h]) moved = hmb[h] == t[k].mb;
-                    if (!moved) e[n++] = (pass_pipe_ent){q, t[k].mb, t[k].slot, k, 0, 0, mv[q] != 0};
+                    if (!moved[(size_t)q * (size_t)p->m + (size_t)t[k].mb])
+                        e[n++] = (pass_pipe_ent){q, t[k].mb, t[k].slot, k, 0, 0, mv[q] != 0};
                 }
-            for (int h = 0; h < nh; h++)   /* early receives first, late sends last */
-                if (hk[h] == k && hl[h] == late) {
-                    int slot = -1;
-                    for (int j = 0; j < ntask(p) && slot < 0; j++)
-                        if (t[j].mb == hmb[h]) slot = t[j].slot;
-                    if (!late) {   /* before the task's own items */
-                        memmove(e + start + 1, e + start, sizeof *e * (size_t)(n - start));
-                        e[start] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1, 1};
-                        n++;
-                    } else e[n++] = (pass_pipe_ent){hq[h], hmb[h], slot, k, 0, 1, 1};
+            /* early receives first (before the task's own items, the last
+               moved first), late sends last */
+            int h0 = hat[2 * k + late], nk = hat[2 * k + late + 1] - h0;
+            if (!late && nk) {
+                memmove(e + start + nk, e + start, sizeof *e * (size_t)(n - start));
+                for (int i = 0; i < nk; i++) {
+                    int h = hby[h0 + nk - 1 - i];
+                    e[start + i] = (pass_pipe_ent){hq[h], hmb[h], mbslot[hmb[h]], k, 0, 1, 1};
                 }
+                n += nk;
+            }
+            for (int i = 0; late && i < nk; i++) {
+                int h = hby[h0 + i];
+                e[n++] = (pass_pipe_ent){hq[h], hmb[h], mbslot[hmb[h]], k, 0, 1, 1};
+            }
         }
         if (k == 0) continue;
         /* the boundary: the previous task's trailing transfers and this one's
            leading ones; with a lower stage receive first, with a higher send first */
         int a = start, b = start;
-#define MOVES(x) (transfer(d, item[e[x].q], mem[e[x].q], st, &peer, &recv) && (e[x].hoisted || mv[e[x].q]))
+#define MOVES(x) (tx[e[x].q] && (e[x].hoisted || mv[e[x].q]))
         while (a > 0 && e[a - 1].task == k - 1 && MOVES(a - 1)) a--;
         while (b < n && MOVES(b)) b++;
 #undef MOVES
@@ -904,27 +931,25 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
         /* a stable insertion sort by (lower peer: recv 0 send 1; higher peer: send 2 recv 3) */
         for (int i = a + 1; i < b; i++) {
             pass_pipe_ent x = e[i];
-            transfer(d, item[x.q], mem[x.q], st, &peer, &recv);
-            int kx = peer < st ? recv ? 0 : 1 : recv ? 3 : 2, j = i;
+#define KIND(q_) (tpeer[q_] < st ? trecv[q_] ? 0 : 1 : trecv[q_] ? 3 : 2)
+            int kx = KIND(x.q), j = i;
             while (j > a) {
-                transfer(d, item[e[j - 1].q], mem[e[j - 1].q], st, &peer, &recv);
-                int kj = peer < st ? recv ? 0 : 1 : recv ? 3 : 2;
+                int kj = KIND(e[j - 1].q);
                 if (kj <= kx) break;
                 e[j] = e[j - 1];
                 j--;
             }
             e[j] = x;
         }
+#undef KIND
     }
     /* every run of transfers that may move (a task's first receives, its last
        sends, and where two tasks meet, both) goes in one call (rt_k_p2p, at
        most PASS_P2P_MAX each): they progress together, so ranks that both
        send before they receive do not wait for each other */
-    int run = 0, peer, recv;
+    int run = 0;
     for (int i = 0; i < n; i++) {
-        int64_t nf;
-        if (!transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) || (!e[i].hoisted && !mv[e[i].q]) ||
-            !direct(d, item[e[i].q], mem[e[i].q], &nf)) {
+        if (tx[e[i].q] != 3 || (!e[i].hoisted && !mv[e[i].q])) {
             run = 0;
             continue;
         }
@@ -951,9 +976,11 @@ int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out)
     free(hk);
     free(hl);
     free(mv);
-    free(qof);
-    free(hfirst);
-    free(hnext);
+    free(tx);
+    free(moved);
+    free(hat);
+    free(hby);
+    free(mbslot);
     free(cls0);
     free(byc);
     free(qcls);
@@ -1050,7 +1077,9 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
             if (oc) free(oc->e[r]), oc->e[r] = e, oc->n[r] = n, oc->stale[r] = 0;
         }
         const int *item = d->rank_item + d->rank_item0[r], *mem = d->rank_member + d->rank_item0[r];
-        int st = stage_of(d, r);
+        int st = stage_of(d, r), nitem = d->rank_item0[r + 1] - d->rank_item0[r];
+        signed char *qflag = ir_xmalloc((size_t)nitem + 1);
+        memset(qflag, -1, (size_t)nitem + 1);
         at0[r] = nseq;
         double run = 0;   /* (span) compute since the previous instance */
         for (int i = 0; i < n; i++) {
@@ -1077,12 +1106,18 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
             task[c] = e[i].task;
             joined[c] = (char)e[i].merge;
             nat[c] = item[e[i].q];
-            int peer, recv;
-            int64_t nf;
-            int mv = hoist && transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv) && e[i].moves;   /* (the
-                                                                                  flags serve the hoists alone) */
-            flag[c] = (char)(mv | (mv && recv ? 2 : 0) | (mv && direct(d, item[e[i].q], mem[e[i].q], &nf) ? 4 : 0));
+            flag[c] = 0;
+            if (!hoist || !e[i].moves) continue;   /* (the flags serve the hoists alone) */
+            signed char *f = &qflag[e[i].q];   /* the item's flags, once per rank */
+            if (*f < 0) {
+                int peer, recv;
+                int64_t nf;
+                int tr = transfer(d, item[e[i].q], mem[e[i].q], st, &peer, &recv);
+                *f = (signed char)(tr | (tr && recv ? 2 : 0) | (tr && direct(d, item[e[i].q], mem[e[i].q], &nf) ? 4 : 0));
+            }
+            flag[c] = (char)*f;
         }
+        free(qflag);
         if (span) tail[r] = run;
         if (!oc) free(e);
     }
