@@ -29,6 +29,7 @@
 
 #include "cuda.h"
 #include "rt_ew.h"
+#include "rt_relpos.h"
 
 /* ---------------- prelude: types shared with the host, reductions, errors */
 static const char cg_cu_prelude[] =
@@ -607,6 +608,44 @@ static const char cg_cu_transpose[] =
     "        i64 aa = k % A, bb = k / A % B, r = k / (A * B);\n"
     "        float v = x[(r * A + aa) * B + bb];\n"
     "        y[k] = acc ? y[k] + v : v;\n"
+    "    }\n"
+    "}\n";
+
+/* ------------------------------------------------------------ relpos_bias */
+static const char cg_cu_relpos_bias[] =
+    "/* b: table (NB, H), Y (H, T, S).  i: T, S, H, NB, bidirectional, max_distance.\n"
+    " * Y[h, t, s] = table[bucket(s - t), h]: a thread per element of Y. */\n"
+    "NNSC_KERNEL(nnsc_relpos_bias, 256)\n"
+    "{\n"
+    "    const float *tab = (const float *)a.b[0];\n"
+    "    float *y = (float *)a.b[1];\n"
+    "    i64 T = a.i[0], S = a.i[1], H = a.i[2], n = H * T * S;\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads()) {\n"
+    "        i64 s = k % S, t = k / S % T, h = k / (S * T);\n"
+    "        y[k] = tab[nnsc_relpos_bucket(s - t, a.i[3], (int)a.i[4], a.i[5]) * H + h];\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* b: dY (H, T, S), dtable (NB, H).  i: T, S, H, NB, bidirectional, max_distance, acc.\n"
+    " * dtable[b, h] (+)= the sum of dY[h, t, s] over bucket b's (t, s): a thread per\n"
+    " * (b, h), over its diagonals d = s - t ascending, then t ascending (as the CPU). */\n"
+    "NNSC_KERNEL(nnsc_relpos_bias_bwd, 256)\n"
+    "{\n"
+    "    const float *dy = (const float *)a.b[0];\n"
+    "    float *dtab = (float *)a.b[1];\n"
+    "    i64 T = a.i[0], S = a.i[1], H = a.i[2], NB = a.i[3];\n"
+    "    int acc = (int)a.i[6];\n"
+    "    for (i64 k = nnsc_tid(); k < NB * H; k += nnsc_nthreads()) {\n"
+    "        i64 b = k / H, h = k % H;\n"
+    "        float sum = 0.0f;\n"
+    "        for (i64 d = -(T - 1); d < S; d++) {\n"
+    "            if (nnsc_relpos_bucket(d, NB, (int)a.i[4], a.i[5]) != b)\n"
+    "                continue;\n"
+    "            i64 t1 = S - d < T ? S - d : T;\n"
+    "            for (i64 t = d < 0 ? -d : 0; t < t1; t++)\n"
+    "                sum += dy[(h * T + t) * S + t + d];\n"
+    "        }\n"
+    "        dtab[k] = acc ? dtab[k] + sum : sum;\n"
     "    }\n"
     "}\n";
 
@@ -1530,25 +1569,36 @@ static const struct {
  * nnsc_ewf_<CODE>(a, c) giving its value (the fused chains call them), and
  * the kernels nnsc_<kernel> of the rows marked made: a grid-stride loop over
  * n, y (+)= the value. */
+/* Text e (one line, after the preprocessor) as words in lines of at most 88
+ * columns, the first starting at column col, the next ones indented by
+ * indent spaces; a space before each word. */
+static void cg_wrap(ir_buf *out, const char *e, int col, int indent)
+{
+    while (*e) {
+        int w = (int)strcspn(e, " ");
+        if (col + 1 + w > 88) ir_bprintf(out, "\n%*s", indent, ""), col = indent;
+        ir_bprintf(out, " %.*s", w, e);
+        col += 1 + w;
+        e += w;
+        e += strspn(e, " ");
+    }
+}
+
 static void cg_cuda_ew_ops(ir_buf *out)
 {
     ir_bprintf(out, "\n/* ---- part ew_ops (codegen/cuda.c: cg_cuda_ew_ops, from rtlib/rt_ew.h) */\n");
     for (int k = 0; k < RT_EW_NOPS_KIND; k++) {
         ir_bprintf(out, "[[maybe_unused]] static __device__ __forceinline__ float nnsc_ewf_%s(float a, float c)\n"
                    "{\n    (void)a, (void)c;\n    return", cg_ew_ops[k].code);
-        /* the expression's words, lines of at most 88 columns */
-        const char *e = cg_ew_ops[k].expr;
-        int col = 10;
-        while (*e) {
-            int w = (int)strcspn(e, " ");
-            if (col + 1 + w > 88) ir_bprintf(out, "\n          "), col = 10;
-            ir_bprintf(out, " %.*s", w, e);
-            col += 1 + w;
-            e += w;
-            e += strspn(e, " ");
-        }
+        cg_wrap(out, cg_ew_ops[k].expr, 10, 10);
         ir_bprintf(out, ";\n}\n\n");
     }
+    /* T5's relative position buckets (relpos_bias) */
+    ir_bprintf(out, "/* rtlib/rt_relpos.h: the bucket of d = s - t (T5's relative positions) */\n"
+               "[[maybe_unused]] static __device__ long long\n"
+               "nnsc_relpos_bucket(long long d, long long nb, int bidir, long long maxd)\n{\n   ");
+    cg_wrap(out, RT_RELPOS_STR(RT_RELPOS_BODY), 3, 4);
+    ir_bprintf(out, "\n}\n\n");
     for (int k = 0; k < RT_EW_NOPS_KIND; k++) {
         int two = cg_ew_ops[k].nsrc == 2, acc = cg_ew_ops[k].acc;
         if (!cg_ew_ops[k].made) continue;
@@ -1584,6 +1634,7 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"mean_mid", cg_cu_mean_mid},
     {"mean_mid_bwd", cg_cu_mean_mid_bwd},
     {"transpose", cg_cu_transpose},
+    {"relpos_bias", cg_cu_relpos_bias},
     {"mse_loss", cg_cu_mse_loss},
     {"mse_bwd", cg_cu_mse_bwd},
     {"xent_stats", cg_cu_xent_stats},
@@ -1627,6 +1678,8 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_mean_mid", RT_K_mean_mid, "f32"},
     {"nnsc_mean_mid_bwd", RT_K_mean_mid_bwd, "f32"},
     {"nnsc_transpose", RT_K_transpose, "f32"},
+    {"nnsc_relpos_bias", RT_K_relpos_bias, "f32"},
+    {"nnsc_relpos_bias_bwd", RT_K_relpos_bias_bwd, "f32"},
     {"nnsc_mse_loss", RT_K_mse_loss, "f32"},
     {"nnsc_mse_bwd", RT_K_mse_bwd, "f32"},
     {"nnsc_xent_stats", RT_K_xent_stats, "f32"},

@@ -786,6 +786,7 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         {"alibi", IR_OP_ATTENTION_VL}, {"scale", IR_OP_ATTENTION_VL},
         {"vocab", IR_OP_CROSS_ENTROPY}, {"eps", IR_OP_LAYERNORM}, {"eps", IR_OP_RMSNORM},
         {"theta", IR_OP_ROPE}, {"shape", IR_OP_RECYCLE}, {"shape", IR_OP_RESHAPE}, {"attrs", IR_OP_CUSTOM},
+        {"shape", IR_OP_RELPOS_BIAS}, {"bidirectional", IR_OP_RELPOS_BIAS}, {"max_distance", IR_OP_RELPOS_BIAS},
         {"scale", IR_OP_ATTENTION}};
     char err[256], hint[256], clip[96];
     for (size_t a = 0; a < sizeof own / sizeof own[0]; a++) {
@@ -883,6 +884,23 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         if (parse_shape(L, sec, &nd, sh)) return 2;
         d->iattr[IR_IA_RNDIM] = nd;
         for (int k = 0; k < nd; k++) d->iattr[IR_IA_RSHAPE + k] = sh[k];
+    }
+    if (d->kind == IR_OP_RELPOS_BIAS) {   /* shape = T S; bidirectional (true); max_distance (128) */
+        const char *shint = "add `shape = T S`: the query positions and the key positions (T5's encoder: shape = T T)";
+        if (!(kv = fe_get(sec, "shape")))
+            return fe_error(L->s, sec->line, shint, "relpos_bias op '%s' needs shape", fe_clip(sec->name, clip, sizeof clip));
+        int nd, v;
+        int64_t sh[IR_MAXDIM];
+        if (parse_shape(L, sec, &nd, sh)) return 2;
+        if (nd != 2) return fe_kv_error(L->s, sec, kv, shint, "relpos_bias: shape has %d dims, not 2 (T S)", nd);
+        d->iattr[IR_IA_RP_T] = sh[0], d->iattr[IR_IA_RP_S] = sh[1];
+        if (get_choice(L, sec, "bidirectional", tf, 0, &v)) return 2;
+        d->iattr[IR_IA_RP_BIDIR] = v == 0;
+        d->iattr[IR_IA_RP_MAXDIST] = 128;
+        if ((kv = fe_get(sec, "max_distance")) &&
+            fe_eval(kv->val, L->dims, L->ndims, L->ndims, &d->iattr[IR_IA_RP_MAXDIST], err, sizeof err, hint,
+                    sizeof hint))
+            return fe_kv_error(L->s, sec, kv, hint[0] ? hint : NULL, "max_distance: %s", err);
     }
     return 0;
 }

@@ -40,7 +40,7 @@ static const fe_schema fe_schemas[] = {
     {"dims", 0, 1, {NULL}, {NULL}},
     {"input", 1, 0, {"shape", "dtype", "data", "batch_dim", "stream"}, {"shape"}},
     {"param", 1, 0, {"shape", "init", "dtype", "import", "import_transposed", "trainable"}, {"shape"}},
-    {"op", 1, 0, {"kind", "in", "out", "heads", "kv_heads", "causal", "vocab", "eps", "theta", "shape", "attrs", "scale", "first", "alibi", "start", "stop", "groups"}, {"kind", "in", "out"}},
+    {"op", 1, 0, {"kind", "in", "out", "heads", "kv_heads", "causal", "vocab", "eps", "theta", "shape", "attrs", "scale", "first", "alibi", "start", "stop", "groups", "bidirectional", "max_distance"}, {"kind", "in", "out"}},
     {"block", 1, 0, {"repeat", "in", "out"}, {"repeat", "in", "out"}},
     {"custom", 1, 0, {"annotation", "cpu", "cuda", "backward", "grad", "flops"}, {"annotation", "cpu"}},
     {"train", 0, 0, {"loss", "optimizer", "lr", "weight_decay", "beta1", "beta2", "eps", "steps",

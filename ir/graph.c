@@ -329,7 +329,34 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
         IR_ASSERT(t >= 0 && op.iattr[IR_IA_MEAN_T] >= 1);
         ext[t] = op.iattr[IR_IA_MEAN_T];
     }
+    if (kind == IR_OP_RELPOS_BIAS || kind == IR_OP_RELPOS_BIAS_BWD) {   /* t, s from the shape; b (backward) */
+        if (op.iattr[IR_IA_RP_T] < 1 || op.iattr[IR_IA_RP_S] < 1 || op.iattr[IR_IA_RP_MAXDIST] < 1) {
+            snprintf(err, errsz, "%s needs shape = T S (query and key positions, each >= 1) and max_distance >= 1",
+                     oi->name);
+            return -1;
+        }
+        ext[ir_anno_find(&op.anno, "t")] = op.iattr[IR_IA_RP_T];
+        ext[ir_anno_find(&op.anno, "s")] = op.iattr[IR_IA_RP_S];
+        if (kind == IR_OP_RELPOS_BIAS_BWD) ext[ir_anno_find(&op.anno, "b")] = op.iattr[IR_IA_RP_NB];
+    }
     if (bind_ids(g, &op.anno, in, ext, err, errsz)) return -1;
+    if (kind == IR_OP_RELPOS_BIAS) {   /* T5's buckets: exact distances below max_exact, then log-spaced */
+        int64_t nb = ext[ir_anno_find(&op.anno, "b")], n = op.iattr[IR_IA_RP_BIDIR] ? nb / 2 : nb;
+        if (n < 2) {
+            snprintf(err, errsz, "the table '%s' has %lld rows (buckets); it needs at least %d (%s)",
+                     g->t[in[0]].name, (long long)nb, op.iattr[IR_IA_RP_BIDIR] ? 4 : 2,
+                     op.iattr[IR_IA_RP_BIDIR] ? "bidirectional: half of them for each side, half of those exact"
+                                              : "half of them for exact distances");
+            return -1;
+        }
+        if (op.iattr[IR_IA_RP_MAXDIST] <= n / 2) {
+            snprintf(err, errsz, "max_distance = %lld must exceed the exact distances (%lld: half of "
+                     "the %lld buckets%s)", (long long)op.iattr[IR_IA_RP_MAXDIST], (long long)(n / 2),
+                     (long long)n, op.iattr[IR_IA_RP_BIDIR] ? " of one side" : "");
+            return -1;
+        }
+        op.iattr[IR_IA_RP_NB] = nb;
+    }
     if (kind == IR_OP_CONCAT)   /* c = a + b */
         ext[ir_anno_find(&op.anno, "c")] = ext[ir_anno_find(&op.anno, "a")] + ext[ir_anno_find(&op.anno, "b")];
     if (kind == IR_OP_SLICE || kind == IR_OP_PAD) {   /* s = stop - start, within t */

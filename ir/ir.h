@@ -22,7 +22,7 @@
 #define IR_MAXID    16  /* most distinct identifiers in one annotation */
 #define IR_MAXSPLIT 5   /* most nested op-trans splits of one op */
 #define IR_MAXFATTR 6   /* float attributes of an op */
-#define IR_MAXIATTR 22  /* integer attributes of an op */
+#define IR_MAXIATTR 27  /* integer attributes of an op */
 
 /* ---------------------------------------------------------------- util.c */
 
@@ -248,6 +248,11 @@ enum {
     IR_IA_GROUPS = 12,/* split, concat: the last dim's groups (binds g; 0 or 1: one) */
     IR_IA_RNDIM = 13, /* reshape: the output's number of dims (1 .. IR_MAXDIM) */
     IR_IA_RSHAPE = 14,/* reshape: the output's extents, slots RSHAPE .. RSHAPE + RNDIM - 1 */
+    IR_IA_RP_T = 22,  /* relpos_bias(_bwd): the query positions (binds t) */
+    IR_IA_RP_S = 23,  /* relpos_bias(_bwd): the key positions (binds s) */
+    IR_IA_RP_NB = 24, /* relpos_bias(_bwd): the buckets, the table's rows (binds b in the backward) */
+    IR_IA_RP_BIDIR = 25,/* relpos_bias(_bwd): 1 = bidirectional (an encoder's): half the buckets for keys after the query */
+    IR_IA_RP_MAXDIST = 26,/* relpos_bias(_bwd): the distance from which on every distance shares the last bucket */
 };
 
 /* Float attribute slots. */

@@ -404,6 +404,13 @@ static void lower_subop(lctx *c, int si, int sec)
         case IR_OP_ADAMW:
             pg_i(in, n0); pg_iv(in, 1, 1, 0);
             break;
+        case IR_OP_RELPOS_BIAS:
+        case IR_OP_RELPOS_BIAS_BWD: /* table[b, h] <-> y[h, t, s]: T S H NB bidirectional max_distance (acc) */
+            pg_i(in, ext[ir_anno_find(&o->anno, "t")]); pg_i(in, ext[ir_anno_find(&o->anno, "s")]);
+            pg_i(in, ext[ir_anno_find(&o->anno, "h")]); pg_i(in, o->iattr[IR_IA_RP_NB]);
+            pg_i(in, o->iattr[IR_IA_RP_BIDIR]); pg_i(in, o->iattr[IR_IA_RP_MAXDIST]);
+            if (o->kind == IR_OP_RELPOS_BIAS_BWD) put_acc(c, in, acc, sec);
+            break;
         default:
             ir_die(__FILE__, __LINE__, "op %s: args \"hand\" without a case in lower_subop", o->name);
         }

@@ -160,6 +160,13 @@ RT_K(mean_mid_bwd,    2,   4,   1, RT_B(1), 0, 3, "i0*i2 i0*i1*i2")  /* b: dY (R
                                                    dX[r, t, c] (+)= scale * dY[r, c]. */
 RT_K(transpose,       2,   4,   0, RT_B(1), 0, 3, "i0*i1*i2 i0*i1*i2")  /* b: X (R, A, B), Y (R, B, A).  i: R, A, B, acc.
                                                   Y[r, b, a] (+)= X[r, a, b] */
+RT_K(relpos_bias,     2,   6,   0, RT_B(1), 0, -1, "i3*i2 i2*i0*i1")  /* b: table (NB, H), Y (H, T, S).  i: T, S, H, NB,
+                                                  bidirectional, max_distance.  Y[h, t, s] = table[rt_relpos_bucket(s - t), h]
+                                                  (T5's buckets; the H columns may be a shard of the heads) */
+RT_K(relpos_bias_bwd, 2,   7,   0, RT_B(1), 0, 6, "i2*i0*i1 i3*i2")  /* b: dY (H, T, S), dtable (NB, H).  i: T, S, H, NB,
+                                                  bidirectional, max_distance, acc.  dtable[b, h] (+)= the sum of
+                                                  dY[h, t, s] over the (t, s) in bucket b, by diagonal d = s - t
+                                                  ascending, then t ascending (deterministic) */
 RT_K(place,           2,   2,   0, RT_B(1), RT_B(1), 1, "? ?")  /* var. b: src, dst.  i: ndim, acc, then per dim: dst extent, lo, hi.
                                                          dst[lo:hi, ...] (+)= src (src contiguous); the inverse of slice */
 RT_K(slice,           2,   2,   0, RT_B(1), 0, 1, "? ?")  /* var. b: src, dst.  i: ndim, acc, then per dim: src extent,

@@ -211,6 +211,8 @@ slice=("$top/tests/equiv/slice.ini")
 padmask=("$top/tests/equiv/padmask.ini")
 # attention with an additive bias, learned (attention_ab, attention_ab_bwd, attention_dbias)
 abias=("$top/tests/equiv/attn-bias.ini")
+# T5's relative position bias (relpos_bias, relpos_bias_bwd) read by every layer's attention_ab
+relpos=("$top/tests/equiv/t5-relpos.ini")
 # build NAME ARGS...: nnsc-aot ARGS -o $tmp/NAME (not under the doubles);
 # failures are reported by built below
 build() {
@@ -273,6 +275,7 @@ check_run() {
   build slice-cpu "${slice[@]}"
   build padmask-cpu "${padmask[@]}"
   build abias-cpu "${abias[@]}"
+  build relpos-cpu "${relpos[@]}"
   build mlp "$top/examples/mlp.ini" --target cuda --arch sm_80,sm_90
   build gpt "${gpt[@]}" --target cuda --arch sm_90
   build gpt-plan "${gpt[@]}" --target cuda --arch sm_90 --devices 4 --set plan.policy=hybrid \
@@ -295,14 +298,15 @@ check_run() {
   build slice-dp2 "${slice[@]}" --target cuda --arch sm_90 --devices 2 --set train.micro_batches=2
   build padmask-tp2 "${padmask[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
   build abias-tp2 "${abias[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
+  build relpos-tp2 "${relpos[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
 ) &
 wait
-built mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu padmask-cpu abias-cpu mlp gpt gpt-bf16 \
+built mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu padmask-cpu abias-cpu relpos-cpu mlp gpt gpt-bf16 \
   gpt-dp2 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc rcy-pp2 llama-tp2 gqa-tp2 xattn-tp2 slice-dp2 \
-  padmask-tp2 abias-tp2
+  padmask-tp2 abias-tp2 relpos-tp2
 
 # the cpu-target references (no doubles involved, but the same environment)
-for ref in mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu padmask-cpu abias-cpu; do
+for ref in mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu padmask-cpu abias-cpu relpos-cpu; do
   [[ -x $tmp/$ref/launch ]] || continue
   run "$ref"
   [[ -s $tmp/$ref/final.safetensors ]] || no "the cpu-target reference $ref failed: $(tail -n 3 "$tmp/$ref.err")"
@@ -328,6 +332,8 @@ check_run slice-dp2 slice-cpu 2 "slice, dp2 with 2 micro-batches (slice; pad: ze
 check_run padmask-tp2 padmask-cpu 2 "padmask, tp2 (attention with key lengths; rows with no key)"
 [[ -x $tmp/abias-tp2/launch ]] && run abias-tp2
 check_run abias-tp2 abias-cpu 2 "attn-bias, tp2 (attention with a learned additive bias; its gradient summed over the batch)"
+[[ -x $tmp/relpos-tp2/launch ]] && run relpos-tp2
+check_run relpos-tp2 relpos-cpu 2 "t5-relpos, tp2 (T5's relative position bias: relpos_bias and its backward)"
 [[ -x $tmp/gpt-dp2/launch ]] && run gpt-dp2; check_run gpt-dp2 gpt-cpu 2 "gpt2-tiny, dp2"
 [[ -x $tmp/gpt-tp2/launch ]] && run gpt-tp2; check_run gpt-tp2 gpt-cpu 2 "gpt2-tiny, tp2"
 [[ -x $tmp/gpt-dp2tp2/launch ]] && run gpt-dp2tp2

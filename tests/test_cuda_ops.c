@@ -1046,6 +1046,30 @@ static void ops_transpose(void)
         }
 }
 
+/* relpos_bias and its backward: encoder and decoder buckets, cross lengths,
+ * T5's defaults over 512 positions (more than a grid of elements), empty. */
+static void ops_relpos(void)
+{
+    static const int64_t cs[][6] = {   /* T, S, H, NB, bidirectional, max_distance */
+        {5, 5, 3, 8, 1, 6}, {7, 13, 2, 32, 0, 128}, {512, 512, 2, 32, 1, 128}, {0, 4, 2, 8, 1, 8}};
+    for (int k = 0; k < 4; k++) {
+        int64_t T = cs[k][0], S = cs[k][1], H = cs[k][2], NB = cs[k][3], bi = cs[k][4], md = cs[k][5];
+        if (tc_begin("relpos_bias", "T=%lld S=%lld H=%lld NB=%lld bi=%lld md=%lld", (long long)T, (long long)S,
+                     (long long)H, (long long)NB, (long long)bi, (long long)md)) {
+            int tab = tc_buf(TB_IN, "table", NB * H, -1, 1), y = tc_buf(TB_OUT, "Y", H * T * S, -1, 1);
+            tc_launch(RT_KN_relpos_bias, B(tab, y), I(T, S, H, NB, bi, md), NOF);
+            tc_run();
+        }
+        for (int acc = 0; acc < 2; acc++)
+            if (tc_begin("relpos_bias_bwd", "T=%lld S=%lld H=%lld NB=%lld acc=%d", (long long)T, (long long)S,
+                         (long long)H, (long long)NB, acc)) {
+                int dy = tc_buf(TB_IN, "dY", H * T * S, -1, 1), dt = tc_buf(TB_OUT, "dtable", NB * H, -1, 1);
+                tc_launch(RT_KN_relpos_bias_bwd, B(dy, dt), I(T, S, H, NB, bi, md, acc), NOF);
+                tc_run();
+            }
+    }
+}
+
 /* -inf entries of an additive bias (H, T, S): mask 1, every third key of a
  * row; mask 2, a sliding window (key s seen by queries s .. s + 4) and head
  * 0's query 1 with no key at all. */
@@ -1534,6 +1558,7 @@ int main(int argc, char **argv)
     ops_softmax();
     ops_mean();
     ops_transpose();
+    ops_relpos();
     ops_attention();
     ops_slice_place();
     ops_matmul();

@@ -17,6 +17,7 @@
 #include "check.h"
 #include "rt_ew.h"
 #include "rt_internal.h"
+#include "rt_relpos.h"
 
 
 /* ---- data helpers: rt_testdata.h */
@@ -1594,6 +1595,77 @@ static void test_transpose(void)
     free(x), free(y), free(z);
 }
 
+/* relpos_bias and its backward vs reference (encoder and decoder buckets,
+ * cross lengths, T5's defaults over 300 positions, empty), the backward as
+ * the forward's adjoint (<fwd(tab), dY> = <tab, bwd(dY)>), and buckets of
+ * T5's defaults (32 buckets, max_distance 128) that follow from the rule by
+ * hand.  tests/relpos.sh checks every bucket against Hugging Face's rule in
+ * numpy. */
+static void test_relpos(void)
+{
+    static const int64_t cs[][6] = {   /* T, S, H, NB, bidirectional, max_distance */
+        {5, 5, 3, 8, 1, 6}, {24, 24, 4, 16, 1, 12}, {7, 13, 2, 32, 0, 128}, {40, 30, 1, 10, 0, 20},
+        {300, 300, 2, 32, 1, 128}, {1, 1, 1, 4, 1, 3}, {0, 4, 2, 8, 1, 8}, {9, 0, 2, 6, 0, 5}};
+    char nm[96];
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        int64_t T = cs[k][0], S = cs[k][1], H = cs[k][2], NB = cs[k][3];
+        kcall c;
+        kc_make(&c, 2, (int64_t[]){NB * H, H * T * S}, -1, 1);
+        kc_run(&c, rt_k_relpos_bias, rt_ref_relpos_bias, cs[k], NULL);
+        snprintf(nm, sizeof nm, "relpos_bias T%lld S%lld H%lld NB%lld bi%lld md%lld", (long long)T, (long long)S,
+                 (long long)H, (long long)NB, (long long)cs[k][4], (long long)cs[k][5]);
+        kc_check(&c, nm, (int[]){1}, 1, 0);
+        /* the adjoint: <Y, dY> for Y = fwd(tab) against <tab, bwd(dY)> */
+        float *dy = fbuf(H * T * S, -1, 1), *dt = fbuf(NB * H, -1, 1);
+        int64_t ib[7] = {T, S, H, NB, cs[k][4], cs[k][5], 0};
+        rt_k_relpos_bias_bwd(NULL, (void *[]){dy, dt}, ib, NULL);
+        double l = 0, r = 0, sc = 1e-30;
+        for (int64_t q = 0; q < H * T * S; q++) l += (double)c.f[1][q] * dy[q], sc += fabs((double)c.f[1][q] * dy[q]);
+        for (int64_t q = 0; q < NB * H; q++) r += (double)c.f[0][q] * dt[q];
+        check(fabs(l - r) <= 1e-6 * sc && guard_ok(dt, NB * H), "%s: the backward is the forward's adjoint "
+              "(%.6g vs %.6g)", nm, l, r);
+        free(dy), free(dt);
+        kc_free(&c);
+        for (int acc = 0; acc < 2; acc++) {
+            ib[6] = acc;
+            kc_make(&c, 2, (int64_t[]){H * T * S, NB * H}, -1, 1);
+            kc_run(&c, rt_k_relpos_bias_bwd, rt_ref_relpos_bias_bwd, ib, NULL);
+            snprintf(nm, sizeof nm, "relpos_bias_bwd T%lld S%lld H%lld NB%lld acc=%d", (long long)T, (long long)S,
+                     (long long)H, (long long)NB, acc);
+            kc_check(&c, nm, (int[]){1}, 1, 1e-6 + 1e-7 * sqrt((double)(T * S)));   /* (f32 sums of up to T S terms) */
+            kc_free(&c);
+        }
+    }
+    /* T5's defaults: 16 buckets a side, exact below 8, log-spaced to 128, then the last */
+    static const long long want[][3] = {   /* d, bidirectional, bucket */
+        {0, 1, 0}, {1, 1, 17}, {-1, 1, 1}, {7, 1, 23}, {-8, 1, 8}, {8, 1, 24}, {-16, 1, 10}, {-32, 1, 12},
+        {-64, 1, 14}, {-127, 1, 15}, {-128, 1, 15}, {1000, 1, 31}, {5, 0, 0}, {-5, 0, 5}, {-16, 0, 16},
+        {-200, 0, 31}};
+    int bad = 0;
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        long long b = rt_relpos_bucket(want[k][0], 32, (int)want[k][1], 128);
+        if (b != want[k][2]) {
+            printf("  bucket of d = %lld (bidirectional %lld): %lld, want %lld\n", want[k][0], want[k][1], b, want[k][2]);
+            bad++;
+        }
+    }
+    check(!bad, "T5's buckets (32, max_distance 128): %zu distances as the rule gives them by hand",
+          sizeof want / sizeof want[0]);
+}
+
+/* --relpos NB MAXDIST BIDIR DLO DHI: the buckets of d = DLO .. DHI, one a
+ * line (tests/relpos.sh compares them with Hugging Face's rule). */
+static int relpos_dump(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: test_rt_kernels --relpos NB MAXDIST BIDIR DLO DHI\n");
+        return 2;
+    }
+    long long nb = atoll(argv[2]), md = atoll(argv[3]), bi = atoll(argv[4]), lo = atoll(argv[5]), hi = atoll(argv[6]);
+    for (long long d = lo; d <= hi; d++) printf("%lld\n", rt_relpos_bucket(d, nb, (int)bi, md));
+    return 0;
+}
+
 /* rope's backward (the inverse rotation of dY) vs central differences of
  * L = sum W rope(X); and the inverse undoes the forward. */
 static void fd_rope(void)
@@ -1800,6 +1872,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--bench"))
         return bench(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "--relpos"))
+        return relpos_dump(argc, argv);
     printf("ISA: %s\n", rt_isa_name());
     static const char *const isas[] = {"avx512", "avx2", "scalar"};
     for (int s = 0; s < 3; s++) {   /* the exp-based kernels have a version per ISA */
@@ -1847,6 +1921,7 @@ int main(int argc, char **argv)
     fd_rope();
     test_mean();
     test_transpose();
+    test_relpos();
     fd_softmax_embedding();
     test_optimizers();
     return check_done();

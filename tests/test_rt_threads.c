@@ -295,6 +295,16 @@ static void test_agreement(void)
                           (int[]){0, 1}, (int64_t[]){4, 300, 70, 1}, NULL, 0);
     th_run(&ctr);
     th_free(&ctr);
+    /* T5's relative position bias over 300 positions: rows of (h, t); the backward a head a thread */
+    int64_t irp[7] = {300, 300, 8, 32, 1, 128, 1};
+    th_case crp = th_make("relpos_bias", rt_k_relpos_bias, 2, (int64_t[]){32 * 8, 8 * 300 * 300}, (int[]){0, 1},
+                          irp, NULL, 0);
+    th_run(&crp);
+    th_free(&crp);
+    th_case crb = th_make("relpos_bias_bwd acc=1", rt_k_relpos_bias_bwd, 2, (int64_t[]){8 * 300 * 300, 32 * 8},
+                          (int[]){0, 1}, irp, NULL, 0);
+    th_run(&crb);
+    th_free(&crb);
     /* cross-entropy in vocabulary blocks, a second shard's columns (Vlo 2000 of 4000, 47 padding) */
     const int64_t KB = 8, CB = V / KB;
     int64_t ist[5] = {M, KB, CB, 2 * V - 47, V}, ivb[6] = {M, V, 1, 2 * V - 47, 2 * KB, V};

@@ -60,6 +60,7 @@ CASES=(
   "padmask|tests/equiv/padmask.ini||1e-4|1e-3"
   "attn-bias|tests/equiv/attn-bias.ini||1e-4|1e-3"
   "reshape|tests/equiv/reshape.ini||1e-4|1e-3"
+  "t5-relpos|tests/equiv/t5-relpos.ini||1e-4|1e-3"
   "alibi|tests/equiv/decoder-nopos.ini|--set 'op h.attn.alibi=true'|1e-4|1e-3"
   "vocab-pad|examples/gpt2-tiny.ini|--set 'op loss.vocab=100' --set 'input targets.data=int 100'|1e-4|1e-3"
   "slice|tests/equiv/slice.ini||1e-4|1e-3"

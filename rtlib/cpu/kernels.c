@@ -12,6 +12,7 @@
  * does not depend on the cut.  The scalar references are in kernels_ref.c.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -20,6 +21,7 @@
 
 #include "cpu/rt_cpu.h"
 #include "rt_ew.h"
+#include "rt_relpos.h"
 
 /* Run body(args, lo, hi, t) over [0, n) on the pool, elementwise-sized pieces. */
 static void rt_ew(rt_range_fn *body, rt_ctx *ctx, void *const *b, const int64_t *i,
@@ -467,6 +469,85 @@ void rt_k_transpose(rt_ctx *ctx, void *const *b, const int64_t *i, const float *
     rt_kargs a = {ctx, b, i, f};
     int64_t units = i[0] * ((i[1] + 31) / 32), per = 32 * i[2];
     rt_parallel_for(rt_transpose_units, &a, units, 1, RT_EW_GRAIN / (per > 0 ? per : 1) + 1);
+}
+
+/* ---- relpos_bias: T5's relative position bias (rt_relpos.h) */
+
+int64_t *rt_relpos_diagonals(rt_ctx *ctx, const int64_t *i)
+{
+    int64_t T = i[0], S = i[1], H = i[2], NB = i[3], md = i[5], n = i[4] ? NB / 2 : NB;
+    if (T < 0 || S < 0 || H < 0 || NB < 0 || (i[4] != 0 && i[4] != 1))
+        rt_fatal(ctx, 1, "relpos_bias: T %lld, S %lld, H %lld, NB %lld, bidirectional %lld", (long long)T,
+                 (long long)S, (long long)H, (long long)NB, (long long)i[4]);
+    if (n < 2 || md <= n / 2)
+        rt_fatal(ctx, 1, "relpos_bias: %lld buckets (%s) and max_distance %lld leave no log-spaced bucket",
+                 (long long)NB, i[4] ? "bidirectional" : "one side", (long long)md);
+    if (T == 0 || S == 0) return NULL;
+    int64_t *bk = malloc(sizeof(int64_t) * (size_t)(T + S - 1));
+    if (!bk) rt_fatal(ctx, 1, "relpos_bias: out of memory");
+    for (int64_t d = -(T - 1); d < S; d++) bk[d + T - 1] = rt_relpos_bucket(d, NB, (int)i[4], md);
+    return bk;
+}
+
+typedef struct rp_args {
+    rt_kargs a;
+    const int64_t *bk;   /* the bucket of each diagonal */
+    float *sum;          /* backward: per head, NB partial sums */
+} rp_args;
+
+/* Y[h, t, s] = table[bucket(s - t), h] on the rows (h, t) [lo, hi). */
+static void rt_relpos_rows(const void *p, int64_t lo, int64_t hi, int t)
+{
+    (void)t;
+    const rp_args *r = p;
+    const float *tab = r->a.b[0];
+    float *y = r->a.b[1];
+    int64_t T = r->a.i[0], S = r->a.i[1], H = r->a.i[2];
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t h = u / T, q = u % T;
+        const int64_t *bk = r->bk + (T - 1 - q);   /* bk[s]: the bucket of s - q */
+        float *yr = y + u * S;
+        for (int64_t s = 0; s < S; s++) yr[s] = tab[bk[s] * H + h];
+    }
+}
+
+void rt_k_relpos_bias(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rp_args r = {{ctx, b, i, f}, rt_relpos_diagonals(ctx, i), NULL};
+    if (r.bk) rt_parallel_for(rt_relpos_rows, &r, i[2] * i[0], 1, RT_EW_GRAIN / i[1] + 1);
+    free((void *)r.bk);
+}
+
+/* dtable[:, h] (+)= per bucket the sum of dY[h] over its diagonals (d
+ * ascending, t ascending), for the heads [lo, hi). */
+static void rt_relpos_heads(const void *p, int64_t lo, int64_t hi, int t)
+{
+    (void)t;
+    const rp_args *r = p;
+    const float *dy = r->a.b[0];
+    float *dtab = r->a.b[1];
+    int64_t T = r->a.i[0], S = r->a.i[1], H = r->a.i[2], NB = r->a.i[3];
+    int acc = r->a.i[6] != 0;
+    for (int64_t h = lo; h < hi; h++) {
+        float *sum = r->sum + h * NB;
+        memset(sum, 0, sizeof(float) * (size_t)NB);
+        for (int64_t d = -(T - 1); d < S && r->bk; d++) {
+            int64_t t0 = d < 0 ? -d : 0, t1 = S - d < T ? S - d : T;
+            float *sb = &sum[r->bk[d + T - 1]];
+            for (int64_t q = t0; q < t1; q++) *sb += dy[(h * T + q) * S + q + d];
+        }
+        for (int64_t k = 0; k < NB; k++) dtab[k * H + h] = acc ? dtab[k * H + h] + sum[k] : sum[k];
+    }
+}
+
+void rt_k_relpos_bias_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    rp_args r = {{ctx, b, i, f}, rt_relpos_diagonals(ctx, i), NULL};
+    r.sum = malloc(sizeof(float) * (size_t)(i[2] * i[3] + 1));
+    if (!r.sum) rt_fatal(ctx, 1, "relpos_bias_bwd: out of memory");
+    rt_parallel_for(rt_relpos_heads, &r, i[2], 1, RT_EW_GRAIN / (i[0] * i[1] + 1) + 1);
+    free(r.sum);
+    free((void *)r.bk);
 }
 
 void rt_k_mean_mid(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)

@@ -7,9 +7,11 @@
  * the simple algorithms of comm_shm.c (fast = 0).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rt_ew.h"
+#include "rt_relpos.h"
 #include "cpu/rt_cpu.h"
 #include "cpu/rt_lowp.h"
 
@@ -837,6 +839,40 @@ void rt_ref_transpose(rt_ctx *ctx, void *const *b, const int64_t *i, const float
                 int64_t o = (r * B + bb) * A + aa;
                 y[o] = i[3] ? y[o] + x[(r * A + aa) * B + bb] : x[(r * A + aa) * B + bb];
             }
+}
+
+/* Y[h, t, s] = table[bucket(s - t), h]. */
+void rt_ref_relpos_bias(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)f;
+    const float *tab = b[0];
+    float *y = b[1];
+    int64_t T = i[0], S = i[1], H = i[2];
+    free(rt_relpos_diagonals(ctx, i));   /* (the checks) */
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t s = 0; s < S; s++)
+                y[(h * T + t) * S + s] = tab[rt_relpos_bucket(s - t, i[3], (int)i[4], i[5]) * H + h];
+}
+
+/* dtable[b, h] (+)= the sum of dY[h, t, s] over bucket b's (t, s), in
+ * double, diagonal by diagonal. */
+void rt_ref_relpos_bias_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)f;
+    const float *dy = b[0];
+    float *dtab = b[1];
+    int64_t T = i[0], S = i[1], H = i[2], NB = i[3];
+    free(rt_relpos_diagonals(ctx, i));
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t k = 0; k < NB; k++) {
+            double s = 0;
+            for (int64_t d = -(T - 1); d < S; d++) {
+                if (rt_relpos_bucket(d, NB, (int)i[4], i[5]) != k) continue;
+                for (int64_t t = d < 0 ? -d : 0; t < T && t + d < S; t++) s += dy[(h * T + t) * S + t + d];
+            }
+            dtab[k * H + h] = i[6] ? (float)(dtab[k * H + h] + s) : (float)s;
+        }
 }
 
 /* Y[r, c] (+)= scale sum_t X[r, t, c], in double. */

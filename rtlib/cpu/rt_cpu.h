@@ -63,6 +63,11 @@ typedef struct rt_kargs {
     const float *f;         /* floats */
 } rt_kargs;
 
+/* relpos_bias(_bwd)'s ints checked (T, S, H, NB >= 0; a side of at least 2
+ * buckets; max_distance above its exact ones): the bucket of each diagonal
+ * d = s - t, at [d + T - 1] (T + S - 1 of them), malloc'd (NULL when none). */
+int64_t *rt_relpos_diagonals(rt_ctx *ctx, const int64_t *i);
+
 /* Elementwise kernels split across threads in pieces of at least this many
  * elements (smaller ones run on the caller alone), cut at cache lines. */
 #define RT_EW_GRAIN (1 << 15)

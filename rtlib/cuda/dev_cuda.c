@@ -196,6 +196,9 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_mean_mid_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, 2}, -1, 0},
     /* transpose: R * A * B elements */
     [RT_KN_transpose] = {CU_DEV, CU_GRID_STRIDE, 256, {0, 1, 2}, -1, 0},
+    /* relpos_bias: H * T * S elements; relpos_bias_bwd: a thread per (bucket, head), NB * H */
+    [RT_KN_relpos_bias] = {CU_DEV, CU_GRID_STRIDE, 256, {2, 0, 1}, -1, 0},
+    [RT_KN_relpos_bias_bwd] = {CU_DEV, CU_GRID_STRIDE, 256, {3, 2, -1}, -1, 0},
     /* custom: the spec's CUDA kernel of the section i[0] (nnsc_custom_<i[0]>), a grid-stride
        loop over output 1's elements (cu_custom_decode) */
     [RT_KN_custom] = {CU_CUSTOM, CU_GRID_STRIDE, 256, CU_NO_N, -1, CU_CHK_CUSTOM},
