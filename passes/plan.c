@@ -12,7 +12,10 @@
  *       parallel); whose input is split on its last dim splits the
  *       contracted identifier (row parallel: the output is a partial sum);
  *     - an embedding splits the vocabulary (a reduction: partial rows);
- *     - attention splits heads when q arrives split on its last dim;
+ *     - attention splits heads when q arrives split on its last dim; with
+ *       fewer key/value heads than tp (a multiple of them), it splits the
+ *       key/value heads kv ways and the query heads of each tp / kv ways
+ *       (its backward too: dk and dv are then partial sums);
  *     - other ops follow a split input on the same identifier; linear ops
  *       (add, copy) whose inputs are all partial sums stay partial (value
  *       split); ops whose split dims are frozen (layernorm, softmax,
@@ -202,14 +205,32 @@ static int try_split(const ir_graph *g, int op, int id, int n, const char *rule,
     return 0;
 }
 
-/* The tp-axis choice for op by the rules in the header comment. */
-static int choose_tp(planctx *c, int op, char *why, size_t whysz)
+/* The tp-axis choice for op by the rules in the header comment.  *kv > 0:
+ * attention with fewer key/value heads than tp, split on its key/value
+ * heads h kv ways and on the query heads of each (r, the identifier
+ * returned) tp / kv ways: Megatron's, a key/value head on tp / kv devices,
+ * each with its share of the query heads (pass_split cuts (h r d) on r
+ * once h is down to one). */
+static int choose_tp(planctx *c, int op, char *why, size_t whysz, int *kv)
 {
     const ir_graph *g = c->d->g;
     const ir_op *o = &g->op[op];
     const int tp = c->tp;
     int fl = ir_ops[o->kind].flags;
     char nd[200] = "";   /* why a split that applied did not divide */
+    *kv = 0;
+    if (IR_IS_ATT(o->kind) || IR_IS_ATT_BWD(o->kind)) {
+        int h = ir_anno_find(&o->anno, "h"), r = ir_anno_find(&o->anno, "r");
+        int64_t eh = h >= 0 ? id_extent(g, op, h) : 0, er = r >= 0 ? id_extent(g, op, r) : 0;
+        if (r >= 0 && eh > 1 && eh < tp && tp % eh == 0 && er % (tp / eh) == 0 && !o->anno.id_frozen[h] &&
+            !o->anno.id_inner[h] && !o->anno.id_frozen[r]) {
+            *kv = (int)eh;
+            snprintf(why, whysz, "key/value heads '%s' (%lld) split %lld ways, the %lld query heads of each ('%s') "
+                     "%lld ways", o->anno.idname[h], (long long)eh, (long long)eh, (long long)er, o->anno.idname[r],
+                     (long long)(tp / eh));
+            return r;
+        }
+    }
     if (o->phase == IR_PH_OPT) {
         int j = c->lay[o->in[0]];
         int id = j >= 0 ? id_at(o, 0, j) : -1;
@@ -284,17 +305,23 @@ static void record_layout(planctx *c, int op)
     const ir_op *o = &g->op[op];
     const ir_trans *tr = &c->d->trans[op];
     int b = pass_batch_id(g, op);
-    /* the tp identifier: the last non-batch split of the trans */
-    int id = IR_REPLICATE;
+    /* the tp identifier: the last non-batch split of the trans (attention split on its
+       key/value heads and then their query heads: r, with h before it) */
+    int id = IR_REPLICATE, outer = -1;
     for (int j = 0; j < tr->nsplit; j++)
-        if (tr->id[j] != b || tr->id[j] < 0) id = tr->id[j];
+        if (tr->id[j] != b || tr->id[j] < 0) outer = id, id = tr->id[j];
     c->tpid[op] = id;
     for (int k = 0; k < o->nin + o->nout; k++) {
         int t = k < o->nin ? o->in[k] : o->out[k - o->nin];
         int lay = LAY_REP;
         if (id == IR_VALUE) lay = LAY_PARTIAL;
-        for (int j = 0; j < o->anno.ndim[k] && id >= 0; j++)
-            if (o->anno.dim[k][j].id == id) lay = j;
+        for (int j = 0; j < o->anno.ndim[k] && id >= 0; j++) {
+            const ir_adim *a = &o->anno.dim[k][j];
+            /* (h r d) cut on h, then r: tp blocks in order, as a split of the dim */
+            if (a->id == id || (outer >= 0 && a->id == outer && a->nsub > 0 && a->sub[0] == id)) lay = j;
+        }
+        if (k >= o->nin && id >= 0 && o->anno.id_inner[id] && lay == LAY_REP) lay = LAY_PARTIAL;   /* (dk: a sum
+                                                                                           over r) */
         if (k >= o->nin && id >= 0 && o->anno.id_reduce[id]) lay = LAY_PARTIAL;
         if (k >= o->nin) c->lay[t] = lay;
         else if (g->t[t].kind == IR_T_PARAM && c->lay[t] == LAY_REP && lay >= 0 && o->phase == IR_PH_FWD &&
@@ -1031,9 +1058,10 @@ int pass_plan(ir_dist *d)
             }
             if (dpval) ids[0] = IR_VALUE;
         }
+        int kv = 0;
         if (ltp > 1) {
             c.tp = ltp;
-            ids[1] = choose_tp(&c, op, tw, sizeof tw);
+            ids[1] = choose_tp(&c, op, tw, sizeof tw, &kv);
             c.tp = tp;
         }
         if (ids[1] >= 0 && ids[1] == ids[0]) {
@@ -1074,7 +1102,11 @@ int pass_plan(ir_dist *d)
                      tw);
         else
             snprintf(why, sizeof why, "%s%s", ltp > 1 ? "tp: " : "single device", tw);
-        set_trans(d, &c.st, op, 2, ids, parts, why);
+        if (kv) {   /* the key/value heads kv ways, then the query heads of each ltp / kv ways */
+            int id3[3] = {ids[0], ir_anno_find(&o->anno, "h"), ids[1]}, p3[3] = {ldp, kv, ltp / kv};
+            set_trans(d, &c.st, op, 3, id3, p3, why);
+        } else
+            set_trans(d, &c.st, op, 2, ids, parts, why);
         record_layout(&c, op);
         /* its outputs are partial on the dp axis when that split reduces */
         if (ids[0] == IR_VALUE || (ids[0] >= 0 && o->anno.id_reduce[ids[0]]))

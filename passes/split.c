@@ -7,7 +7,9 @@
  * splits cut the part again).  When id_j is a reduction identifier, the
  * outputs are value-split: part c_j of n_j, except a co-shard's pieces of an
  * accumulated output (a param's gradient), which all add into the one
- * pTensor (ir_trans.cosacc).  A replicate split (-1) only changes the device.  Inputs are always needed as full values.
+ * pTensor (ir_trans.cosacc).  An inner identifier of a merged dim (attention's
+ * r in (h r d)) splits only once the outer one is down to one part; outputs
+ * without it are value-split too.  A replicate split (-1) only changes the device.  Inputs are always needed as full values.
  */
 #include <string.h>
 
@@ -46,16 +48,29 @@ static int operand_pt(ir_dist *d, int op, int k, const int *c, int dev)
         if (id < 0) continue;
         int hit = 0;
         for (int q = 0; q < o->anno.ndim[k]; q++) {
-            if (o->anno.dim[k][q].id != id) continue;
-            /* a merged dim "(h d)" split on h: contiguous blocks of h/n * d */
+            const ir_adim *a = &o->anno.dim[k][q];
+            int inner = a->id != id && a->nsub > 0 && a->sub[0] == id;
+            if (a->id != id && !inner) continue;
+            /* a merged dim "(h d)" split on h: contiguous blocks of h/n * d; "(h r d)" split
+               on r (attention's query heads of a key/value head) once h is down to one:
+               blocks of r/n * d, contiguous too */
             int64_t len = p.box.hi[q] - p.box.lo[q];
             IR_ASSERT(len % tr->n[j] == 0);
+            if (inner) {
+                int64_t in = 1;   /* the extent of the identifiers merged inside h */
+                for (int u = 0; u < a->nsub; u++) in *= o->ext[a->sub[u]];
+                IR_ASSERT(len <= in);   /* (h already split to one) */
+            }
             int64_t part = len / tr->n[j];
             p.box.lo[q] += part * c[j];
             p.box.hi[q] = p.box.lo[q] + part;
             hit = 1;
         }
-        if (!hit && k >= o->nin && o->anno.id_reduce[id] && !(tr->cosacc && j == tr->nsplit - 1)) {
+        /* an output without a split identifier sums over it: value-split -- a reduction
+           identifier, or an inner one (attention's backward: dk and dv sum over the query
+           heads of their key/value head) */
+        if (!hit && k >= o->nin && (o->anno.id_reduce[id] || o->anno.id_inner[id]) &&
+            !(tr->cosacc && j == tr->nsplit - 1)) {
             p.vpart = p.vpart * tr->n[j] + c[j];
             p.vn *= tr->n[j];
         }

@@ -334,5 +334,20 @@ then ok "examples/llama3-8b.ini: 64 ranks, 8.03B parameters, attention split on 
 else no "llama3-8b: $(sed -n '1,12p' "$tmp/l3/plan.txt" 2>&1; grep -E '^  h\.0\.attn ' "$tmp/l3/plan.txt")"; fi
 rm -rf "$tmp/l3"
 
+# grouped-query attention on more tp devices than key/value heads (gqa.ini: 4 query heads on 2):
+# tp 4 splits the key/value heads 2 ways and the 2 query heads of each 2 ways (Megatron's), the
+# backward likewise (verify: tests/equiv.list); tp 8 would need 4 parts of 2 query heads: replicated
+"$nn" "$top/tests/equiv/gqa.ini" -o "$tmp/gq" -q --devices 4 --set plan.policy=tp || no "gqa.ini on tp 4"
+if grep -qE "^  h\.0\.attn +attention +split h /2 \* split r /2 on 0-3 " "$tmp/gq/plan.txt" &&
+  grep -qE "^  d\.h\.0\.qq +attention_bwd +split h /2 \* split r /2 " "$tmp/gq/plan.txt"; then
+  ok "gqa.ini on tp 4: attention and its backward split on the 2 key/value heads and then on their query heads"
+else no "gqa.ini on tp 4: $(grep -E '^  (d\.)?h\.0\.(attn|qq) ' "$tmp/gq/plan.txt")"; fi
+"$nn" "$top/tests/equiv/gqa.ini" -o "$tmp/gq8" -q --devices 8 --set plan.policy=tp --set dims.B=8 ||
+  no "gqa.ini on tp 8"
+grep -qE "^  h\.0\.attn +attention +replicate x8 .*would split 'h' \(2\), which does not divide by tp 8" \
+  "$tmp/gq8/plan.txt" && ok "gqa.ini on tp 8: 2 query heads do not cut 4 ways: attention replicated, plan.txt says why" ||
+  no "gqa.ini on tp 8: $(grep -E '^  h\.0\.attn ' "$tmp/gq8/plan.txt")"
+rm -rf "$tmp/gq" "$tmp/gq8"
+
 echo "$pass passed, $fail failed"
 ((fail == 0))
