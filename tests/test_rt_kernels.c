@@ -856,6 +856,25 @@ static void att_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, int
     free(lse);
 }
 
+/* One backward kernel of the attention family against its reference:
+ * nbuf buffers of sizes sb, inputs 1..6 set from in[] (dY random), ints ib
+ * (B T H D causal acc Hkv S P alibi ...), outputs outs[] checked within
+ * 5e-5; named "KNAME B.. T.. S.. H.. D.. Hkv.. causal=. acc=.[ alibi]TAG". */
+static void att_bwd_check(const char *kname, kfn *fast, kfn *ref, int nbuf, const int64_t *sb, const float *const *in,
+                          const int64_t *ib, const float *sc, const char *tag, const int *outs, int nout)
+{
+    kcall c;
+    char nm[180];
+    kc_make(&c, nbuf, sb, -1, 1);
+    for (int x = 0; x < 6; x++) kc_set(&c, 1 + x, in[x]);
+    kc_run(&c, fast, ref, ib, sc);
+    snprintf(nm, sizeof nm, "%s B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d%s%s", kname, (long long)ib[0],
+             (long long)ib[1], (long long)ib[7], (long long)ib[2], (long long)ib[3], (long long)ib[6], (int)ib[4],
+             (int)ib[5], ib[9] ? " alibi" : "", tag);
+    kc_check(&c, nm, outs, nout, 5e-5);
+    kc_free(&c);
+}
+
 /* attention_vl and its backward vs reference: row b sees keys s < lens[b],
  * lens cycling over S, 0 (Y = 0, lse = -inf, its keys' gradients 0), 1, S/2
  * and S - 1; with S = 0 given, S = T. */
@@ -886,19 +905,9 @@ static void att_vl_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, 
     for (int acc = 0; acc < 2; acc++) {
         int64_t sb[10] = {n, n, nk, nk, n, nl, B, n, nk, nk};
         int64_t ib[12] = {B, T, H, D, causal, acc, Hkv, S, T > S ? T : S, alibi, 1, H + 2};
-        kc_make(&c, 10, sb, -1, 1);
-        kc_set(&c, 1, q);
-        kc_set(&c, 2, k);
-        kc_set(&c, 3, v);
-        kc_set(&c, 4, y);
-        kc_set(&c, 5, lse);
-        kc_set(&c, 6, (const float *)lens);
-        kc_run(&c, rt_k_attention_vl_bwd, rt_ref_attention_vl_bwd, ib, sc);
-        snprintf(nm, sizeof nm, "attention_vl_bwd B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d%s",
-                 (long long)B, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, acc,
-                 alibi ? " alibi" : "");
-        kc_check(&c, nm, (int[]){7, 8, 9}, 3, 5e-5);
-        kc_free(&c);
+        const float *in[6] = {q, k, v, y, lse, (const float *)lens};
+        att_bwd_check("attention_vl_bwd", rt_k_attention_vl_bwd, rt_ref_attention_vl_bwd, 10, sb, in, ib, sc, "",
+                      (int[]){7, 8, 9}, 3);
     }
     free(lens);
     free(q);
@@ -947,26 +956,14 @@ static void att_ab_case(int64_t B, int64_t T, int64_t H, int64_t D, int causal, 
     float *y = fdup(c.f[4], n), *lse = fdup(c.f[5], nl);
     kc_free(&c);
     for (int acc = 0; acc < 2; acc++) {
-        int64_t sb[10] = {n, n, nk, nk, n, nl, nb, n, nk, nk};
+        int64_t sb[10] = {n, n, nk, nk, n, nl, nb, n, nk, nk}, sd[8] = {n, n, nk, nk, n, nl, nb, nb};
         int64_t ib[12] = {B, T, H, D, causal, acc, Hkv, S, T > S ? T : S, alibi, 1, H + 2};
-        kc_make(&c, 10, sb, -1, 1);
         const float *in[6] = {q, k, v, y, lse, bias};
-        for (int x = 0; x < 6; x++) kc_set(&c, 1 + x, in[x]);
-        kc_run(&c, rt_k_attention_ab_bwd, rt_ref_attention_ab_bwd, ib, sc);
-        snprintf(nm, sizeof nm, "attention_ab_bwd B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d%s%s",
-                 (long long)B, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, acc,
-                 alibi ? " alibi" : "", mask ? " -inf mask" : "");
-        kc_check(&c, nm, (int[]){7, 8, 9}, 3, 5e-5);
-        kc_free(&c);
-        int64_t sd[8] = {n, n, nk, nk, n, nl, nb, nb};
-        kc_make(&c, 8, sd, -1, 1);
-        for (int x = 0; x < 6; x++) kc_set(&c, 1 + x, in[x]);
-        kc_run(&c, rt_k_attention_dbias, rt_ref_attention_dbias, ib, sc);
-        snprintf(nm, sizeof nm, "attention_dbias B%lld T%lld S%lld H%lld D%lld Hkv%lld causal=%d acc=%d%s%s",
-                 (long long)B, (long long)T, (long long)S, (long long)H, (long long)D, (long long)Hkv, causal, acc,
-                 alibi ? " alibi" : "", mask ? " -inf mask" : "");
-        kc_check(&c, nm, (int[]){7}, 1, 5e-5);
-        kc_free(&c);
+        const char *tag = mask ? " -inf mask" : "";
+        att_bwd_check("attention_ab_bwd", rt_k_attention_ab_bwd, rt_ref_attention_ab_bwd, 10, sb, in, ib, sc, tag,
+                      (int[]){7, 8, 9}, 3);
+        att_bwd_check("attention_dbias", rt_k_attention_dbias, rt_ref_attention_dbias, 8, sd, in, ib, sc, tag,
+                      (int[]){7}, 1);
     }
     float *all[6] = {bias, q, k, v, y, lse};
     for (int a = 0; a < 6; a++)
