@@ -38,6 +38,10 @@
 #include "passes.h"
 
 #define SEARCH_MAX_DEVICES 64
+/* Z3's work for one balanced cut (its resource units; on the build machine
+ * about 2e6 a second): a count, so the cuts and the plan are the same on
+ * every run */
+#define SEARCH_Z3_WORK 100000
 
 typedef struct cand {
     int dp, tp, pp, m, sched, zero, rc;
@@ -703,7 +707,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
                         balanced z = {pp, parts, NULL, 0, 0};
                         int *cut = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
                         double tb = now_s();
-                        if (!pass_balance_cuts(nl, lc, lpre, lpost, pp, parts, 0.02, cut, &z.best_ms, &z.even_ms) &&
+                        if (!pass_balance_cuts(nl, lc, lpre, lpost, pp, parts, 1.0, SEARCH_Z3_WORK, cut, &z.best_ms,
+                                               &z.even_ms) &&
                             z.best_ms < 0.97 * z.even_ms)
                             z.stage = cuts_text(g, cut, parts);
                         if (o->verbose)

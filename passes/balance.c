@@ -21,9 +21,11 @@
  * virtual stages are not adjacent, so its time is a sum of separate runs)
  * the greedy search on the virtual stages alone gives a first cut, and Z3
  * answers for the stages' sums from there (QF_ALIA: the cut points are integer variables, the costs'
- * prefix sums a constant array read at them); every query has a timeout,
- * an unknown answer ends the search, and the best cut found so far is the
- * result (the even cut when Z3 finds none better).  Costs are scaled to
+ * prefix sums a constant array read at them).  The search has a budget of
+ * Z3's work (its resource count, deterministic: not a time, which would
+ * make the cut, and so the plan, depend on the machine's load) and a time
+ * limit as a net; an unknown answer ends it, and the best cut found so
+ * far is the result (the even cut when Z3 finds none better).  Costs are scaled to
  * integers (1e6 units for the whole model), so the optimum is exact to a
  * millionth of the step. */
 #include <math.h>
@@ -110,8 +112,23 @@ static void on_z3_error(Z3_context c, Z3_error_code e)
     (void)e;   /* (the query's answer is then unknown: the search keeps its best) */
 }
 
+/* Z3's resource count so far (its statistic "rlimit count": a count of its
+ * steps, the same on every run). */
+static uint64_t z3_work(Z3_context z, Z3_solver sv)
+{
+    Z3_stats st = Z3_solver_get_statistics(z, sv);
+    Z3_stats_inc_ref(z, st);
+    uint64_t n = 0;
+    for (unsigned i = 0; i < Z3_stats_size(z, st); i++)
+        if (!strcmp(Z3_stats_get_key(z, st, i), "rlimit count"))
+            n = Z3_stats_is_uint(z, st, i) ? Z3_stats_get_uint_value(z, st, i)
+                                           : (uint64_t)Z3_stats_get_double_value(z, st, i);
+    Z3_stats_dec_ref(z, st);
+    return n;
+}
+
 int pass_balance_cuts(int nl, const double *cost, double pre, double post, int pp, int parts, double budget_s,
-                      int *cut, double *best_ms, double *even_ms)
+                      uint64_t work, int *cut, double *best_ms, double *even_ms)
 {
     if (parts < 1 || pp < 1 || parts % pp || nl < parts) return 1;
     double total = pre + post;
@@ -195,12 +212,18 @@ int pass_balance_cuts(int nl, const double *cost, double pre, double post, int p
     Z3_params prm = Z3_mk_params(z);
     Z3_params_inc_ref(z, prm);
     const double t0 = now_s();
+    uint64_t w0 = work ? z3_work(z, sv) : 0;
     while (lo < best) {
         double left = budget_s - (now_s() - t0);
         if (left <= 0.001) break;
+        uint64_t used = work ? z3_work(z, sv) - w0 : 0;
+        if (work && used >= work) break;
         int64_t T = lo + (best - lo) / 2;
         unsigned ms = (unsigned)(left * 1e3 < 1 ? 1 : left * 1e3);
         Z3_params_set_uint(z, prm, Z3_mk_string_symbol(z, "timeout"), ms);
+        if (work)   /* (Z3 counts it per query) */
+            Z3_params_set_uint(z, prm, Z3_mk_string_symbol(z, "rlimit"),
+                               (unsigned)(work - used < UINT32_MAX ? work - used : UINT32_MAX));
         Z3_solver_set_params(z, sv, prm);
         Z3_solver_push(z, sv);
         Z3_ast bound = Z3_mk_int64(z, T, I);
@@ -228,7 +251,7 @@ int pass_balance_cuts(int nl, const double *cost, double pre, double post, int p
         }
         Z3_solver_pop(z, sv, 1);
         if (r == Z3_L_FALSE) lo = T + 1;
-        else if (!ok) break;   /* unknown (the timeout): the best so far */
+        else if (!ok) break;   /* unknown (out of work or time): the best so far */
     }
     Z3_params_dec_ref(z, prm);
     Z3_solver_dec_ref(z, sv);

@@ -149,13 +149,15 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c);
 /* Balanced pipeline stages (balance.c): cut layers 0 .. nl-1 (costs cost[l];
  * pre on the first virtual stage, post on the last) into parts runs of
  * consecutive layers, virtual stage j on stage j % pp, minimising the
- * slowest stage's time; Z3 with a binary search on it, within budget_s
- * seconds.  cut[0..parts] the first layer of each run (cut[parts] = nl);
+ * slowest stage's time; Z3 with a binary search on it, within work of Z3's
+ * resource units in all (0: no bound; a count, not a time: the same cut on
+ * every run and machine) and budget_s seconds (the net for a far slower
+ * machine).  cut[0..parts] the first layer of each run (cut[parts] = nl);
  * *best_ms and *even_ms the slowest stage's time of that cut and of the
  * even one (in the costs' unit x 1e3).  0: a cut better than the even one
  * is in cut; 1: none (cut holds the even one). */
 int pass_balance_cuts(int nl, const double *cost, double pre, double post, int pp, int parts, double budget_s,
-                      int *cut, double *best_ms, double *even_ms);
+                      uint64_t work, int *cut, double *best_ms, double *even_ms);
 /* The plan's step on the cost model (after pass_pipeline). */
 void pass_cost_step(const ir_dist *d, pass_estimate *e);
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);

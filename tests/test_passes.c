@@ -724,11 +724,11 @@ static void test_balance(void)
     double c4[4] = {1, 1, 1, 1};
     int cut[9];
     double best, even;
-    CHECK(pass_balance_cuts(4, c4, 0, 2, 2, 2, 2.0, cut, &best, &even) == 0 && cut[0] == 0 && cut[1] == 3 &&
+    CHECK(pass_balance_cuts(4, c4, 0, 2, 2, 2, 2.0, 0, cut, &best, &even) == 0 && cut[0] == 0 && cut[1] == 3 &&
               cut[2] == 4 && fabs(best - 3e3) < 0.03 && fabs(even - 4e3) < 0.03,
           "balance: layers 3 + 1 with a head of 2 (cut %d %d %d, %.6g vs even %.6g)", cut[0], cut[1], cut[2], best, even);
     /* equal layers, nothing outside: the even cut is optimal, reported as no better cut */
-    CHECK(pass_balance_cuts(4, c4, 0, 0, 2, 2, 2.0, cut, &best, &even) == 1 && cut[1] == 2 && best == even,
+    CHECK(pass_balance_cuts(4, c4, 0, 0, 2, 2, 2.0, 0, cut, &best, &even) == 1 && cut[1] == 2 && best == even,
           "balance: equal layers keep the even cut");
     /* random cases against every cut, plain and interleaved (2 chunks) */
     unsigned seed = 12345;
@@ -743,7 +743,7 @@ static void test_balance(void)
         int bc[12] = {0};
         bc[parts] = nl;
         double want = bal_brute(cost, pre, post, nl, pp, parts, bc, 1);
-        pass_balance_cuts(nl, cost, pre, post, pp, parts, 5.0, cut, &best, &even);
+        pass_balance_cuts(nl, cost, pre, post, pp, parts, 5.0, 0, cut, &best, &even);
         double got = bal_span(cost, pre, post, pp, parts, cut), tot = pre + post;
         for (int l = 0; l < nl; l++) tot += cost[l];
         cases++;
