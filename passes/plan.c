@@ -277,6 +277,16 @@ static int choose_tp(planctx *c, int op, char *why, size_t whysz, int *kv)
             return id;
         }
     }
+    /* T5's relative position bias from its table: each device makes its
+       heads' bias from its columns of the table (the attention reading it
+       splits the same heads), not the whole bias to keep a tp-th of */
+    if (o->kind == IR_OP_RELPOS_BIAS && g->t[o->in[0]].kind == IR_T_PARAM) {
+        int id = ir_anno_find(&o->anno, "h");
+        if (try_split(g, op, id, tp, "heads parallel", nd, sizeof nd)) {
+            snprintf(why, whysz, "heads parallel: each device's heads from its columns of the table");
+            return id;
+        }
+    }
     if (fl & OPF_LINEAR) {
         int all = 1;
         for (int k = 0; k < o->nin; k++) all &= c->lay[o->in[k]] == LAY_PARTIAL;

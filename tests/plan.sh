@@ -174,6 +174,15 @@ if grep -q "^search    policy auto on 8 x a100-80g: [0-9]* candidate plans price
   grep -q "^  chosen   dp" "$tmp/rep1" && cmp -s "$tmp/rep1" "$tmp/rep2"; then
   ok "--stop-after graph -v: the search's report on stderr, the same in two runs (threads: $(grep -o '[0-9]* threads*' "$tmp/rep1"))"
 else no "search report: $(head -n 3 "$tmp/rep1"; diff "$tmp/rep1" "$tmp/rep2" | head -n 5)"; fi
+# T5's relative position bias on tp 4: each device makes its heads' bias from its columns of the
+# table, stored split so: the table's gradient is not gathered
+"$nn" "$top/tests/equiv/t5-relpos.ini" --devices 4 --set plan.policy=tp -q -o "$tmp/relpos" || no "relpos tp 4 build"
+p=$tmp/relpos/plan.txt
+grep -qE '^  rel +relpos_bias +split h /4 on 0-3 +; tp: heads parallel' "$p" &&
+  grep -qE '^  opt\.rtab +adamw +split \*1 /4 on 0-3' "$p" && ! grep -qE '^  allgather +d\.rtab ' "$p" &&
+  ok "relpos_bias on tp 4: split by heads, its table stored split, the table's gradient not gathered" ||
+  no "relpos tp 4: $(grep -E 'rtab|relpos' "$p")"
+
 # the balanced cuts are Z3's within a count of its work, not a time: the same with the machine
 # busy (T5's encoder and decoder on 4 stages of 2 chunks each: a cut Z3 takes some 15 queries to
 # make best; with a time budget it stopped earlier under load)
