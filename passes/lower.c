@@ -12,6 +12,7 @@
  * a matmul_bf16 call (mixed precision: the products see bf16-rounded
  * inputs, everything else stays f32); the FLOP count is the same.
  */
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,17 +187,6 @@ double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec)
     return fl * execs;
 }
 
-/* Attention's heads from operand 0's last dim, (h r d) or (h d): the query
- * heads H = h r, the head size D and the key/value heads Hkv = h. */
-static void att_heads(const ir_op *o, const int64_t *ext, int64_t *H, int64_t *D, int64_t *Hkv)
-{
-    const ir_adim *hd = &o->anno.dim[0][o->anno.ndim[0] - 1];
-    IR_ASSERT(hd->nsub >= 1);
-    *Hkv = ext[hd->id];
-    *H = ext[hd->id] * (hd->nsub == 2 ? ext[hd->sub[0]] : 1);
-    *D = ext[hd->sub[hd->nsub - 1]];
-}
-
 static pg_instr *emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, const ir_box *full,
                           const ir_box *region, int nd, int acc, const char *note);
 
@@ -255,9 +245,84 @@ static void lower_slice(lctx *c, const ir_subop *s, const ir_op *o, const int64_
 /* The kernel ints of args[0 .. len) (ir/ops.h: comma-separated products of
  * cost factors, or acc; none: the default, n0 then acc where the kernel's
  * row has one). */
-static void put_ints(lctx *c, pg_instr *in, const ir_op *o, const int64_t *ext, const char *args, size_t len,
-                     int kern, int acc, int64_t n0, int sec)
+/* Is w (n chars) an identifier of annotation template anno? */
+static int anno_has(const char *anno, const char *w, size_t n)
 {
+    if (!n) return 0;
+    for (const char *a = anno; *a; a++)
+        if (!strncmp(a, w, n) && (a == anno || !isalnum((unsigned char)a[-1])) && !isalnum((unsigned char)a[n]) &&
+            a[n] != '_')
+            return 1;
+    return 0;
+}
+
+/* The integer attributes the args column names (`attr NAME`). */
+static const struct {
+    const char *name;
+    int slot;
+} arg_attrs[] = {{"heads", IR_IA_HEADS},   {"causal", IR_IA_CAUSAL},        {"vocab", IR_IA_VOCAB},
+                 {"alibi", IR_IA_ALIBI},   {"buckets", IR_IA_RP_NB},        {"bidirectional", IR_IA_RP_BIDIR},
+                 {"max_distance", IR_IA_RP_MAXDIST}};
+
+int pass_arg_parse(const ir_opinfo *oi, const char *w, pass_arg *a)
+{
+    memset(a, 0, sizeof *a);
+    char t[4][24] = {""};
+    int nt = 0;
+    for (const char *p = w; *p && nt <= 4;) {   /* its words */
+        p += strspn(p, " ");
+        size_t n = strcspn(p, " ");
+        if (!n) break;
+        if (nt == 4 || n >= sizeof t[0]) return a->form = PASS_ARG_BAD;
+        snprintf(t[nt++], sizeof t[0], "%.*s", (int)n, p);
+        p += n;
+    }
+    char *end;
+    if (nt == 1 && !strcmp(t[0], "acc")) return a->form = PASS_ARG_ACC;
+    if (nt == 1 && !strcmp(t[0], "step+1")) return a->form = PASS_ARG_STEP;
+    if (nt == 2 && !strcmp(t[0], "attr")) {
+        for (size_t k = 0; k < sizeof arg_attrs / sizeof arg_attrs[0]; k++)
+            if (!strcmp(t[1], arg_attrs[k].name)) return a->slot = arg_attrs[k].slot, a->form = PASS_ARG_ATTR;
+        return a->form = PASS_ARG_BAD;
+    }
+    if (nt == 3 && !strcmp(t[0], "max")) {
+        if (!anno_has(oi->anno, t[1], strlen(t[1])) || !anno_has(oi->anno, t[2], strlen(t[2]))) return a->form = PASS_ARG_BAD;
+        snprintf(a->id, sizeof a->id, "%s", t[1]);
+        snprintf(a->id2, sizeof a->id2, "%s", t[2]);
+        return a->form = PASS_ARG_MAX;
+    }
+    if (!strcmp(t[0], "lo")) {   /* lo K J, or lo K J/ID */
+        if (nt != 3) return a->form = PASS_ARG_BAD;
+        a->k = (int)strtol(t[1], &end, 10);
+        if (*end || end == t[1] || a->k < 0 || a->k >= oi->nin + oi->nout) return a->form = PASS_ARG_BAD;
+        a->j = (int)strtol(t[2], &end, 10);
+        if (end == t[2] || a->j < -IR_MAXDIM || a->j >= IR_MAXDIM) return a->form = PASS_ARG_BAD;
+        if (*end == '/') {
+            if (!anno_has(oi->anno, end + 1, strlen(end + 1))) return a->form = PASS_ARG_BAD;
+            snprintf(a->id, sizeof a->id, "%s", end + 1);
+        } else if (*end) return a->form = PASS_ARG_BAD;
+        return a->form = PASS_ARG_LO;
+    }
+    for (int i = 0; i < nt; i++) {   /* a product of cost factors */
+        const char *f = t[i];
+        int ok = !strcmp(f, "*") || !strcmp(f, "causal/2");
+        if (!ok && f[0] == '@') {
+            long q = strtol(f + 1, &end, 10);
+            ok = !*end && end > f + 1 && q >= 0 && q < oi->nin + oi->nout;
+        }
+        if (!ok) ok = (strtod(f, &end), !*end && end > f);
+        if (!ok) ok = anno_has(oi->anno, f, strlen(f));
+        if (!ok) return a->form = PASS_ARG_BAD;
+    }
+    return a->form = nt ? PASS_ARG_FORMULA : PASS_ARG_BAD;
+}
+
+/* The sub-op's kernel ints from the args column (ir/ops.h): each item one
+ * int, in the forms pass_arg_parse reads. */
+static void put_ints(lctx *c, pg_instr *in, const ir_subop *s, const ir_op *o, const int64_t *ext, const char *args,
+                     size_t len, int kern, int acc, int64_t n0, int sec)
+{
+    const ir_graph *g = c->d->g;
     size_t at = strspn(args, " ");
     if (at >= len) {   /* elementwise, losses: n, then acc where the kernel's row has one (rt_kernels.h) */
         pg_i(in, n0);
@@ -265,6 +330,7 @@ static void put_ints(lctx *c, pg_instr *in, const ir_op *o, const int64_t *ext, 
         else IR_ASSERT(!acc);
         return;
     }
+    int accs = 0;
     while (at < len) {
         size_t n = strcspn(args + at, ",");
         if (at + n > len) n = len - at;
@@ -274,15 +340,49 @@ static void put_ints(lctx *c, pg_instr *in, const ir_op *o, const int64_t *ext, 
         item[n] = '\0';
         char *w = item + strspn(item, " "), *e = w + strlen(w);
         while (e > w && e[-1] == ' ') *--e = '\0';
-        if (!strcmp(w, "acc")) {
+        pass_arg a;
+        int id = -1, id2 = -1;
+        switch (pass_arg_parse(&ir_ops[o->kind], w, &a)) {
+        case PASS_ARG_ACC:
             put_acc(c, in, acc, sec);
-        } else {
+            accs++;
+            break;
+        case PASS_ARG_STEP:   /* the optimizer's step count, from 1 */
+            pg_iv(in, 1, 1, 0);
+            break;
+        case PASS_ARG_ATTR:
+            pg_i(in, o->iattr[a.slot]);
+            break;
+        case PASS_ARG_MAX:
+            id = ir_anno_find(&o->anno, a.id), id2 = ir_anno_find(&o->anno, a.id2);
+            IR_ASSERT(id >= 0 && id2 >= 0);
+            pg_i(in, ext[id] > ext[id2] ? ext[id] : ext[id2]);
+            break;
+        case PASS_ARG_LO: {   /* where the sub-op's box of operand k starts along dim j */
+            int t = a.k < o->nin ? o->in[a.k] : o->out[a.k - o->nin], pt = a.k < o->nin ? s->in[a.k] : s->out[a.k - o->nin];
+            int j = a.j < 0 ? g->t[t].ndim + a.j : a.j;
+            IR_ASSERT(j >= 0 && j < g->t[t].ndim);
+            int64_t lo = c->d->pt[pt].box.lo[j];
+            if (a.id[0]) {
+                id = ir_anno_find(&o->anno, a.id);
+                IR_ASSERT(id >= 0 && ext[id] > 0);
+                lo /= ext[id];
+            }
+            pg_i(in, lo);
+            break;
+        }
+        case PASS_ARG_FORMULA: {
             double v = pass_cost_formula(o, w, ext);
             if (isnan(v)) ir_die(__FILE__, __LINE__, "op %s: kernel int \"%s\" of args \"%s\"", o->name, w, args);
             pg_i(in, (int64_t)v);
+            break;
+        }
+        default:
+            ir_die(__FILE__, __LINE__, "op %s: kernel int \"%s\" of args \"%s\"", o->name, w, args);
         }
         at += n + 1;
     }
+    if (acc && !accs) ir_die(__FILE__, __LINE__, "op %s accumulates, but its args \"%s\" have no acc", o->name, args);
 }
 
 /* The kernel floats named in list (ir/ops.h args after ';'). */
@@ -321,7 +421,6 @@ static void lower_subop(lctx *c, int si, int sec)
         if (g->t[o->in[k]].kind == IR_T_INPUT) load_input(c, s->in[k]);
     int acc = o->nout && pass_pt_accum(c->d, s->out[0]);
     int nd0 = o->anno.ndim[0];
-    int64_t rows = ext_prod(o, ext, 0, 0, nd0 - 1), last = nd0 ? ext_prod(o, ext, 0, nd0 - 1, nd0) : 1;
     int64_t n0 = ext_prod(o, ext, 0, 0, nd0);
     int kern = ir_ops[o->kind].kern;   /* ir/ops.h */
     if (kern == RT_K_matmul && g->train.bf16) kern = RT_K_matmul_bf16;   /* dtype = bf16: bf16 inputs */
@@ -353,7 +452,7 @@ static void lower_subop(lctx *c, int si, int sec)
     if (tr->cosacc && s->sub % tr->cosk) acc = 2;   /* (ZeRO 2: a shard's input, not accumulated: still) */
     const char *args = ir_ops[o->kind].args, *semi = strchr(args, ';');
     if (!strncmp(args, "hand", 4)) {
-        switch (o->kind) {   /* ints the op table's args cannot say: a box's start, a step-varying int */
+        switch (o->kind) {   /* ints the op table's args cannot say: as many as the op has operands */
         case IR_OP_CUSTOM: /* id nin nout acc, then per operand: ndim, its extents (rtlib/nnsc_custom.h) */
             pg_i(in, o->iattr[IR_IA_CUSTOM]); pg_i(in, o->nin); pg_i(in, o->nout); put_acc(c, in, acc, sec);
             for (int k = 0; k < o->nin + o->nout; k++) {
@@ -361,61 +460,11 @@ static void lower_subop(lctx *c, int si, int sec)
                 for (int j = 0; j < o->anno.ndim[k]; j++) pg_i(in, ext_prod(o, ext, k, j, j + 1));
             }
             break;
-        case IR_OP_XENT_STATS: { /* logits[*, (k c)]: M K C Vreal Vlo (the rank's first column) */
-            const ir_adim *kc = &o->anno.dim[0][nd0 - 1];
-            if (acc) ir_die(__FILE__, __LINE__, "op %s: statistics are written, not accumulated", o->name);
-            pg_i(in, rows); pg_i(in, ext[kc->id]); pg_i(in, ext[kc->sub[0]]); pg_i(in, o->iattr[IR_IA_VOCAB]);
-            pg_i(in, c->d->pt[s->in[0]].box.lo[g->t[o->in[0]].ndim - 1]);
-            break;
-        }
-        case IR_OP_XENT_VP_BWD: /* logits[*, (k c)], bmax[*, j]: M V acc Vreal Kall Vlo */
-            pg_i(in, rows); pg_i(in, last); put_acc(c, in, acc, sec); pg_i(in, o->iattr[IR_IA_VOCAB]);
-            pg_i(in, ext_prod(o, ext, 2, nd0 - 1, nd0));
-            pg_i(in, c->d->pt[s->in[0]].box.lo[g->t[o->in[0]].ndim - 1]);
-            break;
-        case IR_OP_EMBEDDING: /* tokens[*], table[v, c]: the table shard starts at row Vlo */
-            pg_i(in, n0); pg_i(in, c->d->pt[s->in[1]].box.lo[0]); pg_i(in, ext_prod(o, ext, 1, 0, 1));
-            pg_i(in, ext_prod(o, ext, 1, 1, 2)); put_acc(c, in, acc, sec);
-            break;
-        case IR_OP_EMBEDDING_BWD: /* tokens[*], dy[*, c], table[v, c] -> dtable[v, c] */
-            pg_i(in, n0); pg_i(in, c->d->pt[s->out[0]].box.lo[0]); pg_i(in, ext_prod(o, ext, 2, 0, 1));
-            pg_i(in, ext_prod(o, ext, 2, 1, 2)); put_acc(c, in, acc, sec);
-            break;
-        case IR_OP_ATTENTION:
-        case IR_OP_ATTENTION_BWD:
-        case IR_OP_ATTENTION_VL:
-        case IR_OP_ATTENTION_VL_BWD:
-        case IR_OP_ATTENTION_AB:
-        case IR_OP_ATTENTION_AB_BWD:
-        case IR_OP_ATTENTION_DBIAS: { /* q[*, t, (h r d)], k[*, s, (h d)]: B T H D causal (acc) Hkv S (bwd: max(T, S)) */
-            int64_t H, D, Hkv, T = ext_prod(o, ext, 0, nd0 - 2, nd0 - 1), S = ext[ir_anno_find(&o->anno, "s")];
-            att_heads(o, ext, &H, &D, &Hkv);
-            pg_i(in, ext_prod(o, ext, 0, 0, nd0 - 2)); pg_i(in, T);
-            pg_i(in, H); pg_i(in, D); pg_i(in, o->iattr[IR_IA_CAUSAL]);
-            if (IR_IS_ATT_BWD(o->kind)) put_acc(c, in, acc, sec);
-            pg_i(in, Hkv); pg_i(in, S);
-            if (IR_IS_ATT_BWD(o->kind)) pg_i(in, T > S ? T : S);
-            /* ALiBi: the rank's first query head in the layer (q's box), the layer's heads */
-            pg_i(in, o->iattr[IR_IA_ALIBI]);
-            pg_i(in, c->d->pt[s->in[IR_IS_ATT(o->kind) ? 0 : 1]].box.lo[nd0 - 1] / D);
-            pg_i(in, o->iattr[IR_IA_HEADS]);
-            break;
-        }
-        case IR_OP_ADAMW:
-            pg_i(in, n0); pg_iv(in, 1, 1, 0);
-            break;
-        case IR_OP_RELPOS_BIAS:
-        case IR_OP_RELPOS_BIAS_BWD: /* table[b, h] <-> y[h, t, s]: T S H NB bidirectional max_distance (acc) */
-            pg_i(in, ext[ir_anno_find(&o->anno, "t")]); pg_i(in, ext[ir_anno_find(&o->anno, "s")]);
-            pg_i(in, ext[ir_anno_find(&o->anno, "h")]); pg_i(in, o->iattr[IR_IA_RP_NB]);
-            pg_i(in, o->iattr[IR_IA_RP_BIDIR]); pg_i(in, o->iattr[IR_IA_RP_MAXDIST]);
-            if (o->kind == IR_OP_RELPOS_BIAS_BWD) put_acc(c, in, acc, sec);
-            break;
         default:
             ir_die(__FILE__, __LINE__, "op %s: args \"hand\" without a case in lower_subop", o->name);
         }
     } else {
-        put_ints(c, in, o, ext, args, semi ? (size_t)(semi - args) : strlen(args), kern, acc, n0, sec);
+        put_ints(c, in, s, o, ext, args, semi ? (size_t)(semi - args) : strlen(args), kern, acc, n0, sec);
     }
     if (semi) put_floats(in, o, semi + 1);
 }

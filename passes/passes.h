@@ -129,6 +129,17 @@ double pass_subop_flops(const ir_graph *g, const ir_subop *s, int sec);
 /* Cost formula f (ir/ops.h's cost column; NULL or "": "4 @0") of op o over
  * extents ext: the product of its factors, NAN when a word is none. */
 double pass_cost_formula(const ir_op *o, const char *f, const int64_t *ext);
+/* One kernel int of the op table's args column (ir/ops.h), parsed against
+ * row oi: its form (PASS_ARG_*, PASS_ARG_BAD when it is none) and what the
+ * form names: attr its IR_IA_* slot; lo the operand k (inputs, then
+ * outputs), the dim j (negative: from the last) and the identifier it
+ * divides by (id, "" for none); max two identifiers (id, id2). */
+enum { PASS_ARG_BAD, PASS_ARG_ACC, PASS_ARG_FORMULA, PASS_ARG_ATTR, PASS_ARG_LO, PASS_ARG_MAX, PASS_ARG_STEP };
+typedef struct pass_arg {
+    int form, slot, k, j;
+    char id[16], id2[16];
+} pass_arg;
+int pass_arg_parse(const ir_opinfo *oi, const char *w, pass_arg *a);
 
 /* The cost model (cost.c) on the graph's profile g->prof. */
 typedef struct pass_estimate {

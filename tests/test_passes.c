@@ -873,7 +873,7 @@ static void test_op_table(void)
 #include "rt_kernels.h"
 #undef RT_K
     };
-    int checked = 0;
+    int checked = 0, nhand = 0, forms = 0;
     bad = 0;
     for (int k = 0; k < IR_OP_COUNT; k++) {
         const ir_opinfo *o = &ir_ops[k];
@@ -892,13 +892,20 @@ static void test_op_table(void)
                    cg_kernel_names[o->kern], knflt[o->kern]);
             bad++;
         }
-        if (!strncmp(o->args, "hand", 4)) continue;
+        if (!strncmp(o->args, "hand", 4)) {
+            nhand++;
+            continue;
+        }
         int ni = 0, blank = strspn(o->args, " ") >= ilen, accs = 0;
         for (size_t at = 0; !blank && at <= ilen;) {
             size_t n = strcspn(o->args + at, ",;");
             char w[64];
             snprintf(w, sizeof w, "%.*s", (int)n, o->args + at);
-            accs += strstr(w, "acc") != NULL;
+            pass_arg a;
+            int form = pass_arg_parse(o, w, &a);
+            if (form == PASS_ARG_BAD) printf("  %s: args \"%s\": '%s' is no kernel int\n", o->name, o->args, w), bad++;
+            accs += form == PASS_ARG_ACC;
+            forms |= 1 << form;
             ni++;
             at += n + 1;
         }
@@ -912,7 +919,30 @@ static void test_op_table(void)
         checked++;
     }
     CHECK(bad == 0 && checked >= 30, "the op table's args give each kernel as many ints and floats as its row in "
-          "rt_kernels.h takes, acc where it has one (%d ops checked, %d bad)", checked, bad);
+          "rt_kernels.h takes, acc where it has one, every int in a form the lowering reads (%d ops checked, %d bad)",
+          checked, bad);
+    CHECK(nhand == 1 && ir_ops[IR_OP_CUSTOM].args[0] == 'h',
+          "only custom's kernel ints are written by hand (their count follows its operands): %d op's are", nhand);
+    CHECK(forms == ((1 << PASS_ARG_ACC) | (1 << PASS_ARG_FORMULA) | (1 << PASS_ARG_ATTR) | (1 << PASS_ARG_LO) |
+                    (1 << PASS_ARG_MAX) | (1 << PASS_ARG_STEP)),
+          "the op table uses every form of kernel int (forms seen: %#x)", (unsigned)forms);
+    {   /* what is no kernel int, on attention_bwd's row */
+        static const char *no[] = {"attr nope", "lo 9 0", "lo 0 x", "lo 0 -1/zz", "max t zz", "max t", "t zz", "",
+                                   "acc acc", "step", "lo 0 1 2"};
+        const char *yes[] = {"acc", "step+1", "attr causal", "lo 1 -1/d", "max t s", "h r", "* t", "@2", "4 causal/2"};
+        int wrong = 0;
+        pass_arg a;
+        for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+            if (pass_arg_parse(&ir_ops[IR_OP_ATTENTION_BWD], no[i], &a) != PASS_ARG_BAD)
+                printf("  '%s' parsed as a kernel int\n", no[i]), wrong++;
+        for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+            if (pass_arg_parse(&ir_ops[IR_OP_ATTENTION_BWD], yes[i], &a) == PASS_ARG_BAD)
+                printf("  '%s' not parsed\n", yes[i]), wrong++;
+        pass_arg_parse(&ir_ops[IR_OP_ATTENTION_BWD], "lo 1 -1/d", &a);
+        wrong += a.k != 1 || a.j != -1 || strcmp(a.id, "d");
+        CHECK(wrong == 0, "kernel ints: %zu forms read, %zu refused (unknown attribute, operand, dim, identifier)",
+              sizeof yes / sizeof yes[0], sizeof no / sizeof no[0]);
+    }
     /* and they price: the mlp's fc1 (B 8: x [8, 4] @ w1 [4, 6]) is 2 M K N, its relu 4 per element */
     ir_graph g;
     mlp(&g, 8, 1);
