@@ -699,8 +699,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
                     if ((fpp && pp != fpp) || (fdp && dp != fdp) || (ftp && tp != ftp)) continue;
                     c.ms[c.nm++] = m;
                 }
-                if (c.nm && pp > 1 && lc && (sched == IR_SCHED_1F1B || sched == IR_SCHED_ZBH1 ||
-                                             sched == IR_SCHED_INTERLEAVED)) {
+                if (c.nm && pp > 1 && lc && (sched == IR_SCHED_1F1B || sched == IR_SCHED_ZBH1 || sched == IR_SCHED_GPIPE ||
+                                             sched == IR_SCHED_KFKB || sched == IR_SCHED_INTERLEAVED)) {
                     int parts = sched == IR_SCHED_INTERLEAVED ? 2 * pp : pp, k = 0;
                     while (k < nbal && (bal[k].pp != pp || bal[k].parts != parts)) k++;
                     if (k == nbal && parts <= nl) {   /* a new count: cut it (with chunks Z3, 0.02 s at most) */

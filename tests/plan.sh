@@ -216,6 +216,12 @@ grep -q "^  stages   h.0-2 0, h.3 1 (balanced on the layers' costs, Z3: slowest 
   grep -q "^  chosen   .*, balanced stages: step" "$tmp/bal/plan.txt" &&
   ok "policy auto: balanced stages h.0-2 / h.3 chosen and built" ||
   no "balanced: $(grep -E '^  (chosen|stages|stage 0)' "$tmp/bal/plan.txt")"
+# the spec's schedule with one chunk per stage (gpipe, kFkB) gets the balanced cut as 1f1b does
+"$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=2 --set dims.V=4096 \
+  --set plan.schedule=2f2b 2>&1 >/dev/null | grep -E "^  (chosen|stages) " >"$tmp/kfkb"
+grep -q "^  chosen   dp 1 x tp 1 x pp 2, micro_batches [0-9]*, kfkb, balanced stages: step" "$tmp/kfkb" &&
+  grep -q "^  stages   h.0-2 0, h.3 1 (balanced" "$tmp/kfkb" &&
+  ok "policy auto with schedule = 2f2b: the balanced cut h.0-2 / h.3" || no "kfkb balanced: $(cat "$tmp/kfkb")"
 "$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=2 --set dims.V=4096 \
   --set plan.balance=false 2>&1 >/dev/null | grep -E "^  (chosen|      ) " >"$tmp/even"
 grep -q "balanced" "$tmp/even" || ! grep -q "^  chosen " "$tmp/even" &&
