@@ -165,6 +165,12 @@ grep -q "^a run failed: the 1-device run exited with status 2 after logging 0 of
 ! grep -q "rel diff\|largest relative difference" "$tmp/out" && ok "  ... and prints no loss table" ||
   no "verify, failed runs: a loss table: $(cat "$tmp/out")"
 grep -q "no such file" "$tmp/err" && ok "  ... the ranks' stderr still shown" || no "verify stderr: $(cat "$tmp/err")"
+# a bf16 model compared at f32's tolerances: verify fails and says why bf16 runs differ, and how to compare
+expect_rc 1 "verify gpt2-tiny tp 2 in bf16 at the default tolerances" "$nn" verify "$top/examples/gpt2-tiny.ini" \
+  --devices 2 --set plan.policy=tp --set train.dtype=bf16 --steps 20
+grep -q "^verify: FAILED" "$tmp/out" && grep -q "^note: the model trains in bf16 (train.dtype)" "$tmp/out" &&
+  grep -q -- "--set train.dtype=f32, or over a few steps with --loss-tol 1e-3 --weight-tol 1e-2" "$tmp/out" &&
+  ok "  ... and says what bf16's differences are and how to compare" || no "verify bf16: $(tail -n 4 "$tmp/out")"
 
 # kill -9 one rank mid-run: the others notice, launch fails, nothing hangs
 "$nn" "$top/examples/mlp.ini" --devices 2 --set train.steps=100000000 -q -o "$tmp/long" || no "long build"
