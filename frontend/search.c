@@ -64,14 +64,15 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static const char *sched_name(int s)
+/* Schedule s's name as a spec writes it (kFkB: its k, group, as "2f2b"). */
+static const char *sched_name(int s, int group, char buf[24])
 {
     switch (s) {
     case IR_SCHED_GPIPE: return "gpipe";
     case IR_SCHED_ZBH1: return "zb-h1";
     case IR_SCHED_INTERLEAVED: return "interleaved";
     case IR_SCHED_INTERLACED: return "interlaced";
-    case IR_SCHED_KFKB: return "kfkb";
+    case IR_SCHED_KFKB: return snprintf(buf, 24, "%df%db", group, group), buf;
     default: return "1f1b";
     }
 }
@@ -192,10 +193,11 @@ static void rep_trans(ir_graph *g, int dp, int tp)
     ir_buf_free(&tb);
 }
 
-static void cand_text(const cand *c, char *buf, size_t n)
+static void cand_text(const cand *c, int group, char *buf, size_t n)
 {
     int u = snprintf(buf, n, "dp %d x tp %d x pp %d, micro_batches %d", c->dp, c->tp, c->pp, c->m);
-    if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched));
+    char sn[24];
+    if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched, group, sn));
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
@@ -362,7 +364,7 @@ static void assess(const search_ctx *x, cand *c, int full)
     if (!n1) price(o, c, x->fold, 0);
     if (!o->verbose) return;
     char ct[240];
-    cand_text(c, ct, sizeof ct);
+    cand_text(c, x->g->req.group, ct, sizeof ct);
     if (c->ok) fprintf(stderr, "search: %s: step %s%.3f ms, memory %.4g MiB, priced in %.3f s%s\n", ct,
                        c->est ? "~" : "", c->step * 1e3, (double)c->mem / 1048576.0, now_s() - tc,
                        c->est ? " (layers folded)" : "");
@@ -824,7 +826,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
                                 "count before", skipped);
     if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0) {
         ir_bprintf(&b, ", and the spec's");
-        if (fsch >= 0) ir_bprintf(&b, " schedule = %s", sched_name(fsch));
+        if (fsch >= 0) ir_bprintf(&b, " schedule = %s", sched_name(fsch, r0->group, t));
         if (fpp) ir_bprintf(&b, " pp = %d", fpp);
         if (fdp) ir_bprintf(&b, " dp = %d", fdp);
         if (ftp) ir_bprintf(&b, " tp = %d", ftp);
@@ -839,7 +841,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     ir_bprintf(&b, "\n");
     int shown = 0;
     for (int i = 0; i < nc && shown < 8; i++, shown++) {
-        cand_text(&cs[i], t, sizeof t);
+        cand_text(&cs[i], g->req.group, t, sizeof t);
         if (cs[i].ok) {
             ir_bprintf(&b, "  %-8s %s: step %s%.3f ms", i ? "" : "chosen", t, cs[i].est ? "~" : "", cs[i].step * 1e3);
             if (i) ir_bprintf(&b, " (+%.1f %%, slower)", 100 * (cs[i].step / cs[0].step - 1));

@@ -219,7 +219,7 @@ grep -q "^  stages   h.0-2 0, h.3 1 (balanced on the layers' costs, Z3: slowest 
 # the spec's schedule with one chunk per stage (gpipe, kFkB) gets the balanced cut as 1f1b does
 "$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=2 --set dims.V=4096 \
   --set plan.schedule=2f2b 2>&1 >/dev/null | grep -E "^  (chosen|stages) " >"$tmp/kfkb"
-grep -q "^  chosen   dp 1 x tp 1 x pp 2, micro_batches [0-9]*, kfkb, balanced stages: step" "$tmp/kfkb" &&
+grep -q "^  chosen   dp 1 x tp 1 x pp 2, micro_batches [0-9]*, 2f2b, balanced stages: step" "$tmp/kfkb" &&
   grep -q "^  stages   h.0-2 0, h.3 1 (balanced" "$tmp/kfkb" &&
   ok "policy auto with schedule = 2f2b: the balanced cut h.0-2 / h.3" || no "kfkb balanced: $(cat "$tmp/kfkb")"
 "$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=2 --set dims.V=4096 \
