@@ -1941,6 +1941,8 @@ static int lower_cluster(fe_lw *L)
         r->no_balance = v == 1;
         if (get_choice(L, pl, "fold_layers", tf, 0, &v)) return 2;
         r->no_fold_layers = v == 1;
+        if (get_choice(L, pl, "sequence_parallel", tf, 1, &v)) return 2;
+        r->seq_par = v == 0;
     }
     if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line, r->zero_given = 1;
     if ((kv = pl ? fe_get(pl, "stage_tp") : NULL)) {

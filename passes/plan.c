@@ -304,6 +304,24 @@ static int choose_tp(planctx *c, int op, char *why, size_t whysz, int *kv)
             return id;
         }
     }
+    /* sequence parallel (Megatron's): an op of the blocks that would be
+       replicated splits its first dim after the batch dim, the sequence of
+       a [B, T, C] activation (layernorm, the residual adds, the
+       row-parallel biases); the comm pass then derives reduce-scatter and
+       all-gather where tp all-reduced, and a tp-th of those activations
+       stays on each device */
+    if (g->req.seq_par && o->phase != IR_PH_OPT && o->block >= 0) {
+        int b = pass_batch_id(g, op);
+        for (int j = 0; j < o->anno.ndim[0]; j++) {
+            int id = o->anno.dim[0][j].id;
+            if (id < 0 || id == b || o->anno.idname[id][0] != '*') continue;
+            if (try_split(g, op, id, tp, "sequence parallel", nd, sizeof nd)) {
+                snprintf(why, whysz, "sequence parallel: split '%s'", o->anno.idname[id]);
+                return id;
+            }
+            break;
+        }
+    }
     snprintf(why, whysz, "replicated on the tp axis%s%s", *nd ? ": " : "", nd);
     return IR_REPLICATE;
 }

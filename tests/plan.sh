@@ -183,6 +183,20 @@ grep -qE '^  rel +relpos_bias +split h /4 on 0-3 +; tp: heads parallel' "$p" &&
   ok "relpos_bias on tp 4: split by heads, its table stored split, the table's gradient not gathered" ||
   no "relpos tp 4: $(grep -E 'rtab|relpos' "$p")"
 
+# sequence parallel: the blocks' ops that tp replicates (layernorm, the residual adds) split the
+# sequence; reduce-scatter and all-gather replace the blocks' all-reduces, and less activation stays
+"$nn" "$tiny" --devices 2 --set plan.policy=tp --set plan.sequence_parallel=true -q -o "$tmp/sp" || no "sp build"
+p=$tmp/sp/plan.txt
+mem() { sed -n 's/^memory    per rank at most \([0-9.]*\) MiB.*/\1/p' "$1"; }
+if grep -qE "^  h\.0\.ln1 +layernorm +split \*1 /2 on 0,1 +; tp: sequence parallel: split '\*1'" "$p" &&
+  grep -qE "^  h\.0\.res1 +add +split \*1 /2 on 0,1" "$p" &&
+  grep -qE "^  reducescatter h\.0\.o0 .*each member needs one tile \(dim 1\)" "$p" &&
+  grep -qE "^  allgather     h\.0\.a " "$p" && ! grep -qE "^  allreduce     h\.0\.o0 " "$p" &&
+  grep -qE "^  allreduce     h\.0\.o0 " "$tmp/tp2/plan.txt" &&
+  awk -v a="$(mem "$p")" -v b="$(mem "$tmp/tp2/plan.txt")" 'BEGIN { exit !(a + 0 > 0 && a < b) }'; then
+  ok "sequence_parallel = true on tp 2: layernorm and the residual split the sequence, reduce-scatter and all-gather for all-reduce, $(mem "$p") MiB against $(mem "$tmp/tp2/plan.txt")"
+else no "sequence parallel: $(grep -E 'h\.0\.(ln1|res1|o0|a) |^memory' "$p")"; fi
+
 # the balanced cuts are Z3's within a count of its work, not a time: the same with the machine
 # busy (T5's encoder and decoder on 4 stages of 2 chunks each: a cut Z3 takes some 15 queries to
 # make best; with a time budget it stopped earlier under load)
