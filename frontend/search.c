@@ -10,8 +10,9 @@
  * zb-h1, interleaved and interlaced; pipeline stages cut on the layers'
  * costs where that beats the even cut (passes/balance.c); for each, the
  * first rung of a memory ladder that fits: nothing, ZeRO 1, ZeRO 3, ZeRO 3
- * with the first quarter, half, three quarters of the layers recomputed,
- * then all of them, then also the blocks' MLP chains co-sharded.  The
+ * with sequence parallelism (tp > 1), then also the first quarter, half,
+ * three quarters of the layers recomputed, then all of them, then also the
+ * blocks' MLP chains co-sharded.  The
  * candidates of one dp x tp x pp and schedule form a chain over the
  * micro-batch counts, which stops once the step stops falling; chains are
  * priced in threads.  Then the 3 fastest with tp > 1 are priced again with
@@ -49,7 +50,8 @@ typedef struct cand {
     int rep;               /* 1: the ops outside the blocks split by dp alone, whole on each tp
                               device (op-trans `*0 DP replicate TP`) */
     int cos;               /* 1: the blocks' MLP chains co-sharded 4 ways on their tokens (mlp_coshard) */
-    int rung;              /* the memory ladder's rung (ladder_z, ladder_rc) */
+    int rung;              /* the memory ladder's rung (ladder_z, ladder_rc, ladder_sp) */
+    int sp;                /* 1: sequence parallel ([plan] sequence_parallel) */
     int est;               /* 1: step and mem extrapolated from two builds with the layers folded */
     int ok;                /* 1: built and priced */
     double step;           /* seconds (cost model) */
@@ -201,6 +203,7 @@ static void cand_text(const cand *c, int group, char *buf, size_t n)
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
+    if (c->sp) u += snprintf(buf + u, n - (size_t)u, ", sequence parallel");
     static const char *const rcs[] = {"", ", recompute 1/4", ", recompute half", ", recompute 3/4", ", recompute"};
     if (c->rc) u += snprintf(buf + u, n - (size_t)u, "%s", rcs[c->rc]);
     if (c->cos) snprintf(buf + u, n - (size_t)u, ", coshard MLP x4");
@@ -230,6 +233,7 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
     r->pp = c->pp;
     r->schedule = c->sched;
     r->zero = fold ? 0 : c->zero;
+    if (c->sp) r->seq_par = 1;
     const int per_node = g.prof.per_node, wsd = c->dp * c->tp;   /* (the whole plan's devices per stage) */
     if (fold) {
         g.req.devices = c->tp * c->pp;
@@ -309,6 +313,7 @@ typedef struct search_ctx {
     const ir_graph *g;
     chain *ch;
     int nch, fold, fz, frc;
+    int fsp;             /* 1: the spec sets sequence_parallel (it binds every candidate) */
     char rcq[5];         /* per quarters q (1 .. 3): the ladder's rung recomputing them (it recomputes
                             more layers than the rung before, and fewer than all) */
     int lfold;           /* 1: layers may be folded */
@@ -529,8 +534,9 @@ static int fits(const cand *c, const ir_profile *pf) { return c->ok && (double)c
 /* The memory ladder: nothing, ZeRO 1, ZeRO 3, then with the first quarter,
    half, three quarters of each block's layers recomputed, then all of them
    (ladder_rc: quarters). */
-static const int ladder_z[] = {0, 1, 3, 3, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 0, 1, 2, 3, 4, 4};
-#define LADDER 8   /* (the last rung: all recomputed, and the MLP chains co-sharded) */
+static const int ladder_z[] = {0, 1, 3, 3, 3, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 0, 0, 1, 2, 3, 4, 4},
+                 ladder_sp[] = {0, 0, 0, 1, 1, 1, 1, 1, 1};
+#define LADDER 9   /* (the last rung: all recomputed, and the MLP chains co-sharded) */
 
 /* t on the ladder from rung k0: the first rung that fits, or none fitting,
  * the last priced (the smallest). */
@@ -540,7 +546,9 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
     cand best;
     memset(&best, 0, sizeof best);
     for (int k = k0; k < LADDER; k++) {
-        if (k && t.dp == 1 && ladder_z[k] && !ladder_rc[k]) continue;   /* (ZeRO needs dp) */
+        if (k && t.dp == 1 && ladder_z[k] && !ladder_rc[k] && !ladder_sp[k]) continue;   /* (ZeRO needs dp) */
+        /* sequence parallelism: with tp, where the spec does not say */
+        if (ladder_sp[k] && !ladder_rc[k] && (t.tp == 1 || x->fsp)) continue;
         if (x->fz >= 0 && ladder_z[k] != x->fz) continue;
         if (x->frc < 0 && ladder_rc[k]) continue;
         if (ladder_rc[k] && x->g->nblk == 0) continue;
@@ -550,6 +558,7 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
         cand u = t;
         u.zero = x->fz >= 0 ? x->fz : (t.dp > 1 ? ladder_z[k] : 0);
         u.rc = x->frc < 0 ? 0 : ladder_rc[k];
+        u.sp = t.tp > 1 && !x->fsp && ladder_sp[k];
         u.rung = k, u.ok = u.est = 0, u.why[0] = '\0';
         u.cos = k == LADDER - 1;
         assess(x, &u, full);
@@ -565,7 +574,7 @@ static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
-        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, ""};
+        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, ""};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if (i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) {
@@ -733,7 +742,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
                 !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
     char csb[1024];
     int cos = !r0->coshard && frc >= 0 && !mlp_coshard(g, csb, sizeof csb);
-    search_ctx x = {o, g, chs, nchs, fold, fz, frc, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
+    search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
         char tmp[256];
         int n = all_blocks(g, q, tmp, sizeof tmp);
@@ -811,7 +820,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
             ir_bprint_bytes(&w, (double)cs[i].mem);
             ir_bprintf(&w, " of ");
             ir_bprint_bytes(&w, pf->mem);
-            ir_bprintf(&w, " per device%s", cs[i].rc || cs[i].zero ? " (with the rungs of the memory ladder tried)" : "");
+            ir_bprintf(&w, " per device%s", cs[i].rc || cs[i].zero || cs[i].sp ? " (with the rungs of the memory ladder tried)" : "");
             cs[i].ok = 0;
             snprintf(cs[i].why, sizeof cs[i].why, "%s", w.s);
             ir_buf_free(&w);

@@ -329,6 +329,7 @@ typedef struct ir_planreq {
     int no_balance;           /* balance = false: policy auto keeps the even cut of the layers */
     int seq_par;              /* sequence_parallel = true: ops of the blocks that tp would replicate
                                  split the sequence (Megatron's sequence parallelism) */
+    int seq_par_given;        /* the spec sets sequence_parallel (policy auto keeps it) */
     int no_fold_layers;       /* fold_layers = false: policy auto builds every candidate on every layer */
     const char *stage_tp;     /* each stage's tp degree ("2 1"), or NULL: tp everywhere */
     int stage_tp_line;        /* spec line of stage_tp */

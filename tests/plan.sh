@@ -130,8 +130,10 @@ else no "auto 12 MB: $(grep -A9 '^search' "$tmp/auto3/plan.txt")"; fi
 # the ladder's partial rungs: 16 MB per device on 2 devices without a pipeline; dp 2 climbs past
 # a quarter and half of the layers recomputed (17.7, 16.5 MiB) to three quarters (h.0-2, 15.2 MiB),
 # tp 2 fits at half (13.3 MiB, the vocabulary-parallel loss gathering no logits, and 0.4 % faster);
-# the first rung that fits is each one's candidate
-"$nn" "$tiny" --devices 2 -q -o "$tmp/half" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 ||
+# the first rung that fits is each one's candidate (the spec's sequence_parallel = false binds:
+# no rung with sequence parallelism)
+"$nn" "$tiny" --devices 2 -q -o "$tmp/half" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
+  --set plan.sequence_parallel=false ||
   no "auto half-recompute build"
 if python3 - "$tmp/half/plan.txt" <<'PY'
 import re, sys
@@ -143,6 +145,15 @@ assert mem * 2**20 <= 16e6, mem
 PY
 then ok "policy auto with 16 MB per device: half the layers recomputed on tp 2 (chosen), three quarters on dp 2; it fits"
 else no "auto half: $(grep -A3 '^search' "$tmp/half/plan.txt")"; fi
+grep -q "sequence parallel" "$tmp/half/plan.txt" && no "sequence_parallel = false: a candidate with it"
+# ... where the spec does not say, tp 2 takes the rung after ZeRO 3, sequence parallelism, and then
+# fits with a quarter of the layers recomputed, not half: faster
+"$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
+  2>&1 >/dev/null | grep -E "^  (chosen|      ) " >"$tmp/sprung"
+grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, sequence parallel, recompute 1/4: step" "$tmp/sprung" &&
+  grep -qE "^           dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute 3/4: step" "$tmp/sprung" &&
+  ok "policy auto with 16 MB per device: tp 2 with sequence parallelism and a quarter recomputed (chosen)" ||
+  no "auto sequence-parallel rung: $(cat "$tmp/sprung")"
 # op-trans refinement: with tp 2 on a100-80g the head and embedding whole on each tp device
 # (no vocabulary-parallel collectives) beat the Megatron split; the plan built has them so
 "$nn" "$tiny" --devices 2 -q -o "$tmp/rep" --set plan.policy=auto --set plan.tp=2 --set cluster.device=a100-80g ||
