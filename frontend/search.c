@@ -531,8 +531,9 @@ struct chain {
 
 static int fits(const cand *c, const ir_profile *pf) { return c->ok && (double)c->mem <= pf->mem; }
 
-/* The memory ladder: nothing, ZeRO 1, ZeRO 3, then with the first quarter,
-   half, three quarters of each block's layers recomputed, then all of them
+/* The memory ladder: nothing, ZeRO 1, ZeRO 3, then with sequence
+   parallelism (ladder_sp: with tp), then also with the first quarter, half,
+   three quarters of each block's layers recomputed, then all of them
    (ladder_rc: quarters). */
 static const int ladder_z[] = {0, 1, 3, 3, 3, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 0, 0, 1, 2, 3, 4, 4},
                  ladder_sp[] = {0, 0, 0, 1, 1, 1, 1, 1, 1};
@@ -714,7 +715,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
                                              sched == IR_SCHED_KFKB || sched == IR_SCHED_INTERLEAVED)) {
                     int parts = sched == IR_SCHED_INTERLEAVED ? 2 * pp : pp, k = 0;
                     while (k < nbal && (bal[k].pp != pp || bal[k].parts != parts)) k++;
-                    if (k == nbal && parts <= nl) {   /* a new count: cut it (with chunks Z3, 0.02 s at most) */
+                    if (k == nbal && parts <= nl) {   /* a new count: cut it (with chunks Z3, SEARCH_Z3_WORK) */
                         balanced z = {pp, parts, NULL, 0, 0};
                         int *cut = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
                         double tb = now_s();

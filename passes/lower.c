@@ -242,9 +242,6 @@ static void lower_slice(lctx *c, const ir_subop *s, const ir_op *o, const int64_
     in->blk = o->block, in->rep = o->rep;
 }
 
-/* The kernel ints of args[0 .. len) (ir/ops.h: comma-separated products of
- * cost factors, or acc; none: the default, n0 then acc where the kernel's
- * row has one). */
 /* Is w (n chars) an identifier of annotation template anno? */
 static int anno_has(const char *anno, const char *w, size_t n)
 {
@@ -317,8 +314,9 @@ int pass_arg_parse(const ir_opinfo *oi, const char *w, pass_arg *a)
     return a->form = nt ? PASS_ARG_FORMULA : PASS_ARG_BAD;
 }
 
-/* The sub-op's kernel ints from the args column (ir/ops.h): each item one
- * int, in the forms pass_arg_parse reads. */
+/* The kernel ints of args[0 .. len) (ir/ops.h): each comma-separated item
+ * one int, in the forms pass_arg_parse reads; none: the default, n0 then
+ * acc where the kernel's row has one. */
 static void put_ints(lctx *c, pg_instr *in, const ir_subop *s, const ir_op *o, const int64_t *ext, const char *args,
                      size_t len, int kern, int acc, int64_t n0, int sec)
 {
