@@ -544,13 +544,14 @@ static const int ladder_z[] = {0, 1, 3, 3, 3, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 
 static cand climb(const search_ctx *x, cand t, int k0, int full)
 {
     const ir_profile *pf = &x->g->prof;
-    cand best;
-    memset(&best, 0, sizeof best);
+    cand best = t;   /* (no rung applies: not buildable, and why) */
+    best.ok = 0;
+    snprintf(best.why, sizeof best.why, "no rung of the memory ladder applies from rung %d", k0);
     for (int k = k0; k < LADDER; k++) {
         if (k && t.dp == 1 && ladder_z[k] && !ladder_rc[k] && !ladder_sp[k]) continue;   /* (ZeRO needs dp) */
         /* sequence parallelism: with tp, where the spec does not say */
         if (ladder_sp[k] && !ladder_rc[k] && (t.tp == 1 || x->fsp)) continue;
-        if (x->fz >= 0 && ladder_z[k] != x->fz) continue;
+        if (x->fz >= 0 && k && !ladder_rc[k] && !ladder_sp[k]) continue;   /* (the spec's ZeRO level on every rung) */
         if (x->frc < 0 && ladder_rc[k]) continue;
         if (ladder_rc[k] && x->g->nblk == 0) continue;
         if (ladder_rc[k] && ladder_rc[k] < 4 && !x->rcq[ladder_rc[k]]) continue;   /* (what the rung before, or all,
@@ -563,7 +564,7 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
         u.rung = k, u.ok = u.est = 0, u.why[0] = '\0';
         u.cos = k == LADDER - 1;
         assess(x, &u, full);
-        if (u.ok || !best.ok) best = u;
+        if (u.ok || !best.ok) best = u;   /* (the last priced, or the smallest) */
         if (fits(&u, pf)) return u;
         if (!u.ok) break;
     }

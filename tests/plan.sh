@@ -146,6 +146,14 @@ PY
 then ok "policy auto with 16 MB per device: half the layers recomputed on tp 2 (chosen), three quarters on dp 2; it fits"
 else no "auto half: $(grep -A3 '^search' "$tmp/half/plan.txt")"; fi
 grep -q "sequence parallel" "$tmp/half/plan.txt" && no "sequence_parallel = false: a candidate with it"
+# the spec's ZeRO level binds every rung, the recomputing ones too (they used to be skipped with it,
+# so nothing fitted, and a chain with no rung left printed an empty candidate)
+"$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
+  --set plan.zero=1 2>&1 >/dev/null | grep -E "^  (chosen|lost|      ) " >"$tmp/zrung"
+grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, zero 1, .*recompute" "$tmp/zrung" &&
+  ! grep -q "dp 0 x tp 0" "$tmp/zrung" && ! grep -E "^  (chosen|lost|      ) " "$tmp/zrung" | grep -qv "zero 1" &&
+  ok "policy auto with zero = 1 and 16 MB per device: the recomputing rungs at ZeRO 1, a plan that fits" ||
+  no "auto zero 1 rungs: $(cat "$tmp/zrung")"
 # ... where the spec does not say, tp 2 takes the rung after ZeRO 3, sequence parallelism, and then
 # fits with a quarter of the layers recomputed, not half: faster
 "$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
