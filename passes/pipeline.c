@@ -1026,8 +1026,9 @@ typedef struct inst {
  * to a rank waiting between two tasks gets that rank's receive posted
  * there (*hoist, *nhoist grow): the receive's buffer is its micro-batch's
  * stash, which nothing else touches before it, so it may be received early
- * (Megatron's interleaved schedule posts its receives so); returns 1 when
- * it added some (check again), 2 with none possible. */
+ * (Megatron's interleaved schedule posts its receives so); with oc it then
+ * goes on from where the ranks wait (below), and returns 1 (check again
+ * from the start) only where it cannot; 2 with no receive possible. */
 typedef struct ord_cache {   /* settle's rounds: each rank's order, made again only after its hoists change */
     pass_pipe_ent **e;
     int *n;

@@ -834,23 +834,12 @@ static void test_op_table(void)
     bad = 0;
     for (int k = 0; k < IR_OP_COUNT; k++) {
         const ir_opinfo *o = &ir_ops[k];
-        for (const char *f = o->cost; *f;) {
+        for (const char *f = o->cost; *f;) {   /* (one word: a product of one factor, as the lowering reads it) */
             size_t n = strcspn(f, " ");
             char w[32] = "";
             snprintf(w, sizeof w, "%.*s", (int)n, f);
-            char *end;
-            int ok = n > 0 && n < sizeof w;
-            if (ok && strcmp(w, "*") && strcmp(w, "causal/2")) {
-                if (w[0] == '@') {
-                    long q = strtol(w + 1, &end, 10);
-                    ok = !*end && end > w + 1 && q >= 0 && q < o->nin + o->nout;
-                } else if ((strtod(w, &end), *end)) {   /* not a number: an identifier of the annotation */
-                    ok = 0;
-                    for (const char *a = o->anno; *a && !ok; a++)
-                        ok = !strncmp(a, w, n) && (a == o->anno || !isalnum((unsigned char)a[-1])) &&
-                             !isalnum((unsigned char)a[n]) && a[n] != '_';
-                }
-            }
+            pass_arg a;
+            int ok = n > 0 && n < sizeof w && pass_arg_parse(o, w, &a) == PASS_ARG_FORMULA;
             if (!ok) printf("  %s: cost \"%s\": '%s' is no factor\n", o->name, o->cost, w), bad++;
             f += n;
             f += strspn(f, " ");
