@@ -205,6 +205,12 @@ static int same_but_group(const ir_comm *a, const ir_comm *b)
            ((!a->why && !b->why) || (a->why && b->why && !strcmp(a->why, b->why)));
 }
 
+/* Comm i in a gradient bucket (passes/bucket.c): 0 none, 1 its first, 2 another. */
+static int bucket_role(const ir_dist *d, int i)
+{
+    return d->comm[i].bucket < 0 ? 0 : d->comm[i].bucket == i ? 1 : 2;
+}
+
 /* Bytes rank p sends per step, all collectives. */
 static int64_t sent_bytes(const ir_prog *p)
 {
@@ -499,7 +505,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
            tensor-parallel collective, ...) is one line: the first two groups
            and the last */
         int j = i + 1;
-        while (j < d->ncomm && same_but_group(c, &d->comm[j])) j++;
+        while (j < d->ncomm && same_but_group(c, &d->comm[j]) && bucket_role(d, j) == bucket_role(d, i)) j++;
         ir_bprintf(b, "  %-13s %-28s ", ir_comm_name(c->kind), g->t[c->tensor].name);
         if (j - i > 1) ir_bprintf(b, "%d groups of %d: ", j - i, c->n);
         for (int q = i; q < j; q++) {
@@ -513,8 +519,17 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
             devlist(b, d->ints + d->grp[cq->group].devs, cq->n);
             ir_bprintf(b, "}");
         }
-        ir_bprintf(b, " %s, %lld bytes per step%s%s%s\n", c->sec == IR_SEC_MB ? "in each micro-batch" : "once a step",
+        ir_bprintf(b, " %s, %lld bytes per step%s%s%s", c->sec == IR_SEC_MB ? "in each micro-batch" : "once a step",
                    (long long)c->bytes, j - i > 1 ? " each" : "", c->why ? "; " : "", c->why ? c->why : "");
+        if (c->bucket == i) {
+            int nb = 0;
+            for (int x = i; x >= 0; x = d->comm[x].bnext) nb++;
+            ir_bprintf(b, "; the first of a gradient bucket of %d, one collective of %lld bytes", nb,
+                       (long long)c->bbytes);
+        } else if (c->bucket >= 0) {
+            ir_bprintf(b, "; in %s's gradient bucket", g->t[d->comm[c->bucket].tensor].name);
+        }
+        ir_bprintf(b, "\n");
         i = j;
     }
     if (!any) ir_bprintf(b, "  none\n");
@@ -527,7 +542,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
             if (p < 0 || g->op[p].block != bl || g->op[p].rep != 0 || c->kind >= IR_COMM_SLICE) continue;
             if (d->ints[d->grp[c->group].devs] != 0) continue;   /* members ascend: is rank 0 one? */
             int64_t ex = c->sec == IR_SEC_MB ? g->train.micro_batches : 1;
-            cnt[c->kind] += ex;
+            cnt[c->kind] += c->bucket < 0 || c->bucket == i ? ex : 0;   /* (a gradient bucket: one call) */
             byt[c->kind] += c->bytes;
         }
         ir_bprintf(b, "\nper layer (block %s, one repeat, rank 0, per step):", g->blk[bl].name);

@@ -1944,6 +1944,8 @@ static int lower_cluster(fe_lw *L)
         if (get_choice(L, pl, "sequence_parallel", tf, 1, &v)) return 2;
         r->seq_par = v == 0;
         r->seq_par_given = pl && fe_get(pl, "sequence_parallel");
+        if (get_choice(L, pl, "grad_buckets", tf, 0, &v)) return 2;
+        r->no_grad_buckets = v == 1;
     }
     if ((kv = pl ? fe_get(pl, "zero") : NULL)) r->zero_line = kv->line, r->zero_given = 1;
     if ((kv = pl ? fe_get(pl, "stage_tp") : NULL)) {

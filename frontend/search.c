@@ -215,8 +215,9 @@ static void cand_text(const cand *c, int group, char *buf, size_t n)
  * dp replicas folded -- the candidate is built on its tp x pp devices
  * alone (dp 1, no ZeRO) for one replica's batch (the inputs' batch / dp;
  * fold 2, recycling: the whole batch, its micro-batch work and activations
- * divided by dp), and the dp gradient all-reduce (one per param of a rank,
- * ring, over the network once the cluster spans nodes) and ZeRO's memory
+ * divided by dp), and the dp gradient all-reduce (one bucket of a rank's
+ * params, bucket.c, or one per param under ZeRO; ring, over the
+ * network once the cluster spans nodes) and ZeRO's memory
  * by formula. */
 static void price(const fe_opts *o, cand *c, int fold, int layers)
 {
@@ -268,7 +269,7 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
             double mem = (double)m.arena;
             if (fold) {   /* one replica's arena; params, gradients and state by ZeRO level */
                 double f = 0;
-                int np = 0;   /* the params this stage's first rank holds (one all-reduce each) */
+                int np = 0;   /* the params this stage's first rank holds (one collective each, unbucketed) */
                 for (int t = 0; t < g.nt; t++) {
                     int held = 0;
                     for (int k = 0; k < d.nstore[t] && g.t[t].kind == IR_T_PARAM; k++) {
@@ -284,7 +285,9 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
                 /* the step: one replica's micro-batches, then the slowest stage's gradient all-reduce */
                 const ir_profile *pf = &g.prof;
                 int spans = wsd > per_node || (N > per_node && per_node % wsd);   /* (a stage's dp group) */
-                double ar = np * pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 0, spans) +
+                /* (one bucket of every gradient, bucket.c, unless ZeRO reduce-scatters them) */
+                int nar = !g.req.no_grad_buckets && !c->zero && np > 0 ? 1 : np;
+                double ar = nar * pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 0, spans) +
                             pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 2 * (dp - 1) / dp * f, spans);
                 double st_step = (e.step - e.outside) / adiv + e.outside / (c->zero ? dp : 1) + ar;
                 if (s == 0 || st_step > c->step) c->step = st_step;
@@ -560,7 +563,7 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
         cand u = t;
         u.zero = x->fz >= 0 ? x->fz : (t.dp > 1 ? ladder_z[k] : 0);
         u.rc = x->frc < 0 ? 0 : ladder_rc[k];
-        u.sp = t.tp > 1 && !x->fsp && ladder_sp[k];
+        u.sp = t.sp || (t.tp > 1 && !x->fsp && ladder_sp[k]);   /* (t.sp: the refinement's, kept) */
         u.rung = k, u.ok = u.est = 0, u.why[0] = '\0';
         u.cos = k == LADDER - 1;
         assess(x, &u, full);
@@ -644,6 +647,34 @@ static int search_threads(void)
     cpu_set_t cs;
     int n = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : 1;
     return n < 1 ? 1 : n > 16 ? 16 : n;
+}
+
+/* Price the 3 fastest fitting candidates of cs with tp > 1 (and no
+ * sequence parallelism, for what 0) again with sequence parallelism
+ * (what 0) or the ops outside the blocks whole on tp (what 1), at the same
+ * rung, and add them to cs. */
+static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, int what)
+{
+    const ir_profile *pf = &x->g->prof;
+    cand top[3];   /* (the chains' candidates are distinct: one per chain and count) */
+    int nt = 0, taken[3];
+    for (int pick = 0; pick < 3; pick++) {
+        int bi = -1;
+        for (int i = 0; i < *nc; i++) {
+            const cand *c = &(*cs)[i];
+            int was = 0;
+            for (int k = 0; k < nt; k++) was |= taken[k] == i;
+            if (!was && fits(c, pf) && c->tp > 1 && (what || !c->sp) && (bi < 0 || c->step < (*cs)[bi].step)) bi = i;
+        }
+        if (bi < 0) break;
+        taken[nt] = bi;
+        top[nt] = (*cs)[bi];
+        if (what) top[nt++].rep = 1;
+        else top[nt++].sp = 1;
+    }
+    jobs j = {x, top, nt, 0, 0, 0};
+    in_threads(jobs_worker, &j, nth < nt ? nth : nt);
+    for (int k = 0; k < nt; k++) *IR_PUSH(*cs, *nc, *cap) = top[k];
 }
 
 int fe_search(const fe_opts *o, ir_graph *g)
@@ -761,29 +792,15 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     free(chs);
     free(lc);
-    /* op-trans refinement: the 3 fastest fitting candidates with tp > 1 again
-       with the ops outside the blocks (embedding, head, loss) whole on each
-       tp device, split by dp alone -- no vocabulary-parallel collectives,
-       the head's work tp times over */
-    if (!r0->trans && g->nblk) {
-        cand top[3];   /* (the chains' candidates are distinct: one per chain and count) */
-        int nt = 0, taken[3];
-        for (int pick = 0; pick < 3; pick++) {
-            int bi = -1;
-            for (int i = 0; i < nc; i++) {
-                int was = 0;
-                for (int k = 0; k < nt; k++) was |= taken[k] == i;
-                if (!was && fits(&cs[i], pf) && cs[i].tp > 1 && (bi < 0 || cs[i].step < cs[bi].step)) bi = i;
-            }
-            if (bi < 0) break;
-            taken[nt] = bi;
-            top[nt] = cs[bi];
-            top[nt++].rep = 1;
-        }
-        jobs j = {&x, top, nt, 0, 0, 0};
-        in_threads(jobs_worker, &j, nth < nt ? nth : nt);
-        for (int k = 0; k < nt; k++) *IR_PUSH(cs, nc, cap) = top[k];
-    }
+    /* refinements: the 3 fastest fitting candidates with tp > 1 again,
+       first with sequence parallelism where they have none (the spec does not
+       say, a model with blocks: the layernorms' work and activations a tp-th,
+       at the price of one bucketed all-reduce of their gradients), then with
+       the ops outside the blocks (embedding, head, loss) whole on each tp
+       device, split by dp alone -- no vocabulary-parallel collectives, the
+       head's work tp times over */
+    if (!x.fsp && g->nblk) refine(&x, &cs, &nc, &cap, nth, 0);
+    if (!r0->trans && g->nblk) refine(&x, &cs, &nc, &cap, nth, 1);
     /* the layer fold's estimates: the fastest fitting ones (or none fitting, the smallest) built on every
        layer, 4 at first, then the estimates that still come first, until the first is built on every
        layer (it climbs the ladder where it does not fit) */
@@ -886,6 +903,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     r->pp = c->pp;
     r->schedule = c->sched;
     r->zero = c->zero;
+    if (c->sp) r->seq_par = 1;
     if (c->rc) {
         char rcb[256];
         all_blocks(g, c->rc, rcb, sizeof rcb);

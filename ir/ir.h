@@ -331,6 +331,7 @@ typedef struct ir_planreq {
                                  split the sequence (Megatron's sequence parallelism) */
     int seq_par_given;        /* the spec sets sequence_parallel (policy auto keeps it) */
     int no_fold_layers;       /* fold_layers = false: policy auto builds every candidate on every layer */
+    int no_grad_buckets;      /* grad_buckets = false: one all-reduce per gradient (passes/bucket.c) */
     const char *stage_tp;     /* each stage's tp degree ("2 1"), or NULL: tp everywhere */
     int stage_tp_line;        /* spec line of stage_tp */
 } ir_planreq;
@@ -553,6 +554,10 @@ typedef struct ir_comm {
     int prologue;      /* also once in the prologue (ZeRO-1/2: the params gathered after the updates
                           are gathered after their initialisation too; schedule.c) */
     const char *why;   /* reason, shown in dumps and plan.txt */
+    int bucket;        /* gradient bucket (passes/bucket.c): the bucket's first comm, whose collective
+                          does this one's too; -1: none */
+    int bnext;         /* the bucket's next comm, -1: the last */
+    int64_t bbytes;    /* on a bucket's first comm: the bytes of all of them (cost model) */
 } ir_comm;
 
 /* A device group used by collectives. */

@@ -142,6 +142,7 @@ static int add_comm(cctx *c, ir_commkind k, int n, const int *devs, const int *i
     ir_comm cm;
     memset(&cm, 0, sizeof cm);
     cm.root = -1;
+    cm.bucket = cm.bnext = -1;
     for (int i = 0; i < n; i++) {
         IR_ASSERT(i == 0 || sd[i] != sd[i - 1]);
         si[i] = in ? in[ix[i]] : -1;

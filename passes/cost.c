@@ -13,7 +13,8 @@
  * sends (ir_comm.bytes, which the comm pass counts per algorithm: 2(n-1)/n
  * S for a ring all-reduce, (n-1)/n S for all-gather and reduce-scatter, S
  * for a send) over the bandwidth -- the link's within a node, the
- * network's when its group spans nodes.  Local slices, copies and zeroing
+ * network's when its group spans nodes; a gradient bucket (bucket.c) is one
+ * collective of its comms' bytes.  Local slices, copies and zeroing
  * move their bytes at memory bandwidth.  Steps: ring all-reduce 2(n-1),
  * all-gather, reduce-scatter and all-to-all n-1, broadcast ceil(log2 n), a
  * send 1.
@@ -89,6 +90,10 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
     int spans = 0;
     for (int k = 1; k < c->n; k++) spans |= m[k] / pf->per_node != m[0] / pf->per_node;
     double bytes = (double)c->bytes;
+    if (c->bucket >= 0) {   /* a gradient bucket: one collective of every comm's bytes, on its first */
+        if (c->bucket != (int)(c - d->comm)) return 0;
+        bytes = (double)c->bbytes;
+    }
     /* ir_comm.bytes counts the tensor's box, which spans the whole step's batch: a collective of a
        batched tensor in the micro-batches moves 1/m of it each time (as pt_bytes) */
     if (c->sec == IR_SEC_MB && d->g->t[c->tensor].batch_dim >= 0) bytes /= (double)d->g->train.micro_batches;

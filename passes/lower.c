@@ -575,6 +575,30 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     pg_instr *in;
     switch (cm->kind) {
     case IR_COMM_ALLREDUCE:
+        sent = ir_box_numel(&ib[k], nd) * es * 2 * (K - 1) / K;
+        if (cm->bucket >= 0) {
+            /* a gradient bucket (bucket.c): its first comm reduces the buffers of all of them, which
+               memplan.c laid out one after another (in place; the gaps between them only alignment) */
+            IR_ASSERT(off(c, pin) == off(c, pout));
+            if (cm->bucket != ci) break;
+            int64_t lo = off(c, pout), hi = lo + ir_box_numel(&ib[k], nd) * es;
+            int nb = 1;
+            for (int x = cm->bnext; x >= 0; x = d->comm[x].bnext, nb++) {
+                const ir_comm *cx = &d->comm[x];
+                IR_ASSERT(cx->group == cm->group && d->ints[d->grp[cx->group].devs + k] == c->p->rank);
+                int px = d->ints[cx->out + k];
+                int64_t o = off(c, px);
+                IR_ASSERT(o >= hi && o - hi < 64 && off(c, d->ints[cx->in + k]) == o);
+                hi = o + ir_box_numel(&d->pt[px].box, d->g->t[cx->tensor].ndim) * es;
+            }
+            char bn[300];
+            snprintf(bn, sizeof bn, "allreduce bucket of %d gradients, %s first", nb, t->name);
+            in = add(c, sec, RT_K_allreduce, ir_prog_str(c->p, bn));
+            pg_buf(in, lo);
+            pg_i(in, (hi - lo) / 4);
+            pg_i(in, cm->group);
+            break;
+        }
         if (off(c, pin) != off(c, pout)) {
             /* the input is read after the reduction (memplan.c): reduce a copy */
             char cn[300];
@@ -589,7 +613,6 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         pg_buf(in, off(c, pout));
         pg_i(in, ir_box_numel(&ib[k], nd) * es / 4);
         pg_i(in, cm->group);
-        sent = ir_box_numel(&ib[k], nd) * es * 2 * (K - 1) / K;
         break;
     case IR_COMM_SLICE:
         emit_box(c, sec, 0, off(c, pin), off(c, pout), &ib[k], &ob[k], nd, 0, nt);

@@ -4,10 +4,12 @@
  * rank's one arena, so the step loop never allocates.  Buffers that live
  * across steps (params, optimizer state, accumulated gradients, the loss,
  * anything read after the micro-batch loop) are laid out first, one after
- * another.  Buffers used only inside one micro-batch share the rest of the
- * arena: each lives from its first to its last use in the rank's schedule,
- * and buffers are placed largest first at the lowest offset that does not
- * overlap a placed buffer whose lifetime intersects (first fit).  An
+ * another, the gradient buckets' (bucket.c) first, each bucket's buffers in
+ * its order so that one collective covers them.  Buffers used only inside
+ * one micro-batch share the rest of the arena: each lives from its first
+ * to its last use in the rank's schedule, and buffers are placed largest
+ * first at the lowest offset that does not overlap a placed buffer whose
+ * lifetime intersects (first fit).  An
  * all-reduce works in place -- its result shares the buffer of its input --
  * when nothing on the rank reads the input after the all-reduce.  When
  * something does (a vocabulary-parallel embedding's partial sum read by a
@@ -313,8 +315,18 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         task_use(tcls, multi, r, tcls[i]);
     }
     int64_t top = 0;
+    /* gradient buckets first (bucket.c): each bucket's buffers one after
+       another in its order, so that one collective covers them */
+    for (int q = 0; q < R.nitem; q++) {
+        const ir_item *it = &d->seq[R.item[q]];
+        if (!it->comm || d->comm[it->id].bucket < 0) continue;
+        int lo = loc[d->ints[d->comm[it->id].out + R.member[q]]], r = alias[lo];
+        IR_ASSERT(r >= 0 && alias[r] < 0 && pers[r] && m->off[r] < 0);   /* in place, in its own buffer */
+        m->off[r] = top;
+        top += align_up(m->bytes[r]);
+    }
     for (int i = 0; i < R.npt; i++)
-        if (first[i] >= 0 && alias[i] < 0 && pers[i]) {
+        if (first[i] >= 0 && alias[i] < 0 && pers[i] && m->off[i] < 0) {
             m->off[i] = top;
             top += align_up(m->bytes[i]);
         }

@@ -42,8 +42,16 @@ void pass_split(ir_dist *d);
 /* comm.c */
 void pass_comm(ir_dist *d);
 
-/* schedule.c */
+/* schedule.c (then pass_bucket) */
 void pass_schedule(ir_dist *d);
+
+/* bucket.c: the gradient all-reduces that follow one another on every
+ * member of a group in one collective (ir_comm.bucket, bnext, bbytes);
+ * pass_bucket_order first reorders the post items before the updates so
+ * that each group's all-reduces follow one another (before
+ * ir_dist_index_ranks) */
+void pass_bucket_order(ir_dist *d);
+void pass_bucket(ir_dist *d);
 
 /* pipeline.c: with pp stages, each stage's tasks per step (d->pipe) from
  * [plan] schedule or order, checked deadlock-free.  Returns 0 or 2. */

@@ -465,7 +465,9 @@ void pass_schedule(ir_dist *d)
     }
     for (int i = 0; i < d->ncomm; i++)
         for (int k = 0; k < d->comm[i].n && !c.comm_done[i]; k++) place_maker(&c, d->ints[d->comm[i].out + k], IR_SEC_POST);
+    pass_bucket_order(d);
     ir_dist_index_ranks(d);
+    pass_bucket(d);
     /* the step's FLOPs over all ranks, once per build (every rank's manifest states it) */
     d->step_flops = 0;
     for (int n = 0; n < d->nseq; n++)

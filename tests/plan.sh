@@ -117,13 +117,16 @@ grep -A30 "^search" "$tmp/auto2/plan.txt" | grep -E "^  (chosen|lost|      ) +dp
   no "auto with pp = 2: a candidate of another pp" ||
   { grep -q "and the spec's pp = 2" "$tmp/auto2/plan.txt" && ok "policy auto with pp = 2: every candidate has pp 2, and plan.txt says so" ||
     no "auto pp 2: $(grep '^search' "$tmp/auto2/plan.txt")"; }
-"$nn" "$tiny" --devices 4 -q -o "$tmp/auto3" --set plan.policy=auto --set cluster.memory=12e6 || no "auto 12 MB build"
-if python3 - "$tmp/auto3/plan.txt" <<'PY'
+"$nn" "$tiny" --devices 4 -v -o "$tmp/auto3" --set plan.policy=auto --set cluster.memory=12e6 2>"$tmp/auto3.err" ||
+  no "auto 12 MB build"
+# (every candidate priced: -v's search lines; plan.txt lists the fastest 8)
+if python3 - "$tmp/auto3/plan.txt" "$tmp/auto3.err" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
 mem = float(re.search(r"^memory +per rank at most ([0-9.]+) MiB", t, re.M).group(1))
 assert mem * 2**20 <= 12e6, mem
-assert re.search(r"^  +dp .*(zero \d|recompute): step", t, re.M), "no rung of the ladder among the candidates"
+v = open(sys.argv[2]).read()
+assert re.search(r"^search: dp .*(zero \d|recompute)[^:]*: step", v, re.M), "no rung of the ladder among the candidates"
 PY
 then ok "policy auto with 12 MB per device: the plan built fits, and candidates climbed the memory ladder"
 else no "auto 12 MB: $(grep -A9 '^search' "$tmp/auto3/plan.txt")"; fi
@@ -156,12 +159,27 @@ grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, zero 1, .*recompute" 
   no "auto zero 1 rungs: $(cat "$tmp/zrung")"
 # ... where the spec does not say, tp 2 takes the rung after ZeRO 3, sequence parallelism, and then
 # fits with a quarter of the layers recomputed, not half: faster
-"$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
-  2>&1 >/dev/null | grep -E "^  (chosen|      ) " >"$tmp/sprung"
+# (and the plan built has it: the chosen candidate's sequence parallelism used to be left out of
+# the build, which then did not fit)
+"$nn" "$tiny" --devices 2 -q -o "$tmp/sprb" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 ||
+  no "auto sequence-parallel rung build"
+grep -E "^  (chosen|      ) " "$tmp/sprb/plan.txt" >"$tmp/sprung"
 grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, sequence parallel, recompute 1/4: step" "$tmp/sprung" &&
   grep -qE "^           dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute 3/4: step" "$tmp/sprung" &&
   ok "policy auto with 16 MB per device: tp 2 with sequence parallelism and a quarter recomputed (chosen)" ||
   no "auto sequence-parallel rung: $(cat "$tmp/sprung")"
+if python3 - "$tmp/sprb/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+step = float(re.search(r"^  chosen .*: step ([0-9.]+) ms", t, re.M).group(1))
+est = float(re.search(r"^estimate  step ([0-9.]+) ms", t, re.M).group(1))
+assert abs(est - step) <= 0.0015, (est, step)
+assert "DOES NOT FIT" not in t
+assert re.search(r"^  h\.0\.ln1 +layernorm +split \*1 /2 .*sequence parallel", t, re.M), "ln1 not split"
+assert re.search(r"^  rc\.h\.0\.ln1 ", t, re.M), "h.0 not recomputed"
+PY
+then ok "  ... and the plan built is that candidate: sequence parallel, its estimate the chosen step, it fits"
+else no "auto sequence-parallel rung built: $(grep -E '^estimate|ln1 ' "$tmp/sprb/plan.txt" | head -n 3)"; fi
 # op-trans refinement: with tp 2 on a100-80g the head and embedding whole on each tp device
 # (no vocabulary-parallel collectives) beat the Megatron split; the plan built has them so
 "$nn" "$tiny" --devices 2 -q -o "$tmp/rep" --set plan.policy=auto --set plan.tp=2 --set cluster.device=a100-80g ||
@@ -414,5 +432,18 @@ grep -qE "^  h\.0\.attn +attention +replicate x8 .*would split 'h' \(2\), which 
   no "gqa.ini on tp 8: $(grep -E '^  h\.0\.attn ' "$tmp/gq8/plan.txt")"
 rm -rf "$tmp/gq" "$tmp/gq8"
 
+# the sequence-parallel refinement: with 80 GB the ladder never climbs, so a sequence-parallel
+# candidate is the refinement's; gpt2-124m on 8 x a100-80g chooses one (dp 4 x tp 2: its
+# layernorms' work halved for one more bucketed all-reduce); the spec's false binds
+"$nn" "$top/examples/gpt2-124m.ini" --devices 8 --set plan.policy=auto --set cluster.device=a100-80g -q \
+  -o "$tmp/spr" >/dev/null 2>&1 || no "gpt2-124m auto on 8 x a100-80g"
+grep -qE "^  chosen +dp [0-9]+ x tp [2-8] x pp [0-9]+, micro_batches [0-9]+, sequence parallel: step" "$tmp/spr/plan.txt" &&
+  grep -qE "^mesh .*tp [2-8]" "$tmp/spr/plan.txt" && grep -q "sequence parallel: split" "$tmp/spr/plan.txt" &&
+  ok "sequence-parallel refinement: gpt2-124m on 8 x a100-80g builds the chosen tp candidate with it" ||
+  no "sequence-parallel refinement: $(grep -A3 '^search' "$tmp/spr/plan.txt")"
+"$nn" "$top/examples/gpt2-124m.ini" --devices 8 --set plan.policy=auto --set cluster.device=a100-80g \
+  --set plan.sequence_parallel=false --stop-after graph -v 2>"$tmp/spr.err" || no "auto with sequence_parallel = false"
+grep -q "^search: dp .*sequence parallel" "$tmp/spr.err" && no "sequence_parallel = false: a candidate with it" ||
+  ok "sequence_parallel = false: no candidate with it"
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -79,6 +79,7 @@ fi
 want cli && run "cli" "$top/tests/cli.sh"
 want cli && run "megatron" "$top/tests/megatron.sh"
 want cli && run "inplace" "$top/tests/inplace.sh"
+want cli && run "buckets" "$top/tests/buckets.sh"
 want cli && run "plan" "$top/tests/plan.sh"
 want cli && run "scaling" "$top/tests/scaling.sh"
 want cli && run "wide" "$top/tests/wide.sh"

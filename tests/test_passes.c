@@ -108,10 +108,13 @@ static int count_comm(const ir_dist *d, ir_commkind k)
 
 /* The mlp of batch B in mbs micro-batches, planned (dp) for ndev devices
  * through the schedule, verified after split and comm. */
+static int no_buckets;   /* plan_mlp: [plan] grad_buckets = false */
+
 static void plan_mlp(ir_graph *g, ir_dist *d, int64_t B, int mbs, int ndev)
 {
     mlp(g, B, mbs);
     g->req.devices = ndev;
+    g->req.no_grad_buckets = no_buckets;
     pass_autograd(g);
     ir_dist_init(d, g, ndev);
     CHECK(pass_plan(d) == 0, "dp plan on %d devices", ndev);
@@ -163,11 +166,29 @@ static void test_dp(int ndev, int mbs)
         pass_lower(&d, &m, &p);
         ir_prog_verify(&p);
         int nmm = 0, nar2 = 0;
+        const pg_instr *ar0 = NULL;
         for (int i = 0; i < p.nins[IR_SEC_MB]; i++) nmm += p.ins[IR_SEC_MB][i].kernel == RT_K_matmul;
-        for (int i = 0; i < p.nins[IR_SEC_POST]; i++) nar2 += p.ins[IR_SEC_POST][i].kernel == RT_K_allreduce;
+        for (int i = 0; i < p.nins[IR_SEC_POST]; i++)
+            if (p.ins[IR_SEC_POST][i].kernel == RT_K_allreduce && !nar2++) ar0 = &p.ins[IR_SEC_POST][i];
         CHECK(nmm == 5, "rank %d: 5 matmuls per micro-batch (2 fwd, 1 dx, 2 dw), got %d", r, nmm);
-        CHECK(nar2 == (ndev > 1 ? 5 : 0), "rank %d: %d all-reduce calls after the micro-batches (3 grads, loss, "
-              "grad norm)", r, nar2);
+        CHECK(nar2 == (ndev > 1 ? 2 : 0), "rank %d: %d all-reduce calls after the micro-batches (a bucket of the 3 "
+              "grads and the loss, the grad norm)", r, nar2);
+        if (ndev > 1 && ar0) {
+            /* the bucket: the loss and the 3 gradients, each buffer 64-byte aligned, one after another from
+               the first's offset (bucket.c, memplan.c) */
+            int64_t want = 0, n = 0, head = -1;
+            for (int i = 0; i < d.ncomm; i++)
+                if (d.comm[i].kind == IR_COMM_ALLREDUCE) {
+                    CHECK(d.comm[i].bucket >= 0 && (head < 0 || d.comm[i].bucket == head),
+                          "rank %d: %s in the bucket", r, g.t[d.comm[i].tensor].name);
+                    head = d.comm[i].bucket;
+                }
+            for (int i = (int)head; i >= 0; i = d.comm[i].bnext, n++)   /* (in the bucket's order) */
+                want = (want + 63) / 64 * 64 +
+                       ir_box_numel(&d.pt[d.ints[d.comm[i].out]].box, g.t[d.comm[i].tensor].ndim) * 4;
+            CHECK(n == 4 && ar0->ints[0].c * 4 == want, "rank %d: the bucket's all-reduce spans %lld bytes: the loss "
+                  "and 3 gradients with their alignment (%lld)", r, (long long)ar0->ints[0].c * 4, (long long)want);
+        }
         CHECK(p.loss_off >= 0, "rank %d reports the loss", r);
         CHECK(strstr(p.manifest.s, "param 0 w1 f32 2 4 6 box 0 4 0 6 init") != NULL, "manifest lists w1's box");
         ir_prog_free(&p);
@@ -424,7 +445,8 @@ static void test_dp_wide(int ndev)
         ir_prog_verify(&p);
         int n = 0;
         for (int i = 0; i < p.nins[IR_SEC_POST]; i++) n += p.ins[IR_SEC_POST][i].kernel == RT_K_allreduce;
-        CHECK(n == 5, "rank %d: 5 all-reduce calls (3 grads, loss, grad norm), got %d", r, n);
+        CHECK(n == (no_buckets ? 5 : 2), "rank %d: %d all-reduce calls (%s, grad norm), got %d", r, no_buckets ? 5 : 2,
+              no_buckets ? "3 grads, loss: grad_buckets = false" : "one bucket of 3 grads and the loss", n);
         ir_prog_free(&p);
         pass_mem_free(&m);
     }
@@ -958,6 +980,9 @@ int main(int argc, char **argv)
     test_dp(4, 2);
     test_batch_divides();
     test_dp_wide(128);
+    no_buckets = 1;   /* [plan] grad_buckets = false: one all-reduce each */
+    test_dp_wide(128);
+    no_buckets = 0;
     test_pipeline(2, 2, IR_SCHED_1F1B);
     test_pipeline(4, 4, IR_SCHED_1F1B);
     test_pipeline(3, 5, IR_SCHED_1F1B);
