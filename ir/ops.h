@@ -39,10 +39,11 @@
  * extents, numbers), `acc` (the accumulate flag), `attr NAME` (an integer
  * attribute), `lo K J` or `lo K J/ID` (where the sub-op's box of operand K
  * starts along dim J, negative from the last; divided by ID's extent),
- * `max A B` (the larger extent) or `step+1` (the optimizer's step count);
- * "" for the default (every element of operand 0, then acc where the
- * kernel's row has one); `hand` for a case in lower.c (custom: as many
- * ints as it has operands; docs/adding-an-op.md);
+ * `max A B` (the larger extent), `step+1` (the optimizer's step count),
+ * `nin`, `nout` (the op's operand counts) or `shapes` (per operand its
+ * number of dims and the sub-op's extents: as many ints as that makes,
+ * custom's); "" for the default (every element of operand 0, then acc
+ * where the kernel's row has one; docs/adding-an-op.md);
  * FLOATS, the op's attributes by name (scale, eps, theta, lr, wd, beta1,
  * beta2, aeps; all: every one, a custom op's).  test_passes checks the
  * counts against the kernel's row in rtlib/rt_kernels.h.
@@ -114,6 +115,6 @@ OP(CROSS_ENTROPY, "cross_entropy",     "*+ v^, *+ -> 1",                  2, 1, 
 OP(XENT_STATS,    "xent_stats",        "* (k c^), * -> * k, * k, * k",    2, 3, 0, xent_stats, NONE, "", "", "*, k, c, attr vocab, lo 0 -1")                     /* per row and block: max, sum exp(x - max), the target's logit (0 elsewhere) */
 OP(XENT_LOSS,     "xent_loss",         "*+ k^, *+ k^, *+ k^ -> 1",        3, 1, OPF_LOSS, xent_loss, NONE, "", "", "*, k, acc; scale")              /* mean over rows of logsumexp combined from the blocks - the target's logit */
 OP(XENT_VP_BWD,   "xent_vp_bwd",       "* (k c^), *, * j^, * j^ -> * (k c^)", 4, 1, 0, xent_vp_bwd, NONE, "", "", "*, k c, acc, attr vocab, j, lo 0 -1; scale")                 /* logits, targets, block max, block sum -> dlogits = (softmax - onehot) / rows */
-OP(CUSTOM,        "custom",            "",                                0, 0, 0, custom, NONE, "", "", "hand; all")                     /* a [custom NAME] op of the spec: annotation, counts and kernel from g->cust[iattr[IR_IA_CUSTOM]] */
+OP(CUSTOM,        "custom",            "",                                0, 0, 0, custom, NONE, "", "", "attr custom, nin, nout, acc, shapes; all")                     /* a [custom NAME] op of the spec: annotation, counts and kernel from g->cust[iattr[IR_IA_CUSTOM]] */
 OP(SGD,           "sgd",               "*, * -> ",                        2, 0, OPF_OPTIM, sgd, NONE, "", "", "@0; lr wd")             /* p -= lr (g + wd p); inputs p, g */
 OP(ADAMW,         "adamw",             "*, *, *, * -> ",                  4, 0, OPF_OPTIM, adamw, NONE, "", "", "*, step+1; lr wd beta1 beta2 aeps")             /* inputs p, g, m, v */

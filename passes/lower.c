@@ -259,7 +259,7 @@ static const struct {
     int slot;
 } arg_attrs[] = {{"heads", IR_IA_HEADS},   {"causal", IR_IA_CAUSAL},        {"vocab", IR_IA_VOCAB},
                  {"alibi", IR_IA_ALIBI},   {"buckets", IR_IA_RP_NB},        {"bidirectional", IR_IA_RP_BIDIR},
-                 {"max_distance", IR_IA_RP_MAXDIST}};
+                 {"max_distance", IR_IA_RP_MAXDIST}, {"custom", IR_IA_CUSTOM}};
 
 int pass_arg_parse(const ir_opinfo *oi, const char *w, pass_arg *a)
 {
@@ -277,6 +277,9 @@ int pass_arg_parse(const ir_opinfo *oi, const char *w, pass_arg *a)
     char *end;
     if (nt == 1 && !strcmp(t[0], "acc")) return a->form = PASS_ARG_ACC;
     if (nt == 1 && !strcmp(t[0], "step+1")) return a->form = PASS_ARG_STEP;
+    if (nt == 1 && !strcmp(t[0], "nin")) return a->form = PASS_ARG_NIN;
+    if (nt == 1 && !strcmp(t[0], "nout")) return a->form = PASS_ARG_NOUT;
+    if (nt == 1 && !strcmp(t[0], "shapes")) return a->form = PASS_ARG_SHAPES;
     if (nt == 2 && !strcmp(t[0], "attr")) {
         for (size_t k = 0; k < sizeof arg_attrs / sizeof arg_attrs[0]; k++)
             if (!strcmp(t[1], arg_attrs[k].name)) return a->slot = arg_attrs[k].slot, a->form = PASS_ARG_ATTR;
@@ -350,6 +353,18 @@ static void put_ints(lctx *c, pg_instr *in, const ir_subop *s, const ir_op *o, c
             break;
         case PASS_ARG_ATTR:
             pg_i(in, o->iattr[a.slot]);
+            break;
+        case PASS_ARG_NIN:
+            pg_i(in, o->nin);
+            break;
+        case PASS_ARG_NOUT:
+            pg_i(in, o->nout);
+            break;
+        case PASS_ARG_SHAPES:   /* per operand (inputs, then outputs): its dims, then the sub-op's extents */
+            for (int k = 0; k < o->nin + o->nout; k++) {
+                pg_i(in, o->anno.ndim[k]);
+                for (int j = 0; j < o->anno.ndim[k]; j++) pg_i(in, ext_prod(o, ext, k, j, j + 1));
+            }
             break;
         case PASS_ARG_MAX:
             id = ir_anno_find(&o->anno, a.id), id2 = ir_anno_find(&o->anno, a.id2);
@@ -449,21 +464,7 @@ static void lower_subop(lctx *c, int si, int sec)
     const ir_trans *tr = &c->d->trans[s->op];
     if (tr->cosacc && s->sub % tr->cosk) acc = 2;   /* (ZeRO 2: a shard's input, not accumulated: still) */
     const char *args = ir_ops[o->kind].args, *semi = strchr(args, ';');
-    if (!strncmp(args, "hand", 4)) {
-        switch (o->kind) {   /* ints the op table's args cannot say: as many as the op has operands */
-        case IR_OP_CUSTOM: /* id nin nout acc, then per operand: ndim, its extents (rtlib/nnsc_custom.h) */
-            pg_i(in, o->iattr[IR_IA_CUSTOM]); pg_i(in, o->nin); pg_i(in, o->nout); put_acc(c, in, acc, sec);
-            for (int k = 0; k < o->nin + o->nout; k++) {
-                pg_i(in, o->anno.ndim[k]);
-                for (int j = 0; j < o->anno.ndim[k]; j++) pg_i(in, ext_prod(o, ext, k, j, j + 1));
-            }
-            break;
-        default:
-            ir_die(__FILE__, __LINE__, "op %s: args \"hand\" without a case in lower_subop", o->name);
-        }
-    } else {
-        put_ints(c, in, s, o, ext, args, semi ? (size_t)(semi - args) : strlen(args), kern, acc, n0, sec);
-    }
+    put_ints(c, in, s, o, ext, args, semi ? (size_t)(semi - args) : strlen(args), kern, acc, n0, sec);
     if (semi) put_floats(in, o, semi + 1);
 }
 

@@ -141,8 +141,11 @@ double pass_cost_formula(const ir_op *o, const char *f, const int64_t *ext);
  * row oi: its form (PASS_ARG_*, PASS_ARG_BAD when it is none) and what the
  * form names: attr its IR_IA_* slot; lo the operand k (inputs, then
  * outputs), the dim j (negative: from the last) and the identifier it
- * divides by (id, "" for none); max two identifiers (id, id2). */
-enum { PASS_ARG_BAD, PASS_ARG_ACC, PASS_ARG_FORMULA, PASS_ARG_ATTR, PASS_ARG_LO, PASS_ARG_MAX, PASS_ARG_STEP };
+ * divides by (id, "" for none); max two identifiers (id, id2).  nin, nout:
+ * the op's operand counts; shapes: per operand its number of dims, then
+ * the sub-op's extent of each (a custom op's: rtlib/nnsc_custom.h). */
+enum { PASS_ARG_BAD, PASS_ARG_ACC, PASS_ARG_FORMULA, PASS_ARG_ATTR, PASS_ARG_LO, PASS_ARG_MAX, PASS_ARG_STEP,
+       PASS_ARG_NIN, PASS_ARG_NOUT, PASS_ARG_SHAPES /* (as many ints as the operands' dims, and one each) */ };
 typedef struct pass_arg {
     int form, slot, k, j;
     char id[16], id2[16];
