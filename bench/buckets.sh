@@ -5,7 +5,7 @@
 # that a change of the machine's load hits both), STEPS steps each (default
 # 30); prints per plan and way the median of the per-round medians of
 # steps 2..STEPS, and their ratio, and the collectives rank 0 issues after
-# the micro-batches.
+# the micro-batches (all-reduces, reduce-scatters, all-gathers).
 #
 # Environment: BUILD (build directory, default build/).
 set -euo pipefail
@@ -20,6 +20,7 @@ plans=(
   "gpt2-tiny dp 2|$tiny --devices 2 --set plan.policy=dp"
   "gpt2-tiny tp 2, sequence parallel|$tiny --devices 2 --set plan.policy=tp --set plan.sequence_parallel=true"
   "gpt2-tiny at C 32, T 8, dp 2|$tiny --devices 2 --set plan.policy=dp --set dims.C=32 --set dims.T=8"
+  "gpt2-tiny at C 32, T 8, dp 2, zero 1|$tiny --devices 2 --set plan.policy=dp --set dims.C=32 --set dims.T=8 --set plan.zero=1"
   "mlp dp 2|$top/examples/mlp.ini --devices 2"
 )
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -46,8 +47,8 @@ for p in "${plans[@]}"; do
     done
   done
   mon=$(echo "${on[*]}" | mmed) moff=$(echo "${off[*]}" | mmed)
-  ar() { awk '/^prog rank/ {r = $3} r == 0 && /^  post allreduce/ {n++} END {print n + 0}' "$1"; }
-  printf '%-36s buckets %8.3f ms (%d all-reduces after the loop), one by one %8.3f ms (%d): %.3fx\n' "$name" \
+  ar() { awk '/^prog rank/ {r = $3} r == 0 && /^  post (allreduce|reducescatter|allgather) / {n++} END {print n + 0}' "$1"; }
+  printf '%-36s buckets %8.3f ms (%d collectives after the loop), one by one %8.3f ms (%d): %.3fx\n' "$name" \
     "$mon" "$(ar "$tmp/true.lower")" "$moff" "$(ar "$tmp/false.lower")" "$(awk -v a="$moff" -v b="$mon" 'BEGIN {print a / b}')"
   echo "  per round, buckets: ${on[*]}; one by one: ${off[*]}"
 done

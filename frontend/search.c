@@ -216,7 +216,7 @@ static void cand_text(const cand *c, int group, char *buf, size_t n)
  * alone (dp 1, no ZeRO) for one replica's batch (the inputs' batch / dp;
  * fold 2, recycling: the whole batch, its micro-batch work and activations
  * divided by dp), and the dp gradient all-reduce (one bucket of a rank's
- * params, bucket.c, or one per param under ZeRO; ring, over the
+ * params, bucket.c, or one per param under ZeRO 2 and 3; ring, over the
  * network once the cluster spans nodes) and ZeRO's memory
  * by formula. */
 static void price(const fe_opts *o, cand *c, int fold, int layers)
@@ -285,8 +285,9 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
                 /* the step: one replica's micro-batches, then the slowest stage's gradient all-reduce */
                 const ir_profile *pf = &g.prof;
                 int spans = wsd > per_node || (N > per_node && per_node % wsd);   /* (a stage's dp group) */
-                /* (one bucket of every gradient, bucket.c, unless ZeRO reduce-scatters them) */
-                int nar = !g.req.no_grad_buckets && !c->zero && np > 0 ? 1 : np;
+                /* (one bucket of every gradient, bucket.c; ZeRO 1 reduce-scatters and gathers them in
+                   one bucket each: a ring all-reduce's steps; 2 and 3 in the micro-batches, one by one) */
+                int nar = !g.req.no_grad_buckets && c->zero <= 1 && np > 0 ? 1 : np;
                 double ar = nar * pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 0, spans) +
                             pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 2 * (dp - 1) / dp * f, spans);
                 double st_step = (e.step - e.outside) / adiv + e.outside / (c->zero ? dp : 1) + ar;

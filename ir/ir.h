@@ -555,7 +555,8 @@ typedef struct ir_comm {
                           are gathered after their initialisation too; schedule.c) */
     const char *why;   /* reason, shown in dumps and plan.txt */
     int bucket;        /* gradient bucket (passes/bucket.c): the bucket's first comm, whose collective
-                          does this one's too; -1: none */
+                          does this one's too (an all-reduce's in place, a reduce-scatter's or
+                          all-gather's packed into the scratch); -1: none */
     int bnext;         /* the bucket's next comm, -1: the last */
     int64_t bbytes;    /* on a bucket's first comm: the bytes of all of them (cost model) */
 } ir_comm;

@@ -1,32 +1,32 @@
-/* bucket.c -- gradient buckets: the all-reduces after the micro-batches
+/* bucket.c -- gradient buckets: the collectives after the micro-batches
  * that follow one another on every member of one group run as one
- * collective over one contiguous buffer.
+ * collective (docs/comm.md, Gradient buckets).
  *
  * After the micro-batch loop every rank all-reduces its accumulated
  * gradients (schedule.c places every comm the updates read before the
- * updates), one collective per param: a layernorm's weight or a bias costs
- * the collective's latency, 2(n-1) steps of a ring, for a few hundred
- * bytes.  Under sequence parallelism every layernorm and row-parallel bias
- * of the blocks adds one such all-reduce over tp.  A bucket is a run of
- * those all-reduces that
- *   - are in the post section, of the same group, each in place: its input
- *     is neither read nor written on that rank after it (memplan.c then
- *     gives the result the input's buffer) and no all-reduce made its input
- *     (its buffer is its own, not an alias), of 4-byte elements;
- *   - follow one another on every member: on each member rank the next item
- *     after one is the next one, with nothing between.
- * memplan.c lays the buffers of a bucket out one after another (in the
- * bucket's order, each aligned as every buffer is), so the first comm's
- * lowering reduces the whole range, the 64-byte alignment gaps between the
- * buffers included (they hold zeros: the arena starts zeroed and nothing
- * else writes them), and the others lower to nothing.  No copies, no extra
- * memory; the same sums as one by one, element by element (the CPU
- * collectives add the members' values in member order, whatever the
- * buffer's length; NCCL may pick another algorithm for the larger buffer,
- * within floating-point tolerance).
+ * updates), or under ZeRO 1 reduce-scatters them, and under ZeRO 1 and 2
+ * gathers the updated params: one collective per param, and a layernorm's
+ * weight or a bias costs the collective's latency for a few hundred
+ * bytes.  A bucket is a run of such comms of one kind and group that
+ * follow one another on every member, with nothing between:
+ *   - all-reduces, each in place (its input neither read nor written on
+ *     that rank after it, and not an all-reduce's result: memplan.c then
+ *     gives the result the input's buffer).  memplan.c lays a bucket's
+ *     buffers out one after another, so the first comm's lowering reduces
+ *     the whole range, the 64-byte alignment gaps included (zeros: the
+ *     arena starts zeroed and nothing else writes them); no copies;
+ *   - reduce-scatters made once a step (ZeRO 1's) and all-gathers, each
+ *     where packing it costs less than the latency it saves (the cost
+ *     model's); lower.c packs them into the scratch, member j's block
+ *     holding every comm's tile j, at most BUCKET_PACK bytes of whole boxes
+ *     a bucket.
+ * The same sums element by element (the CPU collectives add the members'
+ * values in member order, whatever the buffer's length; NCCL may pick
+ * another algorithm for the larger buffer, within floating-point
+ * tolerance).
  *
  * pass_bucket_order (below) first reorders the items before the updates
- * so that each group's all-reduces follow one another.
+ * so that each group's comms of one kind follow one another.
  *
  * Every member decides alike: the conditions are checked on every member
  * and a comm joins a bucket only where all of them allow it, so every
@@ -34,7 +34,8 @@
  * collective per comm.
  *
  * The cost model prices a bucket as one collective of its bytes
- * (ir_comm.bbytes, on the first comm; the others cost nothing).
+ * (ir_comm.bbytes, on the first comm; the others cost nothing) and the
+ * packing's copies.
  *
  * Cost: linear in the ranks' items; the reorder, n log n in the items
  * before the updates. */
@@ -43,12 +44,34 @@
 
 #include "passes.h"
 
-/* May comm c join a bucket, as far as c alone goes? */
+/* May comm c join a bucket, as far as c alone goes?  An all-reduce (not
+ * in the prologue), a reduce-scatter (ZeRO 1's, once a step: not ZeRO 2's,
+ * which accumulates in the micro-batches) or an all-gather (ZeRO 1's and
+ * 2's params after the updates, and in the prologue) after the micro-batches. */
 static int candidate(const ir_dist *d, int c)
 {
     const ir_comm *cm = &d->comm[c];
-    return cm->kind == IR_COMM_ALLREDUCE && cm->sec == IR_SEC_POST && !cm->prologue && cm->n > 1 &&
-           pass_elsize(&d->g->t[cm->tensor]) == 4;
+    const ir_tensor *t = &d->g->t[cm->tensor];
+    if (cm->sec != IR_SEC_POST || cm->n < 2 || pass_elsize(t) != 4) return 0;
+    if (cm->kind == IR_COMM_ALLREDUCE) return !cm->prologue;
+    if ((cm->kind != IR_COMM_REDUCESCATTER || cm->acc) && cm->kind != IR_COMM_ALLGATHER) return 0;
+    /* packed: only where the copies cost less than the latency they save (the cost model's) */
+    const ir_profile *pf = &d->g->prof;
+    const int *m = d->ints + d->grp[cm->group].devs;
+    int spans = 0;
+    for (int k = 1; k < cm->n; k++) spans |= m[k] / pf->per_node != m[0] / pf->per_node;
+    int a = d->ints[cm->in], b = d->ints[cm->out];
+    if (a < 0 || b < 0) return 0;
+    double by = (double)(ir_box_numel(&d->pt[a].box, t->ndim) + ir_box_numel(&d->pt[b].box, t->ndim)) * 4;
+    return 2 * by / pf->mem_bw < (cm->n - 1) * (spans ? pf->net_lat : pf->link_lat);
+}
+
+/* The bucket class of comm c: its group and kind, or -1 when it cannot join one. */
+static int bclass(const ir_dist *d, int c)
+{
+    const ir_comm *cm = &d->comm[c];
+    int k = cm->kind == IR_COMM_ALLREDUCE ? 0 : cm->kind == IR_COMM_REDUCESCATTER ? 1 : 2;
+    return candidate(d, c) ? cm->group * 3 + k : -1;
 }
 
 /* ---- the order of the comms before the updates
@@ -117,17 +140,17 @@ typedef struct bready {
     int *ghead, *gtail;   /* per group: its list of ready all-reduces */
 } bready;
 
-/* Item it's group if it is an all-reduce, else -1. */
-static int ar_group(const ir_dist *d, const ir_item *it)
+/* Item it's bucket class (bclass), or -1. */
+static int item_class(const ir_dist *d, const ir_item *it)
 {
-    return it->comm && d->comm[it->id].kind == IR_COMM_ALLREDUCE ? d->comm[it->id].group : -1;
+    return it->comm ? bclass(d, it->id) : -1;
 }
 
 /* Item i of the region from a is ready. */
 static void ready(const ir_dist *d, bready *r, int a, int i)
 {
     heap_push(r->heap, &r->nh, i);
-    int g = ar_group(d, &d->seq[a + i]);
+    int g = item_class(d, &d->seq[a + i]);
     if (g < 0) return;
     r->gnext[i] = -1;
     if (r->ghead[g] < 0) r->ghead[g] = i;
@@ -173,8 +196,8 @@ void pass_bucket_order(ir_dist *d)
     bready r;
     r.heap = ir_xmalloc(sizeof(int) * ((size_t)n + 1)), r.nh = 0;
     r.gnext = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
-    r.ghead = ir_xmalloc(sizeof(int) * ((size_t)d->ngrp + 1)), r.gtail = ir_xmalloc(sizeof(int) * ((size_t)d->ngrp + 1));
-    for (int q = 0; q < d->ngrp; q++) r.ghead[q] = r.gtail[q] = -1;
+    r.ghead = ir_xmalloc(sizeof(int) * (3 * (size_t)d->ngrp + 1)), r.gtail = ir_xmalloc(sizeof(int) * (3 * (size_t)d->ngrp + 1));
+    for (int q = 0; q < 3 * d->ngrp; q++) r.ghead[q] = r.gtail[q] = -1;
     char *taken = ir_xcalloc((size_t)n + 1, 1);
     ir_item *out = ir_xmalloc(sizeof(ir_item) * (size_t)n);
     for (int i = 0; i < n; i++)
@@ -193,13 +216,46 @@ void pass_bucket_order(ir_dist *d)
         }
         taken[pick] = 1;
         out[no++] = d->seq[a + pick];
-        cur = ar_group(d, &d->seq[a + pick]);
+        cur = item_class(d, &d->seq[a + pick]);
         for (int e = e0[pick]; e < e0[pick + 1]; e++)
             if (!--indeg[adj[e]]) ready(d, &r, a, adj[e]);
     }
     memcpy(d->seq + a, out, sizeof(ir_item) * (size_t)n);
     free(last), free(pts), free(ed), free(indeg), free(e0), free(adj), free(fill);
     free(r.heap), free(r.gnext), free(r.ghead), free(r.gtail), free(taken), free(out);
+}
+
+/* The most bytes a bucket of reduce-scatters or all-gathers packs (the
+ * whole boxes of its comms): the scratch takes about as much again. */
+#define BUCKET_PACK (32LL << 20)
+
+/* The bytes comm c adds to its bucket's packing: a reduce-scatter's or
+ * all-gather's whole box (an all-reduce's bucket packs nothing). */
+static int64_t packed_bytes(const ir_dist *d, int c)
+{
+    const ir_comm *cm = &d->comm[c];
+    if (cm->kind == IR_COMM_ALLREDUCE) return 0;
+    int pt = d->ints[(cm->kind == IR_COMM_REDUCESCATTER ? cm->in : cm->out)];
+    return ir_box_numel(&d->pt[pt].box, d->g->t[cm->tensor].ndim) * 4;
+}
+
+/* Mark (v 1) or unmark (v 0) the pTensors comm c makes, every member's. */
+static void mark_made(const ir_dist *d, int c, char *made, char v)
+{
+    for (int k = 0; k < d->comm[c].n; k++) {
+        int o = d->ints[d->comm[c].out + k];
+        if (o >= 0) made[o] = v;
+    }
+}
+
+/* Does comm c read a pTensor marked made? */
+static int reads_made(const ir_dist *d, int c, const char *made)
+{
+    for (int k = 0; k < d->comm[c].n; k++) {
+        int i = d->ints[d->comm[c].in + k];
+        if (i >= 0 && made[i]) return 1;
+    }
+    return 0;
 }
 
 void pass_bucket(ir_dist *d)
@@ -227,7 +283,9 @@ void pass_bucket(ir_dist *d)
                 const ir_comm *cm = &d->comm[it->id];
                 int k = d->rank_member[q];
                 int in = d->ints[cm->in + k], out = d->ints[cm->out + k];
-                if (!bad[it->id] && (in < 0 || out < 0 || in == out || later[in] || arout[in])) bad[it->id] = 1;
+                int ar = cm->kind == IR_COMM_ALLREDUCE;   /* (in place: an all-reduce's only) */
+                if (!bad[it->id] && (in < 0 || out < 0 || in == out || (ar && (later[in] || arout[in]))))
+                    bad[it->id] = 1;
                 if (in >= 0) later[in] = 1;
                 if (out >= 0) later[out] = 1;
             } else {
@@ -248,7 +306,9 @@ void pass_bucket(ir_dist *d)
             int next = -1;
             if (q + 1 < d->rank_item0[r + 1]) {
                 const ir_item *nt = &d->seq[d->rank_item[q + 1]];
-                if (nt->comm && !bad[nt->id] && d->comm[nt->id].group == d->comm[it->id].group) next = nt->id;
+                if (nt->comm && !bad[nt->id] && bclass(d, nt->id) == bclass(d, it->id) &&
+                    d->comm[nt->id].prologue == d->comm[it->id].prologue)
+                    next = nt->id;
             }
             if (cnt[it->id] == 0) nx[it->id] = next;
             else if (nx[it->id] != next) nx[it->id] = -1;
@@ -259,16 +319,36 @@ void pass_bucket(ir_dist *d)
         if (bad[i] || cnt[i] != d->comm[i].n || nx[i] < 0) nx[i] = -1;   /* (every member saw it) */
         else has_prev[nx[i]] = 1;
     }
+    /* the chains, cut where a comm reads what one before it in the chain
+       makes (its packing would run before the collective that makes it) */
+    char *made = ir_xcalloc((size_t)d->npt + 1, 1);
     for (int i = 0; i < d->ncomm; i++) {
-        if (bad[i] || has_prev[i] || nx[i] < 0) continue;   /* a bucket's first, of two or more */
-        int64_t by = 0;
-        for (int c = i; c >= 0; c = nx[c]) {
-            d->comm[c].bucket = i;
-            d->comm[c].bnext = nx[c];
-            by += d->comm[c].bytes;
+        if (bad[i] || has_prev[i]) continue;
+        for (int h = i; h >= 0;) {   /* a bucket from h */
+            int last = h;
+            int64_t packed = packed_bytes(d, h);
+            mark_made(d, h, made, 1);
+            while (nx[last] >= 0 && !reads_made(d, nx[last], made) && packed + packed_bytes(d, nx[last]) <= BUCKET_PACK)
+                last = nx[last], packed += packed_bytes(d, last), mark_made(d, last, made, 1);
+            int next = nx[last];
+            for (int c = h;; c = nx[c]) {   /* (clear the marks) */
+                mark_made(d, c, made, 0);
+                if (c == last) break;
+            }
+            if (last != h) {   /* two or more */
+                int64_t by = 0;
+                for (int c = h;; c = nx[c]) {
+                    d->comm[c].bucket = h;
+                    d->comm[c].bnext = c == last ? -1 : nx[c];
+                    by += d->comm[c].bytes;
+                    if (c == last) break;
+                }
+                d->comm[h].bbytes = by;
+            }
+            h = next;
         }
-        d->comm[i].bbytes = by;
     }
+    free(made);
     free(bad);
     free(later);
     free(arout);

@@ -14,7 +14,9 @@
  * S for a ring all-reduce, (n-1)/n S for all-gather and reduce-scatter, S
  * for a send) over the bandwidth -- the link's within a node, the
  * network's when its group spans nodes; a gradient bucket (bucket.c) is one
- * collective of its comms' bytes.  Local slices, copies and zeroing
+ * collective of its comms' bytes (a bucket of reduce-scatters or
+ * all-gathers and its packing: each comm's input and output read and
+ * written once at memory bandwidth).  Local slices, copies and zeroing
  * move their bytes at memory bandwidth.  Steps: ring all-reduce 2(n-1),
  * all-gather, reduce-scatter and all-to-all n-1, broadcast ceil(log2 n), a
  * send 1.
@@ -90,9 +92,16 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
     int spans = 0;
     for (int k = 1; k < c->n; k++) spans |= m[k] / pf->per_node != m[0] / pf->per_node;
     double bytes = (double)c->bytes;
-    if (c->bucket >= 0) {   /* a gradient bucket: one collective of every comm's bytes, on its first */
+    double copies = 0;   /* a bucket of reduce-scatters or all-gathers: its packing, bytes */
+    if (c->bucket >= 0) {   /* a bucket: one collective of every comm's bytes, on its first */
         if (c->bucket != (int)(c - d->comm)) return 0;
         bytes = (double)c->bbytes;
+        for (int x = c->bucket; x >= 0 && c->kind != IR_COMM_ALLREDUCE; x = d->comm[x].bnext) {
+            const ir_comm *cx = &d->comm[x];   /* (member 0's: every member's are alike) */
+            const ir_tensor *t = &d->g->t[cx->tensor];
+            copies += (double)(ir_box_numel(&d->pt[d->ints[cx->in]].box, t->ndim) +
+                               ir_box_numel(&d->pt[d->ints[cx->out]].box, t->ndim)) * pass_elsize(t);
+        }
     }
     /* ir_comm.bytes counts the tensor's box, which spans the whole step's batch: a collective of a
        batched tensor in the micro-batches moves 1/m of it each time (as pt_bytes) */
@@ -102,7 +111,7 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
         bytes = o >= 0 ? pt_bytes(d, o, c->sec) : 0;
         if (c->kind == IR_COMM_SLICE) bytes = 0;   /* a view (lower.c points into the piece) */
     }
-    return pass_cost_collective(pf, c->kind, c->n, bytes, spans);
+    return pass_cost_collective(pf, c->kind, c->n, bytes, spans) + 2 * copies / pf->mem_bw;
 }
 
 /* Item n's seconds per execution. */

@@ -486,6 +486,7 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank)
     const ir_comm *cm = &d->comm[ci];
     const ir_tensor *t = &d->g->t[cm->tensor];
     if (cm->kind == IR_COMM_ALLREDUCE || cm->kind == IR_COMM_SLICE || cm->kind == IR_COMM_ZERO) return 0;
+    if (cm->bucket >= 0 && cm->bucket != ci) return 0;   /* (its bucket's first packs it) */
     const int *devs = d->ints + d->grp[cm->group].devs;   /* ascending: is rank a member? */
     int a = 0, b = cm->n;
     while (a < b) {
@@ -494,6 +495,16 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank)
         else b = mid;
     }
     if (a == cm->n || devs[a] != rank) return 0;
+    if (cm->bucket == ci) {   /* a bucket of reduce-scatters or all-gathers: K + 1 blocks of a member's tiles */
+        int rs = cm->kind == IR_COMM_REDUCESCATTER;
+        int64_t L = 0;
+        for (int x = ci; x >= 0; x = d->comm[x].bnext) {
+            const ir_comm *cx = &d->comm[x];
+            int pt = d->ints[(rs ? cx->out : cx->in) + a];
+            L += ir_box_numel(&d->pt[pt].box, d->g->t[cx->tensor].ndim) * pass_elsize(&d->g->t[cx->tensor]);
+        }
+        return (cm->n + 1) * L;
+    }
     /* two buffers of the largest box involved (per step: an upper bound of a micro-batch's) */
     int64_t big = ir_box_numel(&cm->region, t->ndim);
     for (int k = 0; k < cm->n; k++) {
@@ -537,6 +548,93 @@ static int direct_tiles(const ir_box *whole, const ir_box *const *tile, int k, i
             if (tile[i]->lo[q] != whole->lo[q] || tile[i]->hi[q] != whole->hi[q]) return 0;
     }
     return 1;
+}
+
+/* A bucket of reduce-scatters or all-gathers (bucket.c), on its first
+ * comm ci, the rank member k: one collective over the scratch, in which
+ * member j's block holds every comm's tile j one after another (Ltot
+ * floats: the bucket's tiles of one member).  A reduce-scatter packs each
+ * input's tiles into the blocks, reduce-scatters into Ltot floats after
+ * them and copies each comm's part to its output; an all-gather copies
+ * each input into the rank's block, gathers the blocks after it and places
+ * each comm's tile j into its output. */
+static void lower_bucket(lctx *c, int ci, int sec, int k, const char *note)
+{
+    const ir_dist *d = c->d;
+    const ir_comm *cm = &d->comm[ci];
+    const int K = cm->n, rs = cm->kind == IR_COMM_REDUCESCATTER;
+    int64_t L = 0, S = c->m->scratch;
+    int nb = 0;
+    for (int x = ci; x >= 0; x = d->comm[x].bnext, nb++) {   /* Ltot: a member's tiles, floats */
+        const ir_comm *cx = &d->comm[x];
+        int pt = d->ints[(rs ? cx->out : cx->in) + k];
+        ir_box b = pass_mbbox(d, cx->tensor, &d->pt[pt].box, sec);
+        L += ir_box_numel(&b, d->g->t[cx->tensor].ndim) * pass_elsize(&d->g->t[cx->tensor]) / 4;
+    }
+    IR_ASSERT(pass_comm_scratch(d, ci, c->p->rank) >= (K + 1) * L * 4);
+    ir_box *tiles = ir_xmalloc(sizeof *tiles * (size_t)K);
+    const ir_box **tl = ir_xmalloc(sizeof *tl * (size_t)K);
+    int64_t R = rs ? S + K * L * 4 : S + L * 4;   /* the collective's output */
+    char bn[300];
+    snprintf(bn, sizeof bn, "%s bucket of %d, %s first", ir_comm_name(cm->kind), nb, note);
+    const char *nt = ir_prog_str(c->p, bn);
+    for (int pass = 0; pass < 2; pass++) {   /* 0: pack, then the collective; 1: unpack */
+        int64_t at = 0;   /* the comm's offset in a block, floats */
+        for (int x = ci; x >= 0; x = d->comm[x].bnext) {
+            const ir_comm *cx = &d->comm[x];
+            const ir_tensor *t = &d->g->t[cx->tensor];
+            const int nd = t->ndim, es = pass_elsize(t);
+            int pin = d->ints[cx->in + k], pout = d->ints[cx->out + k];
+            ir_box full = pass_mbbox(d, cx->tensor, &d->pt[rs ? pin : pout].box, sec);
+            ir_box mine = pass_mbbox(d, cx->tensor, &d->pt[rs ? pout : pin].box, sec);
+            int64_t n = ir_box_numel(&mine, nd) * es / 4;
+            /* the tiles in member order: consecutive blocks of the full box (a split of its first dim
+               longer than 1)?  Then the blocks' column [at, at + n) of the K x L scratch is one box */
+            for (int j = 0; j < K; j++) {
+                tiles[j] = pass_mbbox(d, cx->tensor, &d->pt[d->ints[(rs ? cx->out : cx->in) + j]].box, sec);
+                tl[j] = &tiles[j];
+            }
+            int direct = direct_tiles(&full, tl, K, nd);
+            ir_box blk, col;   /* the scratch as K x L, and the comm's column of it */
+            memset(&blk, 0, sizeof blk);
+            blk.hi[0] = K, blk.hi[1] = L;
+            col = blk;
+            col.lo[1] = at, col.hi[1] = at + n;
+            if (rs && pass == 0) {   /* member j's tile of my input into block j */
+                if (direct) emit_box(c, sec, 1, off(c, pin), S, &blk, &col, 2, 0, nt);
+                else
+                    for (int j = 0; j < K; j++)
+                        emit_box(c, sec, 0, off(c, pin), S + (j * L + at) * 4, &full, &tiles[j], nd, 0, nt);
+            } else if (rs) {   /* my part of the sum into the output */
+                pg_instr *in = add(c, sec, RT_K_copy, nt);
+                pg_buf(in, R + at * 4);
+                pg_buf(in, off(c, pout));
+                pg_i(in, n);
+                pg_i(in, 0);
+            } else if (pass == 0) {   /* my tile into my block */
+                pg_instr *in = add(c, sec, RT_K_copy, nt);
+                pg_buf(in, off(c, pin));
+                pg_buf(in, S + at * 4);
+                pg_i(in, n);
+                pg_i(in, 0);
+            } else {   /* member j's tile from its block into my output */
+                if (direct) emit_box(c, sec, 0, R, off(c, pout), &blk, &col, 2, 0, nt);
+                else
+                    for (int j = 0; j < K; j++)
+                        emit_box(c, sec, 1, R + (j * L + at) * 4, off(c, pout), &full, &tiles[j], nd, 0, nt);
+            }
+            at += n;
+        }
+        if (pass == 0) {
+            pg_instr *in = add(c, sec, rs ? RT_K_reducescatter : RT_K_allgather, nt);
+            pg_buf(in, S);
+            pg_buf(in, R);
+            pg_i(in, L);
+            pg_i(in, cm->group);
+        }
+    }
+    free(tiles);
+    free(tl);
 }
 
 /* The rank's part of comm ci: it is member k of the group (the rank's
@@ -673,6 +771,11 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     }
     case IR_COMM_ALLGATHER: {
         int64_t n = ir_box_numel(&ib[k], nd) * es / 4;
+        if (cm->bucket >= 0) {   /* a bucket (bucket.c): its first comm gathers them all */
+            if (cm->bucket == ci) lower_bucket(c, ci, sec, k, t->name);
+            sent = n * 4 * (K - 1);
+            break;
+        }
         const ir_box **tl = c->tl;
         for (int i = 0; i < K; i++) tl[i] = &ib[i];
         int direct = direct_tiles(&ob[k], tl, K, nd);
@@ -688,6 +791,12 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     }
     case IR_COMM_REDUCESCATTER: {
         int64_t n = ir_box_numel(&ob[k], nd) * es / 4;
+        if (cm->bucket >= 0) {   /* a bucket (bucket.c): its first comm reduce-scatters them all */
+            IR_ASSERT(!cm->acc);
+            if (cm->bucket == ci) lower_bucket(c, ci, sec, k, t->name);
+            sent = n * 4 * (K - 1);
+            break;
+        }
         const ir_box **tl = c->tl;
         for (int i = 0; i < K; i++) tl[i] = &ob[i];
         int direct = direct_tiles(&ib[k], tl, K, nd);

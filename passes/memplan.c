@@ -315,11 +315,12 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         task_use(tcls, multi, r, tcls[i]);
     }
     int64_t top = 0;
-    /* gradient buckets first (bucket.c): each bucket's buffers one after
-       another in its order, so that one collective covers them */
+    /* the all-reduces' gradient buckets first (bucket.c): each bucket's
+       buffers one after another in its order, so that one collective covers
+       them (the reduce-scatters' and all-gathers' pack into the scratch) */
     for (int q = 0; q < R.nitem; q++) {
         const ir_item *it = &d->seq[R.item[q]];
-        if (!it->comm || d->comm[it->id].bucket < 0) continue;
+        if (!it->comm || d->comm[it->id].bucket < 0 || d->comm[it->id].kind != IR_COMM_ALLREDUCE) continue;
         int lo = loc[d->ints[d->comm[it->id].out + R.member[q]]], r = alias[lo];
         IR_ASSERT(r >= 0 && alias[r] < 0 && pers[r] && m->off[r] < 0);   /* in place, in its own buffer */
         m->off[r] = top;

@@ -45,11 +45,12 @@ void pass_comm(ir_dist *d);
 /* schedule.c (then pass_bucket) */
 void pass_schedule(ir_dist *d);
 
-/* bucket.c: the gradient all-reduces that follow one another on every
- * member of a group in one collective (ir_comm.bucket, bnext, bbytes);
- * pass_bucket_order first reorders the post items before the updates so
- * that each group's all-reduces follow one another (before
- * ir_dist_index_ranks) */
+/* bucket.c: the collectives after the micro-batches (gradients' all-reduces
+ * and reduce-scatters, params' all-gathers) that follow one another on
+ * every member of a group in one collective (ir_comm.bucket, bnext,
+ * bbytes); pass_bucket_order first reorders the post items before the
+ * updates so that each group's comms of one kind follow one another
+ * (before ir_dist_index_ranks) */
 void pass_bucket_order(ir_dist *d);
 void pass_bucket(ir_dist *d);
 
