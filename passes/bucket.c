@@ -169,10 +169,10 @@ void pass_bucket_order(ir_dist *d)
         b++;
     int n = b - a;
     if (n < 3) return;
-    /* edges: each item to the next item touching one of its pTensors (CSR by source) */
-    int *last = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
-    for (int i = 0; i < d->npt; i++) last[i] = -1;
-    int *pts = NULL, ptcap = 0, ne = 0, ecap = 0;
+    /* edges: each item to the next item touching one of its pTensors (CSR by source), from the
+       region's touches (pTensor, item) sorted: consecutive touches of one pTensor */
+    int *pts = NULL, ptcap = 0, ne = 0, ecap = 0, nt = 0, tcap = 0;
+    int64_t *tch = NULL;
     bedge *ed = NULL;
     int *indeg = ir_xcalloc((size_t)n + 1, sizeof(int));
     for (int i = 0; i < n; i++) {
@@ -180,12 +180,14 @@ void pass_bucket_order(ir_dist *d)
         int need = it->comm ? 2 * d->comm[it->id].n : 2 * IR_MAXIO;
         if (need > ptcap) ptcap = need, pts = ir_xrealloc(pts, sizeof(int) * (size_t)ptcap);
         int np = item_pts(d, it, pts, ptcap);
-        for (int k = 0; k < np; k++) {
-            int p = last[pts[k]];
-            if (p >= 0 && p != i) *IR_PUSH(ed, ne, ecap) = (bedge){p, i}, indeg[i]++;
-            last[pts[k]] = i;
-        }
+        for (int k = 0; k < np; k++) *IR_PUSH(tch, nt, tcap) = (int64_t)pts[k] << 32 | i;
     }
+    qsort(tch, (size_t)nt, sizeof *tch, ir_cmp_i64);
+    for (int x = 1; x < nt; x++) {
+        int p = (int)(tch[x - 1] & 0xffffffff), i = (int)(tch[x] & 0xffffffff);
+        if (tch[x] >> 32 == tch[x - 1] >> 32 && p != i) *IR_PUSH(ed, ne, ecap) = (bedge){p, i}, indeg[i]++;
+    }
+    free(tch);
     int *e0 = ir_xcalloc((size_t)n + 2, sizeof(int)), *adj = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
     for (int e = 0; e < ne; e++) e0[ed[e].s + 1]++;
     for (int i = 0; i < n; i++) e0[i + 1] += e0[i];
@@ -221,7 +223,7 @@ void pass_bucket_order(ir_dist *d)
             if (!--indeg[adj[e]]) ready(d, &r, a, adj[e]);
     }
     memcpy(d->seq + a, out, sizeof(ir_item) * (size_t)n);
-    free(last), free(pts), free(ed), free(indeg), free(e0), free(adj), free(fill);
+    free(pts), free(ed), free(indeg), free(e0), free(adj), free(fill);
     free(r.heap), free(r.gnext), free(r.ghead), free(r.gtail), free(taken), free(out);
 }
 
@@ -239,19 +241,20 @@ static int64_t packed_bytes(const ir_dist *d, int c)
     return ir_box_numel(&d->pt[pt].box, d->g->t[cm->tensor].ndim) * 4;
 }
 
-/* Mark (v 1) or unmark (v 0) the pTensors comm c makes, every member's. */
+/* Mark (v 1) or unmark (v 0) the pTensors comm c makes, every member's
+ * (made NULL: nothing to mark). */
 static void mark_made(const ir_dist *d, int c, char *made, char v)
 {
-    for (int k = 0; k < d->comm[c].n; k++) {
+    for (int k = 0; made && k < d->comm[c].n; k++) {
         int o = d->ints[d->comm[c].out + k];
         if (o >= 0) made[o] = v;
     }
 }
 
-/* Does comm c read a pTensor marked made? */
+/* Does comm c read a pTensor marked made (NULL: none marked)? */
 static int reads_made(const ir_dist *d, int c, const char *made)
 {
-    for (int k = 0; k < d->comm[c].n; k++) {
+    for (int k = 0; made && k < d->comm[c].n; k++) {
         int i = d->ints[d->comm[c].in + k];
         if (i >= 0 && made[i]) return 1;
     }
@@ -264,49 +267,67 @@ void pass_bucket(ir_dist *d)
     if (d->g->req.no_grad_buckets || d->ndev < 2) return;
     IR_ASSERT(d->rank_item0);   /* ir_dist_index_ranks */
     char *bad = ir_xcalloc((size_t)d->ncomm + 1, 1);
-    char *later = ir_xcalloc((size_t)d->npt + 1, 1);   /* per pTensor: used later on its rank */
-    char *arout = ir_xcalloc((size_t)d->npt + 1, 1);   /* per pTensor: an all-reduce's result */
+    int *cls = ir_xmalloc(sizeof(int) * ((size_t)d->ncomm + 1));   /* bclass, once a comm (O(members)) */
     for (int i = 0; i < d->ncomm; i++) {
-        if (!candidate(d, i)) bad[i] = 1;
-        if (d->comm[i].kind == IR_COMM_ALLREDUCE)
-            for (int k = 0; k < d->comm[i].n; k++) {
-                int o = d->ints[d->comm[i].out + k];
-                if (o >= 0) arout[o] = 1;
-            }
+        cls[i] = bclass(d, i);
+        if (cls[i] < 0) bad[i] = 1;
     }
-    /* in place on every member: each rank's items from its last back
-       (a pTensor lives on one rank, so one array serves every rank) */
+    /* per pTensor of one rank at a time (pt_local): used later on the rank; an all-reduce's result */
+    int nloc = 1;
     for (int r = 0; r < d->ndev; r++)
-        for (int q = d->rank_item0[r + 1] - 1; q >= d->rank_item0[r]; q--) {
+        if (d->rank_pt0[r + 1] - d->rank_pt0[r] > nloc) nloc = d->rank_pt0[r + 1] - d->rank_pt0[r];
+    char *later = ir_xmalloc((size_t)nloc), *arout = ir_xmalloc((size_t)nloc);
+    const int *loc = d->pt_local;
+    /* each rank's items after the micro-batches: the last ones (seq keeps the sections in order) */
+    int *post0 = ir_xmalloc(sizeof(int) * ((size_t)d->ndev + 1));
+    for (int r = 0; r < d->ndev; r++) {
+        int q = d->rank_item0[r + 1];
+        while (q > d->rank_item0[r] && d->seq[d->rank_item[q - 1]].sec == IR_SEC_POST) q--;
+        post0[r] = q;
+    }
+    /* in place on every member: each rank's items after the micro-batches from its last back */
+    for (int r = 0; r < d->ndev; r++) {
+        int nl = d->rank_pt0[r + 1] - d->rank_pt0[r];
+        memset(later, 0, (size_t)nl);
+        memset(arout, 0, (size_t)nl);
+        for (int q = d->rank_item0[r]; q < d->rank_item0[r + 1]; q++) {   /* the rank's all-reduces' results */
+            const ir_item *it = &d->seq[d->rank_item[q]];
+            if (!it->comm || d->comm[it->id].kind != IR_COMM_ALLREDUCE) continue;
+            int o = d->ints[d->comm[it->id].out + d->rank_member[q]];
+            if (o >= 0) arout[loc[o]] = 1;
+        }
+        for (int q = d->rank_item0[r + 1] - 1; q >= post0[r]; q--) {
             const ir_item *it = &d->seq[d->rank_item[q]];
             if (it->comm) {
                 const ir_comm *cm = &d->comm[it->id];
                 int k = d->rank_member[q];
                 int in = d->ints[cm->in + k], out = d->ints[cm->out + k];
                 int ar = cm->kind == IR_COMM_ALLREDUCE;   /* (in place: an all-reduce's only) */
-                if (!bad[it->id] && (in < 0 || out < 0 || in == out || (ar && (later[in] || arout[in]))))
+                if (!bad[it->id] &&
+                    (in < 0 || out < 0 || in == out || (ar && (later[loc[in]] || arout[loc[in]]))))
                     bad[it->id] = 1;
-                if (in >= 0) later[in] = 1;
-                if (out >= 0) later[out] = 1;
+                if (in >= 0) later[loc[in]] = 1;
+                if (out >= 0) later[loc[out]] = 1;
             } else {
                 const ir_subop *s = &d->sop[it->id];
                 const ir_op *o = &d->g->op[s->op];
-                for (int k = 0; k < o->nin; k++) later[s->in[k]] = 1;
-                for (int k = 0; k < o->nout; k++) later[s->out[k]] = 1;
+                for (int k = 0; k < o->nin; k++) later[loc[s->in[k]]] = 1;
+                for (int k = 0; k < o->nout; k++) later[loc[s->out[k]]] = 1;
             }
         }
+    }
     /* links: c -> the comm after it on every member */
     int *nx = ir_xmalloc(sizeof(int) * ((size_t)d->ncomm + 1));
     int *cnt = ir_xcalloc((size_t)d->ncomm + 1, sizeof(int));
     for (int i = 0; i < d->ncomm; i++) nx[i] = -1;
     for (int r = 0; r < d->ndev; r++)
-        for (int q = d->rank_item0[r]; q < d->rank_item0[r + 1]; q++) {
+        for (int q = post0[r]; q < d->rank_item0[r + 1]; q++) {
             const ir_item *it = &d->seq[d->rank_item[q]];
             if (!it->comm || bad[it->id]) continue;
             int next = -1;
             if (q + 1 < d->rank_item0[r + 1]) {
                 const ir_item *nt = &d->seq[d->rank_item[q + 1]];
-                if (nt->comm && !bad[nt->id] && bclass(d, nt->id) == bclass(d, it->id) &&
+                if (nt->comm && !bad[nt->id] && cls[nt->id] == cls[it->id] &&
                     d->comm[nt->id].prologue == d->comm[it->id].prologue)
                     next = nt->id;
             }
@@ -321,18 +342,21 @@ void pass_bucket(ir_dist *d)
     }
     /* the chains, cut where a comm reads what one before it in the chain
        makes (its packing would run before the collective that makes it) */
-    char *made = ir_xcalloc((size_t)d->npt + 1, 1);
+    char *made = NULL;   /* per pTensor, made by the chain so far (allocated for a chain that packs) */
     for (int i = 0; i < d->ncomm; i++) {
         if (bad[i] || has_prev[i]) continue;
+        /* (an all-reduce's chain needs no marks: no input of one is an all-reduce's result, above) */
+        char *mk = d->comm[i].kind == IR_COMM_ALLREDUCE ? NULL : made;
+        if (!mk && d->comm[i].kind != IR_COMM_ALLREDUCE) mk = made = ir_xcalloc((size_t)d->npt + 1, 1);
         for (int h = i; h >= 0;) {   /* a bucket from h */
             int last = h;
             int64_t packed = packed_bytes(d, h);
-            mark_made(d, h, made, 1);
-            while (nx[last] >= 0 && !reads_made(d, nx[last], made) && packed + packed_bytes(d, nx[last]) <= BUCKET_PACK)
-                last = nx[last], packed += packed_bytes(d, last), mark_made(d, last, made, 1);
+            mark_made(d, h, mk, 1);
+            while (nx[last] >= 0 && !reads_made(d, nx[last], mk) && packed + packed_bytes(d, nx[last]) <= BUCKET_PACK)
+                last = nx[last], packed += packed_bytes(d, last), mark_made(d, last, mk, 1);
             int next = nx[last];
-            for (int c = h;; c = nx[c]) {   /* (clear the marks) */
-                mark_made(d, c, made, 0);
+            for (int c = h; mk; c = nx[c]) {   /* (clear the marks) */
+                mark_made(d, c, mk, 0);
                 if (c == last) break;
             }
             if (last != h) {   /* two or more */
@@ -349,6 +373,8 @@ void pass_bucket(ir_dist *d)
         }
     }
     free(made);
+    free(cls);
+    free(post0);
     free(bad);
     free(later);
     free(arout);
