@@ -550,16 +550,16 @@ const char *ir_tkind_name(ir_tkind k)
     return "?";
 }
 
-/* Push op x onto the min-heap h of n ops. */
-static void heap_push(int *h, int *n, int x)
+/* Push x onto the min-heap h of n ints. */
+void ir_heap_push(int *h, int *n, int x)
 {
     int i = (*n)++;
     for (; i > 0 && h[(i - 1) / 2] > x; i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
     h[i] = x;
 }
 
-/* Pop the smallest op of the min-heap h of n > 0 ops. */
-static int heap_pop(int *h, int *n)
+/* Pop the smallest of the min-heap h of n > 0 ints. */
+int ir_heap_pop(int *h, int *n)
 {
     int top = h[0], x = h[--*n], i = 0;
     for (;;) {
@@ -599,13 +599,13 @@ int ir_topo(const ir_graph *g, int *order, int *cyc)
         }
     int *heap = ir_xmalloc(sizeof *heap * ((size_t)g->nop + 1)), nheap = 0, n = 0;
     for (int i = 0; i < g->nop; i++)
-        if (indeg[i] == 0) heap_push(heap, &nheap, i);
+        if (indeg[i] == 0) ir_heap_push(heap, &nheap, i);
     while (nheap > 0) {
-        int pick = heap_pop(heap, &nheap);
+        int pick = ir_heap_pop(heap, &nheap);
         done[pick] = 1;
         order[n++] = pick;
         for (int e = first[pick]; e < first[pick + 1]; e++)
-            if (--indeg[cons[e]] == 0) heap_push(heap, &nheap, cons[e]);
+            if (--indeg[cons[e]] == 0) ir_heap_push(heap, &nheap, cons[e]);
     }
     int bad = n < g->nop;
     if (bad && cyc)

@@ -41,11 +41,14 @@ char *ir_xstrdup(const char *s);          /* strdup or die */
 void ir_grow(void **p, int *cap, int n, size_t sz);
 #define IR_PUSH(arr, n, cap) (ir_grow((void **)&(arr), &(cap), (n) + 1, sizeof *(arr)), &(arr)[(n)++])
 
-/* Checked 64-bit arithmetic: return 0 and set *r, or return 1 on overflow. */
 /* qsort's order of int64s (an array of them, or records that start with one). */
 int ir_cmp_i64(const void *a, const void *b);
+/* Checked 64-bit arithmetic: return 0 and set *r, or return 1 on overflow. */
 int ir_mul_ovf(int64_t a, int64_t b, int64_t *r);
 int ir_add_ovf(int64_t a, int64_t b, int64_t *r);
+/* A min-heap of ints in h[0 .. *n) (ir/graph.c): push x; pop the smallest (*n > 0). */
+void ir_heap_push(int *h, int *n, int x);
+int ir_heap_pop(int *h, int *n);
 
 /* A growable text buffer (dumps, plan.txt, manifests). */
 typedef struct ir_buf {

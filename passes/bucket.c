@@ -107,28 +107,6 @@ static int item_pts(const ir_dist *d, const ir_item *it, int *pt, int cap)
     return n;
 }
 
-/* Min-heap of ints. */
-static void heap_push(int *h, int *n, int v)
-{
-    int i = (*n)++;
-    while (i > 0 && h[(i - 1) / 2] > v) h[i] = h[(i - 1) / 2], i = (i - 1) / 2;
-    h[i] = v;
-}
-
-static int heap_pop(int *h, int *n)
-{
-    int top = h[0], v = h[--*n], i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && h[c + 1] < h[c]) c++;
-        if (h[c] >= v) break;
-        h[i] = h[c], i = c;
-    }
-    if (*n) h[i] = v;
-    return top;
-}
-
 typedef struct bedge {
     int s, t;   /* item s before item t (positions in the region) */
 } bedge;
@@ -149,7 +127,7 @@ static int item_class(const ir_dist *d, const ir_item *it)
 /* Item i of the region from a is ready. */
 static void ready(const ir_dist *d, bready *r, int a, int i)
 {
-    heap_push(r->heap, &r->nh, i);
+    ir_heap_push(r->heap, &r->nh, i);
     int g = item_class(d, &d->seq[a + i]);
     if (g < 0) return;
     r->gnext[i] = -1;
@@ -212,9 +190,9 @@ void pass_bucket_order(ir_dist *d)
             if (r.ghead[cur] >= 0) pick = r.ghead[cur], r.ghead[cur] = r.gnext[pick];
         }
         if (pick < 0) {   /* else the first ready in the old order */
-            while (r.nh && taken[r.heap[0]]) heap_pop(r.heap, &r.nh);
+            while (r.nh && taken[r.heap[0]]) ir_heap_pop(r.heap, &r.nh);
             IR_ASSERT(r.nh);   /* (the edges go forward: no cycle) */
-            pick = heap_pop(r.heap, &r.nh);
+            pick = ir_heap_pop(r.heap, &r.nh);
         }
         taken[pick] = 1;
         out[no++] = d->seq[a + pick];
