@@ -83,8 +83,8 @@ static int bclass(const ir_dist *d, int c)
  * break at every change.  pass_bucket_order reorders the post items before
  * the first update: a list schedule that keeps every two items touching one
  * pTensor in their order, and takes, of the items whose predecessors are
- * placed, one of the group it took last where there is one, else the first
- * in the old order.  One global order still, so every group meets its
+ * placed, one of the class (group and kind) it took last where there is
+ * one, else the first in the old order.  One global order still, so every group meets its
  * collectives in one order on every member. */
 
 /* The pTensors item it touches, into pt (cap entries); how many. */
@@ -114,8 +114,8 @@ typedef struct bedge {
 /* The list schedule's ready items. */
 typedef struct bready {
     int *heap, nh;        /* by old position */
-    int *gnext;           /* per item: the next ready all-reduce of its group, -1: none */
-    int *ghead, *gtail;   /* per group: its list of ready all-reduces */
+    int *gnext;           /* per item: the next ready comm of its class (bclass), -1: none */
+    int *ghead, *gtail;   /* per class: its list of ready comms */
 } bready;
 
 /* Item it's bucket class (bclass), or -1. */
@@ -171,8 +171,8 @@ void pass_bucket_order(ir_dist *d)
     for (int i = 0; i < n; i++) e0[i + 1] += e0[i];
     int *fill = ir_xcalloc((size_t)n + 1, sizeof(int));
     for (int e = 0; e < ne; e++) adj[e0[ed[e].s] + fill[ed[e].s]++] = ed[e].t;
-    /* the list schedule: ready items in a heap by old position, and the ready all-reduces of each group
-       in a list in the order they became ready */
+    /* the list schedule: ready items in a heap by old position, and the ready comms of each class
+       (group and kind) in a list in the order they became ready */
     bready r;
     r.heap = ir_xmalloc(sizeof(int) * ((size_t)n + 1)), r.nh = 0;
     r.gnext = ir_xmalloc(sizeof(int) * ((size_t)n + 1));
@@ -185,7 +185,7 @@ void pass_bucket_order(ir_dist *d)
     int no = 0, cur = -1;
     while (no < n) {
         int pick = -1;
-        if (cur >= 0) {   /* the group taken last, where it has a ready all-reduce */
+        if (cur >= 0) {   /* the class taken last, where it has a ready comm */
             while (r.ghead[cur] >= 0 && taken[r.ghead[cur]]) r.ghead[cur] = r.gnext[r.ghead[cur]];
             if (r.ghead[cur] >= 0) pick = r.ghead[cur], r.ghead[cur] = r.gnext[pick];
         }
