@@ -563,15 +563,12 @@ static void lower_bucket(lctx *c, int ci, int sec, int k, const char *note)
     const ir_dist *d = c->d;
     const ir_comm *cm = &d->comm[ci];
     const int K = cm->n, rs = cm->kind == IR_COMM_REDUCESCATTER;
-    int64_t L = 0, S = c->m->scratch;
+    /* L: a member's tiles, floats (the scratch the bucket asks for is K + 1 blocks of them; after the
+       micro-batches the boxes are whole) */
+    IR_ASSERT(sec == IR_SEC_POST);
+    int64_t L = pass_comm_scratch(d, ci, c->p->rank) / (K + 1) / 4, S = c->m->scratch;
     int nb = 0;
-    for (int x = ci; x >= 0; x = d->comm[x].bnext, nb++) {   /* Ltot: a member's tiles, floats */
-        const ir_comm *cx = &d->comm[x];
-        int pt = d->ints[(rs ? cx->out : cx->in) + k];
-        ir_box b = pass_mbbox(d, cx->tensor, &d->pt[pt].box, sec);
-        L += ir_box_numel(&b, d->g->t[cx->tensor].ndim) * pass_elsize(&d->g->t[cx->tensor]) / 4;
-    }
-    IR_ASSERT(pass_comm_scratch(d, ci, c->p->rank) >= (K + 1) * L * 4);
+    for (int x = ci; x >= 0; x = d->comm[x].bnext) nb++;
     ir_box *tiles = ir_xmalloc(sizeof *tiles * (size_t)K);
     const ir_box **tl = ir_xmalloc(sizeof *tl * (size_t)K);
     int64_t R = rs ? S + K * L * 4 : S + L * 4;   /* the collective's output */
