@@ -392,6 +392,12 @@ void pass_schedule(ir_dist *d)
         d->accum[t] = (char)(t == g->train.loss || opt_read[t]);
     }
     free(opt_read);
+    /* ZeRO 2 reduce-scatters a gradient in each micro-batch only where every
+       comm of it is a reduce-scatter: a sequence-parallel param's gradient,
+       partial over dp x tp and summed by sends (comm.c), accumulates over the
+       micro-batches (pass_pt_accum) and is summed once a step, as under ZeRO 1 */
+    for (int i = 0; i < d->ncomm && g->req.zero == 2; i++)
+        if (d->comm[i].kind != IR_COMM_REDUCESCATTER) d->zgrad[d->comm[i].tensor] = 0;
     /* each tensor's comms (ZeRO 2 places some by tensor) */
     if (g->req.zero == 2) {
         c.tcomm0 = ir_xcalloc((size_t)g->nt + 2, sizeof(int));
