@@ -5,9 +5,10 @@
 # that a change of the machine's load hits both), STEPS steps each (default
 # 30); prints per plan and way the median of the per-round medians of
 # steps 2..STEPS, and their ratio, and the collectives rank 0 issues after
-# the micro-batches (all-reduces, reduce-scatters, all-gathers).
+# the micro-batches and in them (all-reduces, reduce-scatters, all-gathers).
 #
-# Environment: BUILD (build directory, default build/).
+# Environment: BUILD (build directory, default build/); ONLY: run only the
+# plans whose name holds this text.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$top/build}
@@ -22,6 +23,8 @@ plans=(
   "gpt2-tiny at C 32, T 8, dp 2|$tiny --devices 2 --set plan.policy=dp --set dims.C=32 --set dims.T=8"
   "gpt2-tiny at C 32, T 8, dp 2, zero 1|$tiny --devices 2 --set plan.policy=dp --set dims.C=32 --set dims.T=8 --set plan.zero=1"
   "mlp dp 2|$top/examples/mlp.ini --devices 2"
+  "gpt2-tiny at C 32, T 8, dp 2, zero 2, a100's plan|$tiny --devices 2 --set plan.policy=dp --set dims.C=32 --set dims.T=8 --set plan.zero=2 --set cluster.device=a100-80g"
+  "gpt2-tiny at C 32, T 8, dp 2, zero 3, a100's plan|$tiny --devices 2 --set plan.policy=dp --set dims.C=32 --set dims.T=8 --set plan.zero=3 --set cluster.device=a100-80g"
 )
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs available; load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -34,6 +37,7 @@ med() {
 mmed() { tr ' ' '\n' | sort -g | awk 'NF {v[n++] = $1} END {print v[int(n / 2)]}'; }
 for p in "${plans[@]}"; do
   name=${p%%|*}
+  [[ -z ${ONLY:-} || $name == *"$ONLY"* ]] || continue
   read -r -a args <<<"${p#*|}"
   for b in true false; do
     "$build/nnsc-aot" "${args[@]}" --set plan.grad_buckets=$b --dump=lower -q -o "$tmp/$b" >"$tmp/$b.lower" 2>/dev/null
@@ -47,8 +51,9 @@ for p in "${plans[@]}"; do
     done
   done
   mon=$(echo "${on[*]}" | mmed) moff=$(echo "${off[*]}" | mmed)
-  ar() { awk '/^prog rank/ {r = $3} r == 0 && /^  post (allreduce|reducescatter|allgather) / {n++} END {print n + 0}' "$1"; }
-  printf '%-36s buckets %8.3f ms (%d collectives after the loop), one by one %8.3f ms (%d): %.3fx\n' "$name" \
-    "$mon" "$(ar "$tmp/true.lower")" "$moff" "$(ar "$tmp/false.lower")" "$(awk -v a="$moff" -v b="$mon" 'BEGIN {print a / b}')"
+  ar() { awk -v s="$2" '/^prog rank/ {r = $3} r == 0 && $1 == s && $2 ~ /^(allreduce|reducescatter|allgather)$/ {n++} END {print n + 0}' "$1"; }
+  printf '%-36s buckets %8.3f ms (%d collectives after the loop, %d in it), one by one %8.3f ms (%d, %d): %.3fx\n' \
+    "$name" "$mon" "$(ar "$tmp/true.lower" post)" "$(ar "$tmp/true.lower" mb)" "$moff" "$(ar "$tmp/false.lower" post)" \
+    "$(ar "$tmp/false.lower" mb)" "$(awk -v a="$moff" -v b="$mon" 'BEGIN {print a / b}')"
   echo "  per round, buckets: ${on[*]}; one by one: ${off[*]}"
 done

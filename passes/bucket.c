@@ -1,6 +1,6 @@
-/* bucket.c -- gradient buckets: the collectives after the micro-batches
- * that follow one another on every member of one group run as one
- * collective (docs/comm.md, Gradient buckets).
+/* bucket.c -- gradient buckets: the collectives of one section that
+ * follow one another on every member of one group run as one collective
+ * (docs/comm.md, Gradient buckets).
  *
  * After the micro-batch loop every rank all-reduces its accumulated
  * gradients (schedule.c places every comm the updates read before the
@@ -15,11 +15,14 @@
  *     buffers out one after another, so the first comm's lowering reduces
  *     the whole range, the 64-byte alignment gaps included (zeros: the
  *     arena starts zeroed and nothing else writes them); no copies;
- *   - reduce-scatters made once a step (ZeRO 1's) and all-gathers, each
- *     where packing it costs less than the latency it saves (the cost
+ *   - reduce-scatters made once a step (ZeRO 1's and 3's) and all-gathers,
+ *     each where packing it costs less than the latency it saves (the cost
  *     model's); lower.c packs them into the scratch, member j's block
- *     holding every comm's tile j, at most BUCKET_PACK bytes of whole boxes
+ *     holding every comm's tile j, at most bucket_cap bytes of whole boxes
  *     a bucket.
+ * In the micro-batches (without a pipeline) ZeRO 2's reduce-scatters (which
+ * add into the update's shard) and ZeRO 3's gathers join buckets the same
+ * way; mb_order (below) first moves them together.
  * The same sums element by element (the CPU collectives add the members'
  * values in member order, whatever the buffer's length; NCCL may pick
  * another algorithm for the larger buffer, within floating-point
@@ -37,24 +40,39 @@
  * (ir_comm.bbytes, on the first comm; the others cost nothing) and the
  * packing's copies.
  *
- * Cost: linear in the ranks' items; the reorder, n log n in the items
- * before the updates. */
+ * Cost: linear in the ranks' items; the reorders, n log n in the items
+ * of the micro-batches and before the updates. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
 
-/* May comm c join a bucket, as far as c alone goes?  An all-reduce (not
- * in the prologue), a reduce-scatter (ZeRO 1's, once a step: not ZeRO 2's,
- * which accumulates in the micro-batches) or an all-gather (ZeRO 1's and
- * 2's params after the updates, and in the prologue) after the micro-batches. */
+/* Do the micro-batches' collectives join buckets?  Not in a pipeline,
+ * whose stages' tasks order them (pipeline.c). */
+static int mb_buckets(const ir_dist *d)
+{
+    return d->mesh_pp <= 1;
+}
+
+/* May comm c join a bucket, as far as c alone goes?  After the
+ * micro-batches: an all-reduce (not in the prologue), a reduce-scatter
+ * (ZeRO 1's) or an all-gather (ZeRO 1's and 2's params after the updates,
+ * and in the prologue).  In the micro-batches (mb_buckets), of a tensor
+ * without a batch dim: a reduce-scatter (ZeRO 2's gradient shards, which
+ * accumulate) or an all-gather (ZeRO 3's params, for the forward and again
+ * for the backward). */
 static int candidate(const ir_dist *d, int c)
 {
     const ir_comm *cm = &d->comm[c];
     const ir_tensor *t = &d->g->t[cm->tensor];
-    if (cm->sec != IR_SEC_POST || cm->n < 2 || pass_elsize(t) != 4) return 0;
+    if (cm->n < 2 || pass_elsize(t) != 4) return 0;
+    if (cm->sec == IR_SEC_MB) {   /* in the micro-batches: ZeRO 2's and 3's, without a pipeline */
+        if (!mb_buckets(d) || t->batch_dim >= 0 || cm->kind == IR_COMM_ALLREDUCE) return 0;
+    } else if (cm->sec != IR_SEC_POST) {
+        return 0;
+    }
     if (cm->kind == IR_COMM_ALLREDUCE) return !cm->prologue;
-    if ((cm->kind != IR_COMM_REDUCESCATTER || cm->acc) && cm->kind != IR_COMM_ALLGATHER) return 0;
+    if (cm->kind != IR_COMM_REDUCESCATTER && cm->kind != IR_COMM_ALLGATHER) return 0;
     /* packed: only where the copies cost less than the latency they save (the cost model's) */
     const ir_profile *pf = &d->g->prof;
     const int *m = d->ints + d->grp[cm->group].devs;
@@ -72,6 +90,34 @@ static int bclass(const ir_dist *d, int c)
     const ir_comm *cm = &d->comm[c];
     int k = cm->kind == IR_COMM_ALLREDUCE ? 0 : cm->kind == IR_COMM_REDUCESCATTER ? 1 : 2;
     return candidate(d, c) ? cm->group * 3 + k : -1;
+}
+
+/* The most bytes a bucket of reduce-scatters or all-gathers packs (the
+ * whole boxes of its comms): the scratch takes about as much again. */
+#define BUCKET_PACK (32LL << 20)
+
+/* The most bytes a bucket packs on the plan's devices: BUCKET_PACK, or a
+ * 64th of a device's memory where that is less (the bucket's boxes live
+ * while it runs, and its scratch takes about as much again). */
+int64_t pass_bucket_cap(const ir_profile *pf)
+{
+    double m = pf->mem / 64;
+    return m < (double)BUCKET_PACK ? (int64_t)m : BUCKET_PACK;
+}
+
+static int64_t bucket_cap(const ir_dist *d)
+{
+    return pass_bucket_cap(&d->g->prof);
+}
+
+/* The bytes comm c adds to its bucket's packing: a reduce-scatter's or
+ * all-gather's whole box (an all-reduce's bucket packs nothing). */
+static int64_t packed_bytes(const ir_dist *d, int c)
+{
+    const ir_comm *cm = &d->comm[c];
+    if (cm->kind == IR_COMM_ALLREDUCE) return 0;
+    int pt = d->ints[(cm->kind == IR_COMM_REDUCESCATTER ? cm->in : cm->out)];
+    return ir_box_numel(&d->pt[pt].box, d->g->t[cm->tensor].ndim) * 4;
 }
 
 /* ---- the order of the comms before the updates
@@ -136,9 +182,138 @@ static void ready(const ir_dist *d, bready *r, int a, int i)
     r->gtail[g] = i;
 }
 
+/* ---- the order of the micro-batches' collectives
+ *
+ * In the micro-batches the schedule places ZeRO 3's gathers of the params
+ * each before the op that reads it, and ZeRO 2's reduce-scatters of the
+ * gradients each after the op that makes it, compute between every two.
+ * mb_order moves them together: an all-gather up to the one before it of
+ * its class (hoist), a reduce-scatter down to the one after it (sink),
+ * where no item between touches what it writes or writes what it reads, and
+ * while the bucket it joins packs at most bucket_cap bytes.  The gathered
+ * params then live from their bucket's collective on, the gradients until
+ * theirs: at most about bucket_cap bytes more, which the memory plan
+ * counts.  Positions are the old order's; an item that moved is still
+ * counted where it was (conservative), and items only move towards their
+ * bucket's first (hoist) or last (sink) comm.  A sort by (anchor, side,
+ * position) then lays each bucket's comms next to its anchor.  Within the
+ * forward [a, seq_bwd) and the backward [seq_bwd, end) apart (pipeline.c's
+ * tasks need no such order, but the items stay in their half). */
+static void mb_order(ir_dist *d, int a, int b, int sink, int *lw, int *lt, int *head, int64_t *hb)
+{
+    int n = b - a;
+    if (n < 3) return;
+    int64_t *key = ir_xmalloc(sizeof(int64_t) * (size_t)n);
+    int *cpin = ir_xmalloc(sizeof(int) * (size_t)n);   /* per position: a copy's input's last write or
+                                                           output's last touch before it (-1: none),
+                                                           -2: not a copy */
+    int moved = 0;
+    for (int q = 0; q < 3 * d->ngrp; q++) head[q] = -1, hb[q] = 0;
+    for (int s = 0; s < n; s++) {
+        int i = sink ? n - 1 - s : s;   /* (sink: from the last back; positions mirrored, p) */
+        const ir_item *it = &d->seq[a + i];
+        int p = sink ? n - 1 - i : i;
+        int side = 1, anchor = i;   /* (key: 4 anchor + side; side 1: where it was) */
+        int cls = -1;
+        if (it->comm && d->comm[it->id].kind == (sink ? IR_COMM_REDUCESCATTER : IR_COMM_ALLGATHER) &&
+            d->comm[it->id].sec == IR_SEC_MB)
+            cls = bclass(d, it->id);
+        if (cls >= 0) {
+            const ir_comm *c = &d->comm[it->id];
+            int h = head[cls];
+            int64_t pb = packed_bytes(d, it->id);
+            int ok = h >= 0 && hb[cls] + pb <= bucket_cap(d);
+            for (int k = 0; k < c->n && ok; k++) {   /* nothing between writes its inputs or touches its outputs */
+                int in = d->ints[c->in + k], out = d->ints[c->out + k];
+                if (out >= 0 && lt[out] > h) ok = 0;
+                /* (hoist: an input a copy made since, from what nothing wrote since h, and nothing touched
+                   since -- ZeRO 3's shard copied for the backward, pass_zero3_regather -- moves with it) */
+                if (in >= 0 && lw[in] > h && (sink || lt[in] != lw[in] || cpin[lw[in]] < -1 || cpin[lw[in]] >= h))
+                    ok = 0;
+            }
+            for (int k = 0; k < c->n && ok && !sink; k++) {   /* (the copies go just before h's comm) */
+                int in = d->ints[c->in + k];
+                if (in >= 0 && lw[in] > h) key[lw[in]] = ((int64_t)(4 * h) << 32) | lw[in];
+            }
+            if (ok) {
+                anchor = sink ? n - 1 - h : h;
+                side = sink ? 0 : 2;
+                hb[cls] += pb;
+                moved++;
+            } else {
+                head[cls] = p;
+                hb[cls] = pb;
+            }
+        }
+        /* its touches, at its old position (p grows as the walk goes) */
+        if (it->comm) {
+            const ir_comm *c = &d->comm[it->id];
+            for (int k = 0; k < c->n; k++) {
+                int in = d->ints[c->in + k], out = d->ints[c->out + k];
+                if (in >= 0) lt[in] = p;
+                if (out >= 0) lw[out] = lt[out] = p;
+            }
+        } else {
+            const ir_subop *so = &d->sop[it->id];
+            const ir_op *o = &d->g->op[so->op];
+            cpin[p] = -2;
+            if (o->kind == IR_OP_COPY && o->nin == 1 && o->nout == 1)   /* (the later of the two) */
+                cpin[p] = lw[so->in[0]] > lt[so->out[0]] ? lw[so->in[0]] : lt[so->out[0]];
+            for (int k = 0; k < o->nin; k++) lt[so->in[k]] = p;
+            for (int k = 0; k < o->nout; k++) lw[so->out[k]] = lt[so->out[k]] = p;
+        }
+        key[i] = ((int64_t)(4 * anchor + side) << 32) | i;
+    }
+    /* reset the touches (the next segment's positions start again at 0) */
+    for (int i = 0; i < n; i++) {
+        const ir_item *it = &d->seq[a + i];
+        if (it->comm) {
+            const ir_comm *c = &d->comm[it->id];
+            for (int k = 0; k < c->n; k++) {
+                int in = d->ints[c->in + k], out = d->ints[c->out + k];
+                if (in >= 0) lw[in] = lt[in] = -1;
+                if (out >= 0) lw[out] = lt[out] = -1;
+            }
+        } else {
+            const ir_subop *so = &d->sop[it->id];
+            const ir_op *o = &d->g->op[so->op];
+            for (int k = 0; k < o->nin; k++) lw[so->in[k]] = lt[so->in[k]] = -1;
+            for (int k = 0; k < o->nout; k++) lw[so->out[k]] = lt[so->out[k]] = -1;
+        }
+    }
+    if (moved) {
+        qsort(key, (size_t)n, sizeof *key, ir_cmp_i64);
+        ir_item *out = ir_xmalloc(sizeof(ir_item) * (size_t)n);
+        for (int k = 0; k < n; k++) out[k] = d->seq[a + (int)(key[k] & 0xffffffff)];
+        for (int k = 0; k < n; k++) {
+            d->seq[a + k] = out[k];
+            if (!out[k].comm) d->sop[out[k].id].order = a + k;
+        }
+        free(out);
+    }
+    free(key);
+    free(cpin);
+}
+
 void pass_bucket_order(ir_dist *d)
 {
     if (d->g->req.no_grad_buckets || d->ndev < 2) return;
+    if (mb_buckets(d)) {
+        int e = 0;
+        while (e < d->nseq && d->seq[e].sec != IR_SEC_MB) e++;
+        int s0 = e;
+        while (e < d->nseq && d->seq[e].sec == IR_SEC_MB) e++;
+        int bw = d->seq_bwd < s0 ? s0 : d->seq_bwd > e ? e : d->seq_bwd;
+        int *lw = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1)), *lt = ir_xmalloc(sizeof(int) * ((size_t)d->npt + 1));
+        for (int i = 0; i < d->npt; i++) lw[i] = lt[i] = -1;
+        int *head = ir_xmalloc(sizeof(int) * (3 * (size_t)d->ngrp + 1));
+        int64_t *hb = ir_xmalloc(sizeof(int64_t) * (3 * (size_t)d->ngrp + 1));
+        for (int sink = 0; sink < 2; sink++) {
+            mb_order(d, s0, bw, sink, lw, lt, head, hb);
+            mb_order(d, bw, e, sink, lw, lt, head, hb);
+        }
+        free(lw), free(lt), free(head), free(hb);
+    }
     int a = 0;
     while (a < d->nseq && d->seq[a].sec != IR_SEC_POST) a++;
     int b = a;
@@ -205,20 +380,6 @@ void pass_bucket_order(ir_dist *d)
     free(r.heap), free(r.gnext), free(r.ghead), free(r.gtail), free(taken), free(out);
 }
 
-/* The most bytes a bucket of reduce-scatters or all-gathers packs (the
- * whole boxes of its comms): the scratch takes about as much again. */
-#define BUCKET_PACK (32LL << 20)
-
-/* The bytes comm c adds to its bucket's packing: a reduce-scatter's or
- * all-gather's whole box (an all-reduce's bucket packs nothing). */
-static int64_t packed_bytes(const ir_dist *d, int c)
-{
-    const ir_comm *cm = &d->comm[c];
-    if (cm->kind == IR_COMM_ALLREDUCE) return 0;
-    int pt = d->ints[(cm->kind == IR_COMM_REDUCESCATTER ? cm->in : cm->out)];
-    return ir_box_numel(&d->pt[pt].box, d->g->t[cm->tensor].ndim) * 4;
-}
-
 /* Mark (v 1) or unmark (v 0) the pTensors comm c makes, every member's
  * (made NULL: nothing to mark). */
 static void mark_made(const ir_dist *d, int c, char *made, char v)
@@ -256,11 +417,14 @@ void pass_bucket(ir_dist *d)
         if (d->rank_pt0[r + 1] - d->rank_pt0[r] > nloc) nloc = d->rank_pt0[r + 1] - d->rank_pt0[r];
     char *later = ir_xmalloc((size_t)nloc), *arout = ir_xmalloc((size_t)nloc);
     const int *loc = d->pt_local;
-    /* each rank's items after the micro-batches: the last ones (seq keeps the sections in order) */
+    /* each rank's items in the micro-batches (mb_buckets) and after them: the last ones (seq keeps
+       the sections in order) */
     int *post0 = ir_xmalloc(sizeof(int) * ((size_t)d->ndev + 1));
     for (int r = 0; r < d->ndev; r++) {
         int q = d->rank_item0[r + 1];
-        while (q > d->rank_item0[r] && d->seq[d->rank_item[q - 1]].sec == IR_SEC_POST) q--;
+        while (q > d->rank_item0[r] && (d->seq[d->rank_item[q - 1]].sec == IR_SEC_POST ||
+                                        (d->seq[d->rank_item[q - 1]].sec == IR_SEC_MB && mb_buckets(d))))
+            q--;
         post0[r] = q;
     }
     /* in place on every member: each rank's items after the micro-batches from its last back */
@@ -305,7 +469,7 @@ void pass_bucket(ir_dist *d)
             int next = -1;
             if (q + 1 < d->rank_item0[r + 1]) {
                 const ir_item *nt = &d->seq[d->rank_item[q + 1]];
-                if (nt->comm && !bad[nt->id] && cls[nt->id] == cls[it->id] &&
+                if (nt->comm && !bad[nt->id] && cls[nt->id] == cls[it->id] && nt->sec == it->sec &&
                     d->comm[nt->id].prologue == d->comm[it->id].prologue)
                     next = nt->id;
             }
@@ -330,7 +494,7 @@ void pass_bucket(ir_dist *d)
             int last = h;
             int64_t packed = packed_bytes(d, h);
             mark_made(d, h, mk, 1);
-            while (nx[last] >= 0 && !reads_made(d, nx[last], mk) && packed + packed_bytes(d, nx[last]) <= BUCKET_PACK)
+            while (nx[last] >= 0 && !reads_made(d, nx[last], mk) && packed + packed_bytes(d, nx[last]) <= bucket_cap(d))
                 last = nx[last], packed += packed_bytes(d, last), mark_made(d, last, mk, 1);
             int next = nx[last];
             for (int c = h; mk; c = nx[c]) {   /* (clear the marks) */

@@ -555,7 +555,8 @@ static int direct_tiles(const ir_box *whole, const ir_box *const *tile, int k, i
  * member j's block holds every comm's tile j one after another (Ltot
  * floats: the bucket's tiles of one member).  A reduce-scatter packs each
  * input's tiles into the blocks, reduce-scatters into Ltot floats after
- * them and copies each comm's part to its output; an all-gather copies
+ * them and copies each comm's part to its output (adds, where the comm
+ * accumulates: ZeRO 2's in the micro-batches); an all-gather copies
  * each input into the rank's block, gathers the blocks after it and places
  * each comm's tile j into its output. */
 static void lower_bucket(lctx *c, int ci, int sec, int k, const char *note)
@@ -563,9 +564,9 @@ static void lower_bucket(lctx *c, int ci, int sec, int k, const char *note)
     const ir_dist *d = c->d;
     const ir_comm *cm = &d->comm[ci];
     const int K = cm->n, rs = cm->kind == IR_COMM_REDUCESCATTER;
-    /* L: a member's tiles, floats (the scratch the bucket asks for is K + 1 blocks of them; after the
-       micro-batches the boxes are whole) */
-    IR_ASSERT(sec == IR_SEC_POST);
+    /* L: a member's tiles, floats (the scratch the bucket asks for is K + 1 blocks of them; the boxes
+       are whole: in the micro-batches only tensors without a batch dim join a bucket) */
+    IR_ASSERT(sec == IR_SEC_POST || sec == IR_SEC_MB);
     int64_t L = pass_comm_scratch(d, ci, c->p->rank) / (K + 1) / 4, S = c->m->scratch;
     int nb = 0;
     for (int x = ci; x >= 0; x = d->comm[x].bnext) nb++;
@@ -602,12 +603,12 @@ static void lower_bucket(lctx *c, int ci, int sec, int k, const char *note)
                 else
                     for (int j = 0; j < K; j++)
                         emit_box(c, sec, 0, off(c, pin), S + (j * L + at) * 4, &full, &tiles[j], nd, 0, nt);
-            } else if (rs) {   /* my part of the sum into the output */
+            } else if (rs) {   /* my part of the sum into the output (ZeRO 2's: added over the micro-batches) */
                 pg_instr *in = add(c, sec, RT_K_copy, nt);
                 pg_buf(in, R + at * 4);
                 pg_buf(in, off(c, pout));
                 pg_i(in, n);
-                pg_i(in, 0);
+                pg_acc(in, cx->acc ? (sec == IR_SEC_MB ? -1 : 1) : 0);
             } else if (pass == 0) {   /* my tile into my block */
                 pg_instr *in = add(c, sec, RT_K_copy, nt);
                 pg_buf(in, off(c, pin));
@@ -789,7 +790,6 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     case IR_COMM_REDUCESCATTER: {
         int64_t n = ir_box_numel(&ob[k], nd) * es / 4;
         if (cm->bucket >= 0) {   /* a bucket (bucket.c): its first comm reduce-scatters them all */
-            IR_ASSERT(!cm->acc);
             if (cm->bucket == ci) lower_bucket(c, ci, sec, k, t->name);
             sent = n * 4 * (K - 1);
             break;
@@ -899,9 +899,10 @@ static void lower_eval(lctx *c)
     for (int q = 0; q < nitem; q++) {   /* the rank's items: its sub-ops, the comms it is in */
         const ir_item *it = &d->seq[item[q]];
         if (it->sec != IR_SEC_MB) continue;
-        if (it->comm) {
+        if (it->comm) {   /* (the forward's: ZeRO 3's gathers again for the backward are not needed) */
             const ir_tensor *t = &g->t[d->comm[it->id].tensor];
-            if (t->kind != IR_T_GRAD) lower_comm(c, it->id, it->sec, d->rank_member[d->rank_item0[r] + q]);
+            if (t->kind != IR_T_GRAD && item[q] < d->seq_bwd)
+                lower_comm(c, it->id, it->sec, d->rank_member[d->rank_item0[r] + q]);
         } else if (g->op[d->sop[it->id].op].phase == IR_PH_FWD) {
             lower_subop(c, it->id, it->sec);
         }

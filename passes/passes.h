@@ -53,6 +53,9 @@ void pass_schedule(ir_dist *d);
  * (before ir_dist_index_ranks) */
 void pass_bucket_order(ir_dist *d);
 void pass_bucket(ir_dist *d);
+/* The most bytes a bucket of reduce-scatters or all-gathers packs on
+ * profile pf's devices (bucket.c). */
+int64_t pass_bucket_cap(const ir_profile *pf);
 
 /* pipeline.c: with pp stages, each stage's tasks per step (d->pipe) from
  * [plan] schedule or order, checked deadlock-free.  Returns 0 or 2. */

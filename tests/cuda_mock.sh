@@ -285,6 +285,10 @@ check_run() {
   build gpt-bf16 "${gpt[@]}" --set train.dtype=bf16 --target cuda --arch sm_90
   build gpt-dp2 "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=dp
   build gpt-dp2-z1 "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=dp --set plan.zero=1
+  build gpt-dp2-z2 "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=dp --set plan.zero=2 \
+    --set cluster.device=h100-80g
+  build gpt-dp2-z3 "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=dp --set plan.zero=3 \
+    --set cluster.device=h100-80g
   build gpt-tp2 "${gpt[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
   build gpt-dp2tp2 "${gpt[@]}" --target cuda --arch sm_90 --devices 4 --set plan.policy=hybrid \
     --set plan.tp=2
@@ -303,7 +307,7 @@ check_run() {
 ) &
 wait
 built mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu padmask-cpu abias-cpu relpos-cpu mlp gpt gpt-bf16 \
-  gpt-dp2 gpt-dp2-z1 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc rcy-pp2 llama-tp2 gqa-tp2 xattn-tp2 slice-dp2 \
+  gpt-dp2 gpt-dp2-z1 gpt-dp2-z2 gpt-dp2-z3 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc rcy-pp2 llama-tp2 gqa-tp2 xattn-tp2 slice-dp2 \
   padmask-tp2 abias-tp2 relpos-tp2
 
 # the cpu-target references (no doubles involved, but the same environment)
@@ -340,6 +344,12 @@ check_run relpos-tp2 relpos-cpu 2 "t5-relpos, tp2 (T5's relative position bias: 
 # (passes/bucket.c; the device's place, slice and copy kernels), the large ones alone
 [[ -x $tmp/gpt-dp2-z1/launch ]] && run gpt-dp2-z1
 check_run gpt-dp2-z1 gpt-cpu 2 "gpt2-tiny, dp2, ZeRO 1 (packed buckets of reduce-scatters and all-gathers)"
+# ZeRO 2 and 3 on h100-80g's profile: the micro-batches' reduce-scatters (their shards added over the
+# micro-batches) and gathers in buckets too
+[[ -x $tmp/gpt-dp2-z2/launch ]] && run gpt-dp2-z2
+check_run gpt-dp2-z2 gpt-cpu 2 "gpt2-tiny, dp2, ZeRO 2 (the micro-batches' reduce-scatters in buckets)"
+[[ -x $tmp/gpt-dp2-z3/launch ]] && run gpt-dp2-z3
+check_run gpt-dp2-z3 gpt-cpu 2 "gpt2-tiny, dp2, ZeRO 3 (the micro-batches' gathers in buckets)"
 [[ -x $tmp/gpt-tp2/launch ]] && run gpt-tp2; check_run gpt-tp2 gpt-cpu 2 "gpt2-tiny, tp2"
 [[ -x $tmp/gpt-dp2tp2/launch ]] && run gpt-dp2tp2
 check_run gpt-dp2tp2 gpt-cpu 4 "gpt2-tiny, dp2 x tp2 (4 ranks)"
