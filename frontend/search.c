@@ -28,6 +28,7 @@
  * stage, and the fastest estimates are then built on every layer until the
  * fastest plan is one so built (assess, fe_search). */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -215,10 +216,10 @@ static void cand_text(const cand *c, int group, char *buf, size_t n)
  * dp replicas folded -- the candidate is built on its tp x pp devices
  * alone (dp 1, no ZeRO) for one replica's batch (the inputs' batch / dp;
  * fold 2, recycling: the whole batch, its micro-batch work and activations
- * divided by dp), and the dp gradient all-reduce (one bucket of a rank's
- * params, bucket.c, or one per param under ZeRO 2 and 3; ring, over the
- * network once the cluster spans nodes) and ZeRO's memory
- * by formula. */
+ * divided by dp), and the dp gradient collectives (all-reduces in one
+ * bucket of a rank's params, bucket.c; under ZeRO 2 and 3 the micro-batches'
+ * reduce-scatters and gathers too; ring, over the network once the cluster
+ * spans nodes) and ZeRO's memory by formula. */
 static void price(const fe_opts *o, cand *c, int fold, int layers)
 {
     ir_graph g;
@@ -285,11 +286,18 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
                 /* the step: one replica's micro-batches, then the slowest stage's gradient all-reduce */
                 const ir_profile *pf = &g.prof;
                 int spans = wsd > per_node || (N > per_node && per_node % wsd);   /* (a stage's dp group) */
-                /* (one bucket of every gradient, bucket.c; ZeRO 1 reduce-scatters and gathers them in
-                   one bucket each: a ring all-reduce's steps; 2 and 3 in the micro-batches, one by one) */
-                int nar = !g.req.no_grad_buckets && c->zero <= 1 && np > 0 ? 1 : np;
-                double ar = nar * pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 0, spans) +
-                            pass_cost_collective(pf, IR_COMM_ALLREDUCE, c->dp, 2 * (dp - 1) / dp * f, spans);
+                /* (without ZeRO one bucket of every gradient, bucket.c: a ring all-reduce's 2 rounds;
+                   ZeRO 1 reduce-scatters and gathers them once, 2 rounds too; ZeRO 2 reduce-scatters
+                   them in every micro-batch and gathers them once, ZeRO 3 gathers them twice in every
+                   micro-batch and reduce-scatters them once: m + 1 and 2 m + 1 rounds; a round moves
+                   (dp - 1) / dp of them, packed in buckets of at most pass_bucket_cap bytes -- the
+                   micro-batches' without a pipeline, else one by one) */
+                int nb = g.req.no_grad_buckets ? np : c->zero == 0 ? 1 : c->pp > 1 && c->zero >= 2 ? np
+                                                                   : (int)ceil(f / (double)pass_bucket_cap(pf));
+                if (nb > np) nb = np;
+                double rounds = c->zero <= 1 ? 2 : c->zero == 2 ? c->m + 1 : 2 * c->m + 1;
+                double ar = rounds * nb * pass_cost_collective(pf, IR_COMM_ALLGATHER, c->dp, 0, spans) +
+                            pass_cost_collective(pf, IR_COMM_ALLGATHER, c->dp, rounds * (dp - 1) / dp * f, spans);
                 double st_step = (e.step - e.outside) / adiv + e.outside / (c->zero ? dp : 1) + ar;
                 if (s == 0 || st_step > c->step) c->step = st_step;
             }
@@ -562,7 +570,7 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
                                                                                  recomputes) */
         if (k == LADDER - 1 && !x->cos) continue;      /* (no MLP chain, or the spec's coshard) */
         cand u = t;
-        u.zero = x->fz >= 0 ? x->fz : (t.dp > 1 ? ladder_z[k] : 0);
+        u.zero = t.dp == 1 ? 0 : x->fz >= 0 ? x->fz : ladder_z[k];   /* (ZeRO shards on dp: none on dp 1) */
         u.rc = x->frc < 0 ? 0 : ladder_rc[k];
         u.sp = t.sp || (t.tp > 1 && !x->fsp && ladder_sp[k]);   /* (t.sp: the refinement's, kept) */
         u.rung = k, u.ok = u.est = 0, u.why[0] = '\0';
