@@ -285,10 +285,7 @@ static void mb_order(ir_dist *d, int a, int b, int sink, int *lw, int *lt, int *
         qsort(key, (size_t)n, sizeof *key, ir_cmp_i64);
         ir_item *out = ir_xmalloc(sizeof(ir_item) * (size_t)n);
         for (int k = 0; k < n; k++) out[k] = d->seq[a + (int)(key[k] & 0xffffffff)];
-        for (int k = 0; k < n; k++) {
-            d->seq[a + k] = out[k];
-            if (!out[k].comm) d->sop[out[k].id].order = a + k;
-        }
+        pass_seq_put(d, a, out, n);
         free(out);
     }
     free(key);

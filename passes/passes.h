@@ -52,6 +52,9 @@ void pass_schedule(ir_dist *d);
  * updates so that each group's comms of one kind follow one another
  * (before ir_dist_index_ranks) */
 void pass_bucket_order(ir_dist *d);
+/* Items out[0 .. n) into seq from position a on (a reorder's result), each
+ * sub-op's order its new position (schedule.c). */
+void pass_seq_put(ir_dist *d, int a, const ir_item *out, int n);
 void pass_bucket(ir_dist *d);
 /* The most bytes a bucket of reduce-scatters or all-gathers packs on
  * profile pf's devices (bucket.c). */

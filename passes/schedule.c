@@ -191,6 +191,14 @@ static int pm_cmp(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
+void pass_seq_put(ir_dist *d, int a, const ir_item *out, int n)
+{
+    for (int k = 0; k < n; k++) {
+        d->seq[a + k] = out[k];
+        if (!out[k].comm) d->sop[out[k].id].order = a + k;
+    }
+}
+
 /* Reorder items [a, b) of d->seq. */
 static void piece_segment(ir_dist *d, int a, int b)
 {
@@ -300,10 +308,7 @@ static void piece_segment(ir_dist *d, int a, int b)
         }
     }
     IR_ASSERT(m == n);
-    for (int k = 0; k < n; k++) {
-        d->seq[a + k] = out[k];
-        if (!out[k].comm) d->sop[out[k].id].order = a + k;
-    }
+    pass_seq_put(d, a, out, n);
     free(stack);
     free(cur);
     free(out);
