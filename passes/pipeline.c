@@ -62,7 +62,13 @@
  * again; before that, sends whose receiver comes later on the cost model
  * are made late (late_sends).  The transfers of one call go in the order
  * their sender makes them (the runtimes match them in call order), and the
- * check holds a transfer back until those before it are done.  An order
+ * check holds a transfer back until those before it are done.  A transfer
+ * moves to its task's start or end only where it passes no transfer that
+ * stays between the same two ranks in the same direction (under sequence
+ * parallelism a stage may take one tensor twice from a rank: its sum,
+ * received with acc, which stays, and its piece).  And where a task starts
+ * with such sums from a lower stage, the task before's sends to a lower
+ * stage go after them, so that the rank receives first there too.  An order
  * that fails is rejected with the two ranks and tasks that wait on each
  * other.
  */
@@ -778,6 +784,19 @@ static int movable(const ir_dist *d, const int *item, const int *mem, int nitem,
     return 1;
 }
 
+/* Item n, of which this rank is member k, as a transfer between two ranks
+ * (a send or receive, a broadcast of two): 1 this rank receives, 0 it
+ * sends, *other the other rank; -1 not such a transfer. */
+static int p2p_dir(const ir_dist *d, int n, int k, int *other)
+{
+    const ir_item *it = &d->seq[n];
+    if (!it->comm) return -1;
+    const ir_comm *c = &d->comm[it->id];
+    if ((c->kind != IR_COMM_SENDRECV && c->kind != IR_COMM_BROADCAST) || c->n != 2) return -1;
+    *other = d->ints[d->grp[c->group].devs + (k == 0 ? 1 : 0)];
+    return k != c->root;
+}
+
 /* The index in stage ss's task list of the task that runs item n of
  * micro-batch mb there. */
 static int task_of(const ir_dist *d, int n, int mb, int ss)
@@ -861,6 +880,20 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
         if (!transfer(d, item[q], mem[q], st, &peer, &recv)) continue;
         tx[q] = 1 | (direct(d, item[q], mem[q], &nf) ? 2 : 0), tpeer[q] = peer, trecv[q] = recv;
         if (movable(d, item, mem, nitem, q, st, c, recv)) mv[q] = recv ? 1 : 2;
+    }
+    /* a transfer moves only with those of its task between the same two ranks in the same direction
+       that stay: a receive not before an earlier one from its sender, a send not after a later one to
+       its receiver (the runtimes match them in call order, and the other rank keeps them in schedule
+       order); until nothing changes */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int q = 0; q < nitem; q++) {
+            int other, rq = p2p_dir(d, item[q], mem[q], &other), o2;
+            if (!mv[q] || rq < 0) continue;
+            for (int j = rq ? 0 : q + 1; j < (rq ? q : nitem) && mv[q]; j++)
+                if (!mv[j] && qcls[j] == qcls[q] && p2p_dir(d, item[j], mem[j], &o2) == rq && o2 == other)
+                    mv[q] = 0, changed = 1;
+        }
     }
     for (int c = 0; c < ncls; c++) cls0[c + 1] += cls0[c];
     {   /* within a class: the receives that move, the items that stay, the sends that move (a task's order) */
@@ -954,6 +987,37 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
             e[j] = x;
         }
 #undef KIND
+    }
+    /* where a task starts with sums it receives from a lower stage (a zeroing and receives that add:
+       they stay in their task) and the task before ends with sends to a lower stage, those sends go
+       after the sums: with a lower stage receive first (above), or the two ranks both send first
+       (their buffers are stash, the sums' their own micro-batch's) */
+    for (int k = 1; k < nt; k++) {
+        int start = 0;
+        while (start < n && e[start].task < k) start++;
+        if (start == n || e[start].task != k) continue;
+        int g = start, sums = 0;
+        for (; g < n && e[g].task == k && d->seq[item[e[g].q]].comm; g++) {
+            const ir_comm *c = &d->comm[d->seq[item[e[g].q]].id];
+            int o;
+            if (c->kind == IR_COMM_ZERO) continue;
+            if (c->kind != IR_COMM_SENDRECV || !c->acc || p2p_dir(d, item[e[g].q], mem[e[g].q], &o) != 1 ||
+                stage_of(d, o) >= st)
+                break;
+            sums++;
+        }
+        if (!sums) continue;
+        int a = start;   /* the task before's trailing sends to a lower stage */
+        while (a > 0 && e[a - 1].task == k - 1 && tx[e[a - 1].q] && !trecv[e[a - 1].q] && tpeer[e[a - 1].q] < st &&
+               (e[a - 1].hoisted || mv[e[a - 1].q]))
+            a--;
+        if (a == start) continue;
+        pass_pipe_ent *tmp = ir_xmalloc(sizeof *tmp * (size_t)(start - a));
+        memcpy(tmp, e + a, sizeof *tmp * (size_t)(start - a));
+        memmove(e + a, e + start, sizeof *e * (size_t)(g - start));
+        memcpy(e + a + (g - start), tmp, sizeof *tmp * (size_t)(start - a));
+        for (int i = a + (g - start); i < g; i++) e[i].task = k, e[i].merge = 0;
+        free(tmp);
     }
     /* every run of transfers that may move (a task's first receives, its last
        sends, and where two tasks meet, both) goes in one call (rt_k_p2p, at
