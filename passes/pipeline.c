@@ -992,8 +992,7 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
        they stay in their task) and the task before ends with sends to a lower stage, those sends go
        after the sums: with a lower stage receive first (above), or the two ranks both send first
        (their buffers are stash, the sums' their own micro-batch's) */
-    for (int k = 1; k < nt; k++) {
-        int start = 0;
+    for (int k = 1, start = 0; k < nt; k++) {   /* (e by task) */
         while (start < n && e[start].task < k) start++;
         if (start == n || e[start].task != k) continue;
         int g = start, sums = 0;
@@ -1018,6 +1017,7 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
         memcpy(e + a + (g - start), tmp, sizeof *tmp * (size_t)(start - a));
         for (int i = a + (g - start); i < g; i++) e[i].task = k, e[i].merge = 0;
         free(tmp);
+        start = g;
     }
     /* every run of transfers that may move (a task's first receives, its last
        sends, and where two tasks meet, both) goes in one call (rt_k_p2p, at
