@@ -885,15 +885,32 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
        that stay: a receive not before an earlier one from its sender, a send not after a later one to
        its receiver (the runtimes match them in call order, and the other rank keeps them in schedule
        order); until nothing changes */
-    for (int changed = 1; changed;) {
-        changed = 0;
+    {   /* (the transfers between two ranks of each class, by class and position: pq[p0[c] ..]) */
+        int *p0 = ir_xcalloc((size_t)ncls + 2, sizeof(int)), *pq = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1));
+        int *pdir = ir_xmalloc(sizeof(int) * 2 * ((size_t)nitem + 1)), *poth = pdir + nitem + 1;
         for (int q = 0; q < nitem; q++) {
-            int other, rq = p2p_dir(d, item[q], mem[q], &other), o2;
-            if (!mv[q] || rq < 0) continue;
-            for (int j = rq ? 0 : q + 1; j < (rq ? q : nitem) && mv[q]; j++)
-                if (!mv[j] && qcls[j] == qcls[q] && p2p_dir(d, item[j], mem[j], &o2) == rq && o2 == other)
-                    mv[q] = 0, changed = 1;
+            pdir[q] = qcls[q] >= 0 ? p2p_dir(d, item[q], mem[q], &poth[q]) : -1;
+            if (pdir[q] >= 0) p0[qcls[q] + 1]++;
         }
+        for (int c = 0; c < ncls; c++) p0[c + 1] += p0[c];
+        int *at = ir_xmalloc(sizeof(int) * ((size_t)ncls + 1));
+        memcpy(at, p0, sizeof(int) * (size_t)ncls);
+        for (int q = 0; q < nitem; q++)
+            if (pdir[q] >= 0) pq[at[qcls[q]]++] = q;
+        free(at);
+        for (int changed = 1; changed;) {
+            changed = 0;
+            for (int c = 0; c < ncls; c++)
+                for (int i = p0[c]; i < p0[c + 1]; i++) {
+                    int q = pq[i];
+                    if (!mv[q]) continue;
+                    for (int x = pdir[q] ? p0[c] : i + 1; x < (pdir[q] ? i : p0[c + 1]) && mv[q]; x++) {
+                        int j = pq[x];
+                        if (!mv[j] && pdir[j] == pdir[q] && poth[j] == poth[q]) mv[q] = 0, changed = 1;
+                    }
+                }
+        }
+        free(p0), free(pq), free(pdir);
     }
     for (int c = 0; c < ncls; c++) cls0[c + 1] += cls0[c];
     {   /* within a class: the receives that move, the items that stay, the sends that move (a task's order) */
