@@ -265,22 +265,14 @@ static void mb_order(ir_dist *d, int a, int b, int sink, int *lw, int *lt, int *
         key[i] = ((int64_t)(4 * anchor + side) << 32) | i;
     }
     /* reset the touches (the next segment's positions start again at 0) */
+    int *pts = NULL, ptcap = 0;
     for (int i = 0; i < n; i++) {
         const ir_item *it = &d->seq[a + i];
-        if (it->comm) {
-            const ir_comm *c = &d->comm[it->id];
-            for (int k = 0; k < c->n; k++) {
-                int in = d->ints[c->in + k], out = d->ints[c->out + k];
-                if (in >= 0) lw[in] = lt[in] = -1;
-                if (out >= 0) lw[out] = lt[out] = -1;
-            }
-        } else {
-            const ir_subop *so = &d->sop[it->id];
-            const ir_op *o = &d->g->op[so->op];
-            for (int k = 0; k < o->nin; k++) lw[so->in[k]] = lt[so->in[k]] = -1;
-            for (int k = 0; k < o->nout; k++) lw[so->out[k]] = lt[so->out[k]] = -1;
-        }
+        int need = it->comm ? 2 * d->comm[it->id].n : 2 * IR_MAXIO;
+        if (need > ptcap) ptcap = need, pts = ir_xrealloc(pts, sizeof(int) * (size_t)ptcap);
+        for (int k = item_pts(d, it, pts, ptcap) - 1; k >= 0; k--) lw[pts[k]] = lt[pts[k]] = -1;
     }
+    free(pts);
     if (moved) {
         qsort(key, (size_t)n, sizeof *key, ir_cmp_i64);
         ir_item *out = ir_xmalloc(sizeof(ir_item) * (size_t)n);
