@@ -34,7 +34,10 @@
 #include <unistd.h>
 
 #include "codegen.h"
+#include "cuda.h"
+#include "cuda/rt_cuda.h"
 #include "frontend.h"
+#include "rt_internal.h"
 
 typedef void kfn(void *ctx, void *const *b, const int64_t *i, const float *f);
 
@@ -42,6 +45,9 @@ typedef void kfn(void *ctx, void *const *b, const int64_t *i, const float *f);
 typedef struct co_op {
     const ir_custom *c;
     kfn *fn;
+    int row;                                /* its section's row (the launch's i[0]) */
+    int cuda;                               /* run the CUDA kernel (co_cuda_call), not fn */
+    char label[96];                         /* its name in messages: NAME, or NAME [cuda] */
     ir_anno a;
     int64_t ext[IR_MAXID];
     int n;                                  /* operands: inputs then outputs */
@@ -59,17 +65,55 @@ static int64_t numel(const co_op *op, int k)
     return n;
 }
 
-/* Call the kernel on buffers buf[] of the given shapes. */
+static void co_cuda_call(const co_op *op, float **buf, int64_t shape[][IR_MAXDIM], const int64_t *iv);
+
+/* What the calls of one round of checks did beyond their outputs: a kernel
+ * must leave its inputs as they were (the C kernels' and the CUDA ones') and
+ * write nothing outside its outputs (the CUDA ones': guard bytes). */
+static struct {
+    int64_t calls, guard_bad, input_bad;   /* calls; those that wrote outside their outputs, into an input */
+    char first_bad[256];                   /* the first of those */
+} st;
+
+/* Record that a call of op (acc) changed input k. */
+static void input_changed(const co_op *op, int acc, int k)
+{
+    if (!st.guard_bad && !st.input_bad)
+        snprintf(st.first_bad, sizeof st.first_bad, "%s (acc %d) changed its input %d '%s'", op->label, acc, k + 1,
+                 op->opname[k]);
+    st.input_bad++;
+}
+
+/* Call the kernel (op->cuda: the CUDA kernel) on buffers buf[] of the given shapes. */
 static void call(const co_op *op, float **buf, int64_t shape[][IR_MAXDIM], int acc)
 {
     int64_t iv[4 + 2 * IR_MAXIO * (1 + IR_MAXDIM)];
     int p = 0;
-    iv[p++] = 0, iv[p++] = op->nin, iv[p++] = op->n - op->nin, iv[p++] = acc;
+    iv[p++] = op->row, iv[p++] = op->nin, iv[p++] = op->n - op->nin, iv[p++] = acc;
     for (int k = 0; k < op->n; k++) {
         iv[p++] = op->ndim[k];
         for (int j = 0; j < op->ndim[k]; j++) iv[p++] = shape[k][j];
     }
+    if (op->cuda) {
+        co_cuda_call(op, buf, shape, iv);
+        return;
+    }
+    float *keep[IR_MAXIO * 2];
+    int64_t n[IR_MAXIO * 2];
+    for (int k = 0; k < op->nin; k++) {
+        n[k] = 1;
+        for (int j = 0; j < op->ndim[k]; j++) n[k] *= shape[k][j];
+        keep[k] = ir_xmalloc(sizeof(float) * (size_t)(n[k] ? n[k] : 1));
+        memcpy(keep[k], buf[k], sizeof(float) * (size_t)n[k]);
+    }
     op->fn(NULL, (void *const *)buf, iv, op->attr);
+    st.calls++;
+    int changed = -1;
+    for (int k = 0; k < op->nin; k++) {
+        if (changed < 0 && memcmp(keep[k], buf[k], sizeof(float) * (size_t)n[k])) changed = k;
+        free(keep[k]);
+    }
+    if (changed >= 0) input_changed(op, acc, changed);
 }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -163,9 +207,9 @@ static void check_splits(const co_op *op, float **in, float **out)
             if (isnan(out[k][e])) unwritten++, which = which < 0 ? k : which;
     if (unwritten)
         verdict(0, "%s: %lld output elements unwritten with acc = 0 (first in output %d '%s'); the kernel must write "
-                "every element of every output", op->c->name, (long long)unwritten, which + 1,
+                "every element of every output", op->label, (long long)unwritten, which + 1,
                 op->opname[op->nin + which]);
-    else verdict(1, "%s: writes every output element", op->c->name);
+    else verdict(1, "%s: writes every output element", op->label);
     /* acc = 1 adds into the outputs */
     double worst = 0;
     for (int k = 0; k < nout; k++) {
@@ -182,7 +226,7 @@ static void check_splits(const co_op *op, float **in, float **out)
             if (q != k) free(buf[op->nin + q]);
         free(pre), free(got);
     }
-    verdict(worst <= 1e-5, "%s: acc = 1 adds into the outputs (max rel diff %.2g)", op->c->name, worst);
+    verdict(worst <= 1e-5, "%s: acc = 1 adds into the outputs (max rel diff %.2g)", op->label, worst);
     /* splits */
     int any = 0;
     for (int id = 0; id < op->a.nid; id++) {
@@ -237,7 +281,7 @@ static void check_splits(const co_op *op, float **in, float **out)
         const char *nm = op->a.idname[id];
         if (d <= 1e-4) {
             verdict(1, "%s: split %s%s (%lld -> %lld + %lld) gives the unsplit result (max rel diff %.2g)",
-                    op->c->name, nm, op->a.id_reduce[id] ? "+" : "", (long long)e, (long long)cut,
+                    op->label, nm, op->a.id_reduce[id] ? "+" : "", (long long)e, (long long)cut,
                     (long long)(e - cut), d);
         } else {
             char where[160] = "";
@@ -246,13 +290,13 @@ static void check_splits(const co_op *op, float **in, float **out)
             /* '+' is a cure only where the output lacks the dim */
             int lacks = worst_out < 0 || !has[op->nin + worst_out];
             verdict(0, "%s: dim '%s' is marked splittable, but splitting it (%lld -> %lld + %lld) changes%s by %.3g "
-                    "(relative); mark it '%s^' in the annotation if it must stay whole%s", op->c->name, nm,
+                    "(relative); mark it '%s^' in the annotation if it must stay whole%s", op->label, nm,
                     (long long)e, (long long)cut, (long long)(e - cut), where[0] ? where : " an output", d, nm,
                     op->a.id_reduce[id] || !lacks ? "" : ", or '+' if the parts' outputs are partial sums");
         }
     }
     if (!any) verdict(1, "%s: no dim the planner may split (every one is '^', merged inside or of extent 1)",
-                      op->c->name);
+                      op->label);
 }
 
 /* Instantiate custom op row cid over inputs of the given shapes (a scratch
@@ -281,6 +325,8 @@ static int instantiate(const ir_graph *g, int cid, int nin, const int *ndim, int
     }
     memset(op, 0, sizeof *op);
     op->c = &g->cust[cid];
+    op->row = cid;
+    snprintf(op->label, sizeof op->label, "%s", g->cust[cid].name);
     op->a = s.op[o].anno;
     memcpy(op->ext, s.op[o].ext, sizeof op->ext);
     op->nin = nin;
@@ -360,7 +406,7 @@ static void check_grads(const co_op *fw, const co_op *bw, float **in, int all)
             if (err > worst) worst = err, at = e;
         }
         verdict(worst <= 2e-2, "%s: gradient of input %d '%s' against finite differences (%d elements, worst rel "
-                "err %.2g%s)", bw->c->name, k + 1, fw->opname[k], samples, worst,
+                "err %.2g%s)", bw->label, k + 1, fw->opname[k], samples, worst,
                 worst > 2e-2 && at >= 0 ? ", at its flat element" : "");
         if (worst > 2e-2 && at >= 0) printf("       element %lld: backward %.6g\n", (long long)at, (double)an[at]);
     }
@@ -392,6 +438,185 @@ static kfn *load(const ir_graph *g, int cid, const char *dir, void **handles, in
                         "  hint: #include \"nnsc_custom.h\", then NNSC_CUSTOM(%s) { ... } (docs/custom-ops.md)\n",
                 g->cust[cid].src, sym, g->cust[cid].name);
     return f;
+}
+
+
+/* ------------------------------------------------- --target cuda */
+
+/* The CUDA kernels run through rtlib's launcher (rt_cuda_k with
+ * RT_KN_custom, as a rank launches them) in a rank of their own.  Each
+ * call lays its operands out in the arena between guard bytes, uploads
+ * them, runs one launch inside a step and downloads everything: the
+ * outputs come back to the caller's buffers, and the guards and the inputs
+ * must be as they were. */
+#define CO_GUARD 256        /* guard bytes around each operand */
+#define CO_SENTINEL 0xff    /* a guard byte: four of them are a NaN */
+#define CO_CUDA_BOUND 1e-4  /* the CUDA kernel's outputs against the C kernel's, relative to the largest
+                               (sums in other orders: the split check's bound) */
+
+/* The C kernels by section row, NULL-terminated, as a cuda rank exports
+ * them (codegen/host.c): the CUDA driver double (tests/mock) runs these in
+ * place of the device kernels.  nnsc-aot exports the symbol
+ * (frontend/exports.list). */
+kfn *nnsc_custom_fns[IR_MAXCUSTOM + 1];
+
+static struct {
+    rt_ctx *ctx;            /* the rank, when the CUDA kernels run */
+    char *dev;              /* its device arena */
+    int64_t arena;          /* bytes */
+    cg_cubin cub[FE_MAX_ARCH + 1];   /* the images, kept while the rank runs */
+    int ncub;
+} cu;
+
+/* The arena bytes a call of op on operands of the given shapes lays out,
+ * off[k] each operand's offset. */
+static int64_t co_layout(const co_op *op, int64_t shape[][IR_MAXDIM], int64_t *off, int64_t *n)
+{
+    int64_t top = 0;
+    for (int k = 0; k < op->n; k++) {
+        n[k] = 1;
+        for (int j = 0; j < op->ndim[k]; j++) n[k] *= shape[k][j];
+        top = (top + CO_GUARD + 255) / 256 * 256;
+        off[k] = top;
+        top += 4 * n[k];
+    }
+    return top + CO_GUARD;
+}
+
+static void co_cuda_call(const co_op *op, float **buf, int64_t shape[][IR_MAXDIM], const int64_t *iv)
+{
+    int64_t off[2 * IR_MAXIO], n[2 * IR_MAXIO];
+    int64_t top = co_layout(op, shape, off, n);
+    if (top > cu.arena) {   /* fe_check_op sizes the arena for the largest call */
+        fprintf(stderr, "nnsc-aot: internal error: check-op's arena (%lld bytes) is smaller than a call's %lld\n",
+                (long long)cu.arena, (long long)top);
+        exit(1);
+    }
+    unsigned char *mirror = (unsigned char *)cu.ctx->arena;
+    memset(mirror, CO_SENTINEL, (size_t)top);
+    void *b[2 * IR_MAXIO];
+    for (int k = 0; k < op->n; k++) {
+        memcpy(mirror + off[k], buf[k], 4 * (size_t)n[k]);
+        b[k] = cu.dev + off[k];
+    }
+    rt_dev_upload(cu.ctx, 0, top);
+    rt_dev_step_begin(cu.ctx);
+    rt_cuda_k(cu.ctx, RT_KN_custom, b, iv, op->attr);
+    rt_dev_step_end(cu.ctx, NULL);
+    rt_dev_download(cu.ctx, 0, top);
+    st.calls++;
+    int64_t lo = 0, guard = -1, input = -1;
+    for (int k = 0; k <= op->n; k++) {   /* the guards before operand k (and after the last) */
+        int64_t hi = k < op->n ? off[k] : top;
+        for (int64_t x = lo; x < hi && guard < 0; x++)
+            if (mirror[x] != CO_SENTINEL) guard = x;
+        if (k < op->n) lo = off[k] + 4 * n[k];
+    }
+    for (int k = 0; k < op->nin && input < 0; k++)
+        if (memcmp(mirror + off[k], buf[k], 4 * (size_t)n[k])) input = k;
+    if (guard < 0 && input >= 0) input_changed(op, (int)iv[3], (int)input);
+    if (guard >= 0 && !st.guard_bad && !st.input_bad) {
+        int after = -1;   /* the operand the bad byte follows */
+        for (int k = 0; k < op->n; k++)
+            if (off[k] <= guard) after = k;
+        snprintf(st.first_bad, sizeof st.first_bad, "%s (acc %lld) wrote %s operand %d '%s' (the first changed byte "
+                 "%lld bytes %s it)", op->label, (long long)iv[3], after < 0 ? "before" : "past the end of",
+                 after < 0 ? 1 : after + 1, op->opname[after < 0 ? 0 : after],
+                 (long long)(after < 0 ? off[0] - guard - 1 : guard - off[after] - 4 * n[after]),
+                 after < 0 ? "before" : "after");
+    }
+    st.guard_bad += guard >= 0, st.input_bad += guard >= 0 && input >= 0;   /* (else counted above) */
+    for (int k = op->nin; k < op->n; k++) memcpy(buf[k], mirror + off[k], 4 * (size_t)n[k]);
+}
+
+/* Compile the spec's CUDA kernels (with the library, as a build does) for
+ * o->archs and, where the driver offers a device, start the rank that runs
+ * them with an arena of `arena` bytes.  0: cu.ctx runs them; 3: compiled
+ * but nothing runs them here (said why); 1 or 2 after a message. */
+static int co_cuda_start(const fe_opts *o, const ir_graph *g, int64_t arena)
+{
+    rt_cuda_found p;
+    rt_cuda_probe(&p);
+    const char *archs[FE_MAX_ARCH + 1];
+    char own[16];
+    int narch = 0;
+    for (int k = 0; k < o->narch; k++) archs[narch++] = o->archs[k];
+    rt_image img[FE_MAX_ARCH + 1];
+    for (int k = 0; k < narch; k++) img[k] = (rt_image){archs[k], NULL, 0};
+    if (p.present && p.count && !p.is_double && rt_cuda_pick_image(p.major, p.minor, img, narch) < 0) {
+        snprintf(own, sizeof own, "sm_%d%d", p.major, p.minor);   /* the device's own too, to run on it */
+        archs[narch++] = own;
+    }
+    ir_prog pr;
+    ir_prog_init(&pr, 0, 1);
+    pr.cust = g->cust, pr.ncust = g->ncust;
+    ir_buf src = {0};
+    cg_cuda_build_source(&src, &pr, 1);
+    pr.cust = NULL, pr.ncust = 0;
+    ir_prog_free(&pr);
+    fe_opts oa = *o;
+    oa.archs = (char **)archs, oa.narch = narch;
+    cg_cubin *cub = cu.cub;
+    cu.ncub = narch;
+    int rc = fe_nvrtc(&oa, src.s, g->cust, g->ncust, "the generated source, ", "nnsc-aot SPEC -o DIR --target cuda "
+                      "--emit-kernels", cub);
+    ir_buf_free(&src);
+    int major = 0, minor = 0;
+    cg_nvrtc_version(&major, &minor);
+    if (!rc) {
+        printf("cuda: the kernels compile for");
+        for (int k = 0; k < narch; k++) printf("%s %s", k ? "," : "", archs[k]);
+        printf(" (NVRTC %d.%d)\n", major, minor);
+    }
+    if (!rc && !(p.present && p.count)) {
+        printf("  NOT RUN: %s; check-op --target cuda runs the CUDA kernels where a GPU is\n", p.why);
+        rc = 3;
+    }
+    if (!rc) {
+        printf("cuda: device %s, sm_%d%d (%s)\n", p.name, p.major, p.minor,
+               p.is_double ? "the driver DOUBLE" : "a real GPU");
+        if (p.is_double)
+            printf("  note: under the driver double every launch runs the C kernel: what is checked is the host\n"
+                   "        side (the launch's arguments, uploads and downloads), not the CUDA kernel's arithmetic\n");
+        else setenv("NNSC_CUDA_SYNC", "1", 0);   /* a kernel that faults is named by the launcher */
+        for (int k = 0; k < narch; k++) img[k] = (rt_image){cub[k].arch, cub[k].data, cub[k].size};
+        cu.ctx = rt_init_cuda_alone("check-op", arena, img, narch);
+        cu.dev = rt_arena(cu.ctx);
+        cu.arena = arena;
+    }
+    return rc;
+}
+
+/* The checks of fw (when own: NAME is the forward, not its backward) and of
+ * its backward bw (NULL: none): writes, acc and splits of each, then the
+ * gradients.  in: fw's inputs; bin: bw's (the gradients, then in).  fo, bo:
+ * the unsplit runs' outputs of fw (when own) and bw, which the caller frees. */
+static void co_suite(const co_op *fw, const co_op *bw, int own, int all, float **in, float **bin, float **fo,
+                     float **bo)
+{
+    memset(&st, 0, sizeof st);
+    if (own) check_splits(fw, in, fo);
+    if (bw) {
+        check_splits(bw, bin, bo);
+        if (own) check_grads(fw, bw, in, all);
+    }
+    const char *what = fw->cuda ? "cuda" : "C kernels";
+    if (fw->cuda)
+        verdict(!st.guard_bad && !st.input_bad, "%s: %lld launches, %lld wrote outside their outputs, %lld into an "
+                "input%s%s", what, (long long)st.calls, (long long)st.guard_bad, (long long)st.input_bad,
+                st.first_bad[0] ? "; the first: " : "", st.first_bad);
+    else
+        verdict(!st.input_bad, "%s: %lld calls, %lld changed an input%s%s", what, (long long)st.calls,
+                (long long)st.input_bad, st.first_bad[0] ? "; the first: " : "", st.first_bad);
+}
+
+/* A row of nnsc_custom_fns that check-op does not launch. */
+static void co_absent(void *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)ctx, (void)b, (void)i, (void)f;
+    fprintf(stderr, "nnsc-aot: internal error: check-op launched custom row %lld, which it does not check\n",
+            (long long)i[0]);
+    exit(1);
 }
 
 int fe_check_op(const fe_opts *o)
@@ -446,7 +671,7 @@ int fe_check_op(const fe_opts *o)
         memcpy(sh[k], t->shape, sizeof sh[k]);
     }
     co_op fw, bw;
-    int main_id = user, back = g.cust[user].bwd;
+    int main_id = user, back = g.cust[user].bwd, all = g.cust[main_id].bwd_all;
     printf("check-op %s (%s:%d), on the shapes of op %s:", o->check_name, o->spec, g.cust[cid].line, io->name);
     for (int k = 0; k < io->nin; k++) {
         printf("%s %s [", k ? "," : "", names[k]);
@@ -454,17 +679,22 @@ int fe_check_op(const fe_opts *o)
         printf("]");
     }
     printf("\n");
-    rc = instantiate(&g, main_id, io->nin, ndim, sh, names, &fw);
+    int cuda = o->target == FE_TARGET_CUDA;
+    for (int w = 0; cuda && w < 2 && !rc; w++) {   /* the sections that run need a device kernel */
+        const ir_custom *x = w ? (back >= 0 ? &g.cust[back] : NULL) : &g.cust[main_id];
+        if (x && !x->cuda) {
+            fprintf(stderr, "%s:%d: error: check-op --target cuda: custom op '%s' has no CUDA kernel (no cuda = in "
+                            "[custom %s])\n  hint: give it cuda = FILE.cu with NNSC_CUSTOM_CUDA(%s) "
+                            "(docs/custom-ops.md), or check the C kernel alone (no --target)\n",
+                    o->spec, x->line, x->name, x->name, x->name);
+            rc = 2;
+        }
+    }
+    if (!rc) rc = instantiate(&g, main_id, io->nin, ndim, sh, names, &fw);
     for (int k = 0; k < IR_MAXFATTR; k++) fw.attr[k] = (float)io->fattr[k];
     if (!rc && !(fw.fn = load(&g, main_id, dir, handles, &nh))) rc = 2;
-    float *in[IR_MAXIO + 1], *out[IR_MAXIO];
-    for (int k = 0; k < io->nin; k++) in[k] = fill(numel(&fw, k), 0);
-    if (!rc && cid == main_id) {
-        check_splits(&fw, in, out);
-        for (int k = 0; k < fw.n - fw.nin; k++) free(out[k]);
-    }
-    if (!rc && back >= 0) {   /* the backward: its own splits, then the gradients */
-        int all = g.cust[main_id].bwd_all, ng = all ? fw.n - fw.nin : 1;   /* gradients it takes */
+    int ng = all ? fw.n - fw.nin : 1;   /* the gradients the backward takes */
+    if (!rc && back >= 0) {
         int bnd[2 * IR_MAXIO];
         int64_t bsh[2 * IR_MAXIO][IR_MAXDIM];
         const char *bnames[2 * IR_MAXIO];
@@ -478,28 +708,70 @@ int fe_check_op(const fe_opts *o)
         rc = instantiate(&g, back, ng + fw.nin, bnd, bsh, bnames, &bw);
         memcpy(bw.attr, fw.attr, sizeof bw.attr);
         if (!rc && !(bw.fn = load(&g, back, dir, handles, &nh))) rc = 2;
-        if (!rc) {
-            float *bin[2 * IR_MAXIO], *bout[IR_MAXIO];
-            for (int k = 0; k < ng; k++) bin[k] = fill(numel(&bw, k), 0);
-            for (int k = 0; k < fw.nin; k++) bin[ng + k] = in[k];
-            check_splits(&bw, bin, bout);
-            for (int k = 0; k < bw.n - bw.nin; k++) free(bout[k]);
-            for (int k = 0; k < ng; k++) free(bin[k]);
-            if (cid == main_id) check_grads(&fw, &bw, in, all);
-            else printf("  (the gradients against finite differences: nnsc-aot check-op %s %s)\n", o->spec,
-                        g.cust[main_id].name);
-        }
-    } else if (!rc && g.cust[main_id].ngrad > 0) {
+    }
+    int own = cid == main_id, has_bw = !rc && back >= 0;
+    float *in[IR_MAXIO + 1], *bin[2 * IR_MAXIO], *fo[2][IR_MAXIO], *bo[2][IR_MAXIO];
+    for (int k = 0; k < io->nin; k++) in[k] = fill(numel(&fw, k), 0);
+    for (int k = 0; has_bw && k < ng; k++) bin[k] = fill(numel(&bw, k), 0);
+    for (int k = 0; has_bw && k < fw.nin; k++) bin[ng + k] = in[k];
+    if (!rc) co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[0], bo[0]);
+    if (!rc && !has_bw && g.cust[main_id].ngrad > 0)
         printf("  (the backward is built-in ops, grad =: check-op does not run them; nnsc-aot verify checks the "
                "training they give)\n");
-    } else if (!rc) {
+    else if (!rc && !has_bw)
         printf("  (no backward: no gradient check)\n");
+    else if (!rc && !own)
+        printf("  (the gradients against finite differences: nnsc-aot check-op %s %s)\n", o->spec,
+               g.cust[main_id].name);
+    int ran = 0;
+    if (!rc && cuda) {   /* the same checks of the CUDA kernels, and their outputs against the C kernels' */
+        for (int k = 0; k < g.ncust; k++) nnsc_custom_fns[k] = co_absent;
+        nnsc_custom_fns[main_id] = fw.fn;
+        if (has_bw) nnsc_custom_fns[back] = bw.fn;
+        int64_t off[2 * IR_MAXIO], n[2 * IR_MAXIO];
+        int64_t need = co_layout(&fw, fw.shape, off, n);
+        if (has_bw) {
+            int64_t nb = co_layout(&bw, bw.shape, off, n);
+            need = nb > need ? nb : need;
+        }
+        rc = co_cuda_start(o, &g, need + (1 << 16));
+        ran = rc == 0;
+        if (rc == 3) rc = 0;
     }
+    if (ran) {
+        fw.cuda = bw.cuda = 1;
+        snprintf(fw.label, sizeof fw.label, "%s [cuda]", fw.c->name);
+        if (has_bw) snprintf(bw.label, sizeof bw.label, "%s [cuda]", bw.c->name);
+        co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[1], bo[1]);
+        for (int w = 0; w < 2; w++) {
+            const co_op *op = w ? &bw : &fw;
+            float **c0 = w ? bo[0] : fo[0], **c1 = w ? bo[1] : fo[1];
+            if ((w && !has_bw) || (!w && !own)) continue;
+            double d = 0;
+            int at = 0;
+            for (int k = 0; k < op->n - op->nin; k++) {
+                double x = rel_diff(c1[k], c0[k], numel(op, op->nin + k));
+                if (x > d) d = x, at = k;
+            }
+            verdict(d <= CO_CUDA_BOUND, "%s: the CUDA kernel's outputs against the C kernel's (max rel diff %.2g%s%s, "
+                    "bound %.0e)", op->label, d, d > CO_CUDA_BOUND ? " in output " : "",
+                    d > CO_CUDA_BOUND ? op->opname[op->nin + at] : "", CO_CUDA_BOUND);
+        }
+        rt_finish(cu.ctx);
+        cu.ctx = NULL;
+    }
+    cg_cubin_free(cu.cub, cu.ncub);
+    for (int w = 0; w <= ran && !rc; w++) {
+        for (int k = 0; own && k < fw.n - fw.nin; k++) free(fo[w][k]);
+        for (int k = 0; has_bw && k < bw.n - bw.nin; k++) free(bo[w][k]);
+    }
+    for (int k = 0; has_bw && k < ng; k++) free(bin[k]);
     for (int k = 0; k < io->nin; k++) free(in[k]);
     for (int k = 0; k < nh; k++) dlclose(handles[k]);
     if (fe_rm_tree(dir)) fprintf(stderr, "nnsc-aot: warning: could not remove %s\n", dir);
     if (!rc) {
-        printf("check-op: %s\n", failed ? "FAILED" : "OK");
+        printf("check-op: %s%s\n", failed ? "FAILED" : "OK",
+               cuda && !ran ? " (the C kernels; the CUDA kernels compiled, NOT RUN)" : "");
         rc = failed ? 1 : 0;
     }
 out:

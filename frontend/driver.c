@@ -175,6 +175,53 @@ static int custom_fits_launch(const ir_graph *g, const ir_prog *progs, int nprog
     return 0;
 }
 
+/* Compile the CUDA C src for every --arch, one at a time (a failure names
+ * the one that failed), into cubin[0 .. o->narch); cust[0 .. ncust) are the
+ * custom sections whose files the source holds (an error there is the
+ * spec's), srcnote and srcpath say where the generated source is for an
+ * error in ours.  0; 2 (bad input: no toolkit, an architecture NVRTC does
+ * not know, a custom file that does not compile) or 1 after a message. */
+int fe_nvrtc(const fe_opts *o, const char *src, const ir_custom *cust, int ncust, const char *srcnote,
+             const char *srcpath, struct cg_cubin *cubin)
+{
+    char err[16384];
+    int nv = CG_NVRTC_OK, a = 0, rc = 0;
+    for (; nv == CG_NVRTC_OK && a < o->narch; a++)
+        nv = cg_nvrtc_compile(src, (const char *const *)&o->archs[a], 1, &cubin[a], err, sizeof err);
+    if (nv == CG_NVRTC_MISSING) {
+        fprintf(stderr, "nnsc-aot: error: --target cuda: %s\n", err);
+        rc = 2;
+    } else if (nv != CG_NVRTC_OK && strstr(err, "NVRTC_ERROR_INVALID_OPTION")) {
+        /* the options are fixed but for the architecture: NVRTC does not know it */
+        int major = 0, minor = 0;
+        cg_nvrtc_version(&major, &minor);
+        fprintf(stderr, "nnsc-aot: error: --arch: NVRTC %d.%d cannot compile for %s\n"
+                        "  hint: name architectures this CUDA toolkit knows (nvcc --list-gpu-code lists them), "
+                        "e.g. sm_80,sm_90\n", major, minor, o->archs[a - 1]);
+        rc = 2;
+    } else if (nv != CG_NVRTC_OK) {
+        /* an error in a custom op's CUDA file is the spec's (NVRTC's log names the file and line) */
+        const char *user = NULL;
+        for (int k = 0; k < ncust && !user; k++)
+            if (cust[k].cuda && strstr(err, cust[k].cuda)) user = cust[k].cuda;
+        if (user) {
+            fprintf(stderr, "nnsc-aot: error: a custom op's CUDA kernel (%s) does not compile:\n%s\n"
+                            "  hint: fix the file at the lines NVRTC names; it is compiled with the library's "
+                            "types and NNSC_CUSTOM_CUDA, no #include (docs/custom-ops.md)\n", user, err);
+            rc = 2;
+        } else {
+            fprintf(stderr, "nnsc-aot: error: NVRTC could not compile the CUDA kernels (%s%s):\n%s\n", srcnote,
+                    srcpath, err);
+            rc = 1;
+        }
+    }
+    /* the kernels compile without a warning: one is worth seeing */
+    for (int k = 0; !rc && !o->quiet && k < o->narch; k++)
+        if (cubin[k].log && cubin[k].log[0])
+            fprintf(stderr, "nnsc-aot: warning: NVRTC's log for %s:\n%s\n", cubin[k].arch, cubin[k].log);
+    return rc;
+}
+
 static int build_kernels(const fe_opts *o, const ir_prog *progs, int nprogs, cg_gpu *gpu, double *t0)
 {
     ir_buf src = {0};
@@ -191,43 +238,9 @@ static int build_kernels(const fe_opts *o, const ir_prog *progs, int nprogs, cg_
         }
         if (!rc) rc = write_text(path, &src);
     }
-    /* one architecture at a time, so a failure names the one that failed */
     cg_cubin *cubin = ir_xcalloc((size_t)o->narch, sizeof *cubin);
-    char err[16384];
-    int nv = CG_NVRTC_OK, a = 0;
-    for (; !rc && nv == CG_NVRTC_OK && a < o->narch; a++)
-        nv = cg_nvrtc_compile(src.s, (const char *const *)&o->archs[a], 1, &cubin[a], err, sizeof err);
-    if (nv == CG_NVRTC_MISSING) {
-        fprintf(stderr, "nnsc-aot: error: --target cuda: %s\n", err);
-        rc = 2;
-    } else if (nv != CG_NVRTC_OK && strstr(err, "NVRTC_ERROR_INVALID_OPTION")) {
-        /* the options are fixed but for the architecture: NVRTC does not know it */
-        int major = 0, minor = 0;
-        cg_nvrtc_version(&major, &minor);
-        fprintf(stderr, "nnsc-aot: error: --arch: NVRTC %d.%d cannot compile for %s\n"
-                        "  hint: name architectures this CUDA toolkit knows (nvcc --list-gpu-code lists them), "
-                        "e.g. sm_80,sm_90\n", major, minor, o->archs[a - 1]);
-        rc = 2;
-    } else if (nv != CG_NVRTC_OK) {
-        /* an error in a custom op's CUDA file is the spec's (NVRTC's log names the file and line) */
-        const char *user = NULL;
-        for (int k = 0; nprogs > 0 && k < progs[0].ncust && !user; k++)
-            if (progs[0].cust[k].cuda && strstr(err, progs[0].cust[k].cuda)) user = progs[0].cust[k].cuda;
-        if (user) {
-            fprintf(stderr, "nnsc-aot: error: a custom op's CUDA kernel (%s) does not compile:\n%s\n"
-                            "  hint: fix the file at the lines NVRTC names; it is compiled with the library's "
-                            "types and NNSC_CUSTOM_CUDA, no #include (docs/custom-ops.md)\n", user, err);
-            rc = 2;
-        } else {
-            fprintf(stderr, "nnsc-aot: error: NVRTC could not compile the CUDA kernels (%s%s):\n%s\n",
-                    o->emit_kernels ? "the source is in " : "--emit-kernels writes the source to ", path, err);
-            rc = 1;
-        }
-    }
-    /* the kernels compile without a warning: one is worth seeing */
-    for (int k = 0; !rc && !o->quiet && k < o->narch; k++)
-        if (cubin[k].log && cubin[k].log[0])
-            fprintf(stderr, "nnsc-aot: warning: NVRTC's log for %s:\n%s\n", cubin[k].arch, cubin[k].log);
+    if (!rc) rc = fe_nvrtc(o, src.s, nprogs > 0 ? progs[0].cust : NULL, nprogs > 0 ? progs[0].ncust : 0,
+                           o->emit_kernels ? "the source is in " : "--emit-kernels writes the source to ", path, cubin);
     tick(o, t0, "nvrtc");
     *gpu = (cg_gpu){cubin, o->narch, (int64_t)src.n, count_fused(progs, nprogs)};
     if (!rc && o->verbose) {

@@ -131,6 +131,14 @@ int fe_search(const fe_opts *o, ir_graph *g);
 /* Can this nnsc-aot build for o's target?  0, or 2 after a message (the
  * cuda target in a compiler built without NVRTC). */
 int fe_target_check(const fe_opts *o);
+/* driver.c: compile CUDA C src with NVRTC for every o->archs entry into
+ * cubin[0 .. o->narch), the cuda target's messages on failure (a custom
+ * section's file among cust[0 .. ncust) that does not compile is the spec's
+ * error; srcnote + srcpath say where the generated source is).  0, 2 (bad
+ * input) or 1. */
+struct cg_cubin;
+int fe_nvrtc(const fe_opts *o, const char *src, const ir_custom *cust, int ncust, const char *srcnote,
+             const char *srcpath, struct cg_cubin *cubin);
 
 /* verify.c: build 1-device and N-device programs, run both, compare.
  * Returns the exit status. */
@@ -139,7 +147,8 @@ int fe_verify(const fe_opts *o);
  * when something stayed. */
 int fe_rm_tree(const char *dir);
 /* nnsc-aot check-op SPEC NAME: a custom op's kernel and annotation against
- * its unsplit runs and finite differences; 0 ok, 1 a check failed, 2 bad input. */
+ * its unsplit runs and finite differences (--target cuda: its CUDA kernel
+ * too, on a GPU); 0 ok, 1 a check failed, 2 bad input. */
 int fe_check_op(const fe_opts *o);
 
 #endif

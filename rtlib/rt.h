@@ -146,6 +146,10 @@ typedef struct rt_image {
  * device arena, and for world > 1 the TCP rendezvous and NCCL. */
 rt_ctx *rt_init_cuda(int argc, char **argv, const char *manifest, const rt_image *images,
                      int nimages);
+/* A rank of its own for tools that launch kernels one by one (the CUDA op
+ * test, check-op --target cuda): rank 0 of 1 on device 0, no params, an
+ * arena of `arena` bytes, the manifest named after name's last part. */
+rt_ctx *rt_init_cuda_alone(const char *name, int64_t arena, const rt_image *images, int nimages);
 /* Run kernel `kernel` (rt_kernels.h row) on the rank's stream. */
 void rt_cuda_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i, const float *f);
 

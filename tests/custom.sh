@@ -254,5 +254,51 @@ if "$nn" "$norm" -o "$tmp/cun" -q --target cuda --devices 2 --set plan.policy=tp
   ok "cuda target, tp 2: custom_norm.ini's four CUDA kernels train like 1 cpu device (6 steps, 1e-5)"
 else no "cuda target, custom_norm.ini tp 2: $(tail -n 3 "$tmp/cun.log")"; fi
 
+# check-op --target cuda: the checks again with the CUDA kernels, launched through rtlib's
+# launcher as a rank launches them, their outputs against the C kernels', the guard bytes around
+# every operand and the inputs unchanged (docs/custom-ops.md, check-op). Under the driver double
+# the launches run the C kernels: that checks the host side, not the CUDA arithmetic (a GPU run:
+# docs/performance.md). Without a driver the kernels are compiled and the run is said NOT RUN.
+outs() { grep -qF -- "$1" "$tmp/out" && ok "  ... prints '$1'" || no "$2: no '$1' in: $(cat "$tmp/out")"; }
+if [[ -e $build/tests/mock/libcuda.so.1 ]] && "$nn" --version | grep -q '^NVRTC [0-9]'; then
+  expect_rc 0 "check-op --target cuda under the driver double" env LD_LIBRARY_PATH="$build/tests/mock" \
+    "$nn" check-op "$spec" swiglu --target cuda
+  outs "cuda: the kernels compile for sm_80, sm_90 (NVRTC" "check-op cuda"
+  outs "(the driver DOUBLE)" "check-op cuda"
+  outs "ok   swiglu_bwd [cuda]: gradient of input 2 'h.0.u' against finite differences" "check-op cuda"
+  outs "ok   swiglu [cuda]: the CUDA kernel's outputs against the C kernel's" "check-op cuda"
+  outs "ok   swiglu_bwd [cuda]: the CUDA kernel's outputs against the C kernel's" "check-op cuda"
+  outs "ok   cuda: 78 launches, 0 wrote outside their outputs, 0 into an input" "check-op cuda"
+  outs "check-op: OK" "check-op cuda"
+  expect_rc 0 "check-op --target cuda, custom_norm.ini sqsum (a + split) under the double" \
+    env LD_LIBRARY_PATH="$build/tests/mock" "$nn" check-op "$norm" sqsum --target cuda
+  outs "ok   sqsum [cuda]: split o+ (8 -> 4 + 4) gives the unsplit result" "check-op cuda sqsum"
+  # with no driver on the library path: compiled, NOT RUN, still exit 0 for the C kernels' checks
+  if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+    expect_rc 0 "check-op --target cuda without a driver" env LD_LIBRARY_PATH= "$nn" check-op "$spec" swiglu --target cuda
+    outs "NOT RUN: no CUDA driver (libcuda.so.1) on the library path" "check-op cuda, no driver"
+    outs "check-op: OK (the C kernels; the CUDA kernels compiled, NOT RUN)" "check-op cuda, no driver"
+  fi
+  # a section without cuda = (custom_pair.ini has none), a CUDA file that does not compile: exit 2
+  expect_rc 2 "check-op --target cuda: a custom op without a CUDA kernel" "$nn" check-op "$pair" pair --target cuda
+  says "custom_pair.ini:8: error: check-op --target cuda: custom op 'pair' has no CUDA kernel (no cuda = in [custom pair])" \
+    "no cuda ="
+  cp "$top/tests/equiv/custom_swiglu.c" "$tmp/custom_swiglu.c"
+  sed 's/NNSC_PUT(c, y\[k\], s \* u\[k\]);/NNSC_PUT(c, y[k], s * u[k])/' "$top/tests/equiv/custom_swiglu.cu" >"$tmp/custom_swiglu.cu"
+  mk cubad
+  expect_rc 2 "check-op --target cuda: a CUDA file that does not compile" "$nn" check-op "$tmp/cubad.ini" swiglu --target cuda
+  says "error: a custom op's CUDA kernel ($tmp/custom_swiglu.cu) does not compile" "cuda compile"
+  cp "$top/tests/equiv/custom_swiglu.cu" "$tmp/custom_swiglu.cu"
+else
+  echo "SKIP  check-op --target cuda: this build has no NVRTC or no driver double (not counted)"
+fi
+# a C kernel that writes into an input fails the check (the planner reads inputs again)
+sed 's/NNSC_PUT(c, y\[k\], s \* u\[k\]);/NNSC_PUT(c, y[k], s * u[k]); ((float *)u)[k] = 0.0f;/' \
+  "$top/tests/equiv/custom_swiglu.c" >"$tmp/custom_swiglu.c"
+mk inw
+expect_rc 1 "check-op: a kernel that writes into its input" "$nn" check-op "$tmp/inw.ini" swiglu
+outs "FAIL C kernels: 78 calls, " "check-op input"
+outs "the first: swiglu (acc 0) changed its input 2 'h.0.u'" "check-op input"
+
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -67,10 +67,9 @@
 #include "rt_cuda_abi.h"
 #include "rt_ew.h"
 #include "rt_internal.h"
+#include "cuda/rt_cuda.h"
 #include "rt_kext.h"
 
-/* dev_cuda.c's image choice (shared with the tests; documented there). */
-extern int rt_cuda_pick_image(int major, int minor, const rt_image *images, int nimages);
 
 #define BOUND 1e-6                 /* normalised MSE bound, f32 and matmul_bf16 */
 #define TINY 1e-30                 /* floor of the normalisation (an all-zero reference) */
@@ -82,26 +81,6 @@ extern int rt_cuda_pick_image(int major, int minor, const rt_image *images, int 
 #define ALT_RATIO 100              /* matmul_bf16: this much closer to the bf16 reference
                                       than to the f32 product, in normalised MSE */
 
-/* The manifest of the test rank: one rank, no params, the arena. */
-static const char manifest_fmt[] =
-    "nnsc-manifest 1\n"
-    "model cuda_ops\n"
-    "rank 0 world 1\n"
-    "arena %lld\n"
-    "steps 1\n"
-    "micro_batches 1\n"
-    "seed 1\n"
-    "lr 0.001\n"
-    "group 0 1 0\n"
-    "data -\n"
-    "eval_data -\n"
-    "eval_every 0\n"
-    "eval_steps 1\n"
-    "schedule constant warmup 0 min_lr_frac 0\n"
-    "clip 0\n"
-    "tokens_per_step 0\n"
-    "end\n";
-
 /* The scalar references, by kernel number. */
 typedef void ref_fn(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f);
 static ref_fn *const refs[RT_KN_COUNT] = {
@@ -111,67 +90,6 @@ static ref_fn *const refs[RT_KN_COUNT] = {
 };
 
 /* ------------------------------------------------------------ the device */
-
-/* What the driver on the library path offers (probe_driver). */
-typedef struct probe {
-    int present;      /* libcuda.so.1 loads and cuInit succeeds */
-    int is_double;    /* it is the test double (exports nnsc_mock_check) */
-    int count;        /* devices visible */
-    int major, minor; /* device 0's compute capability */
-    char name[128];   /* device 0's name */
-    char why[256];    /* !present or !count: why */
-} probe;
-
-/* Look at the driver before rtlib does, to skip (no driver, no device) and
- * to choose the architecture to compile for.  rtlib opens the same library
- * again (dlopen gives the same handle). */
-static probe probe_driver(void)
-{
-    probe p;
-    memset(&p, 0, sizeof p);
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(p.why, sizeof p.why, "no CUDA driver (libcuda.so.1) on the library path");
-        return p;
-    }
-    cu_fn_cuInit init;
-    cu_fn_cuDeviceGetCount count;
-    cu_fn_cuDeviceGet get;
-    cu_fn_cuDeviceGetAttribute attr;
-    cu_fn_cuDeviceGetName name;
-    void *s[5] = {dlsym(h, "cuInit"), dlsym(h, "cuDeviceGetCount"), dlsym(h, "cuDeviceGet"),
-                  dlsym(h, "cuDeviceGetAttribute"), dlsym(h, "cuDeviceGetName")};
-    if (!s[0] || !s[1] || !s[2] || !s[3] || !s[4]) {
-        snprintf(p.why, sizeof p.why, "libcuda.so.1 lacks the driver API (cuInit, ...)");
-        return p;
-    }
-    memcpy(&init, &s[0], sizeof init);
-    memcpy(&count, &s[1], sizeof count);
-    memcpy(&get, &s[2], sizeof get);
-    memcpy(&attr, &s[3], sizeof attr);
-    memcpy(&name, &s[4], sizeof name);
-    p.is_double = dlsym(h, "nnsc_mock_check") != NULL;
-    CUresult r = init(0);
-    if (r != CUDA_SUCCESS) {
-        snprintf(p.why, sizeof p.why, "cuInit fails with CUresult %d (%s)", (int)r,
-                 r == CUDA_ERROR_NO_DEVICE ? "no device" : "see rank start-up for the message");
-        return p;
-    }
-    p.present = 1;
-    CUdevice d0;
-    if (count(&p.count) != CUDA_SUCCESS || p.count < 1) {
-        p.count = 0;
-        snprintf(p.why, sizeof p.why, "the driver sees no CUDA device");
-        return p;
-    }
-    if (get(&d0, 0) || attr(&p.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d0) ||
-        attr(&p.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d0) ||
-        name(p.name, sizeof p.name, d0)) {
-        p.count = 0;
-        snprintf(p.why, sizeof p.why, "cannot query device 0");
-    }
-    return p;
-}
 
 /* ---------------------------------------------------- the fused chains */
 
@@ -1323,10 +1241,7 @@ static int bad_target_child(int kind, const char *path, char *argv0)
         fprintf(stderr, "test_cuda_ops --bad-target: cannot read the images from %s\n", path);
         return 3;
     }
-    char manifest[1024];
-    snprintf(manifest, sizeof manifest, manifest_fmt, 1LL << 20);
-    char *av[] = {argv0, NULL};
-    rt_ctx *c = rt_init_cuda(1, av, manifest, img, n);
+    rt_ctx *c = rt_init_cuda_alone(argv0, 1LL << 20, img, n);
     char *d = rt_arena(c);
     int64_t M = 5, V = 6, Vr = 5;
     float *logits = (float *)c->arena;
@@ -1471,18 +1386,14 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
 
-    /* the rank: 0 of 1 on device 0 (CUDA_VISIBLE_DEVICES picks the GPU) */
-    setenv("NNSC_RANK", "0", 1);
-    setenv("NNSC_WORLD", "1", 1);
-    setenv("NNSC_LOCAL_RANK", "0", 1);
-    setenv("NNSC_THREADS", "1", 0);
 
     int major = 0, minor = 0;
     if (cg_nvrtc_version(&major, &minor) == CG_NVRTC_MISSING) {
         printf("SKIP  built without NVRTC (no CUDA toolkit): no cubin to run\n");
         return 77;
     }
-    probe p = probe_driver();
+    rt_cuda_found p;
+    rt_cuda_probe(&p);
     if (!p.present || !p.count) {
         printf("SKIP  %s: the CUDA op test needs a GPU, or the driver double "
                "(tests/cuda_ops.sh runs it under build/tests/mock)\n", p.why);
@@ -1539,10 +1450,7 @@ int main(int argc, char **argv)
                                        1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
 
     arena_bytes = (int64_t)ARENA_MB << 20;
-    char manifest[1024];
-    snprintf(manifest, sizeof manifest, manifest_fmt, (long long)arena_bytes);
-    char *av[] = {argv[0], NULL};
-    ctx = rt_init_cuda(1, av, manifest, images, narch);
+    ctx = rt_init_cuda_alone(argv[0], arena_bytes, images, narch);
     dev = rt_arena(ctx);
     atexit(at_exit_report);
 

@@ -545,6 +545,55 @@ static int cu_arch_parse(const char *arch, int *major, int *minor, char *letter)
     return 0;
 }
 
+void rt_cuda_probe(rt_cuda_found *out)
+{
+    rt_cuda_found p;
+    memset(&p, 0, sizeof p);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(p.why, sizeof p.why, "no CUDA driver (libcuda.so.1) on the library path");
+        goto done;
+    }
+    cu_fn_cuInit init;
+    cu_fn_cuDeviceGetCount count;
+    cu_fn_cuDeviceGet get;
+    cu_fn_cuDeviceGetAttribute attr;
+    cu_fn_cuDeviceGetName name;
+    void *s[5] = {dlsym(h, "cuInit"), dlsym(h, "cuDeviceGetCount"), dlsym(h, "cuDeviceGet"),
+                  dlsym(h, "cuDeviceGetAttribute"), dlsym(h, "cuDeviceGetName")};
+    if (!s[0] || !s[1] || !s[2] || !s[3] || !s[4]) {
+        snprintf(p.why, sizeof p.why, "libcuda.so.1 lacks the driver API (cuInit, ...)");
+        goto done;
+    }
+    memcpy(&init, &s[0], sizeof init);
+    memcpy(&count, &s[1], sizeof count);
+    memcpy(&get, &s[2], sizeof get);
+    memcpy(&attr, &s[3], sizeof attr);
+    memcpy(&name, &s[4], sizeof name);
+    p.is_double = dlsym(h, "nnsc_mock_check") != NULL;
+    CUresult r = init(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(p.why, sizeof p.why, "cuInit fails with CUresult %d (%s)", (int)r,
+                 r == CUDA_ERROR_NO_DEVICE ? "no device" : "see rank start-up for the message");
+        goto done;
+    }
+    p.present = 1;
+    CUdevice d0;
+    if (count(&p.count) != CUDA_SUCCESS || p.count < 1) {
+        p.count = 0;
+        snprintf(p.why, sizeof p.why, "the driver sees no CUDA device");
+        goto done;
+    }
+    if (get(&d0, 0) || attr(&p.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d0) ||
+        attr(&p.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d0) ||
+        name(p.name, sizeof p.name, d0)) {
+        p.count = 0;
+        snprintf(p.why, sizeof p.why, "cannot query device 0");
+    }
+done:
+    *out = p;
+}
+
 int rt_cuda_pick_image(int major, int minor, const rt_image *images, int nimages)
 {
     int best = -1, best_minor = -1, best_exact = 0;

@@ -39,6 +39,24 @@ void rt_dev_sync(rt_ctx *ctx);
  * at device address dloss (NaN when dloss is NULL). */
 float rt_dev_step_end(rt_ctx *ctx, const void *dloss);
 
+/* What the driver on the library path offers, without starting a rank:
+ * tools (the op test, check-op --target cuda) look before rt_init_cuda, to
+ * skip or say why (no driver, no device) and to choose the architecture to
+ * compile for.  The rank opens the same library again (dlopen gives the
+ * same handle). */
+typedef struct rt_cuda_found {
+    int present;      /* libcuda.so.1 loads and cuInit succeeds */
+    int is_double;    /* it is the test double (exports nnsc_mock_check) */
+    int count;        /* devices visible */
+    int major, minor; /* device 0's compute capability */
+    char name[128];   /* device 0's name */
+    char why[256];    /* !present or !count: why */
+} rt_cuda_found;
+void rt_cuda_probe(rt_cuda_found *p);
+/* The image of images[0 .. nimages) a device of compute capability
+ * major.minor runs (dev_cuda.c says how it chooses); -1 when none fits. */
+int rt_cuda_pick_image(int major, int minor, const rt_image *images, int nimages);
+
 /* ---- nccl.c: collectives on the device (world > 1).
  *
  * libnccl.so.2 is opened with dlopen (missing: message, exit 2).  The

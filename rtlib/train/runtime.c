@@ -463,6 +463,37 @@ rt_ctx *rt_init_cuda(int argc, char **argv, const char *manifest, const rt_image
     return rt_init_target(argc, argv, manifest, 1, images, nimages);
 }
 
+rt_ctx *rt_init_cuda_alone(const char *name, int64_t arena, const rt_image *images, int nimages)
+{
+    static const char fmt[] = "nnsc-manifest 1\n"
+                              "model %s\n"
+                              "rank 0 world 1\n"
+                              "arena %lld\n"
+                              "steps 1\n"
+                              "micro_batches 1\n"
+                              "seed 1\n"
+                              "lr 0.001\n"
+                              "group 0 1 0\n"
+                              "data -\n"
+                              "eval_data -\n"
+                              "eval_every 0\n"
+                              "eval_steps 1\n"
+                              "schedule constant warmup 0 min_lr_frac 0\n"
+                              "clip 0\n"
+                              "tokens_per_step 0\n"
+                              "end\n";
+    char manifest[1024];
+    const char *base = strrchr(name, '/');
+    snprintf(manifest, sizeof manifest, fmt, base ? base + 1 : name, (long long)arena);
+    /* rank 0 of 1 on device 0 (CUDA_VISIBLE_DEVICES picks the GPU) */
+    setenv("NNSC_RANK", "0", 1);
+    setenv("NNSC_WORLD", "1", 1);
+    setenv("NNSC_LOCAL_RANK", "0", 1);
+    setenv("NNSC_THREADS", "1", 0);
+    char *av[] = {(char *)name, NULL};
+    return rt_init_cuda(1, av, manifest, images, nimages);
+}
+
 char *rt_arena(rt_ctx *ctx)
 {
     return ctx->dev ? rt_dev_arena(ctx) : ctx->arena;
