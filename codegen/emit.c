@@ -459,6 +459,9 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
                g->train.bf16 ? ", dtype bf16 (matmul inputs rounded to bf16; f32 accumulation, "
                                "params, grads and optimizer state)"
                              : "");
+    if (g->req.recompute)
+        ir_bprintf(b, "recompute %s: their forward runs again in the backward, its activations not kept\n",
+                   g->req.recompute);
     if (gpu) {
         /* target cuda sm_80,sm_90: every rank embeds cubins of 342.9 KiB (sm_80), ... */
         ir_bprintf(b, "target cuda ");

@@ -613,7 +613,7 @@ static void co_suite(const co_op *fw, const co_op *bw, int own, int all, float *
 /* A row of nnsc_custom_fns that check-op does not launch. */
 static void co_absent(void *ctx, void *const *b, const int64_t *i, const float *f)
 {
-    (void)ctx, (void)b, (void)i, (void)f;
+    (void)ctx, (void)b, (void)f;
     fprintf(stderr, "nnsc-aot: internal error: check-op launched custom row %lld, which it does not check\n",
             (long long)i[0]);
     exit(1);
@@ -670,7 +670,7 @@ int fe_check_op(const fe_opts *o)
         ndim[k] = t->ndim, names[k] = t->name;
         memcpy(sh[k], t->shape, sizeof sh[k]);
     }
-    co_op fw, bw;
+    co_op fw = {0}, bw = {0};
     int main_id = user, back = g.cust[user].bwd, all = g.cust[main_id].bwd_all;
     printf("check-op %s (%s:%d), on the shapes of op %s:", o->check_name, o->spec, g.cust[cid].line, io->name);
     for (int k = 0; k < io->nin; k++) {
@@ -711,10 +711,11 @@ int fe_check_op(const fe_opts *o)
     }
     int own = cid == main_id, has_bw = !rc && back >= 0;
     float *in[IR_MAXIO + 1], *bin[2 * IR_MAXIO], *fo[2][IR_MAXIO], *bo[2][IR_MAXIO];
-    for (int k = 0; k < io->nin; k++) in[k] = fill(numel(&fw, k), 0);
+    int nfill = rc ? 0 : io->nin, suites = 0;   /* inputs made; rounds of checks run */
+    for (int k = 0; k < nfill; k++) in[k] = fill(numel(&fw, k), 0);
     for (int k = 0; has_bw && k < ng; k++) bin[k] = fill(numel(&bw, k), 0);
     for (int k = 0; has_bw && k < fw.nin; k++) bin[ng + k] = in[k];
-    if (!rc) co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[0], bo[0]);
+    if (!rc) co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[suites++], bo[0]);
     if (!rc && !has_bw && g.cust[main_id].ngrad > 0)
         printf("  (the backward is built-in ops, grad =: check-op does not run them; nnsc-aot verify checks the "
                "training they give)\n");
@@ -742,7 +743,7 @@ int fe_check_op(const fe_opts *o)
         fw.cuda = bw.cuda = 1;
         snprintf(fw.label, sizeof fw.label, "%s [cuda]", fw.c->name);
         if (has_bw) snprintf(bw.label, sizeof bw.label, "%s [cuda]", bw.c->name);
-        co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[1], bo[1]);
+        co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[suites++], bo[1]);
         for (int w = 0; w < 2; w++) {
             const co_op *op = w ? &bw : &fw;
             float **c0 = w ? bo[0] : fo[0], **c1 = w ? bo[1] : fo[1];
@@ -761,12 +762,12 @@ int fe_check_op(const fe_opts *o)
         cu.ctx = NULL;
     }
     cg_cubin_free(cu.cub, cu.ncub);
-    for (int w = 0; w <= ran && !rc; w++) {
+    for (int w = 0; w < suites; w++) {
         for (int k = 0; own && k < fw.n - fw.nin; k++) free(fo[w][k]);
         for (int k = 0; has_bw && k < bw.n - bw.nin; k++) free(bo[w][k]);
     }
     for (int k = 0; has_bw && k < ng; k++) free(bin[k]);
-    for (int k = 0; k < io->nin; k++) free(in[k]);
+    for (int k = 0; k < nfill; k++) free(in[k]);
     for (int k = 0; k < nh; k++) dlclose(handles[k]);
     if (fe_rm_tree(dir)) fprintf(stderr, "nnsc-aot: warning: could not remove %s\n", dir);
     if (!rc) {

@@ -12,7 +12,8 @@
  * first rung of a memory ladder that fits: nothing, ZeRO 1, ZeRO 3, ZeRO 3
  * with sequence parallelism (tp > 1), then also the first quarter, half,
  * three quarters of the layers recomputed, then all of them, then also the
- * blocks' MLP chains co-sharded.  The
+ * blocks' MLP chains co-sharded (the fastest that fits then bisected in
+ * sixteenths of the layers recomputed: finer_recompute).  The
  * candidates of one dp x tp x pp and schedule form a chain over the
  * micro-batch counts, which stops once the step stops falling; chains are
  * priced in threads.  Then the 3 fastest with tp > 1 are priced again with
@@ -44,6 +45,8 @@
  * about 2e6 a second): a count, so the cuts and the plan are the same on
  * every run */
 #define SEARCH_Z3_WORK 100000
+
+#define RC_ALL 16   /* cand.rc: sixteenths of each block's repeats recomputed, the first ones */
 
 typedef struct cand {
     int dp, tp, pp, m, sched, zero, rc;
@@ -80,17 +83,17 @@ static const char *sched_name(int s, int group, char buf[24])
     }
 }
 
-/* The blocks, as a recompute list ("h, e"), in buf: q quarters (1 .. 4) of
- * each block's repeats, the first ones ("h.0-5, e.0-1" for q 2; the first
- * stages', which keep the most micro-batches' stash), at least one; 4:
- * every block whole.  Returns the layers recomputed. */
+/* The blocks, as a recompute list ("h, e"), in buf: q sixteenths (1 ..
+ * RC_ALL) of each block's repeats, the first ones ("h.0-5, e.0-1" for q 8;
+ * the first stages', which keep the most micro-batches' stash), at least
+ * one; RC_ALL: every block whole.  Returns the layers recomputed. */
 static int all_blocks(const ir_graph *g, int q, char *buf, size_t n)
 {
     size_t u = 0;
     int nl = 0;
     buf[0] = '\0';
     for (int b = 0; b < g->nblk && u < n; b++) {
-        int r = g->blk[b].repeat, k = r * q / 4 < 1 ? 1 : r * q / 4;
+        int r = g->blk[b].repeat, k = r * q / RC_ALL < 1 ? 1 : r * q / RC_ALL;
         if (k < r)
             u += (size_t)snprintf(buf + u, n - u, "%s%s.0-%d", b ? ", " : "", g->blk[b].name, k - 1);
         else u += (size_t)snprintf(buf + u, n - u, "%s%s", b ? ", " : "", g->blk[b].name), k = r;
@@ -205,8 +208,13 @@ static void cand_text(const cand *c, int group, char *buf, size_t n)
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
     if (c->sp) u += snprintf(buf + u, n - (size_t)u, ", sequence parallel");
-    static const char *const rcs[] = {"", ", recompute 1/4", ", recompute half", ", recompute 3/4", ", recompute"};
-    if (c->rc) u += snprintf(buf + u, n - (size_t)u, "%s", rcs[c->rc]);
+    if (c->rc == RC_ALL) u += snprintf(buf + u, n - (size_t)u, ", recompute");
+    else if (c->rc == RC_ALL / 2) u += snprintf(buf + u, n - (size_t)u, ", recompute half");
+    else if (c->rc) {   /* the fraction, reduced: 1/4, 3/4, 5/16 */
+        int num = c->rc, den = RC_ALL;
+        while (num % 2 == 0 && den % 2 == 0) num /= 2, den /= 2;
+        u += snprintf(buf + u, n - (size_t)u, ", recompute %d/%d", num, den);
+    }
     if (c->cos) snprintf(buf + u, n - (size_t)u, ", coshard MLP x4");
 }
 
@@ -571,7 +579,7 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
         if (k == LADDER - 1 && !x->cos) continue;      /* (no MLP chain, or the spec's coshard) */
         cand u = t;
         u.zero = t.dp == 1 ? 0 : x->fz >= 0 ? x->fz : ladder_z[k];   /* (ZeRO shards on dp: none on dp 1) */
-        u.rc = x->frc < 0 ? 0 : ladder_rc[k];
+        u.rc = x->frc < 0 ? 0 : ladder_rc[k] * (RC_ALL / 4);
         u.sp = t.sp || (t.tp > 1 && !x->fsp && ladder_sp[k]);   /* (t.sp: the refinement's, kept) */
         u.rung = k, u.ok = u.est = 0, u.why[0] = '\0';
         u.cos = k == LADDER - 1;
@@ -581,6 +589,45 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
         if (!u.ok) break;
     }
     return best;
+}
+
+/* Recompute finer than the ladder's quarters: the fastest candidate that
+ * fits, built on every layer, recomputing part of its blocks' layers (a
+ * quarter, half, three quarters or all, the rung below it not fitting)
+ * again with fewer of them, in sixteenths of each block: the fewest that
+ * fit, by bisection (memory falls as more layers are recomputed), each
+ * built on every layer.  A fitting one is added to the candidates, to win
+ * or lose on its step.  Returns the builds made. */
+static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
+{
+    const ir_profile *pf = &x->g->prof;
+    int bi = -1;
+    for (int i = 0; i < *nc; i++)
+        if (!(*cs)[i].est && fits(&(*cs)[i], pf) && (bi < 0 || (*cs)[i].step < (*cs)[bi].step)) bi = i;
+    if (bi < 0 || !(*cs)[bi].rc || (*cs)[bi].cos || x->frc < 0) return 0;
+    char buf[256];
+    cand top = (*cs)[bi], found = top;
+    int lo = top.rc - RC_ALL / 4, hi = top.rc, builds = 0;   /* lo: does not fit; hi: fits */
+    int nlo = lo > 0 ? all_blocks(x->g, lo, buf, sizeof buf) : 0, nhi = all_blocks(x->g, hi, buf, sizeof buf);
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2, nmid = all_blocks(x->g, mid, buf, sizeof buf);
+        if (nmid == nhi) {   /* the same layers as hi: fits */
+            hi = mid;
+            continue;
+        }
+        if (nmid <= nlo) {   /* no more layers than lo: does not */
+            lo = mid;
+            continue;
+        }
+        cand u = top;
+        u.rc = mid, u.ok = u.est = 0, u.why[0] = '\0';
+        assess(x, &u, 1);
+        builds++;
+        if (fits(&u, pf)) hi = mid, nhi = nmid, found = u;
+        else lo = mid, nlo = nmid;
+    }
+    if (found.rc != top.rc) *IR_PUSH(*cs, *nc, *cap) = found;
+    return builds;
 }
 
 /* Price chain c: per micro-batch count, the memory ladder's first rung that fits. */
@@ -787,7 +834,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
         char tmp[256];
-        int n = all_blocks(g, q, tmp, sizeof tmp);
+        int n = all_blocks(g, q * (RC_ALL / 4), tmp, sizeof tmp);
         x.rcq[q] = n > prev && n < nl;
         if (x.rcq[q]) prev = n;
     }
@@ -833,6 +880,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
         in_threads(jobs_worker, &j, nth < nt ? nth : nt);
         for (int k = 0; k < nt; k++) cs[at[k]] = top[k], nest--, nfull++;
     }
+    int nfiner = finer_recompute(&x, &cs, &nc, &cap);
     double secs = now_s() - t0;
     if (!nc) {
         free(cs);
@@ -875,6 +923,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (nfull + nest)
         ir_bprintf(&b, "; layers folded: %d candidates estimated from builds of k and 2k layers per stage, the %d "
                    "estimated fastest then built on every layer (~: an estimate)", nfull + nest, nfull);
+    if (nfiner)
+        ir_bprintf(&b, "; recompute refined in sixteenths of the blocks' layers for the fastest that fits: %d more "
+                   "build%s", nfiner, nfiner > 1 ? "s" : "");
     ir_bprintf(&b, "\n");
     int shown = 0;
     for (int i = 0; i < nc && shown < 8; i++, shown++) {

@@ -172,6 +172,26 @@ grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, sequence parallel, re
   grep -qE "^           dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute 3/4: step" "$tmp/sprung" &&
   ok "policy auto with 16 MB per device: tp 2 with sequence parallelism and a quarter recomputed (chosen)" ||
   no "auto sequence-parallel rung: $(cat "$tmp/sprung")"
+# ... and recompute finer than quarters: with 12 layers and 40 MB, the fastest that fits recomputes
+# half; 5 of the 12 layers (7/16: h.0-4) fit too and are faster, found by bisection and built (the
+# build's own estimate is the candidate's)
+"$nn" "$tiny" --devices 2 -q -o "$tmp/rc16" --set plan.policy=auto --set plan.pp=1 --set dims.L=12 \
+  --set cluster.memory=40e6 || no "auto recompute in sixteenths build"
+if python3 - "$tmp/rc16/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+assert "recompute refined in sixteenths of the blocks' layers for the fastest that fits: 2 more builds" in t, t
+ch = re.search(r"^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, sequence parallel, recompute 7/16: step ([0-9.]+) ms, memory ([0-9.]+) MiB", t, re.M)
+half = re.search(r"^ {11}dp 1 x tp 2 x pp 1, micro_batches 1, sequence parallel, recompute half: step ([0-9.]+) ms", t, re.M)
+assert ch and half, t
+assert float(ch.group(1)) < float(half.group(1)), (ch.group(1), half.group(1))
+assert float(ch.group(2)) * 2**20 <= 40e6, ch.group(2)
+est = float(re.search(r"^estimate  step ([0-9.]+) ms", t, re.M).group(1))
+assert abs(est - float(ch.group(1))) <= 0.0015, (est, ch.group(1))   # the build is the 7/16 candidate
+assert re.search(r"^recompute h\.0-4: their forward runs again in the backward", t, re.M), "plan.txt: h.0-4"
+PY
+then ok "policy auto with 12 layers and 40 MB: 7/16 of the layers recomputed (h.0-4), faster than half, fits, built"
+else no "auto recompute in sixteenths: $(grep -E '^  (chosen|      ) |recompute' "$tmp/rc16/plan.txt" | head -6)"; fi
 if python3 - "$tmp/sprb/plan.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
