@@ -61,6 +61,7 @@ typedef struct cand {
     double step;           /* seconds (cost model) */
     int64_t mem;           /* bytes, the largest stage-first rank's arena */
     char why[600];         /* not ok: why */
+    int rcdrop, rc2;       /* rcdrop > 0: block rcdrop - 1 recomputes rc2 sixteenths (0: none), the others rc */
 } cand;
 
 static double now_s(void)
@@ -83,20 +84,32 @@ static const char *sched_name(int s, int group, char buf[24])
     }
 }
 
+/* The layers of block b that q sixteenths of its repeats recompute: at
+ * least one, none for q = 0. */
+static int blk_layers(const ir_graph *g, int b, int q)
+{
+    int r = g->blk[b].repeat, k = r * q / RC_ALL;
+    return q <= 0 ? 0 : k < 1 ? 1 : k > r ? r : k;
+}
+
 /* The blocks, as a recompute list ("h, e"), in buf: q sixteenths (1 ..
  * RC_ALL) of each block's repeats, the first ones ("h.0-5, e.0-1" for q 8;
  * the first stages', which keep the most micro-batches' stash), at least
- * one; RC_ALL: every block whole.  Returns the layers recomputed. */
-static int all_blocks(const ir_graph *g, int q, char *buf, size_t n)
+ * one; RC_ALL: every block whole.  drop > 0: block drop - 1 takes q2
+ * sixteenths instead (0: none of it).  Returns the layers recomputed. */
+static int all_blocks(const ir_graph *g, int q, int drop, int q2, char *buf, size_t n)
 {
     size_t u = 0;
     int nl = 0;
     buf[0] = '\0';
     for (int b = 0; b < g->nblk && u < n; b++) {
-        int r = g->blk[b].repeat, k = r * q / RC_ALL < 1 ? 1 : r * q / RC_ALL;
-        if (k < r)
-            u += (size_t)snprintf(buf + u, n - u, "%s%s.0-%d", b ? ", " : "", g->blk[b].name, k - 1);
-        else u += (size_t)snprintf(buf + u, n - u, "%s%s", b ? ", " : "", g->blk[b].name), k = r;
+        int r = g->blk[b].repeat, k = blk_layers(g, b, b + 1 == drop ? q2 : q);
+        if (!k) continue;
+        if (k == 1 && r > 1)
+            u += (size_t)snprintf(buf + u, n - u, "%s%s.0", u ? ", " : "", g->blk[b].name);
+        else if (k < r)
+            u += (size_t)snprintf(buf + u, n - u, "%s%s.0-%d", u ? ", " : "", g->blk[b].name, k - 1);
+        else u += (size_t)snprintf(buf + u, n - u, "%s%s", u ? ", " : "", g->blk[b].name);
         nl += k;
     }
     return nl;
@@ -199,8 +212,19 @@ static void rep_trans(ir_graph *g, int dp, int tp)
     ir_buf_free(&tb);
 }
 
-static void cand_text(const cand *c, int group, char *buf, size_t n)
+/* q sixteenths as a spec's reader says them: 1/4, half, 3/4, 5/16, all. */
+static int rc_text(int q, char *buf, size_t n)
 {
+    if (q == RC_ALL / 2) return snprintf(buf, n, "half");
+    if (q == RC_ALL) return snprintf(buf, n, "all");
+    int num = q, den = RC_ALL;
+    while (num % 2 == 0 && den % 2 == 0) num /= 2, den /= 2;
+    return snprintf(buf, n, "%d/%d", num, den);
+}
+
+static void cand_text(const ir_graph *g, const cand *c, char *buf, size_t n)
+{
+    int group = g->req.group;
     int u = snprintf(buf, n, "dp %d x tp %d x pp %d, micro_batches %d", c->dp, c->tp, c->pp, c->m);
     char sn[24];
     if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched, group, sn));
@@ -208,12 +232,12 @@ static void cand_text(const cand *c, int group, char *buf, size_t n)
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
     if (c->sp) u += snprintf(buf + u, n - (size_t)u, ", sequence parallel");
-    if (c->rc == RC_ALL) u += snprintf(buf + u, n - (size_t)u, ", recompute");
-    else if (c->rc == RC_ALL / 2) u += snprintf(buf + u, n - (size_t)u, ", recompute half");
-    else if (c->rc) {   /* the fraction, reduced: 1/4, 3/4, 5/16 */
-        int num = c->rc, den = RC_ALL;
-        while (num % 2 == 0 && den % 2 == 0) num /= 2, den /= 2;
-        u += snprintf(buf + u, n - (size_t)u, ", recompute %d/%d", num, den);
+    char q[16];
+    if (c->rc == RC_ALL && !c->rcdrop) u += snprintf(buf + u, n - (size_t)u, ", recompute");
+    else if (c->rc) u += (rc_text(c->rc, q, sizeof q), snprintf(buf + u, n - (size_t)u, ", recompute %s", q));
+    if (c->rcdrop) {   /* one block otherwise: "recompute 3/4 (e 1/2)", "(e none)" */
+        if (c->rc2) rc_text(c->rc2, q, sizeof q);
+        u += snprintf(buf + u, n - (size_t)u, " (%s %s)", g->blk[c->rcdrop - 1].name, c->rc2 ? q : "none");
     }
     if (c->cos) snprintf(buf + u, n - (size_t)u, ", coshard MLP x4");
 }
@@ -255,10 +279,10 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
     g.train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(&g, c->stage);
     if (c->rep) rep_trans(&g, r->dp, c->tp);
-    char rcb[256], csb[1024];
+    char rcb[1024], csb[1024];
     if (c->cos && !mlp_coshard(&g, csb, sizeof csb)) r->coshard = ir_str(&g, csb);
     if (c->rc) {
-        all_blocks(&g, c->rc, rcb, sizeof rcb);
+        all_blocks(&g, c->rc, c->rcdrop, c->rc2, rcb, sizeof rcb);
         r->recompute = ir_str(&g, rcb);
     }
     ir_dist d;
@@ -389,7 +413,7 @@ static void assess(const search_ctx *x, cand *c, int full)
     if (!n1) price(o, c, x->fold, 0);
     if (!o->verbose) return;
     char ct[240];
-    cand_text(c, x->g->req.group, ct, sizeof ct);
+    cand_text(x->g, c, ct, sizeof ct);
     if (c->ok) fprintf(stderr, "search: %s: step %s%.3f ms, memory %.4g MiB, priced in %.3f s%s\n", ct,
                        c->est ? "~" : "", c->step * 1e3, (double)c->mem / 1048576.0, now_s() - tc,
                        c->est ? " (layers folded)" : "");
@@ -596,8 +620,11 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
  * quarter, half, three quarters or all, the rung below it not fitting)
  * again with fewer of them, in sixteenths of each block: the fewest that
  * fit, by bisection (memory falls as more layers are recomputed), each
- * built on every layer.  A fitting one is added to the candidates, to win
- * or lose on its step.  Returns the builds made. */
+ * built on every layer.  Then, with several blocks, per block: each block
+ * in turn at the level below that (one that does not fit for all), the
+ * others where they are; the fastest of those that fit.  Fitting ones are
+ * added to the candidates, to win or lose on their step.  Returns the
+ * builds made. */
 static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
 {
     const ir_profile *pf = &x->g->prof;
@@ -605,12 +632,12 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
     for (int i = 0; i < *nc; i++)
         if (!(*cs)[i].est && fits(&(*cs)[i], pf) && (bi < 0 || (*cs)[i].step < (*cs)[bi].step)) bi = i;
     if (bi < 0 || !(*cs)[bi].rc || (*cs)[bi].cos || x->frc < 0) return 0;
-    char buf[256];
+    char buf[1024];
     cand top = (*cs)[bi], found = top;
     int lo = top.rc - RC_ALL / 4, hi = top.rc, builds = 0;   /* lo: does not fit; hi: fits */
-    int nlo = lo > 0 ? all_blocks(x->g, lo, buf, sizeof buf) : 0, nhi = all_blocks(x->g, hi, buf, sizeof buf);
+    int nlo = lo > 0 ? all_blocks(x->g, lo, 0, 0, buf, sizeof buf) : 0, nhi = all_blocks(x->g, hi, 0, 0, buf, sizeof buf);
     while (hi - lo > 1) {
-        int mid = (lo + hi) / 2, nmid = all_blocks(x->g, mid, buf, sizeof buf);
+        int mid = (lo + hi) / 2, nmid = all_blocks(x->g, mid, 0, 0, buf, sizeof buf);
         if (nmid == nhi) {   /* the same layers as hi: fits */
             hi = mid;
             continue;
@@ -627,6 +654,18 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
         else lo = mid, nlo = nmid;
     }
     if (found.rc != top.rc) *IR_PUSH(*cs, *nc, *cap) = found;
+    /* per block, with several: one block's layers at the level below (lo), the others' at hi */
+    cand best = found;
+    best.ok = 0;
+    for (int b = 0; x->g->nblk > 1 && b < x->g->nblk; b++) {
+        if (blk_layers(x->g, b, lo) == blk_layers(x->g, b, hi)) continue;
+        cand u = found;
+        u.rcdrop = b + 1, u.rc2 = lo > 0 ? lo : 0, u.ok = u.est = 0, u.why[0] = '\0';
+        assess(x, &u, 1);
+        builds++;
+        if (fits(&u, pf) && (!best.ok || u.step < best.step)) best = u;
+    }
+    if (best.ok) *IR_PUSH(*cs, *nc, *cap) = best;
     return builds;
 }
 
@@ -635,7 +674,7 @@ static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
-        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, ""};
+        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if (i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) {
@@ -833,8 +872,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
     int cos = !r0->coshard && frc >= 0 && !mlp_coshard(g, csb, sizeof csb);
     search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
-        char tmp[256];
-        int n = all_blocks(g, q * (RC_ALL / 4), tmp, sizeof tmp);
+        char tmp[1024];
+        int n = all_blocks(g, q * (RC_ALL / 4), 0, 0, tmp, sizeof tmp);
         x.rcq[q] = n > prev && n < nl;
         if (x.rcq[q]) prev = n;
     }
@@ -929,7 +968,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     ir_bprintf(&b, "\n");
     int shown = 0;
     for (int i = 0; i < nc && shown < 8; i++, shown++) {
-        cand_text(&cs[i], g->req.group, t, sizeof t);
+        cand_text(g, &cs[i], t, sizeof t);
         if (cs[i].ok) {
             ir_bprintf(&b, "  %-8s %s: step %s%.3f ms", i ? "" : "chosen", t, cs[i].est ? "~" : "", cs[i].step * 1e3);
             if (i) ir_bprintf(&b, " (+%.1f %%, slower)", 100 * (cs[i].step / cs[0].step - 1));
@@ -965,8 +1004,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
     r->zero = c->zero;
     if (c->sp) r->seq_par = 1;
     if (c->rc) {
-        char rcb[256];
-        all_blocks(g, c->rc, rcb, sizeof rcb);
+        char rcb[1024];
+        all_blocks(g, c->rc, c->rcdrop, c->rc2, rcb, sizeof rcb);
         r->recompute = ir_str(g, rcb);
     }
     g->train.micro_batches = c->m;

@@ -192,6 +192,22 @@ assert re.search(r"^recompute h\.0-4: their forward runs again in the backward",
 PY
 then ok "policy auto with 12 layers and 40 MB: 7/16 of the layers recomputed (h.0-4), faster than half, fits, built"
 else no "auto recompute in sixteenths: $(grep -E '^  (chosen|      ) |recompute' "$tmp/rc16/plan.txt" | head -6)"; fi
+# ... and per block, with several: the encoder-decoder with 8 + 8 layers and 3.8 MB recomputes the
+# encoder's first layer alone (1/8 of e, none of d), faster than 1/8 of both, and fits
+"$nn" "$top/tests/equiv/encdec.ini" --devices 2 -q -o "$tmp/rcb" --set plan.policy=auto --set plan.pp=1 \
+  --set dims.LE=8 --set dims.LD=8 --set cluster.memory=3.8e6 || no "auto recompute per block build"
+if python3 - "$tmp/rcb/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+ch = re.search(r"^  chosen   dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute 1/8 \(d none\): step ([0-9.]+) ms, memory ([0-9.]+) MiB", t, re.M)
+both = re.search(r"^ {11}dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute 1/8: step ([0-9.]+) ms", t, re.M)
+assert ch and both, t
+assert float(ch.group(1)) < float(both.group(1)), (ch.group(1), both.group(1))
+assert float(ch.group(2)) * 2**20 <= 3.8e6, ch.group(2)
+assert re.search(r"^recompute e\.0: their forward runs again", t, re.M), "plan.txt: e.0"
+PY
+then ok "policy auto, encoder-decoder with 3.8 MB: the encoder's first layer recomputed alone (per block), faster than both blocks'"
+else no "auto recompute per block: $(grep -E '^  (chosen|      ) |^recompute' "$tmp/rcb/plan.txt" | head -6)"; fi
 if python3 - "$tmp/sprb/plan.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
