@@ -70,7 +70,6 @@
 #include "cuda/rt_cuda.h"
 #include "rt_kext.h"
 
-
 #define BOUND 1e-6                 /* normalised MSE bound, f32 and matmul_bf16 */
 #define TINY 1e-30                 /* floor of the normalisation (an all-zero reference) */
 #define ARENA_MB 256               /* the test arena: the largest case needs ~201 MiB */
