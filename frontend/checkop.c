@@ -715,7 +715,7 @@ int fe_check_op(const fe_opts *o)
     for (int k = 0; k < nfill; k++) in[k] = fill(numel(&fw, k), 0);
     for (int k = 0; has_bw && k < ng; k++) bin[k] = fill(numel(&bw, k), 0);
     for (int k = 0; has_bw && k < fw.nin; k++) bin[ng + k] = in[k];
-    if (!rc) co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[suites++], bo[0]);
+    if (!rc) co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[suites], bo[suites]), suites++;
     if (!rc && !has_bw && g.cust[main_id].ngrad > 0)
         printf("  (the backward is built-in ops, grad =: check-op does not run them; nnsc-aot verify checks the "
                "training they give)\n");
@@ -743,7 +743,7 @@ int fe_check_op(const fe_opts *o)
         fw.cuda = bw.cuda = 1;
         snprintf(fw.label, sizeof fw.label, "%s [cuda]", fw.c->name);
         if (has_bw) snprintf(bw.label, sizeof bw.label, "%s [cuda]", bw.c->name);
-        co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[suites++], bo[1]);
+        co_suite(&fw, has_bw ? &bw : NULL, own, all, in, bin, fo[suites], bo[suites]), suites++;
         for (int w = 0; w < 2; w++) {
             const co_op *op = w ? &bw : &fw;
             float **c0 = w ? bo[0] : fo[0], **c1 = w ? bo[1] : fo[1];

@@ -635,7 +635,7 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
     char buf[1024];
     cand top = (*cs)[bi], found = top;
     int lo = top.rc - RC_ALL / 4, hi = top.rc, builds = 0;   /* lo: does not fit; hi: fits */
-    int nlo = lo > 0 ? all_blocks(x->g, lo, 0, 0, buf, sizeof buf) : 0, nhi = all_blocks(x->g, hi, 0, 0, buf, sizeof buf);
+    int nlo = all_blocks(x->g, lo, 0, 0, buf, sizeof buf), nhi = all_blocks(x->g, hi, 0, 0, buf, sizeof buf);
     while (hi - lo > 1) {
         int mid = (lo + hi) / 2, nmid = all_blocks(x->g, mid, 0, 0, buf, sizeof buf);
         if (nmid == nhi) {   /* the same layers as hi: fits */
@@ -660,7 +660,7 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
     for (int b = 0; x->g->nblk > 1 && b < x->g->nblk; b++) {
         if (blk_layers(x->g, b, lo) == blk_layers(x->g, b, hi)) continue;
         cand u = found;
-        u.rcdrop = b + 1, u.rc2 = lo > 0 ? lo : 0, u.ok = u.est = 0, u.why[0] = '\0';
+        u.rcdrop = b + 1, u.rc2 = lo, u.ok = u.est = 0, u.why[0] = '\0';
         assess(x, &u, 1);
         builds++;
         if (fits(&u, pf) && (!best.ok || u.step < best.step)) best = u;
