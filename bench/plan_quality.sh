@@ -8,9 +8,11 @@
 #          interleaved, and the memory ladder (docs/plan-search.md);
 #   even   auto with balance = false: the layers cut into even counts, as
 #          the planner (and Megatron) cut them;
-#   grid   the search bound to schedule = 1f1b (Megatron's default schedule)
-#          and balance = false: dp x tp x pp x micro-batches with the same
-#          memory ladder.
+#   grid   the search bound to schedule = 1f1b (Megatron's default schedule),
+#          balance = false and per_op_trans = false (Megatron's op-trans for
+#          every op: no op outside the blocks whole on tp, no MLP chain on its
+#          tokens): dp x tp x pp x micro-batches with the same memory ladder
+#          (its sequence-parallel rung and refinement are Megatron's).
 #
 # The grid is a subset of auto's candidates, so auto is never slower by
 # construction; the benchmark measures by how much it is faster, on which
@@ -48,7 +50,7 @@ chosen() {
 
 echo "plan_quality.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), nnsc-aot $(git -C "$top" rev-parse --short HEAD 2>/dev/null), 32 x dgx2"
 echo
-echo "| graph | auto: chosen plan | auto step | even cut: step | grid (1f1b, even): best plan | grid step | grid / auto |"
+echo "| graph | auto: chosen plan | auto step | even cut: step | grid (1f1b, even, Megatron's op-trans): best plan | grid step | grid / auto |"
 echo "|---|---|---|---|---|---|---|"
 fail=0
 for m in "${models[@]}"; do
@@ -58,7 +60,7 @@ for m in "${models[@]}"; do
   # shellcheck disable=SC2086
   e=$(chosen "$spec" $sets --set plan.balance=false)
   # shellcheck disable=SC2086
-  g=$(chosen "$spec" $sets --set plan.schedule=1f1b --set plan.balance=false)
+  g=$(chosen "$spec" $sets --set plan.schedule=1f1b --set plan.balance=false --set plan.per_op_trans=false)
   re='^(.*): step ([0-9.]+) ms'
   if [[ $a =~ $re ]] && ap=${BASH_REMATCH[1]} as=${BASH_REMATCH[2]} && [[ $e =~ $re ]] && es=${BASH_REMATCH[2]} &&
     [[ $g =~ $re ]] && gp=${BASH_REMATCH[1]} gs=${BASH_REMATCH[2]}; then

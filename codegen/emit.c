@@ -462,6 +462,9 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
     if (g->req.recompute)
         ir_bprintf(b, "recompute %s: their forward runs again in the backward, its activations not kept\n",
                    g->req.recompute);
+    if (g->req.trans && g->req.trans_auto)
+        ir_bprintf(b, "trans     %s: op-trans chosen by policy auto ([plan] trans would give the same)\n",
+                   g->req.trans);
     if (gpu) {
         /* target cuda sm_80,sm_90: every rank embeds cubins of 342.9 KiB (sm_80), ... */
         ir_bprintf(b, "target cuda ");

@@ -17,7 +17,9 @@
  * candidates of one dp x tp x pp and schedule form a chain over the
  * micro-batch counts, which stops once the step stops falling; chains are
  * priced in threads.  Then the 3 fastest with tp > 1 are priced again with
- * the ops outside the blocks whole on each tp device (op-trans).  What the
+ * sequence parallelism, with the ops outside the blocks whole on each tp
+ * device, and with the blocks' MLP chains on their tokens over tp (per-op
+ * op-trans refinements).  What the
  * spec sets (pp, dp, tp, zero, schedule, recompute, chunks, balance, its
  * trans and stage constraints) binds every candidate.  The fastest that
  * fits wins; plan.txt lists it, the runner-ups and why each lost.
@@ -62,6 +64,8 @@ typedef struct cand {
     int64_t mem;           /* bytes, the largest stage-first rank's arena */
     char why[600];         /* not ok: why */
     int rcdrop, rc2;       /* rcdrop > 0: block rcdrop - 1 recomputes rc2 sixteenths (0: none), the others rc */
+    int tok;               /* 1: the blocks' MLP chains split on their tokens over the tp devices, their
+                              params whole on each (op-trans `*0 DP *1 TP`: data parallel there) */
 } cand;
 
 static double now_s(void)
@@ -115,13 +119,14 @@ static int all_blocks(const ir_graph *g, int q, int drop, int q2, char *buf, siz
     return nl;
 }
 
-/* The blocks' MLP chains as a coshard list ("h.fc *1 4, h.fcb *1 4, ..."):
+/* The blocks' MLP chains as a coshard or trans list ("h.fc *1 4, ..."):
  * in each block's first repeat, every activation (gelu, relu, silu) with
  * the matmul and bias_add that feed it, a gate (mul) reading it with the
  * matmul and bias_add making its other input (SwiGLU), and the matmul and
- * bias_add that read the result, 4 pieces of their tokens.  0, or 1: no
- * such chain. */
-static int mlp_coshard(const ir_graph *g, char *buf, size_t n)
+ * bias_add that read the result, each op followed by split ("*1 4": 4
+ * pieces of their tokens).  0, or 1: no such chain, or one without tokens
+ * (an op without the identifier `*1`: [B, C] activations). */
+static int mlp_list(const ir_graph *g, const char *split, char *buf, size_t n)
 {
     size_t u = 0;
     buf[0] = '\0';
@@ -173,11 +178,17 @@ static int mlp_coshard(const ir_graph *g, char *buf, size_t n)
         size_t bl = strlen(bn);
         const char *tail = strchr(on + bl + 1, '.');   /* "h.0.fc" -> "fc" */
         if (strncmp(on, bn, bl) || on[bl] != '.' || !tail) continue;
-        u += (size_t)snprintf(buf + u, n - u, "%s%s.%s *1 4", u ? ", " : "", bn, tail + 1);
+        if (ir_anno_find(&g->op[i].anno, "*1") < 0) {   /* no tokens to split ([B, C] activations) */
+            free(in);
+            return 1;
+        }
+        u += (size_t)snprintf(buf + u, n - u, "%s%s.%s %s", u ? ", " : "", bn, tail + 1, split);
     }
     free(in);
     return u == 0 || u >= n;
 }
+
+static int mlp_coshard(const ir_graph *g, char *buf, size_t n) { return mlp_list(g, "*1 4", buf, n); }
 
 /* The passes from autograd to the pipeline's order on a loaded graph; d is
  * initialised either way (the caller frees it).  0, or 2 (the message in
@@ -197,19 +208,33 @@ static int plan_all(ir_graph *g, ir_dist *d)
     return rc;
 }
 
-/* op-trans: the forward ops outside the blocks split by dp alone, whole on
- * each of the tp devices ("lm_head *0 4 replicate 2, ..."), as g's trans. */
-static void rep_trans(ir_graph *g, int dp, int tp)
+/* c's op-trans as g's trans (dp: the dp of the build): with rep, the
+ * forward ops outside the blocks split by dp alone, whole on each of the
+ * tp devices ("lm_head *0 4 replicate 2, ..."); with tok, the blocks' MLP
+ * chains split by dp and then on their tokens over the tp devices
+ * ("h.fc *0 4 *1 2, ...": data parallel on the tp axis, the chain's params
+ * whole on each device, their gradients summed over tp).  Returns 0, or 1:
+ * tok and no MLP chain. */
+static int plan_trans(ir_graph *g, const cand *c, int dp)
 {
     ir_buf tb = {0};
-    for (int i = 0; i < g->nop; i++) {
+    for (int i = 0; i < g->nop && c->rep; i++) {
         const ir_op *op = &g->op[i];
         if (op->phase != IR_PH_FWD || op->block >= 0) continue;
-        if (dp > 1) ir_bprintf(&tb, "%s%s *0 %d replicate %d", tb.n ? ", " : "", op->name, dp, tp);
-        else ir_bprintf(&tb, "%s%s replicate %d", tb.n ? ", " : "", op->name, tp);
+        if (dp > 1) ir_bprintf(&tb, "%s%s *0 %d replicate %d", tb.n ? ", " : "", op->name, dp, c->tp);
+        else ir_bprintf(&tb, "%s%s replicate %d", tb.n ? ", " : "", op->name, c->tp);
+    }
+    int rc = 0;
+    if (c->tok) {
+        char split[48], lb[1024];
+        if (dp > 1) snprintf(split, sizeof split, "*0 %d *1 %d", dp, c->tp);
+        else snprintf(split, sizeof split, "*1 %d", c->tp);
+        rc = mlp_list(g, split, lb, sizeof lb);
+        if (!rc) ir_bprintf(&tb, "%s%s", tb.n ? ", " : "", lb);
     }
     if (tb.n) g->req.trans = ir_str(g, tb.s);
     ir_buf_free(&tb);
+    return rc;
 }
 
 /* q sixteenths as a spec's reader says them: 1/4, half, 3/4, 5/16, all. */
@@ -230,6 +255,7 @@ static void cand_text(const ir_graph *g, const cand *c, char *buf, size_t n)
     if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched, group, sn));
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
+    if (c->tok) u += snprintf(buf + u, n - (size_t)u, ", MLP on tokens over tp");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
     if (c->sp) u += snprintf(buf + u, n - (size_t)u, ", sequence parallel");
     char q[16];
@@ -278,7 +304,11 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
     }
     g.train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(&g, c->stage);
-    if (c->rep) rep_trans(&g, r->dp, c->tp);
+    if ((c->rep || c->tok) && plan_trans(&g, c, r->dp)) {
+        snprintf(c->why, sizeof c->why, "no MLP chain to split on its tokens");
+        ir_graph_free(&g);
+        return;
+    }
     char rcb[1024], csb[1024];
     if (c->cos && !mlp_coshard(&g, csb, sizeof csb)) r->coshard = ir_str(&g, csb);
     if (c->rc) {
@@ -674,7 +704,7 @@ static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
-        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0};
+        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if (i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) {
@@ -745,9 +775,10 @@ static int search_threads(void)
 }
 
 /* Price the 3 fastest fitting candidates of cs with tp > 1 (and no
- * sequence parallelism, for what 0) again with sequence parallelism
- * (what 0) or the ops outside the blocks whole on tp (what 1), at the same
- * rung, and add them to cs. */
+ * sequence parallelism, for what 0; no co-shard, for what 2) again with
+ * sequence parallelism (what 0), the ops outside the blocks whole on tp
+ * (what 1) or the blocks' MLP chains on their tokens over tp (what 2), at
+ * the same rung, and add them to cs. */
 static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, int what)
 {
     const ir_profile *pf = &x->g->prof;
@@ -759,12 +790,14 @@ static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, i
             const cand *c = &(*cs)[i];
             int was = 0;
             for (int k = 0; k < nt; k++) was |= taken[k] == i;
-            if (!was && fits(c, pf) && c->tp > 1 && (what || !c->sp) && (bi < 0 || c->step < (*cs)[bi].step)) bi = i;
+            int ok = what == 0 ? !c->sp : what == 1 ? !c->rep : !c->tok && !c->cos;
+            if (!was && ok && fits(c, pf) && c->tp > 1 && (bi < 0 || c->step < (*cs)[bi].step)) bi = i;
         }
         if (bi < 0) break;
         taken[nt] = bi;
         top[nt] = (*cs)[bi];
-        if (what) top[nt++].rep = 1;
+        if (what == 2) top[nt++].tok = 1;
+        else if (what) top[nt++].rep = 1;
         else top[nt++].sp = 1;
     }
     jobs j = {x, top, nt, 0, 0, 0};
@@ -893,9 +926,14 @@ int fe_search(const fe_opts *o, ir_graph *g)
        at the price of one bucketed all-reduce of their gradients), then with
        the ops outside the blocks (embedding, head, loss) whole on each tp
        device, split by dp alone -- no vocabulary-parallel collectives, the
-       head's work tp times over */
+       head's work tp times over -- then with the blocks' MLP chains split on
+       their tokens over tp (per-op op-trans: data parallel there, their
+       params whole on each tp device: one collective of their gradients a
+       step instead of the chain's two in every micro-batch) */
     if (!x.fsp && g->nblk) refine(&x, &cs, &nc, &cap, nth, 0);
-    if (!r0->trans && g->nblk) refine(&x, &cs, &nc, &cap, nth, 1);
+    if (!r0->trans && !r0->no_per_op && g->nblk) refine(&x, &cs, &nc, &cap, nth, 1);
+    if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk && !mlp_coshard(g, csb, sizeof csb))
+        refine(&x, &cs, &nc, &cap, nth, 2);
     /* the layer fold's estimates: the fastest fitting ones (or none fitting, the smallest) built on every
        layer, 4 at first, then the estimates that still come first, until the first is built on every
        layer (it climbs the ladder where it does not fit) */
@@ -948,7 +986,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
                secs, nth, nth > 1 ? "s" : "", space, space - nc - skipped);
     if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
                                 "count before", skipped);
-    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0) {
+    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op) {
         ir_bprintf(&b, ", and the spec's");
         if (fsch >= 0) ir_bprintf(&b, " schedule = %s", sched_name(fsch, r0->group, t));
         if (fpp) ir_bprintf(&b, " pp = %d", fpp);
@@ -956,6 +994,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
         if (ftp) ir_bprintf(&b, " tp = %d", ftp);
         if (fz >= 0) ir_bprintf(&b, " zero = %d", fz);
         if (frc < 0) ir_bprintf(&b, " recompute");
+        if (r0->no_per_op) ir_bprintf(&b, " per_op_trans = false");
     }
     ir_bprintf(&b, ")%s", fold ? "; dp folded: each candidate built on its tp x pp devices, its micro-batch work / "
                                "dp, the dp gradient all-reduce and ZeRO's memory by formula" : "");
@@ -1010,7 +1049,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     g->train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(g, c->stage);
-    if (c->rep) rep_trans(g, c->dp, c->tp);
+    if (c->rep || c->tok) plan_trans(g, c, c->dp), r->trans_auto = 1;
     if (c->cos && !mlp_coshard(g, csb, sizeof csb)) r->coshard = ir_str(g, csb);
     r->search = ir_str(g, b.s);
     ir_buf_free(&b);

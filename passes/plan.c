@@ -554,7 +554,7 @@ static int apply_cons(planctx *c, int op, const ucons *u)
                                             : "the product of a constraint's parts is the device count",
                           "[plan] trans: the splits for %s make %d sub-ops, but there are %d devices%s", o->name,
                           total, sd, c->d->mesh_pp > 1 ? " per stage" : "");
-    snprintf(why, sizeof why, "user constraint '%s'", u->pat);
+    snprintf(why, sizeof why, "%s '%s'", c->d->g->req.trans_auto ? "policy auto's op-trans" : "user constraint", u->pat);
     set_trans(c->d, &c->st, op, u->n, ids, u->parts, why);
     c->fixed[op] = 1;
     return 0;

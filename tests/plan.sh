@@ -220,15 +220,53 @@ assert re.search(r"^  rc\.h\.0\.ln1 ", t, re.M), "h.0 not recomputed"
 PY
 then ok "  ... and the plan built is that candidate: sequence parallel, its estimate the chosen step, it fits"
 else no "auto sequence-parallel rung built: $(grep -E '^estimate|ln1 ' "$tmp/sprb/plan.txt" | head -n 3)"; fi
-# op-trans refinement: with tp 2 on a100-80g the head and embedding whole on each tp device
-# (no vocabulary-parallel collectives) beat the Megatron split; the plan built has them so
+# op-trans refinements: with tp 2 on a100-80g the head and embedding whole on each tp device
+# (no vocabulary-parallel collectives) and the MLP chains on their tokens over tp (data parallel
+# there: no all-reduce of their output in every micro-batch) beat the Megatron split; the plan
+# built has them so, its reasons and its trans line say the search chose them
 "$nn" "$tiny" --devices 2 -q -o "$tmp/rep" --set plan.policy=auto --set plan.tp=2 --set cluster.device=a100-80g ||
   no "auto op-trans build"
-grep -q "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, ops outside the blocks whole on tp: step" "$tmp/rep/plan.txt" &&
-  grep -q "^           dp 1 x tp 2 x pp 1, micro_batches 1: step" "$tmp/rep/plan.txt" &&
-  grep -Eq "^  lm_head +matmul_nt +replicate x2 on 0,1 " "$tmp/rep/plan.txt" &&
-  ok "policy auto: the op-trans variant (head and embedding whole on tp) chosen over its base, and built" ||
-  no "op-trans: $(grep -E '^(  chosen|           dp|  lm_head)' "$tmp/rep/plan.txt" | head -n 3)"
+if python3 - "$tmp/rep/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+ch = re.search(r"^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, ops outside the blocks whole on tp, "
+               r"MLP on tokens over tp, sequence parallel: step ([0-9.]+) ms", t, re.M)
+assert ch, "chosen"
+step = float(ch.group(1))
+def price(name):   # a runner-up's step
+    m = re.search(r"^           dp 1 x tp 2 x pp 1, micro_batches 1%s: step ([0-9.]+) ms" % name, t, re.M)
+    assert m, name
+    return float(m.group(1))
+base, rep, tok = price(""), price(", ops outside the blocks whole on tp"), price(", MLP on tokens over tp")
+assert step < min(base, rep, tok) and tok < base and rep < base, (step, base, rep, tok)
+est = float(re.search(r"^estimate  step ([0-9.]+) ms", t, re.M).group(1))
+assert abs(est - step) <= 0.0015, (est, step)
+assert re.search(r"^  lm_head +matmul_nt +replicate x2 on 0,1 +; policy auto's op-trans 'lm_head'", t, re.M), "lm_head"
+for op in ("fc", "fcb", "gelu", "mproj", "mprojb"):
+    assert re.search(r"^  h\.1\.%s +\w+ +split \*1 /2 on 0,1 +; policy auto's op-trans 'h\.%s'" % (op, op), t, re.M), op
+# its weight whole on each device, the gradient summed over tp once a step
+assert re.search(r"^  allreduce +d\.h\.1\.fc_w .*group \{0,1\} once a step", t, re.M), "fc_w all-reduce"
+tr = re.search(r"^trans     (.*): op-trans chosen by policy auto", t, re.M)
+assert tr and "h.fc *1 2" in tr.group(1) and "lm_head replicate 2" in tr.group(1), "trans line"
+assert "user constraint" not in t
+PY
+then ok "policy auto: the op-trans refinements (head whole on tp, MLP chains on tokens) chosen over their bases, and built"
+else no "op-trans: $(grep -E '^(  chosen|           dp|  lm_head|  h.1.fc |trans)' "$tmp/rep/plan.txt" | head -n 6)"; fi
+# ... and the trans line, given as the spec's constraint, gives the same plan
+trl=$(sed -n 's/^trans     \(.*\): op-trans chosen by policy auto.*/\1/p' "$tmp/rep/plan.txt")
+"$nn" "$tiny" --devices 2 -q -o "$tmp/byhand" --set plan.policy=hybrid --set plan.tp=2 --set cluster.device=a100-80g \
+  --set plan.sequence_parallel=true --set train.micro_batches=1 --set "plan.trans=$trl" || no "the search's trans by hand"
+diff <(sed -n '/^ops:/,$p' "$tmp/rep/plan.txt" | sed "s/policy auto's op-trans/user constraint/") \
+  <(sed -n '/^ops:/,$p' "$tmp/byhand/plan.txt") >/dev/null &&
+  ok "  ... its trans line as [plan] trans: the same op-trans, op-assign and collectives" ||
+  no "the search's trans by hand differs: $(diff <(sed -n '/^ops:/,$p' "$tmp/rep/plan.txt") <(sed -n '/^ops:/,$p' "$tmp/byhand/plan.txt") | head -n 4)"
+# per_op_trans = false: no candidate with another op-trans, and the search line says it bound
+"$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.tp=2 --set cluster.device=a100-80g \
+  --set plan.per_op_trans=false 2>"$tmp/noper.err" || no "per_op_trans = false"
+grep -q "the spec's tp = 2 per_op_trans = false)" "$tmp/noper.err" && ! grep -Eq "whole on tp|MLP on tokens" "$tmp/noper.err" &&
+  grep -q "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1" "$tmp/noper.err" &&
+  ok "per_op_trans = false: the policy's op-trans for every candidate" ||
+  no "per_op_trans = false: $(grep -E '^search|chosen' "$tmp/noper.err" | head -n 2)"
 expect_rc 2 "policy auto with 1 MB per device" "$nn" "$tiny" --devices 4 -o "$tmp/auto4" --set plan.policy=auto \
   --set cluster.memory=1e6
 says "[plan] policy auto: no candidate plan fits" "auto, nothing fits"
