@@ -16,7 +16,9 @@ static const char usage[] =
     "                                                   run both, compare losses and weights\n"
     "       nnsc-aot profile [MODEL.ini] -o FILE        calibrate the cpu-host cost-model profile on\n"
     "                                                   this machine, on MODEL (default: a built-in\n"
-    "                                                   one); [cluster] device = FILE reads it\n"
+    "                                                   one); [cluster] device = FILE reads it;\n"
+    "                                                   --target cuda: the GPU profile cluster.device\n"
+    "                                                   names, on GPUs\n"
     "       nnsc-aot profile [MODEL.ini] --pack DIR     build the calibration runs into DIR, to run\n"
     "                                                   elsewhere (DIR/run.sh)\n"
     "       nnsc-aot profile [MODEL.ini] --from DIR -o FILE  calibrate from the logs DIR/run.sh wrote\n"
@@ -63,7 +65,8 @@ static const char usage[] =
     "options (profile only):\n"
     "  --steps N          steps of each calibration run (default 12)\n"
     "  --ranks N          ranks busy at once in every run, as many as the plans will run\n"
-    "                     (default 2): N copies of the 1-rank runs, dp N, tp N\n"
+    "                     (default 2): N copies of the 1-rank runs, dp N, tp N; --target\n"
+    "                     cuda: N GPUs (default 1: the 1-rank runs alone, no link fitted)\n"
     "  --rounds R         every run R times, round by round (the medians: a noisy machine)\n"
     "\n"
     "exit status: 0 ok, 1 failure (a rank failed, verify disagreed, a tool failed),\n"
@@ -345,7 +348,8 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             if (!val || !*val) return bad("%s needs a directory", a);
             *(a[2] == 'p' ? &o->prof_pack : &o->prof_from) = val, i++;
         } else if (o->profile && strcmp(a, "--ranks") == 0) {
-            if (parse_int(val, 2, 1024, &v)) return bad("--ranks needs a number of ranks in [2, 1024], got '%s'", val ? val : "");
+            if (parse_int(val, 1, 1024, &v)) return bad("--ranks needs a number of ranks in [2, 1024] ([1, 1024] with "
+                                                        "--target cuda), got '%s'", val ? val : "");
             o->prof_ranks = (int)v, i++;
         } else if (o->profile && strcmp(a, "--rounds") == 0) {
             if (parse_int(val, 1, 100, &v)) return bad("--rounds needs a number of rounds in [1, 100], got '%s'", val ? val : "");
@@ -383,6 +387,9 @@ int fe_cli(int argc, char **argv, fe_opts *o)
             return bad_hint("--pack DIR builds the runs; --from DIR -o FILE writes the profile", "%s",
                             "profile --pack writes no profile: leave out -o");
         if (!o->out && !o->prof_pack) return bad("%s", "profile needs -o FILE (the profile to write)");
+        if (o->prof_ranks == 1 && o->target != FE_TARGET_CUDA)
+            return bad_hint("a CPU's link is its shared memory, measured between ranks: give 2 or more (one GPU: "
+                            "--target cuda --ranks 1)", "--ranks needs a number of ranks in [2, 1024], got '%s'", "1");
         return 0;
     }
     if (o->check_op) {

@@ -1,5 +1,6 @@
 /* profile.c -- nnsc-aot profile -o FILE: calibrate the cpu-host profile
- * on this machine (docs/plan-search.md, Calibration).
+ * on this machine, or with --target cuda the GPU profile the spec names
+ * on GPUs (docs/plan-search.md, Calibration).
  *
  * Five runs of a model (the one given, else a small transformer-shaped
  * one built in) the compiler builds (the generated kernels and the
@@ -24,6 +25,13 @@
  *
  * FILE is a profile `[cluster] device = FILE` reads (an INI [cluster]
  * section: device = cpu-host and the measured figures).
+ *
+ * --target cuda: the runs are built for GPUs, a rank per GPU (the 1-rank
+ * runs once: a GPU is not shared), and FILE refines the GPU profile the
+ * spec or --set cluster.device names (its FLOP/s and weight_bw measured;
+ * its memory bandwidth, memory and links kept).  --ranks defaults to 1
+ * there: one GPU has no link, so the dp and tp runs are left out and the
+ * links stay the profile's.
  *
  * A cluster has no compiler: --pack DIR builds the runs into DIR with
  * DIR/run.sh, which runs them there and writes their logs; --from DIR -o
@@ -81,6 +89,9 @@ static int build(const fe_opts *o, const char *spec, const char *dir, const char
     b.cpu = o->cpu ? o->cpu : "x86-64-v3";
     b.opt_level = o->opt_level ? o->opt_level : 2;
     b.quiet = 1;
+    b.target = o->target;   /* (cuda: the cubins for o's --arch) */
+    b.archs = o->archs;
+    b.narch = o->narch;
     const char **all = join_sets(o, sets, nset, NULL, 0, &b.nset);
     b.sets = all;
     int rc = fe_compile(&b);
@@ -146,15 +157,24 @@ static void set_runs(int n, int K)
     snprintf(world_set, sizeof world_set, "cluster.devices=%d", n);
     snprintf(small_set, sizeof small_set, "train.micro_batches=%d", K);
 }
-/* Run k is built and run (the small runs only where the batch has K). */
-static int wanted(int k, int K) { return K || (k != RUN_SMALL && k != RUN_TPSMALL); }
-/* The 1-rank runs go as N copies at once (the others' ranks are N already). */
+/* The cuda target: the runs on GPUs, a rank per GPU (the 1-rank runs once). */
+static int cal_cuda;
+/* Run k is built and run: the small runs only where the batch has K, the
+ * link's (dp, tp) only with n >= 2 ranks. */
+static int wanted(int k, int K, int n)
+{
+    return (K || (k != RUN_SMALL && k != RUN_TPSMALL)) && (n >= 2 || k == RUN_ONE || k == RUN_SMALL);
+}
+/* The 1-rank runs go as N copies at once (the others' ranks are N already);
+ * on GPUs once, a rank alone on its GPU. */
 static int copies(int k) { return k == RUN_ONE || k == RUN_SMALL; }
+static int ncopies(int k, int n) { return !copies(k) ? 1 : cal_cuda ? 1 : n; }
 
 /* The small run's micro-batches: the most, up to 16, that divide the
- * model's batch (0: none, the batch is 1 or has no divisor in 2..16).  0,
- * or the frontend's status. */
-static int small_mb(const fe_opts *o, const char *spec, int *K)
+ * model's batch (0: none, the batch is 1 or has no divisor in 2..16), and
+ * in base the built-in profile the spec and overrides name (the one the
+ * calibration refines).  0, or the frontend's status. */
+static int small_mb(const fe_opts *o, const char *spec, int *K, char *base, size_t nbase)
 {
     int n;
     const char **all = join_sets(o, s_one, 2, NULL, 0, &n);
@@ -162,6 +182,7 @@ static int small_mb(const fe_opts *o, const char *spec, int *K)
     int rc = fe_load(spec, all, n, &g);
     free(all);
     if (rc) return rc;
+    snprintf(base, nbase, "%s", g.prof.name);
     int64_t B = 0;
     for (int t = 0; t < g.nt && !B; t++)
         if (g.t[t].kind == IR_T_INPUT && g.t[t].batch_dim >= 0) B = g.t[t].shape[g.t[t].batch_dim];
@@ -182,13 +203,14 @@ static double run_ms(const char *dir, int k, int n, char *bad, size_t nbad)
         return log_median(bad);
     }
     double sum = 0;
-    for (int c = 1; c <= n; c++) {
+    int nc = ncopies(k, n);
+    for (int c = 1; c <= nc; c++) {
         snprintf(bad, nbad, "%s/%s-%d.log", dir, run_name[k], c);
         double ms = log_median(bad);
         if (ms <= 0) return -1;
         sum += ms;
     }
-    return sum / n;
+    return sum / nc;
 }
 
 static int is_dir(const char *path)
@@ -231,7 +253,7 @@ static void run_cmd(char *cmd, size_t ncmd, const char *here, const char *logs, 
         snprintf(cmd, ncmd,
                  "pids=; for k in $(seq %d); do NNSC_THREADS=1 %s/%s/launch --steps %lld --quiet >%s/%s-$k.log "
                  "2>&1 & pids=\"$pids $!\"; done; rc=0; for p in $pids; do wait $p || rc=1; done; [ $rc = 0 ]",
-                 n, here, name, (long long)steps, logs, name);
+                 ncopies(k, n), here, name, (long long)steps, logs, name);
     else
         snprintf(cmd, ncmd, "NNSC_THREADS=1 %s/%s/launch --steps %lld --quiet >%s/%s.log 2>&1", here, name,
                  (long long)steps, logs, name);
@@ -239,10 +261,10 @@ static void run_cmd(char *cmd, size_t ncmd, const char *here, const char *logs, 
 
 /* Build the runs (the small one only with K > 0) into dir; 0 or the
  * compiler's status. */
-static int build_runs(const fe_opts *o, const char *spec, const char *dir, int K)
+static int build_runs(const fe_opts *o, const char *spec, const char *dir, int K, int n)
 {
     for (int k = 0; k < NRUN; k++) {
-        if (!wanted(k, K)) continue;
+        if (!wanted(k, K, n)) continue;
         int rc = build(o, spec, dir, run_name[k], run_set[k], run_nset[k]);
         if (rc) return rc;
     }
@@ -266,10 +288,10 @@ static int est_run(const fe_opts *o, const char *spec, int k, double flops, doub
  * with K = 0): the FLOP/s and weight_bw from the 1-rank runs (1 and K
  * micro-batches: the same FLOPs, K times the passes over the weights), then
  * the link's bandwidth and latency from dp N and tp N.  *wbw_out 0: the K
- * micro-batches cost no more than 1 (weights not priced).  0, or the
- * compiler's status. */
-static int fit(const fe_opts *o, const char *spec, const double *t, int K, double *flops_out, double *wbw_out,
-               double *bw_out, double *lat_out)
+ * micro-batches cost no more than 1 (weights not priced); with n < 2 ranks
+ * no link (*bw_out, *lat_out 0).  0, or the compiler's status. */
+static int fit(const fe_opts *o, const char *spec, const double *t, int K, int n, double *flops_out,
+               double *wbw_out, double *bw_out, double *lat_out)
 {
     int rc;
     double flops = 1e11, x = 0, e1, eS, n1 = 0, nS = 0;   /* x: 1 / weight_bw */
@@ -297,6 +319,10 @@ static int fit(const fe_opts *o, const char *spec, const double *t, int K, doubl
     /* bandwidth and latency: dp N (large all-reduces), tp N with 1 micro-batch (many smaller ones) and
        with K (K times as many messages, the same bytes); each estimate is base + A / bw + B lat, fitted
        by least squares in relative terms (each run's error over its step) */
+    if (n < 2) {   /* one rank (one GPU): no link to fit, the base profile's stays */
+        *flops_out = flops, *wbw_out = x > 0 ? 1 / x : 0, *bw_out = *lat_out = 0;
+        return 0;
+    }
     double base[3] = {0, 0, 0}, A[3] = {0, 0, 0}, B[3] = {0, 0, 0};
     const int kk[3] = {RUN_DP, RUN_TP, RUN_TPSMALL};
     int nr = K ? 3 : 2;
@@ -337,7 +363,7 @@ static int pack(const fe_opts *o, const char *spec, int n, int K, int rounds, in
         return 1;
     }
     int rc;
-    if ((rc = build_runs(o, spec, dir, K))) return rc;
+    if ((rc = build_runs(o, spec, dir, K, n))) return rc;
     char path[4096];
     snprintf(path, sizeof path, "%s/run.sh", dir);
     FILE *f = fopen(path, "w");
@@ -346,8 +372,8 @@ static int pack(const fe_opts *o, const char *spec, int n, int K, int rounds, in
         return 1;
     }
     fprintf(f, "#!/bin/sh\n"
-               "# nnsc-aot profile --pack: the calibration runs of model %s (%d --set overrides), %d ranks\n"
-               "# busy at once, %d round%s. On the machine to calibrate (no compiler needed): run.sh [LOGDIR]\n"
+               "# nnsc-aot profile --pack: the calibration runs of model %s (%d --set overrides), %d rank%s\n"
+               "# busy at once%s, %d round%s. On the machine to calibrate (no compiler needed): run.sh [LOGDIR]\n"
                "# (default: this directory) writes the runs' logs%s; then, where nnsc-aot is,\n"
                "# with the same model, --set overrides and --ranks:\n"
                "# nnsc-aot profile MODEL --ranks %d --from LOGDIR -o FILE\n"
@@ -355,14 +381,15 @@ static int pack(const fe_opts *o, const char *spec, int n, int K, int rounds, in
                "here=$(cd \"$(dirname \"$0\")\" && pwd)\n"
                "logs=${1:-$here}\n"
                "mkdir -p \"$logs\"\n",
-            o->spec ? o->spec : "built in", o->nset, n, rounds, rounds == 1 ? "" : "s",
+            o->spec ? o->spec : "built in", o->nset, n, n == 1 ? "" : "s", cal_cuda ? " (the cuda target: a GPU each)" : "",
+            rounds, rounds == 1 ? "" : "s",
             rounds == 1 ? "" : " (LOGDIR/r1, r2, ...: one folder a round)", n);
     if (rounds > 1)
         fprintf(f, "for r in $(seq %d); do\nd=\"$logs/r$r\"\nmkdir -p \"$d\"\n", rounds);
     else
         fprintf(f, "d=\"$logs\"\n");
     for (int k = 0; k < NRUN; k++) {
-        if (!wanted(k, K)) continue;
+        if (!wanted(k, K, n)) continue;
         char cmd[1024];
         run_cmd(cmd, sizeof cmd, "\"$here\"", "\"$d\"", k, n, steps);
         fprintf(f, "%s ||\n  { echo \"run.sh: the %s run failed (logs in $d)\" >&2; exit 1; }\n", cmd, run_name[k]);
@@ -400,9 +427,20 @@ int fe_profile(const fe_opts *o)
         }
     }
     int64_t steps = o->steps ? o->steps : 12;
-    int n = o->prof_ranks ? o->prof_ranks : 2, rounds = o->prof_rounds ? o->prof_rounds : 1, K = 0, rc = 0;
-    double t[NRUN] = {-1, -1, -1, -1}, flops = 0, wbw = 0, bw = 0, lat = 0;
-    if ((rc = small_mb(o, spec, &K))) goto out;
+    cal_cuda = o->target == FE_TARGET_CUDA;
+    int n = o->prof_ranks ? o->prof_ranks : cal_cuda ? 1 : 2, rounds = o->prof_rounds ? o->prof_rounds : 1, K = 0,
+        rc = 0;
+    double t[NRUN] = {-1, -1, -1, -1, -1}, flops = 0, wbw = 0, bw = 0, lat = 0;
+    char base[64];
+    if ((rc = small_mb(o, spec, &K, base, sizeof base))) goto out;
+    if (cal_cuda && !strcmp(base, "cpu-host")) {
+        fprintf(stderr, "nnsc-aot: error: profile --target cuda refines a GPU's profile, and the spec's device is "
+                        "cpu-host\n  hint: name the GPU the runs are on, e.g. --set cluster.device=h100-80g (its "
+                        "memory bandwidth, memory and links stay; the runs fit its FLOP/s and weight_bw)\n");
+        rc = 2;
+        goto out;
+    }
+    if (cal_cuda && (rc = fe_target_check(o))) goto out;
     set_runs(n, K);
     if (o->prof_pack) {
         rc = pack(o, spec, n, K, rounds, steps);
@@ -426,7 +464,7 @@ int fe_profile(const fe_opts *o)
             }
         }
     } else {
-        if ((rc = build_runs(o, spec, dir, K))) goto out;
+        if ((rc = build_runs(o, spec, dir, K, n))) goto out;
         for (int r = 1; r <= rounds; r++) {
             char sub[4096], q[4200], here[4200], cmd[9000];
             snprintf(sub, sizeof sub, "%s/r%d", dir, r);
@@ -434,14 +472,14 @@ int fe_profile(const fe_opts *o)
             snprintf(here, sizeof here, "'%s'", dir);
             snprintf(q, sizeof q, "'%s'", rounds > 1 ? sub : dir);
             for (int k = 0; k < NRUN; k++) {
-                if (!wanted(k, K)) continue;
+                if (!wanted(k, K, n)) continue;
                 run_cmd(cmd, sizeof cmd, here, q, k, n, steps);
                 if (system(cmd) != 0) goto fail;
             }
         }
     }
     for (int k = 0; k < NRUN; k++) {
-        if (!wanted(k, K)) continue;
+        if (!wanted(k, K, n)) continue;
         char bad[4200];
         if ((t[k] = rounds_ms(logs, k, n, bad, sizeof bad)) <= 0) {
             if (!o->prof_from) goto fail;
@@ -454,7 +492,7 @@ int fe_profile(const fe_opts *o)
     }
     double ts[NRUN];
     for (int k = 0; k < NRUN; k++) ts[k] = t[k] / 1e3;
-    if ((rc = fit(o, spec, ts, K, &flops, &wbw, &bw, &lat))) goto out;
+    if ((rc = fit(o, spec, ts, K, n, &flops, &wbw, &bw, &lat))) goto out;
     {
         FILE *out = o->out ? fopen(o->out, "w") : stdout;
         if (!out) {
@@ -478,18 +516,27 @@ int fe_profile(const fe_opts *o)
         time_t now = time(NULL);
         char when[64];
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-        fprintf(out, "; nnsc-aot profile (%s, model %s): cpu-host calibrated on %s, one rank per core;\n"
-                     "; 1 rank (%d copies at once) %.1f ms%s, dp %d %.1f ms, tp %d %.1f ms%s per step (medians%s%s).\n"
+        char links[160] = "";
+        if (n >= 2)
+            snprintf(links, sizeof links, ", dp %d %.1f ms, tp %d %.1f ms%s", n, t[RUN_DP], n, t[RUN_TP], tpsmall);
+        fprintf(out, "; nnsc-aot profile (%s, model %s): %s calibrated on %s, %s;\n"
+                     "; 1 rank (%d cop%s at once) %.1f ms%s%s per step (medians%s%s).\n"
                      "; Use it with [cluster] device = THIS FILE (docs/plan-search.md).\n"
-                     "[cluster]\ndevice = cpu-host\nflops = %.6g\nflops_bf16 = %.6g\nweight_bw = %.6g\nlink_bw = %.6g\n"
-                     "link_lat = %.6g\nnet_bw = %.6g\nnet_lat = %.6g\n",
-                when, o->spec ? o->spec : "built in", o->prof_from ? "the machine of the --from logs" : "this machine",
-                n, t[RUN_ONE], small, n, t[RUN_DP], n, t[RUN_TP], tpsmall, nsteps, nround, flops, flops, wbw, bw, lat, bw,
-                lat);
+                     "[cluster]\ndevice = %s\nflops = %.6g\nflops_bf16 = %.6g\nweight_bw = %.6g\n",
+                when, o->spec ? o->spec : "built in", cal_cuda ? base : "cpu-host",
+                o->prof_from ? "the machine of the --from logs" : "this machine",
+                cal_cuda ? "the cuda target, one rank per GPU" : "one rank per core", ncopies(RUN_ONE, n),
+                ncopies(RUN_ONE, n) == 1 ? "y" : "ies", t[RUN_ONE], small, links, nsteps, nround,
+                cal_cuda ? base : "cpu-host", flops, flops, wbw);
+        if (n >= 2) fprintf(out, "link_bw = %.6g\nlink_lat = %.6g\nnet_bw = %.6g\nnet_lat = %.6g\n", bw, lat, bw, lat);
+        else fprintf(out, "; (one rank: the links are %s's, not measured)\n", cal_cuda ? base : "cpu-host");
         if (out != stdout && fclose(out)) rc = 1;
-        if (!o->quiet)
+        if (!o->quiet && n >= 2)
             fprintf(stderr, "nnsc-aot profile: flops %.4g, weight_bw %.4g B/s, link_bw %.4g B/s, link_lat %.3g s%s%s\n",
                     flops, wbw, bw, lat, o->out ? " -> " : "", o->out ? o->out : "");
+        else if (!o->quiet)
+            fprintf(stderr, "nnsc-aot profile: flops %.4g, weight_bw %.4g B/s (one rank: no link measured)%s%s\n", flops,
+                    wbw, o->out ? " -> " : "", o->out ? o->out : "");
     }
     goto out;
 fail:

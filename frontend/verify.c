@@ -311,10 +311,12 @@ static int compare_weights(const char *d1, const char *dn, double tol, const vtr
 }
 
 /* Build the model for ndev devices into dir, for o's target (cpu = 1: for
- * the cpu target whatever o says). */
-static int build(const fe_opts *o, int ndev, const char *dir, int cpu)
+ * the cpu target whatever o says; ref = 1: the reference, nothing
+ * recomputed). */
+static int build(const fe_opts *o, int ndev, const char *dir, int cpu, int ref)
 {
     fe_opts c = *o;
+    c.reference = ref;
     if (cpu) {
         c.target = FE_TARGET_CPU;
         c.archs = NULL;
@@ -402,7 +404,7 @@ static int verify_run(const fe_opts *o, int ndev, const char *model, const vtrai
     snprintf(dn, sizeof dn, "%s/dev%d", root, ndev);
     if (ndev == 1) snprintf(dn, sizeof dn, "%s/dev1-again", root);
     if (cuda) snprintf(dn, sizeof dn, "%s/cuda%d", root, ndev);
-    if ((rc = build(o, 1, d1, 1)) || (rc = build(o, ndev, dn, 0))) return rc;
+    if ((rc = build(o, 1, d1, 1, 1)) || (rc = build(o, ndev, dn, 0, 0))) return rc;
     int r1 = run_launch(d1, o->steps), rn = run_launch(dn, o->steps);
     double *l1, *ln;
     int n1 = read_losses(d1, &l1), nn = read_losses(dn, &ln);

@@ -495,4 +495,25 @@ if [[ -x $tmp/gpt-dp2/launch ]]; then
   fi
 fi
 
+# ---- nnsc-aot profile --target cuda: --pack builds the 1-rank runs for the GPU (one GPU: no link
+# runs), run.sh runs them (here under the doubles), --from fits a profile of the named GPU's: its
+# FLOP/s and weight_bw measured, its links kept (docs/plan-search.md, Calibration)
+mlp=$top/examples/mlp.ini
+if "$nn" profile "$mlp" --target cuda --pack "$tmp/cal" --set cluster.device=h100-80g --steps 3 -q &&
+  [[ -x $tmp/cal/one/launch && -x $tmp/cal/small/launch && ! -e $tmp/cal/dp && ! -e $tmp/cal/tp ]] &&
+  "${run_env[@]}" NNSC_MOCK_DEVICES=1 "$tmp/cal/run.sh" "$tmp/cal/logs" >"$tmp/cal.out" 2>&1 &&
+  "$nn" profile "$mlp" --target cuda --set cluster.device=h100-80g --from "$tmp/cal/logs" -o "$tmp/gpu.ini" -q &&
+  grep -q '^device = h100-80g$' "$tmp/gpu.ini" && grep -Eq '^flops = [1-9]' "$tmp/gpu.ini" &&
+  ! grep -q '^link_bw' "$tmp/gpu.ini" &&
+  "$nn" "$mlp" --devices 2 -q -o "$tmp/calb" --set "cluster.device=$tmp/gpu.ini" &&
+  grep -q "^estimate  step .* on $tmp/gpu.ini .* of 80.0 GiB per device" "$tmp/calb/plan.txt"; then
+  ok "profile --target cuda --pack / run.sh / --from: a profile of h100-80g's, its FLOP/s from the runs, its links kept"
+else
+  no "profile --target cuda: $(ls "$tmp/cal" 2>&1 | tr '\n' ' '); $(tail -n 2 "$tmp/cal.out" 2>&1); $(cat "$tmp/gpu.ini" 2>&1 | tail -n 4)"
+fi
+if ! "$nn" profile "$mlp" --target cuda --pack "$tmp/cal2" -q 2>"$tmp/cal2.err" &&
+  grep -q "profile --target cuda refines a GPU's profile, and the spec's device is cpu-host" "$tmp/cal2.err"; then
+  ok "profile --target cuda on cpu-host: refused, naming the GPU profile to give"
+else no "profile --target cuda on cpu-host: $(cat "$tmp/cal2.err")"; fi
+
 finish

@@ -220,6 +220,18 @@ assert re.search(r"^  rc\.h\.0\.ln1 ", t, re.M), "h.0 not recomputed"
 PY
 then ok "  ... and the plan built is that candidate: sequence parallel, its estimate the chosen step, it fits"
 else no "auto sequence-parallel rung built: $(grep -E '^estimate|ln1 ' "$tmp/sprb/plan.txt" | head -n 3)"; fi
+# recompute on one device (the one lever for memory there): the recomputed ops are built, the
+# arena is smaller, and the losses are those of the plain build
+"$nn" "$tiny" --devices 1 -q -o "$tmp/rc1" --set plan.recompute=h || no "1-device recompute build"
+"$nn" "$tiny" --devices 1 -q -o "$tmp/rc0" || no "1-device build"
+m1=$(sed -n 's/^memory    per rank at most \([0-9.]*\) MiB.*/\1/p' "$tmp/rc1/plan.txt")
+m0=$(sed -n 's/^memory    per rank at most \([0-9.]*\) MiB.*/\1/p' "$tmp/rc0/plan.txt")
+l1=$("$tmp/rc1/launch" --steps 3 2>&1 | grep -o 'final loss [0-9.]*')
+l0=$("$tmp/rc0/launch" --steps 3 2>&1 | grep -o 'final loss [0-9.]*')
+if grep -q "^  rc\.h\.0\.attn " "$tmp/rc1/plan.txt" && [[ -n $m1 && -n $m0 && -n $l1 ]] &&
+  awk -v a="$m1" -v b="$m0" 'BEGIN { exit !(a < b) }' && [[ $l1 == "$l0" ]]; then
+  ok "recompute on 1 device: built ($m1 MiB against $m0 MiB), the same losses ($l1)"
+else no "1-device recompute: $m1 / $m0 MiB, '$l1' / '$l0', rc ops $(grep -c '^  rc\.' "$tmp/rc1/plan.txt")"; fi
 # op-trans refinements: with tp 2 on a100-80g the head and embedding whole on each tp device
 # (no vocabulary-parallel collectives) and the MLP chains on their tokens over tp (data parallel
 # there: no all-reduce of their output in every micro-batch) beat the Megatron split; the plan
