@@ -696,7 +696,8 @@ int fe_compile(const fe_opts *o)
                 goto out_g;
             }
     tick(o, &t0, "frontend");
-    if (g.req.devices > 1 && g.req.policy && !strcmp(g.req.policy, "auto")) {
+    /* (one device too: micro-batches and recompute, when memory is short; not verify's reference) */
+    if (!o->reference && g.req.policy && !strcmp(g.req.policy, "auto")) {
         if ((rc = fe_search(o, &g))) goto out_g;
         tick(o, &t0, "search");
     }

@@ -82,7 +82,8 @@ typedef enum fe_target {
 /* The command line (cli.c), for compile and verify alike. */
 typedef struct fe_opts {
     int verify;                /* the verify command */
-    int reference;             /* verify's 1-device reference build: every op whole, nothing recomputed */
+    int reference;             /* verify's 1-device reference build: every op whole, nothing recomputed,
+                                  no search (the spec's micro-batches) */
     int profile;               /* the profile command (profile.c): calibrate cpu-host, write -o FILE */
     const char *prof_pack;     /* profile --pack DIR: build the calibration runs into DIR (and DIR/run.sh) */
     const char *prof_from;     /* profile --from DIR: fit from the logs DIR/run.sh wrote */

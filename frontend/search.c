@@ -866,7 +866,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
                     if (B && (B % ((int64_t)dp * m))) continue;
                     if (pp > nl || tp > pf->per_node) continue;
                     if (pp > 1 && (m < pp || m > 4 * pp)) continue;   /* (fewer: mostly bubble; more: no gain) */
-                    if (pp == 1 && m > 1) continue;   /* (micro-batches only save activations: the ladder) */
+                    /* (without a pipeline micro-batches only save activations: with several devices the
+                       ladder does that; one device takes up to 16, gradient accumulation, before recompute) */
+                    if (pp == 1 && m > (N == 1 ? 16 : 1)) continue;
                     if (sched == IR_SCHED_INTERLEAVED && (m % pp || nl < 2 * pp)) continue;
                     if ((fpp && pp != fpp) || (fdp && dp != fdp) || (ftp && tp != ftp)) continue;
                     c.ms[c.nm++] = m;
@@ -902,7 +904,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     int lfold = !r0->no_fold_layers && g->nblk && !r0->stage && !r0->order && !r0->recompute && !r0->trans &&
                 !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
     char csb[1024];
-    int cos = !r0->coshard && frc >= 0 && !mlp_coshard(g, csb, sizeof csb);
+    int cos = N > 1 && !r0->coshard && frc >= 0 && !mlp_coshard(g, csb, sizeof csb);   /* (one device: no coshard, plan.c) */
     search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
         char tmp[1024];

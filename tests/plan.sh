@@ -232,6 +232,19 @@ if grep -q "^  rc\.h\.0\.attn " "$tmp/rc1/plan.txt" && [[ -n $m1 && -n $m0 && -n
   awk -v a="$m1" -v b="$m0" 'BEGIN { exit !(a < b) }' && [[ $l1 == "$l0" ]]; then
   ok "recompute on 1 device: built ($m1 MiB against $m0 MiB), the same losses ($l1)"
 else no "1-device recompute: $m1 / $m0 MiB, '$l1' / '$l0', rc ops $(grep -c '^  rc\.' "$tmp/rc1/plan.txt")"; fi
+# policy auto on one device: micro-batches (gradient accumulation) and recompute are its levers;
+# at 17.8 MB 8 micro-batches fit without recompute (faster than recomputing with fewer), at 14.5 MB
+# they need three quarters of the layers recomputed too, and the plan built is that one
+"$nn" "$tiny" --devices 1 --stop-after graph -v --set plan.policy=auto --set cluster.memory=17.8e6 2>"$tmp/one1.err" ||
+  no "auto on 1 device"
+"$nn" "$tiny" --devices 1 -q -o "$tmp/one2" --set plan.policy=auto --set cluster.memory=14.5e6 || no "auto on 1 device, 14.5 MB"
+if grep -q "^  chosen   dp 1 x tp 1 x pp 1, micro_batches 8: step" "$tmp/one1.err" &&
+  grep -q "^search: dp 1 x tp 1 x pp 1, micro_batches 1, recompute 1/4: step" "$tmp/one1.err" &&
+  grep -q "^  chosen   dp 1 x tp 1 x pp 1, micro_batches 8, recompute 3/4: step" "$tmp/one2/plan.txt" &&
+  grep -q "^devices 1, policy hybrid, micro_batches 8," "$tmp/one2/plan.txt" &&
+  grep -q "^recompute h.0-2:" "$tmp/one2/plan.txt" && grep -q "^  rc\.h\.2\.attn " "$tmp/one2/plan.txt"; then
+  ok "policy auto on 1 device: 8 micro-batches at 17.8 MB, and with 3 of 4 layers recomputed at 14.5 MB (built so)"
+else no "auto on 1 device: $(grep chosen "$tmp/one1.err"); $(grep -E '^(  chosen|devices|recompute)' "$tmp/one2/plan.txt" | head -n 3)"; fi
 # op-trans refinements: with tp 2 on a100-80g the head and embedding whole on each tp device
 # (no vocabulary-parallel collectives) and the MLP chains on their tokens over tp (data parallel
 # there: no all-reduce of their output in every micro-batch) beat the Megatron split; the plan
