@@ -440,7 +440,7 @@ int fe_profile(const fe_opts *o)
         rc = 2;
         goto out;
     }
-    if (cal_cuda && (rc = fe_target_check(o))) goto out;
+    if (cal_cuda && !o->prof_from && (rc = fe_target_check(o))) goto out;   /* (--from only fits) */
     set_runs(n, K);
     if (o->prof_pack) {
         rc = pack(o, spec, n, K, rounds, steps);
@@ -528,8 +528,10 @@ int fe_profile(const fe_opts *o)
                 cal_cuda ? "the cuda target, one rank per GPU" : "one rank per core", ncopies(RUN_ONE, n),
                 ncopies(RUN_ONE, n) == 1 ? "y" : "ies", t[RUN_ONE], small, links, nsteps, nround,
                 cal_cuda ? base : "cpu-host", flops, flops, wbw);
-        if (n >= 2) fprintf(out, "link_bw = %.6g\nlink_lat = %.6g\nnet_bw = %.6g\nnet_lat = %.6g\n", bw, lat, bw, lat);
-        else fprintf(out, "; (one rank: the links are %s's, not measured)\n", cal_cuda ? base : "cpu-host");
+        if (n >= 2) fprintf(out, "link_bw = %.6g\nlink_lat = %.6g\n", bw, lat);
+        if (n >= 2 && !cal_cuda) fprintf(out, "net_bw = %.6g\nnet_lat = %.6g\n", bw, lat);   /* (one host) */
+        if (n >= 2 && cal_cuda) fprintf(out, "; (the network between nodes is %s's, not measured)\n", base);
+        if (n < 2) fprintf(out, "; (one rank: the links are %s's, not measured)\n", cal_cuda ? base : "cpu-host");
         if (out != stdout && fclose(out)) rc = 1;
         if (!o->quiet && n >= 2)
             fprintf(stderr, "nnsc-aot profile: flops %.4g, weight_bw %.4g B/s, link_bw %.4g B/s, link_lat %.3g s%s%s\n",
