@@ -904,7 +904,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
     int lfold = !r0->no_fold_layers && g->nblk && !r0->stage && !r0->order && !r0->recompute && !r0->trans &&
                 !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
     char csb[1024];
-    int cos = N > 1 && !r0->coshard && frc >= 0 && !mlp_coshard(g, csb, sizeof csb);   /* (one device: no coshard, plan.c) */
+    const int mlp = !mlp_coshard(g, csb, sizeof csb);   /* the blocks have an MLP chain with tokens */
+    int cos = N > 1 && !r0->coshard && frc >= 0 && mlp;   /* (one device: no coshard, plan.c) */
     search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
         char tmp[1024];
@@ -934,7 +935,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
        step instead of the chain's two in every micro-batch) */
     if (!x.fsp && g->nblk) refine(&x, &cs, &nc, &cap, nth, 0);
     if (!r0->trans && !r0->no_per_op && g->nblk) refine(&x, &cs, &nc, &cap, nth, 1);
-    if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk && !mlp_coshard(g, csb, sizeof csb))
+    if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk && mlp)
         refine(&x, &cs, &nc, &cap, nth, 2);
     /* the layer fold's estimates: the fastest fitting ones (or none fitting, the smallest) built on every
        layer, 4 at first, then the estimates that still come first, until the first is built on every
@@ -1051,7 +1052,10 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     g->train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(g, c->stage);
-    if (c->rep || c->tok) plan_trans(g, c, c->dp), r->trans_auto = 1;
+    if (c->rep || c->tok) {
+        plan_trans(g, c, c->dp);
+        r->trans_auto = 1;
+    }
     if (c->cos && !mlp_coshard(g, csb, sizeof csb)) r->coshard = ir_str(g, csb);
     r->search = ir_str(g, b.s);
     ir_buf_free(&b);
