@@ -1943,6 +1943,8 @@ static int lower_cluster(fe_lw *L)
         r->no_fold_layers = v == 1;
         if (get_choice(L, pl, "per_op_trans", tf, 0, &v)) return 2;
         r->no_per_op = v == 1;
+        if (get_choice(L, pl, "accumulate", tf, 0, &v)) return 2;
+        r->no_accum = v == 1;
         if (get_choice(L, pl, "sequence_parallel", tf, 1, &v)) return 2;
         r->seq_par = v == 0;
         r->seq_par_given = pl && fe_get(pl, "sequence_parallel");

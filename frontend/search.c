@@ -866,9 +866,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
                     if (B && (B % ((int64_t)dp * m))) continue;
                     if (pp > nl || tp > pf->per_node) continue;
                     if (pp > 1 && (m < pp || m > 4 * pp)) continue;   /* (fewer: mostly bubble; more: no gain) */
-                    /* (without a pipeline micro-batches only save activations: with several devices the
-                       ladder does that; one device takes up to 16, gradient accumulation, before recompute) */
-                    if (pp == 1 && m > (N == 1 ? 16 : 1)) continue;
+                    /* (without a pipeline micro-batches only save activations: gradient accumulation, up
+                       to 16, a lever for memory beside the ladder's, unless the spec says accumulate = false) */
+                    if (pp == 1 && m > (r0->no_accum ? 1 : 16)) continue;
                     if (sched == IR_SCHED_INTERLEAVED && (m % pp || nl < 2 * pp)) continue;
                     if ((fpp && pp != fpp) || (fdp && dp != fdp) || (ftp && tp != ftp)) continue;
                     c.ms[c.nm++] = m;
@@ -989,7 +989,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
                secs, nth, nth > 1 ? "s" : "", space, space - nc - skipped);
     if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
                                 "count before", skipped);
-    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op) {
+    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op || r0->no_accum) {
         ir_bprintf(&b, ", and the spec's");
         if (fsch >= 0) ir_bprintf(&b, " schedule = %s", sched_name(fsch, r0->group, t));
         if (fpp) ir_bprintf(&b, " pp = %d", fpp);
@@ -998,6 +998,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
         if (fz >= 0) ir_bprintf(&b, " zero = %d", fz);
         if (frc < 0) ir_bprintf(&b, " recompute");
         if (r0->no_per_op) ir_bprintf(&b, " per_op_trans = false");
+        if (r0->no_accum) ir_bprintf(&b, " accumulate = false");
     }
     ir_bprintf(&b, ")%s", fold ? "; dp folded: each candidate built on its tp x pp devices, its micro-batch work / "
                                "dp, the dp gradient all-reduce and ZeRO's memory by formula" : "");

@@ -337,6 +337,8 @@ typedef struct ir_planreq {
     int trans_auto;           /* trans was set by policy auto (its op-trans refinements), not the spec */
     int no_per_op;            /* per_op_trans = false: policy auto keeps the policy's op-trans (no
                                  ops outside the blocks whole on tp, no MLP chains on tokens) */
+    int no_accum;             /* accumulate = false: policy auto keeps one micro-batch without a
+                                 pipeline (no gradient accumulation) */
     int no_grad_buckets;      /* grad_buckets = false: one all-reduce per gradient (passes/bucket.c) */
     const char *stage_tp;     /* each stage's tp degree ("2 1"), or NULL: tp everywhere */
     int stage_tp_line;        /* spec line of stage_tp */

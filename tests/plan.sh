@@ -137,7 +137,7 @@ else no "auto 12 MB: $(grep -A9 '^search' "$tmp/auto3/plan.txt")"; fi
 # the first rung that fits is each one's candidate (the spec's sequence_parallel = false binds:
 # no rung with sequence parallelism)
 "$nn" "$tiny" --devices 2 -q -o "$tmp/half" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
-  --set plan.sequence_parallel=false ||
+  --set plan.sequence_parallel=false --set plan.accumulate=false ||
   no "auto half-recompute build"
 if python3 - "$tmp/half/plan.txt" <<'PY'
 import re, sys
@@ -154,7 +154,7 @@ grep -q "sequence parallel" "$tmp/half/plan.txt" && no "sequence_parallel = fals
 # with it, so nothing fitted, and a chain with no rung left printed an empty candidate); a dp 1
 # candidate has nothing to shard and says no ZeRO (it used to show the spec's level)
 "$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
-  --set plan.zero=1 2>&1 >/dev/null | grep -E "^  (chosen|lost|      ) " >"$tmp/zrung"
+  --set plan.zero=1 --set plan.accumulate=false 2>&1 >/dev/null | grep -E "^  (chosen|lost|      ) " >"$tmp/zrung"
 grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, .*recompute" "$tmp/zrung" &&
   grep -qE "^  [a-z ]{8} dp 2 x" "$tmp/zrung" && ! grep -q "dp 0 x tp 0" "$tmp/zrung" &&
   ! grep -E "^  [a-z ]{8} dp [2-9]" "$tmp/zrung" | grep -qv "zero 1" &&
@@ -165,8 +165,8 @@ grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, .*recompute" "$tmp/zr
 # fits with a quarter of the layers recomputed, not half: faster
 # (and the plan built has it: the chosen candidate's sequence parallelism used to be left out of
 # the build, which then did not fit)
-"$nn" "$tiny" --devices 2 -q -o "$tmp/sprb" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 ||
-  no "auto sequence-parallel rung build"
+"$nn" "$tiny" --devices 2 -q -o "$tmp/sprb" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
+  --set plan.accumulate=false || no "auto sequence-parallel rung build"
 grep -E "^  (chosen|      ) " "$tmp/sprb/plan.txt" >"$tmp/sprung"
 grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, sequence parallel, recompute 1/4: step" "$tmp/sprung" &&
   grep -qE "^           dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute 3/4: step" "$tmp/sprung" &&
@@ -176,7 +176,7 @@ grep -qE "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, sequence parallel, re
 # half; 5 of the 12 layers (7/16: h.0-4) fit too and are faster, found by bisection and built (the
 # build's own estimate is the candidate's)
 "$nn" "$tiny" --devices 2 -q -o "$tmp/rc16" --set plan.policy=auto --set plan.pp=1 --set dims.L=12 \
-  --set cluster.memory=40e6 || no "auto recompute in sixteenths build"
+  --set cluster.memory=40e6 --set plan.accumulate=false || no "auto recompute in sixteenths build"
 if python3 - "$tmp/rc16/plan.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
@@ -195,7 +195,8 @@ else no "auto recompute in sixteenths: $(grep -E '^  (chosen|      ) |recompute'
 # ... and per block, with several: the encoder-decoder with 8 + 8 layers and 3.8 MB recomputes the
 # encoder's first layer alone (1/8 of e, none of d), faster than 1/8 of both, and fits
 "$nn" "$top/tests/equiv/encdec.ini" --devices 2 -q -o "$tmp/rcb" --set plan.policy=auto --set plan.pp=1 \
-  --set dims.LE=8 --set dims.LD=8 --set cluster.memory=3.8e6 || no "auto recompute per block build"
+  --set dims.LE=8 --set dims.LD=8 --set cluster.memory=3.8e6 --set plan.accumulate=false ||
+  no "auto recompute per block build"
 if python3 - "$tmp/rcb/plan.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
@@ -220,6 +221,31 @@ assert re.search(r"^  rc\.h\.0\.ln1 ", t, re.M), "h.0 not recomputed"
 PY
 then ok "  ... and the plan built is that candidate: sequence parallel, its estimate the chosen step, it fits"
 else no "auto sequence-parallel rung built: $(grep -E '^estimate|ln1 ' "$tmp/sprb/plan.txt" | head -n 3)"; fi
+# gradient accumulation without a pipeline: the same 16 MB on 2 devices where the spec lets the
+# search choose micro-batches (the tests above say accumulate = false to reach the ladder's rungs):
+# dp 2 with 4 micro-batches fits with no ZeRO and nothing recomputed, and is faster than the best
+# plan of one micro-batch, which recomputes; the plan built is that candidate and fits
+"$nn" "$tiny" --devices 2 -q -o "$tmp/accum" --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 ||
+  no "auto accumulate build"
+if python3 - "$tmp/accum/plan.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+ch = re.search(r"^  chosen   dp (\d) x tp (\d) x pp 1, micro_batches (\d+)(.*): step ([0-9.]+) ms, memory ([0-9.]+) MiB", t, re.M)
+assert ch and int(ch.group(3)) > 1 and "recompute" not in ch.group(4) and "zero" not in ch.group(4), t
+one = [float(x) for x in re.findall(r"^ {11}dp \d x tp \d x pp 1, micro_batches 1, .*recompute.*: step ([0-9.]+) ms", t, re.M)]
+assert one and min(one) > float(ch.group(5)), (one, ch.group(5))
+assert float(ch.group(6)) * 2**20 <= 16e6, ch.group(6)
+est = float(re.search(r"^estimate  step ([0-9.]+) ms", t, re.M).group(1))
+assert abs(est - float(ch.group(5))) <= 0.0015, (est, ch.group(5))
+assert re.search(r"^devices 2, policy \w+, micro_batches %s," % ch.group(3), t, re.M), "plan.txt's micro-batches"
+PY
+then ok "policy auto with 16 MB per device: gradient accumulation (micro-batches, nothing recomputed) beats the recomputing plans"
+else no "auto accumulate: $(grep -E '^devices|^  (chosen|      ) ' "$tmp/accum/plan.txt" | head -6)"; fi
+"$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
+  --set plan.accumulate=false 2>&1 >/dev/null | grep -E "^search|^  (chosen|lost|      ) " >"$tmp/noacc"
+grep -q "and the spec's pp = 1 accumulate = false)" "$tmp/noacc" && ! grep -qE "micro_batches [2-9]" "$tmp/noacc" &&
+  ok "accumulate = false: one micro-batch for every candidate without a pipeline, and the search line says it bound" ||
+  no "accumulate = false: $(head -n 3 "$tmp/noacc")"
 # recompute on one device (the one lever for memory there): the recomputed ops are built, the
 # arena is smaller, and the losses are those of the plain build
 "$nn" "$tiny" --devices 1 -q -o "$tmp/rc1" --set plan.recompute=h || no "1-device recompute build"
@@ -385,7 +411,7 @@ grep -q "balanced" "$tmp/even" || ! grep -q "^  chosen " "$tmp/even" &&
 # the ladder's last rung: with 43 MB per device and dp alone, only every layer recomputed with the
 # MLP chains co-sharded 4 ways fits (recompute alone needs 43.6 MB); the build carries the coshard
 "$nn" "$tiny" --devices 2 -q -o "$tmp/cos" --set plan.policy=auto --set plan.pp=1 --set plan.tp=1 \
-  --set dims.F=16*C --set cluster.memory=43e6 || no "auto coshard build"
+  --set dims.F=16*C --set cluster.memory=43e6 --set plan.accumulate=false || no "auto coshard build"
 grep -q "^  chosen   dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute, coshard MLP x4: step" "$tmp/cos/plan.txt" &&
   grep -q "^  h.0.gelu  *gelu .*coshard: '\*1' in 4 pieces" "$tmp/cos/plan.txt" &&
   ok "policy auto: the coshard rung chosen where nothing else fits, and built" ||
