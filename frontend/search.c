@@ -699,7 +699,10 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
     return builds;
 }
 
-/* Price chain c: per micro-batch count, the memory ladder's first rung that fits. */
+/* Price chain c: per micro-batch count, the memory ladder's first rung that fits.  Without a
+ * pipeline a count that fits on the ladder's first rung ends the chain: more micro-batches
+ * (gradient accumulation) do the same work in more pieces and save only memory, which that
+ * count does not need. */
 static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
@@ -707,7 +710,8 @@ static void price_chain(const search_ctx *x, chain *c)
         cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
-        if (i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) {
+        if ((i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) ||
+            (c->pp == 1 && fits(&best, pf) && best.rung == 0)) {
             c->skipped = c->nm - i - 1;
             break;
         }
@@ -988,7 +992,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
                "pp x micro-batches x schedule combinations, %d ruled out: batch, layers, nodes, bubble", N, pf->name, nc,
                secs, nth, nth > 1 ? "s" : "", space, space - nc - skipped);
     if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
-                                "count before", skipped);
+                                "count before, or, without a pipeline, than one that fits without the memory ladder",
+                            skipped);
     if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op || r0->no_accum) {
         ir_bprintf(&b, ", and the spec's");
         if (fsch >= 0) ir_bprintf(&b, " schedule = %s", sched_name(fsch, r0->group, t));
