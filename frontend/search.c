@@ -844,6 +844,10 @@ int fe_search(const fe_opts *o, ir_graph *g)
     int nbal = 0, balcap = 0;
     chain *chs = NULL;
     int nchs = 0, chcap = 0, space = 0;
+    /* the combinations ruled out, by the first rule each breaks: the batch, the layers, the nodes,
+       the pipeline's micro-batches, the micro-batches without one, interleaved's, the spec's */
+    enum { WHY_BATCH, WHY_LAYERS, WHY_NODES, WHY_BUBBLE, WHY_ACCUM, WHY_INTER, WHY_SPEC, WHY_N };
+    int why[WHY_N] = {0};
     for (int pp = 1; pp <= N; pp++) {
         if (N % pp) continue;
         for (int tp = 1; tp <= N / pp; tp++) {
@@ -867,14 +871,18 @@ int fe_search(const fe_opts *o, ir_graph *g)
                 for (int m = 1; m <= 64; m *= 2) {
                     space++;
                     /* what cannot be built, or what the spec rules out */
-                    if (B && (B % ((int64_t)dp * m))) continue;
-                    if (pp > nl || tp > pf->per_node) continue;
-                    if (pp > 1 && (m < pp || m > 4 * pp)) continue;   /* (fewer: mostly bubble; more: no gain) */
-                    /* (without a pipeline micro-batches only save activations: gradient accumulation, up
-                       to 16, a lever for memory beside the ladder's, unless the spec says accumulate = false) */
-                    if (pp == 1 && m > (r0->no_accum ? 1 : 16)) continue;
-                    if (sched == IR_SCHED_INTERLEAVED && (m % pp || nl < 2 * pp)) continue;
-                    if ((fpp && pp != fpp) || (fdp && dp != fdp) || (ftp && tp != ftp)) continue;
+                    int w = B && (B % ((int64_t)dp * m)) ? WHY_BATCH : pp > nl ? WHY_LAYERS
+                          : tp > pf->per_node ? WHY_NODES
+                          : pp > 1 && (m < pp || m > 4 * pp) ? WHY_BUBBLE   /* (fewer: mostly bubble; more: no gain) */
+                          /* (without a pipeline micro-batches only save activations: gradient accumulation, up
+                             to 16, a lever for memory beside the ladder's, unless the spec says accumulate = false) */
+                          : pp == 1 && m > (r0->no_accum ? 1 : 16) ? WHY_ACCUM
+                          : sched == IR_SCHED_INTERLEAVED && (m % pp || nl < 2 * pp) ? WHY_INTER
+                          : (fpp && pp != fpp) || (fdp && dp != fdp) || (ftp && tp != ftp) ? WHY_SPEC : -1;
+                    if (w >= 0) {
+                        why[w]++;
+                        continue;
+                    }
                     c.ms[c.nm++] = m;
                 }
                 if (c.nm && pp > 1 && lc && (sched == IR_SCHED_1F1B || sched == IR_SCHED_ZBH1 || sched == IR_SCHED_GPIPE ||
@@ -966,11 +974,32 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     int nfiner = finer_recompute(&x, &cs, &nc, &cap);
     double secs = now_s() - t0;
-    if (!nc) {
+    if (!nc) {   /* every combination ruled out: say by what */
         free(cs);
         free_bal(bal, nbal);
-        return pass_error(g, r0->policy_line, "loosen the [plan] constraints, or give the plan by hand",
-                          "[plan] policy auto: no candidate plan satisfies the constraints");
+        ir_buf w = {0};
+        for (int k = 0; k < WHY_N; k++) {
+            if (!why[k]) continue;
+            ir_bprintf(&w, "%s%d: ", w.n ? "; " : "", why[k]);
+            if (k == WHY_BATCH) ir_bprintf(&w, "the batch (%lld) does not divide by dp x micro-batches", (long long)B);
+            if (k == WHY_LAYERS) ir_bprintf(&w, "more pipeline stages than the %d layers", nl);
+            if (k == WHY_NODES) ir_bprintf(&w, "a tp group larger than a node (%d devices)", pf->per_node);
+            if (k == WHY_BUBBLE) ir_bprintf(&w, "micro-batches outside pp .. 4 pp in a pipeline");
+            if (k == WHY_ACCUM) ir_bprintf(&w, "more than %d micro-batch%s without a pipeline%s", r0->no_accum ? 1 : 16,
+                                           r0->no_accum ? "" : "es", r0->no_accum ? " (accumulate = false)" : "");
+            if (k == WHY_INTER) ir_bprintf(&w, "interleaved with micro-batches not a multiple of pp, or fewer than 2 pp layers");
+            if (k == WHY_SPEC) ir_bprintf(&w, "not the spec's pp, dp or tp");
+        }
+        ir_buf h = {0};
+        if (why[WHY_BATCH]) ir_bprintf(&h, "a larger batch (%lld now: at least one sample per dp replica and micro-batch), ",
+                                       (long long)B);
+        ir_bprintf(&h, "fewer devices%s", why[WHY_SPEC] || fsch >= 0 || r0->no_accum ? ", or looser [plan] constraints" : "");
+        int rc = pass_error(g, r0->policy_line, h.s, "[plan] policy auto: no candidate plan on %d devices: every one of "
+                            "the %d dp x tp x pp x micro-batches x schedule combinations breaks a rule (counted by the "
+                            "first it breaks) -- %s", N, space, w.n ? w.s : "none");
+        ir_buf_free(&w);
+        ir_buf_free(&h);
+        return rc;
     }
     /* fits first, fastest first */
     for (int i = 0; i < nc; i++)
@@ -988,9 +1017,15 @@ int fe_search(const fe_opts *o, ir_graph *g)
     qsort(cs, (size_t)nc, sizeof *cs, cmp_cand);
     ir_buf b = {0};
     char t[200];
+    int nout = 0;
+    for (int k = 0; k < WHY_N; k++) nout += why[k];
     ir_bprintf(&b, "search    policy auto on %d x %s: %d candidate plans priced in %.2f s, %d thread%s (of %d dp x tp x "
-               "pp x micro-batches x schedule combinations, %d ruled out: batch, layers, nodes, bubble", N, pf->name, nc,
-               secs, nth, nth > 1 ? "s" : "", space, space - nc - skipped);
+               "pp x micro-batches x schedule combinations, %d ruled out", N, pf->name, nc, secs, nth, nth > 1 ? "s" : "",
+               space, nout);
+    static const char *const wn[WHY_N] = {"batch", "layers", "nodes", "bubble", "micro-batches without a pipeline",
+                                          "interleaved", "the spec"};
+    for (int k = 0, first = 1; k < WHY_N; k++)
+        if (why[k]) ir_bprintf(&b, "%s%s %d", first ? ": " : ", ", wn[k], why[k]), first = 0;
     if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
                                 "count before, or, without a pipeline, than one that fits without the memory ladder",
                             skipped);

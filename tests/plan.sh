@@ -221,6 +221,17 @@ assert re.search(r"^  rc\.h\.0\.ln1 ", t, re.M), "h.0 not recomputed"
 PY
 then ok "  ... and the plan built is that candidate: sequence parallel, its estimate the chosen step, it fits"
 else no "auto sequence-parallel rung built: $(grep -E '^estimate|ln1 ' "$tmp/sprb/plan.txt" | head -n 3)"; fi
+# no candidate at all: gpt2-124m's batch of 4 on 64 devices (dp x micro-batches must divide it, tp
+# stays within a node of 8, pp at most the 12 layers, a pipeline takes pp .. 4 pp micro-batches):
+# exit 2, the rules counted, the batch named in the hint
+"$nn" "$top/examples/gpt2-124m.ini" --devices 64 --stop-after graph --set plan.policy=auto \
+  --set cluster.device=a100-80g 2>"$tmp/nocand.err"
+rc=$?
+[[ $rc == 2 ]] && grep -q "no candidate plan on 64 devices: every one of the [0-9]* dp x tp x pp" "$tmp/nocand.err" &&
+  grep -q "[0-9]*: the batch (4) does not divide by dp x micro-batches; [0-9]*: more pipeline stages than the 12 layers" \
+    "$tmp/nocand.err" && grep -q "hint: a larger batch (4 now" "$tmp/nocand.err" &&
+  ok "policy auto with no candidate: exit 2, the rules that ruled each combination out, a larger batch in the hint" ||
+  no "no candidate (rc $rc): $(cat "$tmp/nocand.err")"
 # gradient accumulation without a pipeline: the same 16 MB on 2 devices where the spec lets the
 # search choose micro-batches (the tests above say accumulate = false to reach the ladder's rungs):
 # dp 2 with 4 micro-batches fits with no ZeRO and nothing recomputed, and is faster than the best
