@@ -6,7 +6,8 @@
  * by the cost model (passes/cost.c) on the cluster's profile, and its
  * memory is the memory planner's arena of each stage's first rank.  The
  * candidates: every dp x tp x pp making the devices (tp within a node),
- * micro-batches dividing the batch, and with pp > 1 the schedules 1f1b,
+ * micro-batches dividing the batch (without a pipeline 1 to 16: gradient
+ * accumulation), and with pp > 1 the schedules 1f1b,
  * zb-h1, interleaved and interlaced; pipeline stages cut on the layers'
  * costs where that beats the even cut (passes/balance.c); for each, the
  * first rung of a memory ladder that fits: nothing, ZeRO 1, ZeRO 3, ZeRO 3
@@ -15,7 +16,8 @@
  * blocks' MLP chains co-sharded (the fastest that fits then bisected in
  * sixteenths of the layers recomputed: finer_recompute).  The
  * candidates of one dp x tp x pp and schedule form a chain over the
- * micro-batch counts, which stops once the step stops falling; chains are
+ * micro-batch counts, which stops once the step stops falling (without a
+ * pipeline, once a count fits on the ladder's first rung); chains are
  * priced in threads.  Then the 3 fastest with tp > 1 are priced again with
  * sequence parallelism, with the ops outside the blocks whole on each tp
  * device, and with the blocks' MLP chains on their tokens over tp (per-op

@@ -1681,7 +1681,8 @@ int pass_pipeline(ir_dist *d)
                         "[plan] schedule %s: the stages' dependencies leave no order of this kind",
                         p->sched == IR_SCHED_ZBH1 ? "zb-h1" : "interlaced");
     for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
-    if (!rc && p->sched == IR_SCHED_ZBH1 && settle(d, 1)) {
+    int settled = 0;   /* zb-h1's order settled (its moves and span): not again unless late sends change it */
+    if (!rc && p->sched == IR_SCHED_ZBH1 && !(settled = !settle(d, 1))) {
         /* the bubble-optimal order needs transfers the blocking sends cannot
            make in that order: build it again with the sends' waits */
         free(p->hoist);
@@ -1695,8 +1696,13 @@ int pass_pipeline(ir_dist *d)
     if (rc) return rc;
     /* sends made late where the cost model says the receiver comes later;
        if the transfers can then not be made, the order without them */
+    int nh0 = p->nhoist;
     late_sends(d);
-    if (p->nhoist && settle(d, 1)) {
+    /* (a settle that returns 0 has timed the span, and settle(d, 0) on the same moves would do all of it
+       again: the check is a function of the order and its moves) */
+    if (settled && p->nhoist == nh0) return 0;
+    if (p->nhoist) {
+        if (settle(d, 1) == 0) return 0;
         free(p->hoist);
         p->hoist = NULL, p->nhoist = 0;
     }

@@ -255,6 +255,14 @@ else no "auto accumulate: $(grep -E '^devices|^  (chosen|      ) ' "$tmp/accum/p
 "$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=1 --set cluster.memory=16e6 \
   --set plan.accumulate=false 2>&1 >/dev/null | grep -E "^search|^  (chosen|lost|      ) " >"$tmp/noacc"
 grep -q "and the spec's pp = 1 accumulate = false)" "$tmp/noacc" && ! grep -qE "micro_batches [2-9]" "$tmp/noacc" &&
+  python3 - "$tmp/noacc" <<'PY' &&
+import re, sys
+s = next(l for l in open(sys.argv[1]) if l.startswith("search    policy"))
+m = re.search(r"combinations, (\d+) ruled out: (.*?)(?:;|, and the spec's|\))", s)
+parts = dict((k.strip(), int(v)) for k, v in (re.match(r"(.*) (\d+)$", x.strip()).groups() for x in m.group(2).split(",")))
+assert sum(parts.values()) == int(m.group(1)), (parts, m.group(1))
+assert parts.get("micro-batches without a pipeline", 0) >= 4 and parts.get("the spec", 0) > 0, parts
+PY
   ok "accumulate = false: one micro-batch for every candidate without a pipeline, and the search line says it bound" ||
   no "accumulate = false: $(head -n 3 "$tmp/noacc")"
 # recompute on one device (the one lever for memory there): the recomputed ops are built, the
