@@ -1682,7 +1682,8 @@ int pass_pipeline(ir_dist *d)
                         p->sched == IR_SCHED_ZBH1 ? "zb-h1" : "interlaced");
     for (int s = 0; s < p->pp && !rc; s++) rc = slots(d, p, s);
     int settled = 0;   /* zb-h1's order settled (its moves and span): not again unless late sends change it */
-    if (!rc && p->sched == IR_SCHED_ZBH1 && !(settled = !settle(d, 1))) {
+    if (!rc && p->sched == IR_SCHED_ZBH1) settled = settle(d, 1) == 0;
+    if (!rc && p->sched == IR_SCHED_ZBH1 && !settled) {
         /* the bubble-optimal order needs transfers the blocking sends cannot
            make in that order: build it again with the sends' waits */
         free(p->hoist);

@@ -110,7 +110,7 @@ if want equiv; then
     name="$(basename "$spec" .ini)-$devs${extra:+-$(printf '%s' "$extra" | tr -cs 'A-Za-z0-9=.' '_' | cut -c1-60)}"
     run "equiv/$name" env TMPDIR="$log/verify" "$build/nnsc-aot" verify "$top/$spec" --devices "$devs" "${args[@]}"
   done <"$top/tests/equiv.list"
-  ((left)) && echo "equiv: $left of $line lines of tests/equiv.list not run (EQUIV_STRIDE=$stride: every ${stride}th line ran)"
+  ((left)) && echo "equiv: $left of $line lines of tests/equiv.list not run (EQUIV_STRIDE=$stride: one line in $stride ran)"
 fi
 
 echo
