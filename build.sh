@@ -20,7 +20,7 @@ usage: ./build.sh [san] [test]
        ./build.sh --help
 
   (nothing)   install missing Debian packages, build build/nnsc-aot
-  test        the same, then run the whole test suite (tests/run.sh, ~8 min)
+  test        the same, then run the whole test suite (tests/run.sh, ~8 min on 2 cores)
   san         AddressSanitizer + UBSan build in build-san/
   san test    the same, then the whole test suite against it
 

@@ -49,6 +49,8 @@
  * about 2e6 a second): a count, so the cuts and the plan are the same on
  * every run */
 #define SEARCH_Z3_WORK 100000
+/* Z3's work for one block's op-trans (optrans.c), as SEARCH_Z3_WORK */
+#define SEARCH_OT_WORK 4000000
 
 #define RC_ALL 16   /* cand.rc: sixteenths of each block's repeats recomputed, the first ones */
 
@@ -68,6 +70,8 @@ typedef struct cand {
     int rcdrop, rc2;       /* rcdrop > 0: block rcdrop - 1 recomputes rc2 sixteenths (0: none), the others rc */
     int tok;               /* 1: the blocks' MLP chains split on their tokens over the tp devices, their
                               params whole on each (op-trans `*0 DP *1 TP`: data parallel there) */
+    const char *ot;        /* the blocks' forward ops' op-trans searched per block (passes/optrans.c:
+                              "h.fc *0 n, ...", owned by the search; replaces tok's), or NULL */
 } cand;
 
 static double now_s(void)
@@ -215,8 +219,9 @@ static int plan_all(ir_graph *g, ir_dist *d)
  * tp devices ("lm_head *0 4 replicate 2, ..."); with tok, the blocks' MLP
  * chains split by dp and then on their tokens over the tp devices
  * ("h.fc *0 4 *1 2, ...": data parallel on the tp axis, the chain's params
- * whole on each device, their gradients summed over tp).  Returns 0, or 1:
- * tok and no MLP chain. */
+ * whole on each device, their gradients summed over tp); with ot, the
+ * blocks' forward ops as the per-block search chose them (in place of
+ * tok's).  Returns 0, or 1: tok and no MLP chain. */
 static int plan_trans(ir_graph *g, const cand *c, int dp)
 {
     ir_buf tb = {0};
@@ -227,7 +232,22 @@ static int plan_trans(ir_graph *g, const cand *c, int dp)
         else ir_bprintf(&tb, "%s%s replicate %d", tb.n ? ", " : "", op->name, c->tp);
     }
     int rc = 0;
-    if (c->tok) {
+    if (c->ot) {   /* "h.fc *0 n, ..." -> "h.fc *0 4 n 2, ..." (no batch identifier: replicate on dp) */
+        char item[256];
+        for (const char *s = c->ot; *s;) {
+            const char *e = strchr(s, ',');
+            size_t len = e ? (size_t)(e - s) : strlen(s);
+            snprintf(item, sizeof item, "%.*s", (int)len, s);
+            char nm[200], bt[16], ch[16];
+            if (sscanf(item, " %199s %15s %15s", nm, bt, ch) == 3) {
+                if (dp > 1)
+                    ir_bprintf(&tb, "%s%s %s %d %s %d", tb.n ? ", " : "", nm, strcmp(bt, "-") ? bt : "replicate", dp,
+                               ch, c->tp);
+                else ir_bprintf(&tb, "%s%s %s %d", tb.n ? ", " : "", nm, ch, c->tp);
+            }
+            s += len + (e != NULL);
+        }
+    } else if (c->tok) {
         char split[48], lb[1024];
         if (dp > 1) snprintf(split, sizeof split, "*0 %d *1 %d", dp, c->tp);
         else snprintf(split, sizeof split, "*1 %d", c->tp);
@@ -257,7 +277,8 @@ static void cand_text(const ir_graph *g, const cand *c, char *buf, size_t n)
     if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched, group, sn));
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
-    if (c->tok) u += snprintf(buf + u, n - (size_t)u, ", MLP on tokens over tp");
+    if (c->tok && !c->ot) u += snprintf(buf + u, n - (size_t)u, ", MLP on tokens over tp");
+    if (c->ot) u += snprintf(buf + u, n - (size_t)u, ", op-trans searched per block");
     if (c->zero) u += snprintf(buf + u, n - (size_t)u, ", zero %d", c->zero);
     if (c->sp) u += snprintf(buf + u, n - (size_t)u, ", sequence parallel");
     char q[16];
@@ -280,16 +301,18 @@ static void cand_text(const ir_graph *g, const cand *c, char *buf, size_t n)
  * bucket of a rank's params, bucket.c; under ZeRO 2 and 3 the micro-batches'
  * reduce-scatters and gathers too; ring, over the network once the cluster
  * spans nodes) and ZeRO's memory by formula. */
-static void price(const fe_opts *o, cand *c, int fold, int layers)
+/* Load the spec as candidate c builds it (price's graph: fold and layers as
+ * there), its plan request set; *N0 and *pn0 the spec's devices and devices
+ * per node (a folded build holds fewer).  0, or 1 with why in c->why. */
+static int setup(const fe_opts *o, cand *c, int fold, int layers, ir_graph *gp, int *N0, int *pn0)
 {
     ir_graph g;
     if (fe_load_fold(o->spec, o->sets, o->nset, fold == 1 ? c->dp : 1, layers, &g)) {
         snprintf(c->why, sizeof c->why, "the spec does not load");
-        return;
+        return 1;
     }
     ir_planreq *r = &g.req;
     r->policy = ir_str(&g, "hybrid");
-    const int N = g.req.devices;
     r->dp = fold ? 1 : c->dp;
     r->tp = c->tp;
     r->pp = c->pp;
@@ -297,6 +320,7 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
     r->zero = fold ? 0 : c->zero;
     if (c->sp) r->seq_par = 1;
     const int per_node = g.prof.per_node, wsd = c->dp * c->tp;   /* (the whole plan's devices per stage) */
+    *N0 = g.req.devices, *pn0 = per_node;
     if (fold) {
         g.req.devices = c->tp * c->pp;
         /* the nodes as the whole plan has them: stage s's tp group of the first replica is
@@ -306,10 +330,10 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
     }
     g.train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(&g, c->stage);
-    if ((c->rep || c->tok) && plan_trans(&g, c, r->dp)) {
+    if ((c->rep || c->tok || c->ot) && plan_trans(&g, c, r->dp)) {
         snprintf(c->why, sizeof c->why, "no MLP chain to split on its tokens");
         ir_graph_free(&g);
-        return;
+        return 1;
     }
     char rcb[1024], csb[1024];
     if (c->cos && !mlp_coshard(&g, csb, sizeof csb)) r->coshard = ir_str(&g, csb);
@@ -317,6 +341,16 @@ static void price(const fe_opts *o, cand *c, int fold, int layers)
         all_blocks(&g, c->rc, c->rcdrop, c->rc2, rcb, sizeof rcb);
         r->recompute = ir_str(&g, rcb);
     }
+    *gp = g;
+    return 0;
+}
+
+static void price(const fe_opts *o, cand *c, int fold, int layers)
+{
+    ir_graph g;
+    int N, per_node;
+    if (setup(o, c, fold, layers, &g, &N, &per_node)) return;
+    const int wsd = c->dp * c->tp;   /* (the whole plan's devices per stage) */
     ir_dist d;
     int rc = plan_all(&g, &d);
     if (rc) {
@@ -709,7 +743,7 @@ static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
-        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0};
+        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0, NULL};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if ((i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) ||
@@ -785,20 +819,30 @@ static int search_threads(void)
  * sequence parallelism (what 0), the ops outside the blocks whole on tp
  * (what 1) or the blocks' MLP chains on their tokens over tp (what 2), at
  * the same rung, and add them to cs. */
+/* The fastest fitting candidate of cs with tp > 1, not among taken[0 ..
+ * nt), that refinement what may change (0: without sequence parallelism, 1:
+ * the ops outside the blocks split by the policy, 2: the MLP chains too and
+ * not co-sharded, 3: no op-trans searched and not co-sharded), or -1. */
+static int fastest_tp(const cand *cs, int nc, const ir_profile *pf, const int *taken, int nt, int what)
+{
+    int bi = -1;
+    for (int i = 0; i < nc; i++) {
+        const cand *c = &cs[i];
+        int was = 0;
+        for (int k = 0; k < nt; k++) was |= taken[k] == i;
+        int ok = what == 0 ? !c->sp : what == 1 ? !c->rep : what == 2 ? !c->tok && !c->cos : !c->ot && !c->cos;
+        if (!was && ok && fits(c, pf) && c->tp > 1 && (bi < 0 || c->step < cs[bi].step)) bi = i;
+    }
+    return bi;
+}
+
 static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, int what)
 {
     const ir_profile *pf = &x->g->prof;
     cand top[3];   /* (the chains' candidates are distinct: one per chain and count) */
     int nt = 0, taken[3];
     for (int pick = 0; pick < 3; pick++) {
-        int bi = -1;
-        for (int i = 0; i < *nc; i++) {
-            const cand *c = &(*cs)[i];
-            int was = 0;
-            for (int k = 0; k < nt; k++) was |= taken[k] == i;
-            int ok = what == 0 ? !c->sp : what == 1 ? !c->rep : !c->tok && !c->cos;
-            if (!was && ok && fits(c, pf) && c->tp > 1 && (bi < 0 || c->step < (*cs)[bi].step)) bi = i;
-        }
+        int bi = fastest_tp(*cs, *nc, pf, taken, nt, what);
         if (bi < 0) break;
         taken[nt] = bi;
         top[nt] = (*cs)[bi];
@@ -809,6 +853,77 @@ static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, i
     jobs j = {x, top, nt, 0, 0, 0};
     in_threads(jobs_worker, &j, nth < nt ? nth : nt);
     for (int k = 0; k < nt; k++) *IR_PUSH(*cs, *nc, *cap) = top[k];
+}
+
+/* Op-trans searched per block (passes/optrans.c): the 3 fastest fitting
+ * candidates with tp > 1 (not co-sharded, not searched already), each
+ * block's forward ops priced on optrans's model from the candidate's own
+ * op-trans on, within SEARCH_OT_WORK of Z3's work a block; where the model
+ * finds cheaper choices, a candidate with them joins, priced by the real
+ * passes like any other.  The strings the candidates point to go in *ots.
+ * Returns the candidates added; *nblk the blocks searched. */
+static int ot_refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, char ***ots, int *nots, int *otcap,
+                     int *nblk)
+{
+    const ir_profile *pf = &x->g->prof;
+    cand top[3];
+    int nt = 0, ntk = 0, taken[3];
+    for (int pick = 0; pick < 3; pick++) {
+        int bi = fastest_tp(*cs, *nc, pf, taken, ntk, 3);
+        if (bi < 0) break;
+        taken[ntk++] = bi;
+        cand t = (*cs)[bi];
+        double t0 = now_s();
+        int parts = t.pp * (t.sched == IR_SCHED_INTERLEAVED ? 2 : 1), n1 = fold_layers(x, parts), N, pn;
+        ir_graph g;
+        cand u = t;
+        if (n1) u.stage = NULL;   /* (balanced cuts are for the spec's layers) */
+        if (setup(x->o, &u, x->fold, n1, &g, &N, &pn)) continue;
+        ir_dist d;
+        pass_quiet = 1;
+        int rc = pass_autograd(&g) || pass_recompute(&g);
+        if (!rc) pass_zero3_regather(&g);
+        ir_dist_init(&d, &g, g.req.devices);
+        if (!rc) rc = pass_plan(&d);
+        pass_quiet = 0;
+        if (rc && x->o->verbose) fprintf(stderr, "search: op-trans per block: the plan does not build: %s\n", pass_last_error);
+        ir_buf ob = {0};
+        int changed = 0, wsd = t.dp * t.tp;
+        pass_otreq q = {t.dp, t.tp, t.m, t.zero, x->fold == 1 ? 1 : t.dp, wsd > pn || (N > pn && pn % wsd),
+                        t.pp > 1 ? (t.m < t.pp ? t.m : t.pp) : 1,
+                        ((double)pf->mem - (double)t.mem) / ((double)x->nl / t.pp), SEARCH_OT_WORK};
+        if (t.rc == RC_ALL && !t.rcdrop) q.stash = 0;   /* (every layer recomputed: no activations kept) */
+        if (q.mem_room < 0) q.mem_room = 0;
+        for (int b = 0; b < g.nblk && !rc; b++) {
+            pass_otres res;
+            size_t was = ob.n;
+            if (!pass_optrans(&d, b, &q, &ob, &res)) changed++;
+            (*nblk)++;
+            if (x->o->verbose && res.nop) {
+                char ct[240];
+                cand_text(x->g, &t, ct, sizeof ct);
+                fprintf(stderr, "search: op-trans of block %s for %s: %d ops, %.3g combinations; the model's step %.4g "
+                        "ms a layer, %.4g ms with %d ops changed (%s)%s%.*s\n", g.blk[b].name, ct, res.nop,
+                        res.space, res.model0 * 1e3, res.model * 1e3, res.changed, res.proved ? "the optimum" :
+                        "the best in Z3's budget", ob.n > was ? ": " : "", (int)(ob.n - was - (was ? 2 : 0)),
+                        ob.s ? ob.s + was + (was ? 2 : 0) : "");
+            }
+        }
+        ir_dist_free(&d);
+        ir_graph_free(&g);
+        if (changed) {
+            char *sv = ir_xstrdup(ob.s);
+            *IR_PUSH(*ots, *nots, *otcap) = sv;
+            t.ot = sv, t.tok = 0, t.ok = t.est = 0, t.why[0] = '\0';
+            top[nt++] = t;
+        }
+        ir_buf_free(&ob);
+        if (x->o->verbose) fprintf(stderr, "search: op-trans searched per block in %.3f s\n", now_s() - t0);
+    }
+    jobs j = {x, top, nt, 0, 0, 0};
+    if (nt) in_threads(jobs_worker, &j, nth < nt ? nth : nt);
+    for (int k = 0; k < nt; k++) *IR_PUSH(*cs, *nc, *cap) = top[k];
+    return nt;
 }
 
 int fe_search(const fe_opts *o, ir_graph *g)
@@ -951,6 +1066,11 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (!r0->trans && !r0->no_per_op && g->nblk) refine(&x, &cs, &nc, &cap, nth, 1);
     if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk && mlp)
         refine(&x, &cs, &nc, &cap, nth, 2);
+    /* op-trans searched per block: every forward op of a block on any split its annotation allows */
+    char **ots = NULL;
+    int nots = 0, otcap = 0, notc = 0, notb = 0;
+    if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk)
+        notc = ot_refine(&x, &cs, &nc, &cap, nth, &ots, &nots, &otcap, &notb);
     /* the layer fold's estimates: the fastest fitting ones (or none fitting, the smallest) built on every
        layer, 4 at first, then the estimates that still come first, until the first is built on every
        layer (it climbs the ladder where it does not fit) */
@@ -979,6 +1099,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (!nc) {   /* every combination ruled out: say by what */
         free(cs);
         free_bal(bal, nbal);
+        for (int k = 0; k < nots; k++) free(ots[k]);
+        free(ots);
         ir_buf w = {0};
         for (int k = 0; k < WHY_N; k++) {
             if (!why[k]) continue;
@@ -1047,6 +1169,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (nfull + nest)
         ir_bprintf(&b, "; layers folded: %d candidates estimated from builds of k and 2k layers per stage, the %d "
                    "estimated fastest then built on every layer (~: an estimate)", nfull + nest, nfull);
+    if (notb)
+        ir_bprintf(&b, "; op-trans searched per block (Z3) for the 3 fastest with tp: %d block%s, %d new op-trans priced",
+                   notb, notb > 1 ? "s" : "", notc);
     if (nfiner)
         ir_bprintf(&b, "; recompute refined in sixteenths of the blocks' layers for the fastest that fits: %d more "
                    "build%s", nfiner, nfiner > 1 ? "s" : "");
@@ -1074,6 +1199,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
         ir_buf_free(&b);
         free(cs);
         free_bal(bal, nbal);
+        for (int k = 0; k < nots; k++) free(ots[k]);
+        free(ots);
         return pass_error(g, r0->policy_line, "more devices, a larger device (cluster.device, cluster.memory), or "
                           "a smaller model", "[plan] policy auto: no candidate plan fits");
     }
@@ -1095,7 +1222,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     g->train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(g, c->stage);
-    if (c->rep || c->tok) {
+    if (c->rep || c->tok || c->ot) {
         plan_trans(g, c, c->dp);
         r->trans_auto = 1;
     }
@@ -1104,5 +1231,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     ir_buf_free(&b);
     free(cs);
     free_bal(bal, nbal);
+    for (int k = 0; k < nots; k++) free(ots[k]);
+    free(ots);
     return 0;
 }

@@ -187,6 +187,67 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c);
  * is in cut; 1: none (cut holds the even one). */
 int pass_balance_cuts(int nl, const double *cost, double pre, double post, int pp, int parts, double budget_s,
                       uint64_t work, int *cut, double *best_ms, double *even_ms);
+/* Per-op op-trans of a block on the tp axis (optrans.c): the abstract
+ * problem -- a choice per op (nch[o] of them, choice 0 the incumbent), its
+ * cost unary[o * PASS_OT_MAXC + c] and memory mem[...], and per tensor, for
+ * each layout L (PASS_OT_NL codes: whole, partial, split along dim j) that
+ * some consumer needs (forward) or gives its gradient in (backward), a
+ * cost by the producer's choice (fcost, bcost; INT64_MAX: not possible).
+ * The total memory at most mem_cap (-1: no bound). */
+#define PASS_OT_MAXC 8
+#define PASS_OT_NL 8
+typedef struct pass_otc {
+    int op;                        /* the consuming op */
+    int8_t need[PASS_OT_MAXC];     /* per its choice: the layout it needs */
+    int8_t grad[PASS_OT_MAXC];     /* per its choice: the layout of its gradient contribution (-1: none) */
+} pass_otc;
+typedef struct pass_ott {
+    int prod;                      /* the producing op, or -1 (from outside: one fixed choice) */
+    int c0, nc;                    /* its consumers: pass_otp.c[c0 .. c0 + nc) */
+    int64_t fcost[PASS_OT_MAXC][PASS_OT_NL];   /* [producer's choice][layout needed] */
+    int64_t bcost[PASS_OT_MAXC][PASS_OT_NL];   /* [producer's choice][gradient's layout given] */
+} pass_ott;
+typedef struct pass_otp {
+    int nop;
+    int *nch;
+    int64_t *unary, *mem;
+    int64_t mem_cap;
+    int nt, ncons;
+    pass_ott *t;
+    pass_otc *c;
+    int nimp;
+    int (*imp)[4];                 /* (a, ca, b, cb): op a taking choice ca makes op b take cb (a follower) */
+} pass_otp;
+/* The total cost of choices x (INT64_MAX: not possible, over mem_cap, or
+ * against an implication); *mem its memory. */
+int64_t pass_ot_eval(const pass_otp *p, const int *x, int64_t *mem);
+/* The cheapest choices by Z3 (weighted MaxSAT with its Optimize, within
+ * work of its resource units; 0: no bound): x holds the incumbent, and on
+ * return the best found (the optimum, or where the work ran out Z3's best
+ * model if cheaper), *best its cost, *proved 1 when it is the optimum.
+ * 0: better than the incumbent; 1: not. */
+int pass_ot_solve(const pass_otp *p, uint64_t work, int *x, int64_t *best, int *proved);
+void pass_otp_free(pass_otp *p);
+typedef struct pass_otreq {
+    int dp, tp, m, zero;           /* the candidate's mesh, micro-batches, ZeRO level */
+    int bdiv;                      /* what divides the graph's batch on a device besides the micro-batches:
+                                      dp, or 1 (the graph holds one dp replica's batch) */
+    int spans_dp;                  /* 1: its dp groups span nodes */
+    double stash;                  /* micro-batches' activations kept at once (0: recomputed) */
+    double mem_room;               /* bytes a layer may add over the incumbent's (-1: no bound) */
+    uint64_t work;                 /* Z3's budget (resource units) */
+} pass_otreq;
+typedef struct pass_otres {
+    double model0, model;          /* seconds per layer and step on the model: the incumbent's, the best's */
+    double space;                  /* combinations */
+    int nop, changed, proved;      /* the block's ops, how many changed, 1: the best is the model's optimum */
+} pass_otres;
+/* Block blk's forward ops (repeat 1, or 0 when there is one) on d's plan (after pass_plan: the
+ * incumbent): the cheapest choices on the model appended to out as
+ * "h.fc *0 n, h.gelu *0 *1, ..." (the op's generic name, its batch
+ * identifier or -, its tp choice: an identifier, replicate or value).
+ * 0: a choice other than the incumbent's; 1: none (out untouched). */
+int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, ir_buf *out, pass_otres *res);
 /* The plan's step on the cost model (after pass_pipeline). */
 void pass_cost_step(const ir_dist *d, pass_estimate *e);
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);

@@ -326,7 +326,21 @@ static int choose_tp(planctx *c, int op, char *why, size_t whysz, int *kv)
     return IR_REPLICATE;
 }
 
-/* Record the tp layout of op's outputs (and of params it reads) under its trans. */
+/* Is op's trans (a user constraint's) on the mesh: its last split the tp
+ * axis's (an identifier, tp ways), the splits before it the dp axis's? */
+static int on_mesh(const planctx *c, int op)
+{
+    const ir_trans *tr = &c->d->trans[op];
+    if (c->tp < 2 || tr->nsplit < 1 || tr->n[tr->nsplit - 1] != c->tp || tr->id[tr->nsplit - 1] < 0) return 0;
+    int outer = 1;
+    for (int j = 0; j + 1 < tr->nsplit; j++) outer *= tr->n[j];
+    return outer == c->dp;
+}
+
+/* Record the tp layout of op's outputs (and of params it reads) under its
+ * trans.  A param is stored as its first forward reader splits it on the tp
+ * axis: the policy's choice, or a constraint's on the mesh (then its update
+ * and gradients are a tp-th, as under the policy's split). */
 static void record_layout(planctx *c, int op)
 {
     const ir_graph *g = c->d->g;
@@ -353,7 +367,7 @@ static void record_layout(planctx *c, int op)
         if (k >= o->nin && id >= 0 && o->anno.id_reduce[id]) lay = LAY_PARTIAL;
         if (k >= o->nin) c->lay[t] = lay;
         else if (g->t[t].kind == IR_T_PARAM && c->lay[t] == LAY_REP && lay >= 0 && o->phase == IR_PH_FWD &&
-                 !c->fixed[op])
+                 (!c->fixed[op] || on_mesh(c, op)))
             c->lay[t] = lay;   /* a param is stored as its first reader splits it */
     }
 }

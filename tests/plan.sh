@@ -292,35 +292,46 @@ if grep -q "^  chosen   dp 1 x tp 1 x pp 1, micro_batches 8: step" "$tmp/one1.er
 else no "auto on 1 device: $(grep chosen "$tmp/one1.err"); $(grep -E '^(  chosen|devices|recompute)' "$tmp/one2/plan.txt" | head -n 3)"; fi
 # op-trans refinements: with tp 2 on a100-80g the head and embedding whole on each tp device
 # (no vocabulary-parallel collectives) and the MLP chains on their tokens over tp (data parallel
-# there: no all-reduce of their output in every micro-batch) beat the Megatron split; the plan
-# built has them so, its reasons and its trans line say the search chose them
-"$nn" "$tiny" --devices 2 -q -o "$tmp/rep" --set plan.policy=auto --set plan.tp=2 --set cluster.device=a100-80g ||
-  no "auto op-trans build"
-if python3 - "$tmp/rep/plan.txt" <<'PY'
+# there: no all-reduce of their output in every micro-batch) beat the Megatron split; the op-trans
+# searched per block (passes/optrans.c: every forward op of the block on any split, Z3) beats
+# both: the attention whole on each tp device and every other op of the block on its tokens; the
+# plan built has it so, its reasons and its trans line say the search chose them
+"$nn" "$tiny" --devices 2 -q -v -o "$tmp/rep" --set plan.policy=auto --set plan.tp=2 --set cluster.device=a100-80g \
+  2>"$tmp/rep.err" || no "auto op-trans build"
+if python3 - "$tmp/rep/plan.txt" "$tmp/rep.err" <<'PY'
 import re, sys
-t = open(sys.argv[1]).read()
+t, e = open(sys.argv[1]).read(), open(sys.argv[2]).read()
 ch = re.search(r"^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1, ops outside the blocks whole on tp, "
-               r"MLP on tokens over tp, sequence parallel: step ([0-9.]+) ms", t, re.M)
+               r"op-trans searched per block, sequence parallel: step ([0-9.]+) ms", t, re.M)
 assert ch, "chosen"
 step = float(ch.group(1))
-def price(name):   # a runner-up's step
-    m = re.search(r"^           dp 1 x tp 2 x pp 1, micro_batches 1%s: step ([0-9.]+) ms" % name, t, re.M)
+def price(name):   # a candidate's step, from -v's lines
+    m = re.search(r"^search: dp 1 x tp 2 x pp 1, micro_batches 1%s: step ([0-9.]+) ms" % re.escape(name), e, re.M)
     assert m, name
     return float(m.group(1))
 base, rep, tok = price(""), price(", ops outside the blocks whole on tp"), price(", MLP on tokens over tp")
-assert step < min(base, rep, tok) and tok < base and rep < base, (step, base, rep, tok)
+both = price(", ops outside the blocks whole on tp, MLP on tokens over tp, sequence parallel")
+assert tok < base and rep < base and both < min(tok, rep), (base, rep, tok, both)
+others = [float(x) for x in re.findall(r"^search: dp[^:]*: step ([0-9.]+) ms", e, re.M)]
+assert step == min(others) and step < 0.95 * both, (step, both)
 est = float(re.search(r"^estimate  step ([0-9.]+) ms", t, re.M).group(1))
 assert abs(est - step) <= 0.0015, (est, step)
+# Z3 solved the block's model to its optimum, for each of the 3 fastest candidates with tp
+blk = re.findall(r"^search: op-trans of block h for .*: 18 ops, .* with (\d+) ops changed \((the optimum)\)", e, re.M)
+assert len(blk) == 3 and any(int(n) > 0 for n, _ in blk), blk
+assert re.search(r"op-trans searched per block \(Z3\) for the 3 fastest with tp: 3 blocks, 3 new op-trans priced", t), "search line"
 assert re.search(r"^  lm_head +matmul_nt +replicate x2 on 0,1 +; policy auto's op-trans 'lm_head'", t, re.M), "lm_head"
-for op in ("fc", "fcb", "gelu", "mproj", "mprojb"):
+for op in ("q", "attn"):
+    assert re.search(r"^  h\.1\.%s +\w+ +replicate x2 on 0,1 +; policy auto's op-trans 'h\.%s'" % (op, op), t, re.M), op
+for op in ("ln1", "proj", "res1", "fc", "fcb", "gelu", "mproj", "mprojb", "res2"):
     assert re.search(r"^  h\.1\.%s +\w+ +split \*1 /2 on 0,1 +; policy auto's op-trans 'h\.%s'" % (op, op), t, re.M), op
-# its weight whole on each device, the gradient summed over tp once a step
+# its weights whole on each device, their gradients summed over tp once a step
 assert re.search(r"^  allreduce +d\.h\.1\.fc_w .*group \{0,1\} once a step", t, re.M), "fc_w all-reduce"
 tr = re.search(r"^trans     (.*): op-trans chosen by policy auto", t, re.M)
-assert tr and "h.fc *1 2" in tr.group(1) and "lm_head replicate 2" in tr.group(1), "trans line"
+assert tr and "h.fc *1 2" in tr.group(1) and "lm_head replicate 2" in tr.group(1) and "h.attn replicate 2" in tr.group(1), "trans line"
 assert "user constraint" not in t
 PY
-then ok "policy auto: the op-trans refinements (head whole on tp, MLP chains on tokens) chosen over their bases, and built"
+then ok "policy auto: the op-trans refinements (head whole on tp, MLP chains on tokens) beat their bases; the op-trans searched per block (Z3) beats them, and is built"
 else no "op-trans: $(grep -E '^(  chosen|           dp|  lm_head|  h.1.fc |trans)' "$tmp/rep/plan.txt" | head -n 6)"; fi
 # ... and the trans line, given as the spec's constraint, gives the same plan
 trl=$(sed -n 's/^trans     \(.*\): op-trans chosen by policy auto.*/\1/p' "$tmp/rep/plan.txt")
@@ -333,7 +344,7 @@ diff <(sed -n '/^ops:/,$p' "$tmp/rep/plan.txt" | sed "s/policy auto's op-trans/u
 # per_op_trans = false: no candidate with another op-trans, and the search line says it bound
 "$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.tp=2 --set cluster.device=a100-80g \
   --set plan.per_op_trans=false 2>"$tmp/noper.err" || no "per_op_trans = false"
-grep -q "the spec's tp = 2 per_op_trans = false)" "$tmp/noper.err" && ! grep -Eq "whole on tp|MLP on tokens" "$tmp/noper.err" &&
+grep -q "the spec's tp = 2 per_op_trans = false)" "$tmp/noper.err" && ! grep -Eq "whole on tp|MLP on tokens|op-trans searched" "$tmp/noper.err" &&
   grep -q "^  chosen   dp 1 x tp 2 x pp 1, micro_batches 1" "$tmp/noper.err" &&
   ok "per_op_trans = false: the policy's op-trans for every candidate" ||
   no "per_op_trans = false: $(grep -E '^search|chosen' "$tmp/noper.err" | head -n 2)"

@@ -25,9 +25,12 @@
 #
 # A test that exits 77 is skipped (it cannot run here, e.g. no CUDA toolkit):
 # listed as SKIP with the reason it printed last, counted apart, not failed.
-# Prints one line per test and closes with "N passed, M failed" (and ", K
-# skipped" when any were); exits 1 if anything failed.  TESTS="unit golden"
-# runs a subset; EQUIV_STRIDE=K runs every K-th line of tests/equiv.list.
+# Prints one line per test as each finishes and closes with "N passed, M
+# failed" (and ", K skipped" when any were); exits 1 if anything failed.
+# TESTS="unit golden" runs a subset; EQUIV_STRIDE=K runs every K-th line of
+# tests/equiv.list; TEST_JOBS=N runs N tests at once (default: the CPUs this
+# process may use, at most 4; 1: one after another, in the order above).
+# The tests that time themselves (scaling, wide) run first, alone.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
@@ -39,29 +42,72 @@ fail=0
 skip=0
 failed=()
 
-# run NAME CMD...: one test, output kept in the log dir, shown on failure;
-# exit status 77 means skipped (its last line starting SKIP says why)
-run() {
-  local name=$1
-  shift
-  local t0=$SECONDS lf="$log/${name//\//_}.log" rc
-  "$@" >"$lf" 2>&1
-  rc=$?
+jobs_max=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+[[ $jobs_max =~ ^[1-9][0-9]*$ ]] || { echo "tests/run.sh: TEST_JOBS must be a positive integer" >&2; exit 2; }
+[[ -z ${TEST_JOBS:-} ]] && ((jobs_max > 4)) && jobs_max=4
+declare -A running=() logf=()   # per test started and not yet reported (by a number): its name, its log
+started=0
+
+# report NAME RC SECS LOGFILE: one finished test's line; exit status 77 means
+# skipped (its last line starting SKIP says why); a failure shows its log's tail
+report() {
+  local name=$1 rc=$2 secs=$3 lf=$4
   if ((rc == 0)); then
     pass=$((pass + 1))
-    printf 'PASS  %-40s %3ds\n' "$name" $((SECONDS - t0))
+    printf 'PASS  %-40s %3ds\n' "$name" "$secs"
   elif ((rc == 77)); then
     skip=$((skip + 1))
-    printf 'SKIP  %-40s %3ds  %s\n' "$name" $((SECONDS - t0)) "$(grep '^SKIP' "$lf" | tail -n 1)"
+    printf 'SKIP  %-40s %3ds  %s\n' "$name" "$secs" "$(grep '^SKIP' "$lf" | tail -n 1)"
   else
     fail=$((fail + 1))
     failed+=("$name")
-    printf 'FAIL  %-40s %3ds\n' "$name" $((SECONDS - t0))
+    printf 'FAIL  %-40s %3ds\n' "$name" "$secs"
     tail -n 30 "$lf" | sed 's/^/      | /'
   fi
 }
 
+# reap: wait for a started test to finish, then report every one that has
+reap() {
+  local k rc secs
+  wait -n 2>/dev/null
+  for k in "${!running[@]}"; do
+    [[ -f ${logf[$k]}.rc ]] || continue
+    read -r rc secs <"${logf[$k]}.rc"
+    report "${running[$k]}" "$rc" "$secs" "${logf[$k]}"
+    unset "running[$k]" "logf[$k]"
+  done
+}
+
+# run NAME CMD...: one test, its output kept in the log dir (shown on
+# failure); started beside the others up to TEST_JOBS at once
+run() {
+  local name=$1
+  shift
+  local lf="$log/${name//\//_}.log"
+  [[ -e $lf ]] && lf="$log/${name//\//_}.$started.log"   # (two lines of equiv.list may share a name)
+  while ((${#running[@]} >= jobs_max)); do reap; done
+  (
+    t0=$SECONDS
+    "$@" >"$lf" 2>&1
+    echo "$? $((SECONDS - t0))" >"$lf.rc.tmp" && mv "$lf.rc.tmp" "$lf.rc"
+  ) &
+  running[$started]=$name logf[$started]=$lf
+  started=$((started + 1))
+}
+
+# run_alone NAME CMD...: the same once every test started before has finished, and
+# before any other starts (a test that times itself)
+run_alone() {
+  while ((${#running[@]})); do reap; done
+  run "$@"
+  while ((${#running[@]})); do reap; done
+}
+
 want() { [[ -z "${TESTS:-}" || " $TESTS " == *" $1 "* ]]; }
+
+# the tests that time themselves, first and alone
+want cli && run_alone "scaling" "$top/tests/scaling.sh"
+want cli && run_alone "wide" "$top/tests/wide.sh"
 
 if want unit; then
   for t in "$build"/tests/test_*; do
@@ -81,8 +127,6 @@ want cli && run "megatron" "$top/tests/megatron.sh"
 want cli && run "inplace" "$top/tests/inplace.sh"
 want cli && run "buckets" "$top/tests/buckets.sh"
 want cli && run "plan" "$top/tests/plan.sh"
-want cli && run "scaling" "$top/tests/scaling.sh"
-want cli && run "wide" "$top/tests/wide.sh"
 want cli && run "docs" "$top/tests/docs.sh"
 want cli && run "resume" "$top/tests/resume.sh"
 want cli && run "runtime_ux" "$top/tests/runtime_ux.sh"
@@ -113,6 +157,7 @@ if want equiv; then
   ((left)) && echo "equiv: $left of $line lines of tests/equiv.list not run (EQUIV_STRIDE=$stride: one line in $stride ran)"
 fi
 
+while ((${#running[@]})); do reap; done
 echo
 ((fail)) && echo "failed: ${failed[*]} (logs in $log)"
 ((fail)) || rm -rf "$log"

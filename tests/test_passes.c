@@ -778,6 +778,107 @@ static void test_balance(void)
     CHECK(bad == 0, "balance: %d random cuts (up to 9 layers, 3 stages, 2 chunks) optimal against every cut", cases);
 }
 
+/* pass_ot_solve's problem: the cheapest feasible choices by trying every one. */
+static int64_t ot_brute(const pass_otp *p, int *best)
+{
+    int x[8] = {0};
+    int64_t bv = INT64_MAX;
+    for (;;) {
+        int64_t v = pass_ot_eval(p, x, NULL);
+        if (v < bv) bv = v, memcpy(best, x, sizeof(int) * (size_t)p->nop);
+        int o = 0;
+        while (o < p->nop && ++x[o] == p->nch[o]) x[o++] = 0;
+        if (o == p->nop) break;
+    }
+    return bv;
+}
+
+/* Per-op op-trans's solver (optrans.c) against every choice on random problems: ops with up to 4
+   choices, tensors with a producer (or none) and 1 to 3 consumers, conversions that cannot be
+   made, followers, a memory bound. */
+static void test_optrans(void)
+{
+    unsigned seed = 777;
+#define RND(n) (seed = seed * 1103515245u + 12345u, (int)((seed >> 16) % (unsigned)(n)))
+    int cases = 0, bad = 0, better = 0, infeasible = 0, cut = 0;
+    for (int k = 0; k < 80; k++) {
+        pass_otp p;
+        memset(&p, 0, sizeof p);
+        p.nop = 3 + RND(5);
+        p.nch = calloc((size_t)p.nop, sizeof(int));
+        p.unary = calloc((size_t)p.nop * PASS_OT_MAXC, sizeof(int64_t));
+        p.mem = calloc((size_t)p.nop * PASS_OT_MAXC, sizeof(int64_t));
+        for (int o = 0; o < p.nop; o++) {
+            p.nch[o] = 1 + RND(4);
+            for (int c = 0; c < p.nch[o]; c++) {
+                p.unary[o * PASS_OT_MAXC + c] = RND(1000);
+                p.mem[o * PASS_OT_MAXC + c] = RND(100);
+            }
+        }
+        int64_t m0 = 0;
+        for (int o = 0; o < p.nop; o++) m0 += p.mem[o * PASS_OT_MAXC];
+        p.mem_cap = k % 3 == 0 ? m0 + RND(60) : -1;   /* (the incumbent fits) */
+        p.nt = 1 + RND(p.nop);
+        p.t = calloc((size_t)p.nt, sizeof(pass_ott));
+        p.c = calloc((size_t)p.nt * 3, sizeof(pass_otc));
+        for (int t = 0; t < p.nt; t++) {
+            pass_ott *T = &p.t[t];
+            T->prod = RND(4) ? RND(p.nop) : -1;
+            T->c0 = p.ncons;
+            T->nc = 1 + RND(3);
+            for (int q = 0; q < T->nc; q++) {
+                pass_otc *c = &p.c[p.ncons++];
+                c->op = RND(p.nop);
+                for (int h = 0; h < PASS_OT_MAXC; h++) c->need[h] = (int8_t)RND(4), c->grad[h] = (int8_t)(RND(5) - 1);
+            }
+            for (int c = 0; c < PASS_OT_MAXC; c++)
+                for (int L = 0; L < PASS_OT_NL; L++) {
+                    /* (conversions that cannot be made: not from the incumbent's producer, but in
+                       every tenth problem) */
+                    int inf = (c > 0 || k % 10 == 0) && RND(12) == 0;
+                    T->fcost[c][L] = inf ? INT64_MAX : RND(3) ? RND(800) : 0;
+                    inf = (c > 0 || k % 10 == 0) && RND(12) == 0;
+                    T->bcost[c][L] = inf ? INT64_MAX : RND(3) ? RND(800) : 0;
+                }
+        }
+        if (k % 2) {   /* a follower */
+            p.nimp = 1;
+            p.imp = calloc(1, sizeof *p.imp);
+            int a = RND(p.nop), b = RND(p.nop);
+            p.imp[0][0] = a, p.imp[0][1] = RND(p.nch[a]), p.imp[0][2] = b, p.imp[0][3] = RND(p.nch[b]);
+            if (p.imp[0][1] == 0 && a != b) p.imp[0][3] = 0;   /* (the incumbent follows) */
+        }
+        int bx[8], x[8] = {0};
+        int64_t want = ot_brute(&p, bx), got;
+        int proved, rc = pass_ot_solve(&p, 0, x, &got, &proved);
+        int64_t inc = pass_ot_eval(&p, (int[8]){0}, NULL);
+        cases++;
+        if (inc == INT64_MAX) {   /* an incumbent that is not feasible: nothing to improve on */
+            infeasible++;
+            if (rc != 1) bad++, printf("      case %d: an infeasible incumbent improved on\n", k);
+        } else if (got != want || pass_ot_eval(&p, x, NULL) != got || !proved || rc != (want < inc ? 0 : 1)) {
+            bad++;
+            printf("      case %d: %d ops: got %lld (rc %d, proved %d), brute force %lld, incumbent %lld\n", k, p.nop,
+                   (long long)got, rc, proved, (long long)want, (long long)inc);
+        } else better += rc == 0;
+        /* with almost no work: never worse than the incumbent, and not called the optimum unless it is */
+        int y[8] = {0};
+        int64_t g2;
+        int pr2;
+        pass_ot_solve(&p, 1, y, &g2, &pr2);
+        cut += !pr2;
+        if (inc != INT64_MAX && (g2 > inc || pass_ot_eval(&p, y, NULL) != g2 || (pr2 && g2 != want)))
+            bad++, printf("      case %d: a budget of 1 unit gave %lld (proved %d), incumbent %lld\n", k, (long long)g2, pr2,
+                          (long long)inc);
+        pass_otp_free(&p);
+    }
+#undef RND
+    CHECK(bad == 0 && better > 20 && infeasible < cases / 4 && cut > 0,
+          "optrans: %d random problems (up to 7 ops x 4 choices, memory bound, followers) solved to the brute-force "
+          "optimum (%d better than the incumbent, %d with an infeasible one; %d stopped by a budget of 1 unit, never "
+          "worse than the incumbent)", cases, better, infeasible, cut);
+}
+
 static void test_cost(void)
 {
     const ir_profile *a = ir_profile_find("a100-80g"), *c = ir_profile_find("cpu");
@@ -969,6 +1070,7 @@ int main(int argc, char **argv)
     test_op_table();
     test_cost();
     test_balance();
+    test_optrans();
     test_inplace_readers(argc > 1 ? argv[1] : "tests");
     test_fuse();
     test_anno();
