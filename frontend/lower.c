@@ -1945,6 +1945,8 @@ static int lower_cluster(fe_lw *L)
         r->no_per_op = v == 1;
         if (get_choice(L, pl, "accumulate", tf, 0, &v)) return 2;
         r->no_accum = v == 1;
+        if (get_choice(L, pl, "coshard_rung", tf, 0, &v)) return 2;
+        r->no_cos_rung = v == 1;
         if (get_choice(L, pl, "sequence_parallel", tf, 1, &v)) return 2;
         r->seq_par = v == 0;
         r->seq_par_given = pl && fe_get(pl, "sequence_parallel");

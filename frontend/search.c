@@ -72,6 +72,8 @@ typedef struct cand {
                               params whole on each (op-trans `*0 DP *1 TP`: data parallel there) */
     const char *ot;        /* the blocks' forward ops' op-trans searched per block (passes/optrans.c:
                               "h.fc *0 n, ...", owned by the search; replaces tok's), or NULL */
+    double sratio;         /* with stage: the cut's slowest stage over the even cut's on the layers'
+                              costs (a folded estimate, built on the even cut, is scaled by it) */
 } cand;
 
 static double now_s(void)
@@ -472,6 +474,9 @@ static void assess(const search_ctx *x, cand *c, int full)
         if (a.ok && b.ok) {   /* affine in the layers per part: n1 / parts at a, twice that at b */
             double f = ((double)x->nl - n1) / n1;
             c->step = a.step + (b.step - a.step) * f;
+            /* (built on the even cut: a balanced one's gain on the layers' costs, which the builds on
+               every layer then correct) */
+            if (c->stage && c->sratio > 0) c->step *= c->sratio;
             c->mem = (int64_t)((double)a.mem + (double)(b.mem - a.mem) * f);
             c->ok = c->est = 1;
         } else n1 = 0;   /* (a folded build that fails: on every layer) */
@@ -634,6 +639,7 @@ static void free_bal(balanced *bal, int nbal)
 struct chain {
     int dp, tp, pp, sched;
     const char *stage;   /* balanced stages, or NULL */
+    double sratio;       /* with stage: its slowest stage over the even cut's, on the layers' costs */
     int nm, ms[8];
     int nout, skipped;   /* priced, and left unpriced by the stop */
     cand out[8];
@@ -743,7 +749,8 @@ static void price_chain(const search_ctx *x, chain *c)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
-        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0, NULL};
+        cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0, NULL,
+                  c->sratio};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if ((i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) ||
@@ -817,12 +824,15 @@ static int search_threads(void)
 /* Price the 3 fastest fitting candidates of cs with tp > 1 (and no
  * sequence parallelism, for what 0; no co-shard, for what 2) again with
  * sequence parallelism (what 0), the ops outside the blocks whole on tp
- * (what 1) or the blocks' MLP chains on their tokens over tp (what 2), at
- * the same rung, and add them to cs. */
-/* The fastest fitting candidate of cs with tp > 1, not among taken[0 ..
- * nt), that refinement what may change (0: without sequence parallelism, 1:
- * the ops outside the blocks split by the policy, 2: the MLP chains too and
- * not co-sharded, 3: no op-trans searched and not co-sharded), or -1. */
+ * (what 1) or the blocks' MLP chains on their tokens over tp (what 2), or
+ * the 3 fastest with balanced stages with the even cut (what 4: the cut is
+ * balanced on the layers' costs of the 1-device build, which tp and
+ * sequence parallelism change), at the same rung, and add them to cs. */
+/* The fastest fitting candidate of cs, not among taken[0 .. nt), that
+ * refinement what may change: with tp > 1 (0: without sequence
+ * parallelism, 1: the ops outside the blocks split by the policy, 2: the
+ * MLP chains too and not co-sharded, 3: no op-trans searched and not
+ * co-sharded), or (4) with balanced stages; or -1. */
 static int fastest_tp(const cand *cs, int nc, const ir_profile *pf, const int *taken, int nt, int what)
 {
     int bi = -1;
@@ -830,8 +840,9 @@ static int fastest_tp(const cand *cs, int nc, const ir_profile *pf, const int *t
         const cand *c = &cs[i];
         int was = 0;
         for (int k = 0; k < nt; k++) was |= taken[k] == i;
-        int ok = what == 0 ? !c->sp : what == 1 ? !c->rep : what == 2 ? !c->tok && !c->cos : !c->ot && !c->cos;
-        if (!was && ok && fits(c, pf) && c->tp > 1 && (bi < 0 || c->step < cs[bi].step)) bi = i;
+        int ok = what == 0 ? !c->sp : what == 1 ? !c->rep : what == 2 ? !c->tok && !c->cos : what == 3 ? !c->ot && !c->cos
+                                                                                                      : c->stage != NULL;
+        if (!was && ok && fits(c, pf) && (c->tp > 1 || what == 4) && (bi < 0 || c->step < cs[bi].step)) bi = i;
     }
     return bi;
 }
@@ -846,13 +857,53 @@ static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, i
         if (bi < 0) break;
         taken[nt] = bi;
         top[nt] = (*cs)[bi];
-        if (what == 2) top[nt++].tok = 1;
+        if (what == 4) top[nt++].stage = NULL;
+        else if (what == 2) top[nt++].tok = 1;
         else if (what) top[nt++].rep = 1;
         else top[nt++].sp = 1;
     }
     jobs j = {x, top, nt, 0, 0, 0};
     in_threads(jobs_worker, &j, nth < nt ? nth : nt);
     for (int k = 0; k < nt; k++) *IR_PUSH(*cs, *nc, *cap) = top[k];
+}
+
+/* The layer fold's estimates among cs: the fastest fitting ones (or none
+ * fitting, the smallest) built on every layer, 4 at first, then the
+ * estimates that still come first, until the first is built on every layer
+ * (it climbs the ladder where it does not fit).  cs ends sorted (cmp_fit);
+ * returns the builds made. */
+static int resolve(const search_ctx *x, cand *cs, int nc, int nth)
+{
+    const ir_profile *pf = &x->g->prof;
+    int nest = 0, nfull = 0;
+    for (int i = 0; i < nc; i++) nest += cs[i].est;
+    for (int round = 0; nest; round++) {
+        qsort_r(cs, (size_t)nc, sizeof *cs, cmp_fit, (void *)pf);
+        if (round && !cs[0].est) break;
+        cand top[16];
+        int nt = 0, at[16], lim = round ? (nth < 16 ? nth : 16) : 4;
+        for (int i = 0; i < nc && nt < lim; i++) {
+            if (!cs[i].est) {
+                if (round) break;
+                continue;
+            }
+            at[nt] = i;
+            top[nt++] = cs[i];
+        }
+        if (!nt) break;
+        jobs j = {x, top, nt, 1, 1, 0};
+        in_threads(jobs_worker, &j, nth < nt ? nth : nt);
+        for (int k = 0; k < nt; k++) cs[at[k]] = top[k], nest--, nfull++;
+    }
+    return nfull;
+}
+
+/* Do a and b build the same plan but for their op-trans (tok, ot)? */
+static int same_but_ot(const cand *a, const cand *b)
+{
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->m == b->m && a->sched == b->sched &&
+           a->zero == b->zero && a->rc == b->rc && a->rcdrop == b->rcdrop && a->rc2 == b->rc2 && a->sp == b->sp &&
+           a->rep == b->rep && a->cos == b->cos && a->stage == b->stage;
 }
 
 /* Op-trans searched per block (passes/optrans.c): the 3 fastest fitting
@@ -911,6 +962,13 @@ static int ot_refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth,
         }
         ir_dist_free(&d);
         ir_graph_free(&g);
+        /* (the same plan as one already among the candidates: 2 of the picks may reach it) */
+        for (int i = 0; i < *nc && changed; i++) {
+            const cand *c = &(*cs)[i];
+            if (c->ot && !strcmp(c->ot, ob.s) && same_but_ot(c, &t)) changed = 0;
+        }
+        for (int k = 0; k < nt && changed; k++)
+            if (!strcmp(top[k].ot, ob.s) && same_but_ot(&top[k], &t)) changed = 0;
         if (changed) {
             char *sv = ir_xstrdup(ob.s);
             *IR_PUSH(*ots, *nots, *otcap) = sv;
@@ -1021,7 +1079,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
                         free(cut);
                         *IR_PUSH(bal, nbal, balcap) = z;
                     }
-                    if (k < nbal) c.stage = bal[k].stage;
+                    if (k < nbal) c.stage = bal[k].stage, c.sratio = bal[k].best_ms / bal[k].even_ms;
                 }
                 if (c.nm) *IR_PUSH(chs, nchs, chcap) = c;
             }
@@ -1034,7 +1092,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
                 !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
     char csb[1024];
     const int mlp = !mlp_coshard(g, csb, sizeof csb);   /* the blocks have an MLP chain with tokens */
-    int cos = N > 1 && !r0->coshard && frc >= 0 && mlp;   /* (one device: no coshard, plan.c) */
+    int cos = N > 1 && !r0->coshard && frc >= 0 && mlp && !r0->no_cos_rung;   /* (one device: no coshard, plan.c) */
     search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
         char tmp[1024];
@@ -1052,6 +1110,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     free(chs);
     free(lc);
+    /* the layer fold's estimates resolved first, so that the refinements start from prices */
+    int nfull = resolve(&x, cs, nc, nth);
     /* refinements: the 3 fastest fitting candidates with tp > 1 again,
        first with sequence parallelism where they have none (the spec does not
        say, a model with blocks: the layernorms' work and activations a tp-th,
@@ -1066,34 +1126,14 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (!r0->trans && !r0->no_per_op && g->nblk) refine(&x, &cs, &nc, &cap, nth, 1);
     if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk && mlp)
         refine(&x, &cs, &nc, &cap, nth, 2);
+    /* the even cut for the 3 fastest with balanced stages (not where the spec cuts them) */
+    if (!r0->no_balance && !r0->stage) refine(&x, &cs, &nc, &cap, nth, 4);
     /* op-trans searched per block: every forward op of a block on any split its annotation allows */
     char **ots = NULL;
     int nots = 0, otcap = 0, notc = 0, notb = 0;
     if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk)
         notc = ot_refine(&x, &cs, &nc, &cap, nth, &ots, &nots, &otcap, &notb);
-    /* the layer fold's estimates: the fastest fitting ones (or none fitting, the smallest) built on every
-       layer, 4 at first, then the estimates that still come first, until the first is built on every
-       layer (it climbs the ladder where it does not fit) */
-    int nest = 0, nfull = 0;
-    for (int i = 0; i < nc; i++) nest += cs[i].est;
-    for (int round = 0; nest; round++) {
-        qsort_r(cs, (size_t)nc, sizeof *cs, cmp_fit, (void *)pf);
-        if (round && !cs[0].est) break;
-        cand top[16];
-        int nt = 0, at[16], lim = round ? (nth < 16 ? nth : 16) : 4;
-        for (int i = 0; i < nc && nt < lim; i++) {
-            if (!cs[i].est) {
-                if (round) break;
-                continue;
-            }
-            at[nt] = i;
-            top[nt++] = cs[i];
-        }
-        if (!nt) break;
-        jobs j = {&x, top, nt, 1, 1, 0};
-        in_threads(jobs_worker, &j, nth < nt ? nth : nt);
-        for (int k = 0; k < nt; k++) cs[at[k]] = top[k], nest--, nfull++;
-    }
+    nfull += resolve(&x, cs, nc, nth);
     int nfiner = finer_recompute(&x, &cs, &nc, &cap);
     double secs = now_s() - t0;
     if (!nc) {   /* every combination ruled out: say by what */
@@ -1153,7 +1193,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
                                 "count before, or, without a pipeline, than one that fits without the memory ladder",
                             skipped);
-    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op || r0->no_accum) {
+    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op || r0->no_accum || r0->no_cos_rung) {
         ir_bprintf(&b, ", and the spec's");
         if (fsch >= 0) ir_bprintf(&b, " schedule = %s", sched_name(fsch, r0->group, t));
         if (fpp) ir_bprintf(&b, " pp = %d", fpp);
@@ -1163,9 +1203,12 @@ int fe_search(const fe_opts *o, ir_graph *g)
         if (frc < 0) ir_bprintf(&b, " recompute");
         if (r0->no_per_op) ir_bprintf(&b, " per_op_trans = false");
         if (r0->no_accum) ir_bprintf(&b, " accumulate = false");
+        if (r0->no_cos_rung) ir_bprintf(&b, " coshard_rung = false");
     }
     ir_bprintf(&b, ")%s", fold ? "; dp folded: each candidate built on its tp x pp devices, its micro-batch work / "
                                "dp, the dp gradient all-reduce and ZeRO's memory by formula" : "");
+    int nest = 0;   /* (the estimates not built on every layer) */
+    for (int i = 0; i < nc; i++) nest += cs[i].est;
     if (nfull + nest)
         ir_bprintf(&b, "; layers folded: %d candidates estimated from builds of k and 2k layers per stage, the %d "
                    "estimated fastest then built on every layer (~: an estimate)", nfull + nest, nfull);

@@ -49,7 +49,7 @@ static const fe_schema fe_schemas[] = {
     {"cluster", 0, 0, {"devices", "device", "flops", "flops_bf16", "mem_bw", "memory", "link_bw", "link_lat",
                        "net_bw", "net_lat", "per_node", "weight_bw"}, {NULL}},
     {"plan", 0, 0, {"policy", "dp", "tp", "pp", "trans", "stage", "schedule", "chunks", "order", "recompute", "coshard", "zero", "stage_tp",
-              "balance", "fold_layers", "sequence_parallel", "grad_buckets", "per_op_trans", "accumulate"}, {NULL}},
+              "balance", "fold_layers", "sequence_parallel", "grad_buckets", "per_op_trans", "accumulate", "coshard_rung"}, {NULL}},
 };
 #define FE_NSCHEMA ((int)(sizeof fe_schemas / sizeof fe_schemas[0]))
 

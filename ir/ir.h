@@ -339,6 +339,8 @@ typedef struct ir_planreq {
                                  ops outside the blocks whole on tp, no MLP chains on tokens) */
     int no_accum;             /* accumulate = false: policy auto keeps one micro-batch without a
                                  pipeline (no gradient accumulation) */
+    int no_cos_rung;          /* coshard_rung = false: policy auto's memory ladder stops before its
+                                 last rung (the blocks' MLP chains co-sharded) */
     int no_grad_buckets;      /* grad_buckets = false: one all-reduce per gradient (passes/bucket.c) */
     const char *stage_tp;     /* each stage's tp degree ("2 1"), or NULL: tp everywhere */
     int stage_tp_line;        /* spec line of stage_tp */

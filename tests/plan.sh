@@ -446,6 +446,14 @@ grep -q "^  chosen   dp 2 x tp 1 x pp 1, micro_batches 1, zero 3, recompute, cos
   grep -q "^  h.0.gelu  *gelu .*coshard: '\*1' in 4 pieces" "$tmp/cos/plan.txt" &&
   ok "policy auto: the coshard rung chosen where nothing else fits, and built" ||
   no "coshard rung: $(grep -E '^  (chosen|lost)' "$tmp/cos/plan.txt" | head -n 3)"
+# ... and with coshard_rung = false nothing fits (exit 2), the search line naming the key
+expect_rc 2 "policy auto, coshard_rung = false, 43 MB" "$nn" "$tiny" --devices 2 -o "$tmp/nocos" --set plan.policy=auto \
+  --set plan.pp=1 --set plan.tp=1 --set dims.F=16*C --set cluster.memory=43e6 --set plan.accumulate=false \
+  --set plan.coshard_rung=false
+says "[plan] policy auto: no candidate plan fits" "coshard_rung = false: nothing fits"
+says "accumulate = false coshard_rung = false)" "coshard_rung = false: the search line names it"
+! grep -q "coshard MLP" "$tmp/err" && grep -q "^  lost  " "$tmp/err" && ok "coshard_rung = false: no candidate co-shards" ||
+  no "coshard_rung = false: a candidate co-shards"
 
 # the layer fold: with 16 layers, candidates are estimated from builds of k and 2k layers per stage
 # ("~" in -v), the fastest estimates then built on every layer; the same plan as fold_layers = false,
