@@ -74,6 +74,8 @@ typedef struct cand {
                               "h.fc *0 n, ...", owned by the search; replaces tok's), or NULL */
     double sratio;         /* with stage: the cut's slowest stage over the even cut's on the layers'
                               costs (a folded estimate, built on the even cut, is scaled by it) */
+    int st0, stl;          /* > 0: the first (st0) and last (stl) stage's own tp ([plan] stage_tp), the
+                              others tp; 0: every stage tp */
 } cand;
 
 static double now_s(void)
@@ -271,6 +273,17 @@ static int rc_text(int q, char *buf, size_t n)
     return snprintf(buf, n, "%d/%d", num, den);
 }
 
+/* Candidate c's [plan] stage_tp ("4 2 2 1"), or 0 without. */
+static int stp_text(const cand *c, char *buf, size_t n)
+{
+    if (!c->st0 && !c->stl) return 0;
+    size_t u = 0;
+    for (int s = 0; s < c->pp && u < n; s++)
+        u += (size_t)snprintf(buf + u, n - u, "%s%d", s ? " " : "",
+                              s == 0 && c->st0 ? c->st0 : s == c->pp - 1 && c->stl ? c->stl : c->tp);
+    return 1;
+}
+
 static void cand_text(const ir_graph *g, const cand *c, char *buf, size_t n)
 {
     int group = g->req.group;
@@ -278,6 +291,8 @@ static void cand_text(const ir_graph *g, const cand *c, char *buf, size_t n)
     char sn[24];
     if (c->pp > 1) u += snprintf(buf + u, n - (size_t)u, ", %s", sched_name(c->sched, group, sn));
     if (c->stage) u += snprintf(buf + u, n - (size_t)u, ", balanced stages");
+    char stb[160];
+    if (stp_text(c, stb, sizeof stb) && u < (int)n) u += snprintf(buf + u, n - (size_t)u, ", stage tp %s", stb);
     if (c->rep) u += snprintf(buf + u, n - (size_t)u, ", ops outside the blocks whole on tp");
     if (c->tok && !c->ot) u += snprintf(buf + u, n - (size_t)u, ", MLP on tokens over tp");
     if (c->ot) u += snprintf(buf + u, n - (size_t)u, ", op-trans searched per block");
@@ -331,6 +346,9 @@ static int setup(const fe_opts *o, cand *c, int fold, int layers, ir_graph *gp, 
         g.prof.per_node = wsd >= per_node ? c->tp : per_node / c->dp > c->tp ? per_node / c->dp : c->tp;
     }
     g.train.micro_batches = c->m;
+    char stb[512];
+    if (stp_text(c, stb, sizeof stb)) r->stage_tp = ir_str(&g, stb);
+    if (r->stage_tp) r->dp = r->tp = 0;   /* (stage_tp sets each stage's; the spec's, or the candidate's) */
     if (c->stage) r->stage = ir_str(&g, c->stage);
     if ((c->rep || c->tok || c->ot) && plan_trans(&g, c, r->dp)) {
         snprintf(c->why, sizeof c->why, "no MLP chain to split on its tokens");
@@ -750,7 +768,7 @@ static void price_chain(const search_ctx *x, chain *c)
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
         cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0, NULL,
-                  c->sratio};
+                  c->sratio, 0, 0};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if ((i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) ||
@@ -898,6 +916,71 @@ static int resolve(const search_ctx *x, cand *cs, int nc, int nth)
     return nfull;
 }
 
+/* Stage s's tp in candidate c. */
+static int tp_at(const cand *c, int s)
+{
+    return s == 0 && c->st0 ? c->st0 : s == c->pp - 1 && c->stl ? c->stl : c->tp;
+}
+
+/* Do a and b build the same plan (each stage's tp alike, whatever their dp x tp says)? */
+static int same_plan(const cand *a, const cand *b)
+{
+    if (a->pp != b->pp || a->m != b->m || a->sched != b->sched || a->zero != b->zero || a->rc != b->rc ||
+        a->rcdrop != b->rcdrop || a->rc2 != b->rc2 || a->sp != b->sp || a->rep != b->rep || a->tok != b->tok ||
+        a->cos != b->cos || a->stage != b->stage || (a->ot != b->ot && (!a->ot || !b->ot || strcmp(a->ot, b->ot))))
+        return 0;
+    for (int s = 0; s < a->pp; s++)
+        if (tp_at(a, s) != tp_at(b, s)) return 0;
+    return 1;
+}
+
+/* Stages with their own tp (DP over stage boundaries: [plan] stage_tp):
+ * the 3 fastest fitting pipelines (not interlaced, not folded, the
+ * policy's op-trans) again with the first or the last stage at half or
+ * twice the others' tp (its dp the rest of its devices: the embedding's
+ * stage, the head's), where that divides the stage, fits a node and
+ * divides the batch; at the same rung.  Returns the candidates added. */
+static int stage_refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, int64_t B)
+{
+    const ir_profile *pf = &x->g->prof;
+    int N = x->g->req.devices;
+    cand top[12];
+    int nt = 0, taken[3], ntk = 0;
+    for (int pick = 0; pick < 3; pick++) {
+        int bi = -1;
+        for (int i = 0; i < *nc; i++) {
+            const cand *c = &(*cs)[i];
+            int was = 0;
+            for (int k = 0; k < ntk; k++) was |= taken[k] == i;
+            if (!was && fits(c, pf) && c->pp > 1 && c->sched != IR_SCHED_INTERLACED && !c->rep && !c->tok && !c->ot &&
+                !c->cos && !c->st0 && !c->stl && (bi < 0 || c->step < (*cs)[bi].step))
+                bi = i;
+        }
+        if (bi < 0) break;
+        taken[ntk++] = bi;
+        const cand *c = &(*cs)[bi];
+        int sd = N / c->pp;
+        for (int end = 0; end < 2; end++)
+            for (int f = 0; f < 2; f++) {
+                int t = f ? c->tp * 2 : c->tp / 2;
+                if (t < 1 || (!f && c->tp % 2) || sd % t || t > pf->per_node || (B && B % ((int64_t)(sd / t) * c->m)))
+                    continue;
+                cand u = *c;
+                if (end) u.stl = t;
+                else u.st0 = t;
+                u.ok = u.est = 0, u.why[0] = '\0';
+                int dup = 0;   /* (another candidate's stages: dp 2 x tp 2 with stage tp 2 1 is dp 4 x tp 1's 2 1) */
+                for (int i = 0; i < *nc && !dup; i++) dup = same_plan(&(*cs)[i], &u);
+                for (int k = 0; k < nt && !dup; k++) dup = same_plan(&top[k], &u);
+                if (!dup) top[nt++] = u;
+            }
+    }
+    jobs j = {x, top, nt, 0, 0, 0};
+    if (nt) in_threads(jobs_worker, &j, nth < nt ? nth : nt);
+    for (int k = 0; k < nt; k++) *IR_PUSH(*cs, *nc, *cap) = top[k];
+    return nt;
+}
+
 /* Do a and b build the same plan but for their op-trans (tok, ot)? */
 static int same_but_ot(const cand *a, const cand *b)
 {
@@ -1002,6 +1085,19 @@ int fe_search(const fe_opts *o, ir_graph *g)
     /* constraints the spec sets */
     int fpp = r0->pp_given ? r0->pp : 0, fdp = r0->dp, ftp = r0->tp, fz = r0->zero_given ? r0->zero : -1;
     int frc = r0->recompute ? -1 : 0;   /* -1: the spec's recompute stays */
+    /* the spec's stage_tp: each stage's tp (it sets the stages' dp and tp: a candidate's dp x tp
+       is stage 0's, its batch rule the largest dp's) */
+    int sts[64], nsts = 0;
+    for (const char *q = r0->stage_tp; q && *q && nsts < 64;) {
+        char *e;
+        long v = strtol(q, &e, 10);
+        if (e == q) {
+            q++;
+            continue;
+        }
+        sts[nsts++] = (int)v;
+        q = e;
+    }
     int fsch = r0->schedule_given ? r0->schedule : -1;
     double t0 = now_s();
     /* balanced stages: the layers' costs once, a cut per virtual-stage count */
@@ -1043,10 +1139,17 @@ int fe_search(const fe_opts *o, ir_graph *g)
                 chain c;
                 memset(&c, 0, sizeof c);
                 c.dp = dp, c.tp = tp, c.pp = pp, c.sched = sched;
+                int bdp = dp, stok = 1;   /* (the spec's stage_tp: stage 0's tp, the largest stage dp) */
+                for (int k = 0; nsts && k < nsts; k++) {
+                    int sd = N / pp;
+                    if (sts[k] < 1 || sd % sts[k]) stok = 0;
+                    else if (sd / sts[k] > bdp) bdp = sd / sts[k];
+                }
+                if (nsts && (nsts != pp || tp != sts[0])) stok = 0;
                 for (int m = 1; m <= 64; m *= 2) {
                     space++;
                     /* what cannot be built, or what the spec rules out */
-                    int w = B && (B % ((int64_t)dp * m)) ? WHY_BATCH : pp > nl ? WHY_LAYERS
+                    int w = !stok ? WHY_SPEC : B && (B % ((int64_t)bdp * m)) ? WHY_BATCH : pp > nl ? WHY_LAYERS
                           : tp > pf->per_node ? WHY_NODES
                           : pp > 1 && (m < pp || m > 4 * pp) ? WHY_BUBBLE   /* (fewer: mostly bubble; more: no gain) */
                           /* (without a pipeline micro-batches only save activations: gradient accumulation, up
@@ -1123,15 +1226,19 @@ int fe_search(const fe_opts *o, ir_graph *g)
        params whole on each tp device: one collective of their gradients a
        step instead of the chain's two in every micro-batch) */
     if (!x.fsp && g->nblk) refine(&x, &cs, &nc, &cap, nth, 0);
-    if (!r0->trans && !r0->no_per_op && g->nblk) refine(&x, &cs, &nc, &cap, nth, 1);
+    if (!r0->trans && !r0->no_per_op && !r0->stage_tp && g->nblk) refine(&x, &cs, &nc, &cap, nth, 1);
     if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk && mlp)
         refine(&x, &cs, &nc, &cap, nth, 2);
+    /* stages with their own tp, for the 3 fastest pipelines (not where the dp replicas fold: a stage's
+       dp would differ from the replica's) */
+    int nstp = 0;
+    if (!r0->stage_tp && !fold && !r0->trans) nstp = stage_refine(&x, &cs, &nc, &cap, nth, B);
     /* the even cut for the 3 fastest with balanced stages (not where the spec cuts them) */
     if (!r0->no_balance && !r0->stage) refine(&x, &cs, &nc, &cap, nth, 4);
     /* op-trans searched per block: every forward op of a block on any split its annotation allows */
     char **ots = NULL;
     int nots = 0, otcap = 0, notc = 0, notb = 0;
-    if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk)
+    if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk && g->train.recycle <= 1)
         notc = ot_refine(&x, &cs, &nc, &cap, nth, &ots, &nots, &otcap, &notb);
     nfull += resolve(&x, cs, nc, nth);
     int nfiner = finer_recompute(&x, &cs, &nc, &cap);
@@ -1193,7 +1300,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
                                 "count before, or, without a pipeline, than one that fits without the memory ladder",
                             skipped);
-    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op || r0->no_accum || r0->no_cos_rung) {
+    if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op || r0->no_accum || r0->no_cos_rung ||
+        r0->stage_tp) {
         ir_bprintf(&b, ", and the spec's");
         if (fsch >= 0) ir_bprintf(&b, " schedule = %s", sched_name(fsch, r0->group, t));
         if (fpp) ir_bprintf(&b, " pp = %d", fpp);
@@ -1204,6 +1312,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
         if (r0->no_per_op) ir_bprintf(&b, " per_op_trans = false");
         if (r0->no_accum) ir_bprintf(&b, " accumulate = false");
         if (r0->no_cos_rung) ir_bprintf(&b, " coshard_rung = false");
+        if (r0->stage_tp) ir_bprintf(&b, " stage_tp = %s", r0->stage_tp);
     }
     ir_bprintf(&b, ")%s", fold ? "; dp folded: each candidate built on its tp x pp devices, its micro-batch work / "
                                "dp, the dp gradient all-reduce and ZeRO's memory by formula" : "");
@@ -1212,6 +1321,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (nfull + nest)
         ir_bprintf(&b, "; layers folded: %d candidates estimated from builds of k and 2k layers per stage, the %d "
                    "estimated fastest then built on every layer (~: an estimate)", nfull + nest, nfull);
+    if (nstp)
+        ir_bprintf(&b, "; %d candidate%s with the first or last stage's own tp (stage_tp)", nstp, nstp > 1 ? "s" : "");
     if (notb)
         ir_bprintf(&b, "; op-trans searched per block (Z3) for the 3 fastest with tp: %d block%s, %d new op-trans priced",
                    notb, notb > 1 ? "s" : "", notc);
@@ -1265,6 +1376,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
     }
     g->train.micro_batches = c->m;
     if (c->stage) r->stage = ir_str(g, c->stage);
+    char stb[512];
+    if (stp_text(c, stb, sizeof stb)) r->stage_tp = ir_str(g, stb);
+    if (r->stage_tp) r->dp = r->tp = 0;
     if (c->rep || c->tok || c->ot) {
         plan_trans(g, c, c->dp);
         r->trans_auto = 1;

@@ -437,6 +437,40 @@ grep -q "^  chosen   dp 1 x tp 1 x pp 2, micro_batches [0-9]*, 2f2b, balanced st
 grep -q "balanced" "$tmp/even" || ! grep -q "^  chosen " "$tmp/even" &&
   no "balance = false: $(head -n 2 "$tmp/even")" ||
   ok "policy auto with balance = false: no candidate has balanced stages"
+# the even cut priced again for the fastest balanced candidates: auto no slower than balance = false
+# (the t5-like graph of bench/plan_quality.sh was, before), and the chosen one's even variant priced
+"$nn" "$tiny" --devices 2 --stop-after graph -v --set plan.policy=auto --set plan.pp=2 --set dims.V=4096 \
+  2>"$tmp/bal.err" >/dev/null || no "auto, pp 2, V 4096"
+sa=$(sed -n 's/^  chosen .*: step \([0-9.]*\) ms.*/\1/p' "$tmp/bal.err")
+se=$(sed -n 's/^  chosen .*: step \([0-9.]*\) ms.*/\1/p' "$tmp/even")
+bal=$(sed -n 's/^  chosen   \(dp 1 x tp 1 x pp 2, micro_batches [0-9]*, [a-z0-9-]*\), balanced stages: step [0-9.]* ms.*/\1/p' "$tmp/bal.err")
+[[ -n $sa && -n $se && -n $bal ]] && awk -v a="$sa" -v e="$se" 'BEGIN { exit !(a <= e) }' &&
+  grep -q "^search: $bal: step" "$tmp/bal.err" &&
+  ok "policy auto: no slower than with balance = false ($sa against $se ms); $bal priced with the even cut too" ||
+  no "auto against balance = false: $sa against $se ms ($bal)"
+# stages with their own tp (DP over stage boundaries): the search prices the first or last stage at
+# half or twice the others' tp (here stage 0 at tp 2 beside stage 1 at dp 2, the fastest), and builds
+# it so; a spec's stage_tp binds every candidate
+"$nn" "$tiny" --devices 4 -q -v -o "$tmp/stp" --set plan.policy=auto --set plan.pp=2 --set dims.V=4096 \
+  2>"$tmp/stp.err" || no "auto, 4 devices, pp 2, V 4096"
+grep -q "candidates with the first or last stage's own tp (stage_tp)" "$tmp/stp/plan.txt" &&
+  grep -q "^search: dp 1 x tp 2 x pp 2, micro_batches 2, zb-h1, balanced stages, stage tp 1 2, sequence parallel: step" "$tmp/stp.err" &&
+  grep -q "^  chosen   dp 1 x tp 2 x pp 2, micro_batches 2, zb-h1, balanced stages, stage tp 2 1, sequence parallel: step" "$tmp/stp/plan.txt" &&
+  grep -q "^mesh      pp 2 stages x 2 devices = 4 devices, each stage its own dp x tp: stage 0 dp 1 x tp 2, stage 1 dp 2 x tp 1" "$tmp/stp/plan.txt" &&
+  ok "policy auto: stages with their own tp priced, and chosen and built (stage 0 tp 2, stage 1 dp 2)" ||
+  no "stage tp: $(grep -E '^(  chosen|mesh)' "$tmp/stp/plan.txt" | head -n 2)"
+"$nn" "$tiny" --devices 8 --stop-after graph -v --set plan.policy=auto --set plan.pp=2 --set "plan.stage_tp=2 1" \
+  2>"$tmp/stps.err" >/dev/null || no "auto with the spec's stage_tp"
+grep -q "the spec's pp = 2 stage_tp = 2 1)" "$tmp/stps.err" && grep -q "^  chosen   dp 2 x tp 2 x pp 2" "$tmp/stps.err" &&
+  ! grep -q "^  lost" "$tmp/stps.err" && ! grep -q "^search: dp [0-9]* x tp 1 x" "$tmp/stps.err" &&
+  ok "policy auto with the spec's stage_tp = 2 1: every candidate built with it" ||
+  no "the spec's stage_tp: $(grep -E '^(search |  chosen|  lost)' "$tmp/stps.err" | head -n 3)"
+# a recycling model: no op-trans searched per block (its passes' copies share their ops' names)
+"$nn" "$top/tests/equiv/recycle.ini" --devices 4 --stop-after graph -v --set plan.policy=auto --set plan.tp=2 \
+  2>"$tmp/rcy.err" >/dev/null || no "auto on the recycling model with tp 2"
+grep -aq "^  chosen   dp 2 x tp 2" "$tmp/rcy.err" && ! grep -aq "op-trans of block\|op-trans searched" "$tmp/rcy.err" &&
+  ok "policy auto on a recycling model: no op-trans searched per block" ||
+  no "recycling and the op-trans search: $(grep -E 'op-trans|chosen' "$tmp/rcy.err" | head -n 2)"
 
 # the ladder's last rung: with 43 MB per device and dp alone, only every layer recomputed with the
 # MLP chains co-sharded 4 ways fits (recompute alone needs 43.6 MB); the build carries the coshard
