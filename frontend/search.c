@@ -1232,7 +1232,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     /* stages with their own tp, for the 3 fastest pipelines (not where the dp replicas fold: a stage's
        dp would differ from the replica's) */
     int nstp = 0;
-    if (!r0->stage_tp && !fold && !r0->trans) nstp = stage_refine(&x, &cs, &nc, &cap, nth, B);
+    if (!r0->stage_tp && !fold && !r0->trans && !r0->no_balance) nstp = stage_refine(&x, &cs, &nc, &cap, nth, B);
     /* the even cut for the 3 fastest with balanced stages (not where the spec cuts them) */
     if (!r0->no_balance && !r0->stage) refine(&x, &cs, &nc, &cap, nth, 4);
     /* op-trans searched per block: every forward op of a block on any split its annotation allows */
