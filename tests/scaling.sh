@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # tests/scaling.sh -- compile time grows linearly in ops x devices (issue 10).
 #
-# Builds examples/gpt2-tiny.ini at a size and at twice that size, once
-# doubling the layers and once doubling the devices, and reads the per-pass
-# times `nnsc-aot -v` prints.  No output directory: --dump=graph prints the
+# Builds examples/gpt2-tiny.ini at a size and at four times that size, once
+# quadrupling the layers and once the devices, and reads the per-pass times
+# `nnsc-aot -v` prints.  No output directory: --dump=graph prints the
 # (small) graph, and every pass up to and including lowering and fusion runs
-# for every rank, without code generation.  A linear pass takes about 2x as
-# long at twice the size (2.0-2.4x here: a build's arrays and tables outgrow
-# the caches as they double); a quadratic one 4x.  The test fails when a
-# pass takes more than LIMIT (3) times as long (a quadratic pass takes ~4x;
-# linear ones measured 2.0-2.55x on the loaded 2-core CI machine, cache effects).
+# for every rank, without code generation.  A linear pass takes 4 to 6x as
+# long at four times the size (its arrays and tables outgrow the caches as
+# they grow); a quadratic one 16x.  The test fails when a pass takes more
+# than LIMIT (8) times as long: growth faster than size^1.5.  (It doubled
+# the sizes with a limit of 3x until 2026-12-01: the schedule pass, linear
+# but for the caches, measured 2.3 to 2.9x on a quiet 2-core machine and
+# 3.13x once in CI, too close to the limit to tell.)
 #
 # Robust on a loaded, shared machine: each size is built once to warm up
 # (not counted), then RUNS (3) times, and each pass keeps its fastest time
@@ -18,11 +20,11 @@
 # (20 ms) at the smaller size is too quick to time against the scheduler's
 # noise: it is summed with the passes after it (in pipeline order) until the
 # sum reaches MIN_MS, and the table says which passes were summed.  Passes
-# that do not depend on the doubled quantity (frontend and autograd do not
+# that do not depend on the grown quantity (frontend and autograd do not
 # see the devices) are timed all the same: they stay near 1x.
 #
-#   tests/scaling.sh                    the two doublings, a table each (~20 s)
-#   LIMIT=3 RUNS=5 tests/scaling.sh     looser, more runs
+#   tests/scaling.sh                    the two quadruplings, a table each (~40 s)
+#   LIMIT=10 RUNS=5 tests/scaling.sh    looser, more runs
 . "$(dirname "$0")/lib.sh" scaling
 # The sanitizer build's timings measure ASan's shadow memory as much as the
 # passes (schedule grew 2.65x there, 2.3x in the optimised build): this
@@ -32,7 +34,7 @@ if grep -q '^NNSC_SANITIZE:[A-Z]*=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   exit 77
 fi
 
-limit=${LIMIT:-3}
+limit=${LIMIT:-8}
 runs=${RUNS:-3}
 min_ms=${MIN_MS:-20}
 spec=$top/examples/gpt2-tiny.ini
@@ -112,16 +114,16 @@ compare() {
   ok "$title: no pass grows more than ${limit}x"
 }
 
-# doubling the layers: dp 2 x tp 4 on 8 devices, 128 and 256 layers
+# quadrupling the layers: dp 2 x tp 4 on 8 devices, 128 and 512 layers
 common=(--devices 8 --set plan.policy=hybrid --set plan.tp=4 --set dims.B=16)
-compare "layers 128 -> 256 (gpt2-tiny, 8 devices: dp 2 x tp 4)" "L=128" "L=256" \
-  "${common[@]}" --set dims.L=128 -- "${common[@]}" --set dims.L=256
+compare "layers 128 -> 512 (gpt2-tiny, 8 devices: dp 2 x tp 4)" "L=128" "L=512" \
+  "${common[@]}" --set dims.L=128 -- "${common[@]}" --set dims.L=512
 
-# doubling the devices: dp 8 -> 16 x tp 4 (one sequence per micro-batch and
+# quadrupling the devices: dp 8 -> 32 x tp 4 (one sequence per micro-batch and
 # data-parallel rank), 32 layers
 common=(--set plan.policy=hybrid --set plan.tp=4 --set dims.L=32)
-compare "devices 32 -> 64 (gpt2-tiny, 32 layers, dp 8 -> 16 x tp 4)" "N=32" "N=64" \
-  "${common[@]}" --devices 32 --set dims.B=64 -- "${common[@]}" --devices 64 --set dims.B=128
+compare "devices 32 -> 128 (gpt2-tiny, 32 layers, dp 8 -> 32 x tp 4)" "N=32" "N=128" \
+  "${common[@]}" --devices 32 --set dims.B=64 -- "${common[@]}" --devices 128 --set dims.B=256
 
 echo
 echo "$pass passed, $fail failed"
