@@ -365,38 +365,55 @@ void pass_otp_free(pass_otp *p)
     memset(p, 0, sizeof *p);
 }
 
-int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, ir_buf *out, pass_otres *res)
+/* One block's problem as it is built: the ops and their choices, the costs
+ * in seconds and bytes (un, me per op and choice; fs, bs per tensor,
+ * producer choice and layout), and the problem they scale into. */
+typedef struct blockctx {
+    const ir_dist *d;
+    const ir_graph *g;
+    const pass_otreq *q;
+    int blk, R;              /* the block, the repeat modelled */
+    otop *ops;
+    int nop, cap;
+    int *loc;                /* per graph op: its index in ops, or -1 */
+    double *un, *me;         /* nop x PASS_OT_MAXC */
+    double (*fs)[PASS_OT_MAXC][PASS_OT_NL], (*bs)[PASS_OT_MAXC][PASS_OT_NL];
+    pass_otp p;
+} blockctx;
+
+static void blockctx_free(blockctx *b)
 {
-    const ir_graph *g = d->g;
-    const ir_profile *pf = &g->prof;
-    const int tp = q->tp, dp = q->dp, m = q->m;
-    memset(res, 0, sizeof *res);
-    if (tp < 2) return 1;
-    int *loc = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
-    otop *ops = NULL;
-    int nop = 0, cap = 0;
-    /* the repeat modelled: the second (its input the first's output: the steady state, which the
-       policy's choices may reach only there), or the only one */
-    const int R = g->blk[blk].repeat >= 2 ? 1 : 0;
+    free(b->ops);
+    free(b->loc);
+    free(b->un);
+    free(b->me);
+    free(b->fs);
+    free(b->bs);
+    pass_otp_free(&b->p);
+}
+
+/* The block's forward ops of the repeat modelled, each with its choices
+ * (the incumbent first).  1: a block this model leaves out (an op split on
+ * the tp axis twice, a custom op), or no op. */
+static int block_choices(blockctx *b)
+{
+    const ir_graph *g = b->g;
+    const int tp = b->q->tp;
     for (int i = 0; i < g->nop; i++) {
-        loc[i] = -1;
+        b->loc[i] = -1;
         const ir_op *o = &g->op[i];
-        if (o->block != blk || o->rep != R || o->phase != IR_PH_FWD || o->recomp) continue;
-        int inc = tp_choice(d, i);
-        if (inc == -3 || o->kind == IR_OP_CUSTOM) {   /* (a split this model does not price: the block stays) */
-            free(ops);
-            free(loc);
-            return 1;
-        }
-        otop *x = IR_PUSH(ops, nop, cap);
-        loc[i] = nop - 1;
+        if (o->block != b->blk || o->rep != b->R || o->phase != IR_PH_FWD || o->recomp) continue;
+        int inc = tp_choice(b->d, i);
+        if (inc == -3 || o->kind == IR_OP_CUSTOM) return 1;   /* (a split this model does not price) */
+        otop *x = IR_PUSH(b->ops, b->nop, b->cap);
+        b->loc[i] = b->nop - 1;
         x->op = i, x->nch = 0;
         x->ch[x->nch++] = inc;
-        int b = pass_batch_id(g, i);
+        int bt = pass_batch_id(g, i);
         if (inc != IR_REPLICATE) x->ch[x->nch++] = IR_REPLICATE;
         if ((ir_ops[o->kind].flags & OPF_LINEAR) && inc != IR_VALUE && o->nin) x->ch[x->nch++] = IR_VALUE;
         for (int id = 0; id < o->anno.nid && x->nch < PASS_OT_MAXC; id++) {
-            if (id == inc || id == b || o->anno.id_frozen[id] || o->anno.id_inner[id] || o->ext[id] <= 0 ||
+            if (id == inc || id == bt || o->anno.id_frozen[id] || o->anno.id_inner[id] || o->ext[id] <= 0 ||
                 o->ext[id] % tp)
                 continue;
             int ok = 1;   /* (every operand's dim it splits within the model's layout codes) */
@@ -404,35 +421,40 @@ int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, ir_buf *out, pa
             if (ok) x->ch[x->nch++] = id;
         }
     }
-    if (nop == 0) {
-        free(ops);
-        free(loc);
-        return 1;
-    }
-    /* the costs, in seconds, then scaled */
-    double *un = ir_xcalloc((size_t)nop * PASS_OT_MAXC, sizeof(double));
-    double *me = ir_xcalloc((size_t)nop * PASS_OT_MAXC, sizeof(double));
-    const int adam = g->train.optimizer == IR_OP_ADAMW, z = q->zero;
+    return b->nop == 0;
+}
+
+/* Each op's cost and memory per choice: its forward and backward ops'
+ * time, each param's update and collectives, params and activations kept. */
+static void op_costs(blockctx *b)
+{
+    const ir_graph *g = b->g;
+    const ir_profile *pf = &g->prof;
+    const pass_otreq *q = b->q;
+    const int tp = q->tp, dp = q->dp, m = q->m, z = q->zero;
+    const int adam = g->train.optimizer == IR_OP_ADAMW;
     /* bytes per param element on a device: params, gradients, state by ZeRO level */
     const double per = adam ? (z == 0 ? 16 : z == 1 ? 8 + 8.0 / dp : z == 2 ? 4 + 12.0 / dp : 16.0 / dp)
                             : (z <= 1 ? 8 : z == 2 ? 4 + 4.0 / dp : 8.0 / dp);
     const double rounds = z <= 1 ? 2 : z == 2 ? m + 1 : 2.0 * m + 1;   /* (the dp gradient rounds: search.c's price) */
     const double dpbw = q->spans_dp ? pf->net_bw : pf->link_bw;
-    for (int a = 0; a < nop; a++) {
-        const ir_op *o = &g->op[ops[a].op];
-        for (int c = 0; c < ops[a].nch; c++) {
-            int id = ops[a].ch[c];
+    b->un = ir_xcalloc((size_t)b->nop * PASS_OT_MAXC, sizeof(double));
+    b->me = ir_xcalloc((size_t)b->nop * PASS_OT_MAXC, sizeof(double));
+    for (int a = 0; a < b->nop; a++) {
+        const ir_op *o = &g->op[b->ops[a].op];
+        for (int c = 0; c < b->ops[a].nch; c++) {
+            int id = b->ops[a].ch[c];
             const char *nm = id >= 0 ? o->anno.idname[id] : NULL;
             double t = op_time(g, o, q->bdiv, m, tp, nm), mem = 0;
             for (int i = 0; i < g->nop; i++)   /* its backward ops: the same identifier split */
-                if (g->op[i].phase == IR_PH_BWD && g->op[i].fwd == ops[a].op && !g->op[i].recomp)
+                if (g->op[i].phase == IR_PH_BWD && g->op[i].fwd == b->ops[a].op && !g->op[i].recomp)
                     t += op_time(g, &g->op[i], q->bdiv, m, tp, nm);
             for (int k = 0; k < o->nin; k++) {
                 const ir_tensor *pt = &g->t[o->in[k]];
+                if (pt->kind != IR_T_PARAM) continue;
                 double n = 1;
                 for (int j = 0; j < pt->ndim; j++) n *= (double)pt->shape[j];
-                if (pt->kind != IR_T_PARAM) continue;
-                int l = lay_of(o, k, id), sh = l >= LAY_S0;
+                int sh = lay_of(o, k, id) >= LAY_S0;
                 double el = n / (sh ? tp : 1), by = 4 * el;
                 t += (adam ? 28 : 12) * el / (z >= 1 ? dp : 1) / pf->mem_bw;   /* the update */
                 if (dp > 1) t += rounds * (dp - 1.0) / dp * by / dpbw;    /* its gradient over dp */
@@ -447,190 +469,217 @@ int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, ir_buf *out, pa
                 if (ot->batch_dim >= 0) n /= (double)q->bdiv * m;
                 mem += q->stash * 4 * n / (lay_of(o, o->nin + k, id) >= LAY_S0 ? tp : 1);
             }
-            un[a * PASS_OT_MAXC + c] = t;
-            me[a * PASS_OT_MAXC + c] = mem;
+            b->un[a * PASS_OT_MAXC + c] = t;
+            b->me[a * PASS_OT_MAXC + c] = mem;
         }
     }
-    /* the tensors: each activation a block op makes (the block's output, read by the next
-       repeat, is this one's input: the consumers of this one's input read it), and the inputs from
-       outside (whole) */
-    pass_otp p = {0};
-    p.nop = nop;
-    p.nch = ir_xmalloc(sizeof(int) * (size_t)nop);
-    for (int a = 0; a < nop; a++) p.nch[a] = ops[a].nch;
-    int tcap = 0;
+}
+
+/* The tensors: each activation a block op reads, from a block op (the
+ * previous repeat's output is this one's, as it makes it for the next) or
+ * from outside (whole), its conversions' costs by producer choice and
+ * layout (forward: to the layout a consumer needs; backward: from a
+ * consumer's gradient's layout to the one the producer's backward needs),
+ * and its consumers' layouts by their choices. */
+static void block_tensors(blockctx *b)
+{
+    const ir_graph *g = b->g;
+    const ir_profile *pf = &g->prof;
+    const int tp = b->q->tp, m = b->q->m;
+    pass_otp *p = &b->p;
+    int tcap = 0, fcap = 0, nfs = 0, bcap = 0, nbs = 0;
     int *tof = ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1));   /* per graph tensor: its pass_ott, or -1 */
     for (int t = 0; t < g->nt; t++) tof[t] = -1;
-    double (*fs)[PASS_OT_MAXC][PASS_OT_NL] = NULL, (*bs)[PASS_OT_MAXC][PASS_OT_NL] = NULL;
-    int fcap = 0, nfs = 0, bcap = 0, nbs = 0;
-    /* consumer lists: gathered per graph tensor first */
-    typedef struct cref { int t, a, k; } cref;
+    typedef struct cref { int t, a, k; } cref;   /* a read: the tensor, the op, its input */
     cref *cr = NULL;
     int ncr = 0, crcap = 0;
-    for (int a = 0; a < nop; a++) {
-        const ir_op *o = &g->op[ops[a].op];
+    for (int a = 0; a < b->nop; a++) {
+        const ir_op *o = &g->op[b->ops[a].op];
         for (int k = 0; k < o->nin; k++) {
             int t = o->in[k];
             if (g->t[t].kind != IR_T_ACT) continue;
             int pr = g->t[t].producer;
-            if (pr >= 0 && loc[pr] < 0 && R && g->op[pr].block == blk && g->op[pr].rep == R - 1) {
-                /* the previous repeat's output: as this repeat's own makes it for the next */
-                int x = counterpart(g, pr, R);
+            if (pr >= 0 && b->loc[pr] < 0 && b->R && g->op[pr].block == b->blk && g->op[pr].rep == b->R - 1) {
+                int x = counterpart(g, pr, b->R);
                 for (int j = 0; x >= 0 && j < g->op[pr].nout; j++)
-                    if (g->op[pr].out[j] == t && loc[x] >= 0) t = g->op[x].out[j];
+                    if (g->op[pr].out[j] == t && b->loc[x] >= 0) t = g->op[x].out[j];
             }
             *IR_PUSH(cr, ncr, crcap) = (cref){t, a, k};
         }
     }
     for (int i = 0; i < ncr; i++) {
         int t = cr[i].t;
-        if (tof[t] < 0) {
-            tof[t] = p.nt;
-            pass_ott *T = IR_PUSH(p.t, p.nt, tcap);
-            memset(T, 0, sizeof *T);
-            int pr = g->t[t].producer;
-            T->prod = pr >= 0 ? loc[pr] : -1;
-            T->c0 = -1;
-            memset(IR_PUSH(fs, nfs, fcap), 0, sizeof *fs);
-            memset(IR_PUSH(bs, nbs, bcap), 0, sizeof *bs);
-            const ir_tensor *tt = &g->t[t];
-            double S = 4;
-            for (int j = 0; j < tt->ndim; j++) S *= (double)tt->shape[j];
-            if (tt->batch_dim >= 0) S /= (double)q->bdiv * m;
-            int np = T->prod >= 0 ? ops[T->prod].nch : 1, ko = 0;
-            if (T->prod >= 0)
-                for (int k = 0; k < g->op[pr].nout; k++)
-                    if (g->op[pr].out[k] == t) ko = g->op[pr].nin + k;
-            for (int c = 0; c < np; c++) {
-                int lp = T->prod >= 0 ? lay_of(&g->op[pr], ko, ops[T->prod].ch[c]) : LAY_R;
-                int gp = lp >= LAY_S0 ? lp : LAY_R;   /* the gradient the producer's backward needs */
-                for (int L = 0; L < PASS_OT_NL; L++) {
-                    fs[T - p.t][c][L] = conv(pf, tp, lp, L, S) * m;
-                    bs[T - p.t][c][L] = tt->dtype == IR_F32 ? conv(pf, tp, L, gp, S) * m : 0;
-                }
+        if (tof[t] >= 0) continue;
+        tof[t] = p->nt;
+        pass_ott *T = IR_PUSH(p->t, p->nt, tcap);
+        memset(T, 0, sizeof *T);
+        int pr = g->t[t].producer;
+        T->prod = pr >= 0 ? b->loc[pr] : -1;
+        T->c0 = -1;
+        memset(IR_PUSH(b->fs, nfs, fcap), 0, sizeof *b->fs);
+        memset(IR_PUSH(b->bs, nbs, bcap), 0, sizeof *b->bs);
+        const ir_tensor *tt = &g->t[t];
+        double S = 4;   /* its bytes on a dp replica, one micro-batch */
+        for (int j = 0; j < tt->ndim; j++) S *= (double)tt->shape[j];
+        if (tt->batch_dim >= 0) S /= (double)b->q->bdiv * m;
+        int np = T->prod >= 0 ? b->ops[T->prod].nch : 1, ko = 0;
+        if (T->prod >= 0)
+            for (int k = 0; k < g->op[pr].nout; k++)
+                if (g->op[pr].out[k] == t) ko = g->op[pr].nin + k;
+        for (int c = 0; c < np; c++) {
+            int lp = T->prod >= 0 ? lay_of(&g->op[pr], ko, b->ops[T->prod].ch[c]) : LAY_R;
+            int gp = lp >= LAY_S0 ? lp : LAY_R;   /* the gradient the producer's backward needs */
+            for (int L = 0; L < PASS_OT_NL; L++) {
+                b->fs[p->nt - 1][c][L] = conv(pf, tp, lp, L, S) * m;
+                b->bs[p->nt - 1][c][L] = tt->dtype == IR_F32 ? conv(pf, tp, L, gp, S) * m : 0;
             }
         }
     }
     /* consumers, grouped by tensor */
-    p.c = ir_xmalloc(sizeof(pass_otc) * ((size_t)ncr + 1));
-    for (int T = 0; T < p.nt; T++) {
-        p.t[T].c0 = p.ncons;
+    p->c = ir_xmalloc(sizeof(pass_otc) * ((size_t)ncr + 1));
+    for (int T = 0; T < p->nt; T++) {
+        p->t[T].c0 = p->ncons;
         for (int i = 0; i < ncr; i++) {
             if (tof[cr[i].t] != T) continue;
-            pass_otc *c = &p.c[p.ncons++];
-            c->op = cr[i].a;
-            const ir_op *o = &g->op[ops[cr[i].a].op];
+            pass_otc *c = &p->c[p->ncons++];
+            const otop *x = &b->ops[cr[i].a];
+            const ir_op *o = &g->op[x->op];
             int f32 = g->t[cr[i].t].dtype == IR_F32;
-            for (int h = 0; h < ops[cr[i].a].nch; h++) {
-                int id = ops[cr[i].a].ch[h], l = lay_of(o, cr[i].k, id);
+            c->op = cr[i].a;
+            for (int h = 0; h < x->nch; h++) {
+                int id = x->ch[h], l = lay_of(o, cr[i].k, id);
                 c->need[h] = (int8_t)l;
-                c->grad[h] = (int8_t)(!f32 ? -1 : l >= LAY_S0 ? l : l == LAY_P ? LAY_R : id == IR_REPLICATE ? LAY_R : LAY_P);
+                /* a split read gives its gradient split; a whole read by a split op, partial sums;
+                   by a whole op, whole; a partial-sum read (a value split), whole */
+                c->grad[h] = (int8_t)(!f32 ? -1 : l >= LAY_S0 ? l : l == LAY_P ? LAY_R : id == IR_REPLICATE ? LAY_R
+                                                                                                          : LAY_P);
             }
-            p.t[T].nc++;
+            p->t[T].nc++;
         }
     }
-    /* followers: an op without a reduction identifier whose one activation input a block op
-       makes, split (ops without reduction dims follow their producer: a split in, the same split
-       on; a whole input may be sliced for free, a partial sum converted either way) */
+    free(cr);
+    free(tof);
+}
+
+/* Followers: an op without a reduction identifier whose one activation
+ * input a block op makes split takes the same split (a split in, the same
+ * split on; a whole input may be sliced for free, a partial sum converted
+ * either way, so after those it chooses freely). */
+static void block_followers(blockctx *b)
+{
+    const ir_graph *g = b->g;
     int impcap = 0;
-    for (int a = 0; a < nop; a++) {
-        const ir_op *o = &g->op[ops[a].op];
+    for (int a = 0; a < b->nop; a++) {
+        const ir_op *o = &g->op[b->ops[a].op];
         int red = 0, nact = 0, kin = -1;
         for (int id = 0; id < o->anno.nid; id++) red |= o->anno.id_reduce[id];
         for (int k = 0; k < o->nin; k++)
             if (g->t[o->in[k]].kind == IR_T_ACT) nact++, kin = k;
         if (red || nact != 1) continue;
         int t = o->in[kin], pr = g->t[t].producer;
-        if (pr < 0 || loc[pr] < 0) continue;
-        int b = loc[pr], ko = -1;
+        if (pr < 0 || b->loc[pr] < 0) continue;
+        int pa = b->loc[pr], ko = -1;
         for (int k = 0; k < g->op[pr].nout; k++)
             if (g->op[pr].out[k] == t) ko = g->op[pr].nin + k;
-        for (int c = 0; c < ops[b].nch && ko >= 0; c++) {
-            int lp = lay_of(&g->op[pr], ko, ops[b].ch[c]);
+        for (int c = 0; c < b->ops[pa].nch && ko >= 0; c++) {
+            int lp = lay_of(&g->op[pr], ko, b->ops[pa].ch[c]);
             if (lp < LAY_S0) continue;
-            for (int h = 0; h < ops[a].nch; h++)
-                if (lay_of(o, kin, ops[a].ch[h]) == lp) {
-                    int *im = *IR_PUSH(p.imp, p.nimp, impcap);
-                    im[0] = b, im[1] = c, im[2] = a, im[3] = h;
+            for (int h = 0; h < b->ops[a].nch; h++)
+                if (lay_of(o, kin, b->ops[a].ch[h]) == lp) {
+                    int *im = *IR_PUSH(b->p.imp, b->p.nimp, impcap);
+                    im[0] = pa, im[1] = c, im[2] = a, im[3] = h;
                     break;
                 }
         }
     }
-    /* scale: 1e6 units for the incumbent's total */
-    double tot = 0;
-    for (int a = 0; a < nop; a++) tot += un[a * PASS_OT_MAXC];
-    int *x = ir_xcalloc((size_t)nop + 1, sizeof(int));
-    for (int T = 0; T < p.nt; T++) {
-        int cp = 0;
+}
+
+/* The costs as integers: 1e6 units for the incumbent's total time (and for
+ * its memory); the memory bound the incumbent's plus the room given (none
+ * where no choice reaches it).  Returns the time unit (seconds). */
+static double scale_costs(blockctx *b)
+{
+    pass_otp *p = &b->p;
+    const int nop = b->nop;
+    double tot = 0, mtot = 0;
+    for (int a = 0; a < nop; a++) tot += b->un[a * PASS_OT_MAXC], mtot += b->me[a * PASS_OT_MAXC];
+    for (int T = 0; T < p->nt; T++)   /* (the incumbent's conversions: every producer's choice 0) */
         for (int dir = 0; dir < 2; dir++)
             for (int L = 0; L < PASS_OT_NL; L++) {
                 int any = 0;
-                for (int k = 0; k < p.t[T].nc && !any; k++) {
-                    const pass_otc *c = &p.c[p.t[T].c0 + k];
+                for (int k = 0; k < p->t[T].nc && !any; k++) {
+                    const pass_otc *c = &p->c[p->t[T].c0 + k];
                     any = (dir ? c->grad : c->need)[0] == L;
                 }
-                double w = (dir ? bs : fs)[T][cp][L];
+                double w = (dir ? b->bs : b->fs)[T][0][L];
                 if (any && w > 0) tot += w;
             }
-    }
-    double unit = tot > 0 ? tot / 1e6 : 1e-12, munit = 1;
-    double mtot = 0;
-    for (int a = 0; a < nop; a++) mtot += me[a * PASS_OT_MAXC];
-    munit = mtot > 0 ? mtot / 1e6 : 1;
-    p.unary = ir_xmalloc(sizeof(int64_t) * (size_t)nop * PASS_OT_MAXC);
-    p.mem = ir_xmalloc(sizeof(int64_t) * (size_t)nop * PASS_OT_MAXC);
-    int64_t m0 = 0;
-    for (int a = 0; a < nop; a++)
-        for (int c = 0; c < PASS_OT_MAXC; c++) {
-            p.unary[a * PASS_OT_MAXC + c] = c < ops[a].nch ? llround(un[a * PASS_OT_MAXC + c] / unit) : 0;
-            p.mem[a * PASS_OT_MAXC + c] = c < ops[a].nch ? llround(me[a * PASS_OT_MAXC + c] / munit) : 0;
-            if (!c) m0 += p.mem[a * PASS_OT_MAXC];
-        }
-    int64_t mmax = 0;   /* (a bound no choice reaches binds nothing) */
+    double unit = tot > 0 ? tot / 1e6 : 1e-12, munit = mtot > 0 ? mtot / 1e6 : 1;
+    p->unary = ir_xmalloc(sizeof(int64_t) * (size_t)nop * PASS_OT_MAXC);
+    p->mem = ir_xmalloc(sizeof(int64_t) * (size_t)nop * PASS_OT_MAXC);
+    int64_t m0 = 0, mmax = 0;
     for (int a = 0; a < nop; a++) {
         int64_t w = 0;
-        for (int c = 0; c < ops[a].nch; c++)
-            if (p.mem[a * PASS_OT_MAXC + c] > w) w = p.mem[a * PASS_OT_MAXC + c];
+        for (int c = 0; c < PASS_OT_MAXC; c++) {
+            int in = c < b->ops[a].nch;
+            p->unary[a * PASS_OT_MAXC + c] = in ? llround(b->un[a * PASS_OT_MAXC + c] / unit) : 0;
+            p->mem[a * PASS_OT_MAXC + c] = in ? llround(b->me[a * PASS_OT_MAXC + c] / munit) : 0;
+            if (p->mem[a * PASS_OT_MAXC + c] > w) w = p->mem[a * PASS_OT_MAXC + c];
+        }
+        m0 += p->mem[a * PASS_OT_MAXC];
         mmax += w;
     }
-    double mcap = q->mem_room >= 0 ? (double)m0 + floor(q->mem_room / munit) : -1;
-    p.mem_cap = mcap < 0 || mcap >= (double)mmax ? -1 : (int64_t)mcap;
-    for (int T = 0; T < p.nt; T++)
+    double mcap = b->q->mem_room >= 0 ? (double)m0 + floor(b->q->mem_room / munit) : -1;
+    p->mem_cap = mcap < 0 || mcap >= (double)mmax ? -1 : (int64_t)mcap;
+    for (int T = 0; T < p->nt; T++)
         for (int c = 0; c < PASS_OT_MAXC; c++)
             for (int L = 0; L < PASS_OT_NL; L++) {
-                double f = fs[T][c][L], b = bs[T][c][L];
-                p.t[T].fcost[c][L] = f < 0 ? OT_INF : llround(f / unit);
-                p.t[T].bcost[c][L] = b < 0 ? OT_INF : llround(b / unit);
+                double f = b->fs[T][c][L], w = b->bs[T][c][L];
+                p->t[T].fcost[c][L] = f < 0 ? OT_INF : llround(f / unit);
+                p->t[T].bcost[c][L] = w < 0 ? OT_INF : llround(w / unit);
             }
+    return unit;
+}
+
+int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, ir_buf *out, pass_otres *res)
+{
+    const ir_graph *g = d->g;
+    memset(res, 0, sizeof *res);
+    if (q->tp < 2) return 1;
+    /* the repeat modelled: the second (its input the first's output: the steady state, which the
+       policy's choices may reach only there), or the only one */
+    blockctx b = {d, g, q, blk, g->blk[blk].repeat >= 2 ? 1 : 0, NULL, 0, 0,
+                  ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), NULL, NULL, NULL, NULL, {0}};
+    if (block_choices(&b)) {
+        blockctx_free(&b);
+        return 1;
+    }
+    b.p.nop = b.nop;
+    b.p.nch = ir_xmalloc(sizeof(int) * (size_t)b.nop);
+    for (int a = 0; a < b.nop; a++) b.p.nch[a] = b.ops[a].nch;
+    op_costs(&b);
+    block_tensors(&b);
+    block_followers(&b);
+    double unit = scale_costs(&b);
+    int *x = ir_xcalloc((size_t)b.nop + 1, sizeof(int)), proved;
     int64_t best;
-    int proved;
-    res->model0 = (double)pass_ot_eval(&p, x, NULL) * unit;
-    int rc = pass_ot_solve(&p, q->work, x, &best, &proved);
+    res->model0 = (double)pass_ot_eval(&b.p, x, NULL) * unit;
+    int rc = pass_ot_solve(&b.p, q->work, x, &best, &proved);
     res->model = (double)best * unit;
     res->proved = proved;
-    res->nop = nop;
+    res->nop = b.nop;
     res->space = 1;
-    for (int a = 0; a < nop; a++) res->space *= ops[a].nch;
-    int changed = 0;
-    for (int a = 0; a < nop && !rc; a++) {
-        const ir_op *o = &g->op[ops[a].op];
-        int id = ops[a].ch[x[a]], b = pass_batch_id(g, ops[a].op);
+    for (int a = 0; a < b.nop; a++) res->space *= b.ops[a].nch;
+    for (int a = 0; a < b.nop && !rc; a++) {
+        const ir_op *o = &g->op[b.ops[a].op];
+        int id = b.ops[a].ch[x[a]], bt = pass_batch_id(g, b.ops[a].op);
         char gn[256];
         generic(g, o, gn, sizeof gn);
-        changed += x[a] != 0;
-        ir_bprintf(out, "%s%s %s %s", out->n ? ", " : "", gn, b >= 0 ? o->anno.idname[b] : "-",
+        res->changed += x[a] != 0;
+        ir_bprintf(out, "%s%s %s %s", out->n ? ", " : "", gn, bt >= 0 ? o->anno.idname[bt] : "-",
                    id == IR_REPLICATE ? "replicate" : id == IR_VALUE ? "value" : o->anno.idname[id]);
     }
-    res->changed = changed;
     free(x);
-    free(cr);
-    free(tof);
-    free(fs);
-    free(bs);
-    free(un);
-    free(me);
-    free(ops);
-    free(loc);
-    pass_otp_free(&p);
-    return rc || !changed;
+    blockctx_free(&b);
+    return rc || !res->changed;
 }
