@@ -17,8 +17,11 @@
  * sixteenths of the layers recomputed: finer_recompute).  The
  * candidates of one dp x tp x pp and schedule form a chain over the
  * micro-batch counts, which stops once the step stops falling (without a
- * pipeline, once a count fits on the ladder's first rung); chains are
- * priced in threads.  Then the 3 fastest with tp > 1 are priced again with
+ * pipeline, once a count fits on the ladder's first rung); the chains of
+ * one pp and schedule form a group over tp, priced in increasing tp, which
+ * beyond 64 devices stops for pipelines too deep for the layer fold once
+ * the step stops falling (tp_group); groups are priced in threads, the
+ * most work first.  Then the 3 fastest with tp > 1 are priced again with
  * sequence parallelism, with the ops outside the blocks whole on each tp
  * device, and with the blocks' MLP chains on their tokens over tp (per-op
  * op-trans refinements).  What the
@@ -449,7 +452,8 @@ typedef struct search_ctx {
     int lfold;           /* 1: layers may be folded */
     int cos;             /* 1: the ladder's coshard rung (the blocks have an MLP chain, the spec no coshard) */
     int nl;              /* the blocks' layers */
-    int next;            /* the next chain to take (atomic) */
+    int next;            /* the next group to take (atomic) */
+    int *grp, ngrp;      /* the groups' heads (tp_group), the most work first */
 } search_ctx;
 
 /* The layers in all of the smaller folded build for a candidate of `parts`
@@ -641,7 +645,37 @@ typedef struct balanced {
     int pp, parts;
     char *stage;             /* NULL: the even cut is as good (within 3 %) */
     double best_ms, even_ms; /* the slowest stage, layers' costs alone */
+    double secs;             /* the time the cut took */
 } balanced;
+
+/* The cuts to make, taken by threads (cut_worker). */
+typedef struct cutjobs {
+    const ir_graph *g;
+    int nl;
+    const double *lc;
+    double pre, post;
+    balanced *bal;
+    int n, next;   /* (next: atomic) */
+} cutjobs;
+
+static void *cut_worker(void *arg)
+{
+    cutjobs *j = arg;
+    for (;;) {
+        int k = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (k >= j->n) break;
+        balanced *z = &j->bal[k];
+        int *cut = ir_xmalloc(sizeof(int) * ((size_t)z->parts + 1));
+        double tb = now_s();
+        if (!pass_balance_cuts(j->nl, j->lc, j->pre, j->post, z->pp, z->parts, 1.0, SEARCH_Z3_WORK, cut, &z->best_ms,
+                               &z->even_ms) &&
+            z->best_ms < 0.97 * z->even_ms)
+            z->stage = cuts_text(j->g, cut, z->parts);
+        z->secs = now_s() - tb;
+        free(cut);
+    }
+    return NULL;
+}
 
 static void free_bal(balanced *bal, int nbal)
 {
@@ -660,6 +694,11 @@ struct chain {
     double sratio;       /* with stage: its slowest stage over the even cut's, on the layers' costs */
     int nm, ms[8];
     int nout, skipped;   /* priced, and left unpriced by the stop */
+    int tpnext;          /* the chain of the same pp and schedule at the next larger tp, or -1 */
+    int head;            /* 1: the first (smallest tp) of its pp and schedule */
+    int tpskip;          /* 1: left unpriced by the tp stop (tp_group) */
+    double work;         /* the build work it is expected to take (search order) */
+    int bal;             /* its balanced cut (fe_search's bal), or -1 */
     cand out[8];
 };
 
@@ -779,14 +818,55 @@ static void price_chain(const search_ctx *x, chain *c)
     }
 }
 
+/* The fastest fitting candidate of a priced chain, or NULL. */
+static const cand *chain_best(const chain *c, const ir_profile *pf)
+{
+    const cand *b = NULL;
+    for (int k = 0; k < c->nout; k++)
+        if (fits(&c->out[k], pf) && (!b || c->out[k].step < b->step)) b = &c->out[k];
+    return b;
+}
+
+/* Price the chains of one pp and schedule, head first, in increasing tp.
+ * Where the dp replicas fold, a pipeline too deep for the layer fold
+ * (built on every layer at every micro-batch count: the search's costliest
+ * candidates, its time growing with the layers squared) stops at a larger
+ * tp (the tp stop) once a tp's fastest is no faster than the tp before's,
+ * both fitting and that tp's on the ladder's first rung: more tp splits
+ * each layer's work finer and adds collectives of its activations to each
+ * pass, and the search takes the step as unimodal in tp there, where the
+ * memory ladder no longer climbs (a larger tp fits on the same rung).  A
+ * dp of 1 is still priced: its gradients need no dp all-reduce at all.
+ * (Small graphs on few devices are not unimodal so: examples/mlp.ini on
+ * 32 devices is fastest at tp 32 after a slower tp 2, so the stop is kept
+ * to where its builds cost.) */
+static void tp_group(const search_ctx *x, int head)
+{
+    const ir_profile *pf = &x->g->prof;
+    const cand *prev = NULL;
+    int stop = 0;
+    for (int i = head; i >= 0; i = x->ch[i].tpnext) {
+        chain *c = &x->ch[i];
+        int deep = x->fold && c->pp > 1 && !fold_layers(x, c->pp * (c->sched == IR_SCHED_INTERLEAVED ? 2 : 1));
+        if (stop && deep && c->dp > 1) {
+            c->tpskip = 1;
+            continue;
+        }
+        price_chain(x, c);
+        const cand *b = chain_best(c, pf);
+        if (prev && b && b->rung == 0 && b->step >= prev->step) stop = 1;
+        prev = b;
+    }
+}
+
 static void *search_worker(void *arg)
 {
     search_ctx *x = arg;
     pass_quiet = 1;
     for (;;) {
         int i = __atomic_fetch_add(&x->next, 1, __ATOMIC_RELAXED);
-        if (i >= x->nch) break;
-        price_chain(x, &x->ch[i]);
+        if (i >= x->ngrp) break;
+        tp_group(x, x->grp[i]);
     }
     pass_quiet = 0;
     return NULL;
@@ -1167,27 +1247,28 @@ int fe_search(const fe_opts *o, ir_graph *g)
                                              sched == IR_SCHED_KFKB || sched == IR_SCHED_INTERLEAVED)) {
                     int parts = sched == IR_SCHED_INTERLEAVED ? 2 * pp : pp, k = 0;
                     while (k < nbal && (bal[k].pp != pp || bal[k].parts != parts)) k++;
-                    if (k == nbal && parts <= nl) {   /* a new count: cut it (with chunks Z3, SEARCH_Z3_WORK) */
-                        balanced z = {pp, parts, NULL, 0, 0};
-                        int *cut = ir_xmalloc(sizeof(int) * ((size_t)parts + 1));
-                        double tb = now_s();
-                        if (!pass_balance_cuts(nl, lc, lpre, lpost, pp, parts, 1.0, SEARCH_Z3_WORK, cut, &z.best_ms,
-                                               &z.even_ms) &&
-                            z.best_ms < 0.97 * z.even_ms)
-                            z.stage = cuts_text(g, cut, parts);
-                        if (o->verbose)
-                            fprintf(stderr, "search: stages cut for pp %d, %d virtual: slowest %.4g ms, even %.4g ms; "
-                                            "%s in %.3f s\n", pp, parts, z.best_ms, z.even_ms, z.stage ? z.stage :
-                                            "the even cut kept", now_s() - tb);
-                        free(cut);
+                    if (k == nbal && parts <= nl) {   /* a new count: cut below */
+                        balanced z = {pp, parts, NULL, 0, 0, 0};
                         *IR_PUSH(bal, nbal, balcap) = z;
                     }
-                    if (k < nbal) c.stage = bal[k].stage, c.sratio = bal[k].best_ms / bal[k].even_ms;
-                }
+                    c.bal = k < nbal ? k : -1;
+                } else c.bal = -1;
                 if (c.nm) *IR_PUSH(chs, nchs, chcap) = c;
             }
         }
     }
+    /* the cuts, one per virtual-stage count, in threads (with chunks Z3, SEARCH_Z3_WORK each) */
+    if (nbal) {
+        cutjobs cj = {g, nl, lc, lpre, lpost, bal, nbal, 0};
+        in_threads(cut_worker, &cj, search_threads() < nbal ? search_threads() : nbal);
+        for (int k = 0; k < nbal && o->verbose; k++)
+            fprintf(stderr, "search: stages cut for pp %d, %d virtual: slowest %.4g ms, even %.4g ms; %s in %.3f s\n",
+                    bal[k].pp, bal[k].parts, bal[k].best_ms, bal[k].even_ms,
+                    bal[k].stage ? bal[k].stage : "the even cut kept", bal[k].secs);
+    }
+    for (int i = 0; i < nchs; i++)
+        if (chs[i].bal >= 0)
+            chs[i].stage = bal[chs[i].bal].stage, chs[i].sratio = bal[chs[i].bal].best_ms / bal[chs[i].bal].even_ms;
 
     /* the layer fold: not where the spec names layers or ops (its stage, order, recompute, trans,
        coshard, stage_tp, chunks), nor for recycling */
@@ -1196,20 +1277,49 @@ int fe_search(const fe_opts *o, ir_graph *g)
     char csb[1024];
     const int mlp = !mlp_coshard(g, csb, sizeof csb);   /* the blocks have an MLP chain with tokens */
     int cos = N > 1 && !r0->coshard && frc >= 0 && mlp && !r0->no_cos_rung;   /* (one device: no coshard, plan.c) */
-    search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0};
+    search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0, NULL, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
         char tmp[1024];
         int n = all_blocks(g, q * (RC_ALL / 4), 0, 0, tmp, sizeof tmp);
         x.rcq[q] = n > prev && n < nl;
         if (x.rcq[q]) prev = n;
     }
-    int nth = search_threads(), cth = nth < nchs ? nth : nchs;
+    /* the groups of one pp and schedule (tp_group), the ones with the most
+       work first: each chain's tp x the layers it builds x its first two
+       micro-batch counts (a build's items and their micro-batch copies) */
+    x.grp = ir_xmalloc(sizeof(int) * ((size_t)nchs + 1));
+    for (int i = nchs - 1; i >= 0; i--) {
+        chain *c = &chs[i];
+        c->tpnext = -1, c->head = 1;
+        for (int j = i + 1; j < nchs && c->tpnext < 0; j++)
+            if (chs[j].pp == c->pp && chs[j].sched == c->sched && chs[j].stage == c->stage) c->tpnext = j;
+        if (c->tpnext >= 0) chs[c->tpnext].head = 0;
+        int n1 = fold_layers(&x, c->pp * (c->sched == IR_SCHED_INTERLEAVED ? 2 : 1));
+        c->work = (double)c->tp * (n1 ? 3 * n1 : nl) * (c->ms[0] + (c->nm > 1 ? c->ms[1] : 0));
+    }
+    double *gwork = ir_xcalloc((size_t)nchs + 1, sizeof(double));
+    for (int i = 0; i < nchs; i++)
+        if (chs[i].head) {
+            for (int j = i; j >= 0; j = chs[j].tpnext) gwork[x.ngrp] += chs[j].work;
+            x.grp[x.ngrp++] = i;
+        }
+    for (int a = 1; a < x.ngrp; a++)   /* (insertion sort, stable: the most work first) */
+        for (int b = a; b > 0 && gwork[b] > gwork[b - 1]; b--) {
+            double tw = gwork[b];
+            int ti = x.grp[b];
+            gwork[b] = gwork[b - 1], x.grp[b] = x.grp[b - 1];
+            gwork[b - 1] = tw, x.grp[b - 1] = ti;
+        }
+    free(gwork);
+    int nth = search_threads(), cth = nth < x.ngrp ? nth : x.ngrp;
     in_threads(search_worker, &x, cth);
+    free(x.grp);
     cand *cs = NULL;
-    int nc = 0, cap = 0, skipped = 0;
+    int nc = 0, cap = 0, skipped = 0, tpskipped = 0;
     for (int i = 0; i < nchs; i++) {
         for (int k = 0; k < chs[i].nout; k++) *IR_PUSH(cs, nc, cap) = chs[i].out[k];
         skipped += chs[i].skipped;
+        if (chs[i].tpskip) tpskipped += chs[i].nm;
     }
     free(chs);
     free(lc);
@@ -1300,6 +1410,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (skipped) ir_bprintf(&b, "; %d left unpriced: more micro-batches than a count whose step was no faster than the "
                                 "count before, or, without a pipeline, than one that fits without the memory ladder",
                             skipped);
+    if (tpskipped)
+        ir_bprintf(&b, "; %d left unpriced by the tp stop: at a larger tp than one whose fastest, on the memory "
+                       "ladder's first rung, was no faster than the tp before's at the same pp and schedule", tpskipped);
     if (fpp || fdp || ftp || fz >= 0 || frc < 0 || fsch >= 0 || r0->no_per_op || r0->no_accum || r0->no_cos_rung ||
         r0->stage_tp) {
         ir_bprintf(&b, ", and the spec's");

@@ -646,5 +646,22 @@ grep -qE "^  chosen +dp [0-9]+ x tp [2-8] x pp [0-9]+, micro_batches [0-9]+, seq
   --set plan.sequence_parallel=false --stop-after graph -v 2>"$tmp/spr.err" || no "auto with sequence_parallel = false"
 grep -q "^search: dp .*sequence parallel" "$tmp/spr.err" && no "sequence_parallel = false: a candidate with it" ||
   ok "sequence_parallel = false: no candidate with it"
+# the tp stop (frontend/search.c, tp_group): beyond 64 devices a pipeline too deep for the layer
+# fold stops at a larger tp once a tp is no faster than the one before; gpt2-124m at 24 layers on
+# 1024 a100-80g leaves some unpriced, and the plan it chooses is the fastest of the searches bound
+# to each tp (where each pp and schedule has one tp: nothing to stop), which price those too
+g24=(--stop-after graph -v --devices 1024 --set dims.L=24 --set dims.T=64 --set dims.B=1024 --set plan.policy=auto
+  --set cluster.device=a100-80g)
+"$nn" "$top/examples/gpt2-124m.ini" "${g24[@]}" 2>"$tmp/ts.err" >/dev/null || no "gpt2-124m L 24 auto on 1024"
+ts_best=$(grep -a '^  chosen' "$tmp/ts.err" | grep -oE 'step [0-9.]+ ms' | head -1)
+ts_min=""
+for t in 1 2 4 8; do
+  "$nn" "$top/examples/gpt2-124m.ini" "${g24[@]}" --set plan.tp=$t 2>"$tmp/ts$t.err" >/dev/null || no "L 24 auto tp $t"
+  grep -a '^  chosen' "$tmp/ts$t.err" | grep -oE 'step [0-9.]+ ms' | head -1
+done | sort -t' ' -k2 -g | head -1 >"$tmp/ts.min"
+ts_min=$(cat "$tmp/ts.min")
+if grep -qE '; [1-9][0-9]* left unpriced by the tp stop' "$tmp/ts.err" && [[ -n $ts_best && $ts_best == "$ts_min" ]]; then
+  ok "tp stop: gpt2-124m L 24 on 1024 devices leaves candidates unpriced and chooses the fastest of the per-tp searches ($ts_best)"
+else no "tp stop: chosen '$ts_best', per-tp fastest '$ts_min': $(grep -a '^search    ' "$tmp/ts.err" | grep -o 'left unpriced by the tp stop')"; fi
 echo "$pass passed, $fail failed"
 ((fail == 0))
