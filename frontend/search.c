@@ -697,6 +697,7 @@ struct chain {
     int tpnext;          /* the chain of the same pp and schedule at the next larger tp, or -1 */
     int head;            /* 1: the first (smallest tp) of its pp and schedule */
     int tpskip;          /* 1: left unpriced by the tp stop (tp_group) */
+    int n1;              /* the layer fold's smaller build (fold_layers), 0: built on every layer */
     double work;         /* the build work it is expected to take (search order) */
     int bal;             /* its balanced cut (fe_search's bal), or -1 */
     cand out[8];
@@ -847,8 +848,7 @@ static void tp_group(const search_ctx *x, int head)
     int stop = 0;
     for (int i = head; i >= 0; i = x->ch[i].tpnext) {
         chain *c = &x->ch[i];
-        int deep = x->fold && c->pp > 1 && !fold_layers(x, c->pp * (c->sched == IR_SCHED_INTERLEAVED ? 2 : 1));
-        if (stop && deep && c->dp > 1) {
+        if (stop && x->fold && c->pp > 1 && !c->n1 && c->dp > 1) {
             c->tpskip = 1;
             continue;
         }
@@ -1260,7 +1260,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
     /* the cuts, one per virtual-stage count, in threads (with chunks Z3, SEARCH_Z3_WORK each) */
     if (nbal) {
         cutjobs cj = {g, nl, lc, lpre, lpost, bal, nbal, 0};
-        in_threads(cut_worker, &cj, search_threads() < nbal ? search_threads() : nbal);
+        int nt = search_threads();
+        in_threads(cut_worker, &cj, nt < nbal ? nt : nbal);
         for (int k = 0; k < nbal && o->verbose; k++)
             fprintf(stderr, "search: stages cut for pp %d, %d virtual: slowest %.4g ms, even %.4g ms; %s in %.3f s\n",
                     bal[k].pp, bal[k].parts, bal[k].best_ms, bal[k].even_ms,
@@ -1294,8 +1295,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
         for (int j = i + 1; j < nchs && c->tpnext < 0; j++)
             if (chs[j].pp == c->pp && chs[j].sched == c->sched && chs[j].stage == c->stage) c->tpnext = j;
         if (c->tpnext >= 0) chs[c->tpnext].head = 0;
-        int n1 = fold_layers(&x, c->pp * (c->sched == IR_SCHED_INTERLEAVED ? 2 : 1));
-        c->work = (double)c->tp * (n1 ? 3 * n1 : nl) * (c->ms[0] + (c->nm > 1 ? c->ms[1] : 0));
+        c->n1 = fold_layers(&x, c->pp * (c->sched == IR_SCHED_INTERLEAVED ? 2 : 1));
+        c->work = (double)c->tp * (c->n1 ? 3 * c->n1 : nl) * (c->ms[0] + (c->nm > 1 ? c->ms[1] : 0));
     }
     double *gwork = ir_xcalloc((size_t)nchs + 1, sizeof(double));
     for (int i = 0; i < nchs; i++)
