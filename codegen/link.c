@@ -40,6 +40,17 @@ static void cg_print_cmd(char *const *argv) {
     fprintf(stderr, "\n");
 }
 
+/* path as an argument of the C compiler driver that can never be read as
+ * an option: a relative path starting with '-' (a custom op's file named
+ * "-oPWN.c" in the spec's folder) gets "./" in front; others are as they
+ * are.  Returns path or buf (n bytes). */
+static const char *cg_path_arg(const char *path, char *buf, size_t n)
+{
+    if (path[0] != '-') return path;
+    snprintf(buf, n, "./%s", path);
+    return buf;
+}
+
 /* Link obj into exe with rtlib; 0, or 1 after printing a message. */
 int cg_link(const char *obj, const char *rtlib_path, const char *exe) {
     return cg_link_objs(&obj, 1, rtlib_path, exe);
@@ -74,7 +85,8 @@ static int cg_spawn(char **argv, const char *what, const char *target) {
     return 1;
 }
 
-/* Link objs into exe with rtlib; 0, or 1 after printing a message. */
+/* Link objs (object files, and linker flags "-Wl,..." that driver.c adds)
+ * into exe with rtlib; 0, or 1 after printing a message. */
 int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, const char *exe) {
     const char *cc = getenv("NNSC_CC");
     if (!cc || !cc[0]) cc = "cc";
@@ -93,11 +105,16 @@ int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, cons
     };
     int ntail = (int)(sizeof tail / sizeof *tail), na = 0;
     char **argv = ir_xmalloc(sizeof *argv * ((size_t)nobj + (size_t)ntail + 5));
-    argv[na++] = (char *)cc, argv[na++] = "-o", argv[na++] = (char *)exe;
-    for (int i = 0; i < nobj; i++) argv[na++] = (char *)objs[i];
-    argv[na++] = (char *)rtlib_path;
+    char (*paths)[PATH_MAX + 3] = ir_xmalloc(sizeof *paths * ((size_t)nobj + 2));
+    argv[na++] = (char *)cc, argv[na++] = "-o";
+    argv[na++] = (char *)cg_path_arg(exe, paths[0], sizeof paths[0]);
+    for (int i = 0; i < nobj; i++)   /* (an entry "-Wl,..." is the driver's own linker flag, not a path) */
+        argv[na++] = strncmp(objs[i], "-Wl,", 4) ? (char *)cg_path_arg(objs[i], paths[i + 1], sizeof paths[0])
+                                                : (char *)objs[i];
+    argv[na++] = (char *)cg_path_arg(rtlib_path, paths[nobj + 1], sizeof paths[0]);
     for (int i = 0; i < ntail; i++) argv[na++] = (char *)tail[i];
     int rc = cg_spawn(argv, "linking", exe);
+    free(paths);
     free(argv);
     return rc;
 }
@@ -112,8 +129,10 @@ int cg_compile_c(const char *src, const char *obj, const char *cpu) {
     snprintf(inc, sizeof inc, "-I%s", cg_include_dir());
     snprintf(march, sizeof march, "-march=%s", cpu && cpu[0] ? cpu : "x86-64-v3");
     /* -ffp-contract=off: a kernel rounds the same way wherever it runs */
+    char sa[PATH_MAX + 3], oa[PATH_MAX + 3];
     char *argv[] = {(char *)cc, "-std=gnu11", "-O2", march, "-ffp-contract=off", "-fno-strict-aliasing", inc,
-                    "-c", (char *)src, "-o", (char *)obj, NULL};
+                    "-c", (char *)cg_path_arg(src, sa, sizeof sa), "-o", (char *)cg_path_arg(obj, oa, sizeof oa),
+                    NULL};
     return cg_spawn(argv, "compiling", src) ? 2 : 0;
 }
 
@@ -123,8 +142,10 @@ int cg_compile_shared(const char *src, const char *so) {
     if (!cc || !cc[0]) cc = "cc";
     char inc[PATH_MAX + 40];
     snprintf(inc, sizeof inc, "-I%s", cg_include_dir());
+    char sa[PATH_MAX + 3], oa[PATH_MAX + 3];
     char *argv[] = {(char *)cc, "-std=gnu11", "-O2", "-ffp-contract=off", "-fno-strict-aliasing", "-shared", "-fPIC",
-                    inc, (char *)src, "-o", (char *)so, "-lm", NULL};
+                    inc, (char *)cg_path_arg(src, sa, sizeof sa), "-o", (char *)cg_path_arg(so, oa, sizeof oa), "-lm",
+                    NULL};
     return cg_spawn(argv, "compiling", src) ? 2 : 0;
 }
 

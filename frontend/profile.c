@@ -42,7 +42,12 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #include "frontend.h"
 
@@ -243,8 +248,9 @@ static double rounds_ms(const char *dir, int k, int n, char *bad, size_t nbad)
     return nr % 2 ? v[nr / 2] : (v[nr / 2 - 1] + v[nr / 2]) / 2;
 }
 
-/* The shell command that runs calibration run k of directory HERE (a
- * shell word) into LOGS (one too) for steps: the 1-rank runs as n copies at
+/* The shell command of DIR/run.sh (--pack) that runs calibration run k of
+ * directory HERE (a shell word: a quoted variable of the script) into LOGS
+ * (one too) for steps: the 1-rank runs as n copies at
  * once, logs NAME-1.log..NAME-n.log; the others once, NAME.log. */
 static void run_cmd(char *cmd, size_t ncmd, const char *here, const char *logs, int k, int n, int64_t steps)
 {
@@ -257,6 +263,65 @@ static void run_cmd(char *cmd, size_t ncmd, const char *here, const char *logs, 
     else
         snprintf(cmd, ncmd, "NNSC_THREADS=1 %s/%s/launch --steps %lld --quiet >%s/%s.log 2>&1", here, name,
                  (long long)steps, logs, name);
+}
+
+/* The environment of the calibration runs: ours with NNSC_THREADS=1 (one
+ * kernel thread per rank, as the ranks run one per core). */
+static char **run_env(void)
+{
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **env = ir_xmalloc(sizeof *env * (n + 2));
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "NNSC_THREADS=", 13)) env[m++] = environ[i];
+    env[m++] = "NNSC_THREADS=1";
+    env[m] = NULL;
+    return env;
+}
+
+/* Run calibration run k of dir here, its logs into logs, for steps, and
+ * wait: the 1-rank runs as n copies at once (NAME-1.log..NAME-n.log), the
+ * others once (NAME.log).  The launcher is started with an argument vector
+ * (posix_spawn), never through a shell, so no path can inject a command.
+ * 0, or 1 when a run could not start or failed (its log says why). */
+static int run_local(const char *here, const char *logs, int k, int n, int64_t steps)
+{
+    const char *name = run_name[k];
+    int nc = ncopies(k, n), bad = 0;
+    char launch[4200], nsteps[32];
+    snprintf(launch, sizeof launch, "%s/%s/launch", here, name);
+    snprintf(nsteps, sizeof nsteps, "%lld", (long long)steps);
+    char *argv[] = {launch, "--steps", nsteps, "--quiet", NULL};
+    char **env = run_env();
+    pid_t *pid = ir_xmalloc(sizeof *pid * (size_t)nc);
+    int started = 0;
+    for (int c = 1; c <= nc; c++) {
+        char log[4200];
+        if (copies(k)) snprintf(log, sizeof log, "%s/%s-%d.log", logs, name, c);
+        else snprintf(log, sizeof log, "%s/%s.log", logs, name);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        posix_spawn_file_actions_adddup2(&fa, 1, 2);
+        int e = posix_spawn(&pid[started], launch, &fa, NULL, argv, env);
+        posix_spawn_file_actions_destroy(&fa);
+        if (e) {
+            fprintf(stderr, "nnsc-aot: error: cannot run %s: %s\n", launch, strerror(e));
+            bad = 1;
+            break;
+        }
+        started++;
+    }
+    for (int c = 0; c < started; c++) {
+        int st;
+        while (waitpid(pid[c], &st, 0) < 0)
+            if (errno != EINTR) { st = -1; break; }
+        if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) bad = 1;
+    }
+    free(env);
+    free(pid);
+    return bad;
 }
 
 /* Build the runs (the small one only with K > 0) into dir; 0 or the
@@ -466,16 +531,11 @@ int fe_profile(const fe_opts *o)
     } else {
         if ((rc = build_runs(o, spec, dir, K, n))) goto out;
         for (int r = 1; r <= rounds; r++) {
-            char sub[4096], q[4200], here[4200], cmd[9000];
+            char sub[4096];
             snprintf(sub, sizeof sub, "%s/r%d", dir, r);
             if (rounds > 1 && mkdir(sub, 0777)) goto fail;
-            snprintf(here, sizeof here, "'%s'", dir);
-            snprintf(q, sizeof q, "'%s'", rounds > 1 ? sub : dir);
-            for (int k = 0; k < NRUN; k++) {
-                if (!wanted(k, K, n)) continue;
-                run_cmd(cmd, sizeof cmd, here, q, k, n, steps);
-                if (system(cmd) != 0) goto fail;
-            }
+            for (int k = 0; k < NRUN; k++)
+                if (wanted(k, K, n) && run_local(dir, rounds > 1 ? sub : dir, k, n, steps)) goto fail;
         }
     }
     for (int k = 0; k < NRUN; k++) {

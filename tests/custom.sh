@@ -300,5 +300,14 @@ expect_rc 1 "check-op: a kernel that writes into its input" "$nn" check-op "$tmp
 outs "FAIL C kernels: 78 calls, " "check-op input"
 outs "the first: swiglu (acc 0) changed its input 2 'h.0.u'" "check-op input"
 
+# a kernel file whose name starts with '-' (here "-oPWN.c", beside a spec given without a folder)
+# is compiled as a file, never read by cc as an option (-o PWN.c)
+mkdir -p "$tmp/dash"
+cp "$top/tests/equiv/custom_swiglu.c" "$tmp/dash/-oPWN.c"
+sed 's|cpu = custom_swiglu.c|cpu = -oPWN.c|; /^cuda = /d' "$spec" >"$tmp/dash/model.ini"
+if (cd "$tmp/dash" && "$nn" model.ini -o out -q) >"$tmp/dash.log" 2>&1 && [[ -x $tmp/dash/out/rank && ! -e $tmp/dash/PWN.c ]]
+then ok "a custom op's file named '-oPWN.c' is compiled as a file, not taken as cc's -o"
+else no "custom file '-oPWN.c': $(tail -n 3 "$tmp/dash.log"; ls "$tmp/dash")"; fi
+
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -530,8 +530,13 @@ grep -q "dp folded: each candidate built on its tp x pp devices" "$tmp/fold/plan
   no "fold: $(grep -E '^(search|devices)' "$tmp/fold/plan.txt")"
 
 # nnsc-aot profile: a calibrated cpu-host profile (positive figures) that [cluster] device = FILE
-# reads; the estimate then names the file (not the timings: they are the machine's)
-"$nn" profile -o "$tmp/cpu.ini" --steps 3 -q >"$tmp/prof.log" 2>&1 || no "nnsc-aot profile: $(tail -n 3 "$tmp/prof.log")"
+# reads; the estimate then names the file (not the timings: they are the machine's). It runs under a
+# TMPDIR whose name is a shell command: no shell ever sees the name (profile spawns the runs itself)
+hostile="$tmp/x'\$(touch $tmp/PWN)'y"
+mkdir -p "$hostile"
+(cd "$tmp" && TMPDIR=$hostile "$nn" profile -o "$tmp/cpu.ini" --steps 3 -q >"$tmp/prof.log" 2>&1) ||
+  no "nnsc-aot profile: $(tail -n 3 "$tmp/prof.log")"
+[[ ! -e $tmp/PWN ]] && ok "profile under a TMPDIR holding \$(...): no command injected" || no "profile ran the command in TMPDIR's name"
 if python3 - "$tmp/cpu.ini" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
