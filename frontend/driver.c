@@ -615,6 +615,8 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
             fprintf(stderr, "nnsc-aot: error: cannot create output directory '%s': %s\n", o->out, strerror(errno));
             rc = 1;
         }
+        const char *model = d->g->model ? d->g->model : "model";
+        int claimed = !rc && !(rc = fe_outdir_claim(o->out, model));   /* (an earlier build's files removed) */
         const char *rtlib = rc ? NULL : cg_rtlib_path();
         if (!rc && !rtlib) rc = 1;
         cg_gpu gpu = {0};   /* the cuda target's images */
@@ -629,6 +631,7 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         if (!rc) rc = cg_emit(o->out, o->spec, d, sum, nprog, cuda ? &gpu : NULL);
         cg_cubin_free((cg_cubin *)gpu.cubin, gpu.ncubin);
         free((void *)gpu.cubin);
+        if (claimed && fe_outdir_done(o->out, model) && !rc) rc = 1;
     }
     for (int k = 0; k < nprog; k++) ir_prog_free(&progs[k]);
     free(progs);
@@ -663,6 +666,7 @@ int fe_compile(const fe_opts *o)
         }
     }
     if (!rc && o->out) rc = fe_target_check(o);
+    if (!rc && o->out) rc = fe_outdir_check(o->out);   /* (a build owns its directory: outdir.c) */
     if (rc) return rc;
     double t0 = now();
     ir_graph g;

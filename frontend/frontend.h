@@ -148,6 +148,16 @@ int fe_verify(const fe_opts *o);
 /* Remove the tree at dir (a temporary directory the compiler made); 0, or -1
  * when something stayed. */
 int fe_rm_tree(const char *dir);
+/* outdir.c: a build owns its -o directory (DIR/.nnsc-aot-files lists what
+ * it wrote).  fe_outdir_check, before any work: 0 when dir is missing,
+ * empty or an earlier build's, else 2 after a message (a file, or a folder
+ * holding files nnsc-aot did not write).  fe_outdir_claim, before the first
+ * file is written: removes what the earlier build wrote and records what
+ * stays; fe_outdir_done, after the last (done or failed): records what this
+ * build wrote.  Both 0, or 1 after a message. */
+int fe_outdir_check(const char *dir);
+int fe_outdir_claim(const char *dir, const char *model);
+int fe_outdir_done(const char *dir, const char *model);
 /* nnsc-aot check-op SPEC NAME: a custom op's kernel and annotation against
  * its unsplit runs and finite differences (--target cuda: its CUDA kernel
  * too, on a GPU); 0 ok, 1 a check failed, 2 bad input. */

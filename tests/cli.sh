@@ -143,6 +143,21 @@ n=$(grep -c '^step [0-9]*/3 loss ' "$tmp/run.out")
 expect_rc 2 "a rank rejects an unknown flag" "$tmp/a/rank0" --frobnicate
 "$tmp/a/launch" --frobnicate >/dev/null 2>&1 && no "launch passes a failing rank's status" || ok "launch exits non-zero when ranks fail"
 
+# a build owns its -o directory: building a's 2-rank mlp again on 1 device removes what the first
+# build wrote (rank1, its .ll files) and nothing else (a folder of the user's); a directory holding
+# files no build wrote is refused, and so is a -o that is a file
+mkdir -p "$tmp/a/ckpt" && echo mine >"$tmp/a/ckpt/keep.txt"
+"$nn" "$top/examples/mlp.ini" -o "$tmp/a" -q || no "rebuild a on 1 device"
+[[ -x $tmp/a/rank0 && ! -e $tmp/a/rank1 && ! -e $tmp/a/rank1.ll && ! -e $tmp/a/prog0.ll && -f $tmp/a/ckpt/keep.txt ]] &&
+  grep -q "^file rank0$" "$tmp/a/.nnsc-aot-files" && ok "a rebuild into -o DIR removes the earlier build's files, keeps the user's" ||
+  no "rebuild into the same -o: $(ls -A "$tmp/a" | tr '\n' ' ')"
+mkdir -p "$tmp/foreign" && echo mine >"$tmp/foreign/notes.txt"
+expect_rc 2 "-o a directory holding files no build wrote" "$nn" "$top/examples/mlp.ini" -o "$tmp/foreign"
+says "the directory holds files an nnsc-aot build did not write ('notes.txt')" "foreign -o"
+[[ $(ls -A "$tmp/foreign") == notes.txt ]] && ok "  ... and leaves it as it was" || no "foreign -o changed: $(ls -A "$tmp/foreign")"
+expect_rc 2 "-o a file" "$nn" "$top/examples/mlp.ini" -o "$tmp/foreign/notes.txt"
+says "not a directory" "-o a file"
+
 # verify explains the known zero-gradient case: gpt2-tiny's attention key
 # biases differ by ~100% between the runs, yet stayed at their init (0);
 # and when it passes it leaves nothing in TMPDIR (every build's files removed:
