@@ -124,6 +124,20 @@ for f in "$top"/tests/bad-plan/*.ini; do
   else no "bad-plan/$(basename "$f"): exit $rc"; cat "$tmp/err"; fi
 done
 
+# golden files of a user's own model (tests/golden.sh, docs/testing.md): --update records the dump,
+# the check then passes, a change of the model fails it, and a failing compile is never recorded
+mkdir -p "$tmp/gold"
+{ echo "; golden: --devices 2 --dump=plan"; cat "$top/examples/mlp.ini"; } >"$tmp/gold/m.ini"
+expect_rc 0 "golden.sh --update records a user's model" "$top/tests/golden.sh" "$tmp/gold/m.ini" --update
+expect_rc 0 "golden.sh: the recorded dump matches" "$top/tests/golden.sh" "$tmp/gold/m.ini"
+sed -i '1s/--devices 2/--devices 4/' "$tmp/gold/m.ini"
+expect_rc 1 "golden.sh: a changed plan differs" "$top/tests/golden.sh" "$tmp/gold/m.ini"
+{ echo "; golden: --devices 3 --dump=plan"; cat "$top/examples/mlp.ini"; } >"$tmp/gold/bad.ini"
+expect_rc 1 "golden.sh --update of a failing compile" "$top/tests/golden.sh" "$tmp/gold/bad.ini" --update
+says "not recorded" "golden failing compile"
+[[ ! -e $tmp/gold/bad.out ]] && ok "  ... and writes no .out" || no "golden.sh recorded a failed compile: $(cat "$tmp/gold/bad.out")"
+expect_rc 2 "golden.sh: a spec without '; golden:'" "$top/tests/golden.sh" "$top/examples/mlp.ini"
+
 # determinism: two builds give byte-identical dumps, plans, IR and executables
 for d in a b; do
   "$nn" "$top/examples/mlp.ini" --devices 2 -o "$tmp/$d" --emit-llvm -q --dump=all >"$tmp/$d.dump" 2>&1 || no "build $d"
