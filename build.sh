@@ -4,6 +4,9 @@
 #   ./build.sh             install missing Debian packages, build build/nnsc-aot
 #   ./build.sh test        the same, then run the whole test suite (tests/run.sh)
 #   ./build.sh san [test]  AddressSanitizer + UBSan build in build-san/ (and its tests)
+#   ./build.sh install [PREFIX]  build, then install into PREFIX (default /usr/local):
+#                          PREFIX/bin/nnsc-aot, PREFIX/lib/nnsc-aot, PREFIX/include/nnsc-aot,
+#                          PREFIX/share/nnsc-aot (examples, golden.sh)
 #   ./build.sh --help      this usage (also -h); nothing is installed or built
 #
 # Environment: JOBS (parallel build jobs, default: cores), NNSC_NO_APT=1 (never
@@ -17,12 +20,16 @@ PACKAGES=(cmake make gcc libc6-dev libinih-dev libz3-dev "llvm-${LLVM_VERSION}-d
 usage() {
   cat <<EOF
 usage: ./build.sh [san] [test]
+       ./build.sh install [PREFIX]
        ./build.sh --help
 
   (nothing)   install missing Debian packages, build build/nnsc-aot
   test        the same, then run the whole test suite (tests/run.sh, ~8 min on 2 cores)
   san         AddressSanitizer + UBSan build in build-san/
   san test    the same, then the whole test suite against it
+  install [PREFIX]  build, then install into PREFIX (default /usr/local): bin/nnsc-aot,
+              lib/nnsc-aot/libnnsc_rt.a, include/nnsc-aot/nnsc_custom.h, share/nnsc-aot
+              (examples, golden.sh); the installed nnsc-aot finds its runtime by its own path
 
 environment:
   JOBS=N          parallel build jobs (default: the number of cores, $(nproc 2>/dev/null || echo "?") here)
@@ -35,7 +42,7 @@ EOF
 # A bad command line: the message, a hint, exit 2.
 bad_usage() {
   echo "build.sh: error: $1" >&2
-  echo "  hint: ./build.sh --help lists what it accepts (none, test, san, san test)" >&2
+  echo "  hint: ./build.sh --help lists what it accepts (none, test, san, san test, install [PREFIX])" >&2
   exit 2
 }
 
@@ -43,8 +50,14 @@ bad_usage() {
 mode=build
 dir=build
 san=OFF
+prefix=
 case "$*" in
   "") ;;
+  install) mode=install prefix=/usr/local ;;
+  "install "*)
+    (($# == 2)) || bad_usage "install takes one PREFIX, not '${*:2}'"
+    mode=install prefix=$2
+    case $prefix in /*) ;; *) prefix=$(pwd -P)/$prefix ;; esac ;;   # (relative to where build.sh was called)
   test) mode=test ;;
   san) dir=build-san san=ON ;;
   "san test") dir=build-san san=ON mode=test ;;
@@ -100,6 +113,15 @@ jobs=${JOBS:-$(nproc)}
 cmake -S "$top" -B "$top/$dir" -DNNSC_LLVM_VERSION="$LLVM_VERSION" -DNNSC_SANITIZE="$san" >/dev/null
 cmake --build "$top/$dir" -j "$jobs"
 
+# one line: what was built, and whether --target cuda can be used
+nvrtc=$("$top/$dir/nnsc-aot" --version 2>/dev/null | sed -n 's/^\(NVRTC [0-9.]*\).*/\1/p')
+echo "build.sh: built $dir/nnsc-aot and $dir/libnnsc_rt.a ($(if [[ $san == ON ]]; then echo "ASan+UBSan, "; fi)$(
+  if [[ -n $nvrtc ]]; then echo "$nvrtc found: --target cpu and cuda"; else echo "NVRTC not found: --target cpu only"; fi))"
+
+if [[ $mode == install ]]; then
+  cmake --install "$top/$dir" --prefix "$prefix" >/dev/null
+  echo "build.sh: installed $prefix/bin/nnsc-aot (runtime in $prefix/lib/nnsc-aot, header in $prefix/include/nnsc-aot, examples in $prefix/share/nnsc-aot)"
+fi
 if [[ $mode == test ]]; then
   exec "$top/tests/run.sh" "$top/$dir"
 fi

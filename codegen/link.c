@@ -149,30 +149,41 @@ int cg_compile_shared(const char *src, const char *so) {
     return cg_spawn(argv, "compiling", src) ? 2 : 0;
 }
 
-/* $env when set, else name in the directory of the running compiler (or
- * name alone when that is unknown), in path. */
-static const char *cg_beside_compiler(const char *env, const char *name, char *path) {
+/* $env when set; else the first of the places beside the running compiler
+ * that exists: bin/name (the build tree: build/ holds nnsc-aot and what it
+ * needs), then ../inst (an installed tree: PREFIX/bin/nnsc-aot and
+ * PREFIX/lib/nnsc-aot/..., `./build.sh install`); else bin/name (so the
+ * message names where it was looked for), or name alone when the compiler's
+ * own path is unknown.  The result is in path (PATH_MAX + 64 bytes). */
+static const char *cg_beside_compiler(const char *env, const char *name, const char *inst, char *path) {
     const char *e = getenv(env);
     if (e && e[0]) return e;
-    ssize_t n = readlink("/proc/self/exe", path, PATH_MAX);
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return name;
-    path[n] = 0;
-    char *slash = strrchr(path, '/');
-    slash = slash ? slash + 1 : path;
-    strcpy(slash, name);
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (!slash) return name;
+    *slash = 0;   /* self: the compiler's folder */
+    snprintf(path, PATH_MAX + 64, "%s/../%s", self, inst);
+    char here[PATH_MAX + 64];
+    snprintf(here, sizeof here, "%s/%s", self, name);
+    if (access(here, F_OK) == 0 || access(path, F_OK) != 0) snprintf(path, PATH_MAX + 64, "%s", here);
     return path;
 }
 
-/* Where libnnsc_rt.a is: $NNSC_RTLIB, else the directory of the running
- * compiler (build/ holds both nnsc-aot and libnnsc_rt.a). */
+/* Where libnnsc_rt.a is: $NNSC_RTLIB, else beside the running compiler
+ * (build/libnnsc_rt.a in the build tree, PREFIX/lib/nnsc-aot/libnnsc_rt.a
+ * installed). */
 const char *cg_rtlib_path(void) {
-    static char path[PATH_MAX + 32];
-    return cg_beside_compiler("NNSC_RTLIB", "libnnsc_rt.a", path);
+    static char path[PATH_MAX + 64];
+    return cg_beside_compiler("NNSC_RTLIB", "libnnsc_rt.a", "lib/nnsc-aot/libnnsc_rt.a", path);
 }
 
-/* Where nnsc_custom.h is: $NNSC_INCLUDE, else include/ beside the running
- * compiler (the build copies rtlib/nnsc_custom.h to build/include). */
+/* Where nnsc_custom.h is: $NNSC_INCLUDE, else beside the running compiler
+ * (build/include, where the build copies rtlib/nnsc_custom.h, or
+ * PREFIX/include/nnsc-aot installed). */
 const char *cg_include_dir(void) {
-    static char path[PATH_MAX + 32];
-    return cg_beside_compiler("NNSC_INCLUDE", "include", path);
+    static char path[PATH_MAX + 64];
+    return cg_beside_compiler("NNSC_INCLUDE", "include", "include/nnsc-aot", path);
 }

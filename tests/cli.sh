@@ -47,6 +47,20 @@ expect_rc 2 "build.sh frobnicate" "$top/build.sh" frobnicate
 says "build.sh: error: unknown argument 'frobnicate'" "build.sh frobnicate"
 says "hint: ./build.sh --help" "build.sh frobnicate"
 expect_rc 2 "build.sh test san (wrong order)" "$top/build.sh" test san
+expect_rc 2 "build.sh install with two prefixes" "$top/build.sh" install "$tmp/p1" "$tmp/p2"
+says "install takes one PREFIX" "build.sh install a b"
+# an installed tree (the install target ./build.sh install runs): PREFIX/bin/nnsc-aot finds its
+# runtime and the custom-op header by its own path, so a compile in another directory works
+# without NNSC_RTLIB or NNSC_INCLUDE, a custom op's C kernel included
+if cmake --install "$build" --prefix "$tmp/pfx" >"$tmp/install.log" 2>&1; then
+  cp "$top/tests/equiv/custom.ini" "$top/tests/equiv/custom_swiglu.c" "$top/tests/equiv/custom_swiglu.cu" "$tmp/"
+  (cd "$tmp" && env -u NNSC_RTLIB -u NNSC_INCLUDE "$tmp/pfx/bin/nnsc-aot" "$tmp/pfx/share/nnsc-aot/examples/mlp.ini" \
+    -o inst --devices 2 -q && env -u NNSC_RTLIB -u NNSC_INCLUDE "$tmp/pfx/bin/nnsc-aot" custom.ini -o instc -q &&
+    inst/launch --steps 2 && instc/launch --steps 2) >"$tmp/inst.log" 2>&1 &&
+    [[ -f $tmp/pfx/lib/nnsc-aot/libnnsc_rt.a && -f $tmp/pfx/include/nnsc-aot/nnsc_custom.h ]] &&
+    ok "installed nnsc-aot compiles and links from another directory (custom op too), no NNSC_RTLIB" ||
+    no "installed nnsc-aot: $(tail -n 4 "$tmp/inst.log")"
+else no "cmake --install: $(tail -n 3 "$tmp/install.log")"; fi
 # packages missing, not root, no sudo: the list and the command to run as root; nothing else runs
 # (PATH holds only a dpkg-query that knows no package, an id that says 1000 and what build.sh needs)
 mkdir -p "$tmp/fakebin"
