@@ -31,6 +31,8 @@ table=$(cat <<'EOF'
 ^tests/cuda_ops\.sh --gpu	skip needs a GPU; the suite runs tests/cuda_ops.sh under the driver double
 ^tests/cuda_ops\.sh$	skip the suite runs it (tests/run.sh: cuda_ops)
 ^NNSC_BUILD=build tests/golden\.sh golden/\S+ --update	skip rewrites a golden file; tests/golden.sh without --update runs in the suite
+^tests/golden\.sh path/to/model\.ini	skip a user's spec (a placeholder); tests/cli.sh runs the same on a copy of examples/mlp.ini
+^\./build\.sh install 	skip installs into a system prefix; tests/cli.sh installs into a scratch one (the same CMake install target)
 ^(srun|mpirun) 	skip needs a Slurm / Open MPI cluster (docs/cluster.md)
 ^RANK=\$r WORLD_SIZE=8 .*out/rank\$r	skip one node of a 2-node GPU cluster (docs/cluster.md)
 ^nnsc-aot MODEL\.ini -o DIR \[options\]	skip a synopsis (placeholders), not a command
