@@ -52,7 +52,7 @@ static const char usage[] =
     "                     shape in a loop (compile time grows with layers; for A/B runs)\n"
     "  -v                 per-pass timings on stderr\n"
     "  -q                 no progress lines\n"
-    "  --help             this text\n"
+    "  --help             this text (nnsc-aot verify --help, nnsc-aot help profile, ...: a command's)\n"
     "  --version          nnsc-aot's version and the LLVM (and NVRTC) it was built with\n"
     "\n"
     "options (verify only):\n"
@@ -72,6 +72,59 @@ static const char usage[] =
     "exit status: 0 ok, 1 failure (a rank failed, verify disagreed, a tool failed),\n"
     "             2 bad input (the message names file, line and what would be right)\n"
     "Spec format: docs/model-spec.md.  Plans: docs/plans.md.  Runtime flags: DIR/rank0 --help.\n";
+
+/* The usage of each subcommand (nnsc-aot verify --help, ...). */
+static const char usage_verify[] =
+    "usage: nnsc-aot verify MODEL.ini [options]\n"
+    "  Build MODEL for 1 device and for its N devices (the spec's, or --devices N),\n"
+    "  train both from the same seed and data, and compare: per-step losses and the\n"
+    "  final weights.  Exit 0 they agree, 1 they differ or a run failed, 2 bad input.\n"
+    "\n"
+    "options:\n"
+    "  --devices N        the N-device build's devices\n"
+    "  --set S.K=V        override key K of section S of the spec (repeatable)\n"
+    "  --steps N          train N steps (default: the spec's [train] steps)\n"
+    "  --keep DIR         keep both builds, their logs and final weights in DIR (dev1/,\n"
+    "                     devN/; default: a temporary dir, removed when they agree)\n"
+    "  --loss-tol X       largest relative difference of per-step losses (default 1e-5)\n"
+    "  --weight-tol X     largest relative L2 difference of the final weights, all\n"
+    "                     parameters taken as one vector (default 1e-4)\n"
+    "  --target cuda      the N-device build for GPUs, against the 1-device CPU build\n"
+    "  --arch LIST        cuda: GPU architectures (default sm_80,sm_90)\n"
+    "  --cpu CPU, -O N, --no-fuse, --no-loops, -v, -q   as for a compile (nnsc-aot --help)\n"
+    "Tolerances and what a failed verify prints: docs/cli.md, docs/testing.md.\n";
+static const char usage_profile[] =
+    "usage: nnsc-aot profile [MODEL.ini] -o FILE\n"
+    "       nnsc-aot profile [MODEL.ini] --pack DIR\n"
+    "       nnsc-aot profile [MODEL.ini] --from DIR -o FILE\n"
+    "  Calibrate the cost model: build and run MODEL (default: a small built-in one)\n"
+    "  five ways and write the FLOP/s, weight_bw and link figures they fit as a\n"
+    "  [cluster] profile FILE ([cluster] device = FILE reads it).  --pack DIR builds\n"
+    "  the runs into DIR with DIR/run.sh, to run where there is no compiler; --from\n"
+    "  DIR fits FILE from the logs run.sh wrote.\n"
+    "\n"
+    "options:\n"
+    "  --steps N          steps of each calibration run (default 12)\n"
+    "  --ranks N          ranks busy at once in every run, as many as the plans will run\n"
+    "                     (default 2; --target cuda: N GPUs, default 1)\n"
+    "  --rounds R         every run R times, round by round (the medians: a noisy machine)\n"
+    "  --set S.K=V        override a key of the spec in every run (repeatable)\n"
+    "  --target cuda      refine the GPU profile cluster.device names, on GPUs\n"
+    "  --arch LIST, -q    as for a compile (nnsc-aot --help)\n"
+    "docs/cli.md and docs/plan-search.md (Calibration) say more.\n";
+static const char usage_checkop[] =
+    "usage: nnsc-aot check-op MODEL.ini NAME [options]\n"
+    "  Test the kernel of MODEL's [custom NAME] section (and its backward's) in this\n"
+    "  process: every output written, acc honoured, every split its annotation allows\n"
+    "  against the unsplit run, gradients against finite differences, inputs left as\n"
+    "  they were.  One line per check; exit 0 all passed, 1 one failed, 2 bad input.\n"
+    "\n"
+    "options:\n"
+    "  --set S.K=V        override a key of the spec (repeatable)\n"
+    "  --target cuda      also compile the section's CUDA kernel and, on a GPU, run the\n"
+    "                     same checks with it against the C kernel\n"
+    "  --arch LIST, -q    as for a compile (nnsc-aot --help)\n"
+    "docs/custom-ops.md says more.\n";
 
 /* Report a bad command line: "error: " fmt (with arg), then hint (NULL:
  * point at --help).  Returns 2. */
@@ -274,6 +327,21 @@ int fe_cli(int argc, char **argv, fe_opts *o)
     o->weight_tol = 1e-4;
     const char *target = NULL, *arch = NULL;
     int i = 1, cpu_given = 0;
+    if (i < argc && strcmp(argv[i], "help") == 0) {   /* nnsc-aot help [COMMAND] */
+        const char *c = i + 1 < argc ? argv[i + 1] : "";
+        fputs(!strcmp(c, "verify") ? usage_verify : !strcmp(c, "profile") ? usage_profile
+              : !strcmp(c, "check-op") ? usage_checkop : usage, stdout);
+        return 3;
+    }
+    if (i < argc && !strchr(argv[i], '.') && !strchr(argv[i], '/') && argv[i][0] != '-') {
+        static const char *const cmds[] = {"verify", "profile", "check-op", "compile", "help"};
+        int k = fe_closest(argv[i], cmds, 5);
+        if (k >= 0 && strcmp(argv[i], cmds[k]) != 0) {
+            char hint[200];
+            snprintf(hint, sizeof hint, "did you mean 'nnsc-aot %s'? nnsc-aot --help lists the commands", cmds[k]);
+            return bad_hint(hint, "unknown command '%s'", argv[i]);
+        }
+    }
     if (i < argc && strcmp(argv[i], "verify") == 0) o->verify = 1, i++;
     else if (i < argc && strcmp(argv[i], "profile") == 0) o->profile = 1, i++;
     else if (i < argc && strcmp(argv[i], "check-op") == 0) o->check_op = 1, i++;
@@ -283,7 +351,7 @@ int fe_cli(int argc, char **argv, fe_opts *o)
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t v;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            fputs(usage, stdout);
+            fputs(o->verify ? usage_verify : o->profile ? usage_profile : o->check_op ? usage_checkop : usage, stdout);
             return 3;
         } else if (strcmp(a, "--version") == 0) {
             print_version();

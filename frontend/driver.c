@@ -20,6 +20,7 @@
 
 #include "codegen.h"
 #include "cuda.h"
+#include "fe_priv.h"
 #include "frontend.h"
 #include "passes.h"
 
@@ -52,8 +53,14 @@ static int check_dump(const fe_opts *o)
         for (size_t i = 0; i < sizeof dump_names / sizeof *dump_names; i++)
             ok |= strlen(dump_names[i]) == len && strncmp(s, dump_names[i], len) == 0;
         if (!ok) {
-            fprintf(stderr, "nnsc-aot: error: --dump: unknown pass '%.*s'\n  hint: one of graph autograd plan comm "
-                            "schedule lower prog share all\n", (int)len, s);
+            static const char *const all[] = {"graph", "autograd", "plan", "comm", "schedule", "lower", "prog",
+                                              "share", "all"};
+            char word[64];
+            snprintf(word, sizeof word, "%.*s", (int)(len < 63 ? len : 63), s);
+            int k = fe_closest(word, all, 9);
+            fprintf(stderr, "nnsc-aot: error: --dump: unknown pass '%.*s'\n  hint: %s%s%sone of graph autograd plan "
+                            "comm schedule lower prog share all\n", (int)len, s, k >= 0 ? "did you mean '" : "",
+                    k >= 0 ? all[k] : "", k >= 0 ? "'? " : "");
             return 2;
         }
         s += len + (e != NULL);
@@ -660,8 +667,10 @@ int fe_compile(const fe_opts *o)
         int ok = 0;   /* (the passes up to schedule: the others run per rank) */
         for (size_t i = 0; i < 5; i++) ok |= strcmp(o->stop_after, dump_names[i]) == 0;
         if (!ok) {
-            fprintf(stderr, "nnsc-aot: error: --stop-after: unknown pass '%s'\n  hint: one of graph autograd plan "
-                            "comm schedule\n", o->stop_after);
+            int k = fe_closest(o->stop_after, dump_names, 5);
+            fprintf(stderr, "nnsc-aot: error: --stop-after: unknown pass '%s'\n  hint: %s%s%sone of graph autograd "
+                            "plan comm schedule\n", o->stop_after, k >= 0 ? "did you mean '" : "",
+                    k >= 0 ? dump_names[k] : "", k >= 0 ? "'? " : "");
             return 2;
         }
     }

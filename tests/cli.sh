@@ -10,6 +10,23 @@ expect_rc 2 "no arguments" "$nn"
 expect_rc 2 "unknown option" "$nn" "$top/examples/mlp.ini" -o "$tmp/x" --frobnicate
 expect_rc 2 "misspelled option" "$nn" "$top/examples/mlp.ini" -o "$tmp/x" --devics 2
 says "hint: did you mean '--devices'?" "misspelled option"
+# each command's own usage (--help after it, or nnsc-aot help COMMAND); a misspelled command or
+# --dump / --stop-after pass gets "did you mean"
+expect_rc 0 "help" "$nn" help
+grep -q "^usage: nnsc-aot MODEL.ini -o DIR" "$tmp/out" && ok "  ... prints the usage" || no "help: $(head -n 2 "$tmp/out")"
+for c in verify profile check-op; do
+  expect_rc 0 "$c --help" "$nn" "$c" --help
+  grep -q "^usage: nnsc-aot $c " "$tmp/out" && ! grep -q "^options (profile only)" "$tmp/out" &&
+    ok "  ... $c's own usage" || no "$c --help: $(head -n 2 "$tmp/out")"
+done
+expect_rc 0 "help verify" "$nn" help verify
+grep -q "^usage: nnsc-aot verify " "$tmp/out" && ok "  ... verify's usage" || no "help verify: $(head -n 1 "$tmp/out")"
+expect_rc 2 "a misspelled command" "$nn" verfy "$top/examples/mlp.ini"
+says "hint: did you mean 'nnsc-aot verify'?" "verfy"
+expect_rc 2 "--dump=plna" "$nn" "$top/examples/mlp.ini" --dump=plna
+says "did you mean 'plan'?" "--dump=plna"
+expect_rc 2 "--stop-after shedule" "$nn" "$top/examples/mlp.ini" --stop-after shedule
+says "did you mean 'schedule'?" "--stop-after shedule"
 
 # --version: the one version string (frontend/frontend.h) and the LLVM it was built with
 expect_rc 0 "--version" "$nn" --version
