@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # tests/docs.sh -- every command shown in README.md and docs/*.md is run, or
-# accounted for with the reason it cannot run in this suite.
+# accounted for with the reason it cannot run in this suite; and every block
+# of program output marked <!-- output: CMD --> is what CMD prints now
+# (tests/doc_outputs.py).
 #
 # tests/doc_commands.py lists the commands of the Markdown code blocks.  Each
 # must match a row of the table below (first match wins):
@@ -122,6 +124,16 @@ while IFS=$'\t' read -r where cmd; do
     tail -n 5 "$tmp/err" | sed 's/^/      | /'
   fi
 done <"$tmp/cmds"
+
+# program output the docs show (a block after <!-- output: CMD -->): checked against CMD's output
+# now, so a doc cannot drift from the program (tests/doc_outputs.py)
+mkdir -p "$tmp/outputs"
+NNSC_BUILD=$build python3 "$top/tests/doc_outputs.py" "$tmp/outputs" "$top" "$top/README.md" "$top"/docs/*.md >"$tmp/outputs.log" 2>&1
+grep -E '^(ok|FAIL|      )' "$tmp/outputs.log"
+pass=$((pass + $(grep -c '^ok' "$tmp/outputs.log")))
+fail=$((fail + $(grep -c '^FAIL' "$tmp/outputs.log")))
+n_out=$(grep -c '^ok\|^FAIL' "$tmp/outputs.log")
+((n_out >= 5)) && ok "$n_out blocks of program output in the docs checked" || no "only $n_out output blocks found: $(tail -n 2 "$tmp/outputs.log")"
 
 for i in "${!rows[@]}"; do
   ((used[i])) || no "stale row in tests/docs.sh (no command in the docs matches): ${rows[i]%%$'\t'*}"
