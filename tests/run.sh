@@ -7,7 +7,8 @@
 #             Megatron's communication volume under the tp policy (tests/megatron.sh),
 #             the issue-9 family really reduces still-read values out of place (tests/inplace.sh),
 #             plan.txt's header, why ops stay whole, replicated-layer warnings (tests/plan.sh),
-#             every command in README.md and docs/ run or accounted for (tests/docs.sh),
+#             every command in README.md and docs/ run or accounted for, the program output
+#             they show checked against the program (tests/docs.sh, tests/doc_outputs.py),
 #             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh),
 #             pipelines, ZeRO, coshard (tests/pipeline.sh), recycling against a
 #             hand-unrolled oracle (tests/recycle.sh), custom ops: a user's C kernel
