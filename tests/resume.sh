@@ -139,7 +139,7 @@ alive() {
     st=
     read -r st 2>/dev/null <"/proc/$p/stat" || continue
     st=${st##*) }
-    [[ ${st:0:1} != [ZX] ]] && echo "$p"
+    [[ ${st:0:1} != [ZX] ]] && printf "%s " "$p"
   done
 }
 
