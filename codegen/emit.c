@@ -13,7 +13,12 @@
  * missing data file) is shown once, while each rank's own failures still
  * show.  rtlib writes every message with one write(2) of at most PIPE_BUF
  * bytes, so lines from several ranks arrive whole.  NNSC_LAUNCH=1 tells the
- * ranks that they run under this script: only rank 0 answers --help. */
+ * ranks that they run under this script: only rank 0 answers --help, and
+ * each ends when the script does (NNSC_LAUNCH_PID).
+ *
+ * When a rank fails, launch names it and ends the others, also a rank that
+ * is stopped or hung (SIGTERM, SIGCONT, then SIGKILL): it exits within the
+ * ranks' --timeout plus a few seconds, whatever the ranks do. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -30,7 +35,8 @@ static const char launch_cpu_head[] =
     "# prints the loss per step.  A message every rank prints alike is shown\n"
     "# once.  Exits non-zero if any rank fails, after stopping the others.\n"
     "# To start ranks on a cluster instead, run rankK with NNSC_RANK=K\n"
-    "# NNSC_WORLD=%d (or RANK/WORLD_SIZE, SLURM_PROCID, ...) and one NNSC_JOB.\n"
+    "# NNSC_WORLD=%d (or RANK/WORLD_SIZE, SLURM_PROCID, ...), one NNSC_JOB and one\n"
+    "# NNSC_SECRET (docs/cluster.md).\n"
     "set -u\n"
     "dir=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
     "world=%d\n"
@@ -58,7 +64,7 @@ static const char launch_cuda_head[] =
     "# from 29500 up.  To start the ranks on a cluster (srun, mpirun, by hand),\n"
     "# see nnsc-aot's docs/cluster.md: rank K runs rankK with RANK=K\n"
     "# WORLD_SIZE=%d LOCAL_RANK (its GPU on its host), MASTER_ADDR (rank 0's\n"
-    "# host) and MASTER_PORT set.\n"
+    "# host), MASTER_PORT and one NNSC_SECRET set.\n"
     "set -u\n"
     "dir=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n"
     "world=%d\n"
@@ -76,10 +82,31 @@ static const char launch_cuda_head[] =
     "export WORLD_SIZE=$world MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NNSC_LAUNCH=1\n"
     "export NNSC_JOB=\"${NNSC_JOB:-nnsc-$$-$RANDOM$RANDOM}\"\n";
 
-/* Both targets: the message filter, then start the ranks (the loop's first
- * lines).  finish waits for the filter at most 2 s: a rank that lingers
- * after a signal does not hold the script. */
+/* Both targets: the job's secret, the message filter, the clean-up, then
+ * start the ranks (the loop's first lines).
+ *
+ * The secret (docs/cluster.md, Trust): the ranks prove it to each other
+ * before they exchange anything; a fresh one per run, so that two runs
+ * never mix, unless NNSC_SECRET or NNSC_SECRET_FILE gives one.  It goes
+ * to the ranks alone (a variable of their command, not exported).
+ *
+ * finish waits for the filter at most 2 s: a rank that lingers after a
+ * signal does not hold the script.  end_ranks ends the ranks still there:
+ * SIGTERM and SIGCONT (a stopped process acts on a signal only once it
+ * runs), then SIGKILL after $grace s, so launch itself never waits for
+ * ever; the ranks end with launch too if it is killed (NNSC_LAUNCH_PID,
+ * rtlib's rt_watch_launcher: PR_SET_PDEATHSIG). */
 static const char launch_mid[] =
+    "# the job's secret: a new one per run unless NNSC_SECRET or NNSC_SECRET_FILE\n"
+    "# gives one (the ranks prove it to each other; only they get it)\n"
+    "secret=${NNSC_SECRET:-}\n"
+    "if [[ -z $secret && -z ${NNSC_SECRET_FILE:-} ]]; then\n"
+    "  secret=$(od -An -N32 -tx1 /dev/urandom 2>/dev/null | tr -d ' \\n')\n"
+    "  if ((${#secret} != 64)); then\n"
+    "    echo \"launch: cannot read 32 random bytes from /dev/urandom for the job's secret  hint: set NNSC_SECRET to a random string of 16 or more characters\" >&2\n"
+    "    exit 2\n"
+    "  fi\n"
+    "fi\n"
     "# the ranks' stderr and launch's own lines pass one filter (fd 3): a line\n"
     "# another rank printed word for word after its \"rank K: \" is dropped\n"
     "say_once() {\n"
@@ -102,32 +129,17 @@ static const char launch_mid[] =
     "  for ((k = 0; k < 200; k++)); do kill -0 \"$say\" 2>/dev/null || break; sleep 0.01; done\n"
     "  exit \"$1\"\n"
     "}\n"
-    "declare -A rank_of\n"
+    "declare -A rank_of done_\n"
     "pids=()\n"
-    "stop() { kill \"${pids[@]}\" 2>/dev/null; }\n"
-    "trap 'stop; finish 130' INT\n"
-    "trap 'stop; finish 143' TERM\n"
-    "for ((r = 0; r < world; r++)); do\n";
-
-/* The line that starts rank $r, by target. */
-static const char launch_cpu_rank[] = "  NNSC_RANK=$r \"$dir/rank$r\" \"$@\" 2>&3 3>&- &\n";
-static const char launch_cuda_rank[] = "  RANK=$r LOCAL_RANK=$r \"$dir/rank$r\" \"$@\" 2>&3 3>&- &\n";
-
-/* Both targets: wait for the ranks; the first failure stops the others and
- * is the script's exit status. */
-static const char launch_tail[] =
-    "  pids+=($!)\n"
-    "  rank_of[$!]=$r\n"
-    "done\n"
-    "rc=0\n"
-    "left=$world\n"
-    "# poll the ranks (kill -0) rather than wait -n: bash's wait -n can miss a\n"
-    "# child that ended before it was called and then waits on the filter forever.\n"
-    "# Of the ranks found failed in one round, the highest status names the cause\n"
-    "# (a signal > 2 bad input or setup > 1 a runtime error, such as a peer that left)\n"
-    "declare -A done_\n"
-    "while ((left > 0)); do\n"
-    "  worst=0 who=\n"
+    "left=0\n"
+    "grace=2\n"
+    "# reap: the ranks that ended since the last call (kill -0 fails once bash has\n"
+    "# reaped one; wait gives its status).  Of those, the highest status names the\n"
+    "# cause (a signal > 2 bad input or setup > 1 a runtime error, such as a peer\n"
+    "# that left or timed out): worst, and its rank wrank\n"
+    "reap() {\n"
+    "  local pid st\n"
+    "  worst=0 wrank=\n"
     "  for pid in \"${pids[@]}\"; do\n"
     "    [[ -n ${done_[$pid]:-} ]] && continue\n"
     "    kill -0 \"$pid\" 2>/dev/null && continue\n"
@@ -135,15 +147,95 @@ static const char launch_tail[] =
     "    st=$?\n"
     "    done_[$pid]=1\n"
     "    left=$((left - 1))\n"
-    "    if ((st > worst)); then worst=$st who=${rank_of[$pid]}; fi\n"
+    "    if ((st > worst)); then worst=$st wrank=${rank_of[$pid]}; fi\n"
     "  done\n"
-    "  if ((worst != 0 && rc == 0)); then\n"
-    "    echo \"launch: rank $who failed (exit status $worst); stopping the other ranks\" >&3\n"
-    "    rc=$worst\n"
-    "    stop\n"
+    "}\n"
+    "# live: the pids of the ranks not reaped yet\n"
+    "running() {\n"
+    "  local pid\n"
+    "  live=()\n"
+    "  for pid in \"${pids[@]}\"; do [[ -n ${done_[$pid]:-} ]] || live+=(\"$pid\"); done\n"
+    "}\n"
+    "# end_ranks: SIGTERM and SIGCONT (a stopped process acts on a signal only once it\n"
+    "# runs) to the ranks still there, SIGKILL to those left after $grace s\n"
+    "end_ranks() {\n"
+    "  local k pid names=\n"
+    "  running\n"
+    "  ((${#live[@]})) || return 0\n"
+    "  kill -TERM \"${live[@]}\" 2>/dev/null\n"
+    "  kill -CONT \"${live[@]}\" 2>/dev/null\n"
+    "  for ((k = 0; k < grace * 20; k++)); do\n"
+    "    reap\n"
+    "    running\n"
+    "    ((${#live[@]})) || return 0\n"
+    "    sleep 0.05\n"
+    "  done\n"
+    "  for pid in \"${live[@]}\"; do names+=\"${names:+, }${rank_of[$pid]}\"; done\n"
+    "  echo \"launch: rank $names did not end within $grace s of SIGTERM: killed (SIGKILL)\" >&3\n"
+    "  kill -KILL \"${live[@]}\" 2>/dev/null\n"
+    "  wait \"${live[@]}\" 2>/dev/null\n"
+    "  for pid in \"${live[@]}\"; do done_[$pid]=1; done\n"
+    "  left=0\n"
+    "}\n"
+    "trap 'end_ranks; finish 130' INT\n"
+    "trap 'end_ranks; finish 143' TERM\n"
+    "for ((r = 0; r < world; r++)); do\n";
+
+/* The line that starts rank $r, by target. */
+static const char launch_cpu_rank[] =
+    "  NNSC_SECRET=$secret NNSC_LAUNCH_PID=$$ NNSC_RANK=$r \"$dir/rank$r\" \"$@\" 2>&3 3>&- &\n";
+static const char launch_cuda_rank[] =
+    "  NNSC_SECRET=$secret NNSC_LAUNCH_PID=$$ RANK=$r LOCAL_RANK=$r \"$dir/rank$r\" \"$@\" 2>&3 3>&- &\n";
+
+/* Both targets: wait for the ranks.  The first failure is the script's
+ * exit status and, where it is a signal or bad input, names the rank that
+ * failed.  A runtime error (status 1) may be a rank that gave up on a
+ * peer: the others get 1 s to follow (a rank told by its peers leaves
+ * within milliseconds), and the ranks still there then are the ones that
+ * stopped answering -- those whose process is stopped (state T) first.
+ * Then the rest are ended. */
+static const char launch_tail[] =
+    "  pids+=($!)\n"
+    "  rank_of[$!]=$r\n"
+    "  left=$((left + 1))\n"
+    "done\n"
+    "rc=0 settle=0 who=\n"
+    "# poll the ranks (kill -0) rather than wait -n: bash's wait -n can miss a\n"
+    "# child that ended before it was called and then waits on the filter forever\n"
+    "while ((left > 0)); do\n"
+    "  reap\n"
+    "  if ((worst > rc)); then   # the first failure, or a worse one while the others follow\n"
+    "    ((rc == 0)) && settle=20\n"
+    "    rc=$worst who=$wrank\n"
+    "    ((rc > 1)) && break\n"
+    "  fi\n"
+    "  if ((rc != 0 && left > 0)); then\n"
+    "    settle=$((settle - 1))\n"
+    "    ((settle <= 0)) && break\n"
     "  fi\n"
     "  ((left > 0)) && sleep 0.05\n"
     "done\n"
+    "if ((rc != 0)); then\n"
+    "  running\n"
+    "  stuck= stopped=\n"
+    "  if ((rc == 1)); then\n"
+    "    for pid in \"${live[@]}\"; do\n"
+    "      stuck+=\"${stuck:+, }${rank_of[$pid]}\"\n"
+    "      st=\n"
+    "      read -r st 2>/dev/null <\"/proc/$pid/stat\"\n"
+    "      st=${st##*) }\n"
+    "      [[ ${st:0:1} == [Tt] ]] && stopped+=\"${stopped:+, }${rank_of[$pid]}\"\n"
+    "    done\n"
+    "  fi\n"
+    "  if [[ -n $stopped ]]; then\n"
+    "    echo \"launch: rank $stopped stopped answering (its process is stopped: SIGSTOP, Ctrl-Z or a debugger), and its peers gave up waiting for it (rank $who first, exit status $rc); ending the job\" >&3\n"
+    "  elif [[ -n $stuck ]]; then\n"
+    "    echo \"launch: rank $stuck stopped answering: still running 1 s after rank $who gave up waiting (exit status $rc; its message says on what); ending the job\" >&3\n"
+    "  else\n"
+    "    echo \"launch: rank $who failed (exit status $rc); stopping the other ranks\" >&3\n"
+    "  fi\n"
+    "  end_ranks\n"
+    "fi\n"
     "finish $rc\n";
 
 static int write_file(const char *path, const char *text, int exec)

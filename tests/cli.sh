@@ -188,6 +188,29 @@ n=$(grep -c '^step [0-9]*/3 loss ' "$tmp/run.out")
 expect_rc 2 "a rank rejects an unknown flag" "$tmp/a/rank0" --frobnicate
 "$tmp/a/launch" --frobnicate >/dev/null 2>&1 && no "launch passes a failing rank's status" || ok "launch exits non-zero when ranks fail"
 
+# two runs with one exported NNSC_JOB: launch gives each its own secret, so
+# the second is refused (exit 2, saying why) while the first one's rank 0
+# waits for its own rank 1 (held back 2 s here) and trains as if alone
+mkdir -p "$tmp/slow"
+cp "$tmp/a/launch" "$tmp/slow/launch"
+ln -f "$tmp/a/rank" "$tmp/slow/rank" && ln -f "$tmp/a/rank" "$tmp/slow/rank0"
+printf '#!/usr/bin/env bash\nsleep 2\nexec "${0%%1}" "$@"\n' >"$tmp/slow/rank1"   # then: .../rank, as rank 1
+chmod +x "$tmp/slow/rank1"
+job="cli-two-$$"
+NNSC_JOB=$job "$tmp/slow/launch" --steps 3 --timeout 10 >"$tmp/A.out" 2>"$tmp/A.err" &
+apid=$!
+for ((k = 0; k < 500; k++)); do [[ -e /dev/shm/nnsc-$job ]] && break; sleep 0.01; done
+NNSC_JOB=$job "$tmp/a/launch" --steps 3 --timeout 10 >"$tmp/B.out" 2>"$tmp/B.err"
+brc=$?
+wait "$apid"
+arc=$?
+[[ $brc == 2 ]] && grep -q "another job with the same NNSC_JOB" "$tmp/B.err" &&
+  ok "two launches with one NNSC_JOB: the second is refused, exit 2 ($(grep -m1 'another job' "$tmp/B.err" | cut -c1-90)...)" ||
+  no "the second launch with one NNSC_JOB: exit $brc: $(cat "$tmp/B.err")"
+[[ $arc == 0 && $(grep -c '^step [0-9]*/3 loss ' "$tmp/A.out") == 3 ]] && ! grep -q "^rank" "$tmp/A.err" &&
+  ok "  ... and the first one's rank 0 waits for its own rank 1: 3 steps, exit 0" ||
+  no "the first launch with one NNSC_JOB: exit $arc: $(cat "$tmp/A.err")"
+
 # a build owns its -o directory: building a's 2-rank mlp again on 1 device removes what the first
 # build wrote (rank1, its .ll files) and nothing else (a folder of the user's); a directory holding
 # files no build wrote is refused, and so is a -o that is a file

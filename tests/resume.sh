@@ -3,7 +3,9 @@
 # under a dp x tp plan (4 ranks), checkpoints, a rank killed with SIGKILL at
 # a random moment, --resume, and the final weights bitwise equal to those of
 # the uninterrupted run; a rank killed mid-step stops the run within the
-# timeout, with and without the launcher's help.
+# timeout, with and without the launcher's help; a stopped rank is named and
+# ended by launch within the timeout and a grace; ranks end with a launch
+# killed by SIGKILL.
 #
 # Prints one line per check and "N passed, M failed"; exits 1 on failure.
 # RESUME_TRIALS (default 3) sets how many kill-and-resume trials run.
@@ -119,6 +121,69 @@ if wait_for_line "$tmp/K.log" "^step 3/" 60; then
 else
   no "launch: the long run did not start: $(tail -n 3 "$tmp/K.log")"
   kill -9 "$lpid" 2>/dev/null
+fi
+
+# wait_pid PID SECS: wait for the child PID at most SECS seconds; its status,
+# or 124 (it was still running: killed)
+wait_pid() {
+  local end=$((SECONDS + $2))
+  while kill -0 "$1" 2>/dev/null && ((SECONDS <= end)); do sleep 0.05; done
+  kill -0 "$1" 2>/dev/null && { kill -9 "$1" 2>/dev/null; wait "$1" 2>/dev/null; return 124; }
+  wait "$1"
+}
+
+# alive PIDS...: those of PIDS still running (a zombie has ended)
+alive() {
+  local p st
+  for p in "$@"; do
+    st=
+    read -r st 2>/dev/null <"/proc/$p/stat" || continue
+    st=${st##*) }
+    [[ ${st:0:1} != [ZX] ]] && printf "%s " "$p"
+  done
+}
+
+# ---- a rank stopped (SIGSTOP): its peers give up after --timeout, launch
+# names the stopped rank, ends it (SIGTERM + SIGCONT, then SIGKILL) and exits
+stop_s=2
+"$out/launch" --steps 1000 --threads 1 --timeout "$stop_s" >"$tmp/S.log" 2>&1 &
+lpid=$!
+started+=("$lpid")
+if wait_for_line "$tmp/S.log" "^step 3/" 60; then
+  pids=($(ranks_of "$lpid"))
+  t0=$(date +%s.%N)
+  kill -STOP "${pids[2]}" 2>/dev/null
+  wait_pid "$lpid" $((stop_s + 15))
+  rc=$?
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  left=$(alive "${pids[@]}")
+  line=$(grep '^launch: ' "$tmp/S.log")
+  if [[ $rc != 0 && $line == "launch: rank 2 stopped answering (its process is stopped"* && -z $left ]] &&
+     awk -v s="$secs" -v t="$stop_s" 'BEGIN { exit !(s < t + 4) }'; then
+    ok "launch: a stopped rank (SIGSTOP to rank 2) makes it exit $rc after ${secs} s (timeout ${stop_s} s), naming it, no rank left"
+  else
+    no "launch after SIGSTOP to rank 2: exit $rc after ${secs} s, ranks left: ${left:-none}, said: ${line:-nothing}"
+    [[ -n $left ]] && kill -9 $left 2>/dev/null   # this run's ranks, still there
+  fi
+else
+  no "launch: the run to stop did not start: $(tail -n 3 "$tmp/S.log")"
+fi
+
+# ---- launch killed (SIGKILL): its ranks end with it, none runs on
+"$out/launch" --steps 1000 --threads 1 --timeout "$timeout_s" >"$tmp/L.log" 2>&1 &
+lpid=$!
+started+=("$lpid")
+if wait_for_line "$tmp/L.log" "^step 3/" 60; then
+  pids=($(ranks_of "$lpid"))
+  kill -9 "$lpid"
+  wait "$lpid" 2>/dev/null
+  sleep 1
+  left=$(alive "${pids[@]}")
+  [[ ${#pids[@]} == 4 && -z $left ]] && ok "launch killed by SIGKILL: none of its 4 ranks runs a second later" ||
+    no "launch killed by SIGKILL: of ranks ${pids[*]}, still running: ${left:-none}"
+  [[ -n $left ]] && kill -9 $left 2>/dev/null   # this run's orphans
+else
+  no "launch: the run to kill did not start: $(tail -n 3 "$tmp/L.log")"
 fi
 
 # ---- the same without launch (a cluster launcher that does not stop the others):

@@ -10,7 +10,10 @@
  * Failure scenarios: a peer that dies, one that exits without rt_finish,
  * one that never arrives (timeout), and manifests that disagree on groups;
  * the surviving ranks must exit 1 with a message naming the peer within a
- * few seconds, and nothing may be left in /dev/shm.
+ * few seconds, and nothing may be left in /dev/shm.  Every scenario runs
+ * with a job secret, one without; a segment planted by another user (as
+ * root: chown to uid 65534) or open to group and others is refused, and
+ * two runs with one NNSC_JOB do not mix.
  */
 #include <errno.h>
 #include <math.h>
@@ -19,6 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +32,10 @@
 #include "check.h"
 #include "rt_internal.h"
 
+
+#define TSECRET "the-test-job-s-secret-0123456789"   /* the scenarios' NNSC_SECRET */
+
+static const char *child_secret = TSECRET;   /* NNSC_SECRET of the next child ("": none) */
 
 /* ---- inside a rank process */
 
@@ -398,6 +408,11 @@ static void child(const scen *s, int r, const char *job)
     setenv("NNSC_RANK", rs, 1);
     setenv("NNSC_WORLD", ws, 1);
     setenv("NNSC_JOB", job, 1);
+    unsetenv("NNSC_SECRET_FILE");
+    if (*child_secret)
+        setenv("NNSC_SECRET", child_secret, 1);
+    else
+        unsetenv("NNSC_SECRET");
     if (s->stage_kb)
         setenv("NNSC_SHM_STAGE_KB", s->stage_kb, 1);
     else
@@ -624,6 +639,162 @@ static void scen_fail(const scen *s, int idx, int culprit, int code, const char 
     cleanup(s, ro);
 }
 
+/* ---- the segment's owner and mode, and two runs with one NNSC_JOB */
+
+/* Start rank r of s alone, with NNSC_SECRET = secret ("" unset); output
+ * files named after tag. */
+static void spawn_rank(const scen *s, int r, const char *job, const char *secret, rank_out *ro,
+                       const char *tag)
+{
+    snprintf(ro->out, sizeof ro->out, "/tmp/rtcomm-%d-%s.out", (int)getpid(), tag);
+    snprintf(ro->err, sizeof ro->err, "/tmp/rtcomm-%d-%s.err", (int)getpid(), tag);
+    ro->status = -1;
+    child_secret = secret;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(ro->out, "w", stdout) || !freopen(ro->err, "w", stderr))
+            _exit(8);
+        child(s, r, job);
+    }
+    ro->pid = pid;
+    child_secret = TSECRET;
+}
+
+/* Wait for the rank of ro at most limit seconds (then SIGKILL). */
+static void wait_rank(rank_out *ro, double limit)
+{
+    double t0 = rt_now();
+    while (waitpid(ro->pid, &ro->status, WNOHANG) == 0) {
+        if (rt_now() - t0 > limit) {
+            kill(ro->pid, SIGKILL);
+            waitpid(ro->pid, &ro->status, 0);
+            ro->status = -1;
+            break;
+        }
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    ro->t_exit = rt_now() - t0;
+}
+
+/* Rank ro exited with code and its stderr holds want (and want2, unless NULL). */
+static int said(const rank_out *ro, int code, const char *want, const char *want2)
+{
+    char *e = slurp(ro->err);
+    int ok = exited_with(ro, code) && strstr(e, want) && (!want2 || strstr(e, want2));
+    if (!ok)
+        printf("     exit status %d, stderr: %s", ro->status, *e ? e : "(empty)\n");
+    free(e);
+    unlink(ro->out);
+    unlink(ro->err);
+    return ok;
+}
+
+/* Make /dev/shm/nnsc-JOB as another program would: mode, and owner uid (-1: this user). */
+static int plant(const char *job, int mode, int uid)
+{
+    char name[128];
+    snprintf(name, sizeof name, "/nnsc-%s", job);
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        return 0;
+    int ok = ftruncate(fd, 1 << 16) == 0 && fchmod(fd, (mode_t)mode) == 0 &&
+             (uid < 0 || fchown(fd, (uid_t)uid, (gid_t)uid) == 0);
+    close(fd);
+    return ok;
+}
+
+/* A segment another user made, or one its group or others can open: refused (exit 2, named), never used or removed. */
+static void test_owner(int idx)
+{
+    scen s = {"planted segment", 2, 1, {{2, {0, 1}}}, NULL, "2", {0}, SC_ALL};
+    char job[64], path[128];
+    rank_out ro;
+    snprintf(job, sizeof job, "test-comm-%d-%d", (int)getpid(), idx);
+    snprintf(path, sizeof path, "/dev/shm/nnsc-%s", job);
+    if (geteuid() != 0) {
+        printf("skip  a segment of another user: chown needs root here\n");
+    } else if (plant(job, 0666, 65534)) {
+        /* the attack: another user pre-creates the job's segment, open to all */
+        spawn_rank(&s, 0, job, TSECRET, &ro, "own0");
+        wait_rank(&ro, 10);
+        check(said(&ro, 2, path, "belongs to uid 65534, not to this user (uid 0): refusing it"),
+              "a segment of uid 65534: rank 0 refuses it, exit 2, naming %s", path);
+        spawn_rank(&s, 1, job, TSECRET, &ro, "own1");
+        wait_rank(&ro, 10);
+        check(said(&ro, 2, path, "belongs to uid 65534"), "  ... and so does a peer rank");
+        check(access(path, F_OK) == 0, "  ... which leaves it in place (it is not ours to remove)");
+        shm_unlink(path + 8);
+    } else {
+        check(0, "could not plant a segment of uid 65534 at %s", path);
+    }
+    if (plant(job, 0666, -1)) {
+        spawn_rank(&s, 1, job, TSECRET, &ro, "mode1");
+        wait_rank(&ro, 10);
+        check(said(&ro, 2, path, "can be opened by its group or others (mode 0666): refusing it"),
+              "a segment its group and others can open: a peer refuses it before mapping, exit 2");
+        shm_unlink(path + 8);
+    } else {
+        check(0, "could not plant a segment at %s", path);
+    }
+}
+
+/* Two runs with one NNSC_JOB, each with its own secret: the second's ranks
+ * are refused with a message, the first's rank 0 waits for its own. */
+static void test_two_jobs(int idx)
+{
+    scen s = {"two runs, one NNSC_JOB", 2, 1, {{2, {0, 1}}}, NULL, "5", {1, 1000, 0}, SC_ALL};
+    char job[64];
+    rank_out a0, a1, b0, b1, n0, n1;
+    snprintf(job, sizeof job, "test-comm-%d-%d", (int)getpid(), idx);
+    const char *other = "another-run-s-secret-0123456789";
+    spawn_rank(&s, 0, job, TSECRET, &a0, "a0");
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/nnsc-%s", job);
+    for (int k = 0; k < 2000 && access(path, F_OK) != 0; k++) {   /* run A's rank 0 is up */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    spawn_rank(&s, 1, job, other, &b1, "b1");
+    wait_rank(&b1, 10);
+    check(said(&b1, 2, "belongs to another job with the same NNSC_JOB: its rank 0 (pid",
+               "does not know this job's secret (NNSC_SECRET), so this rank does not join it"),
+          "%s: run B's rank 1 refuses run A's segment, exit 2, saying why", s.name);
+    spawn_rank(&s, 0, job, other, &b0, "b0");
+    wait_rank(&b0, 10);
+    check(said(&b0, 2, "is in use by another job with the same NNSC_JOB (its rank 0 is pid",
+               "refusing to take it over  hint: give each run its own NNSC_JOB"),
+          "%s: run B's rank 0 does not take over run A's segment, exit 2", s.name);
+    spawn_rank(&s, 1, job, TSECRET, &a1, "a1");
+    wait_rank(&a1, 20);
+    wait_rank(&a0, 20);
+    merge_checks(&s, (rank_out[2]){a0, a1});
+    check(exited_with(&a0, 0) && exited_with(&a1, 0), "%s: run A's rank 0 waited for its own rank 1, "
+          "and both exit 0", s.name);
+    if (!exited_with(&a0, 0) || !exited_with(&a1, 0)) {
+        show_err(&a0, 0);
+        show_err(&a1, 1);
+    }
+    check(shm_clean(job), "%s: nothing left in /dev/shm", s.name);
+    cleanup(&s, (rank_out[2]){a0, a1});
+    /* a secret on one side only: refused too */
+    spawn_rank(&s, 0, job, "", &n0, "n0");
+    for (int k = 0; k < 2000 && access(path, F_OK) != 0; k++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    spawn_rank(&s, 1, job, TSECRET, &n1, "n1");
+    wait_rank(&n1, 10);
+    check(said(&n1, 2, "runs without a job secret and this rank with one", NULL),
+          "a rank with a secret refuses a rank 0 without one, exit 2");
+    kill(n0.pid, SIGKILL);
+    wait_rank(&n0, 10);
+    unlink(n0.out);
+    unlink(n0.err);
+    shm_unlink(path + 8);   /* rank 0 was killed before its peers met it */
+}
+
 /* world == 1: no shared memory, collectives are copies or no-ops. */
 static void test_world1(void)
 {
@@ -687,6 +858,12 @@ int main(int argc, char **argv)
     scen_ok(&s3, idx++);
     scen_ok(&s4, idx++);
     scen_ok(&big, idx++);
+    child_secret = "";   /* the shared-memory transport runs without a secret too */
+    scen nos = {"world 2 without a secret", 2, 1, {{2, {0, 1}}}, "4", "20", {1, 1000, 0}, SC_ALL};
+    scen_ok(&nos, idx++);
+    child_secret = TSECRET;
+    test_owner(idx++);
+    test_two_jobs(idx++);
 
     scen die = {"dead peer", 3, 1, {{3, {0, 1, 2}}}, NULL, "5", {0}, SC_DIE};
     scen_fail(&die, idx++, 2, 1, "peer rank 2 died in allreduce on group 0", 4.0, -1);

@@ -17,8 +17,13 @@
  * dies in a collective or between collectives (the watchdog); a rank that
  * stops with an error; rank 0 dying; a rank that times out; ranks out of
  * step; another world size, another build, a rank started twice, stray
- * connections; NCCL that cannot be loaded, and with the installed NCCL (no
- * GPU here) a clean failure in ncclCommInitRank.
+ * connections; the job secret: SHA-256 and HMAC-SHA-256 against the NIST
+ * and RFC 4231 vectors, a peer with another secret refused while rank 0
+ * waits on for its own, a rank 0 with another secret refused by its peer,
+ * no secret, a short one, a secret file (fit, readable by others, missing),
+ * rank 0 listening on MASTER_ADDR's address only; NCCL that cannot be
+ * loaded, and with the installed NCCL (no GPU here) a clean failure in
+ * ncclCommInitRank.
  *
  * --keep: leave the ranks' stdout/stderr files and print where they are.
  */
@@ -43,6 +48,8 @@
 /* net.c's heartbeat (not in rt_internal.h yet). */
 
 static char tmpdir[256];   /* per-run directory for the ranks' output */
+
+#define SECRET "test-secret-of-this-job-0123456789"   /* the job secret of the scenarios */
 
 /* ---- helpers */
 
@@ -99,6 +106,16 @@ static void sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
+}
+
+/* A file of mode `mode` holding text under tmpdir; its path into path. */
+static void secret_file(const char *name, const char *text, int mode, char *path, size_t len)
+{
+    snprintf(path, len, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    chmod(path, (mode_t)mode);
 }
 
 /* A minimal context: what net.c and nccl.c read (no manifest text, no arena). */
@@ -174,6 +191,8 @@ typedef struct scen {
     double timeout;         /* ctx->timeout */
     int kind;               /* SC_* */
     int beats;              /* SC_COLL: rank 1 busy for longer than the timeout, beating */
+    const char *secret_of[8];   /* process k's NNSC_SECRET (NULL: SECRET; "": none) */
+    const char *secret_file;    /* NNSC_SECRET_FILE of every process, or NULL */
     int port;               /* set by run() */
 } scen;
 
@@ -274,6 +293,15 @@ static int rank_main(const scen *s, int k)
         setenv("NNSC_MASTER_ADDR", s->nnsc_addr, 1);
     else
         unsetenv("NNSC_MASTER_ADDR");
+    const char *secret = s->secret_of[k] ? s->secret_of[k] : SECRET;
+    if (*secret)
+        setenv("NNSC_SECRET", secret, 1);
+    else
+        unsetenv("NNSC_SECRET");
+    if (s->secret_file)
+        setenv("NNSC_SECRET_FILE", s->secret_file, 1);
+    else
+        unsetenv("NNSC_SECRET_FILE");
     rt_ctx *ctx = mkctx(r, w, s->model_of[k] ? s->model_of[k] : "nettest", s->timeout);
     rt_net_init(ctx);
     rcheck(1, "rendezvous");
@@ -672,6 +700,17 @@ static void test_strays(int *idx)
             sleep_s(0.01);
         }
     }
+    /* rank 0 listens on MASTER_ADDR's address (127.0.0.1), not on every
+       interface: another address of this host (127.0.0.2) is refused */
+    struct sockaddr_in other = {0};
+    other.sin_family = AF_INET;
+    other.sin_addr.s_addr = htonl(0x7f000002);
+    other.sin_port = htons((uint16_t)s.port);
+    int ofd = socket(AF_INET, SOCK_STREAM, 0);
+    int oc = connect(ofd, (struct sockaddr *)&other, sizeof other), oe = errno;
+    check(fds[0] >= 0 && oc != 0 && oe == ECONNREFUSED, "%s: rank 0 listens on MASTER_ADDR "
+          "127.0.0.1 only (127.0.0.2:%d refused)", s.name, s.port);
+    close(ofd);
     char junk[200];
     memset(junk, 'x', sizeof junk);
     (void)!write(fds[1], junk, sizeof junk);   /* garbage: not a hello */
@@ -727,7 +766,7 @@ static int in_child(void (*fn)(void *), void *arg, char **err)
 
 /* Variables for one environment case ("NAME=value", NULL ends). */
 typedef struct envcase {
-    const char *set[4];     /* assignments */
+    const char *set[5];     /* assignments */
     int code;               /* expected exit status */
     const char *msg;        /* expected in stderr */
     const char *msg2;       /* also expected, or NULL */
@@ -738,10 +777,10 @@ static void env_child(void *arg)
 {
     const envcase *e = arg;
     static const char *const vars[] = {"MASTER_ADDR", "MASTER_PORT", "NNSC_MASTER_ADDR",
-                                       "NNSC_MASTER_PORT"};
-    for (size_t k = 0; k < 4; k++)
+                                       "NNSC_MASTER_PORT", "NNSC_SECRET", "NNSC_SECRET_FILE"};
+    for (size_t k = 0; k < 6; k++)
         unsetenv(vars[k]);
-    for (int k = 0; k < 4 && e->set[k]; k++)
+    for (int k = 0; k < 5 && e->set[k]; k++)
         putenv((char *)e->set[k]);
     rt_ctx *ctx = mkctx(1, 2, "nettest", 1.0);
     rt_net_init(ctx);
@@ -773,10 +812,33 @@ static void test_env(void)
             printf("      exit %d: %s", code, err);
         free(err);
     }
-    /* an unknown host: exit 2 naming it (when the resolver answers at all) */
-    char port[32];
+    /* the job secret: none, too short, a file others can read, a missing file */
+    char port[32], open_file[600], missing[600], path[400];
     snprintf(port, sizeof port, "MASTER_PORT=%d", free_port());
-    envcase unknown = {{"MASTER_ADDR=no-such-host.invalid", port}, 2, "", NULL};
+    secret_file("secret.644", SECRET, 0644, path, sizeof path);
+    snprintf(open_file, sizeof open_file, "NNSC_SECRET_FILE=%s", path);
+    snprintf(missing, sizeof missing, "NNSC_SECRET_FILE=%s/no-such-secret", tmpdir);
+    const envcase secrets[] = {
+        {{"MASTER_ADDR=127.0.0.1", port}, 2, "rank 1: no job secret: the ranks of a cuda-target job "
+         "prove to each other", "  hint: export NNSC_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')"},
+        {{"MASTER_ADDR=127.0.0.1", port, "NNSC_SECRET=short"}, 2, "rank 1: the job secret in NNSC_SECRET "
+         "has 5 bytes: at least 16 are needed", "hint:"},
+        {{"MASTER_ADDR=127.0.0.1", port, open_file}, 2, "can be read by its group or others (mode "
+         "0644): a job secret must be readable only by you  hint: chmod 600 ", NULL},
+        {{"MASTER_ADDR=127.0.0.1", port, missing}, 2, "no-such-secret: No such file or directory", NULL},
+    };
+    for (size_t k = 0; k < sizeof secrets / sizeof secrets[0]; k++) {
+        char *err;
+        int code = in_child(env_child, (void *)&secrets[k], &err);
+        int ok = code == 2 && strstr(err, secrets[k].msg) && (!secrets[k].msg2 || strstr(err, secrets[k].msg2));
+        check(ok, "job secret %s: exit 2, \"%s\"", secrets[k].set[2] ? secrets[k].set[2] : "unset",
+              secrets[k].msg);
+        if (!ok)
+            printf("      exit %d: %s", code, err);
+        free(err);
+    }
+    /* an unknown host: exit 2 naming it (when the resolver answers at all) */
+    envcase unknown = {{"MASTER_ADDR=no-such-host.invalid", port, "NNSC_SECRET=" SECRET}, 2, "", NULL};
     char *err;
     int code = in_child(env_child, &unknown, &err);
     if (code == 1 && strstr(err, "name lookup"))
@@ -830,6 +892,201 @@ static void test_local_rank(void)
             printf("      exit %d: %s", code, err);
         free(err);
     }
+}
+
+/* ---- the job secret */
+
+/* Lower-case hex of n bytes into out (2n + 1 bytes). */
+static void hex(const unsigned char *p, size_t n, char *out)
+{
+    for (size_t k = 0; k < n; k++)
+        snprintf(out + 2 * k, 3, "%02x", p[k]);
+}
+
+/* SHA-256 (FIPS 180-4; NIST's examples) and HMAC-SHA-256 (RFC 4231's test cases). */
+static void test_hash(void)
+{
+    static char million[1000001];
+    memset(million, 'a', 1000000);
+    static const struct { const char *msg, *want; } sha[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+        {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqr"
+         "lmnopqrsmnopqrstnopqrstu", "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
+        {million, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"},
+    };
+    for (size_t k = 0; k < sizeof sha / sizeof sha[0]; k++) {
+        unsigned char d[RT_SHA256_LEN], d2[RT_SHA256_LEN];
+        char got[2 * RT_SHA256_LEN + 1];
+        size_t n = strlen(sha[k].msg);
+        rt_sha256(sha[k].msg, n, d);
+        hex(d, sizeof d, got);
+        /* the same bytes fed in pieces of 1, 2, 3, ... bytes */
+        rt_sha256_state st;
+        rt_sha256_init(&st);
+        for (size_t at = 0, step = 1; at < n; at += step, step = step % 97 + 1)
+            rt_sha256_update(&st, sha[k].msg + at, n - at < step ? n - at : step);
+        rt_sha256_final(&st, d2);
+        check(!strcmp(got, sha[k].want) && !memcmp(d, d2, sizeof d), "SHA-256 of %zu bytes (%.12s%s): "
+              "%s, also in pieces", n, sha[k].msg, n > 12 ? "..." : "", sha[k].want);
+    }
+    unsigned char k1[20], k3[20], d3[50], k4[25], d4[50], k5[20], k6[131];
+    memset(k1, 0x0b, sizeof k1);
+    memset(k3, 0xaa, sizeof k3);
+    memset(d3, 0xdd, sizeof d3);
+    for (int j = 0; j < 25; j++)
+        k4[j] = (unsigned char)(j + 1);
+    memset(d4, 0xcd, sizeof d4);
+    memset(k5, 0x0c, sizeof k5);
+    memset(k6, 0xaa, sizeof k6);
+    static const char m7[] = "This is a test using a larger than block-size key and a larger than "
+                             "block-size data. The key needs to be hashed before being used by the "
+                             "HMAC algorithm.";
+    static const char m6[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+    const struct { const void *key; size_t klen; const void *msg; size_t mlen; const char *want; } mac[] = {
+        {k1, 20, "Hi There", 8, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+        {"Jefe", 4, "what do ya want for nothing?", 28,
+         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+        {k3, 20, d3, 50, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+        {k4, 25, d4, 50, "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
+        {k5, 20, "Test With Truncation", 20, "a3b6167473100ee06e0c796c2955552b"},   /* 128 bits */
+        {k6, 131, m6, strlen(m6), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+        {k6, 131, m7, strlen(m7), "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+    };
+    for (size_t k = 0; k < sizeof mac / sizeof mac[0]; k++) {
+        unsigned char t[RT_SHA256_LEN];
+        char got[2 * RT_SHA256_LEN + 1];
+        rt_hmac_sha256(mac[k].key, mac[k].klen, mac[k].msg, mac[k].mlen, t);
+        hex(t, sizeof t, got);
+        check(!strncmp(got, mac[k].want, strlen(mac[k].want)), "HMAC-SHA-256, RFC 4231 test case %zu: %s",
+              k + 1, mac[k].want);
+    }
+    unsigned char a[40] = {0}, b[40] = {0};
+    int eq = rt_ct_equal(a, b, 40);
+    b[39] = 1;
+    int ne1 = !rt_ct_equal(a, b, 40);
+    b[39] = 0;
+    b[0] = 0x80;
+    check(eq && ne1 && !rt_ct_equal(a, b, 40) && rt_ct_equal(a, b + 1, 39),
+          "constant-time compare: equal, a difference in the last or the first byte");
+}
+
+/* A forged peer: connect to rank 0 at port (retrying while it starts),
+ * send a well-formed hello of rank 1 of 2, read the challenge, answer with
+ * a proof of random bytes, and put the reason of rank 0's reject into why. */
+static void forge_peer(int port, char *why, size_t len)
+{
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    int fd = -1;
+    for (int tries = 0; tries < 400 && fd < 0; tries++) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            close(fd);
+            fd = -1;
+            sleep_s(0.01);
+        }
+    }
+    /* net.c's wire format: header {type, what, seq, len} little-endian, then
+       the hello {magic, version 2, rank, world, build, model, nonce} */
+    unsigned char hello[24 + 128] = {0}, ch[24 + 64], proof[24 + 32], hdr[24];
+    hello[0] = 1;                                       /* NET_T_HELLO */
+    hello[16] = 128;                                    /* payload bytes */
+    memcpy(hello + 24, "nnsc-net", 8);                  /* NET_MAGIC, little-endian */
+    hello[24 + 8] = 2;                                  /* NET_VERSION */
+    hello[24 + 12] = 1;                                 /* rank 1 */
+    hello[24 + 16] = 2;                                 /* of 2 */
+    memcpy(hello + 24 + 32, "nettest", 7);
+    for (int k = 0; k < 32; k++)
+        hello[24 + 96 + k] = (unsigned char)(k * 37 + 1);
+    memset(proof, 0, sizeof proof);
+    proof[0] = 8;                                       /* NET_T_PROOF */
+    proof[16] = 32;
+    for (int k = 0; k < 32; k++)
+        proof[24 + k] = (unsigned char)(k * 11 + 5);    /* not the HMAC: no secret here */
+    snprintf(why, len, "(no answer)");
+    if (fd < 0 || write(fd, hello, sizeof hello) != (ssize_t)sizeof hello ||
+        recv(fd, ch, sizeof ch, MSG_WAITALL) != (ssize_t)sizeof ch || ch[0] != 7 ||
+        write(fd, proof, sizeof proof) != (ssize_t)sizeof proof ||
+        recv(fd, hdr, sizeof hdr, MSG_WAITALL) != (ssize_t)sizeof hdr || hdr[0] != 3) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    size_t rl = (size_t)hdr[16] | (size_t)hdr[17] << 8, n = rl < len - 1 ? rl : len - 1;
+    ssize_t r = recv(fd, why, n, MSG_WAITALL);
+    why[r > 0 ? r : 0] = 0;
+    close(fd);
+}
+
+/* Rank 0 and its peers with and without the job's secret, over TCP. */
+static void test_secrets(int *idx)
+{
+    /* peers that do not know the secret: a rank of another job (which finds
+       that rank 0 is not its own and leaves) and a forged client (a right
+       hello, a wrong proof: refused); rank 0 says so of both, waits on, and
+       the job's own rank 1 joins */
+    scen s = mk("peers with another secret", 2, SC_INIT, 6.0);
+    s.nproc = 3;
+    s.rank_of[1] = s.rank_of[2] = 1;
+    s.secret_of[1] = "the-secret-of-another-job-9876543210";
+    proc p[3];
+    s.port = free_port();
+    double t0 = now_s();
+    p[0].pid = spawn(&s, 0, *idx);
+    p[1].pid = spawn(&s, 1, *idx);   /* the other job's rank first */
+    reap(&p[1], 1, t0, 10);
+    char reject[600] = "";
+    forge_peer(s.port, reject, sizeof reject);
+    p[2].pid = spawn(&s, 2, *idx);
+    proc q[2] = {p[0], p[2]};
+    reap(q, 2, t0, 20);
+    p[0] = q[0];
+    p[2] = q[1];
+    for (int k = 0; k < 3; k++) {
+        char path[400];
+        snprintf(path, sizeof path, "%s/s%d.p%d.out", tmpdir, *idx, k);
+        p[k].out = slurp(path);
+        snprintf(path, sizeof path, "%s/s%d.p%d.err", tmpdir, *idx, k);
+        p[k].err = slurp(path);
+    }
+    (*idx)++;
+    expect_proc(&s, p, 1, 2, "rank 1: the process listening at 127.0.0.1:", "is not this job's rank "
+                "0: it does not know this job's secret (NNSC_SECRET), so this rank does not join it", 3.0);
+    check(strstr(reject, "rank 0 refused the connection: it does not know this job's secret") != NULL,
+          "%s: a forged peer (right hello, wrong proof) is refused: \"%s\"", s.name, reject);
+    check(p[0].code == 0 && strstr(p[0].err, "claiming rank 1 left before proving this job's secret") &&
+              strstr(p[0].err, "rank 0: refused a connection from 127.0.0.1:") &&
+              strstr(p[0].err, "claiming rank 1: it does not know this job's secret") &&
+              strstr(p[0].err, "still waiting for this job's ranks") && strstr(p[0].out, "CHECK freed 1"),
+          "%s: rank 0 says so of both, waits on, and finishes with its own rank 1", s.name);
+    check(p[2].code == 0 && strstr(p[2].out, "CHECK freed 1") && !p[2].err[0],
+          "%s: the job's own rank 1 joins after the refusals and exits 0", s.name);
+    for (int k = 0; k < 3; k++)
+        if (k != 1 && !strstr(p[k].out, "CHECK freed 1"))
+            show(&p[k], k);
+    drop(p, 3);
+
+    /* a rank 0 that does not know the secret: its peer leaves before it proves anything */
+    scen r0 = mk("a rank 0 with another secret", 2, SC_INIT, 1.0);
+    r0.secret_of[0] = "the-secret-of-another-job-9876543210";
+    run(&r0, (*idx)++, p, 15);
+    expect_proc(&r0, p, 1, 2, "rank 1: the process listening at 127.0.0.1:", "is not this job's rank "
+                "0: it does not know this job's secret (NNSC_SECRET)", 3.0);
+    expect_proc(&r0, p, 0, 1, "rank 0: rank 1 did not join the job within 1 s", NULL, 3.0);
+    drop(p, 2);
+
+    /* the secret from a file only its owner can read */
+    char path[400];
+    secret_file("secret.ok", SECRET "\n", 0600, path, sizeof path);
+    scen f = mk("2 ranks, NNSC_SECRET_FILE", 2, SC_INIT, 5.0);
+    f.secret_of[0] = f.secret_of[1] = "";
+    f.secret_file = path;
+    expect_ok(&f, (*idx)++, 15);
 }
 
 /* ---- NCCL */
@@ -933,11 +1190,13 @@ int main(int argc, char **argv)
          *v; v++)
         unsetenv(*v);
     int idx = 0;
+    test_hash();
     test_local_rank();
     test_env();
     test_collectives(&idx);
     test_strays(&idx);
     test_failures(&idx);
+    test_secrets(&idx);
     test_nccl(&idx);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

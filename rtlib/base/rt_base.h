@@ -5,6 +5,7 @@
  *   sys.c     clock, rt_fatal / rt_warn / rt_out, rt_big_alloc
  *   box.c     boxes of row-major tensors, the FNV-1a name hash
  *   trace.c   --trace FILE, the measured task and step timeline
+ *   auth.c    the job secret, SHA-256, HMAC-SHA-256, random nonces
  *
  * The layers, each a folder with its header, each calling only the ones
  * before it (tests/layers.sh checks both includes and symbols):
@@ -214,6 +215,11 @@ void rt_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Write len bytes of buf to fd with one write(2) (more only if the kernel
  * takes part: a pipe takes up to PIPE_BUF bytes whole). */
 void rt_write_all(int fd, const char *buf, size_t len);
+/* Under out/launch ($NNSC_LAUNCH): die with the launcher (PR_SET_PDEATHSIG,
+ * SIGKILL), so that a launcher killed by SIGKILL leaves no rank running;
+ * exits 1 if the launcher ($NNSC_LAUNCH_PID, else the parent of now) is
+ * gone already.  Does nothing outside launch. */
+void rt_watch_launcher(rt_ctx *ctx);
 /* A broken invariant inside rtlib (a caller bug): message with file:line, abort. */
 #define RT_ASSERT(cond) \
     do { if (!(cond)) rt_assert_fail(__FILE__, __LINE__, #cond); } while (0)
@@ -247,6 +253,61 @@ void rt_box_iter_init(rt_box_iter *it, int ndim, const int64_t *shape, const int
                       const int64_t *hi);
 /* Advance to the next run; 0 when there is none. */
 int rt_box_iter_next(rt_box_iter *it);
+
+/* ---- auth.c: the job secret and what the ranks prove it with */
+
+#define RT_SHA256_LEN 32     /* bytes of a SHA-256 digest and of an HMAC-SHA-256 tag */
+#define RT_NONCE_LEN 32      /* bytes of a nonce of the challenge-response */
+#define RT_SECRET_MIN 16     /* fewest bytes of a job secret */
+#define RT_SECRET_MAX 1024   /* one more than the most bytes of a job secret */
+
+/* A SHA-256 computation in progress (FIPS 180-4). */
+typedef struct rt_sha256_state {
+    uint32_t h[8];              /* the hash value so far */
+    uint64_t len;               /* bytes hashed */
+    unsigned char buf[64];      /* the partial block */
+    size_t nbuf;                /* bytes in buf */
+} rt_sha256_state;
+
+void rt_sha256_init(rt_sha256_state *s);
+void rt_sha256_update(rt_sha256_state *s, const void *data, size_t n);
+/* The digest into out; s is wiped. */
+void rt_sha256_final(rt_sha256_state *s, unsigned char out[RT_SHA256_LEN]);
+/* The digest of n bytes at one go. */
+void rt_sha256(const void *data, size_t n, unsigned char out[RT_SHA256_LEN]);
+
+/* An HMAC-SHA-256 computation in progress (RFC 2104). */
+typedef struct rt_hmac_state {
+    rt_sha256_state inner;            /* H(K ^ ipad || text ...) */
+    rt_sha256_state outer;            /* H(K ^ opad || ...), fed at the end */
+} rt_hmac_state;
+
+void rt_hmac_init(rt_hmac_state *h, const void *key, size_t klen);
+void rt_hmac_update(rt_hmac_state *h, const void *data, size_t n);
+void rt_hmac_final(rt_hmac_state *h, unsigned char out[RT_SHA256_LEN]);
+/* The tag of n bytes at one go. */
+void rt_hmac_sha256(const void *key, size_t klen, const void *data, size_t n,
+                    unsigned char out[RT_SHA256_LEN]);
+/* 1 if the n bytes at a and b are equal; takes the same time wherever they differ. */
+int rt_ct_equal(const void *a, const void *b, size_t n);
+/* n random bytes from the kernel (getrandom); exits 1 if there are none. */
+void rt_random(rt_ctx *ctx, void *buf, size_t n);
+
+/* The job's secret. */
+typedef struct rt_secret {
+    unsigned char key[RT_SECRET_MAX];   /* its bytes (the HMAC key) */
+    size_t len;                         /* how many */
+    char from[24];                      /* "NNSC_SECRET" or "NNSC_SECRET_FILE", for messages */
+} rt_secret;
+
+/* The secret from $NNSC_SECRET, else from the file $NNSC_SECRET_FILE (a
+ * regular file of this user, no access for group or others; a trailing
+ * newline is dropped).  Returns 1 with it in s, 0 when neither is set;
+ * a secret that is unfit (too short or long, a file others can read):
+ * message and exit 2. */
+int rt_job_secret(rt_ctx *ctx, rt_secret *s);
+/* Overwrite the secret's bytes. */
+void rt_secret_wipe(rt_secret *s);
 
 /* ---- trace.c: --trace FILE, the measured task and step timeline */
 typedef struct rt_trace rt_trace;

@@ -8,10 +8,12 @@
  * layers above set (comm: tell the peers; cuda: abort NCCL too).
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,6 +90,26 @@ void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
     if (ctx && ctx->on_fatal)
         ctx->on_fatal(ctx);   /* the layers above: tell peers, stop collectives */
     exit(code);
+}
+
+void rt_watch_launcher(rt_ctx *ctx)
+{
+    if (!ctx->launched)
+        return;
+    /* the launcher's pid: launch gives it, else the parent before the prctl */
+    const char *e = getenv("NNSC_LAUNCH_PID");
+    char *end;
+    long want = e && *e ? strtol(e, &end, 10) : 0;
+    if (!e || !*e || *end || want <= 1)
+        want = (long)getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        rt_warn(ctx, "cannot ask to end with the launcher (prctl: %s): if it is killed, stop "
+                "this rank by hand", strerror(errno));
+    /* it may have died before the prctl took effect: then no signal comes.
+       A parent other than the launcher (a wrapper it started) is watched
+       instead while the launcher lives. */
+    if ((long)getppid() != want && kill((pid_t)want, 0) != 0 && errno == ESRCH)
+        rt_fatal(ctx, 1, "the launcher (pid %ld) is gone: not starting", want);
 }
 
 void rt_assert_fail(const char *file, int line, const char *what)

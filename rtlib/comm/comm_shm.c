@@ -44,7 +44,7 @@
 #include "comm/rt_comm.h"
 
 #define SHM_MAGIC UINT64_C(0x6e6e73632d73686d)   /* "nnsc-shm" */
-#define SHM_VERSION 2
+#define SHM_VERSION 3
 #define SHM_DEFAULT_HALF (INT64_C(2) << 20)       /* 2 MiB per staging half */
 
 /* States of a rank in the segment. */
@@ -58,10 +58,10 @@ enum {
 /* The segment header (written by rank 0 before it publishes magic). */
 typedef struct shm_hdr {
     _Atomic uint64_t magic;        /* SHM_MAGIC once the segment is ready */
-    uint32_t version;              /* SHM_VERSION */
+    uint32_t version;              /* SHM_VERSION (magic and version stay first in every layout) */
     int32_t world;                 /* number of ranks */
     int32_t nslots;                /* 1 + number of manifest groups */
-    int32_t pad0;                  /* (alignment) */
+    int32_t pid0;                  /* rank 0's process id (a live one: the segment is in use) */
     uint64_t groups_hash;          /* hash of the group table: all manifests must agree */
     uint64_t total;                /* segment bytes */
     int64_t half;                  /* bytes per staging half */
@@ -69,13 +69,19 @@ typedef struct shm_hdr {
                                       plus 1) and the peer it blamed (bits 32..62,
                                       plus 1; 0 if it failed by itself); bit 63: the
                                       peer timed out (else it died) */
+    int32_t auth;                  /* 1: the job has a secret, and tag0 proves rank 0 knows it */
+    int32_t pad1;                  /* (alignment) */
+    unsigned char nonce0[RT_NONCE_LEN];   /* rank 0's fresh nonce */
+    unsigned char tag0[RT_SHA256_LEN];    /* shm_tag(rank 0): HMAC over the name and nonce0 */
 } shm_hdr;
 
-/* Per-rank record, one cache line. */
+/* Per-rank record, two cache lines. */
 typedef struct shm_rank {
     _Atomic int32_t pid;           /* process id once attached, else 0 */
     _Atomic int32_t state;         /* SHM_* */
     _Atomic uint64_t beat;         /* bumped by long file I/O (rt_comm_beat) */
+    unsigned char nonce[RT_NONCE_LEN];    /* a peer's fresh nonce (auth) */
+    unsigned char tag[RT_SHA256_LEN];     /* shm_tag(this rank): it knows the secret (auth) */
     char pad[48];                  /* keep ranks on separate lines */
 } shm_rank;
 
@@ -100,6 +106,9 @@ typedef struct shm_pair {
 struct rt_comm {
     int rank;                      /* this process's rank */
     char name[NAME_MAX];           /* shm name, "/nnsc-..." */
+    char path[NAME_MAX + 16];      /* its file, "/dev/shm/nnsc-...", for messages */
+    rt_secret secret;              /* the job's secret (auth), wiped once every rank is in */
+    int auth;                      /* 1: the job has a secret */
     int linked;                    /* rank 0: the name still exists */
     void *base;                    /* mapping */
     size_t size;                   /* mapping bytes */
@@ -480,6 +489,120 @@ static void shm_atexit(void)
         shm_unlink(c->name);
 }
 
+/* ---- ownership and authentication
+ *
+ * Anyone on the host may create a file in /dev/shm, so a segment is used
+ * only when it is this user's and closed to everyone else (fstat before
+ * mapping), and rank 0 creates its own with O_EXCL, never taking over or
+ * removing one another user owns or another live job uses.  With a job
+ * secret, rank 0 proves in the header that it knows it (tag0: an HMAC over
+ * the segment's name and a fresh nonce) and every peer, before it writes a
+ * byte, checks that proof, then leaves its own in its rank record (over
+ * rank 0's nonce, its rank and a nonce of its own), which rank 0 checks once
+ * all are in: ranks of two runs that share an NNSC_JOB never mix. */
+
+#define SHM_HINT "  hint: give each run its own NNSC_JOB, or leave it unset (out/launch makes a " \
+                 "fresh one per run)"
+
+/* The tag rank r proves the secret with: HMAC(secret, "nnsc-shm rank" || r ||
+ * name || nonce0 [|| nonce, for a peer]). */
+static void shm_tag(const rt_comm *c, int r, const unsigned char *nonce0, const unsigned char *nonce,
+                    unsigned char out[RT_SHA256_LEN])
+{
+    unsigned char rb[4] = {(unsigned char)r, (unsigned char)(r >> 8), (unsigned char)(r >> 16),
+                           (unsigned char)(r >> 24)};
+    rt_hmac_state h;
+    rt_hmac_init(&h, c->secret.key, c->secret.len);
+    rt_hmac_update(&h, "nnsc-shm rank", 13);
+    rt_hmac_update(&h, rb, 4);
+    rt_hmac_update(&h, c->name, strlen(c->name));
+    rt_hmac_update(&h, nonce0, RT_NONCE_LEN);
+    if (nonce)
+        rt_hmac_update(&h, nonce, RT_NONCE_LEN);
+    rt_hmac_final(&h, out);
+}
+
+/* Exit 2 unless st (of the segment's file, open as fd or -1) is a regular
+ * file of this user that its group and others cannot open. */
+static void shm_check_owner(rt_ctx *ctx, rt_comm *c, int fd, const struct stat *st)
+{
+    if (st->st_uid != geteuid()) {
+        if (fd >= 0)
+            close(fd);
+        rt_fatal(ctx, 2, "shared memory %s belongs to uid %d, not to this user (uid %d): refusing "
+                 "it (another user made it, perhaps to take over this job's ranks)  hint: give "
+                 "the run another NNSC_JOB (out/launch makes a fresh one when NNSC_JOB is unset), "
+                 "and have the file removed by its owner or an administrator", c->path,
+                 (int)st->st_uid, (int)geteuid());
+    }
+    if (!S_ISREG(st->st_mode) || (st->st_mode & 077)) {
+        if (fd >= 0)
+            close(fd);
+        rt_fatal(ctx, 2, "shared memory %s can be opened by its group or others (mode %04o): "
+                 "refusing it (a job's segment is its user's alone)  hint: remove it (rm %s) and "
+                 "start the job again", c->path, (unsigned)(st->st_mode & 07777), c->path);
+    }
+}
+
+/* The segment's file exists but cannot be opened (errno e): name its owner; exit 2. */
+static void shm_unopenable(rt_ctx *ctx, rt_comm *c, int e)
+{
+    struct stat st;
+    if (lstat(c->path, &st) == 0)
+        shm_check_owner(ctx, c, -1, &st);
+    rt_fatal(ctx, 2, "cannot open shared memory %s: %s", c->path, strerror(e));
+}
+
+/* 1 if process pid exists (a pid of another user counts). */
+static int shm_pid_alive(pid_t pid)
+{
+    return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH);
+}
+
+/* Rank 0: a segment of this name exists.  Exit 2 if another user owns it
+ * or a live job uses it; else it is left by a run that crashed before its
+ * ranks met: remove it. */
+static void shm_clear_stale(rt_ctx *ctx, rt_comm *c)
+{
+    int fd = shm_open(c->name, O_RDWR, 0);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return;   /* gone meanwhile */
+        shm_unopenable(ctx, c, errno);
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        rt_fatal(ctx, 1, "fstat of shared memory %s failed: %s", c->path, strerror(errno));
+    shm_check_owner(ctx, c, fd, &st);
+    /* a segment being made now (no magic yet) gets a moment to be published */
+    double until = rt_now() + 0.5;
+    while ((size_t)st.st_size < sizeof(shm_hdr) && rt_now() < until) {
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+        if (fstat(fd, &st) != 0)
+            break;
+    }
+    if ((size_t)st.st_size >= sizeof(shm_hdr)) {
+        shm_hdr *h = mmap(NULL, sizeof(shm_hdr), PROT_READ, MAP_SHARED, fd, 0);
+        if (h != MAP_FAILED) {
+            while (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_MAGIC && rt_now() < until)
+                sched_yield();
+            int live = atomic_load(&h->magic) == SHM_MAGIC && h->version == SHM_VERSION &&
+                       h->pid0 != (int32_t)getpid() && shm_pid_alive(h->pid0);
+            pid_t pid0 = h->pid0;
+            munmap(h, sizeof(shm_hdr));
+            if (live) {
+                close(fd);
+                rt_fatal(ctx, 2, "shared memory %s is in use by another job with the same NNSC_JOB "
+                         "(its rank 0 is pid %d, still running): refusing to take it over" SHM_HINT,
+                         c->path, (int)pid0);
+            }
+        }
+    }
+    close(fd);
+    shm_unlink(c->name);   /* this user's, and nobody uses it */
+}
+
 /* Map fd (size bytes) or exit. */
 static void *shm_map(rt_ctx *ctx, int fd, size_t size)
 {
@@ -489,22 +612,29 @@ static void *shm_map(rt_ctx *ctx, int fd, size_t size)
     return p;
 }
 
-/* Rank 0: create and initialise the segment (replacing a stale one). */
+/* Rank 0: create and initialise the segment (O_EXCL; a stale one of this
+ * user is replaced, any other refused). */
 static void shm_create(rt_ctx *ctx, rt_comm *c, const shm_layout *l)
 {
-    int fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 && errno == EEXIST) {   /* left by a crashed run of the same job name */
-        shm_unlink(c->name);
+    int fd = -1;
+    for (int tries = 0; fd < 0; tries++) {
         fd = shm_open(c->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0)
+            break;
+        if (errno != EEXIST || tries == 3)
+            rt_fatal(ctx, 1, "cannot create shared memory %s: %s", c->path, strerror(errno));
+        shm_clear_stale(ctx, c);   /* left by a crashed run of the same job name? */
     }
-    if (fd < 0)
-        rt_fatal(ctx, 1, "cannot create shared memory %s: %s", c->name, strerror(errno));
     c->linked = 1;
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        rt_fatal(ctx, 1, "fstat of shared memory %s failed: %s", c->path, strerror(errno));
+    shm_check_owner(ctx, c, fd, &st);   /* made by us with 0600: a check of the checks */
     if (ftruncate(fd, (off_t)l->total) != 0) {
         int e = errno;
         shm_unlink(c->name);
         c->linked = 0;
-        rt_fatal(ctx, 1, "cannot size shared memory %s to %zu bytes: %s", c->name, l->total,
+        rt_fatal(ctx, 1, "cannot size shared memory %s to %zu bytes: %s", c->path, l->total,
                  strerror(e));
     }
     c->base = shm_map(ctx, fd, l->total);
@@ -514,10 +644,35 @@ static void shm_create(rt_ctx *ctx, rt_comm *c, const shm_layout *l)
     h->version = SHM_VERSION;
     h->world = ctx->world;
     h->nslots = c->nslots;
+    h->pid0 = (int32_t)getpid();
     h->groups_hash = shm_groups_hash(&ctx->man);
     h->total = l->total;
     h->half = c->half;
+    h->auth = c->auth;
+    if (c->auth) {
+        rt_random(ctx, h->nonce0, RT_NONCE_LEN);
+        shm_tag(c, 0, h->nonce0, NULL, h->tag0);
+    }
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
+}
+
+/* A peer: does rank 0 of the segment at h know this job's secret?  Exit 2
+ * if not; nothing has been written to the segment. */
+static void shm_check_root(rt_ctx *ctx, rt_comm *c, const shm_hdr *h)
+{
+    if (h->auth != c->auth)
+        rt_fatal(ctx, 2, "rank 0 of shared memory %s (pid %d) runs %s a job secret and this rank "
+                 "%s: another job with the same NNSC_JOB, or ranks started with different "
+                 "NNSC_SECRET / NNSC_SECRET_FILE" SHM_HINT, c->path, (int)h->pid0,
+                 h->auth ? "with" : "without", c->auth ? "with one" : "without");
+    if (!c->auth)
+        return;
+    unsigned char want[RT_SHA256_LEN];
+    shm_tag(c, 0, h->nonce0, NULL, want);
+    if (!rt_ct_equal(want, h->tag0, RT_SHA256_LEN))
+        rt_fatal(ctx, 2, "shared memory %s belongs to another job with the same NNSC_JOB: its "
+                 "rank 0 (pid %d) does not know this job's secret (%s), so this rank does not "
+                 "join it" SHM_HINT, c->path, (int)h->pid0, c->secret.from);
 }
 
 /* Other ranks: open the segment rank 0 made, retrying until the deadline. */
@@ -528,16 +683,24 @@ static void shm_open_peer(rt_ctx *ctx, rt_comm *c, const rt_manifest *m)
         if (rt_now() > deadline)
             rt_fatal(ctx, 1, "peer rank 0 timed out in startup: shared memory %s did not "
                              "appear within %g s (is rank 0 running with the same NNSC_JOB?)",
-                     c->name, ctx->timeout);
+                     c->path, ctx->timeout);
         if (tries) {
             struct timespec ts = {0, 2000000};
             nanosleep(&ts, NULL);
         }
         int fd = shm_open(c->name, O_RDWR, 0);
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno != ENOENT)
+                shm_unopenable(ctx, c, errno);
             continue;
+        }
         struct stat st;
-        if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(shm_hdr)) {
+        if (fstat(fd, &st) != 0) {
+            close(fd);
+            continue;
+        }
+        shm_check_owner(ctx, c, fd, &st);   /* before mapping a byte of it */
+        if ((size_t)st.st_size < sizeof(shm_hdr)) {
             close(fd);
             continue;
         }
@@ -547,15 +710,19 @@ static void shm_open_peer(rt_ctx *ctx, rt_comm *c, const rt_manifest *m)
         while (atomic_load_explicit(&h->magic, memory_order_acquire) != SHM_MAGIC &&
                rt_now() < deadline)
             sched_yield();
-        shm_rank *ranks = (shm_rank *)((char *)p + shm_align(sizeof(shm_hdr)));
-        pid_t pid0 = atomic_load(&ranks[0].pid);
         if (atomic_load(&h->magic) != SHM_MAGIC ||
-            (pid0 > 0 && kill(pid0, 0) != 0 && errno == ESRCH)) {
+            (h->version == SHM_VERSION && !shm_pid_alive(h->pid0))) {
             munmap(p, (size_t)st.st_size);   /* stale segment of an earlier run: retry */
             continue;
         }
-        if (h->version != SHM_VERSION || h->world != ctx->world || h->nslots != c->nslots ||
-            h->groups_hash != shm_groups_hash(m)) {
+        if (h->version != SHM_VERSION) {
+            uint32_t v = h->version;
+            munmap(p, (size_t)st.st_size);
+            rt_fatal(ctx, 2, "shared memory %s has layout %u, this rank layout %u: were all rank "
+                     "executables built by the same nnsc-aot?", c->path, v, SHM_VERSION);
+        }
+        shm_check_root(ctx, c, h);
+        if (h->world != ctx->world || h->nslots != c->nslots || h->groups_hash != shm_groups_hash(m)) {
             uint64_t expect = 0;   /* tell rank 0 not to wait for us */
             atomic_compare_exchange_strong(&h->abort, &expect, (uint64_t)(ctx->rank + 1));
             rt_fatal(ctx, 2, "rank 0's manifest lists different groups or world size than "
@@ -565,10 +732,27 @@ static void shm_open_peer(rt_ctx *ctx, rt_comm *c, const rt_manifest *m)
         c->half = h->half;
         shm_layout l = shm_compute_layout(m, c->half);
         if (l.total != h->total || l.total != (size_t)st.st_size)
-            rt_fatal(ctx, 2, "shared memory %s has an unexpected size", c->name);
+            rt_fatal(ctx, 2, "shared memory %s has an unexpected size", c->path);
         c->base = p;
         c->size = l.total;
         return;
+    }
+}
+
+/* Rank 0, once every rank is in: each peer's proof of the secret.  A rank
+ * without one (not nnsc's, since a rank of another job leaves before it
+ * writes): exit 2, and the peers stop. */
+static void shm_check_peers(rt_ctx *ctx, rt_comm *c)
+{
+    for (int r = 1; r < ctx->world && c->auth; r++) {
+        unsigned char want[RT_SHA256_LEN];
+        shm_tag(c, r, c->hdr->nonce0, c->ranks[r].nonce, want);
+        if (!rt_ct_equal(want, c->ranks[r].tag, RT_SHA256_LEN)) {
+            shm_set_abort(c, ctx->rank, r, 0);
+            rt_fatal(ctx, 2, "the process attached to shared memory %s as rank %d (pid %d) did not "
+                     "prove this job's secret: stopping the job", c->path, r,
+                     (int)atomic_load(&c->ranks[r].pid));
+        }
     }
 }
 
@@ -636,6 +820,8 @@ void rt_comm_init(rt_ctx *ctx)
         c->world_ranks[r] = r;
     c->rank = ctx->rank;
     shm_name(ctx, c->name, sizeof c->name);
+    snprintf(c->path, sizeof c->path, "/dev/shm%s", c->name);
+    c->auth = rt_job_secret(ctx, &c->secret);   /* none: the owner and mode checks alone */
     if (ctx->rank == 0) {
         c->half = shm_half_bytes(ctx);
         shm_layout l = shm_compute_layout(m, c->half);
@@ -651,6 +837,10 @@ void rt_comm_init(rt_ctx *ctx)
         hooked = 1;
         atexit(shm_atexit);
     }
+    if (c->auth && ctx->rank > 0) {   /* this rank's proof, for rank 0 (released by the barrier) */
+        rt_random(ctx, c->ranks[ctx->rank].nonce, RT_NONCE_LEN);
+        shm_tag(c, ctx->rank, c->hdr->nonce0, c->ranks[ctx->rank].nonce, c->ranks[ctx->rank].tag);
+    }
     atomic_store(&c->ranks[ctx->rank].pid, (int32_t)getpid());
     atomic_store(&c->ranks[ctx->rank].state, SHM_RUNNING);
     /* everyone attached: the name is no longer needed, so a crash from here
@@ -659,7 +849,9 @@ void rt_comm_init(rt_ctx *ctx)
     if (ctx->rank == 0) {
         shm_unlink(c->name);
         c->linked = 0;
+        shm_check_peers(ctx, c);
     }
+    rt_secret_wipe(&c->secret);
 }
 
 void rt_comm_abort(rt_ctx *ctx)

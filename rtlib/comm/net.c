@@ -5,15 +5,23 @@
  * the few agreements the host side needs (NCCL's unique id, "did any rank
  * fail to load?", the headers of a save, the final barrier) go through TCP:
  *
- *   rendezvous   Rank 0 listens on MASTER_PORT (all interfaces); every other
+ *   rendezvous   Rank 0 listens on MASTER_PORT (on MASTER_ADDR's address when
+ *                it is this host's, else on every interface); every other
  *                rank connects to MASTER_ADDR:MASTER_PORT, retrying until
  *                --timeout, and sends a hello {magic, version, rank, world,
- *                build hash, model}.  Rank 0 refuses a second process with
- *                the same rank, another world size, another build or
- *                protocol version (exit 2 on both sides, with the reason),
- *                and once all world-1 peers are in, welcomes each.  A star:
- *                rank 0 keeps one socket per peer, the others one socket to
- *                rank 0.
+ *                build hash, model, nonce}.  Then both prove that they know
+ *                the job's secret (base/auth.c): rank 0 answers with a
+ *                challenge {its nonce, HMAC(secret, "rank 0" || hello ||
+ *                its nonce)}, which the peer checks before it answers with
+ *                its proof HMAC(secret, "peer" || hello || rank 0's nonce);
+ *                nothing else flows before.  A connection that fails the
+ *                proof, or speaks another protocol, is refused and dropped
+ *                (with a line on rank 0), and rank 0 waits on.  Of the
+ *                proven, rank 0 refuses a second process with the same
+ *                rank, another world size or another build (exit 2 on both
+ *                sides, with the reason), and once all world-1 peers are
+ *                in, welcomes each.  A star: rank 0 keeps one socket per
+ *                peer, the others one socket to rank 0.
  *   collectives  barrier, broadcast (any root, relayed by rank 0), logical
  *                or, byte allgather: every rank sends its part to rank 0,
  *                which answers each.  Messages are frames {type, collective,
@@ -35,6 +43,7 @@
 #define _GNU_SOURCE   /* accept4, POLLRDHUP, SOCK_NONBLOCK */
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -52,9 +61,12 @@
 #include "comm/rt_comm.h"
 
 #define NET_MAGIC UINT64_C(0x74656e2d63736e6e)   /* "nnsc-net", little-endian */
-#define NET_VERSION 1            /* wire protocol version (hello, frames, abort) */
+#define NET_VERSION 2            /* wire protocol version (hello, challenge, frames, abort) */
 #define NET_HDR 24               /* frame header bytes: type, what, seq, len */
-#define NET_HELLO 96             /* hello payload bytes */
+#define NET_HELLO 128            /* hello payload bytes (version 1: 96, no nonce) */
+#define NET_HELLO_NONCE 96       /* where the peer's nonce starts in the hello */
+#define NET_CHALLENGE (RT_NONCE_LEN + RT_SHA256_LEN)   /* challenge payload: nonce, tag */
+#define NET_REFUSALS 3           /* refused connections rank 0 reports, at most */
 #define NET_MODEL 64             /* model name bytes in the hello (NUL-padded, truncated) */
 #define NET_ABORT 12             /* abort payload bytes before the note */
 #define NET_NOTE 128             /* longest note of an abort frame */
@@ -72,6 +84,8 @@ enum {
     NET_T_DATA,        /* a collective's message */
     NET_T_BEAT,        /* the sender is alive and busy (long file I/O) */
     NET_T_ABORT,       /* the sender stops; payload: culprit, how, what, note */
+    NET_T_CHALLENGE,   /* 0 -> rank: rank 0's nonce and its proof of the secret */
+    NET_T_PROOF,       /* rank -> 0: the rank's proof of the secret */
 };
 
 /* How the culprit of an abort failed. */
@@ -97,11 +111,15 @@ typedef struct net_conn {
     int ntail;                      /* bytes in tail */
 } net_conn;
 
-/* Rank 0 during the rendezvous: a connection whose hello is not complete. */
+/* Rank 0 during the rendezvous: a connection not admitted yet. */
 typedef struct net_pending {
     int fd;                                   /* socket, -1 once handed on or dropped */
-    int got;                                  /* bytes of buf received */
+    int proving;                              /* 0: reading the hello; 1: the proof (challenge sent) */
+    int got;                                  /* bytes received of the frame being read */
+    int want;                                 /* bytes of that frame (its header first) */
     unsigned char buf[NET_HDR + NET_HELLO];   /* the hello frame */
+    unsigned char proof[NET_HDR + RT_SHA256_LEN];   /* the proof frame */
+    unsigned char nonce[RT_NONCE_LEN];        /* rank 0's nonce for this connection */
     char from[80];                            /* the peer's address, for messages */
 } net_pending;
 
@@ -115,6 +133,9 @@ struct rt_net {
     net_pending *pend;              /* rank 0 during the rendezvous: connections without a hello */
     int npend;                      /* entries of pend in use */
     const char *addr_var;           /* "MASTER_ADDR" or "NNSC_MASTER_ADDR", for messages */
+    rt_secret secret;               /* the job's secret (wiped after the rendezvous) */
+    char bound[80];                 /* rank 0: where it listens, for messages */
+    int refused;                    /* rank 0: connections refused so far */
     char addr[256];                 /* the master address */
     int port;                       /* the master port */
     uint64_t seq;                   /* control collectives started */
@@ -521,7 +542,7 @@ static int net_next(rt_ctx *ctx, int q, net_hdr *h, unsigned char **p, double *d
     *h = net_hdr_get(raw);
     *p = NULL;
     if (h->len < 0 || h->len > NET_MAX_PAYLOAD || h->type < NET_T_HELLO ||
-        h->type > NET_T_ABORT || (h->type == NET_T_BEAT && h->len != 0) ||
+        h->type > NET_T_PROOF || (h->type == NET_T_BEAT && h->len != 0) ||
         (h->type == NET_T_ABORT && h->len > NET_ABORT + NET_NOTE))
         rt_fatal(ctx, 1, "garbled control message from rank %d during %s (type %u, %lld bytes)",
                  q, net_coll_name(what), h->type, (long long)h->len);
@@ -904,45 +925,31 @@ static void net_read_env(rt_ctx *ctx, rt_net *n)
     n->port = (int)p;
 }
 
-/* ---- rendezvous, rank 0 */
+/* ---- the proof of the secret */
 
-/* Listen on the master port on every interface (IPv6 and IPv4 where the
- * host has IPv6, else IPv4); exits 2 when the port is taken. */
-static int net_listen(rt_ctx *ctx, int port)
+/* The tag of one side of a connection's handshake: HMAC(secret, label ||
+ * the hello || rank 0's nonce), label "nnsc-net rank 0" or "nnsc-net peer"
+ * (so that neither side's tag serves as the other's). */
+static void net_tag(const rt_net *n, const char *label, const unsigned char *hello,
+                    const unsigned char *nonce0, unsigned char out[RT_SHA256_LEN])
 {
-    int one = 1, zero = 0, fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd >= 0) {
-        struct sockaddr_in6 a6 = {0};
-        a6.sin6_family = AF_INET6;
-        a6.sin6_addr = in6addr_any;
-        a6.sin6_port = htons((uint16_t)port);
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        if (bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0 && listen(fd, 128) == 0)
-            return fd;
-        int e = errno;
-        close(fd);
-        if (e == EADDRINUSE)
-            rt_fatal(ctx, 2, "cannot listen on TCP port %d: %s (another job on this host uses "
-                     "it? choose another MASTER_PORT)", port, strerror(e));
-    }
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        rt_fatal(ctx, 1, "cannot make a TCP socket: %s", strerror(errno));
-    struct sockaddr_in a4 = {0};
-    a4.sin_family = AF_INET;
-    a4.sin_addr.s_addr = htonl(INADDR_ANY);
-    a4.sin_port = htons((uint16_t)port);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&a4, sizeof a4) != 0 || listen(fd, 128) != 0) {
-        int e = errno;
-        close(fd);
-        rt_fatal(ctx, 2, "cannot listen on TCP port %d: %s%s", port, strerror(e),
-                 e == EADDRINUSE ? " (another job on this host uses it? choose another "
-                                   "MASTER_PORT)" : "");
-    }
-    return fd;
+    rt_hmac_state h;
+    rt_hmac_init(&h, n->secret.key, n->secret.len);
+    rt_hmac_update(&h, label, strlen(label));
+    rt_hmac_update(&h, hello, NET_HELLO);
+    rt_hmac_update(&h, nonce0, RT_NONCE_LEN);
+    rt_hmac_final(&h, out);
 }
+
+/* The message of a rank without a secret (exit 2 with a hint). */
+#define NET_NO_SECRET                                                                              \
+    "no job secret: the ranks of a cuda-target job prove to each other with a shared secret that " \
+    "they belong to one job before anything else flows (docs/cluster.md, Trust); out/launch "      \
+    "makes one per run, a cluster launcher needs one given  hint: export NNSC_SECRET=$(od -An "    \
+    "-N32 -tx1 /dev/urandom | tr -d ' \\n') before srun / mpirun (the same for every rank), or "   \
+    "NNSC_SECRET_FILE=FILE, a file only you can read"
+
+/* ---- rendezvous, rank 0 */
 
 /* "host:port" of a socket address. */
 static void net_addr_text(const struct sockaddr *sa, socklen_t len, char *out, size_t outlen)
@@ -965,9 +972,119 @@ static void net_addr_text(const struct sockaddr *sa, socklen_t len, char *out, s
         snprintf(out, outlen, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, serv);
 }
 
+/* 1 if a is a loopback address (127/8, ::1, ::ffff:127/104). */
+static int net_is_loopback(const struct sockaddr *a)
+{
+    if (a->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127;
+    if (a->sa_family != AF_INET6)
+        return 0;
+    const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(v6) || (IN6_IS_ADDR_V4MAPPED(v6) && v6->s6_addr[12] == 127);
+}
+
+/* 1 if s is an IPv4 or IPv6 literal, or "localhost". */
+static int net_is_literal(const char *s)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    return !strcmp(s, "localhost") || inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
+}
+
+/* A listening socket on address a (len bytes), or -1 with errno set. */
+static int net_listen_on(const struct sockaddr *a, socklen_t len, int v6only)
+{
+    int one = 1, fd = socket(a->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (a->sa_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
+    if (bind(fd, a, len) == 0 && listen(fd, 128) == 0)
+        return fd;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+}
+
+/* Port taken: exit 2. */
+static void net_port_taken(rt_ctx *ctx, int port, int e) __attribute__((noreturn));
+static void net_port_taken(rt_ctx *ctx, int port, int e)
+{
+    rt_fatal(ctx, 2, "cannot listen on TCP port %d: %s%s", port, strerror(e),
+             e == EADDRINUSE ? " (another job on this host uses it? choose another MASTER_PORT)" : "");
+}
+
+/* Listen on the master port: on MASTER_ADDR's address when it is one of
+ * this host's; else (a host name that resolves here only to loopback, like
+ * Debian's 127.0.1.1 line for the host's own name, which the other hosts
+ * resolve differently; or an address of another interface, a NAT) on every
+ * interface, IPv6 and IPv4 where the host has IPv6.  Exits 2 when the port
+ * is taken. */
+static int net_listen(rt_ctx *ctx, rt_net *n)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", n->port);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    int literal = net_is_literal(n->addr), fd = -1;
+    if (getaddrinfo(n->addr, port, &hints, &res) == 0) {
+        for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+            if (!literal && net_is_loopback(ai->ai_addr))
+                continue;
+            fd = net_listen_on(ai->ai_addr, ai->ai_addrlen, 1);
+            if (fd < 0 && errno == EADDRINUSE) {
+                freeaddrinfo(res);
+                net_port_taken(ctx, n->port, EADDRINUSE);
+            }
+            if (fd >= 0)
+                net_addr_text(ai->ai_addr, ai->ai_addrlen, n->bound, sizeof n->bound);
+        }
+        freeaddrinfo(res);
+        if (fd >= 0)
+            return fd;
+    }
+    struct sockaddr_in6 a6 = {0};
+    a6.sin6_family = AF_INET6;
+    a6.sin6_addr = in6addr_any;
+    a6.sin6_port = htons((uint16_t)n->port);
+    snprintf(n->bound, sizeof n->bound, "every interface, port %d", n->port);
+    fd = net_listen_on((struct sockaddr *)&a6, sizeof a6, 0);
+    if (fd >= 0)
+        return fd;
+    if (errno == EADDRINUSE)
+        net_port_taken(ctx, n->port, errno);
+    struct sockaddr_in a4 = {0};
+    a4.sin_family = AF_INET;
+    a4.sin_addr.s_addr = htonl(INADDR_ANY);
+    a4.sin_port = htons((uint16_t)n->port);
+    fd = net_listen_on((struct sockaddr *)&a4, sizeof a4, 0);
+    if (fd < 0)
+        net_port_taken(ctx, n->port, errno);
+    return fd;
+}
+
+/* Send a reject frame with reason why to fd, without waiting, and shut the
+ * sending side. */
+static void net_send_reject(int fd, const char *why)
+{
+    size_t wl = strlen(why);
+    unsigned char h[NET_HDR];
+    net_hdr_put(h, NET_T_REJECT, RT_COLL_INIT, 0, (int64_t)wl);
+    struct iovec iov[2] = {{h, NET_HDR}, {(void *)why, wl}};
+    struct msghdr msg = {0};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    /* a few hundred bytes into a fresh socket: they fit without waiting */
+    (void)!sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
+}
+
 /* Rank 0: refuse the connection of pending entry pe with reason (sent to
- * it, then printed here), exit 2.  The peers already in are told by
- * rt_net_free. */
+ * it, then printed here), exit 2.  For proven peers only: their job is
+ * this one, misconfigured.  The peers already in are told by rt_net_free. */
 static void net_reject(rt_ctx *ctx, net_pending *pe, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 static void net_reject(rt_ctx *ctx, net_pending *pe, const char *fmt, ...)
@@ -977,40 +1094,86 @@ static void net_reject(rt_ctx *ctx, net_pending *pe, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    size_t wl = strlen(why);
-    unsigned char h[NET_HDR];
-    net_hdr_put(h, NET_T_REJECT, RT_COLL_INIT, 0, (int64_t)wl);
-    struct iovec iov[2] = {{h, NET_HDR}, {why, wl}};
-    struct msghdr msg = {0};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = 2;
-    /* a few hundred bytes into a fresh socket: they fit without waiting */
-    (void)!sendmsg(pe->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    shutdown(pe->fd, SHUT_WR);
+    net_send_reject(pe->fd, why);
     net_wait_fd(pe->fd, POLLIN, rt_now() + 1.0);   /* let it read before we close */
     rt_fatal(ctx, 2, "%s", why);
 }
 
-/* Rank 0: a complete hello from pending entry pe.  Admits the rank (returns
- * 1) or drops a connection that is not an nnsc rank (returns 0); a rank of
- * another job, build or world, or a second process of one rank: exit 2. */
-static int net_admit(rt_ctx *ctx, net_pending *pe, uint64_t build)
+/* Rank 0: refuse and drop a connection that has not proven the secret (or
+ * speaks another protocol), telling it why; rank 0 says so (the first few
+ * times) and waits on. */
+static void net_refuse(rt_ctx *ctx, net_pending *pe, int rank, const char *why)
+{
+    rt_net *n = ctx->net;
+    char msg[400];
+    snprintf(msg, sizeof msg, "rank 0 refused the connection: %s", why);
+    net_send_reject(pe->fd, msg);
+    close(pe->fd);   /* nothing unread: the close sends the reject, then FIN */
+    pe->fd = -1;
+    if (n->refused++ < NET_REFUSALS)
+        rt_warn(ctx, "refused a connection from %s claiming rank %d: %s; still waiting for this "
+                "job's ranks%s", pe->from, rank, why,
+                n->refused == NET_REFUSALS ? " (further refusals are not shown)" : "");
+}
+
+/* Rank 0: a complete hello from pending entry pe: send the challenge.
+ * Returns 0 when the connection is dropped (not an nnsc rank, or another
+ * protocol version: refused). */
+static int net_challenge(rt_ctx *ctx, net_pending *pe)
 {
     rt_net *n = ctx->net;
     net_hdr h = net_hdr_get(pe->buf);
     const unsigned char *p = pe->buf + NET_HDR;
-    if (h.type != NET_T_HELLO || h.len != NET_HELLO || net_get64(p) != NET_MAGIC)
+    if (net_get64(p) != NET_MAGIC)
         return 0;   /* a stray connection (port scanner, another program) */
     uint32_t version = net_get32(p + 8);
+    int rank = (int32_t)net_get32(p + 12);
+    if (version != NET_VERSION) {
+        char why[200];
+        snprintf(why, sizeof why, "it speaks control-plane protocol %u, rank 0 protocol %u: all "
+                 "rank executables must come from one nnsc-aot", version, NET_VERSION);
+        net_refuse(ctx, pe, rank, why);
+        return 0;
+    }
+    if (h.len != NET_HELLO)
+        return 0;
+    unsigned char ch[NET_HDR + NET_CHALLENGE];
+    net_hdr_put(ch, NET_T_CHALLENGE, RT_COLL_INIT, 0, NET_CHALLENGE);
+    rt_random(ctx, pe->nonce, RT_NONCE_LEN);
+    memcpy(ch + NET_HDR, pe->nonce, RT_NONCE_LEN);
+    net_tag(n, "nnsc-net rank 0", p, pe->nonce, ch + NET_HDR + RT_NONCE_LEN);
+    /* 88 bytes into a fresh socket: they fit without waiting */
+    if (send(pe->fd, ch, sizeof ch, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof ch)
+        return 0;
+    pe->proving = 1;
+    pe->got = 0;
+    pe->want = NET_HDR;
+    return 1;
+}
+
+/* Rank 0: the proof of pending entry pe is complete.  Admits the rank
+ * (returns 1), or refuses and drops a connection whose proof is wrong
+ * (returns 0); a proven rank of another build or world, or a second
+ * process of one rank: exit 2. */
+static int net_admit(rt_ctx *ctx, net_pending *pe, uint64_t build)
+{
+    rt_net *n = ctx->net;
+    const unsigned char *p = pe->buf + NET_HDR;
     int rank = (int32_t)net_get32(p + 12), world = (int32_t)net_get32(p + 16);
+    net_hdr ph = net_hdr_get(pe->proof);
+    unsigned char want[RT_SHA256_LEN];
+    net_tag(n, "nnsc-net peer", p, pe->nonce, want);
+    if (ph.type != NET_T_PROOF || ph.len != RT_SHA256_LEN ||
+        !rt_ct_equal(want, pe->proof + NET_HDR, RT_SHA256_LEN)) {
+        net_refuse(ctx, pe, rank, "it does not know this job's secret (a rank of another job "
+                   "using the same MASTER_ADDR:MASTER_PORT, or ranks started with different "
+                   "NNSC_SECRET / NNSC_SECRET_FILE)");
+        return 0;
+    }
     uint64_t their = net_get64(p + 24);
     char model[NET_MODEL + 1];
     memcpy(model, p + 32, NET_MODEL);
     model[NET_MODEL] = 0;
-    if (version != NET_VERSION)
-        net_reject(ctx, pe, "rank %d (from %s) speaks control-plane protocol %u, rank 0 protocol "
-                   "%u: all rank executables must come from one nnsc-aot", rank, pe->from,
-                   version, NET_VERSION);
     if (world != n->world)
         net_reject(ctx, pe, "rank %d (from %s) belongs to a job of %d ranks of model '%s', "
                    "rank 0 to one of %d ranks of model '%s': start the rank executables of one "
@@ -1033,14 +1196,63 @@ static int net_admit(rt_ctx *ctx, net_pending *pe, uint64_t build)
     return 1;
 }
 
-/* Rank 0: accept connections and hellos until every peer is in, then
- * welcome them all.  Ranks still missing at the deadline are named. */
+/* Rank 0: drop pending entry pe (closed, or not speaking this protocol);
+ * one that had the challenge and left without its proof is said. */
+static void net_pending_drop(rt_ctx *ctx, net_pending *pe)
+{
+    rt_net *n = ctx->net;
+    if (pe->proving && n->refused++ < NET_REFUSALS)
+        rt_warn(ctx, "a connection from %s claiming rank %d left before proving this job's secret "
+                "(a rank of another job, which found that this is not its rank 0?); still waiting "
+                "for this job's ranks%s", pe->from, (int)(int32_t)net_get32(pe->buf + NET_HDR + 12),
+                n->refused == NET_REFUSALS ? " (further refusals are not shown)" : "");
+    close(pe->fd);
+    pe->fd = -1;
+}
+
+/* Rank 0: read what pending entry pe sent; returns 1 when a rank was admitted. */
+static int net_pending_read(rt_ctx *ctx, net_pending *pe, uint64_t build)
+{
+    unsigned char *buf = pe->proving ? pe->proof : pe->buf;
+    ssize_t got = recv(pe->fd, buf + pe->got, (size_t)(pe->want - pe->got), 0);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (got <= 0) {   /* closed before its hello or proof: not a rank (or it refused us) */
+        net_pending_drop(ctx, pe);
+        return 0;
+    }
+    pe->got += (int)got;
+    if (pe->got < pe->want)
+        return 0;
+    if (pe->want == NET_HDR) {   /* a header: how long the frame is */
+        net_hdr h = net_hdr_get(buf);
+        int64_t most = pe->proving ? RT_SHA256_LEN : NET_HELLO;
+        if ((pe->proving ? h.type != NET_T_PROOF : h.type != NET_T_HELLO) || h.len < 16 || h.len > most) {
+            net_pending_drop(ctx, pe);   /* not a rank speaking this protocol (or it gave up) */
+            return 0;
+        }
+        pe->want = NET_HDR + (int)h.len;
+        return 0;
+    }
+    if (!pe->proving) {
+        if (!net_challenge(ctx, pe) && pe->fd >= 0) {
+            close(pe->fd);
+            pe->fd = -1;
+        }
+        return 0;
+    }
+    return net_admit(ctx, pe, build);
+}
+
+/* Rank 0: accept connections, challenge them and read their proofs until
+ * every peer is in, then welcome them all.  Ranks still missing at the
+ * deadline are named. */
 static void net_rendezvous_root(rt_ctx *ctx, uint64_t build)
 {
     rt_net *n = ctx->net;
     int joined = 0;
     double deadline = rt_now() + ctx->timeout;
-    n->lfd = net_listen(ctx, n->port);
+    n->lfd = net_listen(ctx, n);
     n->pend = calloc(NET_PENDING, sizeof *n->pend);
     struct pollfd *pf = calloc(NET_PENDING + 1, sizeof *pf);
     if (!n->pend || !pf)
@@ -1058,9 +1270,9 @@ static void net_rendezvous_root(rt_ctx *ctx, uint64_t build)
                 }
             snprintf(n->note + o, sizeof n->note - (size_t)o, " did not join the job within %g s",
                      ctx->timeout);
-            net_fail(ctx, first, NET_MISSING, RT_COLL_INIT, "%s (rank 0 listens on port %d; are "
-                     "they running, with %s=%s and the same MASTER_PORT?)", n->note, n->port,
-                     n->addr_var, n->addr);
+            net_fail(ctx, first, NET_MISSING, RT_COLL_INIT, "%s (rank 0 listens on %s; are "
+                     "they running, with %s=%s, the same MASTER_PORT and the same job secret?)",
+                     n->note, n->bound, n->addr_var, n->addr);
         }
         int np = 0;
         pf[np++] = (struct pollfd){n->lfd, POLLIN, 0};
@@ -1071,29 +1283,10 @@ static void net_rendezvous_root(rt_ctx *ctx, uint64_t build)
             rt_fatal(ctx, 1, "poll on the listening socket failed: %s", strerror(errno));
         if (r <= 0)
             continue;
-        /* hellos first (pf[1..] are the entries as they were when polled) */
-        for (int k = 0; k + 1 < np; k++) {
-            net_pending *pe = &n->pend[k];
-            if (!pf[k + 1].revents)
-                continue;
-            ssize_t got = recv(pe->fd, pe->buf + pe->got, sizeof pe->buf - (size_t)pe->got, 0);
-            if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-                continue;
-            if (got <= 0) {   /* closed before its hello: not a rank */
-                close(pe->fd);
-                pe->fd = -1;
-                continue;
-            }
-            pe->got += (int)got;
-            if (pe->got == (int)sizeof pe->buf) {
-                if (net_admit(ctx, pe, build))
-                    joined++;
-                else {
-                    close(pe->fd);
-                    pe->fd = -1;
-                }
-            }
-        }
+        /* hellos and proofs first (pf[1..] are the entries as they were when polled) */
+        for (int k = 0; k + 1 < np; k++)
+            if (pf[k + 1].revents && n->pend[k].fd >= 0)
+                joined += net_pending_read(ctx, &n->pend[k], build);
         int keep = 0;   /* compact */
         for (int k = 0; k < n->npend; k++)
             if (n->pend[k].fd >= 0)
@@ -1114,8 +1307,9 @@ static void net_rendezvous_root(rt_ctx *ctx, uint64_t build)
                     n->npend--;
                 }
                 net_pending *pe = &n->pend[n->npend++];
+                memset(pe, 0, sizeof *pe);
                 pe->fd = fd;
-                pe->got = 0;
+                pe->want = NET_HDR;
                 net_addr_text((struct sockaddr *)&sa, sl, pe->from, sizeof pe->from);
             }
         }
@@ -1131,6 +1325,8 @@ static void net_rendezvous_root(rt_ctx *ctx, uint64_t build)
     for (int q = 1; q < n->world; q++)
         net_send(ctx, q, NET_T_WELCOME, RT_COLL_INIT, NULL, 0, rt_now() + ctx->timeout);
 }
+
+/* ---- rendezvous, the other ranks */
 
 /* ---- rendezvous, the other ranks */
 
@@ -1181,6 +1377,10 @@ static int net_connect_once(rt_ctx *ctx, double deadline, char *err, size_t errl
 
 /* A rank other than 0: connect (retrying with backoff until the timeout),
  * say hello, wait for rank 0's welcome. */
+
+/* A rank other than 0: connect (retrying with backoff until the timeout),
+ * say hello, check rank 0's proof of the secret, give this rank's, wait
+ * for rank 0's welcome. */
 static void net_rendezvous_peer(rt_ctx *ctx, uint64_t build)
 {
     rt_net *n = ctx->net;
@@ -1204,10 +1404,32 @@ static void net_rendezvous_peer(rt_ctx *ctx, uint64_t build)
     net_put32(hello + 16, (uint32_t)ctx->world);
     net_put64(hello + 24, build);
     memcpy(hello + 32, ctx->man.model, strnlen(ctx->man.model, NET_MODEL));
+    rt_random(ctx, hello + NET_HELLO_NONCE, RT_NONCE_LEN);
     net_send(ctx, 0, NET_T_HELLO, RT_COLL_INIT, hello, NET_HELLO, rt_now() + ctx->timeout);
-    /* rank 0 answers when every rank is in, or says who is missing */
+    /* rank 0's challenge: its nonce and its proof; then ours */
     double wait = rt_now() + net_span(ctx);
     net_hdr h;
+    while (!net_next(ctx, 0, &h, &n->rx, &wait, RT_COLL_INIT, 0)) {
+    }
+    if (h.type == NET_T_REJECT)
+        rt_fatal(ctx, 2, "rank 0 (at %s:%d) refused this rank: %s", n->addr, n->port,
+                 n->rx ? (char *)n->rx : "");
+    unsigned char want[RT_SHA256_LEN], proof[RT_SHA256_LEN];
+    if (h.type != NET_T_CHALLENGE || h.len != NET_CHALLENGE)
+        rt_fatal(ctx, 1, "unexpected control message (type %u) from rank 0 during startup", h.type);
+    net_tag(n, "nnsc-net rank 0", hello, n->rx, want);
+    if (!rt_ct_equal(want, n->rx + RT_NONCE_LEN, RT_SHA256_LEN))
+        rt_fatal(ctx, 2, "the process listening at %s:%d is not this job's rank 0: it does not know "
+                 "this job's secret (%s), so this rank does not join it (another job using the same "
+                 "MASTER_ADDR:MASTER_PORT, or ranks started with different NNSC_SECRET / "
+                 "NNSC_SECRET_FILE)  hint: give each job its own MASTER_PORT and one secret for all "
+                 "its ranks", n->addr, n->port, n->secret.from);
+    net_tag(n, "nnsc-net peer", hello, n->rx, proof);
+    free(n->rx);
+    n->rx = NULL;
+    net_send(ctx, 0, NET_T_PROOF, RT_COLL_INIT, proof, RT_SHA256_LEN, rt_now() + ctx->timeout);
+    /* rank 0 answers when every rank is in, or says who is missing */
+    wait = rt_now() + net_span(ctx);
     while (!net_next(ctx, 0, &h, &n->rx, &wait, RT_COLL_INIT, 0)) {
     }
     if (h.type == NET_T_REJECT)
@@ -1248,11 +1470,14 @@ void rt_net_init(rt_ctx *ctx)
     ctx->net = n;   /* from here on a failure closes what is open and tells the peers */
     ctx->on_fatal = rt_comm_abort;
     net_read_env(ctx, n);
+    if (!rt_job_secret(ctx, &n->secret))
+        rt_fatal(ctx, 2, NET_NO_SECRET);
     uint64_t build = net_build_hash(&ctx->man);
     if (ctx->rank == 0)
         net_rendezvous_root(ctx, build);
     else
         net_rendezvous_peer(ctx, build);
+    rt_secret_wipe(&n->secret);   /* proven: not needed any more */
     net_dog_start(ctx);
 }
 
@@ -1294,6 +1519,7 @@ void rt_net_free(rt_ctx *ctx, int failed)
     free(n->pend);
     free(n->from);
     free(n->c);
+    rt_secret_wipe(&n->secret);
     free(n);
 }
 

@@ -33,7 +33,8 @@ const char *rt_coll_name(int what);
 /* The internal group of all ranks (manifest groups are 0..G-1). */
 #define RT_GROUP_WORLD (-1)
 
-/* Create or attach the job's segment (world > 1); exits on failure. */
+/* Create or attach the job's segment (world > 1): this user's alone, and
+ * with a job secret only rank 0 and peers that prove it; exits on failure. */
 void rt_comm_init(rt_ctx *ctx);
 /* Detach from the segment (rank 0 also unlinks it if that is still
  * pending).  failed = 1 on an error path: peers are told to give up. */
@@ -82,10 +83,12 @@ void rt_comm_beat(rt_ctx *ctx);
  * Rank and world come from the usual variables (runtime.c); net.c reads
  * MASTER_ADDR / MASTER_PORT (NNSC_MASTER_ADDR / NNSC_MASTER_PORT first) and
  * the local rank (LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK,
- * else rank).  Rank 0 listens; the others connect (retrying until
- * ctx->timeout); every rank checks that all agree on the world and the model.
- * Bad or missing variables: message and exit 2; a peer that does not come
- * or dies: message and exit 1. */
+ * else rank) and the job's secret (NNSC_SECRET / NNSC_SECRET_FILE,
+ * base/auth.c).  Rank 0 listens; the others connect (retrying until
+ * ctx->timeout); each side proves the secret (HMAC over both sides'
+ * nonces), then every rank checks that all agree on the world and the model.
+ * Bad or missing variables, no secret: message and exit 2; a peer that does
+ * not come or dies: message and exit 1. */
 void rt_net_init(rt_ctx *ctx);
 /* Close the connections; failed = 1 on an error path (peers are told). */
 void rt_net_free(rt_ctx *ctx, int failed);

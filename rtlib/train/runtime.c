@@ -414,6 +414,7 @@ static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int c
     ctx->steps = ctx->man.steps;
     rt_parse_flags(ctx, argc, argv);
     rt_rank_from_env(ctx);
+    rt_watch_launcher(ctx);   /* under out/launch: end with it */
 
     if (!ctx->threads)
         ctx->threads = rt_default_threads(ctx->world);
