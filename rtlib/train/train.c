@@ -26,6 +26,7 @@
  *   else, cosine:         F + (1 - F) * 0.5 * (1 + cos(pi * (s - W) / (N - W)))
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,10 +166,17 @@ void rt_log_open(rt_ctx *ctx)
 {
     if (!ctx->log_path || ctx->rank != 0)
         return;
-    /* a resumed run continues its log; a new run starts it afresh */
-    ctx->log = fopen(ctx->log_path, ctx->resume ? "a" : "w");
-    if (!ctx->log)
-        rt_fatal(ctx, 2, "--log %s: cannot open: %s", ctx->log_path, strerror(errno));
+    /* a resumed run continues its log; a new run starts it afresh.  A
+       regular file, /dev/null or a terminal, or a pipe that a process reads
+       (never waiting for a reader to come) */
+    char why[160];
+    int fd = rt_open_file(ctx->log_path, O_WRONLY | O_CREAT | (ctx->resume ? O_APPEND : O_TRUNC),
+                          1, why, sizeof why);
+    if (fd == -2)
+        rt_fatal(ctx, 2, "--log %s: %s: give a regular file (or /dev/null, or a pipe that is "
+                         "read: start its reader first)", ctx->log_path, why);
+    if (fd < 0 || !(ctx->log = fdopen(fd, ctx->resume ? "a" : "w")))
+        rt_fatal(ctx, 2, "--log %s: cannot open: %s", ctx->log_path, fd < 0 ? why : strerror(errno));
 }
 
 void rt_log_close(rt_ctx *ctx)
