@@ -232,7 +232,8 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
                 val = argv[++a];
             else
                 rt_fatal(NULL, 2, "%s needs a value (try --help)", name);
-        } else if (eq && strncmp(arg, "--", 2) == 0) {
+        } else if (eq && (!strcmp(name, "--quiet") || !strcmp(name, "--resume") ||
+                          !strcmp(name, "--help"))) {
             rt_fatal(NULL, 2, "%s takes no value (try --help)", name);
         }
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -485,8 +486,9 @@ static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int c
      * faulted in now rather than during the first step */
     ctx->local_rank = rt_net_local_rank(ctx);
     if (cuda) {
-        /* the device first: no driver or no device is said at once, not
-           after the mirror is set up */
+        /* the device first: no driver, no device or no cubin for it is said
+           at once, before the rendezvous waits for the peers (exit 2) */
+        rt_dev_open(ctx, images, nimages);
         if (ctx->world > 1)
             rt_net_init(ctx);
         rt_dev_init(ctx, images, nimages);
