@@ -14,8 +14,9 @@
  * pread() per run of rows that are adjacent in a shard (a full-width box of
  * consecutive rows is one contiguous token range), or per row when the box
  * holds some of the columns.  Files stay open for the whole run; every file
- * is checked at start-up, and a bad one stops the rank with status 2 and a
- * message naming it.
+ * is checked at start-up (opened without blocking: a FIFO is refused, never
+ * waited on; its header; every token below the vocabulary, below), and a
+ * bad one stops the rank with status 2 and a message naming it.
  *
  * Whether a run reads a file is decided here, at start-up: a stream input
  * reads the data file of the run (--data, else the build's `data`); with

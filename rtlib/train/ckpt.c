@@ -20,7 +20,14 @@
  * A file appears under its final name only by rename(2) after every writer
  * has fsync'ed its part (rt_st_write), so a rank killed at any moment leaves
  * the previous checkpoints intact, and --resume takes the newest complete
- * one.
+ * one: newest first, the next older when any rank cannot load one (the
+ * ranks agree on each, so all go on from the same step).
+ *
+ * Weights are finite or refused: loading checks every f32 element read
+ * (--init, --resume: exit 2 naming the tensor and index), and saving checks
+ * the boxes each rank writes first (a non-finite one stops the run, exit 1,
+ * nothing written: rt_ckpt_stop, which train.c calls too for a non-finite
+ * loss or gradient norm).
  */
 #include <dirent.h>
 #include <errno.h>

@@ -14,6 +14,10 @@
  * read the loss and the gradient norm back, and stop on a device-side error
  * (dev_cuda.c) -- on every rank, since that is where each rank synchronises.
  *
+ * A non-finite gradient norm (gradclip, every rank the same, before any
+ * update) or loss (step end, every rank that holds it the same) stops the
+ * run before a checkpoint of that step is written (rt_ckpt_stop, ckpt.c).
+ *
  * Rank 0 also prints a banner when the run starts (rt_first_step) and a
  * summary at its end (rt_finish); the step line and both of them carry the
  * model FLOP utilisation, MFU = flops_per_step (the compiler's count for
