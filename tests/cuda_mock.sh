@@ -25,7 +25,8 @@
 #   resume     a checkpoint and --resume under the doubles give the same losses
 #              and bitwise the same weights as the uninterrupted run (4 ranks)
 #   failures   no device, no cubin for the device (sm_75, sm_100), the stub
-#              driver, NCCL missing, two ranks on one device, a rank killed:
+#              driver, no driver (said before the rendezvous), NCCL missing,
+#              two ranks on one device, a rank killed:
 #              one clear line and a non-zero exit, never a hang, and no shared
 #              memory left behind; sm_86 runs the sm_80 cubin
 #
@@ -458,6 +459,23 @@ if [[ -x $tmp/mlp/launch ]]; then
   fi
 fi
 if [[ -x $tmp/gpt-dp2/launch ]]; then
+  # no driver at all (not under the doubles): rank 1 of 2, started alone, says
+  # so at once, before it would wait for rank 0 at the rendezvous
+  if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+    skipped "no driver, rank 1 of 2 alone: this machine has a real libcuda.so.1"
+  else
+    t0=$(date +%s.%N)
+    env -u LD_LIBRARY_PATH NNSC_RANK=1 NNSC_WORLD=2 NNSC_JOB="mock-nodrv-$$" MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 60 "$tmp/gpt-dp2/rank1" --steps 1 --timeout 30 \
+      >"$tmp/nodrv.log" 2>"$tmp/nodrv.err"
+    rc=$?
+    secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    if [[ $rc == 2 ]] && grep -q "no CUDA driver" "$tmp/nodrv.err" && awk -v s="$secs" 'BEGIN { exit !(s < 5) }'; then
+      ok "no driver: rank 1 of 2 alone exits 2 in ${secs} s, before the rendezvous (--timeout 30): $(head -n 1 "$tmp/nodrv.err" | cut -c1-80)"
+    else
+      no "no driver, rank 1 of 2 alone: exit $rc after ${secs} s: $(head -n 2 "$tmp/nodrv.err")"
+    fi
+  fi
   expect nonccl nz "NCCL not found" "NCCL missing (NNSC_NCCL_LIB names no file), 2 ranks" \
     NNSC_NCCL_LIB="$tmp/none/libnccl.so.2" -- "$tmp/gpt-dp2/launch" --steps 1
   expect dupdev nz "Duplicate GPU" "2 ranks on a host with 1 device (both on device 0)" \

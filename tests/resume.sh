@@ -101,6 +101,26 @@ for ((trial = 1; trial <= trials; trial++)); do
   fi
 done
 
+# ---- the newest checkpoint damaged (cut short): --resume skips it, says so,
+# and goes on from the one before (every rank alike) to the same final weights
+C=$tmp/C
+mkdir -p "$C"
+if [[ -f $tmp/B1/step-6.safetensors && -f $tmp/B1/step-9.safetensors ]]; then
+  cp "$tmp/B1/step-6.safetensors" "$C/"
+  head -c 5000 "$tmp/B1/step-9.safetensors" >"$C/step-9.safetensors"
+  "$out/launch" "${flags[@]}" --ckpt-dir "$C" --ckpt-every 3 --resume >"$C.log" 2>&1
+  rc=$?
+  if [[ $rc == 0 ]] && grep -q "skipping .*step-9.safetensors" "$C.log" &&
+     grep -q "^resume from .*step-6.safetensors: step 6 of $steps done" "$C.log" &&
+     cmp -s "$tmp/A/final.safetensors" "$C/final.safetensors"; then
+    ok "--resume past a cut step-9: from step-6, final.safetensors equal to the uninterrupted run's ($(grep -m1 'cannot load' "$C.log" | cut -c1-120))"
+  else
+    no "--resume past a damaged step-9: exit $rc: $(tail -n 4 "$C.log")"
+  fi
+else
+  no "--resume past a damaged checkpoint: trial 1 left no step-6 and step-9 ($(ls "$tmp/B1" 2>&1 | tr '\n' ' '))"
+fi
+
 # ---- a rank killed mid-step: launch exits non-zero, fast
 timeout_s=5
 "$out/launch" --steps 1000 --threads 1 --timeout "$timeout_s" >"$tmp/K.log" 2>&1 &

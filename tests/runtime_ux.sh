@@ -6,7 +6,10 @@
 # for --data on a build with no token inputs; rank messages written whole and
 # shown once under out/launch (a bad flag, a missing data file, --help); a
 # rank started alone; the start-up banner, the step line's mfu and mem, the
-# closing summary and the same in the --log JSON.  About 10 s.
+# closing summary and the same in the --log JSON; -q, "did you mean" for a
+# mistyped flag, a token id outside the vocabulary and a FIFO as --data
+# (named once under launch, exit 2, never a hang), --resume of a finished
+# run.  About 10 s.
 . "$(dirname "$0")/lib.sh" runtime_ux
 build=$(cd "$build" && pwd)   # the test changes directory
 nn=$build/nnsc-aot
@@ -61,6 +64,28 @@ expect_rc 2 "--data on a build with no token inputs" "$tmp/ns/launch" --data dat
 says "compiled for synthetic data" "no token inputs"
 says "add \`stream = K\` to [input tokens], [input targets]" "no token inputs: which inputs"
 grep -q "\[train\] \`data" "$tmp/err" && no "the hint asks for [train] data, which does not help" || ok "  ... and does not ask for [train] data"
+expect_rc 0 "--resume of the finished run (--steps 5: step-5 is its last)" \
+  "$o/launch" --data data/tinytext_train.bin --ckpt-dir "$tmp/ck" --steps 5 --resume
+grep -q "^resume from .*step-5.safetensors: step 5 of 5 done: no step left to run$" "$tmp/out" &&
+  grep -q "^done: no step to run: the checkpoint resumed from is at step 5, the run has 5; .* larger --steps" "$tmp/out" &&
+  ! grep -q nan "$tmp/out" && ok "  ... says the run is complete and what to do, no 'final loss nan'" ||
+  no "finished run: $(tail -n 2 "$tmp/out")"
+# a token id the model cannot embed (300; the vocabulary is 256) at token 1234
+python3 - "$data" "$tmp/oov.bin" <<'PYEOF'
+import sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+b[1024 + 2 * 1234:1024 + 2 * 1234 + 2] = (300).to_bytes(2, 'little')
+open(sys.argv[2], 'wb').write(b)
+PYEOF
+expect_rc 2 "launch --data with token id 300 at token 1234 (vocabulary 256)" "$o/launch" --data "$tmp/oov.bin" --steps 1
+n=$(grep -c "oov.bin: token 1234 (of [0-9]*) is 300, outside the vocabulary \[0, 256) of input" "$tmp/err")
+[[ $n == 1 ]] && ok "  ... the file, the token, the id and the vocabulary, said once for 4 ranks" ||
+  no "out-of-vocabulary token: $n lines: $(cat "$tmp/err")"
+mkfifo "$tmp/fifo.bin"
+t0=$SECONDS
+expect_rc 2 "launch --data FIFO (no writer)" timeout 30 "$o/launch" --data "$tmp/fifo.bin" --steps 1
+says "fifo.bin: a FIFO (named pipe), not a regular file: --data takes token files" "--data FIFO"
+((SECONDS - t0 < 10)) && ok "  ... at once ($((SECONDS - t0)) s), never waiting for a writer" || no "--data FIFO took $((SECONDS - t0)) s"
 cd "$tmp" || exit 1
 
 # ---- 2. messages: whole lines, once under launch
@@ -73,6 +98,11 @@ n=$(grep -c "missing.bin: no such file" "$tmp/err")
 m=$(grep -c "^rank " "$tmp/err")
 [[ $n == 1 && $m == 1 ]] && ok "  ... the missing file is reported once ($(grep '^rank ' "$tmp/err"))" ||
   no "missing file reported $n times, $m rank lines: $(cat "$tmp/err")"
+expect_rc 2 "launch --stpes 3" "$o/launch" --stpes 3
+n=$(grep -c "unknown flag '--stpes': did you mean '--steps'?" "$tmp/err")
+[[ $n == 1 ]] && ok "  ... did you mean '--steps'? (once)" || no "--stpes: $(cat "$tmp/err")"
+expect_rc 0 "launch -q --steps 2 (the compiler's -q)" "$o/launch" -q --steps 2
+! grep -q "^step " "$tmp/out" && grep -q "^done: 2 steps" "$tmp/out" && ok "  ... -q is --quiet" || no "-q: $(cat "$tmp/out" "$tmp/err")"
 expect_rc 0 "launch --help" "$o/launch" --help
 n=$(grep -c "^usage:" "$tmp/out")
 [[ $n == 1 ]] && grep -q -- "--peak-flops" "$tmp/out" && ok "  ... the usage is printed once, with --peak-flops" || no "usage printed $n times"

@@ -10,10 +10,15 @@
  * layout, --init (params only), malformed files rejected with status 2
  * (run under ASan: never a crash), temporary files ignored, a rank that dies
  * or hangs during a checkpoint (the previous one stays intact, the others
- * exit within the timeout).
+ * exit within the timeout); non-finite weights: refused by --init and
+ * --resume (the tensor and the first bad index named), never written to a
+ * checkpoint; --resume past a damaged newest checkpoint (truncated, or
+ * non-finite only where one rank reads) to the newest intact one, every
+ * rank from the same step.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -167,6 +172,7 @@ typedef struct job {
     int die_rank;           /* the rank that dies or hangs */
     int64_t first;          /* expected rt_first_step (-1: do not check) */
     int64_t pstep, sstep;   /* expected loaded params / states: values after this step (-1: zeros) */
+    int64_t nan_step;       /* rank die_rank's element 0 of a is NaN after this many steps (0: never) */
 } job;
 
 /* Rank r of a job; never returns.  Exit 3: a loaded value was wrong. */
@@ -209,6 +215,8 @@ static void rank_main(const job *jb, int r, const char *jobname)
         for (int j = 0; j < NTENS; j++)   /* the "update" */
             if (off[j] >= 0)
                 box_values(ctx, jb->layout, r, j, off[j], s + 1, 0);
+        if (r == jb->die_rank && s + 1 == jb->nan_step && off[0] >= 0)
+            ((float *)(rt_arena(ctx) + off[0]))[0] = NAN;   /* a diverged "update" */
         float loss = 1.0f;
         rt_step_end(ctx, s, &loss);
     }
@@ -219,6 +227,7 @@ static void rank_main(const job *jb, int r, const char *jobname)
 typedef struct result {
     int code[3];            /* exit status per rank (-1: killed) */
     char err[3][512];       /* first stderr line per rank */
+    char last[3][512];      /* last stderr line per rank */
     double secs;            /* until the last rank that was not killed exited */
 } result;
 
@@ -262,6 +271,10 @@ static result run(const job *jb)
         res.err[r][n] = 0;
         if (f)
             fclose(f);
+        while (n > 0 && res.err[r][n - 1] == '\n')
+            res.err[r][--n] = 0;
+        char *ll = strrchr(res.err[r], '\n');
+        snprintf(res.last[r], sizeof res.last[r], "%s", ll ? ll + 1 : res.err[r]);
         char *nl = strchr(res.err[r], '\n');
         if (nl)
             *nl = 0;
@@ -415,7 +428,7 @@ static void test_write_and_resume(void)
     char why[256] = "";
     fresh("l1");
     job j1 = {1, 6, {"--ckpt-dir", path_of("l1", ""), "--ckpt-every", "2", NULL}, -1, -1, 0,
-              0, 0, -1};
+              0, 0, -1, 0};
     result res = run(&j1);
     check(all_exit(&j1, &res, 0), "3 ranks, 6 steps, --ckpt-every 2: exit 0 (%s)", res.err[0]);
     static const char *const l1_files[] = {"step-2.safetensors", "step-4.safetensors",
@@ -449,7 +462,7 @@ static void test_write_and_resume(void)
         unlink(path_of("rs", "step-6.safetensors"));
         unlink(path_of("rs", "final.safetensors"));
         job jr = {layout, 6, {"--ckpt-dir", path_of("rs", ""), "--ckpt-every", "2", "--resume",
-                              NULL}, -1, -1, 0, 4, 4, 4};
+                              NULL}, -1, -1, 0, 4, 4, 4, 0};
         res = run(&jr);
         check(all_exit(&jr, &res, 0) &&
               same_file(path_of("l1", "final.safetensors"), path_of("rs", "final.safetensors")),
@@ -459,18 +472,18 @@ static void test_write_and_resume(void)
 
     /* --init: params only, from final weights, into 2 ranks */
     fresh("in");
-    job ji = {2, 1, {"--init", path_of("l1", "final.safetensors"), NULL}, -1, -1, 0, 0, 6, -1};
+    job ji = {2, 1, {"--init", path_of("l1", "final.safetensors"), NULL}, -1, -1, 0, 0, 6, -1, 0};
     res = run(&ji);
     check(all_exit(&ji, &res, 0), "--init FILE (final weights of 3 ranks) into 2 ranks: the "
           "params after 6 steps, state zero, first step 0 (%s)", res.err[0]);
     job ji2 = {3, 1, {"--ckpt-dir", path_of("in", ""), "--resume", "--init",
-                      path_of("l1", "step-4.safetensors"), NULL}, -1, -1, 0, 0, 4, -1};
+                      path_of("l1", "step-4.safetensors"), NULL}, -1, -1, 0, 0, 4, -1, 0};
     res = run(&ji2);
     check(all_exit(&ji2, &res, 0), "--resume with no checkpoint yet and --init a checkpoint: "
           "params from --init, state zero, step 0 (%s)", res.err[0]);
     copy_dir("l1", "in");
     job ji3 = {3, 6, {"--ckpt-dir", path_of("in", ""), "--resume", "--init",
-                      path_of("l1", "step-2.safetensors"), NULL}, -1, -1, 0, 6, 6, 6};
+                      path_of("l1", "step-2.safetensors"), NULL}, -1, -1, 0, 6, 6, 6, 0};
     res = run(&ji3);
     check(all_exit(&ji3, &res, 0), "--resume finding step-6 wins over --init (%s)", res.err[0]);
 }
@@ -557,7 +570,7 @@ static void test_malformed(void)
         const char *p = path_of("bad", name);
         spit(p, b, len - cases[k].cut);
         free(b);
-        job jb = {1, 1, {"--init", p, NULL}, -1, -1, 0, -1, 0, 0};
+        job jb = {1, 1, {"--init", p, NULL}, -1, -1, 0, -1, 0, 0, 0};
         result res = run(&jb);
         int ok = cases[k].say ? all_exit(&jb, &res, 2) && strstr(res.err[0], p) &&
                                     strstr(res.err[0], cases[k].say)
@@ -565,7 +578,7 @@ static void test_malformed(void)
         check(ok, "--init %s: 3 ranks exit %d %d %d: %s", cases[k].what, res.code[0],
               res.code[1], res.code[2], res.err[0]);
     }
-    job jm = {2, 1, {"--init", path_of("bad", "none.safetensors"), NULL}, -1, -1, 0, -1, 0, 0};
+    job jm = {2, 1, {"--init", path_of("bad", "none.safetensors"), NULL}, -1, -1, 0, -1, 0, 0, 0};
     result res = run(&jm);
     check(all_exit(&jm, &res, 2) && strstr(res.err[0], "none.safetensors"),
           "--init a missing file: every rank exits 2: %s", res.err[0]);
@@ -576,7 +589,7 @@ static void test_malformed(void)
     int64_t len;
     unsigned char *fb = slurp(final, &len);
     spit(path_of("rb", "step-6.safetensors"), fb, len);
-    job jr = {2, 8, {"--ckpt-dir", path_of("rb", ""), "--resume", NULL}, -1, -1, 0, -1, 0, 0};
+    job jr = {2, 8, {"--ckpt-dir", path_of("rb", ""), "--resume", NULL}, -1, -1, 0, -1, 0, 0, 0};
     res = run(&jr);
     check(all_exit(&jr, &res, 2) && strstr(res.err[0], "no tensor opt.") &&
           strstr(res.err[0], "step-6"), "--resume from a file without optimizer state: exit 2: "
@@ -606,7 +619,7 @@ static void test_malformed(void)
         const char *p = path_of("bad", "fuzz.safetensors");
         spit(p, b, it % 5 == 4 ? len - (int64_t)(s >> 40) % len : len);
         free(b);
-        job jf = {3, 1, {"--init", p, NULL}, -1, -1, 0, -1, 0, 0};
+        job jf = {3, 1, {"--init", p, NULL}, -1, -1, 0, -1, 0, 0, 0};
         res = run(&jf);
         rejected += res.code[0] == 2;
         loaded += res.code[0] == 0;
@@ -630,7 +643,7 @@ static void test_atomicity_and_failures(void)
     spit(path_of("at", "step-06.safetensors"), b, len);
     spit(path_of("at", "step-7.safetensors.bak"), b, len);
     free(b);
-    job jt = {2, 4, {"--ckpt-dir", path_of("at", ""), "--resume", NULL}, -1, -1, 0, 4, 4, 4};
+    job jt = {2, 4, {"--ckpt-dir", path_of("at", ""), "--resume", NULL}, -1, -1, 0, 4, 4, 4, 0};
     result res = run(&jt);
     check(all_exit(&jt, &res, 0), "--resume next to .step-6.safetensors.tmp, step-6.safetensors."
           "tmp, step-06.safetensors, step-7.safetensors.bak: loads step-4 (%s)", res.err[0]);
@@ -641,7 +654,7 @@ static void test_atomicity_and_failures(void)
     /* a rank dies while the others write checkpoint 4: checkpoint 2 stays intact */
     fresh("dy");
     job jd = {2, 6, {"--ckpt-dir", path_of("dy", ""), "--ckpt-every", "2", "--timeout", "10",
-                     NULL}, 3, -1, 1, -1, 0, 0};
+                     NULL}, 3, -1, 1, -1, 0, 0, 0};
     res = run(&jd);
     check(res.code[0] == 1 && res.code[1] == 1 && strstr(res.err[0], "peer rank 1") &&
           res.secs < 5, "rank 1 dies before checkpoint 4: rank 0 exits 1 in %.2f s: %s",
@@ -651,7 +664,7 @@ static void test_atomicity_and_failures(void)
           file_ok(path_of("dy", "step-2.safetensors"), 3, 2, why, sizeof why),
           "no step-4.safetensors; step-2 complete and correct %s", why);
     job jr = {3, 6, {"--ckpt-dir", path_of("dy", ""), "--ckpt-every", "2", "--resume", NULL},
-              -1, -1, 0, 2, 2, 2};
+              -1, -1, 0, 2, 2, 2, 0};
     res = run(&jr);
     check(all_exit(&jr, &res, 0) &&
           same_file(path_of("l1", "final.safetensors"), path_of("dy", "final.safetensors")),
@@ -660,7 +673,7 @@ static void test_atomicity_and_failures(void)
     /* a rank hangs in a step: the others leave within the timeout, naming it */
     fresh("hg");
     job jh = {1, 6, {"--ckpt-dir", path_of("hg", ""), "--ckpt-every", "2", "--timeout", "1",
-                     NULL}, -1, 3, 2, -1, 0, 0};
+                     NULL}, -1, 3, 2, -1, 0, 0, 0};
     res = run(&jh);
     check(res.code[0] == 1 && res.code[1] == 1 && strstr(res.err[0], "rank 2") &&
           res.secs < 6, "rank 2 hangs before checkpoint 4: ranks 0, 1 exit 1 in %.2f s "
@@ -671,10 +684,116 @@ static void test_atomicity_and_failures(void)
 
     /* an unusable --ckpt-dir: a regular file */
     spit(path_of("", "afile"), "x", 1);
-    job jf = {2, 1, {"--ckpt-dir", path_of("", "afile"), NULL}, -1, -1, 0, -1, 0, 0};
+    job jf = {2, 1, {"--ckpt-dir", path_of("", "afile"), NULL}, -1, -1, 0, -1, 0, 0, 0};
     res = run(&jf);
     check(all_exit(&jf, &res, 2) && strstr(res.err[0], "afile"),
           "--ckpt-dir naming a regular file: every rank exits 2: %s", res.err[0]);
+}
+
+
+/* Byte offset in the file bytes b (len) of element k of tensor name. */
+static int64_t elem_at(const unsigned char *b, int64_t len, const char *name, int64_t k)
+{
+    unsigned char *copy = malloc((size_t)len);
+    memcpy(copy, b, (size_t)len);
+    rt_st_file f;
+    char err[256];
+    if (rt_st_parse(copy, len, &f, err, sizeof err)) {
+        fprintf(stderr, "elem_at: %s\n", err);
+        exit(1);
+    }
+    const rt_st_tensor *t = rt_st_find(&f, name);
+    int64_t at = t ? (const unsigned char *)t->data - f.bytes + 4 * k : -1;
+    rt_st_free(&f);
+    return at;
+}
+
+/* Copy of file `from` as `to` with element k of tensor name set to v. */
+static void poke(const char *from, const char *to, const char *name, int64_t k, float v)
+{
+    int64_t len;
+    unsigned char *b = slurp(from, &len);
+    int64_t at = elem_at(b, len, name, k);
+    memcpy(b + at, &v, 4);
+    spit(to, b, len);
+    free(b);
+}
+
+static void test_nonfinite_and_fallback(void)
+{
+    /* --init with NaN where only rank 2 reads (a is 6 x 10, rows 2r, 2r+1 on
+       rank r): every rank exits 2, rank 2 names the tensor and the index */
+    fresh("nf");
+    const char *pn = path_of("nf", "nan.safetensors");
+    poke(path_of("l1", "final.safetensors"), pn, "a", 4 * 10 + 7, NAN);
+    job ji = {1, 1, {"--init", pn, NULL}, -1, -1, 0, -1, 0, 0, 0};
+    result res = run(&ji);
+    check(all_exit(&ji, &res, 2) && strstr(res.err[2], pn) &&
+          strstr(res.err[2], "tensor a holds nan at [4, 7]") && strstr(res.err[0], "another rank"),
+          "--init with a NaN at a[4, 7]: 3 ranks exit %d %d %d: %s | %s", res.code[0], res.code[1],
+          res.code[2], res.err[2], res.err[0]);
+    const char *pi = path_of("nf", "inf.safetensors");
+    poke(path_of("l1", "final.safetensors"), pi, "c", 3, -INFINITY);
+    job ji2 = {3, 1, {"--init", pi, NULL}, -1, -1, 0, -1, 0, 0, 0};
+    res = run(&ji2);
+    check(all_exit(&ji2, &res, 2) && strstr(res.err[0], "tensor c holds -inf at [3]"),
+          "--init with -inf at c[3], 1 rank: exit %d: %s", res.code[0], res.err[0]);
+
+    /* the newest checkpoint truncated: every rank resumes from step-4, to the
+       uninterrupted run's final file */
+    copy_dir("l1", "fb");
+    unlink(path_of("fb", "final.safetensors"));
+    int64_t len;
+    unsigned char *b = slurp(path_of("l1", "step-6.safetensors"), &len);
+    spit(path_of("fb", "step-6.safetensors"), b, len - 100);
+    free(b);
+    char fbdir[256], nwdir[256];   /* path_of's buffers are reused */
+    snprintf(fbdir, sizeof fbdir, "%s", path_of("fb", ""));
+    snprintf(nwdir, sizeof nwdir, "%s", path_of("nw", ""));
+    job jr = {2, 6, {"--ckpt-dir", fbdir, "--ckpt-every", "2", "--resume", NULL}, -1, -1, 0, 4, 4,
+              4, 0};
+    res = run(&jr);
+    check(all_exit(&jr, &res, 0) && strstr(res.err[0], "step-6.safetensors") &&
+          strstr(res.err[0], "cannot load") &&
+          same_file(path_of("l1", "final.safetensors"), path_of("fb", "final.safetensors")),
+          "--resume, step-6 truncated: 2 ranks load step-4 and end with the same final file (%s)",
+          res.err[0]);
+    /* NaN in step-6 where only rank 2 reads: all three fall back together */
+    copy_dir("l1", "fb");
+    unlink(path_of("fb", "final.safetensors"));
+    poke(path_of("l1", "step-6.safetensors"), path_of("fb", "step-6.safetensors"), "a", 5 * 10, NAN);
+    job jr3 = jr;
+    jr3.layout = 1;
+    res = run(&jr3);
+    check(all_exit(&jr3, &res, 0) && strstr(res.err[2], "tensor a holds nan at [5, 0]") &&
+          strstr(res.err[0], "skipping") && strstr(res.err[0], "trying step-4") &&
+          same_file(path_of("l1", "final.safetensors"), path_of("fb", "final.safetensors")),
+          "--resume, step-6 with a NaN only rank 2 reads: every rank resumes from step-4 (%s | %s)",
+          res.err[2], res.err[0]);
+    /* none intact: exit 2 */
+    fresh("fb");
+    b = slurp(path_of("l1", "step-6.safetensors"), &len);
+    spit(path_of("fb", "step-6.safetensors"), b, len - 100);
+    spit(path_of("fb", "step-4.safetensors"), b, 40);
+    free(b);
+    res = run(&jr);
+    check(all_exit(&jr, &res, 2) && strstr(res.last[0], "none of the 2 checkpoints") &&
+          access(path_of("fb", "final.safetensors"), F_OK) != 0,
+          "--resume, step-6 and step-4 both damaged: every rank exits 2, nothing written (%s)",
+          res.last[0]);
+
+    /* weights that turn NaN (on rank 1) in step 4: step-4 is not written */
+    fresh("nw");
+    job jw = {1, 6, {"--ckpt-dir", nwdir, "--ckpt-every", "2", NULL}, -1, -1, 1, -1, 0, 0, 4};
+    res = run(&jw);
+    static const char *const nw_files[] = {"step-2.safetensors", NULL};
+    char why[256] = "";
+    check(all_exit(&jw, &res, 1) && dir_is(path_of("nw", ""), nw_files) &&
+          file_ok(path_of("nw", "step-2.safetensors"), 3, 2, why, sizeof why) &&
+          strstr(res.err[1], "tensor a holds nan") && strstr(res.err[0], "step 4: the weights are "
+          "not finite") && strstr(res.err[0], "step-2.safetensors, is intact"),
+          "weights NaN in step 4: no step-4, no final; every rank exits 1 (%d %d %d: %s | %s) %s",
+          res.code[0], res.code[1], res.code[2], res.err[1], res.err[0], why);
 }
 
 int main(void)
@@ -687,6 +806,7 @@ int main(void)
     test_write_and_resume();
     test_malformed();
     test_atomicity_and_failures();
+    test_nonfinite_and_fallback();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", top);
     if (system(cmd) != 0)

@@ -6,8 +6,12 @@
  * every box: one file, shards (one too short to hold a row), wrap-around,
  * column boxes, evaluation batches from the eval file or the training file,
  * tokens above 255; and that bad files stop the rank with status 2 and a
- * message naming the file.
+ * message naming the file: among them tokens outside the vocabulary (the
+ * stream inputs' `int R`: the file, the token's index and id, the
+ * vocabulary; shards, several threads, several chunks) and FIFOs given as
+ * token files (refused at once, never waited on).
  */
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,6 +237,7 @@ static outcome run_child(const char *man, const char *flag, const char *val)
     if (pid == 0) {
         if (!freopen(pe, "w", stderr))
             _exit(99);
+        alarm(20);   /* a rank that blocks (in open(2) of a FIFO, say) is killed: code -1 */
         rt_ctx *ctx = flag ? start(man, flag, val, NULL) : start(man, NULL);
         _exit(rt_finish(ctx));
     }
@@ -314,6 +319,132 @@ static void test_bad_files(void)
           "stream inputs of different shapes: exit %d: %s", o.code, o.err);
 }
 
+
+/* Write NAME in dir with n tokens (i * 7) % vocab, and id `bad` at each
+ * index of at[] (na of them).  Returns the path (static). */
+static const char *write_vocab(const char *name, int64_t n, int vocab, const int64_t *at, int na,
+                               int bad)
+{
+    static char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "wb");
+    if (!fp) {
+        perror(path);
+        exit(1);
+    }
+    unsigned char hdr[RT_TOK_HEADER] = {0};
+    int32_t h[3] = {RT_TOK_MAGIC, 1, (int32_t)n};
+    for (int k = 0; k < 3; k++)
+        for (int q = 0; q < 4; q++)
+            hdr[4 * k + q] = (unsigned char)((uint32_t)h[k] >> (8 * q));
+    fwrite(hdr, 1, sizeof hdr, fp);
+    for (int64_t p = 0; p < n; p++) {
+        int v = (int)(p * 7 % vocab);
+        for (int k = 0; k < na; k++)
+            if (at[k] == p)
+                v = bad;
+        unsigned char le[2] = {(unsigned char)(v & 0xff), (unsigned char)(v >> 8)};
+        fwrite(le, 1, 2, fp);
+    }
+    fclose(fp);
+    return path;
+}
+
+/* The manifest of test_vocab: the token inputs with synthetic ranges r0 and
+ * r1 (the vocabulary), data and eval_data paths. */
+static void vocab_manifest(char *out, size_t len, const char *data, const char *eval, int r0,
+                           int r1)
+{
+    snprintf(out, len,
+             "nnsc-manifest 1\nmodel datatest\nrank 0 world 1\narena 4096\nsteps 1\n"
+             "micro_batches 1\nseed 5\ndata %s\neval_data %s\neval_every 0\neval_steps 1\n"
+             "input 0 tokens i32 2 %d %d dist stream 0 int %d period 1\n"
+             "input 1 targets i32 2 %d %d dist stream 1 int %d period 1\nend\n",
+             data, eval, B, T, r0, B, T, r1);
+}
+
+static void test_vocab(void)
+{
+    char man[2048], good[128], bad[128], pat[128], big[128];
+    /* every id below the vocabulary, the largest (299) among them: opens */
+    int64_t top[1] = {17};
+    snprintf(good, sizeof good, "%s", write_vocab("v-good.bin", 40 * T + 1, 300, top, 1, 299));
+    vocab_manifest(man, sizeof man, good, "-", 300, 300);
+    outcome o = run_child(man, NULL, NULL);
+    check(o.code == 0, "vocabulary 300, ids 0 .. 299: the file opens (exit %d: %s)", o.code, o.err);
+    /* id 300 at token 123: exit 2 naming the file, the index, the id, the vocabulary */
+    int64_t at[1] = {123};
+    snprintf(bad, sizeof bad, "%s", write_vocab("v-bad.bin", 40 * T + 1, 300, at, 1, 300));
+    vocab_manifest(man, sizeof man, bad, "-", 300, 300);
+    o = run_child(man, NULL, NULL);
+    check(o.code == 2 && strstr(o.err, bad) && strstr(o.err, "token 123 ") &&
+          strstr(o.err, "is 300,") && strstr(o.err, "[0, 300)"),
+          "id 300 at token 123, vocabulary 300: exit %d: %s", o.code, o.err);
+    /* the smaller range of the two inputs is the vocabulary, and it is named */
+    vocab_manifest(man, sizeof man, good, "-", 300, 256);
+    o = run_child(man, NULL, NULL);
+    check(o.code == 2 && strstr(o.err, "[0, 256)") && strstr(o.err, "input targets"),
+          "ranges 300 and 256: ids of 256 and more are out (exit %d: %s)", o.code, o.err);
+    /* shards: the bad id is in the third; its index is counted in that file */
+    write_vocab("vs-a.bin", 10 * T + 1, 300, NULL, 0, 0);
+    write_vocab("vs-b.bin", 3, 300, NULL, 0, 0);
+    int64_t at_c[1] = {2 * T + 3};
+    const char *pc = write_vocab("vs-c.bin", 10 * T + 1, 300, at_c, 1, 4000);
+    snprintf(pat, sizeof pat, "%s/vs-*.bin", dir);
+    vocab_manifest(man, sizeof man, pat, "-", 300, 300);
+    char want[64];
+    snprintf(want, sizeof want, "token %d ", 2 * T + 3);
+    o = run_child(man, NULL, NULL);
+    check(o.code == 2 && strstr(o.err, pc) && strstr(o.err, want) && strstr(o.err, "is 4000"),
+          "3 shards, id 4000 in the third: exit %d: %s", o.code, o.err);
+    /* the eval file is checked too */
+    vocab_manifest(man, sizeof man, good, bad, 300, 300);
+    o = run_child(man, NULL, NULL);
+    check(o.code == 2 && strstr(o.err, "eval_data file") && strstr(o.err, bad),
+          "a bad id in the eval file: exit %d: %s", o.code, o.err);
+    /* many chunks (2^17 tokens a read) on 3 threads: the first bad id is named */
+    int64_t two[2] = {600001, 200003};
+    snprintf(big, sizeof big, "%s", write_vocab("v-big.bin", 1000001, 300, two, 2, 301));
+    vocab_manifest(man, sizeof man, big, "-", 300, 300);
+    o = run_child(man, "--threads", "3");
+    check(o.code == 2 && strstr(o.err, "token 200003 ") && strstr(o.err, "(of 1000001)"),
+          "10^6 tokens, bad ids at 200003 and 600001, 3 threads: the first named (exit %d: %s)",
+          o.code, o.err);
+    /* no range in the manifest (an older build): no check */
+    manifest(man, sizeof man, bad, "-", 1);
+    o = run_child(man, NULL, NULL);
+    check(o.code == 0, "stream inputs without a range: ids are not checked (exit %d: %s)", o.code,
+          o.err);
+}
+
+/* A FIFO as a token file: refused at once (exit 2, the path and the flag). */
+static void test_fifo(void)
+{
+    char man[2048], fifo[128], good[128], pat[128];
+    snprintf(fifo, sizeof fifo, "%s/fifo-x.bin", dir);
+    if (mkfifo(fifo, 0600) != 0) {
+        perror(fifo);
+        exit(1);
+    }
+    snprintf(good, sizeof good, "%s", write_tokens("fifo-a.bin", 1, 6 * T + 1, RT_TOK_MAGIC, 1, -1));
+    manifest(man, sizeof man, "-", "-", 1);
+    double t0 = rt_now();
+    outcome o = run_child(man, "--data", fifo);
+    check(o.code == 2 && strstr(o.err, fifo) && strstr(o.err, "FIFO") && strstr(o.err, "--data") &&
+          rt_now() - t0 < 5, "--data FIFO: exit %d in %.2f s: %s", o.code, rt_now() - t0, o.err);
+    manifest(man, sizeof man, good, "-", 1);
+    o = run_child(man, "--eval-data", fifo);
+    check(o.code == 2 && strstr(o.err, fifo) && strstr(o.err, "--eval-data"),
+          "--eval-data FIFO: exit %d: %s", o.code, o.err);
+    snprintf(pat, sizeof pat, "%s/fifo-*.bin", dir);
+    o = run_child(man, "--data", pat);
+    check(o.code == 2 && strstr(o.err, fifo), "a glob matching a file and a FIFO: exit %d: %s",
+          o.code, o.err);
+    o = run_child(man, "--data", dir);
+    check(o.code == 2 && strstr(o.err, "directory"), "--data a directory: exit %d: %s", o.code,
+          o.err);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/rtdata-%d", (int)getpid());
@@ -324,6 +455,8 @@ int main(void)
     test_one_file();
     test_shards_and_eval();
     test_bad_files();
+    test_vocab();
+    test_fifo();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -3,15 +3,20 @@
  * of the per-step line that `nnsc-aot verify` parses, and the --log JSON.
  *
  * Every case runs in a forked child with its stdout and stderr captured,
- * so cases that must exit (status 2 on bad input) can be checked.
+ * so cases that must exit (status 2 on bad input) can be checked.  Also:
+ * -q, "did you mean" for a mistyped flag, and the files the flags name
+ * (--log, --trace, --save, --init, --resume's checkpoints) when they are
+ * FIFOs, directories or /dev/null: refused at once or used, never waited on.
  */
 #define _GNU_SOURCE   /* sched_getaffinity */
 #include <math.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -114,6 +119,7 @@ static result run(const job *j)
     if (pid == 0) {
         if (!freopen(po, "w", stdout) || !freopen(pe, "w", stderr))
             _exit(99);
+        alarm(20);   /* a child that blocks (opening a FIFO) is killed: code -1 */
         for (size_t k = 0; k < sizeof rank_vars / sizeof rank_vars[0]; k++)
             unsetenv(rank_vars[k]);
         for (int k = 0; j->env[k]; k += 2)
@@ -592,9 +598,106 @@ static void test_units(void)
     check(ok, "human units: 834k, 1.2M, 124M, 54; 9.8MiB, 640KiB, 1.5GiB");
 }
 
+
+/* -q, "did you mean", and the files the flags name when they are not
+ * regular files. */
+static void test_flag_paths(void)
+{
+    result r = run_flags("-q", "--steps", "2");
+    check(r.code == 0 && strstr(r.out, "quiet 1"), "-q is --quiet (exit %d)", r.code);
+    r = run_flags("--stpes", "3", NULL);
+    check(r.code == 2 && strstr(r.err, "unknown flag '--stpes': did you mean '--steps'?"),
+          "--stpes: did you mean '--steps'? (%s)", strtok(r.err, "\n"));
+    r = run_flags("--ckpt_dir=x", NULL, NULL);
+    check(r.code == 2 && strstr(r.err, "did you mean '--ckpt-dir'?"),
+          "--ckpt_dir=x: did you mean '--ckpt-dir'? (%s)", strtok(r.err, "\n"));
+    r = run_flags("-quiet", NULL, NULL);
+    check(r.code == 2 && strstr(r.err, "did you mean '--quiet'?"), "-quiet: did you mean "
+          "'--quiet'?");
+    r = run_flags("--frobnicate", NULL, NULL);
+    check(r.code == 2 && !strstr(r.err, "did you mean"), "--frobnicate: no suggestion (none is "
+          "near)");
+
+    char dir[64], fifo[96], path[128];
+    snprintf(dir, sizeof dir, "/tmp/rtinit-paths-%d", (int)getpid());
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    if (mkdir(dir, 0700) != 0 || mkfifo(fifo, 0600) != 0) {
+        perror(dir);
+        exit(1);
+    }
+    double t0 = rt_now();
+    job jl = {{NULL}, {"rank0", "--log", fifo, NULL}, good_manifest, ACT_STEPS};
+    r = run(&jl);
+    check(r.code == 2 && strstr(r.err, "--log") && strstr(r.err, fifo) &&
+          strstr(r.err, "no process reading it") && rt_now() - t0 < 10,
+          "--log FIFO without a reader: exit %d in %.2f s, never blocks (%s)", r.code,
+          rt_now() - t0, strtok(r.err, "\n"));
+    int rd = open(fifo, O_RDONLY | O_NONBLOCK);   /* a reader: now the log may go there */
+    r = run(&jl);
+    char got[4096] = "";
+    ssize_t n = rd >= 0 ? read(rd, got, sizeof got - 1) : -1;
+    got[n > 0 ? n : 0] = 0;
+    check(r.code == 0 && strstr(got, "{\"start\":") && strstr(got, "{\"summary\":"),
+          "--log FIFO that a process reads: the JSON lines go there (exit %d)", r.code);
+    if (rd >= 0)
+        close(rd);
+    job jn = {{NULL}, {"rank0", "--log", "/dev/null", NULL}, good_manifest, ACT_STEPS};
+    r = run(&jn);
+    check(r.code == 0, "--log /dev/null: accepted (exit %d %s)", r.code, strtok(r.err, "\n"));
+    job jd = {{NULL}, {"rank0", "--log", dir, NULL}, good_manifest, ACT_STEPS};
+    r = run(&jd);
+    check(r.code == 2 && strstr(r.err, "--log"), "--log a directory: exit %d", r.code);
+    job jt = {{NULL}, {"rank0", "--trace", fifo, NULL}, good_manifest, ACT_STEPS};
+    t0 = rt_now();
+    r = run(&jt);
+    check(r.code == 2 && strstr(r.err, "--trace") && strstr(r.err, fifo) && !strstr(r.out, "step "),
+          "--trace FIFO: exit %d at start-up, before any step (%s)", r.code, strtok(r.err, "\n"));
+    snprintf(path, sizeof path, "%s/t.json", dir);
+    job jt2 = {{NULL}, {"rank0", "--trace", path, NULL}, good_manifest, ACT_STEPS};
+    r = run(&jt2);
+    char tr[4096];
+    slurp(path, tr, sizeof tr);
+    check(r.code == 0 && strstr(tr, "\"traceEvents\"") && strstr(tr, "step 4"),
+          "--trace FILE: written (exit %d)", r.code);
+    job js = {{NULL}, {"rank0", "--save", fifo, NULL}, good_manifest, ACT_STEPS};
+    r = run(&js);
+    check(r.code == 2 && strstr(r.err, "--save") && strstr(r.err, "FIFO") && !strstr(r.out, "step "),
+          "--save FIFO: exit %d at start-up, before any step (%s)", r.code, strtok(r.err, "\n"));
+    job js2 = {{NULL}, {"rank0", "--save", dir, NULL}, good_manifest, ACT_STEPS};
+    r = run(&js2);
+    check(r.code == 2 && strstr(r.err, "a directory"), "--save a directory: exit %d (%s)", r.code,
+          strtok(r.err, "\n"));
+    job ji = {{NULL}, {"rank0", "--init", fifo, NULL}, good_manifest, ACT_STEPS};
+    t0 = rt_now();
+    r = run(&ji);
+    check(r.code == 2 && strstr(r.err, "--init") && strstr(r.err, fifo) && strstr(r.err, "FIFO") &&
+          rt_now() - t0 < 10, "--init FIFO: exit %d in %.2f s (%s)", r.code, rt_now() - t0,
+          strtok(r.err, "\n"));
+    snprintf(path, sizeof path, "%s/ck", dir);
+    char step5[160];
+    snprintf(step5, sizeof step5, "%s/step-5.safetensors", path);
+    if (mkdir(path, 0700) != 0 || mkfifo(step5, 0600) != 0) {
+        perror(step5);
+        exit(1);
+    }
+    job jr = {{NULL}, {"rank0", "--ckpt-dir", path, "--resume", NULL}, good_manifest, ACT_STEPS};
+    t0 = rt_now();
+    r = run(&jr);
+    check(r.code == 2 && strstr(r.err, step5) && strstr(r.err, "FIFO") && rt_now() - t0 < 10,
+          "--resume with a FIFO as DIR/step-5.safetensors: exit %d in %.2f s (%s)", r.code,
+          rt_now() - t0, strtok(r.err, "\n"));
+    unlink(step5);
+    rmdir(path);
+    unlink(fifo);
+    snprintf(path, sizeof path, "%s/t.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     test_flags();
+    test_flag_paths();
     test_threads();
     test_env();
     test_manifest_errors();

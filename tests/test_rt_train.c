@@ -1,7 +1,9 @@
 /* test_rt_train.c -- the training loop's pieces (train.c): lr schedule
  * values, sumsq (against the reference and an exact sum, the same bits on
  * any number of threads), gradclip, sgd/adamw under the lr and gradient
- * multipliers, the step line with the gradient norm, evaluation due/report.
+ * multipliers, the step line with the gradient norm, evaluation due/report;
+ * a non-finite loss or gradient norm stops the run at its step (exit 1, no
+ * checkpoint of that step, the last one named).
  */
 #include <math.h>
 #include <stdio.h>
@@ -298,11 +300,101 @@ static void test_logs(void)
           "--log: step lines with grad_norm, and {\"step\":S,\"eval_loss\":L} lines");
 }
 
+
+/* What stop_child did. */
+typedef struct stop_result {
+    int code;           /* exit status, -1 if killed */
+    char out[4096];     /* stdout */
+    char err[1024];     /* stderr */
+} stop_result;
+
+/* A child running 4 steps with a checkpoint after each, the loss finite
+ * (1.5) but at step 2 (0-based): kind 1 loss inf, 2 loss -inf, 3 loss NaN,
+ * 4 gradclip of S = NaN, 5 gradclip of S = inf; 0: all finite. */
+static stop_result stop_child(int kind)
+{
+    stop_result r;
+    char po[64], pe[64], dir[64];
+    snprintf(po, sizeof po, "/tmp/rttrain-stop-%d.out", (int)getpid());
+    snprintf(pe, sizeof pe, "/tmp/rttrain-stop-%d.err", (int)getpid());
+    snprintf(dir, sizeof dir, "/tmp/rttrain-stop-%d", (int)getpid());
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!freopen(po, "w", stdout) || !freopen(pe, "w", stderr))
+            _exit(99);
+        char text[1024];
+        manifest(text, sizeof text, "constant", 0, 0, 0, 1);
+        char *argv[] = {"t", "--steps", "4", "--ckpt-dir", dir, "--ckpt-every", "1", NULL};
+        rt_ctx *ctx = rt_init(7, argv, text);
+        for (int64_t s = rt_first_step(ctx); s < rt_steps(ctx); s++) {
+            float S = s == 2 && kind == 4 ? NAN : s == 2 && kind == 5 ? INFINITY : 4.0f;
+            float fmax = 1.0f, loss = 1.5f;
+            void *b[1] = {&S};
+            rt_step_begin(ctx, s);
+            rt_k_gradclip(ctx, b, NULL, &fmax);
+            if (s == 2 && kind >= 1 && kind <= 3)
+                loss = kind == 1 ? INFINITY : kind == 2 ? -INFINITY : NAN;
+            rt_step_end(ctx, s, &loss);
+        }
+        _exit(rt_finish(ctx));
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    FILE *f = fopen(po, "r");
+    size_t n = f ? fread(r.out, 1, sizeof r.out - 1, f) : 0;
+    r.out[n] = 0;
+    if (f)
+        fclose(f);
+    f = fopen(pe, "r");
+    n = f ? fread(r.err, 1, sizeof r.err - 1, f) : 0;
+    r.err[n] = 0;
+    if (f)
+        fclose(f);
+    unlink(po);
+    unlink(pe);
+    return r;
+}
+
+static void test_nonfinite_stop(void)
+{
+    static const char *const what[] = {"", "the loss is inf", "the loss is -inf",
+                                       "the loss is nan", "the gradient norm is nan",
+                                       "the gradient norm is inf"};
+    char dir[64], cmd[128], ck[160], ck3[160];
+    snprintf(dir, sizeof dir, "/tmp/rttrain-stop-%d", (int)getpid());
+    snprintf(ck, sizeof ck, "the newest checkpoint, %s/step-2.safetensors, is intact", dir);
+    snprintf(ck3, sizeof ck3, "%s/step-3.safetensors", dir);
+    for (int kind = 0; kind <= 5; kind++) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            exit(1);
+        stop_result r = stop_child(kind);
+        int no3 = access(ck3, F_OK) != 0;
+        if (kind == 0) {
+            check(r.code == 0 && !no3, "finite losses and norms: 4 steps, exit %d", r.code);
+            continue;
+        }
+        /* a loss is known after its step line; gradclip stops before the update */
+        int line3 = strstr(r.out, "step 3/4 ") != NULL;
+        check(r.code == 1 && strstr(r.err, "step 3: ") && strstr(r.err, what[kind]) &&
+              strstr(r.err, ck) && no3 && !strstr(r.out, "step 4/4") && !strstr(r.out, "done:") &&
+              line3 == (kind <= 3),
+              "%s at step 3: exit %d, stops there, no step-3 checkpoint, step-2 named: %s",
+              what[kind], r.code, strtok(r.err, "\n"));
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        exit(1);
+}
+
 int main(void)
 {
     test_schedule();
     test_sumsq();
     test_gradclip_and_optimizers();
     test_logs();
+    test_nonfinite_stop();
     return check_done();
 }

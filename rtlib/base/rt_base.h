@@ -2,7 +2,7 @@
  * manifest, the rank's context), messages and fatal errors, boxes, the
  * trace.  Calls nothing above it.
  *
- *   sys.c     clock, rt_fatal / rt_warn / rt_out, rt_big_alloc
+ *   sys.c     clock, rt_fatal / rt_warn / rt_out, rt_big_alloc, rt_open_file
  *   box.c     boxes of row-major tensors, the FNV-1a name hash
  *   trace.c   --trace FILE, the measured task and step timeline
  *   auth.c    the job secret, SHA-256, HMAC-SHA-256, random nonces
@@ -203,6 +203,15 @@ double rt_now(void);
 void *rt_big_alloc(size_t bytes);
 /* Free a block of rt_big_alloc (bytes as allocated). */
 void rt_big_free(void *p, size_t bytes);
+/* Open a file the user named (flags as for open(2); O_CLOEXEC added; 0644
+ * when created) without ever blocking in open(2): with O_NONBLOCK, which
+ * is cleared once fstat has shown what it is.  Accepted: a regular file;
+ * with stream_ok, for writing, also a character device (/dev/null, a
+ * terminal) and a FIFO or pipe that a process reads.  Returns the
+ * descriptor; -1 when open(2) or fstat fails (strerror in why); -2 when
+ * the file is of a kind not accepted (why: "a FIFO (named pipe), not a
+ * regular file", "a FIFO ... with no process reading it", ...). */
+int rt_open_file(const char *path, int flags, int stream_ok, char *why, size_t len);
 /* Print "rank R: <fmt>" (before the rank is known, or ctx NULL: "nnsc: <fmt>")
  * and a newline to stderr with one write(2), and exit with status code. */
 void rt_fatal(rt_ctx *ctx, int code, const char *fmt, ...)
@@ -311,6 +320,8 @@ void rt_secret_wipe(rt_secret *s);
 
 /* ---- trace.c: --trace FILE, the measured task and step timeline */
 typedef struct rt_trace rt_trace;
+/* With --trace: create the rank's file (once the rank is known); exits 2 when it
+ * cannot be created or is not a regular file. */
 void rt_trace_open(rt_ctx *ctx);
 /* A pipeline task edge: what 0 F, 1 B, 2 W; micro-batch mb; edge 0 begin, 1 end. */
 void rt_trace_mark(rt_ctx *ctx, int64_t what, int64_t mb, int64_t edge);

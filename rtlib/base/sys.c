@@ -1,5 +1,5 @@
 /* sys.c -- what every layer of rtlib uses: the clock, messages and fatal
- * errors, big zeroed blocks.
+ * errors, big zeroed blocks, opening the files a user names.
  *
  * Every message goes out with one write(2) (rt_fatal, rt_warn, rt_out): the
  * ranks of a job share a terminal or a pipe (out/launch filters their
@@ -8,12 +8,14 @@
  * layers above set (comm: tell the peers; cuda: abort NCCL too).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -150,3 +152,54 @@ void rt_big_free(void *p, size_t bytes)
         munmap(p, rt_huge_round(bytes ? bytes : 1));
 }
 
+
+/* What a file that is not a regular file is, for messages. */
+static const char *rt_file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO (named pipe)"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+int rt_open_file(const char *path, int flags, int stream_ok, char *why, size_t len)
+{
+    int writing = (flags & O_ACCMODE) != O_RDONLY;
+    /* O_NONBLOCK: opening a FIFO waits for its other end, forever and outside
+       any timeout; so open without waiting and look at what it is first */
+    int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        if (writing && e == ENXIO) {   /* a FIFO that nobody reads (open(2)) */
+            snprintf(why, len, "a FIFO (named pipe) with no process reading it: writing "
+                               "would block");
+            return -2;
+        }
+        snprintf(why, len, "%s", strerror(e));
+        errno = e;
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        snprintf(why, len, "%s", strerror(e));
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    int ok = S_ISREG(st.st_mode) ||
+             (stream_ok && writing && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)));
+    if (!ok) {
+        snprintf(why, len, "%s, not a regular file", rt_file_kind(st.st_mode));
+        close(fd);
+        return -2;
+    }
+    int fl = fcntl(fd, F_GETFL);   /* from here on reads and writes wait as usual */
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        snprintf(why, len, "%s", strerror(e));
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}

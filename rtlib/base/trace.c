@@ -5,8 +5,10 @@
  * micro-batch) begins and ends (rt_k_mark, placed by passes/lower.c around
  * the task's compute; the transfers where two tasks meet fall between
  * tasks), and the step loop marks each step.  Without --trace a mark is
- * one test of a flag.  With it, rank r keeps the events in memory and
- * writes them at rt_finish: FILE for a 1-rank run, else FILE with
+ * one test of a flag.  With it, rank r creates its file at start-up (so a
+ * bad path stops the run before it trains; a FIFO is refused, never
+ * waited on: rt_open_file), keeps the events in memory and writes them at
+ * rt_finish: FILE for a 1-rank run, else FILE with
  * "-rank<r>" before its extension (trace.json -> trace-rank0.json ...),
  * as {"traceEvents": [...]} with "B"/"E" events on pid 0, tid = rank,
  * timestamps in microseconds of CLOCK_MONOTONIC (comparable between the
@@ -14,6 +16,8 @@
  * (chrome://tracing, Perfetto).  On the cuda target a mark first waits for
  * the rank's stream, so a task's span is its device time (tracing slows
  * the run by those waits). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +33,10 @@ typedef struct rt_tevent {
 } rt_tevent;
 
 struct rt_trace {
-    rt_tevent *ev;
-    int64_t n, cap;
+    rt_tevent *ev;      /* the events so far */
+    int64_t n, cap;     /* their count and room */
+    FILE *f;            /* the rank's file, open from rt_trace_open */
+    char path[4200];    /* its name */
 };
 
 static void trace_add(rt_ctx *ctx, int what, int64_t id, int edge)
@@ -55,9 +61,22 @@ void rt_trace_open(rt_ctx *ctx)
 {
     if (!ctx->trace_path)
         return;
-    ctx->trace = calloc(1, sizeof *ctx->trace);
-    if (!ctx->trace)
+    rt_trace *t = ctx->trace = calloc(1, sizeof *ctx->trace);
+    if (!t)
         rt_fatal(ctx, 1, "--trace: out of memory");
+    const char *p = ctx->trace_path, *dot = strrchr(p, '.'), *slash = strrchr(p, '/');
+    if (ctx->world == 1)
+        snprintf(t->path, sizeof t->path, "%s", p);
+    else if (dot && (!slash || dot > slash))
+        snprintf(t->path, sizeof t->path, "%.*s-rank%d%s", (int)(dot - p), p, ctx->rank, dot);
+    else
+        snprintf(t->path, sizeof t->path, "%s-rank%d", p, ctx->rank);
+    char why[160];
+    int fd = rt_open_file(t->path, O_WRONLY | O_CREAT | O_TRUNC, 0, why, sizeof why);
+    if (fd == -2)
+        rt_fatal(ctx, 2, "--trace %s: %s: give the name of a regular file to write", t->path, why);
+    if (fd < 0 || !(t->f = fdopen(fd, "w")))
+        rt_fatal(ctx, 2, "--trace %s: cannot create: %s", t->path, fd < 0 ? why : strerror(errno));
 }
 
 void rt_trace_mark(rt_ctx *ctx, int64_t what, int64_t mb, int64_t edge)
@@ -78,17 +97,9 @@ void rt_trace_write(rt_ctx *ctx)
     rt_trace *t = ctx->trace;
     if (!t)
         return;
-    char path[4200];
-    const char *p = ctx->trace_path, *dot = strrchr(p, '.'), *slash = strrchr(p, '/');
-    if (ctx->world == 1)
-        snprintf(path, sizeof path, "%s", p);
-    else if (dot && (!slash || dot > slash))
-        snprintf(path, sizeof path, "%.*s-rank%d%s", (int)(dot - p), p, ctx->rank, dot);
-    else
-        snprintf(path, sizeof path, "%s-rank%d", p, ctx->rank);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        rt_fatal(ctx, 1, "--trace: cannot write %s", path);
+    FILE *f = t->f;
+    const char *path = t->path;
+    t->f = NULL;
     static const char kind[] = "FBW";
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     for (int64_t k = 0; k < t->n; k++) {

@@ -876,7 +876,7 @@ static CUdeviceptr cu_alloc(rt_ctx *ctx, int64_t bytes, const char *what)
     return p;
 }
 
-void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages)
+void rt_dev_open(rt_ctx *ctx, const rt_image *images, int nimages)
 {
     for (int k = 0; k < RT_KN_COUNT; k++)
         RT_ASSERT(cu_row(k)->where != 0);   /* a row of rt_kernels.h missing in cu_launches */
@@ -884,13 +884,20 @@ void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages)
     if (!d)
         rt_fatal(ctx, 1, "out of memory");
     ctx->dev = d;
-    ctx->dev_sync = rt_dev_sync;   /* trace marks wait for the device's work */
     const char *sync = getenv("NNSC_CUDA_SYNC");
     d->sync_each = sync && *sync && strcmp(sync, "0") != 0;
 
     cu_open_driver(ctx, d);
     cu_open_device(ctx, d);
     cu_choose_image(ctx, d, images, nimages);
+}
+
+void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages)
+{
+    if (!ctx->dev)
+        rt_dev_open(ctx, images, nimages);
+    rt_dev *d = ctx->dev;
+    ctx->dev_sync = rt_dev_sync;   /* trace marks wait for the device's work */
     CU(ctx, cuDevicePrimaryCtxRetain, &d->cuctx, d->device);
     CU(ctx, cuCtxSetCurrent, d->cuctx);
     cu_load_module(ctx, d);

@@ -3,8 +3,9 @@
  *   dev_cuda.c  the driver via dlopen, launches, the host mirror of the arena
  *   nccl.c      the collectives with NCCL (dlopen)
  *
- * rt_init_cuda (train/runtime.c) calls, in order: rt_net_init (world > 1,
- * comm/net.c), rt_dev_init, rt_nccl_init (world > 1). */
+ * rt_init_cuda (train/runtime.c) calls, in order: rt_dev_open (before any
+ * peer is waited for), rt_net_init (world > 1, comm/net.c), rt_dev_init,
+ * rt_nccl_init (world > 1). */
 #ifndef NNSC_RT_CUDA_H
 #define NNSC_RT_CUDA_H
 
@@ -17,7 +18,13 @@
  * and exit 2.  Device = local rank modulo the devices visible.  The host
  * arena (ctx->arena) stays as the device arena's mirror: host-side kernels
  * (init_param, data) and checkpoints work on the mirror, and rt_dev_upload /
- * rt_dev_download move byte ranges between the two. */
+ * rt_dev_download move byte ranges between the two.
+ *
+ * rt_dev_open: the local checks only (driver, device, cubin), so that a
+ * rank without them says so at once, before the rendezvous; rt_dev_init:
+ * the rest (context, module, arena, stream), after rt_dev_open if it has
+ * not run. */
+void rt_dev_open(rt_ctx *ctx, const rt_image *images, int nimages);
 void rt_dev_init(rt_ctx *ctx, const rt_image *images, int nimages);
 void rt_dev_free(rt_ctx *ctx);
 /* The device arena's base address (what rt_arena returns on the cuda target). */

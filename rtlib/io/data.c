@@ -14,8 +14,9 @@
  * pread() per run of rows that are adjacent in a shard (a full-width box of
  * consecutive rows is one contiguous token range), or per row when the box
  * holds some of the columns.  Files stay open for the whole run; every file
- * is checked at start-up, and a bad one stops the rank with status 2 and a
- * message naming it.
+ * is checked at start-up (opened without blocking: a FIFO is refused, never
+ * waited on; its header; every token below the vocabulary, below), and a
+ * bad one stops the rank with status 2 and a message naming it.
  *
  * Whether a run reads a file is decided here, at start-up: a stream input
  * reads the data file of the run (--data, else the build's `data`); with
@@ -40,6 +41,7 @@ typedef struct dt_shard {
     int64_t ntok;       /* tokens (header[2]) */
     int64_t rows;       /* floor((ntok - 1) / T) */
     int64_t first;      /* index of its first row in the data set */
+    int64_t tok0;       /* index of its first token in the data set's tokens */
 } dt_shard;
 
 /* A data set: the training or the evaluation sequence of rows. */
@@ -48,6 +50,7 @@ typedef struct dt_set {
     dt_shard *sh;       /* shards in glob order */
     int nsh;            /* number of shards */
     int64_t rows;       /* rows in all shards */
+    int64_t ntok;       /* tokens in all shards */
 } dt_set;
 
 /* The token files of one rank. */
@@ -87,11 +90,16 @@ static void dt_open_shard(rt_ctx *ctx, const char *what, dt_shard *s, int64_t T)
 {
     unsigned char hdr[RT_TOK_HEADER];
     struct stat st;
-    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    char why[160];
+    s->fd = rt_open_file(s->path, O_RDONLY, 0, why, sizeof why);
+    if (s->fd == -1)
+        rt_fatal(ctx, 2, "%s file %s: cannot open: %s", what, s->path, why);
     if (s->fd < 0)
-        rt_fatal(ctx, 2, "%s file %s: cannot open: %s", what, s->path, strerror(errno));
-    if (fstat(s->fd, &st) != 0 || !S_ISREG(st.st_mode))
-        rt_fatal(ctx, 2, "%s file %s: not a regular file", what, s->path);
+        rt_fatal(ctx, 2, "%s file %s: %s: %s takes token files (the llm.c layout, e.g. from "
+                         "tools/mkdata.py)", what, s->path, why,
+                 strcmp(what, "data") ? "--eval-data" : "--data");
+    if (fstat(s->fd, &st) != 0)
+        rt_fatal(ctx, 2, "%s file %s: %s", what, s->path, strerror(errno));
     if (st.st_size < RT_TOK_HEADER)
         rt_fatal(ctx, 2, "%s file %s: %lld bytes, too short for the %d-byte header (not a "
                          "token file, or truncated)", what, s->path, (long long)st.st_size,
@@ -143,13 +151,203 @@ static void dt_open_set(rt_ctx *ctx, dt_set *set, const char *what, const char *
             rt_fatal(ctx, 1, "out of memory");
         dt_open_shard(ctx, what, s, T);
         s->first = set->rows;
+        s->tok0 = set->ntok;
         set->rows += s->rows;
+        set->ntok += s->ntok;
     }
     globfree(&g);
     if (set->rows < B)
         rt_fatal(ctx, 2, "%s file %s: %lld rows of %lld tokens in %d file(s), fewer than one "
                          "batch of %lld rows", what, pattern, (long long)set->rows,
                  (long long)(T + 1), set->nsh, (long long)B);
+}
+
+/* ---- the vocabulary check.  Every token of the files must lie below the
+ * vocabulary of the token inputs: the smallest `int RANGE` of their
+ * manifest lines (the spec's `data = int V`).  It is checked once, at
+ * start-up: rank r of W reads part r of each set's tokens, DT_CHUNK tokens
+ * per pread(2) into a buffer per thread (up to DT_SCAN_THREADS threads,
+ * each its share of a block of chunks), then the ranks agree on the first
+ * bad token, which every rank names alike. */
+
+#define DT_CHUNK (1 << 17)        /* tokens per read of the scan: 256 KiB, within L2 */
+#define DT_BLOCK_CHUNKS 64        /* chunks per thread between two heartbeats (16 MiB) */
+#define DT_SCAN_THREADS 16        /* most threads of the scan (it is memory bound) */
+
+/* Token k of a buffer read from a file (little-endian uint16). */
+static inline unsigned dt_tok(const uint16_t *p, int64_t k)
+{
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return __builtin_bswap16(p[k]);
+#else
+    return p[k];
+#endif
+}
+
+/* The largest of n tokens (a loop the compiler vectorizes). */
+static unsigned dt_max_tok(const uint16_t *p, int64_t n)
+{
+    unsigned m = 0;
+    for (int64_t k = 0; k < n; k++) {
+        unsigned v = dt_tok(p, k);
+        m = v > m ? v : m;
+    }
+    return m;
+}
+
+/* The shard holding token g of set (binary search on first tokens; an
+ * empty shard shares its tok0 with the next, which is taken). */
+static const dt_shard *dt_shard_of_tok(const dt_set *set, int64_t g)
+{
+    int lo = 0, hi = set->nsh - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (set->sh[mid].tok0 <= g)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return &set->sh[lo];
+}
+
+/* One block of a rank's scan of a set; thread t writes only its own
+ * bad[t], err[t] and errtok[t]. */
+typedef struct dt_scan {
+    const dt_set *set;    /* the set */
+    int64_t from, to;     /* the block's tokens [from, to), in the set's sequence */
+    unsigned vocab;       /* the smallest bad id */
+    uint16_t *buf;        /* DT_CHUNK tokens per thread */
+    int64_t *bad;         /* per thread: its first token >= vocab, or -1 */
+    int *err;             /* per thread: the errno of a failed read, or 0 */
+    int64_t *errtok;      /* ... and the token it was reading */
+} dt_scan;
+
+/* Thread t of nt: its share of the block's chunks, in order, up to its
+ * first bad token. */
+static void dt_scan_part(void *p, int t, int nt)
+{
+    const dt_scan *a = p;
+    int64_t nchunk = (a->to - a->from + DT_CHUNK - 1) / DT_CHUNK, c0, c1;
+    rt_split(nchunk, t, nt, 1, &c0, &c1);
+    uint16_t *buf = a->buf + (size_t)t * DT_CHUNK;
+    int64_t g = a->from + c0 * DT_CHUNK, end = a->from + c1 * DT_CHUNK;
+    if (end > a->to)
+        end = a->to;
+    while (g < end) {   /* one read per chunk, or per piece of a chunk in a shard */
+        const dt_shard *s = dt_shard_of_tok(a->set, g);
+        int64_t stop = g + DT_CHUNK - (g - a->from) % DT_CHUNK;
+        if (stop > end)
+            stop = end;
+        if (stop > s->tok0 + s->ntok)
+            stop = s->tok0 + s->ntok;
+        int64_t n = stop - g;
+        int e = dt_pread(s->fd, buf, (size_t)n * 2, (off_t)(RT_TOK_HEADER + 2 * (g - s->tok0)));
+        if (e) {
+            a->err[t] = e;
+            a->errtok[t] = g;
+            return;
+        }
+        if (dt_max_tok(buf, n) >= a->vocab) {
+            int64_t k = 0;
+            while (dt_tok(buf, k) < a->vocab)
+                k++;
+            a->bad[t] = g + k;
+            return;
+        }
+        g = stop;
+    }
+}
+
+/* This rank's part of set: the index of its first token >= vocab in the
+ * set's sequence, or -1.  A file that cannot be read: exit 2. */
+static int64_t dt_scan_set(rt_ctx *ctx, const dt_set *set, unsigned vocab)
+{
+    int64_t lo = (int64_t)((__int128)set->ntok * ctx->rank / ctx->world);
+    int64_t hi = (int64_t)((__int128)set->ntok * (ctx->rank + 1) / ctx->world);
+    int nt = rt_pool_size() < DT_SCAN_THREADS ? rt_pool_size() : DT_SCAN_THREADS;
+    uint16_t *buf = malloc((size_t)nt * DT_CHUNK * sizeof *buf);
+    int64_t *bad = malloc(2 * sizeof *bad * (size_t)nt);
+    int *err = malloc(sizeof *err * (size_t)nt);
+    if (!buf || !bad || !err)
+        rt_fatal(ctx, 1, "out of memory");
+    dt_scan a = {set, lo, lo, vocab, buf, bad, err, bad + nt};
+    int64_t first = -1;
+    for (int64_t from = lo; from < hi && first < 0; from = a.to) {
+        int64_t block = (int64_t)nt * DT_BLOCK_CHUNKS * DT_CHUNK;
+        a.from = from;
+        a.to = hi - from < block ? hi : from + block;
+        for (int t = 0; t < nt; t++)
+            bad[t] = -1, err[t] = 0;
+        rt_parallel(dt_scan_part, &a, nt);
+        for (int t = 0; t < nt; t++) {
+            if (err[t]) {
+                const dt_shard *s = dt_shard_of_tok(set, a.errtok[t]);
+                rt_fatal(ctx, 2, "%s file %s: cannot read token %lld: %s", set->what, s->path,
+                         (long long)(a.errtok[t] - s->tok0), strerror(err[t]));
+            }
+            if (bad[t] >= 0 && (first < 0 || bad[t] < first))
+                first = bad[t];
+        }
+        rt_comm_beat(ctx);   /* a peer waiting for this scan restarts its deadline */
+    }
+    free(buf);
+    free(bad);
+    free(err);
+    return first;
+}
+
+/* Check the tokens of the train and eval sets against the vocabulary of
+ * the stream inputs (none: nothing to check); a bad one: every rank exits
+ * 2 naming the file, the token's index in it, its id and the vocabulary. */
+static void dt_check_vocab(rt_ctx *ctx, const rt_data *d)
+{
+    const rt_manifest *m = &ctx->man;
+    const rt_input *by = NULL;   /* the stream input of the smallest range */
+    for (int k = 0; k < m->ninputs; k++)
+        if (m->inputs[k].dist == RT_DIST_STREAM && m->inputs[k].range > 0 &&
+            (!by || m->inputs[k].range < by->range))
+            by = &m->inputs[k];
+    if (!by || by->range > UINT16_MAX)
+        return;   /* no vocabulary known, or every uint16 is a valid id */
+    unsigned vocab = (unsigned)by->range;
+    const dt_set *sets[2] = {&d->train, &d->eval};
+    int64_t mine[2] = {INT64_MAX, INT64_MAX};   /* (set, token) of this rank's first bad one */
+    for (int k = 0; k < 2 && mine[0] == INT64_MAX; k++) {
+        int64_t g = sets[k]->nsh ? dt_scan_set(ctx, sets[k], vocab) : -1;
+        if (g >= 0)
+            mine[0] = k, mine[1] = g;
+    }
+    int64_t first[2] = {mine[0], mine[1]};
+    if (ctx->world > 1) {   /* the first over the ranks: every rank names the same token */
+        int64_t *lens = calloc((size_t)ctx->world, sizeof *lens);
+        if (!lens)
+            rt_fatal(ctx, 1, "out of memory");
+        char *all = rt_comm_allgatherv_bytes(ctx, mine, sizeof mine, lens, RT_COLL_INIT);
+        for (int r = 0; r < ctx->world; r++) {
+            int64_t v[2];
+            memcpy(v, all + (size_t)r * sizeof v, sizeof v);
+            if (v[0] < first[0] || (v[0] == first[0] && v[1] < first[1]))
+                first[0] = v[0], first[1] = v[1];
+        }
+        free(all);
+        free(lens);
+    }
+    if (first[0] == INT64_MAX)
+        return;
+    const dt_set *set = sets[first[0]];
+    const dt_shard *s = dt_shard_of_tok(set, first[1]);
+    int64_t at = first[1] - s->tok0;
+    uint16_t tok;
+    int e = dt_pread(s->fd, &tok, 2, (off_t)(RT_TOK_HEADER + 2 * at));
+    if (e)
+        rt_fatal(ctx, 2, "%s file %s: cannot read token %lld: %s", set->what, s->path,
+                 (long long)at, strerror(e));
+    unsigned id = dt_tok(&tok, 0);
+    rt_fatal(ctx, 2, "%s file %s: token %lld (of %lld) is %u, outside the vocabulary [0, %u) of "
+                     "input %s (`data = int %u` in the model spec): make the file with this "
+                     "model's tokenizer, or build the model for a vocabulary of at least %u",
+             set->what, s->path, (long long)at, (long long)s->ntok, id, vocab, by->name, vocab,
+             id + 1);
 }
 
 /* Close a set's files. */
@@ -252,6 +450,7 @@ void rt_data_open(rt_ctx *ctx)
     dt_open_set(ctx, &d->train, "data", train, d->B, d->T);
     if (eval)
         dt_open_set(ctx, &d->eval, "eval_data", eval, d->B, d->T);
+    dt_check_vocab(ctx, d);
     d->buf = malloc((size_t)(d->B * d->T) * sizeof *d->buf);
     if (!d->buf)
         rt_fatal(ctx, 1, "out of memory");

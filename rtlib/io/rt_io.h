@@ -87,7 +87,9 @@ void rt_st_free(rt_st_file *f);
 #define RT_TOK_HEADER 1024      /* header bytes: 256 little-endian int32 */
 
 /* Open and check the token files of the stream inputs (rt_init, after the
- * communicator); exits 2 with a message naming the file when one is bad. */
+ * communicator): headers, and every token id below the vocabulary (the
+ * ranks share the reading and agree); exits 2 with a message naming the
+ * file when one is bad. */
 void rt_data_open(rt_ctx *ctx);
 /* Close them (rt_finish). */
 void rt_data_close(rt_ctx *ctx);

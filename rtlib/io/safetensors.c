@@ -279,7 +279,11 @@ static int st_pwrite_all(rt_ctx *ctx, int fd, const void *buf, size_t len, off_t
  * 0 or an errno. */
 static int st_create(rt_ctx *ctx, const char *tmp, const st_buf *h, int64_t data_bytes)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    char why[160];
+    /* never blocking: a FIFO left at the name is refused (EINVAL), not waited on */
+    int fd = rt_open_file(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0, why, sizeof why);
+    if (fd == -2)
+        return EINVAL;
     if (fd < 0)
         return errno;
     unsigned char len8[8];
@@ -311,8 +315,8 @@ static int st_write_boxes(rt_ctx *ctx, int what, const char *tmp, const st_out *
             if (!strcmp(tab[j].name, p->name))
                 t = &tab[j];
         RT_ASSERT(t);
-        if (fd < 0 && (fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
-            return errno;
+        if (fd < 0 && (fd = open(tmp, O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0)
+            return errno;   /* rank 0 made tmp a regular file: O_NONBLOCK changes nothing */
         const char *src = ctx->arena + p->off;
         rt_box_iter it;
         rt_box_iter_init(&it, p->ndim, p->shape, p->lo, p->hi);
@@ -839,18 +843,29 @@ int rt_st_parse(unsigned char *bytes, int64_t size, rt_st_file *f, char *err, si
     return rc;
 }
 
+/* Open path for reading, never blocking (a FIFO is refused, not waited
+ * on): the descriptor, or -1 with a message in err. */
+static int st_open_read(const char *path, char *err, size_t errlen)
+{
+    char why[160];
+    int fd = rt_open_file(path, O_RDONLY, 0, why, sizeof why);
+    if (fd == -1)
+        snprintf(err, errlen, "cannot open %s: %s", path, why);
+    else if (fd < 0)
+        snprintf(err, errlen, "%s is %s: a safetensors file is a regular file", path, why);
+    return fd;
+}
+
 int rt_st_open(const char *path, rt_st_file *f, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    int fd = st_open_read(path, err, errlen);
+    if (fd < 0)
         return 1;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s is not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         close(fd);
         return 1;
     }
@@ -899,14 +914,12 @@ int rt_st_open_header(const char *path, rt_st_file *f, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    int fd = st_open_read(path, err, errlen);
+    if (fd < 0)
         return 1;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s is not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         close(fd);
         return 1;
     }

@@ -38,7 +38,8 @@ void rt_log_close(rt_ctx *ctx);
 
 /* ---- ckpt.c: checkpoints */
 
-/* Open the checkpoint directory (rank 0 creates it); exits 2 on failure. */
+/* Open the checkpoint directory (rank 0 creates it) and look at --save's
+ * name; exits 2 on failure. */
 void rt_ckpt_init(rt_ctx *ctx);
 /* rt_first_step's work: --resume / --init loading; returns the first step. */
 int64_t rt_ckpt_start(rt_ctx *ctx);
@@ -46,5 +47,9 @@ int64_t rt_ckpt_start(rt_ctx *ctx);
 void rt_ckpt_step(rt_ctx *ctx, int64_t step);
 /* rt_finish's work: DIR/final.safetensors and --save FILE. */
 void rt_ckpt_finish(rt_ctx *ctx);
+/* Stop the run after a non-finite step `step` (0-based; what: "the loss is
+ * nan", ...): one line naming the step and the newest checkpoint kept,
+ * exit 1.  Every rank that sees it calls it; no file is written. */
+void rt_ckpt_stop(rt_ctx *ctx, int64_t step, const char *what) __attribute__((noreturn));
 
 #endif

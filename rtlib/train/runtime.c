@@ -8,6 +8,7 @@
  * files (io/data.c) and the checkpoint directory (ckpt.c); rt_finish writes
  * the final weights and stops them.  The step loop's pieces are in train.c.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -50,7 +51,7 @@ static void rt_usage(const char *prog, const rt_manifest *m)
            "  --save FILE     write the final weights to FILE (safetensors, full tensors)\n"
            "  --trace FILE    write the measured timeline of steps and pipeline tasks as\n"
            "                  Chrome-trace JSON (rank K of several: FILE-rankK.json)\n"
-           "  --quiet         do not print the per-step loss line\n"
+           "  --quiet, -q     do not print the per-step loss line\n"
            "  --peak-flops X  peak FLOP/s of one device, for the MFU in the log: 1.5e12,\n"
            "                  312T, 50G (default $NNSC_PEAK_FLOPS, else the GPU's table\n"
            "                  entry; on a CPU none, and no MFU is shown)\n"
@@ -147,6 +148,62 @@ static int rt_env_rank_peek(void)
     return -1;
 }
 
+/* The flags, for "did you mean". */
+static const char *const rt_flags[] = {
+    "--steps", "--data", "--eval-data", "--init", "--ckpt-dir", "--ckpt-every", "--resume",
+    "--log", "--save", "--trace", "--quiet", "--peak-flops", "--timeout", "--threads", "--help",
+};
+
+#define RT_NEAR_MAX 31   /* longest word rt_edits compares */
+
+/* Edits between a and b, letters compared without case: insertions,
+ * deletions, replacements and swaps of two neighbours ("--stpes" -> "--steps"
+ * is one; the restricted Damerau-Levenshtein distance, by the usual table
+ * kept in three rows).  Words longer than RT_NEAR_MAX count as far apart. */
+static int rt_edits(const char *a, const char *b)
+{
+    int na = (int)strlen(a), nb = (int)strlen(b);
+    if (na > RT_NEAR_MAX || nb > RT_NEAR_MAX)
+        return RT_NEAR_MAX + 1;
+    int row[3][RT_NEAR_MAX + 1];   /* row i % 3 of the table: a's first i letters */
+    for (int j = 0; j <= nb; j++)
+        row[0][j] = j;
+    for (int i = 1; i <= na; i++) {
+        int *cur = row[i % 3], *up = row[(i + 2) % 3], *up2 = row[(i + 1) % 3];
+        cur[0] = i;
+        for (int j = 1; j <= nb; j++) {
+            int x = tolower((unsigned char)a[i - 1]), y = tolower((unsigned char)b[j - 1]);
+            int d = up[j - 1] + (x != y);
+            if (up[j] + 1 < d)
+                d = up[j] + 1;
+            if (cur[j - 1] + 1 < d)
+                d = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && x == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == y && up2[j - 2] + 1 < d)
+                d = up2[j - 2] + 1;
+            cur[j] = d;
+        }
+    }
+    return row[na % 3][nb];
+}
+
+/* The flag nearest to word (the compiler's rule, frontend/spec.c: at most
+ * one edit in 4 letters, 2 in 8, else 3, the dashes not counted; of equally
+ * near ones the first in rt_flags), or NULL. */
+static const char *rt_closest_flag(const char *word)
+{
+    size_t letters = strlen(word) - strspn(word, "-");
+    int limit = letters <= 1 ? 0 : letters <= 4 ? 1 : letters <= 8 ? 2 : 3;
+    const char *best = NULL;
+    int bestd = limit + 1;
+    for (size_t k = 0; k < sizeof rt_flags / sizeof rt_flags[0]; k++) {
+        int d = rt_edits(word, rt_flags[k]);
+        if (d < bestd)
+            best = rt_flags[k], bestd = d;
+    }
+    return best;
+}
+
 /* Read the command line into ctx; exits 0 on --help and 2 on a bad flag. */
 static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
 {
@@ -175,7 +232,8 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
                 val = argv[++a];
             else
                 rt_fatal(NULL, 2, "%s needs a value (try --help)", name);
-        } else if (eq && strncmp(arg, "--", 2) == 0) {
+        } else if (eq && (!strcmp(name, "--quiet") || !strcmp(name, "--resume") ||
+                          !strcmp(name, "--help"))) {
             rt_fatal(NULL, 2, "%s takes no value (try --help)", name);
         }
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -183,7 +241,7 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
             if (!ctx->launched || rt_env_rank_peek() <= 0)
                 rt_usage(prog, &ctx->man);
             exit(0);
-        } else if (!strcmp(arg, "--quiet")) {
+        } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
             ctx->quiet = 1;
         } else if (!strcmp(name, "--steps")) {
             ctx->steps = rt_flag_int("--steps", val);
@@ -214,15 +272,18 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
             ctx->peak_flops = rt_parse_peak("--peak-flops", val);
             snprintf(ctx->peak_src, sizeof ctx->peak_src, "--peak-flops");
         } else {
-            rt_fatal(NULL, 2, "unknown %s '%s' (flags: --steps N --data PATH --eval-data PATH "
+            char near[64] = "";
+            const char *best = arg[0] == '-' ? rt_closest_flag(name) : NULL;
+            if (best)
+                snprintf(near, sizeof near, ": did you mean '%s'?", best);
+            rt_fatal(NULL, 2, "unknown %s '%s'%s (flags: --steps N --data PATH --eval-data PATH "
                               "--init FILE --ckpt-dir DIR --ckpt-every N --resume --log FILE "
                               "--save FILE --trace FILE --quiet --peak-flops X --timeout SEC --threads N "
-                              "--help)", arg[0] == '-' ? "flag" : "argument", arg);
+                              "--help)", arg[0] == '-' ? "flag" : "argument", arg, near);
         }
     }
     if ((ctx->ckpt_every || ctx->resume) && !ctx->ckpt_dir)
         rt_fatal(NULL, 2, "%s needs --ckpt-dir DIR", ctx->resume ? "--resume" : "--ckpt-every");
-    rt_trace_open(ctx);
     if (!have_timeout) {
         const char *t = getenv("NNSC_TIMEOUT");
         ctx->timeout = t && *t ? rt_parse_timeout("NNSC_TIMEOUT", t) : 60.0;
@@ -392,12 +453,16 @@ const char *rt_manifest_fill(const char *tmpl, const int64_t *row)
     return out;
 }
 
+/* The context rt_init is making: reachable, so that a leak checker does
+ * not report it when a bad flag exits before rt_init returns. */
+static rt_ctx *rt_starting;
+
 /* rt_init and rt_init_cuda: cuda = 1 keeps the shm communicator out (the
  * ranks may be on several hosts) and sets up the device instead. */
 static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int cuda,
                               const rt_image *images, int nimages)
 {
-    rt_ctx *ctx = calloc(1, sizeof *ctx);
+    rt_ctx *ctx = rt_starting = calloc(1, sizeof *ctx);
     if (!ctx)
         rt_fatal(NULL, 1, "out of memory");
     ctx->rank = -1;
@@ -415,6 +480,7 @@ static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int c
     rt_parse_flags(ctx, argc, argv);
     rt_rank_from_env(ctx);
     rt_watch_launcher(ctx);   /* under out/launch: end with it */
+    rt_trace_open(ctx);   /* its file name has the rank in it */
 
     if (!ctx->threads)
         ctx->threads = rt_default_threads(ctx->world);
@@ -425,8 +491,9 @@ static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int c
      * faulted in now rather than during the first step */
     ctx->local_rank = rt_net_local_rank(ctx);
     if (cuda) {
-        /* the device first: no driver or no device is said at once, not
-           after the mirror is set up */
+        /* the device first: no driver, no device or no cubin for it is said
+           at once, before the rendezvous waits for the peers (exit 2) */
+        rt_dev_open(ctx, images, nimages);
         if (ctx->world > 1)
             rt_net_init(ctx);
         rt_dev_init(ctx, images, nimages);
@@ -558,6 +625,8 @@ int rt_finish(rt_ctx *ctx)
     free(ctx->step_ms);
     rt_big_free(ctx->arena, (size_t)ctx->man.arena);
     rt_manifest_free(&ctx->man);
+    if (rt_starting == ctx)
+        rt_starting = NULL;
     free(ctx);
     return 0;
 }

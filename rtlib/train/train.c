@@ -14,6 +14,10 @@
  * read the loss and the gradient norm back, and stop on a device-side error
  * (dev_cuda.c) -- on every rank, since that is where each rank synchronises.
  *
+ * A non-finite gradient norm (gradclip, every rank the same, before any
+ * update) or loss (step end, every rank that holds it the same) stops the
+ * run before a checkpoint of that step is written (rt_ckpt_stop, ckpt.c).
+ *
  * Rank 0 also prints a banner when the run starts (rt_first_step) and a
  * summary at its end (rt_finish); the step line and both of them carry the
  * model FLOP utilisation, MFU = flops_per_step (the compiler's count for
@@ -26,6 +30,7 @@
  *   else, cosine:         F + (1 - F) * 0.5 * (1 + cos(pi * (s - W) / (N - W)))
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +123,14 @@ void rt_k_sumsq(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 void rt_k_gradclip(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
 {
     rt_ref_gradclip(ctx, b, i, f);   /* a scalar: the reference is the kernel */
+    /* every rank has the same all-reduced sum, and no update has run yet:
+       all stop here, at the same step (its index: the steps run so far
+       after the first) */
+    if (ctx && !isfinite(ctx->grad_norm)) {
+        char what[64];
+        snprintf(what, sizeof what, "the gradient norm is %s", isnan(ctx->grad_norm) ? "nan" : "inf");
+        rt_ckpt_stop(ctx, ctx->first_step + ctx->steps_done, what);
+    }
 }
 
 /* ---- logs */
@@ -165,10 +178,17 @@ void rt_log_open(rt_ctx *ctx)
 {
     if (!ctx->log_path || ctx->rank != 0)
         return;
-    /* a resumed run continues its log; a new run starts it afresh */
-    ctx->log = fopen(ctx->log_path, ctx->resume ? "a" : "w");
-    if (!ctx->log)
-        rt_fatal(ctx, 2, "--log %s: cannot open: %s", ctx->log_path, strerror(errno));
+    /* a resumed run continues its log; a new run starts it afresh.  A
+       regular file, /dev/null or a terminal, or a pipe that a process reads
+       (never waiting for a reader to come) */
+    char why[160];
+    int fd = rt_open_file(ctx->log_path, O_WRONLY | O_CREAT | (ctx->resume ? O_APPEND : O_TRUNC),
+                          1, why, sizeof why);
+    if (fd == -2)
+        rt_fatal(ctx, 2, "--log %s: %s: give a regular file (or /dev/null, or a pipe that is "
+                         "read: start its reader first)", ctx->log_path, why);
+    if (fd < 0 || !(ctx->log = fdopen(fd, ctx->resume ? "a" : "w")))
+        rt_fatal(ctx, 2, "--log %s: cannot open: %s", ctx->log_path, fd < 0 ? why : strerror(errno));
 }
 
 void rt_log_close(rt_ctx *ctx)
@@ -407,11 +427,18 @@ void rt_summary(rt_ctx *ctx)
     }
     double rss = rt_peak_rss();
     char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32];
-    rt_out("done: %lld step%s in %.1fs, step median %s ms (mean %s ms), %s tok/s, final loss "
-           "%.9g, mfu %s, peak mem %s (rank 0)\n", (long long)n, n == 1 ? "" : "s", wall,
-           rt_text_num(b1, sizeof b1, "%.1f", median), rt_text_num(b2, sizeof b2, "%.1f", mean),
-           rt_text_num(b3, sizeof b3, "%.0f", tps), ctx->last_loss,
-           rt_text_mfu(b4, sizeof b4, mfu), rt_human_bytes(b5, sizeof b5, rss));
+    if (n == 0 && ctx->first_step > 0 && ctx->first_step >= ctx->steps)
+        rt_out("done: no step to run: the checkpoint resumed from is at step %lld, the run has "
+               "%lld; the final weights are those of the checkpoint. To train on, resume with "
+               "a larger --steps (the lr schedule follows --steps)\n",
+               (long long)ctx->first_step, (long long)ctx->steps);
+    else
+        rt_out("done: %lld step%s in %.1fs, step median %s ms (mean %s ms), %s tok/s, final "
+               "loss %s, mfu %s, peak mem %s (rank 0)\n", (long long)n, n == 1 ? "" : "s", wall,
+               rt_text_num(b1, sizeof b1, "%.1f", median), rt_text_num(b2, sizeof b2, "%.1f", mean),
+               rt_text_num(b3, sizeof b3, "%.0f", tps),
+               rt_text_num(b6, sizeof b6, "%.9g", ctx->last_loss), rt_text_mfu(b4, sizeof b4, mfu),
+               rt_human_bytes(b5, sizeof b5, rss));
     if (ctx->log) {
         char line[512];
         snprintf(line, sizeof line,
@@ -449,7 +476,7 @@ void rt_step_end(rt_ctx *ctx, int64_t step, const float *loss)
            its stream (so the step time counts the device's work), stops on a
            device-side error and gets the step's gradient norm. */
         dev_loss = rt_dev_step_end(ctx, loss);
-        loss = &dev_loss;
+        loss = loss ? &dev_loss : NULL;   /* NULL: this rank holds no loss */
     }
     double now = rt_now(), ms = (now - ctx->step_t0) * 1e3;
     rt_trace_step(ctx, step, 1);
@@ -490,6 +517,19 @@ void rt_step_end(rt_ctx *ctx, int64_t step, const float *loss)
             rt_log_line(ctx, line);
         }
     }
+    /* a non-finite loss (on every rank that holds it: the same value) or an
+       infinite norm stops the run before this step's weights are saved; a
+       NaN norm is also what a program without gradclip reports, so only the
+       cpu target's gradclip (above) stops on one, and on the cuda target
+       the weights it makes stop the run at the next loss or checkpoint */
+    if (loss && !isfinite(ctx->last_loss)) {
+        char what[64];
+        snprintf(what, sizeof what, "the loss is %s", isnan(ctx->last_loss) ? "nan"
+                 : ctx->last_loss > 0 ? "inf" : "-inf");
+        rt_ckpt_stop(ctx, step, what);
+    }
+    if (isinf(ctx->grad_norm))
+        rt_ckpt_stop(ctx, step, "the gradient norm is inf");
     rt_ckpt_step(ctx, step);
 }
 
@@ -508,7 +548,7 @@ void rt_eval_end(rt_ctx *ctx, int64_t step, const float *loss)
     float dev_loss;
     if (ctx->dev) {   /* cuda target: every rank waits and checks, as at step end */
         dev_loss = rt_dev_step_end(ctx, loss);
-        loss = &dev_loss;
+        loss = loss ? &dev_loss : NULL;   /* NULL: this rank holds no loss */
     }
     if (ctx->rank != 0)
         return;
