@@ -65,6 +65,9 @@ static void rt_usage(const char *prog, const rt_manifest *m)
            "  NNSC_RANK/NNSC_WORLD, else RANK/WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS,\n"
            "  else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (default rank 0 of 1);\n"
            "  NNSC_JOB: a string unique to the run, the same for all its ranks (world > 1);\n"
+           "  NNSC_SECRET (16 or more characters) or NNSC_SECRET_FILE (a file only its\n"
+           "  user can read): the job's secret the ranks prove to each other; out/launch\n"
+           "  makes one per run; needed between hosts (docs/cluster.md, Trust);\n"
            "  NNSC_THREADS, NNSC_LOCAL_WORLD (ranks on this host): see --threads;\n"
            "  NNSC_PEAK_FLOPS: see --peak-flops\n",
            prog, m->rank, m->world, m->model, (long long)m->steps,
