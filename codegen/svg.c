@@ -416,24 +416,25 @@ typedef struct sv_class {
     int *rank;       /* them, ascending */
 } sv_class;
 
-static const ir_prog *sv_sort_progs;   /* (qsort's context: the progs compared) */
+/* A rank's memory figures, the key of its class. */
+typedef struct sv_memkey {
+    int64_t k[4];    /* arena, persistent, stash bytes, stash slots */
+    int rank;        /* the rank */
+} sv_memkey;
 
-/* Do ranks p and q have the same memory figures? */
-static int sv_same_mem(const ir_prog *p, const ir_prog *q)
+/* Do a and b have the same figures? */
+static int sv_same_mem(const sv_memkey *a, const sv_memkey *b)
 {
-    return p->arena == q->arena && p->persistent == q->persistent && p->stash_bytes == q->stash_bytes &&
-           p->nslot == q->nslot;
+    return !memcmp(a->k, b->k, sizeof a->k);
 }
 
 /* Order ranks by their memory figures, then by rank (qsort). */
-static int sv_cmp_mem(const void *a, const void *b)
+static int sv_cmp_mem(const void *pa, const void *pb)
 {
-    const ir_prog *p = &sv_sort_progs[*(const int *)a], *q = &sv_sort_progs[*(const int *)b];
-    int64_t k[4] = {p->arena - q->arena, p->persistent - q->persistent, p->stash_bytes - q->stash_bytes,
-                    (int64_t)p->nslot - q->nslot};
+    const sv_memkey *a = pa, *b = pb;
     for (int i = 0; i < 4; i++)
-        if (k[i]) return k[i] < 0 ? -1 : 1;
-    return *(const int *)a - *(const int *)b;
+        if (a->k[i] != b->k[i]) return a->k[i] < b->k[i] ? -1 : 1;
+    return a->rank - b->rank;
 }
 
 /* Order classes by their lowest rank (qsort). */
@@ -448,17 +449,20 @@ static int sv_cmp_class(const void *a, const void *b)
 static sv_class *sv_classes(const ir_dist *d, const ir_prog *progs, int *cls_of, int *ncls, int **pool)
 {
     int n = d->ndev, *ord = ir_xmalloc(sizeof(int) * (size_t)n), nc = 0;
-    for (int r = 0; r < n; r++) ord[r] = r;
-    sv_sort_progs = progs;
-    qsort(ord, (size_t)n, sizeof *ord, sv_cmp_mem);
+    sv_memkey *key = ir_xmalloc(sizeof *key * (size_t)n);
+    for (int r = 0; r < n; r++)
+        key[r] = (sv_memkey){{progs[r].arena, progs[r].persistent, progs[r].stash_bytes, progs[r].nslot}, r};
+    qsort(key, (size_t)n, sizeof *key, sv_cmp_mem);
+    for (int i = 0; i < n; i++) ord[i] = key[i].rank;
     sv_class *c = ir_xcalloc((size_t)n, sizeof *c);
     for (int i = 0; i < n;) {
         int j = i + 1;
-        while (j < n && sv_same_mem(&progs[ord[i]], &progs[ord[j]])) j++;
+        while (j < n && sv_same_mem(&key[i], &key[j])) j++;
         c[nc].first = ord[i], c[nc].n = j - i, c[nc].rank = ord + i;   /* ascending: rank breaks ties */
         nc++;
         i = j;
     }
+    free(key);
     qsort(c, (size_t)nc, sizeof *c, sv_cmp_class);
     for (int k = 0; k < nc; k++)
         for (int i = 0; i < c[k].n; i++) cls_of[c[k].rank[i]] = k;
@@ -497,7 +501,7 @@ static double sv_stage_box(sv_doc *v, const ir_dist *d, const int *cls_of, int s
                            double *h)
 {
     int pp = d->mesh_pp, sd = d->ndev / pp, tp = d->stage_tp ? d->stage_tp[s] : d->mesh_tp, dp = sd / tp;
-    int rows[5], cols[8], nr = 0, nc = 0;   /* the i_dp and i_tp drawn; -1: "..." */
+    int rows[8], cols[8], nr = 0, nc = 0;   /* the i_dp and i_tp drawn (8 at most); -1: "..." */
     for (int i = 0; i < dp; i++)
         if (dp <= 8 || i < 3 || i == dp - 1) rows[nr++] = i;
         else if (i == 3) rows[nr++] = -1;
