@@ -189,6 +189,19 @@ static void sv_heading(sv_doc *v, double *y, const char *head, const char *sub)
     *y += 8;
 }
 
+/* A legend at (x, y): a swatch and its words per item, left to right;
+ * items: n pairs of colour and words. */
+static void sv_legend(sv_doc *v, double x, double y, const char *const (*items)[2], int n)
+{
+    for (int k = 0; k < n; k++) {
+        char attr[48];
+        snprintf(attr, sizeof attr, "rx=\"2\" fill=\"%s\"", items[k][0]);
+        sv_rect(v, x, y - 9, 10, 10, attr);
+        sv_text(v, x + 14, y, 11, 's', "fill=\"#333\"", items[k][1]);
+        x += 14 + sv_width(items[k][1], 11) + 16;
+    }
+}
+
 /* Bytes sent per step by rank p, all kinds. */
 static int64_t sv_sent(const ir_prog *p)
 {
@@ -682,20 +695,11 @@ static void sv_memory(sv_doc *v, const ir_dist *d, const ir_prog *progs, const s
         *y += SV_ROW + 4;
         sv_text(v, 12, *y - 4, SV_FONT, 's', "fill=\"#555\"", t);
     }
-    /* the legend */
     static const char *const leg[][2] = {{"#4e79a7", "params, grads, optimizer state"},
-                                         {"#edc948", "pipeline stash"},
-                                         {"#59a14f", "activations and buffers"}};
-    double x = bx;
+                                         {"#59a14f", "activations and buffers"},
+                                         {"#edc948", "pipeline stash"}};
     *y += SV_ROW + 4;
-    for (int k = 0; k < 3; k++) {
-        char fill[40];
-        if (k == 1 && !d->pipe) continue;
-        snprintf(fill, sizeof fill, "fill=\"%s\"", leg[k][0]);
-        sv_rect(v, x, *y - 13, 10, 10, fill);
-        sv_text(v, x + 14, *y - 4, 11, 's', "fill=\"#333\"", leg[k][1]);
-        x += 14 + sv_width(leg[k][1], 11) + 16;
-    }
+    sv_legend(v, bx, *y - 4, leg, d->pipe ? 3 : 2);
     for (int k = 0; k < show; k++) free(who[k]);
     free(who);
     ir_bprintf(&v->body, "</g>\n");
@@ -761,27 +765,28 @@ static const char *sv_op_name(const ir_dist *d, int i)
     return d->g->op[i].name ? d->g->op[i].name : "?";
 }
 
-/* The op table: per phase, a row per group of ops alike but for the
- * numbers in their names (split, kind, shape of name), with the split as
- * chips and the devices; the backward ops split like their forward op
- * (the same split and devices) are counted in the heading, not listed. */
-static void sv_ops(sv_doc *v, const ir_dist *d, double *y)
+/* Group the ops into rows: per phase, ops alike but for the numbers in
+ * their names (kind, split, shape of name) are one row, in order of their
+ * first op; a backward op split like its forward op (the same split and
+ * devices) is only counted (*nfollow).  next[op]: the row's next member.
+ * Returns the rows (*nrow of them; free it). */
+static sv_row *sv_op_rows(const ir_dist *d, int *next, int *nrow, int *nfollow)
 {
     const ir_graph *g = d->g;
     sv_map map = {0};
     sv_row *row = NULL;
-    int *next = ir_xmalloc(sizeof(int) * (size_t)(g->nop + 1)), nfollow = 0;
-    ir_buf key = {0}, a = {0};
+    ir_buf key = {0}, fw = {0};
+    *nfollow = 0;
     for (int i = 0; i < g->nop; i++) {
         const ir_op *o = &g->op[i];
         next[i] = -1;
         key.n = 0;
         sv_split_text(&key, d, i);
         if (o->phase == IR_PH_BWD && o->fwd >= 0 && sv_same_devs(d, i, o->fwd)) {
-            a.n = 0;
-            sv_split_text(&a, d, o->fwd);
-            if (!strcmp(a.s, key.s)) {
-                nfollow++;
+            fw.n = 0;
+            sv_split_text(&fw, d, o->fwd);
+            if (!strcmp(fw.s, key.s)) {
+                (*nfollow)++;
                 continue;
             }
         }
@@ -797,49 +802,94 @@ static void sv_ops(sv_doc *v, const ir_dist *d, double *y)
             row[k].last = i, row[k].n++;
         }
     }
-    ir_buf_free(&key), ir_buf_free(&a);
-    /* the cells: name pattern, count, kind, chips, devices */
-    int nrow = map.n, show = nrow <= SV_MAXROWS ? nrow : SV_MAXROWS - 1;
-    char **name = ir_xcalloc((size_t)show + 1, sizeof *name), **devs = ir_xcalloc((size_t)show + 1, sizeof *devs);
-    double wn = sv_width("op", SV_FONT), wk = sv_width("kind", SV_FONT), wc = sv_width("split", SV_FONT);
-    for (int k = 0; k < show; k++) {
-        const sv_row *r = &row[k];
-        const char **nm = sv_row_names(r, next, sv_op_name, d);
-        ir_buf t = {0}, c = {0};
-        sv_pattern(&t, nm, r->n);
-        free(nm);
-        sv_clean(&c, t.s, SV_MAXNAME);
-        if (r->n > 1) ir_bprintf(&c, " x%d", r->n);
-        name[k] = c.s;
-        ir_buf_free(&t);
-        const ir_trans *f = &d->trans[r->first], *l = &d->trans[r->last];
-        ir_buf o = {0};
-        sv_devs(&o, d->ints + f->devs, f->nsub, 40);
-        if (r->nset > 1) {
-            ir_bprintf(&o, " .. ");
-            sv_devs(&o, d->ints + l->devs, l->nsub, 40);
-            ir_bprintf(&o, " (%d device sets)", r->nset);
+    *nrow = map.n;
+    ir_buf_free(&key), ir_buf_free(&fw);
+    sv_map_free(&map);
+    return row;
+}
+
+/* Op i's split as chips from x on the row at y (a chip per split, "whole"
+ * for none, the coshard after them); returns their width.  draw 0:
+ * measures only. */
+static double sv_chips(sv_doc *v, const ir_dist *d, int i, double x, double y, int draw)
+{
+    const ir_op *o = &d->g->op[i];
+    const ir_trans *tr = &d->trans[i];
+    char part[64], attr[48];
+    const char *fill;
+    double x0 = x;
+    for (int j = 0; j < tr->nsplit; j++) {
+        sv_split_part(o, tr, j, part, sizeof part, &fill);
+        double w = sv_width(part, 11) + 10;
+        if (draw) {
+            snprintf(attr, sizeof attr, "rx=\"3\" fill=\"%s\"", fill);
+            sv_rect(v, x, y + 2, w, SV_ROW - 4, attr);
+            sv_text(v, x + 5, y + 13, 11, 's', "fill=\"white\"", part);
         }
-        devs[k] = o.s;
-        char *kn = sv_dup(ir_op_kind_name(g, &g->op[r->first]), 24);
-        if (sv_width(name[k], SV_FONT) > wn) wn = sv_width(name[k], SV_FONT);
-        if (sv_width(kn, SV_FONT) > wk) wk = sv_width(kn, SV_FONT);
-        free(kn);
-        double cw = 0;
-        char part[64];
-        const char *fill;
-        for (int j = 0; j < f->nsplit; j++) {
-            sv_split_part(&g->op[r->first], f, j, part, sizeof part, &fill);
-            cw += sv_width(part, 11) + 10 + 4;
-        }
-        if (f->nsplit == 0) cw = sv_width("whole", 11) + 10;
-        if (f->cosk) {
-            snprintf(part, sizeof part, "coshard %d", f->cosk);
-            cw += sv_width(part, 11) + 4;
-        }
-        if (cw > wc) wc = cw;
+        x += w + 4;
     }
-    /* the table */
+    if (tr->nsplit == 0) {
+        if (draw) sv_text(v, x + 5, y + 13, 11, 's', "fill=\"#777\"", "whole");
+        x += sv_width("whole", 11) + 10;
+    }
+    if (tr->cosk) {
+        snprintf(part, sizeof part, "coshard %d", tr->cosk);
+        if (draw) sv_text(v, x, y + 13, 11, 's', "fill=\"#333\"", part);
+        x += sv_width(part, 11) + 4;
+    }
+    return x - x0;
+}
+
+/* A row's name cell: the members' name pattern (sv_pattern), xN. */
+static char *sv_row_pattern(const sv_row *r, const int *next, const char *(*name)(const ir_dist *, int),
+                            const ir_dist *d)
+{
+    const char **nm = sv_row_names(r, next, name, d);
+    ir_buf t = {0}, c = {0};
+    sv_pattern(&t, nm, r->n);
+    free(nm);
+    sv_clean(&c, t.s, SV_MAXNAME);
+    if (r->n > 1) ir_bprintf(&c, " x%d", r->n);
+    ir_buf_free(&t);
+    return c.s;
+}
+
+/* An op row's devices cell: its first op's devices, and when they change
+ * along the row (layers on several stages) the last op's too. */
+static char *sv_op_devs(const ir_dist *d, const sv_row *r)
+{
+    const ir_trans *f = &d->trans[r->first], *l = &d->trans[r->last];
+    ir_buf o = {0};
+    sv_devs(&o, d->ints + f->devs, f->nsub, 40);
+    if (r->nset > 1) {
+        ir_bprintf(&o, " .. ");
+        sv_devs(&o, d->ints + l->devs, l->nsub, 40);
+        ir_bprintf(&o, " (%d device sets)", r->nset);
+    }
+    return o.s;
+}
+
+/* The op table (sv_op_rows' rows, at most SV_MAXROWS): per phase its
+ * rows, each the name pattern, kind, split chips and devices, the first
+ * op's reason on hover; the chips' legend. */
+static void sv_ops(sv_doc *v, const ir_dist *d, double *y)
+{
+    const ir_graph *g = d->g;
+    int *next = ir_xmalloc(sizeof(int) * (size_t)(g->nop + 1)), nrow, nfollow;
+    sv_row *row = sv_op_rows(d, next, &nrow, &nfollow);
+    int show = nrow <= SV_MAXROWS ? nrow : SV_MAXROWS - 1;
+    /* the cells (name, kind, devices) and the columns' widths */
+    char **cell = ir_xcalloc((size_t)show * 3 + 1, sizeof *cell);
+    double wn = sv_width("op", SV_FONT), wk = sv_width("kind", SV_FONT), wc = sv_width("split", SV_FONT);
+    double wd = sv_width("devices", SV_FONT);
+    for (int k = 0; k < show; k++) {
+        cell[3 * k] = sv_row_pattern(&row[k], next, sv_op_name, d);
+        cell[3 * k + 1] = sv_dup(ir_op_kind_name(g, &g->op[row[k].first]), 24);
+        cell[3 * k + 2] = sv_op_devs(d, &row[k]);
+        double cw = sv_chips(v, d, row[k].first, 0, 0, 0);
+        wn = fmax(wn, sv_width(cell[3 * k], SV_FONT)), wk = fmax(wk, sv_width(cell[3 * k + 1], SV_FONT));
+        wc = fmax(wc, cw), wd = fmax(wd, sv_width(cell[3 * k + 2], SV_FONT));
+    }
     ir_bprintf(&v->body, "<g id=\"ops\">\n");
     char sub[300];
     snprintf(sub, sizeof sub,
@@ -847,9 +897,7 @@ static void sv_ops(sv_doc *v, const ir_dist *d, double *y)
              "like %s forward op, not listed",
              nfollow, nfollow == 1 ? "" : "s", nfollow == 1 ? "its" : "their");
     sv_heading(v, y, "op-trans and op-assign: how each op is split, on which devices", sub);
-    double xn = 12, xk = xn + wn + 16, xc = xk + wk + 16, xd = xc + wc + 12, wd = sv_width("devices", SV_FONT);
-    for (int k = 0; k < show; k++)
-        if (sv_width(devs[k], SV_FONT) > wd) wd = sv_width(devs[k], SV_FONT);
+    double xn = 12, xk = xn + wn + 16, xc = xk + wk + 16, xd = xc + wc + 12;
     static const char *const phase[] = {"forward", "backward", "optimizer update"};
     int lastph = -1;
     *y += 4;
@@ -859,9 +907,8 @@ static void sv_ops(sv_doc *v, const ir_dist *d, double *y)
     sv_text(v, xd, *y + 12, 11, 's', "fill=\"#555\"", "devices");
     *y += SV_ROW;
     for (int k = 0; k < show; k++) {
-        const sv_row *r = &row[k];
-        const ir_op *o = &g->op[r->first];
-        const ir_trans *tr = &d->trans[r->first];
+        const ir_op *o = &g->op[row[k].first];
+        const ir_trans *tr = &d->trans[row[k].first];
         if (o->phase != lastph) {   /* a phase's first row: its name */
             lastph = o->phase;
             *y += 6;
@@ -876,27 +923,10 @@ static void sv_ops(sv_doc *v, const ir_dist *d, double *y)
             free(w);
         }
         if (k % 2 == 0) sv_rect(v, 8, *y, xd - 8 + wd + 8, SV_ROW, "fill=\"#f3f3f3\"");
-        sv_text(v, xn, *y + 13, SV_FONT, 's', "", name[k]);
-        char *kn = sv_dup(ir_op_kind_name(g, o), 24);
-        sv_text(v, xk, *y + 13, SV_FONT, 's', "fill=\"#333\"", kn);
-        free(kn);
-        double x = xc;
-        char part[64], attr[40];
-        const char *fill = "#9a9a9a";
-        for (int j = 0; j < tr->nsplit; j++) {
-            sv_split_part(o, tr, j, part, sizeof part, &fill);
-            double w = sv_width(part, 11) + 10;
-            snprintf(attr, sizeof attr, "rx=\"3\" fill=\"%s\"", fill);
-            sv_rect(v, x, *y + 2, w, SV_ROW - 4, attr);
-            sv_text(v, x + 5, *y + 13, 11, 's', "fill=\"white\"", part);
-            x += w + 4;
-        }
-        if (tr->nsplit == 0) sv_text(v, x + 5, *y + 13, 11, 's', "fill=\"#777\"", "whole");
-        if (tr->cosk) {
-            snprintf(part, sizeof part, "coshard %d", tr->cosk);
-            sv_text(v, x, *y + 13, 11, 's', "fill=\"#333\"", part);
-        }
-        sv_text(v, xd, *y + 13, SV_FONT, 's', "", devs[k]);
+        sv_text(v, xn, *y + 13, SV_FONT, 's', "", cell[3 * k]);
+        sv_text(v, xk, *y + 13, SV_FONT, 's', "fill=\"#333\"", cell[3 * k + 1]);
+        sv_chips(v, d, row[k].first, xc, *y, 1);
+        sv_text(v, xd, *y + 13, SV_FONT, 's', "", cell[3 * k + 2]);
         ir_bprintf(&v->body, "</g>\n");
         *y += SV_ROW;
     }
@@ -907,24 +937,14 @@ static void sv_ops(sv_doc *v, const ir_dist *d, double *y)
         sv_text(v, xn, *y + 13, SV_FONT, 's', "fill=\"#555\"", sub);
         *y += SV_ROW;
     }
-    /* the chips' legend */
     static const char *const leg[][2] = {{"#4e79a7", "a dim split: dim /parts"},
                                          {"#f28e2b", "value split: partial sums"},
                                          {"#9a9a9a", "replicated"}};
-    double x = xn;
-    *y += 6;
-    for (int k = 0; k < 3; k++) {
-        char attr[40];
-        snprintf(attr, sizeof attr, "rx=\"3\" fill=\"%s\"", leg[k][0]);
-        sv_rect(v, x, *y + 4, 10, 10, attr);
-        sv_text(v, x + 14, *y + 13, 11, 's', "fill=\"#333\"", leg[k][1]);
-        x += 14 + sv_width(leg[k][1], 11) + 16;
-    }
-    *y += SV_ROW;
+    *y += 6 + SV_ROW;
+    sv_legend(v, xn, *y - 5, leg, 3);
     ir_bprintf(&v->body, "</g>\n");
-    for (int k = 0; k < show; k++) free(name[k]), free(devs[k]);
-    free(name), free(devs), free(row), free(next);
-    sv_map_free(&map);
+    for (int k = 0; k < 3 * show; k++) free(cell[k]);
+    free(cell), free(row), free(next);
 }
 
 /* ---------------------------------------------------------------- collectives */
@@ -944,26 +964,16 @@ static void sv_group(ir_buf *o, const ir_dist *d, int i)
     ir_bprintf(o, "}");
 }
 
-/* The collectives: per kind the bytes the busiest rank sends per step (a
- * bar), then a row per collective of one kind, section, size and shape
- * of tensor name (layers grouped): how often, bytes, its groups. */
-static void sv_comm(sv_doc *v, const ir_dist *d, const ir_prog *progs, double *y)
+/* Per kind, the bytes the busiest rank sends per step, as a bar; kw: the
+ * kind names' column. */
+static void sv_comm_kinds(sv_doc *v, const ir_dist *d, const ir_prog *progs, double kw, double *y)
 {
-    const ir_graph *g = d->g;
-    ir_bprintf(&v->body, "<g id=\"comm\">\n");
-    sv_heading(v, y, "collectives per step",
-               "bytes: sent by the busiest member; tensors named alike but for numbers (the layers) are one row, xN");
-    /* per kind: the busiest rank's bytes */
     int64_t kmax[IR_COMM_COUNT] = {0}, top = 1;
-    int kwho[IR_COMM_COUNT] = {0};
+    int kwho[IR_COMM_COUNT] = {0}, any = 0;
     for (int r = 0; r < d->ndev; r++)
         for (int k = 0; k < IR_COMM_SLICE; k++)
             if (progs[r].comm_bytes[k] > kmax[k]) kmax[k] = progs[r].comm_bytes[k], kwho[k] = r;
     for (int k = 0; k < IR_COMM_SLICE; k++) top = kmax[k] > top ? kmax[k] : top;
-    double kw = 0;
-    for (int k = 0; k < IR_COMM_SLICE; k++)
-        if (sv_width(ir_comm_name((ir_commkind)k), SV_FONT) > kw) kw = sv_width(ir_comm_name((ir_commkind)k), SV_FONT);
-    int any = 0;
     for (int k = 0; k < IR_COMM_SLICE; k++) {
         if (!kmax[k]) continue;
         char t[120], a[32], fill[40];
@@ -981,84 +991,105 @@ static void sv_comm(sv_doc *v, const ir_dist *d, const ir_prog *progs, double *y
         sv_text(v, 12, *y + 13, SV_FONT, 's', "fill=\"#555\"", "none: no rank sends anything");
     }
     *y += SV_ROW + 6;
-    /* the rows: plan.txt's lines (a comm in several groups is one), grouped */
+}
+
+/* Group the collectives into rows: plan.txt's lines (a comm in several
+ * groups is one line, end[i] one past its last comm), lines of one kind,
+ * section, size, bytes, group count, bucket role and shape of tensor name
+ * one row (nset 2 where their groups differ).  Local comms are left out.
+ * next[line]: the row's next line.  Returns the rows (*nrow; free it). */
+static sv_row *sv_comm_rows(const ir_dist *d, int *next, int *end, int *nrow)
+{
     sv_map map = {0};
     sv_row *row = NULL;
-    int *next = ir_xmalloc(sizeof(int) * (size_t)(d->ncomm + 1)), *end = ir_xmalloc(sizeof(int) * (size_t)(d->ncomm + 1));
     ir_buf key = {0};
     for (int i = 0; i < d->ncomm;) {
         const ir_comm *c = &d->comm[i];
         int j = i + 1;
         while (j < d->ncomm && cg_same_but_group(c, &d->comm[j]) && cg_bucket_role(d, j) == cg_bucket_role(d, i)) j++;
         next[i] = -1, end[i] = j;
-        if (c->kind >= IR_COMM_SLICE) {   /* local: nothing moves */
-            i = j;
-            continue;
-        }
-        key.n = 0;
-        ir_bprintf(&key, "%d|%d|%d|%lld|%d|%d|", c->kind, c->sec, c->n, (long long)c->bytes, j - i,
-                   cg_bucket_role(d, i));
-        sv_shape(&key, sv_comm_name(d, i));
-        int fresh, k = sv_map_get(&map, key.s, &fresh);
-        if (fresh) {
-            row = ir_xrealloc(row, sizeof *row * (size_t)map.n);
-            row[k] = (sv_row){i, i, 1, 1};
-        } else {
-            int f = row[k].first;
-            for (int q = 0; q < j - i && row[k].nset == 1; q++)
-                if (d->comm[f + q].group != d->comm[i + q].group) row[k].nset = 2;
-            next[row[k].last] = i;
-            row[k].last = i, row[k].n++;
+        if (c->kind < IR_COMM_SLICE) {   /* (the others are local: nothing moves) */
+            key.n = 0;
+            ir_bprintf(&key, "%d|%d|%d|%lld|%d|%d|", c->kind, c->sec, c->n, (long long)c->bytes, j - i,
+                       cg_bucket_role(d, i));
+            sv_shape(&key, sv_comm_name(d, i));
+            int fresh, k = sv_map_get(&map, key.s, &fresh);
+            if (fresh) {
+                row = ir_xrealloc(row, sizeof *row * (size_t)map.n);
+                row[k] = (sv_row){i, i, 1, 1};
+            } else {
+                int f = row[k].first;
+                for (int q = 0; q < j - i && row[k].nset == 1; q++)
+                    if (d->comm[f + q].group != d->comm[i + q].group) row[k].nset = 2;
+                next[row[k].last] = i;
+                row[k].last = i, row[k].n++;
+            }
         }
         i = j;
     }
+    *nrow = map.n;
     ir_buf_free(&key);
-    int nrow = map.n, show = nrow <= SV_MAXCOMM ? nrow : SV_MAXCOMM - 1;
+    sv_map_free(&map);
+    return row;
+}
+
+/* A collective row's groups cell: those of its first line (when every
+ * line has them), else the first line's first and the last line's last;
+ * its gradient bucket. */
+static char *sv_comm_groups(const ir_dist *d, const sv_row *r, const int *end)
+{
+    const ir_comm *c = &d->comm[r->first];
+    ir_buf o = {0};
+    char a[32];
+    int ng = end[r->first] - r->first, other = r->nset > 1;
+    int lastc = other ? end[r->last] - 1 : end[r->first] - 1;
+    if (ng > 1 || other)
+        ir_bprintf(&o, "%d group%s of %d%s: ", ng, ng == 1 ? "" : "s", c->n, other ? " per tensor" : "");
+    sv_group(&o, d, r->first);
+    if (lastc != r->first) {
+        if (ng > 2 || other) ir_bprintf(&o, ", ...");
+        ir_bprintf(&o, ", ");
+        sv_group(&o, d, lastc);
+    }
+    if (c->bucket == r->first) {
+        int nb = 0;
+        for (int x = r->first; x >= 0; x = d->comm[x].bnext) nb++;
+        ir_bprintf(&o, "; a gradient bucket of %d, one collective of %s", nb, sv_bytes(a, sizeof a, (double)c->bbytes));
+    } else if (c->bucket >= 0) {
+        ir_bprintf(&o, "; in a gradient bucket");
+    }
+    return o.s;
+}
+
+/* The collectives: per kind the bytes the busiest rank sends (sv_comm_kinds),
+ * then sv_comm_rows' rows (at most SV_MAXCOMM): kind, tensor pattern, when,
+ * bytes, groups, the reason on hover. */
+static void sv_comm(sv_doc *v, const ir_dist *d, const ir_prog *progs, double *y)
+{
+    const ir_graph *g = d->g;
+    ir_bprintf(&v->body, "<g id=\"comm\">\n");
+    sv_heading(v, y, "collectives per step",
+               "bytes: sent by the busiest member; tensors named alike but for numbers (the layers) are one row, xN");
+    double kw = 0;
+    for (int k = 0; k < IR_COMM_SLICE; k++) kw = fmax(kw, sv_width(ir_comm_name((ir_commkind)k), SV_FONT));
+    sv_comm_kinds(v, d, progs, kw, y);
+    int *next = ir_xmalloc(sizeof(int) * (size_t)(d->ncomm + 1)), *end = ir_xmalloc(sizeof(int) * (size_t)(d->ncomm + 1));
+    int nrow;
+    sv_row *row = sv_comm_rows(d, next, end, &nrow);
+    int show = nrow <= SV_MAXCOMM ? nrow : SV_MAXCOMM - 1;
     char **cell = ir_xcalloc((size_t)show * 4 + 1, sizeof *cell);   /* tensor, when, bytes, groups */
     double cw[4] = {sv_width("tensor", SV_FONT), sv_width("when", SV_FONT), sv_width("bytes each", SV_FONT), 0};
     for (int k = 0; k < show; k++) {
-        const sv_row *r = &row[k];
-        const ir_comm *c = &d->comm[r->first];
-        const char **nm = sv_row_names(r, next, sv_comm_name, d);
-        ir_buf t = {0}, o = {0};
-        sv_pattern(&t, nm, r->n);
-        free(nm);
-        sv_clean(&o, t.s, SV_MAXNAME);
-        if (r->n > 1) ir_bprintf(&o, " x%d", r->n);
-        cell[4 * k] = o.s;
-        ir_buf_free(&t);
-        o = (ir_buf){0};
-        int64_t calls = c->sec == IR_SEC_MB ? g->train.micro_batches : 1;
-        if (c->sec == IR_SEC_MB) ir_bprintf(&o, "each micro-batch (%lld/step)", (long long)calls);
+        const ir_comm *c = &d->comm[row[k].first];
+        ir_buf o = {0};
+        char a[32];
+        cell[4 * k] = sv_row_pattern(&row[k], next, sv_comm_name, d);
+        if (c->sec == IR_SEC_MB) ir_bprintf(&o, "each micro-batch (%lld/step)", (long long)g->train.micro_batches);
         else ir_bprintf(&o, "once a step");
         cell[4 * k + 1] = o.s;
-        o = (ir_buf){0};
-        char a[32];
-        ir_bprintf(&o, "%s", sv_bytes(a, sizeof a, (double)c->bytes));
-        cell[4 * k + 2] = o.s;
-        o = (ir_buf){0};
-        /* the groups of one line (all alike), else the first line's first and the last's last */
-        int ng = end[r->first] - r->first, other = r->nset > 1;
-        int lastc = other ? end[r->last] - 1 : end[r->first] - 1;
-        if (ng > 1 || other)
-            ir_bprintf(&o, "%d group%s of %d%s: ", ng, ng == 1 ? "" : "s", c->n, other ? " per tensor" : "");
-        sv_group(&o, d, r->first);
-        if (lastc != r->first) {
-            if (ng > 2 || other) ir_bprintf(&o, ", ...");
-            ir_bprintf(&o, ", ");
-            sv_group(&o, d, lastc);
-        }
-        if (c->bucket == r->first) {
-            int nb = 0;
-            for (int x = r->first; x >= 0; x = d->comm[x].bnext) nb++;
-            ir_bprintf(&o, "; a gradient bucket of %d, one collective of %s", nb,
-                       sv_bytes(a, sizeof a, (double)c->bbytes));
-        } else if (c->bucket >= 0) {
-            ir_bprintf(&o, "; in a gradient bucket");
-        }
-        cell[4 * k + 3] = o.s;
-        for (int q = 0; q < 4; q++)
-            if (sv_width(cell[4 * k + q], SV_FONT) > cw[q]) cw[q] = sv_width(cell[4 * k + q], SV_FONT);
+        cell[4 * k + 2] = sv_dup(sv_bytes(a, sizeof a, (double)c->bytes), 32);
+        cell[4 * k + 3] = sv_comm_groups(d, &row[k], end);
+        for (int q = 0; q < 4; q++) cw[q] = fmax(cw[q], sv_width(cell[4 * k + q], SV_FONT));
     }
     double x0 = 12, xt = x0 + kw + 16, xw = xt + cw[0] + 16, xb = xw + cw[1] + 16 + cw[2], xg = xb + 16;
     if (nrow) {
@@ -1098,7 +1129,6 @@ static void sv_comm(sv_doc *v, const ir_dist *d, const ir_prog *progs, double *y
     ir_bprintf(&v->body, "</g>\n");
     for (int k = 0; k < 4 * show; k++) free(cell[k]);
     free(cell), free(row), free(next), free(end);
-    sv_map_free(&map);
 }
 
 /* ---------------------------------------------------------------- the pipeline */
