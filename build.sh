@@ -14,7 +14,7 @@
 set -euo pipefail
 
 LLVM_VERSION=19            # the one place the LLVM version is pinned (19 or newer)
-PACKAGES=(cmake make gcc libc6-dev libinih-dev libz3-dev "llvm-${LLVM_VERSION}-dev" python3 python3-numpy)
+PACKAGES=(cmake make gcc libc6-dev libinih-dev libz3-dev "llvm-${LLVM_VERSION}-dev" python3 python3-numpy librsvg2-bin)
 
 # The usage text, on stdout.
 usage() {

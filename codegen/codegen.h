@@ -7,6 +7,8 @@
  *            on request, textual IR)
  *   link.c   link the object with rtlib (libnnsc_rt.a) into out/rankN
  *   emit.c   out/launch and out/plan.txt
+ *   svg.c    out/plan.svg: the plan drawn (mesh, memory, op-trans,
+ *            collectives, a pipeline's timeline)
  *
  * The cuda target (--target cuda) differs in host.c only: the rank's module
  * also embeds the build's cubins (cuda.h: compiled once per build, the same
@@ -69,13 +71,45 @@ int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, cons
                 const char *obj_path);
 
 /* emit.c: write DIR/launch (runs all ranks here, forwards their output,
- * fails when any rank fails) and DIR/plan.txt.  gpu: NULL for the cpu
+ * fails when any rank fails), DIR/plan.txt and DIR/plan.svg (svg.c).  gpu: NULL for the cpu
  * target; for cuda, the images (plan.txt lists them, launch gives every
  * rank a GPU and the rendezvous address).  progs: per rank, what plan.txt
  * reports (arena, persistent, flops, comm_bytes); nprog: the distinct
  * programs built for them (0: not said).  Returns 0 or 1. */
 int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs, int nprog,
             const cg_gpu *gpu);
+
+/* The helpers plan.txt and plan.svg share (emit.c). */
+/* A list of devices, runs of 3 or more with one stride as "a-b" (stride 1)
+ * or "a-b/s": "0-1023", "3-1019/8", "0,4". */
+void cg_devlist(ir_buf *b, const int *v, int n);
+/* Do comms a and b differ only in their groups (one line in plan.txt)? */
+int cg_same_but_group(const ir_comm *a, const ir_comm *b);
+/* Comm i in a gradient bucket (passes/bucket.c): 0 none, 1 its first, 2 another. */
+int cg_bucket_role(const ir_dist *d, int i);
+/* A pipeline's step on the cost model. */
+typedef struct cg_pipe_step {
+    double *cost;   /* per stage and task kind (pass_pipe_costs) */
+    double *start;  /* per task of d->pipe */
+    double span;    /* the step */
+    double bubble;  /* its idle fraction */
+} cg_pipe_step;
+/* d->pipe's step (d has a pipeline); free with cg_step_free. */
+cg_pipe_step cg_step_of(const ir_dist *d);
+void cg_step_free(cg_pipe_step *s);
+/* The schedule's name ("1f1b", "interleaved 1f1b, 2 chunks"; buf holds a made one). */
+const char *cg_sched_name(const ir_pipe *p, char *buf, size_t n);
+/* The bubble formula of a built-in schedule for equal stages: its text,
+ * and *den with the fraction (p-1)/den; NULL for a user order. */
+const char *cg_bubble_formula(const ir_pipe *p, int *den);
+
+/* svg.c: plan.svg into b, for any plan: the mesh (stages, dp x tp, which
+ * layers each stage holds), memory per rank (ranks with equal figures drawn
+ * once), how each op is split on which devices (repeated layers grouped),
+ * the collectives per step and, for a pipeline, its step on the cost model.
+ * progs: per rank, as cg_emit's.  Plain SVG 1.1, deterministic; the size
+ * grows with the plan's distinct parts, not with devices x layers. */
+void cg_plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b);
 
 /* Where libnnsc_rt.a is: $NNSC_RTLIB, else next to the running compiler. */
 const char *cg_rtlib_path(void);

@@ -1,4 +1,5 @@
-/* emit.c -- the files beside the rank executables: launch and plan.txt.
+/* emit.c -- the files beside the rank executables: launch, plan.txt and
+ * plan.svg (drawn by svg.c from the helpers here).
  *
  * launch is a bash script that runs every rank on this host.  The cpu and
  * cuda launchers differ only in their head (the comment, the variables the
@@ -271,7 +272,7 @@ static void count(ir_buf *b, double n)
 
 /* A list of devices, runs of 3 or more with one stride as "a-b" (stride 1)
  * or "a-b/s": "0-1023", "3-1019/8", "0,4". */
-static void devlist(ir_buf *b, const int *v, int n)
+void cg_devlist(ir_buf *b, const int *v, int n)
 {
     for (int i = 0; i < n;) {
         int j = i + 1;
@@ -291,14 +292,14 @@ static void devlist(ir_buf *b, const int *v, int n)
 }
 
 /* Do comms a and b differ only in their groups (one line in plan.txt)? */
-static int same_but_group(const ir_comm *a, const ir_comm *b)
+int cg_same_but_group(const ir_comm *a, const ir_comm *b)
 {
     return a->kind == b->kind && a->tensor == b->tensor && a->n == b->n && a->sec == b->sec && a->bytes == b->bytes &&
            ((!a->why && !b->why) || (a->why && b->why && !strcmp(a->why, b->why)));
 }
 
 /* Comm i in a gradient bucket (passes/bucket.c): 0 none, 1 its first, 2 another. */
-static int bucket_role(const ir_dist *d, int i)
+int cg_bucket_role(const ir_dist *d, int i)
 {
     return d->comm[i].bucket < 0 ? 0 : d->comm[i].bucket == i ? 1 : 2;
 }
@@ -397,17 +398,10 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
 }
 
 /* A pipeline's step on the cost model (plan.txt and plan.svg draw it). */
-typedef struct pipe_step {
-    double *cost;   /* per stage and task kind (pass_pipe_costs) */
-    double *start;  /* per task of d->pipe */
-    double span;    /* the step */
-    double bubble;  /* its idle fraction */
-} pipe_step;
-
-static pipe_step step_of(const ir_dist *d)
+cg_pipe_step cg_step_of(const ir_dist *d)
 {
     const ir_pipe *p = d->pipe;
-    pipe_step s;
+    cg_pipe_step s;
     s.cost = ir_xmalloc(sizeof(double) * 3 * (size_t)p->pp * (size_t)p->nch);
     s.start = ir_xmalloc(sizeof(double) * ((size_t)p->task0[p->pp] + 1));
     pass_pipe_costs(d, s.cost);
@@ -416,14 +410,15 @@ static pipe_step step_of(const ir_dist *d)
     return s;
 }
 
-static void step_free(pipe_step *s)
+/* Free what cg_step_of allocated. */
+void cg_step_free(cg_pipe_step *s)
 {
     free(s->cost);
     free(s->start);
 }
 
 /* The schedule's name. */
-static const char *sched_name(const ir_pipe *p, char *buf, size_t n)
+const char *cg_sched_name(const ir_pipe *p, char *buf, size_t n)
 {
     static const char *names[] = {"1f1b", "gpipe", "zb-h1", "kfkb", "interleaved", "interlaced"};
     if (p->sched < 0) return "user order";
@@ -439,7 +434,7 @@ static const char *sched_name(const ir_pipe *p, char *buf, size_t n)
 
 /* The bubble formula of a built-in schedule for equal stages: its text,
  * and *den with the fraction (p-1)/den; NULL for a user order. */
-static const char *bubble_formula(const ir_pipe *p, int *den)
+const char *cg_bubble_formula(const ir_pipe *p, int *den)
 {
     if (p->sched < 0 || p->sched == IR_SCHED_INTERLACED || p->recycle) return NULL;   /* (recycling: unequal chunks) */
     if (p->sched == IR_SCHED_ZBH1) return *den = 3 * p->m + p->pp - 1, "(p-1)/(3m+p-1)";
@@ -458,8 +453,8 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     int pp = p->pp, m = p->m, sd = d->ndev / pp, den;
     char sn[160], tn[24];
     ir_bprintf(b, "pipeline  %d stages x %d device%s, schedule %s, %d micro-batches per step\n", pp, sd,
-               sd == 1 ? "" : "s", sched_name(p, sn, sizeof sn), m);
-    pipe_step step = step_of(d);
+               sd == 1 ? "" : "s", cg_sched_name(p, sn, sizeof sn), m);
+    cg_pipe_step step = cg_step_of(d);
     const double *cost = step.cost, *start = step.start, span = step.span;
     /* per op of every stage (interlaced): its chunk, v before the layers, v + 1 after */
     int *och = ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1));
@@ -515,7 +510,7 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
     ir_bprintf(b, "  time: forwards by micro-batch 0-9, backwards a-z%s%s, idle '.' (cost model: FLOPs only)\n",
                p->split_w ? ", weight gradients A-Z" : "", p->nch > 1 ? " (every chunk alike)" : "");
     ir_bprintf(b, "  bubble %.1f %% of the stages' time on the cost model", 100 * step.bubble);
-    const char *f = bubble_formula(p, &den);
+    const char *f = cg_bubble_formula(p, &den);
     if (f)
         ir_bprintf(b, "; %s = %d/%d = %.1f %% for equal stages%s", f, pp - 1, den, 100.0 * (pp - 1) / den,
                    p->split_w ? " and F = B = W" : "");
@@ -527,7 +522,7 @@ static void plan_pipeline(const ir_dist *d, const ir_prog *progs, ir_buf *b)
         ir_bprintf(b, "  transfers moved out of their tasks: %d receive%s posted early (where a sender would wait "
                    "on its receiver), %d send%s made late (where the cost model has the receiver come later)\n",
                    p->nhoist - nlate, p->nhoist - nlate == 1 ? "" : "s", nlate, nlate == 1 ? "" : "s");
-    step_free(&step);
+    cg_step_free(&step);
 }
 
 /* The architectures of gpu's images, comma-separated, into b. */
@@ -586,7 +581,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
             else ir_bprintf(b, "%ssplit %s /%d", j ? " * " : "", o->anno.idname[tr->id[j]], tr->n[j]);
         }
         ir_bprintf(b, " on ");
-        devlist(b, d->ints + tr->devs, tr->nsub);
+        cg_devlist(b, d->ints + tr->devs, tr->nsub);
         if (tr->why) ir_bprintf(b, "   ; %s", tr->why);
         ir_bprintf(b, "\n");
     }
@@ -603,7 +598,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
            tensor-parallel collective, ...) is one line: the first two groups
            and the last */
         int j = i + 1;
-        while (j < d->ncomm && same_but_group(c, &d->comm[j]) && bucket_role(d, j) == bucket_role(d, i)) j++;
+        while (j < d->ncomm && cg_same_but_group(c, &d->comm[j]) && cg_bucket_role(d, j) == cg_bucket_role(d, i)) j++;
         ir_bprintf(b, "  %-13s %-28s ", ir_comm_name(c->kind), g->t[c->tensor].name);
         if (j - i > 1) ir_bprintf(b, "%d groups of %d: ", j - i, c->n);
         for (int q = i; q < j; q++) {
@@ -614,7 +609,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
             }
             const ir_comm *cq = &d->comm[q];
             ir_bprintf(b, "%sgroup {", q > i ? ", " : "");
-            devlist(b, d->ints + d->grp[cq->group].devs, cq->n);
+            cg_devlist(b, d->ints + d->grp[cq->group].devs, cq->n);
             ir_bprintf(b, "}");
         }
         ir_bprintf(b, " %s, %lld bytes per step%s%s%s", c->sec == IR_SEC_MB ? "in each micro-batch" : "once a step",
@@ -688,64 +683,7 @@ static void launch_text(const ir_dist *d, const cg_gpu *gpu, ir_buf *b)
     ir_bprintf(b, "%s%s%s", launch_mid, gpu ? launch_cuda_rank : launch_cpu_rank, launch_tail);
 }
 
-/* plan.svg: a pipeline's step on the cost model, one row per stage: each
- * task a box from its start to its end (F blue, B green, W orange, its
- * micro-batch inside), idle time blank, the time axis in units of the
- * step; the title states the schedule and the bubble next to its
- * formula.  Plain SVG 1.1, no scripts, deterministic. */
-static void plan_svg(const ir_dist *d, const ir_prog *progs, ir_buf *b)
-{
-    const ir_pipe *p = d->pipe;
-    int pp = p->pp, m = p->m, sd = d->ndev / pp, den;
-    char sn[160], tn[24];
-    static const char *fill[] = {"#4e79a7", "#59a14f", "#f28e2b"};
-    pipe_step step = step_of(d);
-    const double *cost = step.cost, *start = step.start, span = step.span;
-    const int W = 960, left = 120, row = 34, top = 54, width = W - left - 20, H = top + pp * row + 40;
-    ir_bprintf(b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-                  "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-                  "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
-    ir_bprintf(b, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-    ir_bprintf(b, "<text x=\"10\" y=\"20\" font-size=\"14\">%s: %d stages x %d device%s, schedule %s, %d "
-                  "micro-batches; bubble %.1f %% on the cost model", d->g->model ? d->g->model : "model", pp, sd,
-               sd == 1 ? "" : "s", sched_name(p, sn, sizeof sn), m, 100 * step.bubble);
-    const char *f = bubble_formula(p, &den);
-    if (f) ir_bprintf(b, " (%s = %.1f %% for equal stages)", f, 100.0 * (pp - 1) / den);
-    ir_bprintf(b, "</text>\n<text x=\"10\" y=\"38\" fill=\"#555\">F forward, B backward%s; a box per task "
-                  "and micro-batch, from the FLOPs of its stage's sub-ops (transfers free)</text>\n",
-               p->split_w ? ", W weight gradients" : "");
-    for (int s = 0; s < pp; s++) {
-        int y = top + s * row;
-        ir_bprintf(b, "<text x=\"10\" y=\"%d\">stage %d (", y + row / 2 + 4, s);
-        if (sd > 1) ir_bprintf(b, "%d-%d", s * sd, s * sd + sd - 1);
-        else ir_bprintf(b, "%d", s * sd);
-        ir_bprintf(b, ")</text>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f4f4f4\"/>\n",
-                   left, y + 3, width, row - 6);
-        for (int k = p->task0[s]; k < p->task0[s + 1] && span > 0; k++) {
-            const ir_task *t = &p->task[k];
-            double c = cost[PASS_PIPE_C(p, s, t->chunk, t->kind)], x0 = left + start[k] / span * width;
-            double w = c / span * width;
-            pass_pipe_task_name(p, t, tn, sizeof tn);
-            ir_bprintf(b, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" "
-                          "stroke=\"white\" stroke-width=\"0.5\"%s><title>%s: %.3f GFLOP</title></rect>\n",
-                       x0, y + 3, w, row - 6, fill[t->kind], t->chunk % 2 ? " fill-opacity=\"0.7\"" : "", tn,
-                       c / 1e9);
-            if (w >= 16)
-                ir_bprintf(b, "<text x=\"%.2f\" y=\"%d\" fill=\"white\" text-anchor=\"middle\">%s</text>\n",
-                           x0 + w / 2, y + row / 2 + 4, tn);
-        }
-    }
-    int ya = top + pp * row + 12;
-    ir_bprintf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", left, ya, left + width, ya);
-    for (int q = 0; q <= 4; q++)
-        ir_bprintf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">%.2f GFLOP</text>\n",
-                   left + q * width / 4, ya + 16, span * q / 4 / 1e9);
-    ir_bprintf(b, "</svg>\n");
-    (void)progs;
-    step_free(&step);
-}
-
-/* DIR/launch and DIR/plan.txt (codegen.h). */
+/* DIR/launch, DIR/plan.txt and DIR/plan.svg (codegen.h). */
 int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs, int nprog,
             const cg_gpu *gpu)
 {
@@ -760,8 +698,8 @@ int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *
     snprintf(path, sizeof path, "%s/plan.txt", dir);
     rc = write_file(path, b.s, 0);
     ir_buf_free(&b);
-    if (rc || !d->pipe) return rc;
-    plan_svg(d, progs, &b);   /* a pipeline's step, drawn */
+    if (rc) return rc;
+    cg_plan_svg(d, progs, &b);   /* the plan, drawn (svg.c) */
     snprintf(path, sizeof path, "%s/plan.svg", dir);
     rc = write_file(path, b.s, 0);
     ir_buf_free(&b);

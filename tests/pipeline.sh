@@ -70,17 +70,22 @@ grep -q "(p-1)/(m+p-1) = 3/7 = 42.9 %" "$p" && ok "plan.txt: the bubble next to 
   no "bubble line: $(grep 'bubble' "$p")"
 grep -q "^programs  4 distinct programs for 4 ranks" "$p" && ok "a program per stage" ||
   no "programs: $(grep '^programs' "$p")"
-# plan.svg: the same step drawn, a box per task (<title>F3: ...</title>), none without a pipeline
+# plan.svg: the same step drawn (g#timeline), a box per task (<title>F3: ...</title>); without a
+# pipeline the plan is drawn with no timeline; every one parses, has its parts, keeps its text inside
+# the viewBox and renders (tests/svg_check.py)
 if python3 - "$tmp/gp/plan.svg" <<'PY'
-import sys, xml.dom.minidom as m
-doc = m.parse(sys.argv[1])
-titles = [t.firstChild.data for t in doc.getElementsByTagName("title")]
-names = sorted(t.split(":")[0] for t in titles)
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+tl = [g for g in ET.parse(sys.argv[1]).iter(ns + "g") if g.get("id") == "timeline"][0]
+names = sorted(t.text.split(":")[0] for t in tl.iter(ns + "title"))
 sys.exit(0 if names == sorted([f"{k}{i}" for k in "FB" for i in range(4)] * 4) else 1)
 PY
 then ok "plan.svg: one box per task of every stage (32 for 4 stages x 8 tasks)"
 else no "plan.svg: $(head -c 300 "$tmp/gp/plan.svg")"; fi
-[[ ! -e $tmp/tp/plan.svg ]] && ok "no plan.svg without a pipeline" || no "plan.svg written for tp 2"
+if out=$(python3 "$top/tests/svg_check.py" --pipeline "$tmp/gp/plan.svg" "$tmp/fb/plan.svg" "$tmp/pp/plan.svg" 2>&1) &&
+  out+=$(python3 "$top/tests/svg_check.py" --no-pipeline "$tmp/tp/plan.svg" 2>&1)
+then ok "plan.svg of pp 4 (gpipe, 1f1b), pp 2 and tp 2 (no timeline): parts, text inside the viewBox, renders"
+else no "plan.svg: $out"; fi
 
 # ---- 3. recompute: the same losses bit for bit, a smaller stash
 build rc --devices 2 --set plan.pp=2 --set plan.recompute=h
@@ -152,6 +157,9 @@ grep -q "F0.1" "$tmp/il/plan.txt" && grep -q "receives posted early" "$tmp/il/pl
   grep -q "(p-1)/(vm+p-1)" "$tmp/il/plan.txt" && grep -q "F0.1" "$tmp/il/plan.svg" &&
   ok "interleaved: plan.txt and plan.svg name each chunk's tasks, count the receives posted early and give (p-1)/(vm+p-1)" ||
   no "interleaved plan.txt: $(grep -A3 '^pipeline' "$tmp/il/plan.txt")"
+out=$(python3 "$top/tests/svg_check.py" --pipeline "$tmp/il/plan.svg" "$tmp/ilc/plan.svg" "$tmp/zb/plan.svg" 2>&1) &&
+  ok "plan.svg of interleaved, interlaced and zb-h1 pipelines: parts, text inside the viewBox, renders" ||
+  no "plan.svg: $out"
 
 # ---- coshard: the MLP's pieces run piece-major through the recomputed forward and the backward
 #      (piece 0 of every op before piece 1 of any), and the arena shrinks

@@ -520,6 +520,33 @@ PY
 then ok "the pipeline's estimate: zb-h1's transfers wait (ranks' orders above the tasks' timeline)"
 else no "zb-h1 waits: $(grep '^estimate' "$tmp/zbw/plan.txt")"; fi
 
+# plan.svg, for every plan: the mesh, memory per rank, each op's split and devices, the collectives;
+# it parses as XML, keeps every text inside its viewBox (widths estimated as codegen/svg.c does),
+# renders with rsvg-convert and leaves the picture's edges blank (tests/svg_check.py)
+if out=$(python3 "$top/tests/svg_check.py" --no-pipeline "$tmp/tp2/plan.svg" "$tmp/hy/plan.svg" "$tmp/tp3/plan.svg" \
+  "$tmp/dp8/plan.svg" 2>&1)
+then ok "plan.svg of tp 2, dp 2 x tp 2, tp 3 (replicated) and dp 8: parts, text inside the viewBox, renders"
+else no "plan.svg: $out"; fi
+# what it shows: the mesh's cells (dp 2 x tp 2: devices 0-3), a split per op (tp 2: h.[0-3].q column
+# parallel on 'n' as one row of 4 layers), the tp all-reduces and one memory class of 4 ranks
+if python3 - "$tmp/hy/plan.svg" "$tmp/hy/plan.txt" <<'PY'
+import re, sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[1]).getroot()
+part = {g.get("id"): ["".join(t.itertext()) for t in g.iter(ns + "text")] for g in root.iter(ns + "g") if g.get("id")}
+assert "devices 0-3: dp 2 x tp 2" in part["mesh"] and all(str(k) in part["mesh"] for k in range(4)), part["mesh"]
+ops = part["ops"]
+i = ops.index("h.[0-3].q x4")
+assert ops[i + 1 : i + 5] == ["matmul", "*0 /2", "n /2", "0-3"], ops[i : i + 5]
+assert "ranks 0-3 (4)" in part["memory"], part["memory"]
+m = re.search(r"of which params, grads and optimizer state (\S+ \S+)", open(sys.argv[2]).read())
+assert any(t.startswith(m.group(1) + " persistent") for t in part["memory"]), (m.group(1), part["memory"])
+assert any(t.startswith("h.[0-3].") and t.endswith(" x4") for t in part["comm"]), part["comm"]
+assert "allreduce" in part["comm"], part["comm"]
+PY
+then ok "plan.svg (dp 2 x tp 2): the mesh's devices, h.[0-3].q split on n /2 as one row, plan.txt's persistent bytes, the layers' all-reduces"
+else no "plan.svg contents: $(head -c 300 "$tmp/hy/plan.svg")"; fi
+
 # more than 64 devices: the dp replicas folded (each candidate built on its tp x pp devices);
 # the chosen plan is then built whole
 "$nn" "$tiny" --devices 128 -q -o "$tmp/fold" --set dims.B=256 --set plan.policy=auto --set cluster.device=a100-80g ||
@@ -528,6 +555,10 @@ grep -q "dp folded: each candidate built on its tp x pp devices" "$tmp/fold/plan
   grep -q "^devices 128, policy hybrid" "$tmp/fold/plan.txt" &&
   ok "policy auto on 128 devices: dp folded in the search, the chosen plan built on 128" ||
   no "fold: $(grep -E '^(search|devices)' "$tmp/fold/plan.txt")"
+# its plan.svg stays small: ranks of one memory class drawn once, long mesh axes cut, layers grouped
+out=$(python3 "$top/tests/svg_check.py" --max-bytes 150000 "$tmp/fold/plan.svg" 2>&1) &&
+  ok "plan.svg of 128 devices ($(wc -c <"$tmp/fold/plan.svg") bytes): parts, text inside the viewBox, renders" ||
+  no "plan.svg of 128 devices: $out"
 
 # nnsc-aot profile: a calibrated cpu-host profile (positive figures) that [cluster] device = FILE
 # reads; the estimate then names the file (not the timings: they are the machine's). It runs under a
@@ -549,9 +580,14 @@ for k in ("link_lat", "net_lat", "weight_bw"):
 PY
 then ok "nnsc-aot profile: writes a cpu-host profile of measured figures"
 else no "profile file: $(cat "$tmp/cpu.ini")"; fi
-"$nn" "$tiny" --devices 2 -q -o "$tmp/prof" --set "cluster.device=$tmp/cpu.ini" || no "build with a profile file"
-grep -q "^estimate  step [0-9.]* ms on $tmp/cpu.ini " "$tmp/prof/plan.txt" &&
+# (in a folder whose name holds XML's special characters: plan.svg names the profile, escaped)
+pdir="$tmp/a<b&c'\"d>"
+mkdir -p "$pdir" && cp "$tmp/cpu.ini" "$pdir/cpu.ini"
+"$nn" "$tiny" --devices 2 -q -o "$tmp/prof" --set "cluster.device=$pdir/cpu.ini" || no "build with a profile file"
+grep -q "^estimate  step [0-9.]* ms on $pdir/cpu.ini " "$tmp/prof/plan.txt" &&
   ok "[cluster] device = FILE: plan.txt's estimate is on that profile" || no "profile file: $(grep '^estimate' "$tmp/prof/plan.txt")"
+out=$(python3 "$top/tests/svg_check.py" --no-pipeline --text "per device ($pdir/cpu.ini)" "$tmp/prof/plan.svg" 2>&1) &&
+  ok "plan.svg: the profile's path (<, &, ', \", >) escaped, read back as given" || no "plan.svg escaping: $out"
 printf '[cluster]\ndevice = tpu-v9\n' >"$tmp/bad.ini"
 expect_rc 2 "a profile file naming no built-in device" "$nn" "$tiny" -o "$tmp/bad" --set "cluster.device=$tmp/bad.ini"
 says "names no built-in device" "profile file"
