@@ -122,13 +122,14 @@ const char *ir_op_kind_name(const struct ir_graph *g, const struct ir_op *o);
  * dimension "(h d)" has id = h (the outer identifier) and sub = {d}: its
  * extent is ext[h] * ext[d], and splitting h cuts it into contiguous blocks. */
 typedef struct ir_adim {
-    int id;          /* identifier index into ir_anno.idname, or -1: literal */
     int64_t lit;     /* the literal size when id == -1 */
+    int8_t id;       /* identifier index into ir_anno.idname, or -1: literal */
     uint8_t reduce;  /* marked `+` */
     uint8_t frozen;  /* marked `^` */
-    int nsub;        /* inner identifiers merged into this dim (0: a plain dim) */
-    int sub[2];      /* their identifier indices, outer to inner */
-} ir_adim;
+    uint8_t nsub;    /* inner identifiers merged into this dim (0: a plain dim) */
+    int8_t sub[2];   /* their identifier indices, outer to inner */
+} ir_adim;           /* (16 bytes: every op holds 2 * IR_MAXIO * IR_MAXDIM of them) */
+_Static_assert(IR_MAXID <= 127, "ir_adim's identifier indices are int8_t");
 
 /* An annotation with `*` expanded for concrete operand ranks. */
 typedef struct ir_anno {
