@@ -556,12 +556,14 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         lower_worker(&w);
     }
     double t_main = 0;
+    int too_big = 0;   /* a rank's arena is more than the runtime takes (then nothing is written) */
     for (int r = 0; r < n; r++) {
         pthread_mutex_lock(&w.mu);
         while (!w.ready[r]) pthread_cond_wait(&w.cv, &w.mu);
         pthread_mutex_unlock(&w.mu);
         double a = now();
         ir_prog *p = &w.slot[r];
+        if (!too_big) too_big = pass_arena_check(d->g, p);
         if (!o->no_fuse) pass_fuse_number(fz, p);
         if (want(o, "lower")) {   /* the dump before outlining: outline here */
             ir_prog_print(p, &lowered);
@@ -609,8 +611,8 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
     if (want(o, "lower")) dump("lower", &lowered);
     if (want(o, "prog")) dump("prog", &outlined);
     if (want(o, "share")) dump("share", &shared);
-    int rc = 0;
-    if (o->out) {
+    int rc = too_big;
+    if (o->out && !rc) {
         if (mkdir_p(o->out)) {
             fprintf(stderr, "nnsc-aot: error: cannot create output directory '%s': %s\n", o->out, strerror(errno));
             rc = 1;

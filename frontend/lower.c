@@ -259,12 +259,29 @@ static int parse_shape(fe_lw *L, const fe_section *sec, int *ndim, int64_t *shap
     }
     if (*ndim == 0)
         return fe_kv_error(L->s, sec, kv, "e.g. shape = B D", "empty shape");
-    int64_t numel = 1;
-    for (int i = 0; i < *ndim; i++)
-        if (__builtin_mul_overflow(numel, shape[i], &numel) || numel > INT64_MAX / 16)
-            return fe_kv_error(L->s, sec, kv, NULL, "tensor %s is too large (elements overflow 64 bits)",
-                               fe_clip(sec->name, clip, sizeof clip));
+    int64_t numel;
+    if (ir_shape_numel(*ndim, shape, &numel)) {
+        char sh[200];
+        return fe_kv_error(L->s, sec, kv, "the runtime holds a tensor of at most 2^40 elements (4 TiB of f32)",
+                           "tensor %s is %s%s elements: more than 2^40 (%lld)", fe_clip(sec->name, clip, sizeof clip),
+                           ir_shape_text(*ndim, shape, sh, sizeof sh), numel == INT64_MAX ? " (over 2^63)" : "",
+                           (long long)IR_MAX_NUMEL);
+    }
     return 0;
+}
+
+/* A name the rank executables hold (an input's, a param's: `extra` bytes
+ * more for what is named after it, its optimizer state opt.m.NAME) within
+ * their limit of IR_MAX_NAME bytes.  Returns 0, or 2 after a message. */
+static int check_name(fe_lw *L, const fe_section *sec, const char *name, const char *what, size_t extra)
+{
+    size_t n = strlen(name);
+    if (n + extra <= IR_MAX_NAME) return 0;
+    char clip[96], hint[160];
+    snprintf(hint, sizeof hint, "the rank executables hold names of up to %d bytes%s", IR_MAX_NAME,
+             extra ? ", and a param's optimizer state is named opt.m.NAME" : "");
+    return fe_error(L->s, sec->line, hint, "%s name '%s' is %zu bytes; at most %zu", what,
+                    fe_clip(name, clip, sizeof clip), n, IR_MAX_NAME - extra);
 }
 
 /* ---------------------------------------------------------------- [model] [dims] */
@@ -282,6 +299,10 @@ static int lower_model(fe_lw *L)
         if (!ok)
             return fe_kv_error(L->s, sec, kv, "a model name is letters, digits, '_', '.' and '-', starting with a letter or '_'",
                                "bad model name '%s'", fe_clip(n, clip, sizeof clip));
+        if (strlen(n) > IR_MAX_NAME)
+            return fe_kv_error(L->s, sec, kv, "the rank executables hold names of up to 255 bytes",
+                               "model name '%s' is %zu bytes; at most %d", fe_clip(n, clip, sizeof clip), strlen(n),
+                               IR_MAX_NAME);
         L->g->model = ir_str(L->g, n);
     } else {
         const char *base = strrchr(L->s->file, '/');
@@ -293,6 +314,7 @@ static int lower_model(fe_lw *L)
             if (!(isalnum((unsigned char)*q) || strchr("_.-", *q))) *q = '_';
         /* drop the "m_" unless the base name starts with a digit or is empty */
         int keep = !(isalpha((unsigned char)n[2]) || n[2] == '_');
+        if (strlen(n + (keep ? 0 : 2)) > IR_MAX_NAME) n[IR_MAX_NAME + (keep ? 0 : 2)] = '\0';   /* (the runtime's limit) */
         L->g->model = ir_str(L->g, keep ? n : n + 2);
     }
     kv = sec ? fe_get(sec, "seed") : NULL;
@@ -1034,7 +1056,9 @@ static int lower_input(fe_lw *L, const fe_section *sec)
     int ndim, dt;
     int64_t shape[IR_MAXDIM];
     char err[256], hint[256], w[128], clip[96];
-    if (parse_shape(L, sec, &ndim, shape) || get_choice(L, sec, "dtype", fe_dtypes, 0, &dt)) return 2;
+    if (parse_shape(L, sec, &ndim, shape) || get_choice(L, sec, "dtype", fe_dtypes, 0, &dt) ||
+        check_name(L, sec, sec->name, "input", 0))
+        return 2;
     int id = ir_add_tensor(L->g, sec->name, dt ? IR_I32 : IR_F32, IR_T_INPUT, ndim, shape, sec->line);
     fe_map_put(&L->tensor, L->g->t[id].name, id);
     ir_tensor *t = &L->g->t[id];
@@ -1056,6 +1080,9 @@ static int lower_input(fe_lw *L, const fe_section *sec)
             if (fe_eval(p, &L->dims, L->dims.n, &t->data_range, err, sizeof err, hint, sizeof hint))
                 return fe_kv_error(L->s, sec, kv, hint[0] ? hint : "write data = int RANGE, e.g. data = int V",
                                    "data range: %s", err);
+            if (t->data_range > IR_MAX_RANGE)
+                return fe_kv_error(L->s, sec, kv, "the values are i32: a range of at most 2^31 - 1",
+                                   "data range %lld is more than %d", (long long)t->data_range, IR_MAX_RANGE);
             t->data = IR_DATA_INT;
         } else if (strcmp(w, "zeros") == 0) {
             if (dt) return fe_kv_error(L->s, sec, kv, "i32 inputs take data = int RANGE", "data = zeros needs dtype = f32");
@@ -1167,8 +1194,13 @@ static int lower_param(fe_lw *L, const fe_section *sec)
             return fe_kv_error(L->s, sec, ikv, "{r} is the repeat of a block's param", "import of '%s' has {r} "
                                "outside a block", fe_clip(sec->name, clip, sizeof clip));
     }
+    /* adamw (the default optimizer) keeps state opt.m.NAME and opt.v.NAME per param */
+    const fe_section *tsec = section(L->s, "train");
+    const fe_kv *okv = tsec ? fe_get(tsec, "optimizer") : NULL;
+    size_t state = okv && strcmp(okv->val, "sgd") == 0 ? 0 : strlen("opt.m.");
     for (int r = 0; r < nrep; r++) {
         const char *name = b < 0 ? sec->name : fmt(L, "%s.%d.%s", L->blk[b].name, r, sec->name + L->blk[b].len + 1);
+        if ((r == 0 || r == nrep - 1) && check_name(L, sec, name, "param", state)) return 2;   /* (the longest: the last) */
         int id = ir_add_tensor(L->g, name, IR_F32, IR_T_PARAM, ndim, shape, sec->line);
         ir_tensor *t = &L->g->t[id];
         t->init = proto.init;
@@ -1373,6 +1405,10 @@ static int lower_recycle(fe_lw *L)
             return fe_error(L->s, d->sec->line, "recycling names the first pass's value NAME.zeros (NAME the "
                             "recycle op's out): rename the tensor", "name '%s' is taken",
                             fe_clip(taken, clip, sizeof clip));
+        }
+        if (check_name(L, d->sec, zname[i], "input", 0)) {   /* (the first pass's value is an input) */
+            free(zname);
+            return 2;
         }
         int id = ir_add_tensor(L->g, zname[i], IR_F32, IR_T_INPUT, d->ndim, d->shape, d->sec->line);
         ir_tensor *t = &L->g->t[id];
@@ -1775,9 +1811,9 @@ static int lower_train(fe_lw *L)
     for (int f = 0; f < 2; f++) {
         const fe_kv *dk = fe_get(sec, files[f]);
         if (!dk || strcmp(dk->val, "synthetic") == 0) continue;
-        if (!dk->val[0] || strchr(dk->val, ' '))
-            return fe_kv_error(L->s, sec, dk, "a path without blanks, e.g. data = data/tinytext_train.bin",
-                               "%s: bad path '%s'", files[f], fe_clip(dk->val, clip, sizeof clip));
+        if (!dk->val[0] || strpbrk(dk->val, " \t") || strcmp(dk->val, "-") == 0)
+            return fe_kv_error(L->s, sec, dk, "a path without blanks, e.g. data = data/tinytext_train.bin (a file "
+                               "named - as ./-)", "%s: bad path '%s'", files[f], fe_clip(dk->val, clip, sizeof clip));
         if (no_token_input(L, files[f], hint, sizeof hint))
             return fe_kv_error(L->s, sec, dk, hint, "%s: no input reads tokens (none has `stream = K`), "
                                "so the file would be ignored", files[f]);

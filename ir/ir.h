@@ -24,6 +24,17 @@
 #define IR_MAXFATTR 6   /* float attributes of an op */
 #define IR_MAXIATTR 27  /* integer attributes of an op */
 
+/* Limits of the runtime's manifest reader (rtlib/io/manifest.c): a rank
+ * whose manifest passed one could never start, so the compiler checks them
+ * where the values are made (tests/test_passes checks they are the
+ * reader's).  Every tensor of a graph, declared or derived, has at most
+ * IR_MAX_NUMEL elements (ir_add_tensor asserts it), so its bytes and their
+ * sums over a rank fit in 64 bits. */
+#define IR_MAX_NUMEL (INT64_C(1) << 40)  /* elements of a tensor (and so of each of its dims) */
+#define IR_MAX_ARENA (INT64_C(1) << 46)  /* bytes of a rank's arena */
+#define IR_MAX_NAME 255                  /* bytes of a model or tensor name (rtlib's RT_NAME_MAX - 1) */
+#define IR_MAX_RANGE INT32_MAX           /* the range of an int input's synthetic values */
+
 /* ---------------------------------------------------------------- util.c */
 
 /* Broken invariant: print file:line and message, abort. */
@@ -466,6 +477,11 @@ int64_t ir_adim_extent(const ir_adim *d, const int64_t *ext);
 int ir_find_tensor(const ir_graph *g, const char *name);
 int ir_find_op(const ir_graph *g, const char *name);
 int64_t ir_numel(const ir_tensor *t);
+/* Elements of a shape into *n, checked against IR_MAX_NUMEL: 0, or 1 when
+ * they are more (or overflow 64 bits; *n is then INT64_MAX). */
+int ir_shape_numel(int ndim, const int64_t *shape, int64_t *n);
+/* "2 x 3 x 4" into buf: a shape for messages. */
+const char *ir_shape_text(int ndim, const int64_t *shape, char *buf, size_t bufsz);
 const char *ir_dtype_name(ir_dtype d);
 const char *ir_tkind_name(ir_tkind k);
 /* Ops in a topological order (producers first); returns 0, or 1 when the
@@ -833,6 +849,8 @@ typedef struct pg_region {
 typedef struct ir_prog {
     int rank, world;
     int64_t arena;                    /* arena bytes */
+    int arena_top;                    /* the tensor of the arena's largest buffer (messages), -1: none */
+    int64_t arena_top_bytes;          /* ... its bytes */
     int64_t micro_batches;            /* micro-batches per step (trip count of the IR_SEC_EVAL loop) */
     int pipelined;                    /* 1: the IR_SEC_MB section holds a pipeline's tasks unrolled
                                          (passes/lower.c) and runs once per step, not micro_batches times */
