@@ -96,6 +96,31 @@ static int cg_check_err(const char *file, int line, const char *what, LLVMErrorR
 }
 #define CG_CHECK_ERR(what, call) cg_check_err(__FILE__, __LINE__, (what), (call))
 
+/* ------------------------------------------------------- output files */
+
+/* Write data[0 .. n) to path (a file under the user's -o): 0, or 1 after
+ * "cannot write PATH: REASON" (the system's, as for the driver's other
+ * outputs).  LLVM writes into memory and this does the system calls, so a
+ * failure names the path and the reason, not this file's line. */
+static int cg_write(const char *path, const char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    int bad = !f || fwrite(data, 1, n, f) != n;
+    int err = errno;
+    if (f && fclose(f) != 0 && !bad) bad = 1, err = errno;
+    if (bad) fprintf(stderr, "nnsc-aot: error: cannot write %s: %s\n", path, strerror(err));
+    return bad;
+}
+
+/* Module m's object code for tm, written to path: 0, or 1 after a message. */
+static int cg_emit_object(LLVMTargetMachineRef tm, LLVMModuleRef m, const char *what, const char *path) {
+    char *msg;
+    LLVMMemoryBufferRef buf = NULL;
+    if (CG_CHECK(what, LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &msg, &buf), msg)) return 1;
+    int rc = cg_write(path, LLVMGetBufferStart(buf), LLVMGetBufferSize(buf));
+    LLVMDisposeMemoryBuffer(buf);
+    return rc;
+}
+
 /* ------------------------------------------------------- module building */
 
 /* The rtlib entry points main() calls around the kernels. */
@@ -902,11 +927,14 @@ static int cg_host_build(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, 
         goto done;
     if (CG_CHECK_ERR(pipeline, LLVMRunPasses(h.m, pipeline, tm, po))) goto done;
     /* Textual IR before code generation, which rewrites the module. */
-    snprintf(what, sizeof what, "writing %s.ll", modname);
-    if (ll_path && CG_CHECK(what, LLVMPrintModuleToFile(h.m, ll_path, &msg), msg)) goto done;
-    snprintf(what, sizeof what, "writing %s.o", modname);
-    if (CG_CHECK(what, LLVMTargetMachineEmitToFile(tm, h.m, (char *)obj_path, LLVMObjectFile, &msg), msg))
-        goto done;
+    if (ll_path) {
+        char *ll = LLVMPrintModuleToString(h.m);
+        int bad = cg_write(ll_path, ll, strlen(ll));
+        LLVMDisposeMessage(ll);
+        if (bad) goto done;
+    }
+    snprintf(what, sizeof what, "generating %s.o", modname);
+    if (cg_emit_object(tm, h.m, what, obj_path)) goto done;
     rc = 0;
 
 done:
@@ -1018,9 +1046,7 @@ int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, cons
     int rc = 1;
     char *msg;
     if (CG_CHECK("dispatcher verification", LLVMVerifyModule(m, LLVMReturnStatusAction, &msg), msg)) goto done;
-    if (CG_CHECK("writing the dispatcher's object", LLVMTargetMachineEmitToFile(tm, m, (char *)obj_path,
-                                                                               LLVMObjectFile, &msg), msg))
-        goto done;
+    if (cg_emit_object(tm, m, "generating the dispatcher's object", obj_path)) goto done;
     rc = 0;
 done:
     LLVMDisposeModule(m);

@@ -380,7 +380,7 @@ static int link_all(const fe_opts *o, const ir_dist *d, int nprog, const int *cl
         snprintf(path, sizeof path, "%s/custom%d.o", o->out, k);
         objs = ir_xrealloc(objs, sizeof *objs * ((size_t)nprog + 3 + (size_t)ncobj));
         objs[nprog + 1 + ncobj++] = ir_xstrdup(path);
-        if ((rc = cg_compile_c(g->cust[k].src, path, o->cpu)))
+        if ((rc = cg_compile_c(g->cust[k].src, path, o->cpu)) == 2)
             pass_error(g, g->cust[k].line, "fix the C file (the compiler's messages are above); it is compiled "
                         "with nnsc_custom.h on the include path (docs/custom-ops.md)",
                         "the kernel of custom op '%s' (%s) does not compile", g->cust[k].name, g->cust[k].src);
