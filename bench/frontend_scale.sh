@@ -2,26 +2,26 @@
 # bench/frontend_scale.sh -- compile time of specs that are large in one
 # way, for the table in docs/performance.md (issue 35, item 3; not a test).
 #
-# Three generated specs, each at the sizes given, timed as the median of
-# RUNS (3) wall times:
-#   (how: graph is --stop-after graph, -o a full build)
-#   dims N     examples/mlp.ini with N more [dims] lines (Dk = k, every
-#              tenth of them an expression over the one before), through
-#              `--stop-after graph` (the front end only);
-#   ops N      a chain of N ops (a matmul then bias_add / gelu / relu in
-#              turn, one [param] per matmul, every eighth op a matmul) on
-#              one device, built with -o (every phase, codegen included);
-#   repeat N   examples/gpt2-tiny.ini with dims.L = N (a [block] with
-#              repeat = N), C 8 and T 4, through --stop-after graph and
-#              with -o.
-# A case that runs past TIMEOUT seconds prints ">TIMEOUT".
+# Three generated specs, each at the sizes given, built RUNS (3) times; a
+# row gives the median wall time and the peak RSS of the median run
+# (/usr/bin/time).  "how" is graph (--stop-after graph: the front end
+# only) or -o (every phase: planning, lowering, code generation, linking).
+#   dims N     examples/mlp.ini with N more [dims] lines (Dk = k + 1, every
+#              tenth an expression over the one before), graph;
+#   ops N      a chain of N ops on one device (a matmul, a bias_add, then
+#              gelu and relu in turn, a [param] for each matmul and bias),
+#              graph and -o;
+#   repeat N   examples/mlp-block.ini with dims.L = N (its [block] repeated
+#              N times: 4 ops and 2 params each), graph and -o.
+# A build that runs past TIMEOUT seconds prints ">TIMEOUT".
 #
 #   bench/frontend_scale.sh                                   every case at its default sizes
 #   CASES=dims DIMS="80000 500000" bench/frontend_scale.sh
 #
 # Environment: CASES ("dims ops repeat"), DIMS ("20000 80000 500000"),
-# OPS ("1000 4000 10000"), REPEATS ("1000 10000 99999"), RUNS (3), TIMEOUT
-# (seconds per build, default 120), BUILD (build directory, default build/).
+# OPS ("1000 2000 10000"), REPEATS ("10000 30000 99999"), HOW ("graph -o"),
+# RUNS (3), TIMEOUT (seconds per build, default 120), BUILD (build
+# directory, default build/).  Needs GNU time (Debian's package time).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$top/build}
@@ -65,31 +65,33 @@ ops_spec() {
   }'
 }
 
-# median of the numbers on stdin
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# median of the lines "SECONDS KB" on stdin: that line
+median() { sort -g | awk '{ v[NR] = $0 } END { print v[int((NR + 1) / 2)] }'; }
 
 # time_one LABEL SIZE HOW SPEC ARGS...: RUNS builds, one line with the median
 time_one() {
   local label=$1 size=$2 how=$3 spec=$4
   shift 4
-  local r t rc ts=()
+  [[ " ${HOW:-graph -o} " == *" $how "* ]] || return 0
+  local r rc ts=()
   for ((r = 0; r < runs; r++)); do
     rm -rf "$work/out"
-    local t0=$(date +%s.%N)
-    timeout "$limit" "$nn" "$spec" "$@" >"$work/log" 2>&1
+    timeout "$limit" /usr/bin/time -f '%e %M' -o "$work/time" "$nn" "$spec" "$@" >"$work/log" 2>&1
     rc=$?
-    t=$(echo "$(date +%s.%N) - $t0" | bc)
-    if ((rc == 124)); then printf '%-8s %8s  %-14s %10s\n' "$label" "$size" "$how" ">$limit"; return; fi
-    if ((rc)); then printf '%-8s %8s  %-14s  exit %d: %s\n' "$label" "$size" "$how" "$rc" "$(tail -n 1 "$work/log")"; return; fi
-    ts+=("$t")
+    if ((rc == 124)); then printf '%-8s %8s  %-6s %10s %10s\n' "$label" "$size" "$how" ">$limit" -; return; fi
+    if ((rc)); then printf '%-8s %8s  %-6s  exit %d: %s\n' "$label" "$size" "$how" "$rc" "$(tail -n 1 "$work/log")"; return; fi
+    ts+=("$(tail -n 1 "$work/time")")
   done
-  printf '%-8s %8s  %-14s %10.2f\n' "$label" "$size" "$how" "$(printf '%s\n' "${ts[@]}" | median)"
+  local m
+  m=$(printf '%s\n' "${ts[@]}" | median)
+  printf '%-8s %8s  %-6s %10.2f %10d\n' "$label" "$size" "$how" "${m% *}" "$((${m#* } / 1024))"
 }
 
+[[ -x /usr/bin/time ]] || { echo "frontend_scale.sh: needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "commit: $(git -C "$top" rev-parse --short HEAD 2>/dev/null)$(git -C "$top" diff --quiet 2>/dev/null || echo +changes)"
-printf '%-8s %8s  %-14s %10s\n' case size how "seconds"
+printf '%-8s %8s  %-6s %10s %10s\n' case size how seconds "peak MB"
 for c in $cases; do
   case $c in
   dims)
@@ -98,16 +100,15 @@ for c in $cases; do
       time_one dims "$n" graph "$work/dims.ini" --stop-after graph -q
     done ;;
   ops)
-    for n in ${OPS:-1000 4000 10000}; do
+    for n in ${OPS:-1000 2000 10000}; do
       ops_spec "$n" >"$work/ops.ini"
       time_one ops "$n" graph "$work/ops.ini" --stop-after graph -q
       time_one ops "$n" -o "$work/ops.ini" -o "$work/out" -q
     done ;;
   repeat)
-    for n in ${REPEATS:-1000 10000 99999}; do
-      set -- --set dims.L="$n" --set dims.C=8 --set dims.T=4 --set dims.NH=2 --set dims.V=16
-      time_one repeat "$n" graph "$top/examples/gpt2-tiny.ini" "$@" --stop-after graph -q
-      time_one repeat "$n" -o "$top/examples/gpt2-tiny.ini" "$@" -o "$work/out" -q
+    for n in ${REPEATS:-10000 30000 99999}; do
+      time_one repeat "$n" graph "$top/examples/mlp-block.ini" --set dims.L="$n" --stop-after graph -q
+      time_one repeat "$n" -o "$top/examples/mlp-block.ini" --set dims.L="$n" -o "$work/out" -q
     done ;;
   *) echo "frontend_scale.sh: unknown case '$c' (dims, ops, repeat)" >&2; exit 2 ;;
   esac

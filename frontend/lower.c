@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -2019,6 +2020,40 @@ static void lower_free(fe_lw *L)
     fe_map_free(&L->producer);
 }
 
+/* Warn about every [param] that no op reads: it gets no gradient, so it is
+ * never trained, yet it is initialised, checkpointed and counted.  Once per
+ * process: the plan search loads the spec again for its candidates. */
+static void warn_unused_params(const fe_lw *L)
+{
+    static atomic_int warned;
+    const ir_graph *g = L->g;
+    char *read = ir_xcalloc((size_t)g->nt + 1, 1);
+    for (int i = 0; i < g->nop; i++)
+        for (int k = 0; k < g->op[i].nin; k++) read[g->op[i].in[k]] = 1;
+    /* per header line (a [param]'s tensors, one per repeat in a block, share its line): 1 none read, 2 one is */
+    char *state = ir_xcalloc((size_t)L->s->nlines + 2, 1);
+    int unread = 0;
+    for (int t = 0; t < g->nt; t++) {
+        const ir_tensor *x = &g->t[t];
+        if (x->kind != IR_T_PARAM || x->line <= 0 || x->line > L->s->nlines) continue;
+        if (read[t]) state[x->line] = 2;
+        else if (!state[x->line]) state[x->line] = 1;
+    }
+    for (int i = 0; i < L->s->nsec; i++) unread += is_kind(&L->s->sec[i], "param") && state[L->s->sec[i].line] == 1;
+    if (unread && !atomic_exchange(&warned, 1))
+        for (int i = 0; i < L->s->nsec; i++) {
+            const fe_section *sec = &L->s->sec[i];
+            if (!is_kind(sec, "param") || state[sec->line] != 1) continue;
+            char clip[96];
+            fprintf(stderr, "%s:%d: warning: param '%s' is read by no op: it is never trained (no gradient reaches "
+                    "it), yet it is initialised, saved in checkpoints and counted in the model's parameters\n"
+                    "  hint: name it in an op's `in`, or remove [param %s]\n", L->s->file, sec->line,
+                    fe_clip(sec->name, clip, sizeof clip), fe_clip(sec->name, clip, sizeof clip));
+        }
+    free(state);
+    free(read);
+}
+
 /* g is (re)initialised here; on failure it is freed again, so the caller
  * has nothing to clean up either way but ir_graph_free after success. */
 static int lower_fold(const fe_spec *s, ir_graph *g, int64_t batch_div, int layers)
@@ -2034,6 +2069,7 @@ static int lower_fold(const fe_spec *s, ir_graph *g, int64_t batch_div, int laye
     int bad = lower_model(&L) || lower_dims(&L) || lower_blocks(&L) || lower_customs(&L) || lower_opdecls(&L) ||
               lower_names(&L) || lower_tensors(&L) || lower_complete(&L) || lower_insts(&L) || lower_recycle(&L) || lower_order(&L) ||
               lower_train(&L) || lower_cluster(&L);
+    if (!bad) warn_unused_params(&L);
     lower_free(&L);
     if (bad) {
         ir_graph_free(g);

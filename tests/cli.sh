@@ -120,6 +120,14 @@ while read -r p; do
 done < <(grep -ohE '(golden|examples)/[A-Za-z0-9_.*-]+' "$top/README.md" "$top"/docs/*.md | sort -u)
 ((nmiss == 0 && nseen > 3)) && ok "the $nseen golden/ and examples/ paths named in README.md and docs/ exist"
 
+# a [param] no op reads: built, with a warning at its line (it is never trained)
+printf '%s\n' '[input x]' 'shape = 4 8' '[param w]' 'shape = 8 8' '[param spare]' 'shape = 8' '[op fc]' \
+  'kind = matmul' 'in = x, w' 'out = h' '[op loss]' 'kind = mse_loss' 'in = h, x' 'out = loss' '[train]' \
+  'loss = loss' >"$tmp/unused.ini"
+expect_rc 0 "a param no op reads" "$nn" "$tmp/unused.ini" --stop-after graph
+says "unused.ini:5: warning: param 'spare' is read by no op: it is never trained" "a param no op reads"
+[[ $(grep -c "warning: param" "$tmp/err") == 1 ]] && ok "  ... once, about spare only" || no "unused param: $(cat "$tmp/err")"
+
 # every bad spec of the corpus: exit 2 from the binary, with file:line
 for f in "$top"/tests/bad/*.ini; do
   sets=()
