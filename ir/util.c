@@ -103,23 +103,30 @@ int ir_cmp_i64(const void *a, const void *b)
 int ir_mul_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r); }
 int ir_add_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r); }
 
-/* Append formatted text to a buffer. */
+/* Append formatted text to a buffer: formatted once into the room left,
+ * and again only when it did not fit (dumps, manifests and notes are made
+ * of millions of short pieces). */
 void ir_bprintf(ir_buf *b, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    IR_ASSERT(n >= 0);
-    if (b->n + (size_t)n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + (size_t)n + 1) nc *= 2;
+    if (b->cap - b->n < 64) {
+        size_t nc = b->cap ? 2 * b->cap : 256;
         b->s = ir_xrealloc(b->s, nc);
         b->cap = nc;
     }
+    va_list ap;
     va_start(ap, fmt);
-    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+    int n = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
     va_end(ap);
+    IR_ASSERT(n >= 0);
+    if (b->n + (size_t)n + 1 > b->cap) {
+        size_t nc = 2 * b->cap;
+        while (nc < b->n + (size_t)n + 1) nc *= 2;
+        b->s = ir_xrealloc(b->s, nc);
+        b->cap = nc;
+        va_start(ap, fmt);
+        vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     b->n += (size_t)n;
 }
 
