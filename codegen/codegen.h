@@ -51,7 +51,7 @@ int cg_host_cuda(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, const ch
  * Returns 0, or 1 after printing a message. */
 int cg_link(const char *obj, const char *rtlib_path, const char *exe);
 /* The same for nobj objects. */
-/* Compile a custom op's C kernel src into obj (-march=cpu); 0, or 2 after a message. */
+/* Compile a custom op's C kernel src into obj (-march=cpu); 0, or 2 after a message (1: obj cannot be written). */
 int cg_compile_c(const char *src, const char *obj, const char *cpu);
 /* Compile it into a shared object instead (check-op); 0, or 2 after a message. */
 int cg_compile_shared(const char *src, const char *so);

@@ -19,6 +19,11 @@
  * optimiser may inline a body called once; the loop stays, so the code
  * grows with the distinct layers, not with the layers.
  *
+ * A section (or body) of more than CG_PART instructions is cut into part
+ * functions nnsc_part<k> of CG_PART instructions each, called in order and
+ * left unoptimised (cg_run says why), so that the time LLVM takes grows
+ * linearly with the instructions.
+ *
  * The cuda target (cg_host_cuda) builds the same main() with two
  * differences (rtlib/rt.h): it starts with rt_init_cuda(argc, argv,
  * MANIFEST, images, n), where images is a constant table of rt_image {arch,
@@ -56,6 +61,9 @@
 /* Longest prefix of a note used in value names. */
 #define CG_NAME_MAX 48
 
+/* Most instructions in one function's straight-line run (cg_run). */
+#define CG_PART 256
+
 /* ------------------------------------------------------------ LLVM errors */
 
 /* The one check for LLVM calls that can fail: when failed, print file:line,
@@ -87,6 +95,31 @@ static int cg_check_err(const char *file, int line, const char *what, LLVMErrorR
     return cg_check(file, line, what, err != NULL, &msg);
 }
 #define CG_CHECK_ERR(what, call) cg_check_err(__FILE__, __LINE__, (what), (call))
+
+/* ------------------------------------------------------- output files */
+
+/* Write data[0 .. n) to path (a file under the user's -o): 0, or 1 after
+ * "cannot write PATH: REASON" (the system's, as for the driver's other
+ * outputs).  LLVM writes into memory and this does the system calls, so a
+ * failure names the path and the reason, not this file's line. */
+static int cg_write(const char *path, const char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    int bad = !f || fwrite(data, 1, n, f) != n;
+    int err = errno;
+    if (f && fclose(f) != 0 && !bad) bad = 1, err = errno;
+    if (bad) fprintf(stderr, "nnsc-aot: error: cannot write %s: %s\n", path, strerror(err));
+    return bad;
+}
+
+/* Module m's object code for tm, written to path: 0, or 1 after a message. */
+static int cg_emit_object(LLVMTargetMachineRef tm, LLVMModuleRef m, const char *what, const char *path) {
+    char *msg;
+    LLVMMemoryBufferRef buf = NULL;
+    if (CG_CHECK(what, LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMObjectFile, &msg, &buf), msg)) return 1;
+    int rc = cg_write(path, LLVMGetBufferStart(buf), LLVMGetBufferSize(buf));
+    LLVMDisposeMemoryBuffer(buf);
+    return rc;
+}
 
 /* ------------------------------------------------------- module building */
 
@@ -135,6 +168,8 @@ typedef struct cg_host_ctx {
     LLVMValueRef *body_fn;         /* per body of the Program: its function (owned array) */
     LLVMValueRef rvg;              /* a shared program's internal global nnsc_rv: the running
                                       rank's row of rank variables (const int64_t *); else NULL */
+    const char *cpu, *features;    /* the target's, for the functions added (cg_fn_attrs) */
+    int nparts;                    /* part functions made so far (cg_run), for their names */
 } cg_host_ctx;
 
 /* Declare an external function, marked nounwind (rtlib is plain C). */
@@ -386,38 +421,6 @@ static void cg_fn_attrs(cg_host_ctx *h, LLVMValueRef fn, const char *cpu, const 
     if (features[0]) LLVMAddTargetDependentFunctionAttr(fn, "target-features", features);
 }
 
-/* Body k's function, internal:
- *   void nnsc_body<k>(rt_ctx *ctx, char *arena, const int64_t *row, int64_t step, int64_t mb)
- * which calls its kernels as main() does, slot operands loaded from row
- * (step and mb are main's loop variables where the call is; an evaluation
- * passes its batch as step; outside the loops 0). */
-static void cg_body(cg_host_ctx *h, int k, const char *cpu, const char *features) {
-    const pg_body *bd = &h->p->body[k];
-    char name[32];
-    snprintf(name, sizeof name, "nnsc_body%d", k);
-    LLVMValueRef fn = LLVMAddFunction(h->m, name, h->body_ty);
-    LLVMSetLinkage(fn, LLVMInternalLinkage);
-    unsigned nu = LLVMGetEnumAttributeKindForName("nounwind", 8);
-    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(h->c, nu, 0));
-    cg_fn_attrs(h, fn, cpu, features);
-    static const char *const pn[5] = {"ctx", "arena", "row", "s", "mb"};
-    for (unsigned j = 0; j < 5; j++) LLVMSetValueName2(LLVMGetParam(fn, j), pn[j], strlen(pn[j]));
-    h->body_fn[k] = fn;
-    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(h->c, fn, "entry");
-    LLVMBasicBlockRef code = LLVMAppendBasicBlockInContext(h->c, fn, "code");
-    LLVMPositionBuilderAtEnd(h->ab, entry);
-    LLVMPositionBuilderAtEnd(h->b, code);
-    h->ctx = LLVMGetParam(fn, 0);
-    h->arena = LLVMGetParam(fn, 1);
-    h->row = LLVMGetParam(fn, 2);
-    h->step = LLVMGetParam(fn, 3);
-    h->mb = LLVMGetParam(fn, 4);
-    for (int i = 0; i < bd->nins; i++) cg_instr(h, &bd->ins[i]);
-    LLVMBuildRetVoid(h->b);
-    LLVMBuildBr(h->ab, code);   /* the entry block holds the argument arrays */
-    h->ctx = h->arena = h->row = h->step = h->mb = NULL;
-}
-
 /* A call instruction: its table as a private constant int64_t[nrows *
  * nslots], and for (r = 0; r < nrows; r++) nnsc_body<k>(ctx, arena, tab +
  * r * nslots, step, mb), step and mb 0 where there are none. */
@@ -471,13 +474,105 @@ static void cg_call(cg_host_ctx *h, const pg_instr *in) {
     LLVMPositionBuilderAtEnd(h->b, exit);
 }
 
+/* An internal function of the bodies' type (cg_host_ctx.body_ty),
+ * nounwind, marked as main() is, with its parameters named; its blocks are
+ * the caller's to add. */
+static LLVMValueRef cg_internal_fn(cg_host_ctx *h, const char *name) {
+    LLVMValueRef fn = LLVMAddFunction(h->m, name, h->body_ty);
+    LLVMSetLinkage(fn, LLVMInternalLinkage);
+    unsigned nu = LLVMGetEnumAttributeKindForName("nounwind", 8);
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(h->c, nu, 0));
+    cg_fn_attrs(h, fn, h->cpu, h->features);
+    static const char *const pn[5] = {"ctx", "arena", "row", "s", "mb"};
+    for (unsigned j = 0; j < 5; j++) LLVMSetValueName2(LLVMGetParam(fn, j), pn[j], strlen(pn[j]));
+    return fn;
+}
+
+/* Instructions ins[0 .. n) at the builder's point, in order.  A run longer
+ * than CG_PART goes into part functions of CG_PART instructions each,
+ * nnsc_part<k>(ctx, arena, row, step, mb), internal, called in order,
+ * noinline and optnone.  Why: LLVM's passes take time that grows faster
+ * than a function's length (the SLP vectorizer's spill cost, instruction
+ * numbering in a block), so a long straight-line section made one huge
+ * main() that took minutes for 10,000 ops; parts keep every function short.
+ * And -O2 on a part still cost about 1 ms per kernel call for nothing: a
+ * part only stores each call's arguments and calls the kernel (rtlib's code,
+ * compiled by cc), and the optimised stores ran no faster (a 1,000-op chain:
+ * 0.2 ms per step either way), so the parts are left unoptimised. */
+static void cg_run(cg_host_ctx *h, const pg_instr *ins, int n) {
+    if (n <= CG_PART) {
+        for (int i = 0; i < n; i++) {
+            if (ins[i].kernel == PG_CALL) cg_call(h, &ins[i]);
+            else cg_instr(h, &ins[i]);
+        }
+        return;
+    }
+    LLVMValueRef zero = LLVMConstInt(h->i64, 0, 0);
+    for (int i0 = 0; i0 < n; i0 += CG_PART) {
+        char name[32];
+        snprintf(name, sizeof name, "nnsc_part%d", h->nparts++);
+        LLVMValueRef fn = cg_internal_fn(h, name);
+        static const char *const attr[2] = {"noinline", "optnone"};
+        for (int a = 0; a < 2; a++) {
+            unsigned k = LLVMGetEnumAttributeKindForName(attr[a], strlen(attr[a]));
+            LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(h->c, k, 0));
+        }
+        /* the caller's place and values, restored after the part */
+        LLVMBasicBlockRef at = LLVMGetInsertBlock(h->b), aat = LLVMGetInsertBlock(h->ab);
+        LLVMValueRef ctx = h->ctx, arena = h->arena, row = h->row, step = h->step, mb = h->mb;
+        LLVMBasicBlockRef entry = cg_block(h, fn, "entry"), code = cg_block(h, fn, "code");
+        LLVMPositionBuilderAtEnd(h->ab, entry);
+        LLVMPositionBuilderAtEnd(h->b, code);
+        h->ctx = LLVMGetParam(fn, 0);
+        h->arena = LLVMGetParam(fn, 1);
+        h->row = row ? LLVMGetParam(fn, 2) : NULL;
+        h->step = step ? LLVMGetParam(fn, 3) : NULL;
+        h->mb = mb ? LLVMGetParam(fn, 4) : NULL;
+        int i1 = n - i0 < CG_PART ? n : i0 + CG_PART;
+        for (int i = i0; i < i1; i++) {
+            if (ins[i].kernel == PG_CALL) cg_call(h, &ins[i]);
+            else cg_instr(h, &ins[i]);
+        }
+        LLVMBuildRetVoid(h->b);
+        LLVMBuildBr(h->ab, code);   /* the entry block holds the argument arrays */
+        h->ctx = ctx, h->arena = arena, h->row = row, h->step = step, h->mb = mb;
+        LLVMPositionBuilderAtEnd(h->b, at);
+        LLVMPositionBuilderAtEnd(h->ab, aat);
+        LLVMValueRef args[5] = {ctx, arena, row ? row : LLVMConstNull(h->ptr), step ? step : zero,
+                                mb ? mb : zero};
+        LLVMBuildCall2(h->b, h->body_ty, fn, args, 5, "");
+    }
+}
+
+/* Body k's function, internal:
+ *   void nnsc_body<k>(rt_ctx *ctx, char *arena, const int64_t *row, int64_t step, int64_t mb)
+ * which calls its kernels as main() does, slot operands loaded from row
+ * (step and mb are main's loop variables where the call is; an evaluation
+ * passes its batch as step; outside the loops 0). */
+static void cg_body(cg_host_ctx *h, int k) {
+    const pg_body *bd = &h->p->body[k];
+    char name[32];
+    snprintf(name, sizeof name, "nnsc_body%d", k);
+    LLVMValueRef fn = cg_internal_fn(h, name);
+    h->body_fn[k] = fn;
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(h->c, fn, "entry");
+    LLVMBasicBlockRef code = LLVMAppendBasicBlockInContext(h->c, fn, "code");
+    LLVMPositionBuilderAtEnd(h->ab, entry);
+    LLVMPositionBuilderAtEnd(h->b, code);
+    h->ctx = LLVMGetParam(fn, 0);
+    h->arena = LLVMGetParam(fn, 1);
+    h->row = LLVMGetParam(fn, 2);
+    h->step = LLVMGetParam(fn, 3);
+    h->mb = LLVMGetParam(fn, 4);
+    cg_run(h, bd->ins, bd->nins);
+    LLVMBuildRetVoid(h->b);
+    LLVMBuildBr(h->ab, code);   /* the entry block holds the argument arrays */
+    h->ctx = h->arena = h->row = h->step = h->mb = NULL;
+}
+
 /* All instructions of one section, in order. */
 static void cg_section(cg_host_ctx *h, int sec) {
-    for (int i = 0; i < h->p->nins[sec]; i++) {
-        const pg_instr *in = &h->p->ins[sec][i];
-        if (in->kernel == PG_CALL) cg_call(h, in);
-        else cg_instr(h, in);
-    }
+    cg_run(h, h->p->ins[sec], h->p->nins[sec]);
 }
 
 /* The manifest as a private constant NUL-terminated string. */
@@ -816,7 +911,9 @@ static int cg_host_build(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, 
         LLVMSetLinkage(h.rvg, LLVMInternalLinkage);
         LLVMSetAlignment(h.rvg, 8);
     }
-    for (int k = 0; k < p->nbody; k++) cg_body(&h, k, t.cpu, t.features);
+    h.cpu = t.cpu;
+    h.features = t.features;
+    for (int k = 0; k < p->nbody; k++) cg_body(&h, k);
     cg_main(&h, t.cpu, t.features, o->prog_id);
     free(h.body_fn);
     LLVMDisposeBuilder(h.b);
@@ -830,11 +927,14 @@ static int cg_host_build(const ir_prog *p, const cg_opts *o, const cg_gpu *gpu, 
         goto done;
     if (CG_CHECK_ERR(pipeline, LLVMRunPasses(h.m, pipeline, tm, po))) goto done;
     /* Textual IR before code generation, which rewrites the module. */
-    snprintf(what, sizeof what, "writing %s.ll", modname);
-    if (ll_path && CG_CHECK(what, LLVMPrintModuleToFile(h.m, ll_path, &msg), msg)) goto done;
-    snprintf(what, sizeof what, "writing %s.o", modname);
-    if (CG_CHECK(what, LLVMTargetMachineEmitToFile(tm, h.m, (char *)obj_path, LLVMObjectFile, &msg), msg))
-        goto done;
+    if (ll_path) {
+        char *ll = LLVMPrintModuleToString(h.m);
+        int bad = cg_write(ll_path, ll, strlen(ll));
+        LLVMDisposeMessage(ll);
+        if (bad) goto done;
+    }
+    snprintf(what, sizeof what, "generating %s.o", modname);
+    if (cg_emit_object(tm, h.m, what, obj_path)) goto done;
     rc = 0;
 
 done:
@@ -946,9 +1046,7 @@ int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, cons
     int rc = 1;
     char *msg;
     if (CG_CHECK("dispatcher verification", LLVMVerifyModule(m, LLVMReturnStatusAction, &msg), msg)) goto done;
-    if (CG_CHECK("writing the dispatcher's object", LLVMTargetMachineEmitToFile(tm, m, (char *)obj_path,
-                                                                               LLVMObjectFile, &msg), msg))
-        goto done;
+    if (cg_emit_object(tm, m, "generating the dispatcher's object", obj_path)) goto done;
     rc = 0;
 done:
     LLVMDisposeModule(m);

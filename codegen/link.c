@@ -15,6 +15,7 @@
  * then dlopen is in libc and libdl.a is empty, so it changes nothing there.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -49,6 +50,23 @@ static const char *cg_path_arg(const char *path, char *buf, size_t n)
     if (path[0] != '-') return path;
     snprintf(buf, n, "./%s", path);
     return buf;
+}
+
+/* Can the C compiler driver write path (a file under the user's -o)?  0,
+ * or 1 after "cannot write PATH: REASON": checked before it runs, so that
+ * the message names the path and the system's reason, not the linker's
+ * command line.  (A file made here to find out is removed again.) */
+static int cg_writable(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666), made = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ETXTBSY) return 0;   /* (a running rank: the linker replaces the file, not its bytes) */
+    if (fd < 0) {
+        fprintf(stderr, "nnsc-aot: error: cannot write %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    close(fd);
+    if (made) unlink(path);
+    return 0;
 }
 
 /* Link obj into exe with rtlib; 0, or 1 after printing a message. */
@@ -103,6 +121,7 @@ int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, cons
 #endif
         "-lm", "-lpthread", "-lrt", "-ldl", NULL,
     };
+    if (cg_writable(exe)) return 1;
     int ntail = (int)(sizeof tail / sizeof *tail), na = 0;
     char **argv = ir_xmalloc(sizeof *argv * ((size_t)nobj + (size_t)ntail + 5));
     char (*paths)[PATH_MAX + 3] = ir_xmalloc(sizeof *paths * ((size_t)nobj + 2));
@@ -121,7 +140,8 @@ int cg_link_objs(const char *const *objs, int nobj, const char *rtlib_path, cons
 
 /* Compile the C file src (a custom op's kernel) into obj for cpu, with
  * nnsc_custom.h on the include path; 0, or 2 after printing a message
- * (the compiler's own messages come first). */
+ * (the compiler's own messages come first), or 1 when obj cannot be
+ * written. */
 int cg_compile_c(const char *src, const char *obj, const char *cpu) {
     const char *cc = getenv("NNSC_CC");
     if (!cc || !cc[0]) cc = "cc";
@@ -133,6 +153,7 @@ int cg_compile_c(const char *src, const char *obj, const char *cpu) {
     char *argv[] = {(char *)cc, "-std=gnu11", "-O2", march, "-ffp-contract=off", "-fno-strict-aliasing", inc,
                     "-c", (char *)cg_path_arg(src, sa, sizeof sa), "-o", (char *)cg_path_arg(obj, oa, sizeof oa),
                     NULL};
+    if (cg_writable(obj)) return 1;
     return cg_spawn(argv, "compiling", src) ? 2 : 0;
 }
 

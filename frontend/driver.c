@@ -387,7 +387,7 @@ static int link_all(const fe_opts *o, const ir_dist *d, int nprog, const int *cl
         snprintf(path, sizeof path, "%s/custom%d.o", o->out, k);
         objs = ir_xrealloc(objs, sizeof *objs * ((size_t)nprog + 3 + (size_t)ncobj));
         objs[nprog + 1 + ncobj++] = ir_xstrdup(path);
-        if ((rc = cg_compile_c(g->cust[k].src, path, o->cpu)))
+        if ((rc = cg_compile_c(g->cust[k].src, path, o->cpu)) == 2)
             pass_error(g, g->cust[k].line, "fix the C file (the compiler's messages are above); it is compiled "
                         "with nnsc_custom.h on the include path (docs/custom-ops.md)",
                         "the kernel of custom op '%s' (%s) does not compile", g->cust[k].name, g->cust[k].src);
@@ -563,12 +563,14 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         lower_worker(&w);
     }
     double t_main = 0;
+    int too_big = 0;   /* a rank's arena is more than the runtime takes (then nothing is written) */
     for (int r = 0; r < n; r++) {
         pthread_mutex_lock(&w.mu);
         while (!w.ready[r]) pthread_cond_wait(&w.cv, &w.mu);
         pthread_mutex_unlock(&w.mu);
         double a = now();
         ir_prog *p = &w.slot[r];
+        if (!too_big) too_big = pass_arena_check(d->g, p);
         if (!o->no_fuse) pass_fuse_number(fz, p);
         if (want(o, "lower")) {   /* the dump before outlining: outline here */
             ir_prog_print(p, &lowered);
@@ -616,8 +618,8 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
     if (want(o, "lower")) dump("lower", &lowered);
     if (want(o, "prog")) dump("prog", &outlined);
     if (want(o, "share")) dump("share", &shared);
-    int rc = 0;
-    if (o->out) {
+    int rc = too_big;
+    if (o->out && !rc) {
         if (mkdir_p(o->out)) {
             fprintf(stderr, "nnsc-aot: error: cannot create output directory '%s': %s\n", o->out, strerror(errno));
             rc = 1;

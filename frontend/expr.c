@@ -17,9 +17,8 @@
 typedef struct fe_ex {
     const char *text;    /* the whole expression, for messages */
     const char *p;       /* next character */
-    const fe_dim *dims;  /* dims, defined so far first */
-    int nvis;            /* dims usable here */
-    int nall;            /* all dims (the rest are defined later) */
+    const fe_dims *dims; /* the dims, defined so far first */
+    int nvis;            /* dims usable here (the rest are defined later) */
     int depth;           /* current parenthesis depth */
     char *err;           /* message out */
     size_t errsz;        /* its size */
@@ -81,23 +80,26 @@ static int ex_name(fe_ex *e, int64_t *v)
     const char *start = e->p;
     while (is_name1((unsigned char)*e->p)) e->p++;
     size_t n = (size_t)(e->p - start);
-    for (int i = 0; i < e->nvis; i++)
-        if (strlen(e->dims[i].name) == n && memcmp(e->dims[i].name, start, n) == 0) {
-            *v = e->dims[i].val;
-            return 0;
-        }
+    char word[128], *w = n < sizeof word ? word : ir_xmalloc(n + 1);
+    memcpy(w, start, n);
+    w[n] = '\0';
+    int at = fe_map_get(&e->dims->idx, w);
+    if (w != word) free(w);
+    if (at >= 0 && at < e->nvis) {
+        *v = e->dims->d[at].val;
+        return 0;
+    }
     char name[128];
     snprintf(name, sizeof name, "%.*s", (int)(n > 100 ? 100 : n), start);
     snprintf(e->err, e->errsz, "unknown dim '%s'", name);
-    for (int i = e->nvis; i < e->nall; i++)
-        if (strcmp(e->dims[i].name, name) == 0) {
-            snprintf(e->hint, e->hintsz,
-                     "'%s' is defined later in [dims] (line %d); a dim may use only the dims above it",
-                     name, e->dims[i].line);
-            return 1;
-        }
+    if (at >= 0) {
+        snprintf(e->hint, e->hintsz,
+                 "'%s' is defined later in [dims] (line %d); a dim may use only the dims above it",
+                 name, e->dims->d[at].line);
+        return 1;
+    }
     const char **cand = ir_xmalloc(sizeof *cand * (size_t)(e->nvis + 1));
-    for (int i = 0; i < e->nvis; i++) cand[i] = e->dims[i].name;
+    for (int i = 0; i < e->nvis; i++) cand[i] = e->dims->d[i].name;
     char sug[192];
     if (fe_suggest(name, cand, e->nvis, sug, sizeof sug))
         snprintf(e->hint, e->hintsz, "%s", sug);
@@ -187,10 +189,10 @@ static int ex_expr(fe_ex *e, int64_t *v)
     }
 }
 
-int fe_eval(const char *text, const fe_dim *dims, int nvis, int nall,
+int fe_eval(const char *text, const fe_dims *dims, int nvis,
             int64_t *val, char *err, size_t errsz, char *hint, size_t hintsz)
 {
-    fe_ex e = {text, text, dims, nvis, nall, 0, err, errsz, hint, hintsz};
+    fe_ex e = {text, text, dims, nvis, 0, err, errsz, hint, hintsz};
     err[0] = hint[0] = '\0';
     ex_blank(&e);
     if (*e.p == '\0')

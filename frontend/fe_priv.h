@@ -11,6 +11,22 @@
 
 /* ---------------------------------------------------------------- spec.c */
 
+/* A string -> int map (open addressing, linear probing); keys not copied:
+ * each must outlive the map.  A zeroed fe_map is empty. */
+typedef struct fe_map {
+    const char **key;  /* slots; NULL: empty */
+    int *val;          /* value of each slot */
+    int cap;           /* number of slots, a power of two (0: none yet) */
+    int n;             /* keys held */
+} fe_map;
+
+/* Value of key k, or -1. */
+int fe_map_get(const fe_map *m, const char *k);
+/* Set key k to v; grows at half full. */
+void fe_map_put(fe_map *m, const char *k, int v);
+/* Free the slots; the map is empty again. */
+void fe_map_free(fe_map *m);
+
 /* Report bad input in the value of kv (a key of sec).  A kv that came from
  * --set is reported as "<command line>: error: --set SEC.KEY=VAL: MESSAGE".
  * Returns 2. */
@@ -49,11 +65,17 @@ typedef struct fe_dim {
     int line;          /* line of its definition, 0 for --set */
 } fe_dim;
 
-/* Evaluate an integer expression over literals and dims[0..nvis) (the
- * dims defined so far; dims[nvis..nall) are defined later and only named in
+/* The [dims] of a spec: in order, and by name. */
+typedef struct fe_dims {
+    fe_dim *d; int n, cap;     /* in [dims] order */
+    fe_map idx;                /* name -> index into d */
+} fe_dims;
+
+/* Evaluate an integer expression over literals and dims->d[0..nvis) (the
+ * dims defined so far; the others are defined later and only named in
  * hints).  The result must be >= 1.  Returns 0, or 1 with a message in err
  * and a hint (possibly empty) in hint. */
-int fe_eval(const char *text, const fe_dim *dims, int nvis, int nall,
+int fe_eval(const char *text, const fe_dims *dims, int nvis,
             int64_t *val, char *err, size_t errsz, char *hint, size_t hintsz);
 
 /* A decimal integer (digits only) in [min, max].  Returns 0, or 1 with a

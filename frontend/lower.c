@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,61 +24,6 @@
 #define FE_MAX_REPEAT 100000    /* most repeats of one block */
 #define FE_MAX_INST   1000000   /* most ops after unrolling */
 #define FE_MAX_DEVICES 65536    /* most devices in [cluster] */
-
-/* ---------------------------------------------------------------- string map */
-
-/* A string -> int map (open addressing, linear probing); keys not copied. */
-typedef struct fe_map {
-    const char **key;  /* slots; NULL: empty */
-    int *val;          /* value of each slot */
-    int cap;           /* number of slots, a power of two (0: none yet) */
-    int n;             /* keys held */
-} fe_map;
-
-/* FNV-1a hash of a string. */
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-/* Value of key k, or -1. */
-static int map_get(const fe_map *m, const char *k)
-{
-    if (!m->cap) return -1;
-    for (size_t i = hash_str(k) & (size_t)(m->cap - 1);; i = (i + 1) & (size_t)(m->cap - 1)) {
-        if (!m->key[i]) return -1;
-        if (strcmp(m->key[i], k) == 0) return m->val[i];
-    }
-}
-
-/* Set key k to v (k must outlive the map); grows at half full. */
-static void map_put(fe_map *m, const char *k, int v)
-{
-    if (2 * (m->n + 1) > m->cap) {
-        fe_map big = {NULL, NULL, m->cap ? 2 * m->cap : 64, 0};
-        big.key = ir_xcalloc((size_t)big.cap, sizeof *big.key);
-        big.val = ir_xcalloc((size_t)big.cap, sizeof *big.val);
-        for (int i = 0; i < m->cap; i++)
-            if (m->key[i]) map_put(&big, m->key[i], m->val[i]);
-        free(m->key);
-        free(m->val);
-        *m = big;
-    }
-    size_t i = hash_str(k) & (size_t)(m->cap - 1);
-    while (m->key[i] && strcmp(m->key[i], k) != 0) i = (i + 1) & (size_t)(m->cap - 1);
-    if (!m->key[i]) m->n++;
-    m->key[i] = k;
-    m->val[i] = v;
-}
-
-static void map_free(fe_map *m)
-{
-    free(m->key);
-    free(m->val);
-    memset(m, 0, sizeof *m);
-}
 
 /* ---------------------------------------------------------------- state */
 
@@ -135,13 +81,17 @@ typedef struct fe_name {
 typedef struct fe_lw {
     const fe_spec *s;          /* the spec */
     ir_graph *g;               /* the graph being built */
-    fe_dim *dims; int ndims, dimcap;          /* [dims] in order */
+    fe_dims dims;              /* [dims] in order and by name */
     fe_blk *blk; int nblk, blkcap;            /* [block]s in file order */
     fe_opdecl *ops; int nops, opcap;          /* [op]s in file order */
     fe_inst *inst; int ninst, instcap;        /* op instances */
     fe_name *names; int nnames, namecap;      /* tensor names as written */
     fe_map name_idx;           /* name as written -> names[] */
     fe_map alias;              /* block out name -> blk[] */
+    fe_map blk_idx;            /* block name -> blk[] */
+    fe_map blk_pre;            /* each dotted prefix of a block name ("a" of "a.b") -> the first blk[] */
+    size_t blk_maxlen;         /* longest block name */
+    int *sec_op;               /* per section of the spec: its ops[] (an [op]), else -1 */
     fe_map tensor;             /* graph tensor name -> tensor id */
     fe_map producer;           /* graph tensor name -> inst[] producing it */
     char **strs; int nstrs, strcap;           /* strings owned by the lowering */
@@ -184,12 +134,23 @@ static const fe_section *section(const fe_spec *s, const char *kind)
     return NULL;
 }
 
-/* The block name is a member of (its name starts with "BLOCK."), or -1. */
+/* The block name is a member of (its name starts with "BLOCK."), or -1:
+ * each prefix of name that ends before a '.' and is no longer than a block
+ * name, looked up (blocks do not overlap: at most one matches). */
 static int block_of(const fe_lw *L, const char *name)
 {
-    for (int b = 0; b < L->nblk; b++)
-        if (strncmp(name, L->blk[b].name, L->blk[b].len) == 0 && name[L->blk[b].len] == '.') return b;
-    return -1;
+    if (!L->nblk) return -1;
+    size_t lim = strnlen(name, L->blk_maxlen + 1);
+    char buf[256], *w = lim < sizeof buf ? buf : ir_xmalloc(lim + 1);
+    int b = -1;
+    for (size_t p = 1; p < lim && b < 0; p++) {
+        if (name[p] != '.') continue;
+        memcpy(w, name, p);
+        w[p] = '\0';
+        b = fe_map_get(&L->blk_idx, w);
+    }
+    if (w != buf) free(w);
+    return b;
 }
 
 /* Copy the next blank-separated word of *p into w (wsz bytes); returns its
@@ -291,7 +252,7 @@ static int parse_shape(fe_lw *L, const fe_section *sec, int *ndim, int64_t *shap
         memcpy(t, start, n);
         t[n] = '\0';
         int64_t v;
-        int bad = fe_eval(t, L->dims, L->ndims, L->ndims, &v, err, sizeof err, hint, sizeof hint);
+        int bad = fe_eval(t, &L->dims, L->dims.n, &v, err, sizeof err, hint, sizeof hint);
         int lone = bad && (strchr("+*/", t[0]) || strchr("+-*/", t[n - 1]));
         if (t != tok) free(t);
         if (bad) return fe_kv_error(L->s, sec, kv, lone || !hint[0] ? blanks : hint, "shape: %s", err);
@@ -299,12 +260,29 @@ static int parse_shape(fe_lw *L, const fe_section *sec, int *ndim, int64_t *shap
     }
     if (*ndim == 0)
         return fe_kv_error(L->s, sec, kv, "e.g. shape = B D", "empty shape");
-    int64_t numel = 1;
-    for (int i = 0; i < *ndim; i++)
-        if (__builtin_mul_overflow(numel, shape[i], &numel) || numel > INT64_MAX / 16)
-            return fe_kv_error(L->s, sec, kv, NULL, "tensor %s is too large (elements overflow 64 bits)",
-                               fe_clip(sec->name, clip, sizeof clip));
+    int64_t numel;
+    if (ir_shape_numel(*ndim, shape, &numel)) {
+        char sh[200];
+        return fe_kv_error(L->s, sec, kv, "the runtime holds a tensor of at most 2^40 elements (4 TiB of f32)",
+                           "tensor %s is %s%s elements: more than 2^40 (%lld)", fe_clip(sec->name, clip, sizeof clip),
+                           ir_shape_text(*ndim, shape, sh, sizeof sh), numel == INT64_MAX ? " (over 2^63)" : "",
+                           (long long)IR_MAX_NUMEL);
+    }
     return 0;
+}
+
+/* A name the rank executables hold (an input's, a param's: `extra` bytes
+ * more for what is named after it, its optimizer state opt.m.NAME) within
+ * their limit of IR_MAX_NAME bytes.  Returns 0, or 2 after a message. */
+static int check_name(fe_lw *L, const fe_section *sec, const char *name, const char *what, size_t extra)
+{
+    size_t n = strlen(name);
+    if (n + extra <= IR_MAX_NAME) return 0;
+    char clip[96], hint[160];
+    snprintf(hint, sizeof hint, "the rank executables hold names of up to %d bytes%s", IR_MAX_NAME,
+             extra ? ", and a param's optimizer state is named opt.m.NAME" : "");
+    return fe_error(L->s, sec->line, hint, "%s name '%s' is %zu bytes; at most %zu", what,
+                    fe_clip(name, clip, sizeof clip), n, IR_MAX_NAME - extra);
 }
 
 /* ---------------------------------------------------------------- [model] [dims] */
@@ -322,6 +300,10 @@ static int lower_model(fe_lw *L)
         if (!ok)
             return fe_kv_error(L->s, sec, kv, "a model name is letters, digits, '_', '.' and '-', starting with a letter or '_'",
                                "bad model name '%s'", fe_clip(n, clip, sizeof clip));
+        if (strlen(n) > IR_MAX_NAME)
+            return fe_kv_error(L->s, sec, kv, "the rank executables hold names of up to 255 bytes",
+                               "model name '%s' is %zu bytes; at most %d", fe_clip(n, clip, sizeof clip), strlen(n),
+                               IR_MAX_NAME);
         L->g->model = ir_str(L->g, n);
     } else {
         const char *base = strrchr(L->s->file, '/');
@@ -333,6 +315,7 @@ static int lower_model(fe_lw *L)
             if (!(isalnum((unsigned char)*q) || strchr("_.-", *q))) *q = '_';
         /* drop the "m_" unless the base name starts with a digit or is empty */
         int keep = !(isalpha((unsigned char)n[2]) || n[2] == '_');
+        if (strlen(n + (keep ? 0 : 2)) > IR_MAX_NAME) n[IR_MAX_NAME + (keep ? 0 : 2)] = '\0';   /* (the runtime's limit) */
         L->g->model = ir_str(L->g, keep ? n : n + 2);
     }
     kv = sec ? fe_get(sec, "seed") : NULL;
@@ -350,13 +333,14 @@ static int lower_dims(fe_lw *L)
     const fe_section *sec = section(L->s, "dims");
     if (!sec) return 0;
     for (int i = 0; i < sec->nkv; i++) {
-        fe_dim *d = IR_PUSH(L->dims, L->ndims, L->dimcap);
+        fe_dim *d = IR_PUSH(L->dims.d, L->dims.n, L->dims.cap);
         d->name = sec->kv[i].key;
         d->line = sec->kv[i].line;
+        fe_map_put(&L->dims.idx, d->name, i);
     }
     char err[256], hint[256];
     for (int i = 0; i < sec->nkv; i++) {
-        if (fe_eval(sec->kv[i].val, L->dims, i, L->ndims, &L->dims[i].val, err, sizeof err, hint, sizeof hint))
+        if (fe_eval(sec->kv[i].val, &L->dims, i, &L->dims.d[i].val, err, sizeof err, hint, sizeof hint))
             return fe_kv_error(L->s, sec, &sec->kv[i], hint[0] ? hint : NULL, "dim %s: %s", sec->kv[i].key, err);
     }
     return 0;
@@ -382,17 +366,23 @@ static int lower_blocks(fe_lw *L)
         const fe_section *sec = &L->s->sec[i];
         if (!is_kind(sec, "block")) continue;
         size_t len = strlen(sec->name);
-        for (int b = 0; b < L->nblk; b++) {
-            const fe_blk *o = &L->blk[b];
-            size_t m = len < o->len ? len : o->len;
-            const char *longer = len < o->len ? o->name : sec->name;
-            if (strncmp(o->name, sec->name, m) == 0 && longer[m] == '.') {
-                snprintf(hint, sizeof hint, "blocks do not nest; [block %s] is at line %d",
-                         fe_clip(o->name, clip, sizeof clip), o->sec->line);
-                return fe_error(L->s, sec->line, hint, "block '%s' overlaps block '%s'",
-                                fe_clip(sec->name, clip, sizeof clip), fe_clip(o->name, clip2, sizeof clip2));
-            }
+        /* an earlier block inside this one's name, or this one inside an earlier one's: the first */
+        int in = block_of(L, sec->name), out = fe_map_get(&L->blk_pre, sec->name);
+        int ov = in < 0 ? out : out < 0 ? in : in < out ? in : out;
+        if (ov >= 0) {
+            const fe_blk *o = &L->blk[ov];
+            snprintf(hint, sizeof hint, "blocks do not nest; [block %s] is at line %d",
+                     fe_clip(o->name, clip, sizeof clip), o->sec->line);
+            return fe_error(L->s, sec->line, hint, "block '%s' overlaps block '%s'",
+                            fe_clip(sec->name, clip, sizeof clip), fe_clip(o->name, clip2, sizeof clip2));
         }
+        fe_map_put(&L->blk_idx, sec->name, L->nblk);
+        for (size_t p = 1; p < len; p++)
+            if (sec->name[p] == '.') {
+                char *pre = fmt(L, "%.*s", (int)p, sec->name);
+                if (fe_map_get(&L->blk_pre, pre) < 0) fe_map_put(&L->blk_pre, pre, L->nblk);
+            }
+        if (len > L->blk_maxlen) L->blk_maxlen = len;
         fe_blk *b = IR_PUSH(L->blk, L->nblk, L->blkcap);
         b->sec = sec;
         b->name = sec->name;
@@ -401,7 +391,7 @@ static int lower_blocks(fe_lw *L)
         b->out = fe_get(sec, "out");
         const fe_kv *rep = fe_get(sec, "repeat");
         int64_t v;
-        if (fe_eval(rep->val, L->dims, L->ndims, L->ndims, &v, err, sizeof err, hint, sizeof hint))
+        if (fe_eval(rep->val, &L->dims, L->dims.n, &v, err, sizeof err, hint, sizeof hint))
             return fe_kv_error(L->s, sec, rep, hint[0] ? hint : NULL, "repeat: %s", err);
         if (v > FE_MAX_REPEAT)
             return fe_kv_error(L->s, sec, rep, NULL, "repeat is %lld; at most %d", (long long)v, FE_MAX_REPEAT);
@@ -824,7 +814,7 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
             d->iattr[slot[a]] = 0;
             continue;
         }
-        if (fe_eval(kv->val, L->dims, L->ndims, L->ndims, &d->iattr[slot[a]], err, sizeof err, hint, sizeof hint))
+        if (fe_eval(kv->val, &L->dims, L->dims.n, &d->iattr[slot[a]], err, sizeof err, hint, sizeof hint))
             return fe_kv_error(L->s, sec, kv, hint[0] ? hint : NULL, "%s: %s", ik[a], err);
     }
     if (d->kind == IR_OP_CUSTOM && (kv = fe_get(sec, "attrs"))) {   /* floats for the kernel: c->attr[] */
@@ -898,7 +888,7 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
         d->iattr[IR_IA_RP_BIDIR] = v == 0;
         d->iattr[IR_IA_RP_MAXDIST] = 128;
         if ((kv = fe_get(sec, "max_distance")) &&
-            fe_eval(kv->val, L->dims, L->ndims, L->ndims, &d->iattr[IR_IA_RP_MAXDIST], err, sizeof err, hint,
+            fe_eval(kv->val, &L->dims, L->dims.n, &d->iattr[IR_IA_RP_MAXDIST], err, sizeof err, hint,
                     sizeof hint))
             return fe_kv_error(L->s, sec, kv, hint[0] ? hint : NULL, "max_distance: %s", err);
     }
@@ -908,6 +898,8 @@ static int op_attrs(fe_lw *L, const fe_section *sec, fe_opdecl *d)
 static int lower_opdecls(fe_lw *L)
 {
     char hint[512], clip[96], clip2[96];
+    L->sec_op = ir_xmalloc(sizeof *L->sec_op * ((size_t)L->s->nsec + 1));
+    for (int i = 0; i < L->s->nsec; i++) L->sec_op[i] = -1;
     for (int i = 0; i < L->s->nsec; i++) {
         const fe_section *sec = &L->s->sec[i];
         if (!is_kind(sec, "op")) continue;
@@ -928,6 +920,7 @@ static int lower_opdecls(fe_lw *L)
                 used += (size_t)snprintf(hint + used, sizeof hint - used, " %s", cand[j]);
             return fe_kv_error(L->s, sec, kkv, hint, "unknown op kind '%s'", fe_clip(kkv->val, clip, sizeof clip));
         }
+        L->sec_op[i] = L->nops;
         fe_opdecl *d = IR_PUSH(L->ops, L->nops, L->opcap);
         d->sec = sec;
         d->kind = (ir_opkind)k;
@@ -981,7 +974,7 @@ static int lower_opdecls(fe_lw *L)
 static int define(fe_lw *L, const fe_section *sec, const fe_kv *kv, const char *name, const char *what, int line)
 {
     char hint[384], clip[96];
-    int old = map_get(&L->name_idx, name);
+    int old = fe_map_get(&L->name_idx, name);
     if (old >= 0) {
         const fe_name *o = &L->names[old];
         if (o->line) snprintf(hint, sizeof hint, "it is first defined at line %d (%s); tensor names are unique", o->line, o->what);
@@ -994,7 +987,7 @@ static int define(fe_lw *L, const fe_section *sec, const fe_kv *kv, const char *
     n->what = what;
     n->line = line;
     n->block = block_of(L, name);
-    map_put(&L->name_idx, name, L->nnames - 1);
+    fe_map_put(&L->name_idx, name, L->nnames - 1);
     return 0;
 }
 
@@ -1019,16 +1012,14 @@ static int lower_names(fe_lw *L)
                                 "param name '%s' is reserved", fe_clip(sec->name, clip, sizeof clip));
             if (define(L, sec, NULL, sec->name, fmt(L, "[%s %s]", sec->kind, sec->name), sec->line)) return 2;
         } else if (is_kind(sec, "op")) {
-            const fe_opdecl *d = NULL;
-            for (int k = 0; k < L->nops && !d; k++)
-                if (L->ops[k].sec == sec) d = &L->ops[k];
+            const fe_opdecl *d = &L->ops[L->sec_op[i]];
             for (int o = 0; o < d->nout; o++)
                 if (define(L, sec, d->out_kv, d->out[o], fmt(L, "output of [op %s]", sec->name), d->out_kv->line))
                     return 2;
         } else if (is_kind(sec, "block")) {
             const fe_kv *out = fe_get(sec, "out");
             if (define(L, sec, out, out->val, fmt(L, "out of [block %s]", sec->name), out->line)) return 2;
-            map_put(&L->alias, out->val, block_of(L, fmt(L, "%s.", sec->name)));
+            fe_map_put(&L->alias, out->val, fe_map_get(&L->blk_idx, sec->name));
         }
     }
     return 0;
@@ -1066,9 +1057,11 @@ static int lower_input(fe_lw *L, const fe_section *sec)
     int ndim, dt;
     int64_t shape[IR_MAXDIM];
     char err[256], hint[256], w[128], clip[96];
-    if (parse_shape(L, sec, &ndim, shape) || get_choice(L, sec, "dtype", fe_dtypes, 0, &dt)) return 2;
+    if (parse_shape(L, sec, &ndim, shape) || get_choice(L, sec, "dtype", fe_dtypes, 0, &dt) ||
+        check_name(L, sec, sec->name, "input", 0))
+        return 2;
     int id = ir_add_tensor(L->g, sec->name, dt ? IR_I32 : IR_F32, IR_T_INPUT, ndim, shape, sec->line);
-    map_put(&L->tensor, L->g->t[id].name, id);
+    fe_map_put(&L->tensor, L->g->t[id].name, id);
     ir_tensor *t = &L->g->t[id];
     const fe_kv *kv = fe_get(sec, "data");
     if (!kv) {
@@ -1085,9 +1078,12 @@ static int lower_input(fe_lw *L, const fe_section *sec)
             t->data = IR_DATA_NORMAL;
         } else if (strcmp(w, "int") == 0) {
             if (!dt) return fe_kv_error(L->s, sec, kv, "add dtype = i32, or use data = normal", "data = int needs dtype = i32");
-            if (fe_eval(p, L->dims, L->ndims, L->ndims, &t->data_range, err, sizeof err, hint, sizeof hint))
+            if (fe_eval(p, &L->dims, L->dims.n, &t->data_range, err, sizeof err, hint, sizeof hint))
                 return fe_kv_error(L->s, sec, kv, hint[0] ? hint : "write data = int RANGE, e.g. data = int V",
                                    "data range: %s", err);
+            if (t->data_range > IR_MAX_RANGE)
+                return fe_kv_error(L->s, sec, kv, "the values are i32: a range of at most 2^31 - 1",
+                                   "data range %lld is more than %d", (long long)t->data_range, IR_MAX_RANGE);
             t->data = IR_DATA_INT;
         } else if (strcmp(w, "zeros") == 0) {
             if (dt) return fe_kv_error(L->s, sec, kv, "i32 inputs take data = int RANGE", "data = zeros needs dtype = f32");
@@ -1199,8 +1195,13 @@ static int lower_param(fe_lw *L, const fe_section *sec)
             return fe_kv_error(L->s, sec, ikv, "{r} is the repeat of a block's param", "import of '%s' has {r} "
                                "outside a block", fe_clip(sec->name, clip, sizeof clip));
     }
+    /* adamw (the default optimizer) keeps state opt.m.NAME and opt.v.NAME per param */
+    const fe_section *tsec = section(L->s, "train");
+    const fe_kv *okv = tsec ? fe_get(tsec, "optimizer") : NULL;
+    size_t state = okv && strcmp(okv->val, "sgd") == 0 ? 0 : strlen("opt.m.");
     for (int r = 0; r < nrep; r++) {
         const char *name = b < 0 ? sec->name : fmt(L, "%s.%d.%s", L->blk[b].name, r, sec->name + L->blk[b].len + 1);
+        if ((r == 0 || r == nrep - 1) && check_name(L, sec, name, "param", state)) return 2;   /* (the longest: the last) */
         int id = ir_add_tensor(L->g, name, IR_F32, IR_T_PARAM, ndim, shape, sec->line);
         ir_tensor *t = &L->g->t[id];
         t->init = proto.init;
@@ -1212,7 +1213,7 @@ static int lower_param(fe_lw *L, const fe_section *sec)
             t->import = rr ? ir_str(L->g, fmt(L, "%.*s%d%s", (int)(rr - v), v, r, rr + 3)) : ir_str(L->g, v);
             t->import_t = tr;
         }
-        map_put(&L->tensor, t->name, id);
+        fe_map_put(&L->tensor, t->name, id);
     }
     return 0;
 }
@@ -1222,24 +1223,39 @@ static int lower_param(fe_lw *L, const fe_section *sec)
 static int lower_tensors(fe_lw *L)
 {
     int64_t total = 0;
-    for (int i = 0; i < L->s->nsec; i++) {
+    int ns = L->s->nsec, rc = 0;
+    /* each block's params in file order: a list through next[] from head[block] */
+    int *pb = ir_xmalloc(sizeof *pb * ((size_t)ns + 1)), *next = ir_xmalloc(sizeof *next * ((size_t)ns + 1));
+    int *head = ir_xmalloc(sizeof *head * ((size_t)L->nblk + 1));
+    for (int b = 0; b < L->nblk; b++) head[b] = -1;
+    for (int i = ns - 1; i >= 0; i--) {
+        pb[i] = is_kind(&L->s->sec[i], "param") ? block_of(L, L->s->sec[i].name) : -1;
+        next[i] = -1;
+        if (pb[i] < 0) continue;
+        next[i] = head[pb[i]];
+        head[pb[i]] = i;
+    }
+    for (int i = 0; i < ns && !rc; i++) {
         const fe_section *sec = &L->s->sec[i];
         if (is_kind(sec, "input")) {
-            if (lower_input(L, sec)) return 2;
-        } else if (is_kind(sec, "param") && block_of(L, sec->name) < 0) {
-            if (lower_param(L, sec)) return 2;
+            rc = lower_input(L, sec);
+        } else if (is_kind(sec, "param") && pb[i] < 0) {
+            rc = lower_param(L, sec);
         } else if (is_kind(sec, "block")) {
-            int b = block_of(L, fmt(L, "%s.", sec->name));
-            for (int j = 0; j < L->s->nsec; j++)
-                if (is_kind(&L->s->sec[j], "param") && block_of(L, L->s->sec[j].name) == b) {
-                    total += L->blk[b].repeat;
-                    if (total > FE_MAX_INST)
-                        return fe_error(L->s, sec->line, NULL, "more than %d params after unrolling blocks", FE_MAX_INST);
-                    if (lower_param(L, &L->s->sec[j])) return 2;
-                }
+            int b = fe_map_get(&L->blk_idx, sec->name);
+            for (int j = head[b]; j >= 0 && !rc; j = next[j]) {
+                total += L->blk[b].repeat;
+                if (total > FE_MAX_INST)
+                    rc = fe_error(L->s, sec->line, NULL, "more than %d params after unrolling blocks", FE_MAX_INST);
+                else
+                    rc = lower_param(L, &L->s->sec[j]);
+            }
         }
     }
-    return 0;
+    free(pb);
+    free(next);
+    free(head);
+    return rc ? 2 : 0;
 }
 
 /* ---------------------------------------------------------------- ops */
@@ -1256,7 +1272,7 @@ static char *resolve(fe_lw *L, int block, int rep, const char *name)
             return fmt(L, "%s.%d.%s", B->name, rep, x);
         }
     }
-    int a = map_get(&L->alias, name);
+    int a = fe_map_get(&L->alias, name);
     if (a >= 0) return fmt(L, "%s.%d.out", L->blk[a].name, L->blk[a].repeat - 1);
     return fmt(L, "%s", name);
 }
@@ -1275,7 +1291,7 @@ static void add_inst(fe_lw *L, int decl, int rep)
     in->name = resolve(L, d->block, rep, d->sec->name);
     for (int o = 0; o < d->nout; o++) {
         in->out[o] = resolve(L, d->block, rep, d->out[o]);
-        map_put(&L->producer, in->out[o], L->ninst - 1);
+        fe_map_put(&L->producer, in->out[o], L->ninst - 1);
     }
 }
 
@@ -1299,29 +1315,36 @@ static int lower_insts(fe_lw *L)
 {
     char hint[384], clip[96];
     int64_t total = 0;
-    for (int b = 0; b < L->nblk; b++) {
-        int n = 0;
-        for (int k = 0; k < L->nops; k++) n += L->ops[k].block == b;
-        total += (int64_t)n * L->blk[b].repeat;
+    /* each block's ops in file order: a list through next[] from head[block] */
+    int *next = ir_xmalloc(sizeof *next * ((size_t)L->nops + 1)), *head = ir_xmalloc(sizeof *head * ((size_t)L->nblk + 1));
+    for (int b = 0; b < L->nblk; b++) head[b] = -1;
+    for (int k = L->nops - 1; k >= 0; k--) {
+        int b = L->ops[k].block;
+        next[k] = b < 0 ? -1 : head[b];
+        if (b >= 0) head[b] = k, total += L->blk[b].repeat;
     }
-    if (total + L->nops > FE_MAX_INST)
+    if (total + L->nops > FE_MAX_INST) {
+        free(next);
+        free(head);
         return fe_error(L->s, -1, "lower the repeat counts", "more than %d ops after unrolling blocks", FE_MAX_INST);
+    }
     for (int i = 0; i < L->s->nsec; i++) {
         const fe_section *sec = &L->s->sec[i];
         if (is_kind(sec, "op")) {
-            for (int k = 0; k < L->nops; k++)
-                if (L->ops[k].sec == sec && L->ops[k].block < 0) add_inst(L, k, -1);
+            int k = L->sec_op[i];
+            if (L->ops[k].block < 0) add_inst(L, k, -1);
         } else if (is_kind(sec, "block")) {
-            int b = block_of(L, fmt(L, "%s.", sec->name));
+            int b = fe_map_get(&L->blk_idx, sec->name);
             for (int r = 0; r < L->blk[b].repeat; r++)
-                for (int k = 0; k < L->nops; k++)
-                    if (L->ops[k].block == b) add_inst(L, k, r);
+                for (int k = head[b]; k >= 0; k = next[k]) add_inst(L, k, r);
         }
     }
+    free(next);
+    free(head);
     /* a block's `in` must exist even when no op reads NAME.in */
     for (int b = 0; b < L->nblk; b++) {
         const char *n = L->blk[b].in->val;
-        int ni = map_get(&L->name_idx, n);
+        int ni = fe_map_get(&L->name_idx, n);
         if (ni < 0 || L->names[ni].block >= 0)
             return fe_kv_error(L->s, L->blk[b].sec, L->blk[b].in, unknown_hint(L, n, -1, hint, sizeof hint),
                                "unknown tensor '%s'", fe_clip(n, clip, sizeof clip));
@@ -1331,8 +1354,8 @@ static int lower_insts(fe_lw *L)
         const fe_opdecl *d = &L->ops[in->decl];
         for (int k = 0; k < d->nin; k++) {
             in->in[k] = resolve(L, d->block, in->rep, d->in[k]);
-            if (map_get(&L->tensor, in->in[k]) >= 0) continue;
-            if (map_get(&L->producer, in->in[k]) >= 0) {
+            if (fe_map_get(&L->tensor, in->in[k]) >= 0) continue;
+            if (fe_map_get(&L->producer, in->in[k]) >= 0) {
                 in->wait++;
                 continue;
             }
@@ -1377,23 +1400,27 @@ static int lower_recycle(fe_lw *L)
         const fe_opdecl *d = &L->ops[L->inst[i].decl];
         if (d->kind != IR_OP_RECYCLE) continue;
         zname[i] = fmt(L, "%s.zeros", L->inst[i].out[0]);
-        if (map_get(&L->tensor, zname[i]) >= 0 || map_get(&L->producer, zname[i]) >= 0) {
+        if (fe_map_get(&L->tensor, zname[i]) >= 0 || fe_map_get(&L->producer, zname[i]) >= 0) {
             const char *taken = zname[i];   /* (owned by L, not by zname) */
             free(zname);
             return fe_error(L->s, d->sec->line, "recycling names the first pass's value NAME.zeros (NAME the "
                             "recycle op's out): rename the tensor", "name '%s' is taken",
                             fe_clip(taken, clip, sizeof clip));
         }
+        if (check_name(L, d->sec, zname[i], "input", 0)) {   /* (the first pass's value is an input) */
+            free(zname);
+            return 2;
+        }
         int id = ir_add_tensor(L->g, zname[i], IR_F32, IR_T_INPUT, d->ndim, d->shape, d->sec->line);
         ir_tensor *t = &L->g->t[id];
         t->data = IR_DATA_ZEROS;
         t->batch_dim = 0;
         t->stream = -1;
-        map_put(&L->tensor, t->name, id);
+        fe_map_put(&L->tensor, t->name, id);
     }
     /* the instances' inputs by producer (CSR: consumers of each instance) */
     int *c0 = ir_xcalloc((size_t)n0 + 2, sizeof(int)), *cs, *fill = ir_xcalloc((size_t)n0 + 1, sizeof(int));
-#define PROD(nm) (map_get(&L->tensor, (nm)) >= 0 ? -1 : map_get(&L->producer, (nm)))
+#define PROD(nm) (fe_map_get(&L->tensor, (nm)) >= 0 ? -1 : fe_map_get(&L->producer, (nm)))
     for (int i = 0; i < n0; i++)
         for (int k = 0; k < L->ops[L->inst[i].decl].nin; k++) {
             int p = PROD(L->inst[i].in[k]);
@@ -1446,13 +1473,13 @@ static int lower_recycle(fe_lw *L)
             cp->name = fmt(L, "p%d.%s", c, or->name);
             for (int k = 0; k < d->nout; k++) {
                 cp->out[k] = fmt(L, "p%d.%s", c, or->out[k]);
-                if (map_get(&L->tensor, cp->out[k]) >= 0 || map_get(&L->producer, cp->out[k]) >= 0) {
+                if (fe_map_get(&L->tensor, cp->out[k]) >= 0 || fe_map_get(&L->producer, cp->out[k]) >= 0) {
                     snprintf(hint, sizeof hint, "recycling names the copies of the earlier passes pN.NAME: rename "
                              "'%s'", cp->out[k]);
                     rc = fe_error(L->s, d->sec->line, hint, "name '%s' is taken", fe_clip(cp->out[k], clip, sizeof clip));
                     break;
                 }
-                map_put(&L->producer, cp->out[k], L->ninst - 1);
+                fe_map_put(&L->producer, cp->out[k], L->ninst - 1);
             }
             for (int k = 0; k < d->nin; k++) {
                 int p = PROD(or->in[k]);
@@ -1534,7 +1561,7 @@ static int report_cycle(fe_lw *L)
         const fe_inst *in = &L->inst[cur];
         int next = -1;
         for (int k = 0; k < L->ops[in->decl].nin && next < 0; k++) {
-            int p = map_get(&L->producer, in->in[k]);
+            int p = fe_map_get(&L->producer, in->in[k]);
             if (p >= 0 && !L->inst[p].done) next = p;
         }
         IR_ASSERT(next >= 0);
@@ -1601,16 +1628,16 @@ static int lower_order(fe_lw *L)
     int *cnt = ir_xcalloc((size_t)L->ninst + 1, sizeof *cnt);
     for (int i = 0; i < L->ninst; i++)
         for (int k = 0; k < L->ops[L->inst[i].decl].nin; k++) {
-            int p = map_get(&L->producer, L->inst[i].in[k]);
-            if (p >= 0 && map_get(&L->tensor, L->inst[i].in[k]) < 0) cnt[p + 1]++;
+            int p = fe_map_get(&L->producer, L->inst[i].in[k]);
+            if (p >= 0 && fe_map_get(&L->tensor, L->inst[i].in[k]) < 0) cnt[p + 1]++;
         }
     for (int i = 0; i < L->ninst; i++) cnt[i + 1] += cnt[i];
     int *use = ir_xmalloc(sizeof *use * (size_t)(cnt[L->ninst] + 1));
     int *fill = ir_xcalloc((size_t)L->ninst + 1, sizeof *fill);
     for (int i = 0; i < L->ninst; i++)
         for (int k = 0; k < L->ops[L->inst[i].decl].nin; k++) {
-            int p = map_get(&L->producer, L->inst[i].in[k]);
-            if (p >= 0 && map_get(&L->tensor, L->inst[i].in[k]) < 0) use[cnt[p] + fill[p]++] = i;
+            int p = fe_map_get(&L->producer, L->inst[i].in[k]);
+            if (p >= 0 && fe_map_get(&L->tensor, L->inst[i].in[k]) < 0) use[cnt[p] + fill[p]++] = i;
         }
     fe_heap h = {0};
     for (int i = 0; i < L->ninst; i++)
@@ -1622,7 +1649,7 @@ static int lower_order(fe_lw *L)
         fe_inst *in = &L->inst[i];
         const fe_opdecl *d = &L->ops[in->decl];
         int ids[IR_MAXIO];
-        for (int k = 0; k < d->nin; k++) ids[k] = map_get(&L->tensor, in->in[k]);
+        for (int k = 0; k < d->nin; k++) ids[k] = fe_map_get(&L->tensor, in->in[k]);
         err[0] = '\0';
         int op, first;
         ir_opkind kind = d->kind;
@@ -1670,7 +1697,7 @@ static int lower_order(fe_lw *L)
                 break;
             }
         }
-        for (int k = 0; k < o->nout; k++) map_put(&L->tensor, L->g->t[o->out[k]].name, o->out[k]);
+        for (int k = 0; k < o->nout; k++) fe_map_put(&L->tensor, L->g->t[o->out[k]].name, o->out[k]);
         in->done = 1;
         added++;
         for (int u = cnt[i]; u < cnt[i + 1]; u++)
@@ -1732,7 +1759,7 @@ static int lower_train(fe_lw *L)
     int id = -1;
     if (fe_is_name(kv->val)) {
         char *real = resolve(L, -1, -1, kv->val);
-        id = map_get(&L->tensor, real);
+        id = fe_map_get(&L->tensor, real);
     }
     if (id < 0)
         return fe_kv_error(L->s, sec, kv, unknown_hint(L, kv->val, -1, hint, sizeof hint), "unknown tensor '%s'",
@@ -1785,9 +1812,9 @@ static int lower_train(fe_lw *L)
     for (int f = 0; f < 2; f++) {
         const fe_kv *dk = fe_get(sec, files[f]);
         if (!dk || strcmp(dk->val, "synthetic") == 0) continue;
-        if (!dk->val[0] || strchr(dk->val, ' '))
-            return fe_kv_error(L->s, sec, dk, "a path without blanks, e.g. data = data/tinytext_train.bin",
-                               "%s: bad path '%s'", files[f], fe_clip(dk->val, clip, sizeof clip));
+        if (!dk->val[0] || strpbrk(dk->val, " \t") || strcmp(dk->val, "-") == 0)
+            return fe_kv_error(L->s, sec, dk, "a path without blanks, e.g. data = data/tinytext_train.bin (a file "
+                               "named - as ./-)", "%s: bad path '%s'", files[f], fe_clip(dk->val, clip, sizeof clip));
         if (no_token_input(L, files[f], hint, sizeof hint))
             return fe_kv_error(L->s, sec, dk, hint, "%s: no input reads tokens (none has `stream = K`), "
                                "so the file would be ignored", files[f]);
@@ -1978,15 +2005,53 @@ static void lower_free(fe_lw *L)
 {
     for (int i = 0; i < L->nstrs; i++) free(L->strs[i]);
     free(L->strs);
-    free(L->dims);
+    free(L->dims.d);
+    fe_map_free(&L->dims.idx);
     free(L->blk);
     free(L->ops);
     free(L->inst);
     free(L->names);
-    map_free(&L->name_idx);
-    map_free(&L->alias);
-    map_free(&L->tensor);
-    map_free(&L->producer);
+    fe_map_free(&L->name_idx);
+    fe_map_free(&L->alias);
+    fe_map_free(&L->blk_idx);
+    fe_map_free(&L->blk_pre);
+    free(L->sec_op);
+    fe_map_free(&L->tensor);
+    fe_map_free(&L->producer);
+}
+
+/* Warn about every [param] that no op reads: it gets no gradient, so it is
+ * never trained, yet it is initialised, checkpointed and counted.  Once per
+ * process: the plan search loads the spec again for its candidates. */
+static void warn_unused_params(const fe_lw *L)
+{
+    static atomic_int warned;
+    const ir_graph *g = L->g;
+    char *read = ir_xcalloc((size_t)g->nt + 1, 1);
+    for (int i = 0; i < g->nop; i++)
+        for (int k = 0; k < g->op[i].nin; k++) read[g->op[i].in[k]] = 1;
+    /* per header line (a [param]'s tensors, one per repeat in a block, share its line): 1 none read, 2 one is */
+    char *state = ir_xcalloc((size_t)L->s->nlines + 2, 1);
+    int unread = 0;
+    for (int t = 0; t < g->nt; t++) {
+        const ir_tensor *x = &g->t[t];
+        if (x->kind != IR_T_PARAM || x->line <= 0 || x->line > L->s->nlines) continue;
+        if (read[t]) state[x->line] = 2;
+        else if (!state[x->line]) state[x->line] = 1;
+    }
+    for (int i = 0; i < L->s->nsec; i++) unread += is_kind(&L->s->sec[i], "param") && state[L->s->sec[i].line] == 1;
+    if (unread && !atomic_exchange(&warned, 1))
+        for (int i = 0; i < L->s->nsec; i++) {
+            const fe_section *sec = &L->s->sec[i];
+            if (!is_kind(sec, "param") || state[sec->line] != 1) continue;
+            char clip[96];
+            fprintf(stderr, "%s:%d: warning: param '%s' is read by no op: it is never trained (no gradient reaches "
+                    "it), yet it is initialised, saved in checkpoints and counted in the model's parameters\n"
+                    "  hint: name it in an op's `in`, or remove [param %s]\n", L->s->file, sec->line,
+                    fe_clip(sec->name, clip, sizeof clip), fe_clip(sec->name, clip, sizeof clip));
+        }
+    free(state);
+    free(read);
 }
 
 /* g is (re)initialised here; on failure it is freed again, so the caller
@@ -2004,6 +2069,7 @@ static int lower_fold(const fe_spec *s, ir_graph *g, int64_t batch_div, int laye
     int bad = lower_model(&L) || lower_dims(&L) || lower_blocks(&L) || lower_customs(&L) || lower_opdecls(&L) ||
               lower_names(&L) || lower_tensors(&L) || lower_complete(&L) || lower_insts(&L) || lower_recycle(&L) || lower_order(&L) ||
               lower_train(&L) || lower_cluster(&L);
+    if (!bad) warn_unused_params(&L);
     lower_free(&L);
     if (bad) {
         ir_graph_free(g);

@@ -24,6 +24,52 @@
 #define FE_QUOTE_MAX 200          /* longest quoted line in a message, bytes */
 #define FE_CLIP_MAX  60           /* longest value quoted inside a message, bytes */
 
+/* ---------------------------------------------------------------- string map */
+
+/* FNV-1a hash of a string. */
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+int fe_map_get(const fe_map *m, const char *k)
+{
+    if (!m->cap) return -1;
+    for (size_t i = hash_str(k) & (size_t)(m->cap - 1);; i = (i + 1) & (size_t)(m->cap - 1)) {
+        if (!m->key[i]) return -1;
+        if (strcmp(m->key[i], k) == 0) return m->val[i];
+    }
+}
+
+void fe_map_put(fe_map *m, const char *k, int v)
+{
+    if (2 * (m->n + 1) > m->cap) {
+        IR_ASSERT(m->cap < (1 << 29));
+        fe_map big = {NULL, NULL, m->cap ? 2 * m->cap : 64, 0};
+        big.key = ir_xcalloc((size_t)big.cap, sizeof *big.key);
+        big.val = ir_xcalloc((size_t)big.cap, sizeof *big.val);
+        for (int i = 0; i < m->cap; i++)
+            if (m->key[i]) fe_map_put(&big, m->key[i], m->val[i]);
+        free(m->key);
+        free(m->val);
+        *m = big;
+    }
+    size_t i = hash_str(k) & (size_t)(m->cap - 1);
+    while (m->key[i] && strcmp(m->key[i], k) != 0) i = (i + 1) & (size_t)(m->cap - 1);
+    if (!m->key[i]) m->n++;
+    m->key[i] = k;
+    m->val[i] = v;
+}
+
+void fe_map_free(fe_map *m)
+{
+    free(m->key);
+    free(m->val);
+    memset(m, 0, sizeof *m);
+}
+
 /* ---------------------------------------------------------------- schema */
 
 /* What one section kind may hold. */
@@ -364,6 +410,10 @@ typedef struct fe_reader {
     int lineno;        /* 1-based line inih is working on */
     int cur;           /* section receiving keys, or -1 before the first header */
     int failed;        /* a message was printed; stop */
+    fe_map secs;       /* section title ("kind" or "kind name", in titles) -> index in s->sec */
+    char **titles; int ntitles, titlecap; /* the keys of secs (owned) */
+    fe_map keys;       /* the current section's keys -> index in its kv (a section is read
+                          once: emptied at each header) */
 } fe_reader;
 
 /* p past blanks (spaces and tabs). */
@@ -373,9 +423,24 @@ static const char *skip_blank(const char *p)
     return p;
 }
 
-/* The section [kind name] (name NULL: [kind]), or NULL. */
-static fe_section *find_section(const fe_spec *s, const char *kind, const char *name)
+/* The key of section [kind name] (name NULL: [kind]) in fe_reader.secs,
+ * in buf (bufsz bytes; a longer title is cut, and then not looked up). */
+static const char *sec_key(const char *kind, const char *name, char *buf, size_t bufsz)
 {
+    int n = snprintf(buf, bufsz, "%s%s%s", kind, name ? " " : "", name ? name : "");
+    return n >= 0 && (size_t)n < bufsz ? buf : NULL;
+}
+
+/* The section [kind name] (name NULL: [kind]), or NULL: by the reader's
+ * map of titles while the file is read (r not NULL), else by a scan. */
+static fe_section *find_section(const fe_spec *s, const fe_reader *r, const char *kind, const char *name)
+{
+    char buf[512];
+    const char *k = r ? sec_key(kind, name, buf, sizeof buf) : NULL;
+    if (k) {
+        int i = fe_map_get(&r->secs, k);
+        return i < 0 ? NULL : &s->sec[i];
+    }
     for (int i = 0; i < s->nsec; i++) {
         fe_section *x = &s->sec[i];
         if (strcmp(x->kind, kind) != 0) continue;
@@ -400,7 +465,7 @@ static fe_section *add_section(fe_spec *s, const char *kind, const char *name, i
  * or create the section.  line > 0: a header in the file (a duplicate is an
  * error); line == 0: --set (only unnamed sections are created).  Returns
  * the section index, or -1 after a message. */
-static int open_section(fe_spec *s, const char *kind, const char *name, int line, const char *set)
+static int open_section(fe_spec *s, fe_reader *r, const char *kind, const char *name, int line, const char *set)
 {
     char hint[256], title[256], clip[96];
     const char *cand[FE_NSCHEMA];
@@ -434,7 +499,7 @@ static int open_section(fe_spec *s, const char *kind, const char *name, int line
             fe_error(s, line, hint, "section [%s] %s", kind, what);
         return -1;
     }
-    fe_section *old = find_section(s, kind, name);
+    fe_section *old = find_section(s, r, kind, name);
     if (set) {
         if (old) return (int)(old - s->sec);
         if (sc->named) {
@@ -462,6 +527,13 @@ static int open_section(fe_spec *s, const char *kind, const char *name, int line
         return -1;
     }
     add_section(s, kind, name, line);
+    if (r) {   /* (a title too long for sec_key's buffer is found by the scan) */
+        char buf[512];
+        const char *k = sec_key(kind, name, buf, sizeof buf);
+        char *t = ir_xstrdup(k ? k : "");
+        *IR_PUSH(r->titles, r->ntitles, r->titlecap) = t;
+        if (k) fe_map_put(&r->secs, t, s->nsec - 1);
+    }
     return s->nsec - 1;
 }
 
@@ -498,7 +570,8 @@ static int parse_header(fe_reader *r, const char *ln)
         rc = fe_error(s, r->lineno, "write a header as [KIND] or [KIND NAME]; names have no blanks",
                       "too many words in section header");
     else {
-        r->cur = open_section(s, words[0], words[1], r->lineno, NULL);
+        fe_map_free(&r->keys);
+        r->cur = open_section(s, r, words[0], words[1], r->lineno, NULL);
         if (r->cur < 0) rc = 2;
     }
     for (int i = 0; i < nw; i++) free(words[i]);
@@ -560,7 +633,8 @@ static int on_key(void *user, const char *section, const char *key, const char *
         goto fail;
     }
     fe_section *sec = &s->sec[r->cur];
-    const fe_kv *old = fe_get(sec, key);
+    int dup = fe_map_get(&r->keys, key);
+    const fe_kv *old = dup >= 0 ? &sec->kv[dup] : NULL;
     if (old) {
         snprintf(hint, sizeof hint, "the first is at line %d; a key may appear once per section", old->line);
         fe_error(s, r->lineno, hint, "duplicate key '%s' in [%s]", fe_clip(key, clip, sizeof clip),
@@ -571,6 +645,7 @@ static int on_key(void *user, const char *section, const char *key, const char *
     kv->key = ir_xstrdup(key);
     kv->val = ir_xstrdup(val);
     kv->line = r->lineno;
+    fe_map_put(&r->keys, kv->key, sec->nkv - 1);
     return 1;
 fail:
     r->failed = 1;
@@ -621,8 +696,15 @@ static int read_ini(fe_spec *s, size_t longest)
     ini_inline_comment_prefixes = inline_prefix;
     ini_start_comment_prefixes = start_prefix;
 
-    fe_reader r = {s, 0, 0, 0, -1, 0};
+    fe_reader r;
+    memset(&r, 0, sizeof r);
+    r.s = s;
+    r.cur = -1;
     int rc = ini_parse_stream(read_line, &r, on_key, &r);
+    fe_map_free(&r.secs);
+    fe_map_free(&r.keys);
+    for (int i = 0; i < r.ntitles; i++) free(r.titles[i]);
+    free(r.titles);
 
     ini_max_line = save_max;
     ini_use_stack = save_stack;
@@ -678,7 +760,7 @@ static int apply_set(fe_spec *s, const char *set)
         rc = fe_error(s, 0, form, "--set %s: expected SECTION.KEY=VALUE", fe_clip(set, clip, sizeof clip));
         goto out;
     }
-    int si = open_section(s, words[0], words[1], 0, set);
+    int si = open_section(s, NULL, words[0], words[1], 0, set);
     if (si < 0) {
         rc = 2;
         goto out;

@@ -84,6 +84,8 @@ int ir_add_tensor(ir_graph *g, const char *name, ir_dtype dt, ir_tkind kind,
                   int ndim, const int64_t *shape, int line)
 {
     IR_ASSERT(ndim >= 0 && ndim <= IR_MAXDIM);
+    int64_t numel;
+    IR_ASSERT(!ir_shape_numel(ndim, shape, &numel));   /* (checked where the shape was made) */
     ir_tensor *t = IR_PUSH(g->t, g->nt, g->tcap);
     memset(t, 0, sizeof *t);
     t->name = ir_str(g, name);
@@ -105,6 +107,27 @@ int64_t ir_numel(const ir_tensor *t)
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
+}
+
+int ir_shape_numel(int ndim, const int64_t *shape, int64_t *n)
+{
+    *n = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 1 || __builtin_mul_overflow(*n, shape[i], n)) {
+            *n = INT64_MAX;
+            return 1;
+        }
+    return *n > IR_MAX_NUMEL;
+}
+
+const char *ir_shape_text(int ndim, const int64_t *shape, char *buf, size_t bufsz)
+{
+    size_t u = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ndim && u < bufsz; i++)
+        u += (size_t)snprintf(buf + u, bufsz - u, "%s%lld", i ? " x " : "", (long long)shape[i]);
+    if (!ndim) snprintf(buf, bufsz, "a scalar");
+    return buf;
 }
 
 /* Bind annotation identifiers to the inputs' extents; check they agree.
@@ -136,7 +159,7 @@ static int bind_ids(const ir_graph *g, const ir_anno *a, const int *in, int64_t 
                     int64_t known = 1;
                     for (int q = 0; q <= d->nsub; q++) {
                         if (ext[ids[q]] < 0) unk = ids[q], nunk++;
-                        else known *= ext[ids[q]];
+                        else if (__builtin_mul_overflow(known, ext[ids[q]], &known)) known = INT64_MAX;
                     }
                     if (nunk > 1) {
                         snprintf(err, errsz, "cannot split dim %d of '%s' (%lld) into the merged dims of the "
@@ -214,14 +237,13 @@ int ir_reshape_anno(const ir_tensor *x, const int64_t *iattr, char *buf, size_t 
         return -1;
     }
     const int64_t *sh = iattr + IR_IA_RSHAPE;
-    int64_t nx = 1, ny = 1;
-    for (int d = 0; d < x->ndim; d++) nx *= x->shape[d];
+    int64_t nx = ir_numel(x), ny = 1;
     for (int d = 0; d < nd; d++) {
         if (sh[d] < 1) {
             snprintf(err, errsz, "reshape: dim %d of the shape is %lld (extents are >= 1)", d, (long long)sh[d]);
             return -1;
         }
-        ny *= sh[d];
+        if (__builtin_mul_overflow(ny, sh[d], &ny)) ny = INT64_MAX;   /* (then not nx: reported below) */
     }
     if (nx != ny) {
         char a[160] = "", b[160] = "";
@@ -439,8 +461,19 @@ int ir_add_op_attr(ir_graph *g, const char *name, ir_opkind kind, int nin,
                          op.anno.idname[d->id], oi->name);
                 return -1;
             }
-            shape[j] = ir_adim_extent(d, ext);
+            int64_t e = ext[d->id];   /* ir_adim_extent, checked: a merged dim multiplies */
+            int ovf = 0;
+            for (int q = 0; q < d->nsub; q++) ovf |= __builtin_mul_overflow(e, ext[d->sub[q]], &e);
+            shape[j] = ovf ? INT64_MAX : e;
             if (d->id == bid) bd = j;
+        }
+        int64_t numel;
+        if (ir_shape_numel(op.anno.ndim[ko], shape, &numel)) {
+            char sh[200];
+            snprintf(err, errsz, "output '%s' of %s would be %s%s elements: more than 2^40 (%lld), the most a "
+                     "tensor may have", out_names[k], oi->name, ir_shape_text(op.anno.ndim[ko], shape, sh, sizeof sh),
+                     numel == INT64_MAX ? " (over 2^63)" : "", (long long)IR_MAX_NUMEL);
+            return -1;
         }
         ir_tkind tk = (oi->flags & OPF_LOSS) ? IR_T_LOSS : IR_T_ACT;
         int t = ir_add_tensor(g, out_names[k], IR_F32, tk, op.anno.ndim[ko], shape, line);

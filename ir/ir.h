@@ -24,6 +24,17 @@
 #define IR_MAXFATTR 6   /* float attributes of an op */
 #define IR_MAXIATTR 27  /* integer attributes of an op */
 
+/* Limits of the runtime's manifest reader (rtlib/io/manifest.c): a rank
+ * whose manifest passed one could never start, so the compiler checks them
+ * where the values are made (tests/test_passes checks they are the
+ * reader's).  Every tensor of a graph, declared or derived, has at most
+ * IR_MAX_NUMEL elements (ir_add_tensor asserts it), so its bytes and their
+ * sums over a rank fit in 64 bits. */
+#define IR_MAX_NUMEL (INT64_C(1) << 40)  /* elements of a tensor (and so of each of its dims) */
+#define IR_MAX_ARENA (INT64_C(1) << 46)  /* bytes of a rank's arena */
+#define IR_MAX_NAME 255                  /* bytes of a model or tensor name (rtlib's RT_NAME_MAX - 1) */
+#define IR_MAX_RANGE INT32_MAX           /* the range of an int input's synthetic values */
+
 /* ---------------------------------------------------------------- util.c */
 
 /* Broken invariant: print file:line and message, abort. */
@@ -122,13 +133,14 @@ const char *ir_op_kind_name(const struct ir_graph *g, const struct ir_op *o);
  * dimension "(h d)" has id = h (the outer identifier) and sub = {d}: its
  * extent is ext[h] * ext[d], and splitting h cuts it into contiguous blocks. */
 typedef struct ir_adim {
-    int id;          /* identifier index into ir_anno.idname, or -1: literal */
     int64_t lit;     /* the literal size when id == -1 */
+    int8_t id;       /* identifier index into ir_anno.idname, or -1: literal */
     uint8_t reduce;  /* marked `+` */
     uint8_t frozen;  /* marked `^` */
-    int nsub;        /* inner identifiers merged into this dim (0: a plain dim) */
-    int sub[2];      /* their identifier indices, outer to inner */
-} ir_adim;
+    uint8_t nsub;    /* inner identifiers merged into this dim (0: a plain dim) */
+    int8_t sub[2];   /* their identifier indices, outer to inner */
+} ir_adim;           /* (16 bytes: every op holds 2 * IR_MAXIO * IR_MAXDIM of them) */
+_Static_assert(IR_MAXID <= 127, "ir_adim's identifier indices are int8_t");
 
 /* An annotation with `*` expanded for concrete operand ranks. */
 typedef struct ir_anno {
@@ -465,6 +477,11 @@ int64_t ir_adim_extent(const ir_adim *d, const int64_t *ext);
 int ir_find_tensor(const ir_graph *g, const char *name);
 int ir_find_op(const ir_graph *g, const char *name);
 int64_t ir_numel(const ir_tensor *t);
+/* Elements of a shape into *n, checked against IR_MAX_NUMEL: 0, or 1 when
+ * they are more (or overflow 64 bits; *n is then INT64_MAX). */
+int ir_shape_numel(int ndim, const int64_t *shape, int64_t *n);
+/* "2 x 3 x 4" into buf: a shape for messages. */
+const char *ir_shape_text(int ndim, const int64_t *shape, char *buf, size_t bufsz);
 const char *ir_dtype_name(ir_dtype d);
 const char *ir_tkind_name(ir_tkind k);
 /* Ops in a topological order (producers first); returns 0, or 1 when the
@@ -832,6 +849,8 @@ typedef struct pg_region {
 typedef struct ir_prog {
     int rank, world;
     int64_t arena;                    /* arena bytes */
+    int arena_top;                    /* the tensor of the arena's largest buffer (messages), -1: none */
+    int64_t arena_top_bytes;          /* ... its bytes */
     int64_t micro_batches;            /* micro-batches per step (trip count of the IR_SEC_EVAL loop) */
     int pipelined;                    /* 1: the IR_SEC_MB section holds a pipeline's tasks unrolled
                                          (passes/lower.c) and runs once per step, not micro_batches times */

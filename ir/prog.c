@@ -52,6 +52,7 @@ void ir_prog_init(ir_prog *p, int rank, int world) {
     p->world = world;
     p->micro_batches = 1;
     p->loss_off = -1;
+    p->arena_top = -1;
 }
 
 /* Free everything the Program owns and leave it empty. */

@@ -1,10 +1,16 @@
 /* util.c -- allocation, growable arrays, checked arithmetic and text buffers
  * shared by every layer of the compiler. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "ir.h"
+
+#define IR_GROW_BIG ((size_t)64 << 20)   /* new space this large is zeroed by the kernel (ir_zero) */
+#define IR_HUGE ((uintptr_t)2 << 20)      /* a transparent huge page */
 
 /* Report a broken invariant with its source location and abort. */
 _Noreturn void ir_die(const char *file, int line, const char *fmt, ...)
@@ -47,7 +53,33 @@ char *ir_xstrdup(const char *s)
     return p;
 }
 
-/* Grow an array to at least n elements, doubling; new space is zeroed. */
+/* Zero n bytes at q.  A large span's whole pages are handed back to the
+ * kernel instead (madvise MADV_DONTNEED: private anonymous memory, as
+ * malloc's is, then reads as zeros), so that they fault in only when used,
+ * and it asks for huge pages there (a fault per 2 MiB); only the partial
+ * pages at the ends are cleared by memset. */
+static void ir_zero(char *q, size_t n)
+{
+#if defined(MADV_DONTNEED) && defined(MADV_HUGEPAGE)
+    if (n >= IR_GROW_BIG) {
+        uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t a = ((uintptr_t)q + pg - 1) & ~(pg - 1), e = ((uintptr_t)q + n) & ~(pg - 1);
+        if (pg && e > a && madvise((void *)a, e - a, MADV_DONTNEED) == 0) {
+            memset(q, 0, a - (uintptr_t)q);
+            memset((void *)e, 0, (uintptr_t)q + n - e);
+            uintptr_t ha = (a + IR_HUGE - 1) & ~(IR_HUGE - 1), he = e & ~(IR_HUGE - 1);
+            if (he > ha) madvise((void *)ha, he - ha, MADV_HUGEPAGE);   /* (advice: a failure changes nothing) */
+            return;
+        }
+    }
+#endif
+    memset(q, 0, n);
+}
+
+/* Grow an array to at least n elements, doubling; new space is zeroed
+ * (ir_zero: a large array's new pages are not touched until used, where a
+ * memset would fault in at once the half that a graph of a million ops
+ * did not use yet). */
 void ir_grow(void **p, int *cap, int n, size_t sz)
 {
     if (n <= *cap) return;
@@ -56,8 +88,9 @@ void ir_grow(void **p, int *cap, int n, size_t sz)
         if (nc > (1 << 29)) ir_die(__FILE__, __LINE__, "array too large");
         nc *= 2;
     }
-    *p = ir_xrealloc(*p, (size_t)nc * sz);
-    memset((char *)*p + (size_t)*cap * sz, 0, (size_t)(nc - *cap) * sz);
+    size_t old = (size_t)*cap * sz, bytes = (size_t)nc * sz;
+    *p = ir_xrealloc(*p, bytes);
+    ir_zero((char *)*p + old, bytes - old);
     *cap = nc;
 }
 
@@ -70,23 +103,30 @@ int ir_cmp_i64(const void *a, const void *b)
 int ir_mul_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_mul_overflow(a, b, r); }
 int ir_add_ovf(int64_t a, int64_t b, int64_t *r) { return __builtin_add_overflow(a, b, r); }
 
-/* Append formatted text to a buffer. */
+/* Append formatted text to a buffer: formatted once into the room left,
+ * and again only when it did not fit (dumps, manifests and notes are made
+ * of millions of short pieces). */
 void ir_bprintf(ir_buf *b, const char *fmt, ...)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    IR_ASSERT(n >= 0);
-    if (b->n + (size_t)n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + (size_t)n + 1) nc *= 2;
+    if (b->cap - b->n < 64) {
+        size_t nc = b->cap ? 2 * b->cap : 256;
         b->s = ir_xrealloc(b->s, nc);
         b->cap = nc;
     }
+    va_list ap;
     va_start(ap, fmt);
-    vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+    int n = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
     va_end(ap);
+    IR_ASSERT(n >= 0);
+    if (b->n + (size_t)n + 1 > b->cap) {
+        size_t nc = 2 * b->cap;
+        while (nc < b->n + (size_t)n + 1) nc *= 2;
+        b->s = ir_xrealloc(b->s, nc);
+        b->cap = nc;
+        va_start(ap, fmt);
+        vsnprintf(b->s + b->n, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
     b->n += (size_t)n;
 }
 

@@ -1205,6 +1205,13 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)
               .loaded = ir_xcalloc((size_t)nrpt + 1, 1), .place = -1};
     memset(c.pidx, 0xff, sizeof(int) * (size_t)nrpt);   /* -1: not a param of this rank */
     p->arena = m->arena;
+    p->arena_top = -1;
+    p->arena_top_bytes = 0;
+    for (int q = 0; q < nrpt; q++) {   /* the largest buffer, for pass_arena_check's message */
+        int l = d->pt_local[rpt[q]];
+        if (m->off[l] >= 0 && m->bytes[l] > p->arena_top_bytes)
+            p->arena_top = d->pt[rpt[q]].tensor, p->arena_top_bytes = m->bytes[l];
+    }
     p->stash_bytes = m->stash_bytes;
     p->nslot = m->nslot;
     p->micro_batches = g->train.micro_batches;

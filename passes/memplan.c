@@ -746,3 +746,35 @@ int pass_memcheck(const ir_dist *d, const pass_mem *m, char *msg, size_t cap)
     free(k.loaded);
     return bad;
 }
+
+/* The spec line that made tensor t: its own, or for a derived one (a
+ * gradient, optimizer state) the line of what it derives from or of the op
+ * that produced it; 0 when none is known. */
+static int tensor_line(const ir_graph *g, int t)
+{
+    for (int hops = 0; t >= 0 && hops < 4; hops++) {
+        const ir_tensor *x = &g->t[t];
+        if (x->line > 0) return x->line;
+        if (x->producer >= 0 && g->op[x->producer].line > 0) return g->op[x->producer].line;
+        t = x->grad_of >= 0 ? x->grad_of : x->opt_of;
+    }
+    return 0;
+}
+
+int pass_arena_check(const ir_graph *g, const ir_prog *p)
+{
+    if (p->arena <= IR_MAX_ARENA) return 0;
+    ir_buf a = {0}, big = {0};
+    ir_bprint_bytes(&a, (double)p->arena);
+    if (p->arena_top >= 0) ir_bprint_bytes(&big, (double)p->arena_top_bytes);
+    char hint[600];
+    snprintf(hint, sizeof hint, "its largest buffer is %s (%s); more devices, more micro_batches, recompute or "
+             "smaller dims make the ranks' arenas smaller", p->arena_top >= 0 ? g->t[p->arena_top].name : "?",
+             big.s ? big.s : "?");
+    int rc = pass_error(g, p->arena_top >= 0 ? tensor_line(g, p->arena_top) : 0, hint,
+                        "rank %d needs an arena of %lld bytes (%s): more than 2^46 (%lld), the most a rank may hold",
+                        p->rank, (long long)p->arena, a.s, (long long)IR_MAX_ARENA);
+    ir_buf_free(&a);
+    ir_buf_free(&big);
+    return rc;
+}

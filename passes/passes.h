@@ -120,6 +120,10 @@ typedef struct pass_mem {
     int nslot;           /* slots */
 } pass_mem;
 void pass_memplan(const ir_dist *d, int rank, pass_mem *m);
+/* Rank p's arena within what the runtime takes (IR_MAX_ARENA): 0, or 2
+ * after a message at the spec line of its largest buffer.  Checked on
+ * every rank before anything is written. */
+int pass_arena_check(const ir_graph *g, const ir_prog *p);
 void pass_mem_free(pass_mem *m);
 /* pTensor pt's arena offset in m, -1 when it has no buffer there (pt on
  * another rank, or not used). */

@@ -55,6 +55,21 @@ expect_rc 0 "--cpu help" "$nn" --cpu help
 grep -qw x86-64-v3 "$tmp/out" && grep -qw znver3 "$tmp/out" && grep -qw skylake-avx512 "$tmp/out" &&
   ! grep -qw i686 "$tmp/out" && ok "  ... lists x86-64-v3, znver3, skylake-avx512, not i686" || no "--cpu help: $(cat "$tmp/out")"
 
+# -o where a file cannot be written (root writes through a read-only mode, so:
+# /proc/self, which takes no new files, and outputs that are directories): the
+# path and the system's reason, exit 1, not the compiler's source file:line
+unwritable() {   # unwritable LABEL WANT ARGS...
+  local label=$1 want=$2
+  shift 2
+  expect_rc 1 "$label" "$nn" "$top/examples/mlp.ini" -q "$@"
+  says "$want" "$label"
+  ! grep -qE '\.c:[0-9]|linking' "$tmp/err" && ok "  ... no source file:line, no link command" || no "$label: $(cat "$tmp/err")"
+}
+[[ -d /proc/self ]] && unwritable "-o /proc/self" "nnsc-aot: error: cannot write /proc/self/prog0.o: " -o /proc/self
+mkdir -p "$tmp/wo1/prog0.ll" "$tmp/wo2/rank"
+unwritable "-o DIR, DIR/prog0.ll a directory" "cannot write $tmp/wo1/prog0.ll: Is a directory" -o "$tmp/wo1" --emit-llvm
+unwritable "-o DIR, DIR/rank a directory" "cannot write $tmp/wo2/rank: Is a directory" -o "$tmp/wo2"
+
 # build.sh's command line: usage and bad words return before any apt-get or cmake
 expect_rc 0 "build.sh --help" "$top/build.sh" --help
 grep -q "san test" "$tmp/out" && grep -q "NNSC_NO_APT" "$tmp/out" && grep -q "JOBS" "$tmp/out" &&
@@ -135,6 +150,14 @@ while read -r p; do
   compgen -G "$top/$p" >/dev/null || { no "a doc names $p, which does not exist: $(grep -l -- "$p" "$top/README.md" "$top"/docs/*.md | tr '\n' ' ')"; nmiss=$((nmiss + 1)); }
 done < <(grep -ohE '(golden|examples)/[A-Za-z0-9_.*-]+' "$top/README.md" "$top"/docs/*.md | sort -u)
 ((nmiss == 0 && nseen > 3)) && ok "the $nseen golden/ and examples/ paths named in README.md and docs/ exist"
+
+# a [param] no op reads: built, with a warning at its line (it is never trained)
+printf '%s\n' '[input x]' 'shape = 4 8' '[param w]' 'shape = 8 8' '[param spare]' 'shape = 8' '[op fc]' \
+  'kind = matmul' 'in = x, w' 'out = h' '[op loss]' 'kind = mse_loss' 'in = h, x' 'out = loss' '[train]' \
+  'loss = loss' >"$tmp/unused.ini"
+expect_rc 0 "a param no op reads" "$nn" "$tmp/unused.ini" --stop-after graph
+says "unused.ini:5: warning: param 'spare' is read by no op: it is never trained" "a param no op reads"
+[[ $(grep -c "warning: param" "$tmp/err") == 1 ]] && ok "  ... once, about spare only" || no "unused param: $(cat "$tmp/err")"
 
 # every bad spec of the corpus: exit 2 from the binary, with file:line
 for f in "$top"/tests/bad/*.ini; do

@@ -22,6 +22,7 @@
 #include "fe_priv.h"
 #include "frontend.h"
 #include "ir.h"
+#include "io/rt_io.h"
 
 static char tmpdir[256];   /* scratch files of this run */
 
@@ -501,6 +502,44 @@ static void test_cross_attention(const char *tests)
     ir_graph_free(&g);
 }
 
+/* A minimal manifest with one param (NAME, 1-D of N elements), one int
+ * input (RANGE), the given model name and arena bytes: does the runtime's
+ * reader take it? */
+static int manifest_ok(const char *model, long long arena, const char *name, long long n, long long range,
+                       char *err, size_t errsz)
+{
+    ir_buf b = {0};
+    ir_bprintf(&b, "nnsc-manifest 1\nmodel %s\nrank 0 world 1\narena %lld\nsteps 1\nmicro_batches 1\nseed 1\n"
+               "lr 0.1\nparam 0 %s f32 1 %lld box 0 %lld init zeros 0 0 off 0 writer 1\n"
+               "input 0 t i32 1 4 dist int %lld period 1\nend\n", model, arena, name, n, n, range);
+    rt_manifest m;
+    err[0] = '\0';
+    int bad = rt_manifest_parse(b.s, &m, err, errsz);
+    if (!bad) rt_manifest_free(&m);
+    ir_buf_free(&b);
+    return !bad;
+}
+
+/* The limits the compiler checks (ir.h: IR_MAX_*) are the runtime's
+ * manifest reader's: a value at the limit is taken, one past it refused. */
+static void test_runtime_limits(void)
+{
+    char err[512], name[IR_MAX_NAME + 2];
+    memset(name, 'n', sizeof name - 1);
+    name[IR_MAX_NAME + 1] = '\0';   /* one byte too long */
+    long long A = IR_MAX_ARENA, N = IR_MAX_NUMEL, R = IR_MAX_RANGE;
+    CHECK(manifest_ok("m", A, "w", N, R, err, sizeof err), "a manifest at every limit loads (%s)", err);
+    CHECK(!manifest_ok(name, A, "w", N, R, err, sizeof err) && strstr(err, "255"),
+          "a model name of %d bytes is refused: %s", IR_MAX_NAME + 1, err);
+    CHECK(!manifest_ok("m", A, name, N, R, err, sizeof err) && strstr(err, "255"),
+          "a tensor name of %d bytes is refused: %s", IR_MAX_NAME + 1, err);
+    name[IR_MAX_NAME] = '\0';
+    CHECK(manifest_ok(name, A, name, N, R, err, sizeof err), "names of %d bytes load (%s)", IR_MAX_NAME, err);
+    CHECK(!manifest_ok("m", A + 1, "w", N, R, err, sizeof err), "an arena of 2^46 + 1 bytes is refused: %s", err);
+    CHECK(!manifest_ok("m", A, "w", N + 1, R, err, sizeof err), "a tensor of 2^40 + 1 elements is refused: %s", err);
+    CHECK(!manifest_ok("m", A, "w", N, R + 1, err, sizeof err), "an int range of 2^31 is refused: %s", err);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -517,6 +556,7 @@ int main(int argc, char **argv)
         return 1;
     }
     test_suggest();
+    test_runtime_limits();
     test_bad_dir(tests);
     test_bad_generated();
     test_mlp(examples);
