@@ -179,7 +179,7 @@ static int write_list(const char *dir, const char *model, int building, const na
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) {
-        fprintf(stderr, "nnsc-aot: error: cannot write %s: %s\n", tmp, strerror(errno));
+        fprintf(stderr, "nnsc-aot: error: cannot write %s: %s\n", path, strerror(errno));
         return 1;
     }
     fprintf(f, "# nnsc-aot: what the build of %s wrote here; the next build into this directory removes\n"

@@ -56,7 +56,7 @@ grep -qw x86-64-v3 "$tmp/out" && grep -qw znver3 "$tmp/out" && grep -qw skylake-
   ! grep -qw i686 "$tmp/out" && ok "  ... lists x86-64-v3, znver3, skylake-avx512, not i686" || no "--cpu help: $(cat "$tmp/out")"
 
 # -o where a file cannot be written (root writes through a read-only mode, so:
-# /proc/self, which takes no new files, and outputs that are directories): the
+# an empty folder of sysfs, which takes no new files, and outputs that are directories): the
 # path and the system's reason, exit 1, not the compiler's source file:line
 unwritable() {   # unwritable LABEL WANT ARGS...
   local label=$1 want=$2
@@ -65,8 +65,14 @@ unwritable() {   # unwritable LABEL WANT ARGS...
   says "$want" "$label"
   ! grep -qE '\.c:[0-9]|linking' "$tmp/err" && ok "  ... no source file:line, no link command" || no "$label: $(cat "$tmp/err")"
 }
-[[ -d /proc/self ]] && unwritable "-o /proc/self" "nnsc-aot: error: cannot write /proc/self/prog0.o: " -o /proc/self
+# an empty directory no file can be made in, not even by root (an empty folder of sysfs)
+ro=$(find /sys/class /sys/kernel -maxdepth 1 -mindepth 1 -type d -empty 2>/dev/null | while read -r d; do
+  touch "$d/x" 2>/dev/null || { echo "$d"; break; }; done)
+if [[ -n $ro ]]; then unwritable "-o $ro (empty, read-only)" "nnsc-aot: error: cannot write $ro/.nnsc-aot-files: " -o "$ro"
+else echo "skip  -o an empty read-only directory: no empty unwritable folder in /sys here (not counted)"; fi
+# (the folders in the way are the user's, in a directory an earlier build owns: its list names nothing)
 mkdir -p "$tmp/wo1/prog0.ll" "$tmp/wo2/rank"
+printf 'state done\n' | tee "$tmp/wo1/.nnsc-aot-files" >"$tmp/wo2/.nnsc-aot-files"
 unwritable "-o DIR, DIR/prog0.ll a directory" "cannot write $tmp/wo1/prog0.ll: Is a directory" -o "$tmp/wo1" --emit-llvm
 unwritable "-o DIR, DIR/rank a directory" "cannot write $tmp/wo2/rank: Is a directory" -o "$tmp/wo2"
 
