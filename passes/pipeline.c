@@ -66,7 +66,14 @@
  * moves to its task's start or end only where it passes no transfer that
  * stays between the same two ranks in the same direction (under sequence
  * parallelism a stage may take one tensor twice from a rank: its sum,
- * received with acc, which stays, and its piece).  And where a task starts
+ * received with acc, which stays, and its piece).  Interlaced: what a
+ * staged op makes and other stages take only in a task of every stage is
+ * sent in that task too, and a transfer whose peer takes it in the same
+ * such task stays in the schedule's order (the meeting's ranks keep one
+ * order); a receive may be posted early before such a task.  A run of more
+ * transfers than one call takes is cut into calls in that order; where the
+ * check fails so, the build is retried with the receives from a sender
+ * posted early ahead of the sends to it (cut_recv).  And where a task starts
  * with such sums from a lower stage, the task before's sends to a lower
  * stage go after them, so that the rank receives first there too.  An order
  * that fails is rejected with the two ranks and tasks that wait on each
