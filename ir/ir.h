@@ -655,6 +655,8 @@ typedef struct ir_pipe {
                         before the pipeline (embedding: F and B tasks E, e), v + 1 for those
                         after it (head, loss) */
     int recycle;     /* recycling: the forward passes per micro-batch, which are the chunks (0: none) */
+    int cut_recv;    /* pipeline.c's order: where a run of transfers takes several calls, receives
+                        before sends to their sender (a retry where the order fails without) */
     int k;           /* kFkB: micro-batches per group */
     int m;           /* micro-batches per step */
     int sched;       /* IR_SCHED_*, or -1: the user's order */

@@ -66,7 +66,14 @@
  * moves to its task's start or end only where it passes no transfer that
  * stays between the same two ranks in the same direction (under sequence
  * parallelism a stage may take one tensor twice from a rank: its sum,
- * received with acc, which stays, and its piece).  And where a task starts
+ * received with acc, which stays, and its piece).  Interlaced: what a
+ * staged op makes and other stages take only in a task of every stage is
+ * sent in that task too, and a transfer whose peer takes it in the same
+ * such task stays in the schedule's order (the meeting's ranks keep one
+ * order); a receive may be posted early before such a task.  A run of more
+ * transfers than one call takes is cut into calls in that order; where the
+ * check fails so, the build is retried with the receives from a sender
+ * posted early ahead of the sends to it (cut_recv).  And where a task starts
  * with such sums from a lower stage, the task before's sends to a lower
  * stage go after them, so that the rank receives first there too.  An order
  * that fails is rejected with the two ranks and tasks that wait on each
@@ -104,6 +111,32 @@ const char *pass_pipe_task_name(const ir_pipe *p, const ir_task *t, char *buf, s
     return buf;
 }
 
+/* Interlaced: the chunk of every stage's shared task in which comm c runs
+ * on all its members when it takes a staged op's result (its producer on
+ * one stage) to other stages that read it only in that shared task (rd:
+ * per tensor and stage, the first chunk reading it); else -1.  The shared
+ * tasks meet on every stage, so the sender's side of such a transfer goes
+ * there too, after its producer's task: a transfer made in the producer's
+ * task but taken in the shared one has every meeting between the two to
+ * pass -- a head's forward for the next micro-batch before the embedding's
+ * backward takes its input gradient -- and a receive that assembles pieces
+ * (acc) cannot be posted earlier. */
+static int shared_reader_chunk(const ir_dist *d, const ir_comm *c, const signed char *rd, int v)
+{
+    const ir_graph *g = d->g;
+    int pp = d->mesh_pp, pr = g->t[c->tensor].producer, ch = -1;
+    if (pr < 0 || d->op_stage[pr] == IR_STAGE_ALL(d)) return -1;
+    const int *mem = d->ints + d->grp[c->group].devs;
+    for (int k = 0; k < c->n; k++) {
+        int s = stage_of(d, mem[k]);
+        if (s == d->op_stage[pr] % pp) continue;
+        int r = rd[(size_t)c->tensor * (size_t)pp + (size_t)s];
+        if (r < v || r > v + 1 || (ch >= 0 && r != ch)) return -1;
+        ch = r;
+    }
+    return ch;
+}
+
 /* ---- the chunk of every item on every stage (interleaved schedules)
  *
  * With pp x v virtual stages, virtual stage j runs on stage j % pp as its
@@ -112,7 +145,9 @@ const char *pass_pipe_task_name(const ir_pipe *p, const ir_task *t, char *buf, s
  * stage it touches, in the chunk of its tensor's producer when that is on
  * the stage (what it sends or reduces was made there), else in the first
  * chunk there that reads the tensor (a receive, in time for every reader;
- * a later chunk reads it from the stash). */
+ * a later chunk reads it from the stash); interlaced: a staged op's result
+ * that other stages read only in a shared task goes there on every member
+ * (shared_reader_chunk). */
 static void item_chunks(ir_dist *d)
 {
     const ir_graph *g = d->g;
@@ -170,6 +205,8 @@ static void item_chunks(ir_dist *d)
         const ir_comm *c = &d->comm[it->id];
         const int *mem = d->ints + d->grp[c->group].devs;
         int pr = g->t[c->tensor].producer;
+        int sh = shared_reader_chunk(d, c, rd, v);
+        for (int k = 0; k < c->n && sh >= 0; k++) ic[stage_of(d, mem[k])] = (signed char)sh;
         for (int k = 0; k < c->n; k++) {
             int s = stage_of(d, mem[k]);
             if (ic[s] >= 0) continue;
@@ -828,6 +865,28 @@ static int p2p_before(const ir_dist *d, const int *item, const int *mem, int st,
     return item[x->q] < item[y->q];
 }
 
+/* Receive x in the run e[a .. b) where two tasks meet: does the run hold a
+ * receive posted early from x's sender, and send it something that the
+ * sender takes only in a later task than the one that makes that receive's
+ * transfer (tpeer: per item, its peer stage)?  Then the receives from that
+ * sender go before those sends: the sender waits in them and reaches the
+ * sends' receives only after them. */
+static int recv_first(const ir_dist *d, const int *item, const int *mem, const int *tpeer, const pass_pipe_ent *e,
+                      int a, int b, const pass_pipe_ent *x)
+{
+    int ox, o;
+    if (p2p_dir(d, item[x->q], mem[x->q], &ox) != 1) return 0;
+    for (int i = a; i < b; i++) {
+        if (!e[i].hoisted || p2p_dir(d, item[e[i].q], mem[e[i].q], &o) != 1 || o != ox) continue;
+        int ki = task_of(d, item[e[i].q], e[i].mb, tpeer[e[i].q]);
+        for (int j = a; j < b; j++)
+            if (p2p_dir(d, item[e[j].q], mem[e[j].q], &o) == 0 && o == ox &&
+                task_of(d, item[e[j].q], e[j].mb, tpeer[e[j].q]) > ki)
+                return 1;
+    }
+    return 0;
+}
+
 /* Rank's order (pass_pipe_order); lean: a run of items that are not comms
  * as its first alone (the check's use: the comms in the same order, the
  * same runs of transfers in one call). */
@@ -862,7 +921,10 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
         hmb[nh] = x->mb, hl[nh] = x->late, hk[nh++] = x->task;
     }
     /* per item, once (not per task): its task class, and whether it is a
-       transfer that may move (0 stays, 1 a receive that moves, 2 a send);
+       transfer that may move (0 stays, 1 a receive that moves, 2 a send; in
+       a task of every stage, interlaced's, one its peer takes in the same
+       task stays: every rank of the meeting keeps the schedule's order,
+       which cannot deadlock);
        the mb items bucketed by class, in a task's order within one */
     int ncls = 3 * (p->nch + 2) + 1;
     int *mv = ir_xmalloc(sizeof(int) * ((size_t)nitem + 1)), *cls0 = ir_xcalloc((size_t)ncls + 1, sizeof(int));
@@ -879,7 +941,9 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
         int64_t nf;
         if (!transfer(d, item[q], mem[q], st, &peer, &recv)) continue;
         tx[q] = 1 | (direct(d, item[q], mem[q], &nf) ? 2 : 0), tpeer[q] = peer, trecv[q] = recv;
-        if (movable(d, item, mem, nitem, q, st, c, recv)) mv[q] = recv ? 1 : 2;
+        /* (in a task of every stage whose peer takes it in the same task: stays) */
+        int meet = c / 3 >= p->v && d->item_chunk[(size_t)item[q] * (size_t)d->mesh_pp + (size_t)peer] == c / 3;
+        if (!meet && movable(d, item, mem, nitem, q, st, c, recv)) mv[q] = recv ? 1 : 2;
     }
     /* a transfer moves only with those of its task between the same two ranks in the same direction
        that stay: a receive not before an earlier one from its sender, a send not after a later one to
@@ -990,14 +1054,22 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
         while (b < n && MOVES(b)) b++;
 #undef MOVES
         if (a == start || b == start) continue;
-        /* a stable insertion sort by (lower peer: recv 0 send 1; higher peer: send 2 recv 3) */
+        /* a stable insertion sort by (lower peer: recv 0 send 1; higher peer: send 3 recv 4); where
+           the run is longer than one call and cut_recv (pass_pipeline's retry where the order fails
+           without), the receives from a higher peer go before the sends (2, as
+           the sender makes them) where one is posted early and the peer takes one of the sends only
+           after it makes that one: the peer waits in it, and could not reach that send's receive
+           (recv_first) */
+        int nd = 0;
+        for (int i = a; i < b; i++) nd += tx[e[i].q] == 3;
         for (int i = a + 1; i < b; i++) {
             pass_pipe_ent x = e[i];
-#define KIND(q_) (tpeer[q_] < st ? trecv[q_] ? 0 : 1 : trecv[q_] ? 3 : 2)
-            int kx = KIND(x.q), j = i;
+#define KIND(x_) (tpeer[(x_).q] < st ? trecv[(x_).q] ? 0 : 1 : !trecv[(x_).q] ? 3                           \
+                  : p->cut_recv && nd > PASS_P2P_MAX && recv_first(d, item, mem, tpeer, e, a, b, &(x_)) ? 2 : 4)
+            int kx = KIND(x), j = i;
             while (j > a) {
-                int kj = KIND(e[j - 1].q);
-                if (kj <= kx) break;
+                int kj = KIND(e[j - 1]);
+                if (kj < kx || (kj == kx && (kx != 2 || !p2p_before(d, item, mem, st, &x, &e[j - 1])))) break;
                 e[j] = e[j - 1];
                 j--;
             }
@@ -1008,7 +1080,8 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
     /* where a task starts with sums it receives from a lower stage (a zeroing and receives that add:
        they stay in their task) and the task before ends with sends to a lower stage, those sends go
        after the sums: with a lower stage receive first (above), or the two ranks both send first
-       (their buffers are stash, the sums' their own micro-batch's) */
+       (their buffers are stash, the sums' their own micro-batch's) -- where that stage makes the
+       sums before it takes the sends */
     for (int k = 1, start = 0; k < nt; k++) {   /* (e by task) */
         while (start < n && e[start].task < k) start++;
         if (start == n || e[start].task != k) continue;
@@ -1027,7 +1100,17 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
         while (a > 0 && e[a - 1].task == k - 1 && tx[e[a - 1].q] && !trecv[e[a - 1].q] && tpeer[e[a - 1].q] < st &&
                (e[a - 1].hoisted || mv[e[a - 1].q]))
             a--;
-        if (a == start) continue;
+        /* not where that stage takes those sends before it makes the sums (in the task that sends
+           them or an earlier one): there it waits for them, and they go first */
+        int first = 1;
+        for (int y = start; y < g && first; y++) {
+            int o;
+            if (p2p_dir(d, item[e[y].q], mem[e[y].q], &o) != 1) continue;
+            int so = stage_of(d, o), ky = task_of(d, item[e[y].q], e[y].mb, so);
+            for (int x = a; x < start && first; x++)
+                if (tpeer[e[x].q] == so && task_of(d, item[e[x].q], e[x].mb, so) <= ky) first = 0;
+        }
+        if (a == start || !first) continue;
         pass_pipe_ent *tmp = ir_xmalloc(sizeof *tmp * (size_t)(start - a));
         memcpy(tmp, e + a, sizeof *tmp * (size_t)(start - a));
         memmove(e + a, e + start, sizeof *e * (size_t)(g - start));
@@ -1350,15 +1433,18 @@ resume:
                 continue;
             int o = d->ints[d->grp[c->group].devs + (c->root == 0 ? 1 : 0)];
             if (d->ints[d->grp[c->group].devs + c->root] != r || ptr[o] == at0[o + 1]) continue;   /* r sends */
-            /* o waits between two tasks (every transfer of its step moves to a task edge) */
-            int ol = steplen(joined, ptr[o], at0[o + 1]), ok = ol < PASS_P2P_MAX, po = -1;
-            for (int i = ptr[o]; i < ptr[o] + ol; i++) ok &= flag[i] & 1;
+            /* o waits between two tasks (every transfer of its step moves to a task edge), or in a
+               task of every stage (interlaced), whose transfers and collectives stay: then the edge
+               before that task */
+            int ol = steplen(joined, ptr[o], at0[o + 1]), ok = ol < PASS_P2P_MAX, po = -1, so = stage_of(d, o);
+            int inside = ol == 1 && !(flag[ptr[o]] & 1) && p->task[p->task0[so] + task[ptr[o]]].chunk >= p->v;
+            for (int i = ptr[o]; i < ptr[o] + ol && !inside; i++) ok &= flag[i] & 1;
             for (int i = ptr[o] + ol; i < at0[o + 1] && ok && po < 0; i++)
                 if (seq[i].comm == x.comm && seq[i].mb == x.mb) po = i;
             if (!ok || po < 0 || (flag[po] & 7) != 7) continue;
             /* the edge: before the task of o's last instance there if a receive, else after it */
-            int last = ptr[o] + ol - 1, so = stage_of(d, o);
-            int tt = task[last] + ((flag[last] & 2) ? 0 : 1), first = -1;
+            int last = ptr[o] + ol - 1;
+            int tt = task[last] + ((inside || (flag[last] & 2)) ? 0 : 1), first = -1;
             for (int k = 0; k < ntask(p) && first < 0; k++)
                 if (p->task[p->task0[so] + k].mb == x.mb) first = k;
             if (tt > task[po] || tt < first) continue;   /* before its micro-batch has a slot */
@@ -1706,6 +1792,18 @@ int pass_pipeline(ir_dist *d)
         if (settle(d, 1) == 0) return 0;
         free(p->hoist);
         p->hoist = NULL, p->nhoist = 0;
+    }
+    if (settle(d, 1) == 0) return 0;
+    /* where that fails: the runs of transfers that take several calls with the receives from a sender
+       before the sends to it (order, cut_recv), with and without late sends again; else the message
+       of the first order's wait */
+    for (int retry = 0; retry < 3; retry++) {
+        free(p->hoist);
+        p->hoist = NULL, p->nhoist = 0;
+        p->cut_recv = retry < 2;
+        if (retry == 0) late_sends(d);
+        if (retry == 0 && !p->nhoist) continue;
+        if (retry < 2 && settle(d, 1) == 0) return 0;
     }
     return settle(d, 0);
 }

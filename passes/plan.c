@@ -432,6 +432,25 @@ static int parse_cons(const ir_graph *g, ucons **out)
     return n;
 }
 
+/* Why identifier id of op o may not be split by a constraint (trans or
+ * coshard), or NULL when it may; *hint: o's annotation and what to split
+ * (hintsz bytes).  The planner splits an inner member of a merged dim
+ * itself (attention's query heads r in (h r d), once the key/value heads h
+ * are down to one a device); a constraint names the whole dim's outer
+ * identifier instead. */
+static const char *split_refused(const ir_op *o, int id, char *hint, size_t hintsz)
+{
+    ir_buf b = {0};
+    ir_anno_print(&o->anno, &b);
+    snprintf(hint, hintsz, "%s is `%s`; split a plain or `+` identifier whose size divides", o->name, b.s);
+    ir_buf_free(&b);
+    if (id < 0) return NULL;
+    if (o->anno.id_frozen[id]) return "the op needs it whole (^ in the annotation)";
+    if (o->anno.id_inner[id]) return "an inner part of a merged dim, split only by the planner once the dim's outer "
+                                     "identifier is down to one part";
+    return NULL;
+}
+
 /* ---- co-shard ([plan] coshard = PATTERN IDENT K, ...; nnScaler's coshard)
  *
  * Every sub-op of a matching forward op, and of its backward ops, is split
@@ -472,7 +491,7 @@ static int coshard(ir_dist *d)
         for (int op = 0; op < g->nop && !rc; op++) {
             const ir_op *o = &g->op[op];
             const ir_op *f = o->phase == IR_PH_FWD ? o : o->phase == IR_PH_BWD && o->fwd >= 0 ? &g->op[o->fwd] : NULL;
-            if (!f || f->phase != IR_PH_FWD || !matches(g, f, pat) || k == 1) continue;
+            if (!f || f->phase != IR_PH_FWD || !matches(g, f, pat)) continue;
             /* zero 3's copy of a param for the backward (recompute.c) stays whole: every
                piece reads the whole param (and its dp shards are split already) */
             if (o->recomp && o->kind == IR_OP_COPY && g->t[o->in[0]].kind == IR_T_PARAM) continue;
@@ -482,8 +501,29 @@ static int coshard(ir_dist *d)
                 rc = pass_error(g, line, hint, "[plan] coshard: op %s has no dim '%s'", o->name, ident);
                 break;
             }
+            /* what a trans constraint may not split, coshard may not either (split.c cuts an
+               inner identifier only once its dim's outer one is down to one part) */
+            char ahint[600];
+            const char *no = split_refused(o, id, ahint, sizeof ahint);
+            if (no && o != f) continue;   /* (a backward op: stays whole) */
+            if (no) {
+                rc = pass_error(g, line, ahint, "[plan] coshard: dim '%s' of op %s may not be split: %s", ident, o->name,
+                                no);
+                break;
+            }
             ir_trans *tr = &d->trans[op];
-            if (tr->nsplit >= IR_MAXSPLIT || tr->cosk) continue;
+            if ((tr->cosk || tr->nsplit >= IR_MAXSPLIT) && o != f) continue;
+            if (tr->cosk) {
+                rc = pass_error(g, line, "name each op in one coshard item", "[plan] coshard: op %s is in pieces "
+                                "already (an earlier item names it)", o->name);
+                break;
+            }
+            if (tr->nsplit >= IR_MAXSPLIT) {
+                rc = pass_error(g, line, "fewer splits in its trans constraint, or no coshard of it",
+                                "[plan] coshard: op %s has %d splits already, the most an op takes", o->name,
+                                tr->nsplit);
+                break;
+            }
             /* a backward op summing over it: the pieces add into its outputs
                when those are accumulated anyway (weight gradients: then they
                need only a piece of the activations); else it stays whole */
@@ -496,11 +536,15 @@ static int coshard(ir_dist *d)
             int64_t ext = id_extent(g, op, id), parts = k;
             for (int j = 0; j < tr->nsplit; j++)
                 if (tr->id[j] == id) parts *= tr->n[j];
-            if (o->anno.id_frozen[id] || ext % parts) {
+            if (ext % parts) {
                 if (o != f) continue;
                 rc = pass_error(g, line, hint, "[plan] coshard: dim '%s' of op %s (%lld) does not split into %lld",
                                 ident, o->name, (long long)ext, (long long)parts);
                 break;
+            }
+            if (k == 1) {   /* one piece: checked, nothing to split */
+                hit |= o == f;
+                continue;
             }
             const int *od = d->ints + tr->devs;
             int *devs = ir_xmalloc(sizeof(int) * (size_t)tr->nsub * (size_t)k);
@@ -544,17 +588,14 @@ static int apply_cons(planctx *c, int op, const ucons *u)
             ids[j] = IR_VALUE;
         } else {
             ids[j] = ir_anno_find(&o->anno, u->id[j]);
-            ir_buf b = {0};
-            ir_anno_print(&o->anno, &b);
             char hint[600];
-            snprintf(hint, sizeof hint, "%s is `%s`; split a plain or `+` identifier whose size divides", o->name, b.s);
-            ir_buf_free(&b);
+            const char *no = split_refused(o, ids[j], hint, sizeof hint);
             if (ids[j] < 0)
                 return pass_error(g, g->req.trans_line, hint, "[plan] trans: op %s has no dim '%s'", o->name, u->id[j]);
             int64_t e = id_extent(g, op, ids[j]);
-            if (o->anno.id_frozen[ids[j]] || o->anno.id_inner[ids[j]])
-                return pass_error(g, g->req.trans_line, hint, "[plan] trans: dim '%s' of op %s may not be split",
-                                  u->id[j], o->name);
+            if (no)
+                return pass_error(g, g->req.trans_line, hint, "[plan] trans: dim '%s' of op %s may not be split: %s",
+                                  u->id[j], o->name, no);
             if (e % u->parts[j])
                 return pass_error(g, g->req.trans_line, hint, "[plan] trans: dim '%s' of op %s (%lld) does not "
                                   "divide into %d", u->id[j], o->name, (long long)e, u->parts[j]);
@@ -749,17 +790,18 @@ static int assign_stages(planctx *c, int pp, const int *order)
         const char *e = strchr(s, ',');
         size_t len = e ? (size_t)(e - s) : strlen(s);
         char item[512], name[256], extra[8], word[8];
-        int k;
+        int k, isall = 0;
         if (len >= sizeof item) return pass_error(g, r->stage_line, hint, "[plan] stage: item too long");
         memcpy(item, s, len);
         item[len] = '\0';
         if (sscanf(item, " %255s %d %7s", name, &k, extra) != 2) {
             /* ITEM all: split over every device, its tasks interlaced with the pipeline's */
-            if (sscanf(item, " %255s %7s %7s", name, word, extra) == 2 && !strcmp(word, "all")) k = pp;
+            if (sscanf(item, " %255s %7s %7s", name, word, extra) == 2 && !strcmp(word, "all")) k = all, isall = 1;
             else return pass_error(g, r->stage_line, hint, "[plan] stage: '%s' is not ITEM STAGE", item);
         }
-        if (k == pp && rcy) return pass_error(g, r->stage_line, hint, "[plan] stage: 'all' with recycle: not built");
-        if (k != pp && (k < 0 || k >= kmax))
+        if (isall && rcy) return pass_error(g, r->stage_line, hint, "[plan] stage: 'all' with recycle: not built");
+        /* (a number is a stage: pp itself is out of range, not 'all', which is the word alone) */
+        if (!isall && (k < 0 || k >= kmax))
             return pass_error(g, r->stage_line, hint, "[plan] stage: stage %d of '%s' is not in 0 .. %d (pp %d%s)", k,
                               name, kmax - 1, pp / nv, nv > 1 && !rcy ? " x chunks" : "");
         int b, lo, hi, hit = 0;
@@ -772,7 +814,7 @@ static int assign_stages(planctx *c, int pp, const int *order)
             if (o->phase != IR_PH_FWD) continue;
             const ir_op *mo = o->orig >= 0 ? &g->op[o->orig] : o;   /* (a pass's copy: as its op) */
             if (isblk ? o->block == b && o->rep >= lo && o->rep <= hi : matches(g, mo, name))
-                st[i] = k == pp || !rcy ? k : o->pass * nphys + k, hit = 1;
+                st[i] = isall || !rcy ? k : o->pass * nphys + k, hit = 1;
         }
         if (!hit)
             return pass_error(g, r->stage_line, "patterns match forward op names (--dump=graph lists them); "
@@ -816,12 +858,14 @@ static int assign_stages(planctx *c, int pp, const int *order)
             if (p >= 0 && st[p] > from && st[p] != all) from = st[p];
             if (p >= 0 && st[op] == all && (post[p] || st[p] != all)) post[op] = 1;
             if (p >= 0 && st[op] != all && post[p]) {
+                char on[32] = "";   /* (an op the layers' cut places later: no stage yet) */
+                if (st[op] >= 0) snprintf(on, sizeof on, " on stage %d", st[op]);
                 free(lb), free(anc), free(desc), free(post);
                 return pass_error(g, r->stage_line ? r->stage_line : r->pp_line,
                                   "an op of every stage runs before the pipeline's layers or after them: keep what "
                                   "reads the layers' results and is read by them on a stage",
-                                  "[plan] stage: op %s on stage %d reads %s from op %s, which runs on every stage "
-                                  "after the layers", o->name, st[op], g->t[o->in[k]].name, g->op[p].name);
+                                  "[plan] stage: op %s%s reads %s from op %s, which runs on every stage after the "
+                                  "layers", o->name, on, g->t[o->in[k]].name, g->op[p].name);
             }
         }
         if (st[op] == all) {
@@ -1027,12 +1071,13 @@ int pass_plan(ir_dist *d)
         if (g->req.chunks)
             return pass_error(g, g->req.chunks_line, "with recycle the passes are each stage's model chunks: leave "
                               "chunks out", "[plan] chunks %d with recycle %d: not built", g->req.chunks, rcy);
-        if (g->req.schedule != IR_SCHED_1F1B && g->req.schedule != IR_SCHED_GPIPE &&
-            g->req.schedule != IR_SCHED_INTERLEAVED)
+        /* (interleaved: chunks of the layers, which the passes already are) */
+        if (g->req.schedule != IR_SCHED_1F1B && g->req.schedule != IR_SCHED_GPIPE)
             return pass_error(g, g->req.pp_line, "with recycle the passes are each stage's model chunks: use schedule "
                               "= 1f1b (the passes interleaved: 3f1b), gpipe, or an order",
                               "[plan] schedule %s with recycle %d: not built", g->req.schedule == IR_SCHED_ZBH1 ?
-                              "zb-h1" : g->req.schedule == IR_SCHED_KFKB ? "kFkB" : "interlaced", rcy);
+                              "zb-h1" : g->req.schedule == IR_SCHED_KFKB ? "kFkB" : g->req.schedule ==
+                              IR_SCHED_INTERLEAVED ? "interleaved" : "interlaced", rcy);
         chunks = rcy;
     }
     d->mesh_v = pp > 1 ? chunks : 1;

@@ -157,6 +157,10 @@ says "[plan] chunks 2 with recycle 3: not built" "chunks"
 expect_rc 2 "zb-h1 with recycle" "$nn" "$top/tests/equiv/recycle.ini" -o "$tmp/e" --devices 2 --set plan.pp=2 \
   --set plan.schedule=zb-h1
 says "[plan] schedule zb-h1 with recycle 3: not built" "zb-h1"
+# interleaved is chunks of the layers, which the passes already are (it built 3f1b before 2027-01)
+expect_rc 2 "interleaved with recycle" "$nn" "$top/tests/equiv/recycle.ini" -o "$tmp/e" --devices 2 --set plan.pp=2 \
+  --set plan.schedule=interleaved
+says "[plan] schedule interleaved with recycle 3: not built" "interleaved"
 
 echo "$pass passed, $fail failed"
 ((fail == 0))
