@@ -88,6 +88,9 @@ typedef struct cctx {
     const ir_box **bx, **nb;
     int *grp, *devs, *in, *out, *order, *norder;
     int *mstamp, mgen;       /* per device: mgen when taken by the current match */
+    int *gstamp;             /* per device: tensor + 1 whose sends gsent counts */
+    int *gsent;              /* per device: the tensor's boxes it sends on to another stage
+                                (rule_stage_gather: its receivers spread over the holders) */
 } cctx;
 
 /* Make the scratch arrays hold at least n entries. */
@@ -107,7 +110,7 @@ static void scratch(cctx *c, int n)
 static void scratch_free(cctx *c)
 {
     free(c->ch), free(c->bx), free(c->nb), free(c->grp), free(c->devs), free(c->in), free(c->out);
-    free(c->order), free(c->norder), free(c->mstamp);
+    free(c->order), free(c->norder), free(c->mstamp), free(c->gstamp), free(c->gsent);
 }
 
 static int is_made(const cctx *c, int pt) { return pt < c->madecap && c->made[pt]; }
@@ -694,14 +697,15 @@ static int cuts(const piece *ps, int np, const ir_box *b, int j, int64_t *cut)
 }
 
 /* Cover the need cell by cell from pieces (one value part, or full values),
- * local holders first, else the least-loaded holder.  Returns 0 if some
- * cell is not covered. */
+ * local holders first, then (pipelines) those on the need's stage, else the
+ * least-loaded holder.  Returns 0 if some cell is not covered. */
 static int cover(cctx *c, int need, const piece *ps, int np, int acc, const char *why)
 {
     const ir_ptensor n = *P(c, need);
     int64_t cut[IR_MAXDIM][64];
     int nc[IR_MAXDIM], idx[IR_MAXDIM] = {0};
     int64_t ncell = 1;
+    int sd = c->d->ndev / c->d->mesh_pp;
     for (int j = 0; j < c->nd; j++) {
         nc[j] = cuts(ps, np, &n.box, j, cut[j]) - 1;
         ncell *= nc[j];
@@ -716,8 +720,11 @@ static int cover(cctx *c, int need, const piece *ps, int np, int acc, const char
             if (!ir_box_contains(&ps[q].box, &b, c->nd)) continue;
             for (int r = 0; r < ps[q].n; r++) {
                 int dv = P(c, ps[q].pt[r])->dev;
+                /* (a holder on the need's stage: no transfer between stages, as for a param
+                   every stage that reads it keeps, split another way there with stage_tp) */
+                int ds = dv / sd == n.dev / sd, bs = bdev >= 0 && bdev / sd == n.dev / sd;
                 int better = best < 0 || dv == n.dev ||
-                             (bdev != n.dev && c->sent[dv] < c->sent[bdev]);
+                             (bdev != n.dev && (ds > bs || (ds == bs && c->sent[dv] < c->sent[bdev])));
                 if (better) best = ps[q].pt[r], bdev = dv;
             }
         }
@@ -769,8 +776,6 @@ static int rule_fallback(cctx *c, int need)
     return 1;
 }
 
-/* A value-split need (a linear op's input): part 0 from a local full
- * value, the other parts zero. */
 /* Pipelines: a whole value needed on a stage that holds none of it, made
  * as partial sums on another stage (a vocabulary-parallel embedding read by
  * a later stage): sum the parts where they are (all-reduce on their stage),
@@ -835,7 +840,10 @@ static int rule_stage_gather(cctx *c, int need)
         for (int i = 0; i < k; i++)
             if (r < ch[i]->n && P(c, ch[i]->pt[r])->dev % sd == n.dev % sd) pick = P(c, ch[0]->pt[r])->dev;
     if (!match(c, ch, k, pick, grp)) return 0;
-    int best = -1, made = 1;
+    /* the sender: the member with the need's place in its stage, else the one that sends the
+       fewest of the tensor's boxes so far (a stage whose devices need more than their place's
+       tiles, a co-sharded MLP's whole sequence: each member sends to as many receivers) */
+    int best = -1, made = 1, same = 0;
     for (int j = 0; j < k; j++) {
         devs[j] = P(c, grp[j])->dev;
         ir_ptensor wp = n;
@@ -843,8 +851,12 @@ static int rule_stage_gather(cctx *c, int need)
         wp.dev = devs[j];
         out[j] = ir_dist_pt(c->d, &wp);
         made &= have(c, out[j]);
-        if (best < 0 || devs[j] % sd == n.dev % sd) best = out[j];
+        if (c->gstamp[devs[j]] != c->t + 1) c->gstamp[devs[j]] = c->t + 1, c->gsent[devs[j]] = 0;
+        if (same) continue;
+        same = devs[j] % sd == n.dev % sd;
+        if (best < 0 || same || c->gsent[devs[j]] < c->gsent[P(c, best)->dev]) best = out[j];
     }
+    c->gsent[P(c, best)->dev]++;
     if (!made) {
         char why[160];
         snprintf(why, sizeof why, "%d tiles along dim %d, gathered on their stage for a later one", k, dim);
@@ -857,6 +869,110 @@ static int rule_stage_gather(cctx *c, int need)
     return 1;
 }
 
+/* Pipelines: a whole value needed on a stage that holds none of it, a tile
+ * along dim b of a box another stage holds as tiles along dim a
+ * (sequence parallelism's token rows on a stage whose previous one adds the
+ * residual split by channels, as where the heads do not divide tp):
+ * all-to-all on that stage, every member's tile along b the one its
+ * place-mate on the need's stage needs, then each sent whole to it -- one
+ * transfer per need, not a piece from every member added into a zeroed
+ * buffer (which the pipeline can neither move to its task's edge nor post
+ * early). */
+static int rule_stage_alltoall(cctx *c, int need)
+{
+    const ir_dist *d = c->d;
+    const ir_ptensor n = *P(c, need);
+    int sd = d->ndev / d->mesh_pp, ns = n.dev / sd;
+    if (d->mesh_pp <= 1 || n.vn != 1) return 0;
+    for (int i = 0; i < c->src.n; i++)
+        if (P(c, c->src.v[i])->dev / sd == ns) return 0;   /* its own stage has pieces */
+    const pset *S = pieces(c, 1, -1);
+    const piece *ps = S->ps;
+    int np = S->np;
+    scratch(c, np + 1);
+    for (int q = 0; q < np; q++) {
+        /* a piece meeting the need, and the box it tiles: the need's extent but in dim b */
+        ir_box x, whole = n.box;
+        if (!ir_box_and(&ps[q].box, &n.box, c->nd, &x)) continue;
+        int a = -1, b = -1;
+        for (int i = 0; i < c->nd; i++) {
+            const ir_box *m = &ps[q].box;
+            if (m->lo[i] == n.box.lo[i] && m->hi[i] == n.box.hi[i]) continue;
+            if (m->lo[i] >= n.box.lo[i] && m->hi[i] <= n.box.hi[i]) a = a < 0 ? i : -2;
+            else if (n.box.lo[i] >= m->lo[i] && n.box.hi[i] <= m->hi[i])
+                b = b < 0 ? i : -2, whole.lo[i] = m->lo[i], whole.hi[i] = m->hi[i];
+            else a = -2;
+        }
+        if (a < 0 || b < 0) continue;
+        const piece **ch = c->ch;
+        const ir_box **bx = c->bx, **nb = c->nb;
+        int k = 0, *order = c->order, *norder = c->norder, *grp = c->grp, *devs = c->devs, *out = c->out;
+        int *rneed = c->in;
+        for (int p = 0; p < np; p++)
+            if (ir_box_contains(&whole, &ps[p].box, c->nd) && diff_dim(&whole, &ps[p].box, c->nd) == a)
+                ch[k] = &ps[p], bx[k] = &ps[p].box, k++;
+        if (k < 2 || !tiles(bx, k, &whole, a, c->nd, order)) continue;
+        /* the replica with a member at the need's place, else the first */
+        int pick = P(c, ch[0]->pt[0])->dev;
+        for (int r = 0; r < ch[0]->n; r++)
+            for (int i = 0; i < k; i++)
+                if (r < ch[i]->n && P(c, ch[i]->pt[r])->dev % sd == n.dev % sd) pick = P(c, ch[0]->pt[r])->dev;
+        if (!match(c, ch, k, pick, grp)) return 0;
+        for (int j = 0; j < k; j++) {
+            devs[j] = P(c, grp[j])->dev;
+            rneed[j] = -1;
+            if (devs[j] / sd == ns || devs[j] / sd != devs[0] / sd) return 0;   /* the members on one other stage */
+        }
+        /* the tiles along b the need's stage needs, one made by each member: its place-mate's
+           where that is one, else one nobody makes yet (stages with their own tp) */
+        for (int pass = 0; pass < 2; pass++)
+            for (int j = 0; j < k; j++) {
+                int lo = ns * sd + (pass ? 0 : devs[j] % sd), hi = pass ? (ns + 1) * sd : lo + 1;
+                for (int dv = lo; dv < hi && rneed[j] < 0; dv++)
+                    for (int i = needs_on(c, dv); i >= 0 && rneed[j] < 0; i = c->nnext[i]) {
+                        const ir_ptensor *m = P(c, c->need.v[i]);
+                        int taken = m->vn != 1 || !ir_box_contains(&whole, &m->box, c->nd) ||
+                                    diff_dim(&whole, &m->box, c->nd) != b || have(c, c->need.v[i]);
+                        for (int l = 0; l < k && !taken; l++)
+                            taken = rneed[l] >= 0 && ir_box_eq(&P(c, rneed[l])->box, &m->box, c->nd);
+                        if (!taken) rneed[j] = c->need.v[i];
+                    }
+            }
+        int mine = 0;
+        for (int j = 0; j < k; j++) {
+            if (rneed[j] < 0) return 0;
+            nb[j] = &P(c, rneed[j])->box;
+            mine |= ir_box_eq(nb[j], &n.box, c->nd);
+        }
+        if (!mine || !tiles(nb, k, &whole, b, c->nd, norder)) return 0;
+        for (int j = 0; j < k; j++) {
+            ir_ptensor wp = *P(c, rneed[j]);
+            wp.dev = devs[j];
+            out[j] = ir_dist_pt(c->d, &wp);
+        }
+        char why[160];
+        snprintf(why, sizeof why, "tiles along dim %d become tiles along dim %d on their stage for a later one", a, b);
+        add_comm(c, IR_COMM_ALLTOALL, k, devs, grp, out, NULL, -1, 0, bytes_of(c, bx[0]) * (k - 1) / k, why);
+        /* every such need of the stage, from the member that made its tile */
+        for (int dv = ns * sd; dv < (ns + 1) * sd; dv++)
+            for (int i = needs_on(c, dv); i >= 0; i = c->nnext[i]) {
+                const ir_ptensor *m = P(c, c->need.v[i]);
+                if (m->vn != 1 || have(c, c->need.v[i])) continue;
+                for (int j = 0; j < k; j++) {
+                    if (!ir_box_eq(nb[j], &m->box, c->nd)) continue;
+                    int two[2] = {devs[j], dv}, in[2] = {out[j], -1}, ou[2] = {-1, c->need.v[i]};
+                    add_comm(c, IR_COMM_SENDRECV, 2, two, in, ou, nb[j], devs[j], 0, bytes_of(c, nb[j]),
+                             "the tile made on its stage, sent on");
+                    break;
+                }
+            }
+        return 1;
+    }
+    return 0;
+}
+
+/* A value-split need (a linear op's input): part 0 from a local full
+ * value, the other parts zero. */
 static int rule_partial(cctx *c, int need)
 {
     const ir_ptensor n = *P(c, need);
@@ -888,7 +1004,7 @@ static int rule_partial(cctx *c, int need)
                 !(rule_slice(c, full) || rule_allreduce(c, full) || rule_reducescatter(c, full) ||
                   rule_allreduce_slice(c, full) || rule_allgather(c, full) || rule_alltoall(c, full) ||
                   rule_broadcast(c, full) || rule_stage_sum(c, full) || rule_stage_gather(c, full) ||
-                  rule_fallback(c, full)))
+                  rule_stage_alltoall(c, full) || rule_fallback(c, full)))
                 return 0;
             add_comm(c, IR_COMM_COPY, 1, &n.dev, &full, &need, &n.box, -1, 0, 0, "part 0 of the full value made here");
             return 1;
@@ -976,6 +1092,8 @@ void pass_comm(ir_dist *d)
     c.shead = ir_xmalloc(sizeof(int) * ((size_t)d->ndev + 1));
     c.nhead = ir_xmalloc(sizeof(int) * ((size_t)d->ndev + 1));
     c.mstamp = ir_xcalloc((size_t)d->ndev + 1, sizeof(int));
+    c.gstamp = ir_xcalloc((size_t)d->ndev + 1, sizeof(int));
+    c.gsent = ir_xcalloc((size_t)d->ndev + 1, sizeof(int));
     index_graph(&c);
     for (int t = 0; t < g->nt; t++) {
         c.t = t;
@@ -1017,7 +1135,8 @@ void pass_comm(ir_dist *d)
                                              rule_allreduce_slice(&c, nd) ||
                                              rule_allgather(&c, nd) || rule_alltoall(&c, nd) ||
                                              rule_broadcast(&c, nd) || rule_stage_sum(&c, nd) ||
-                                             rule_stage_gather(&c, nd) || rule_fallback(&c, nd);
+                                             rule_stage_gather(&c, nd) || rule_stage_alltoall(&c, nd) ||
+                                             rule_fallback(&c, nd);
             if (!ok) {
                 ir_buf b = {0};
                 ir_pt_print(d, nd, &b);
