@@ -28,7 +28,8 @@
 # listed as SKIP with the reason it printed last, counted apart, not failed.
 # Prints one line per test as each finishes and closes with "N passed, M
 # failed" (and ", K skipped" when any were); exits 1 if anything failed.
-# TESTS="unit golden" runs a subset; EQUIV_STRIDE=K runs every K-th line of
+# TESTS="unit golden" runs a subset; TESTS_SKIP="docs cuda" leaves out tests
+# by name (listed as SKIP); EQUIV_STRIDE=K runs every K-th line of
 # tests/equiv.list; TEST_JOBS=N runs N tests at once (default: the CPUs this
 # process may use, at most 4; 1: one after another, in the order above).
 # The tests that time themselves (scaling, wide) run first, alone.
@@ -84,6 +85,11 @@ reap() {
 run() {
   local name=$1
   shift
+  if [[ " ${TESTS_SKIP:-} " == *" $name "* ]]; then   # left out by request: counted as skipped, said why
+    skip=$((skip + 1))
+    printf 'SKIP  %-40s %3ds  SKIP left out by TESTS_SKIP\n' "$name" 0
+    return
+  fi
   local lf="$log/${name//\//_}.log"
   [[ -e $lf ]] && lf="$log/${name//\//_}.$started.log"   # (two lines of equiv.list may share a name)
   while ((${#running[@]} >= jobs_max)); do reap; done
