@@ -674,43 +674,32 @@ static int rule_broadcast(cctx *c, int need)
     return 1;
 }
 
-/* Sorted unique cut points of pieces within [lo, hi) along dim j. */
+/* Sorted unique cut points of pieces within [lo, hi) along dim j, into cut
+ * (room for 2 np + 2: every piece's two bounds and the box's). */
 static int cuts(const piece *ps, int np, const ir_box *b, int j, int64_t *cut)
 {
     int n = 0;
     cut[n++] = b->lo[j];
     cut[n++] = b->hi[j];
-    for (int q = 0; q < np && n < 62; q++) {
+    for (int q = 0; q < np; q++) {
         if (ps[q].box.lo[j] > b->lo[j] && ps[q].box.lo[j] < b->hi[j]) cut[n++] = ps[q].box.lo[j];
         if (ps[q].box.hi[j] > b->lo[j] && ps[q].box.hi[j] < b->hi[j]) cut[n++] = ps[q].box.hi[j];
     }
-    for (int i = 1; i < n; i++)
-        for (int k = i; k > 0 && cut[k - 1] > cut[k]; k--) {
-            int64_t t = cut[k];
-            cut[k] = cut[k - 1];
-            cut[k - 1] = t;
-        }
+    qsort(cut, (size_t)n, sizeof *cut, ir_cmp_i64);
     int u = 0;
     for (int i = 0; i < n; i++)
         if (!u || cut[u - 1] != cut[i]) cut[u++] = cut[i];
     return u;
 }
 
-/* Cover the need cell by cell from pieces (one value part, or full values),
- * local holders first, then (pipelines) those on the need's stage, else the
- * least-loaded holder.  Returns 0 if some cell is not covered. */
-static int cover(cctx *c, int need, const piece *ps, int np, int acc, const char *why)
+/* cover's cells, ncell of them: cut[j][0 .. nc[j]] the cut points of dim j,
+ * idx the odometer (zero); each cell from the best holder.  0 if some cell
+ * is not covered. */
+static int cover_cells(cctx *c, int need, const piece *ps, int np, int acc, const char *why, int64_t *const *cut,
+                       const int *nc, int *idx, int64_t ncell)
 {
     const ir_ptensor n = *P(c, need);
-    int64_t cut[IR_MAXDIM][64];
-    int nc[IR_MAXDIM], idx[IR_MAXDIM] = {0};
-    int64_t ncell = 1;
     int sd = c->d->ndev / c->d->mesh_pp;
-    for (int j = 0; j < c->nd; j++) {
-        nc[j] = cuts(ps, np, &n.box, j, cut[j]) - 1;
-        ncell *= nc[j];
-    }
-    if (ncell > 4096) return 0;
     for (int64_t cell = 0; cell < ncell; cell++) {
         ir_box b;
         memset(&b, 0, sizeof b);
@@ -742,6 +731,29 @@ static int cover(cctx *c, int need, const piece *ps, int np, int acc, const char
         }
     }
     return 1;
+}
+
+/* Cover the need cell by cell from pieces (one value part, or full values),
+ * local holders first, then (pipelines) those on the need's stage, else the
+ * least-loaded holder.  Returns 0 if some cell is not covered. */
+static int cover(cctx *c, int need, const piece *ps, int np, int acc, const char *why)
+{
+    const ir_ptensor n = *P(c, need);
+    /* the cut points per dim, room for every piece's bounds: a fixed 64 dropped the bounds past
+       the 62nd, and a box in 64 tiles (interlaced's head over 64 devices, split on the tokens
+       under sequence parallelism) then had cells no piece contains */
+    size_t room = 2 * (size_t)np + 2;
+    int64_t *cut[IR_MAXDIM], *cutv = ir_xmalloc(sizeof(int64_t) * room * (size_t)(c->nd ? c->nd : 1));
+    int nc[IR_MAXDIM], idx[IR_MAXDIM] = {0};
+    int64_t ncell = 1;
+    for (int j = 0; j < c->nd; j++) {
+        cut[j] = cutv + room * (size_t)j;
+        nc[j] = cuts(ps, np, &n.box, j, cut[j]) - 1;
+        ncell *= nc[j];
+    }
+    int ok = ncell <= 4096 && cover_cells(c, need, ps, np, acc, why, cut, nc, idx, ncell);
+    free(cutv);
+    return ok;
 }
 
 /* General fallback: assemble the need from full pieces, or sum value parts. */
