@@ -12,6 +12,7 @@
 #ifndef NNSC_IR_H
 #define NNSC_IR_H
 
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +45,23 @@
     } while (0)
 _Noreturn void ir_die(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A recovery point for ir_die in this thread (the plan search's candidate
+ * builds, frontend/search.c): while one is pushed, ir_die pops it, writes its
+ * message to msg ("passes/comm.c:1143: no communication rule ...") and
+ * longjmps to jb instead of aborting.  Push, then `if (setjmp(r->jb) == 0)`
+ * the work and pop; where it returns nonzero, ir_die popped it already.  The
+ * objects the work changes belong to a caller of the function that calls
+ * setjmp (C leaves that function's own locals indeterminate).  What the
+ * dying code had allocated and not yet linked into them is lost, and a
+ * lock it held stays held: push only around work that holds none (the
+ * spec's loader takes inih's). */
+typedef struct ir_recover {
+    jmp_buf jb;
+    struct ir_recover *prev;   /* the one pushed before, restored when this one pops */
+    char msg[512];
+} ir_recover;
+void ir_recover_push(ir_recover *r);
+void ir_recover_pop(ir_recover *r);
 void *ir_xmalloc(size_t n);               /* malloc or die */
 void *ir_xcalloc(size_t n, size_t sz);    /* calloc or die */
 void *ir_xrealloc(void *p, size_t n);     /* realloc or die */

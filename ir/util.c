@@ -12,10 +12,47 @@
 #define IR_GROW_BIG ((size_t)64 << 20)   /* new space this large is zeroed by the kernel (ir_zero) */
 #define IR_HUGE ((uintptr_t)2 << 20)      /* a transparent huge page */
 
-/* Report a broken invariant with its source location and abort. */
+/* The innermost recovery point pushed in this thread, or NULL: ir_die aborts. */
+static _Thread_local ir_recover *recover_top;
+
+void ir_recover_push(ir_recover *r)
+{
+    r->prev = recover_top;
+    r->msg[0] = '\0';
+    recover_top = r;
+}
+
+void ir_recover_pop(ir_recover *r)
+{
+    if (recover_top == r) recover_top = r->prev;
+}
+
+/* __FILE__ as the repository names it ("passes/comm.c"): the last two parts
+ * of the path, so that a message kept in plan.txt does not name the build's
+ * directory (outputs are the same wherever the compiler was built). */
+static const char *src_name(const char *file)
+{
+    const char *a = NULL, *b = NULL;
+    for (const char *p = file; *p; p++)
+        if (*p == '/') a = b, b = p;
+    return a ? a + 1 : file;
+}
+
+/* Report a broken invariant with its source location and abort; where this
+ * thread has a recovery point (ir_recover_push), the message goes there and
+ * ir_die returns to it instead. */
 _Noreturn void ir_die(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
+    ir_recover *r = recover_top;
+    if (r) {
+        recover_top = r->prev;   /* (popped first: a second ir_die while it unwinds goes to the next) */
+        int n = snprintf(r->msg, sizeof r->msg, "%s:%d: ", src_name(file), line);
+        va_start(ap, fmt);
+        if (n >= 0 && (size_t)n < sizeof r->msg) vsnprintf(r->msg + n, sizeof r->msg - (size_t)n, fmt, ap);
+        va_end(ap);
+        longjmp(r->jb, 1);
+    }
     fprintf(stderr, "%s:%d: internal error: ", file, line);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
