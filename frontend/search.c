@@ -81,6 +81,11 @@ typedef struct cand {
                               others tp; 0: every stage tp */
     int died;              /* 1: not ok because a pass hit an internal error (ir_die) building it: why
                               says where; skipped, the search goes on (build_guarded) */
+    double dom;            /* > 0: its ladder stopped at this rung, which does not fit and is already
+                              slower than dom, the incumbent (search_ctx.U): the rungs above only add
+                              work (climb) */
+    double spgain;         /* seconds: without sequence parallelism, the most it could take off the step
+                              (sp_gain) */
 } cand;
 
 static double now_s(void)
@@ -373,111 +378,249 @@ static int setup(const fe_opts *o, cand *c, int fold, int layers, ir_graph *gp, 
     return 0;
 }
 
-/* price's build and costing of c on its loaded graph g into d (fold, N and
- * per_node as there; die: plan_all's). */
-static void price_built(cand *c, int fold, ir_graph *g, ir_dist *d, int N, int per_node, int die)
+/* What one build of a candidate measures, before the dp fold's formula:
+ * the cost model's step and its part outside the micro-batches, and per
+ * stage its first rank's arena, persistent bytes, and the params it holds
+ * (bytes, count).  Where the dp replicas fold, the build is the same for
+ * every ZeRO level (one replica, dp 1, no ZeRO: price_fold's formula adds
+ * ZeRO), so the memory ladder's rungs that differ in ZeRO alone share one
+ * (a bcache). */
+typedef struct stage_meas {
+    double arena, persistent, f;
+    int np;
+} stage_meas;
+typedef struct meas {
+    int ok, died;          /* built (else why), a pass died (ir_die) */
+    char why[600];
+    double step, outside;
+    int N, per_node;       /* the spec's devices and devices a node (setup's) */
+    ir_profile pf;         /* the build's profile (its name not kept) */
+    int optimizer, no_grad_buckets;
+    int nst;               /* stages */
+    stage_meas *st;
+    double spgain;         /* without sequence parallelism, on tp: at most what it could take off the
+                              step (sp_gain) */
+} meas;
+
+static void meas_free(meas *m)
 {
-    const int wsd = c->dp * c->tp;   /* (the whole plan's devices per stage) */
-    int rc = plan_all(g, d, die);
-    if (rc) {
-        snprintf(c->why, sizeof c->why, "%s", pass_last_error[0] ? pass_last_error : "not buildable");
-    } else {
-        pass_estimate e;
-        pass_cost_step(d, &e);
-        c->step = e.step;
-        c->mem = 0;
-        int sd = d->ndev / d->mesh_pp;
-        double dp = fold ? c->dp : 1, adiv = fold == 2 ? dp : 1;   /* (fold 1: one replica's batch built) */
-        for (int s = 0; s < d->mesh_pp; s++) {
-            pass_mem m;
-            pass_memplan(d, s * sd, &m);
-            double mem = (double)m.arena;
-            if (fold) {   /* one replica's arena; params, gradients and state by ZeRO level */
-                double f = 0;
-                int np = 0;   /* the params this stage's first rank holds (one collective each, unbucketed) */
-                for (int t = 0; t < g->nt; t++) {
-                    int held = 0;
-                    for (int k = 0; k < d->nstore[t] && g->t[t].kind == IR_T_PARAM; k++) {
-                        const ir_ptensor *p = &d->pt[d->ints[d->store[t] + k]];
-                        if (p->dev == s * sd) f += (double)ir_box_numel(&p->box, g->t[t].ndim) * 4, held = 1;
-                    }
-                    np += held;
-                }
-                double st = g->train.optimizer == IR_OP_ADAMW ? 2 * f : 0, pgs = 2 * f + st;
-                double z = c->zero == 0 ? pgs : c->zero == 1 ? 2 * f + st / dp : c->zero == 2 ? f + (f + st) / dp
-                                                                                                : pgs / dp;
-                mem = (double)(m.arena - m.persistent) / adiv + (double)m.persistent - pgs + z;
-                /* the step: one replica's micro-batches, then the slowest stage's gradient all-reduce */
-                const ir_profile *pf = &g->prof;
-                int spans = wsd > per_node || (N > per_node && per_node % wsd);   /* (a stage's dp group) */
-                /* (without ZeRO one bucket of every gradient, bucket.c: a ring all-reduce's 2 rounds;
-                   ZeRO 1 reduce-scatters and gathers them once, 2 rounds too; ZeRO 2 reduce-scatters
-                   them in every micro-batch and gathers them once, ZeRO 3 gathers them twice in every
-                   micro-batch and reduce-scatters them once: m + 1 and 2 m + 1 rounds; a round moves
-                   (dp - 1) / dp of them, packed in buckets of at most pass_bucket_cap bytes -- the
-                   micro-batches' without a pipeline, else one by one) */
-                int nb = g->req.no_grad_buckets ? np : c->zero == 0 ? 1 : c->pp > 1 && c->zero >= 2 ? np
-                                                                   : (int)ceil(f / (double)pass_bucket_cap(pf));
-                if (nb > np) nb = np;
-                double rounds = c->zero <= 1 ? 2 : c->zero == 2 ? c->m + 1 : 2 * c->m + 1;
-                double ar = rounds * nb * pass_cost_collective(pf, IR_COMM_ALLGATHER, c->dp, 0, spans) +
-                            pass_cost_collective(pf, IR_COMM_ALLGATHER, c->dp, rounds * (dp - 1) / dp * f, spans);
-                double st_step = (e.step - e.outside) / adiv + e.outside / (c->zero ? dp : 1) + ar;
-                if (s == 0 || st_step > c->step) c->step = st_step;
-            }
-            if (mem > (double)c->mem) c->mem = (int64_t)mem;
-            pass_mem_free(&m);
-        }
-        c->ok = 1;
-    }
+    free(m->st);
+    memset(m, 0, sizeof *m);
 }
 
-/* Run price_built under a recovery point (ir_recover): 0, or 1 where a pass
- * died (ir_die), the message in r->msg.  (This function's only locals are its
- * parameters: what the build changes lives in the caller's frame.) */
-static int build_guarded(ir_recover *r, cand *c, int fold, ir_graph *g, ir_dist *d, int N, int per_node, int die)
+/* The most sequence parallelism could take off the step of the built plan d
+ * (tp > 1, without it): it splits the blocks' ops that tp leaves whole (the
+ * layernorms, residual adds) on the sequence, so their work can fall to a
+ * tp-th, and it makes the activations that cross stages, and local copies,
+ * a tp-th; the tp collectives stay the same bytes and steps (an all-reduce
+ * becomes a reduce-scatter and an all-gather) and it adds its gradients'
+ * all-reduce.  So the step falls by at most what those items cost: summed
+ * per step over one rank of every stage (a path through the pipeline meets
+ * each stage's). */
+static double sp_gain(const ir_dist *d)
 {
-    ir_recover_push(r);
-    if (setjmp(r->jb) == 0) {
-        price_built(c, fold, g, d, N, per_node, die);
-        ir_recover_pop(r);
+    const ir_graph *g = d->g;
+    int sd = d->ndev / d->mesh_pp;
+    double m = g->train.micro_batches, sum = 0;
+    for (int n = 0; n < d->nseq; n++) {
+        const ir_item *it = &d->seq[n];
+        double t = 0, k = it->sec == IR_SEC_MB ? m : it->sec == IR_SEC_PROLOGUE ? 0 : 1;
+        if (it->comm) {
+            const ir_comm *c = &d->comm[it->id];
+            if (c->kind != IR_COMM_SENDRECV && c->kind != IR_COMM_COPY) continue;
+            const int *mem = d->ints + d->grp[c->group].devs;
+            int on = 0;   /* (members that are a stage's first rank) */
+            for (int j = 0; j < c->n; j++) on += mem[j] % sd == 0;
+            if (on) t = on * pass_cost_comm(d, c);
+        } else {
+            const ir_subop *so = &d->sop[it->id];
+            const ir_op *o = &g->op[so->op];
+            int fo = o->phase == IR_PH_FWD ? so->op : o->fwd, whole = 0;
+            if (so->dev % sd || fo < 0 || g->op[fo].block < 0 || o->phase == IR_PH_OPT) continue;
+            const ir_trans *tr = &d->trans[fo];
+            for (int j = 0; j < tr->nsplit; j++) whole |= tr->id[j] == IR_REPLICATE;
+            if (whole || tr->nsplit == 0) t = pass_cost_subop(d, so, it->sec);
+        }
+        sum += k * t;
+    }
+    return sum;
+}
+
+/* price's build of c on its loaded graph g into d, measured into *r (die: plan_all's). */
+static void measure_built(int fold, ir_graph *g, ir_dist *d, int die, meas *r)
+{
+    int rc = plan_all(g, d, die);
+    if (rc) {
+        snprintf(r->why, sizeof r->why, "%s", pass_last_error[0] ? pass_last_error : "not buildable");
+        return;
+    }
+    pass_estimate e;
+    pass_cost_step(d, &e);
+    r->step = e.step, r->outside = e.outside;
+    if (!g->req.seq_par) r->spgain = sp_gain(d);
+    int sd = d->ndev / d->mesh_pp;
+    r->st = ir_xcalloc((size_t)d->mesh_pp + 1, sizeof *r->st);
+    for (int s = 0; s < d->mesh_pp; s++) {
+        pass_mem m;
+        pass_memplan(d, s * sd, &m);
+        stage_meas *q = &r->st[r->nst++];
+        q->arena = (double)m.arena, q->persistent = (double)m.persistent;
+        for (int t = 0; t < g->nt && fold; t++) {   /* (the params this stage's first rank holds) */
+            int held = 0;
+            for (int k = 0; k < d->nstore[t] && g->t[t].kind == IR_T_PARAM; k++) {
+                const ir_ptensor *p = &d->pt[d->ints[d->store[t] + k]];
+                if (p->dev == s * sd) q->f += (double)ir_box_numel(&p->box, g->t[t].ndim) * 4, held = 1;
+            }
+            q->np += held;
+        }
+        pass_mem_free(&m);
+    }
+    r->ok = 1;
+}
+
+/* c's step and memory from its build's measures r: as built, or where the
+ * dp replicas fold (fold), one replica's arena with params, gradients and
+ * state by c's ZeRO level, and its step with the dp gradient collectives. */
+static void price_fold(cand *c, int fold, const meas *r)
+{
+    const ir_profile *pf = &r->pf;
+    const int optimizer = r->optimizer, no_grad_buckets = r->no_grad_buckets;
+    c->spgain = r->spgain;
+    const int wsd = c->dp * c->tp;   /* (the whole plan's devices per stage) */
+    const int N = r->N, per_node = r->per_node;
+    c->step = r->step;
+    c->mem = 0;
+    double dp = fold ? c->dp : 1, adiv = fold == 2 ? dp : 1;   /* (fold 1: one replica's batch built) */
+    for (int s = 0; s < r->nst; s++) {
+        const stage_meas *m = &r->st[s];
+        double mem = m->arena;
+        if (fold) {   /* one replica's arena; params, gradients and state by ZeRO level */
+            double f = m->f;
+            int np = m->np;   /* the params this stage's first rank holds (one collective each, unbucketed) */
+            double st = optimizer == IR_OP_ADAMW ? 2 * f : 0, pgs = 2 * f + st;
+            double z = c->zero == 0 ? pgs : c->zero == 1 ? 2 * f + st / dp : c->zero == 2 ? f + (f + st) / dp
+                                                                                            : pgs / dp;
+            mem = (m->arena - m->persistent) / adiv + m->persistent - pgs + z;
+            /* the step: one replica's micro-batches, then the slowest stage's gradient all-reduce */
+            int spans = wsd > per_node || (N > per_node && per_node % wsd);   /* (a stage's dp group) */
+            /* (without ZeRO one bucket of every gradient, bucket.c: a ring all-reduce's 2 rounds;
+               ZeRO 1 reduce-scatters and gathers them once, 2 rounds too; ZeRO 2 reduce-scatters
+               them in every micro-batch and gathers them once, ZeRO 3 gathers them twice in every
+               micro-batch and reduce-scatters them once: m + 1 and 2 m + 1 rounds; a round moves
+               (dp - 1) / dp of them, packed in buckets of at most pass_bucket_cap bytes -- the
+               micro-batches' without a pipeline, else one by one) */
+            int nb = no_grad_buckets ? np : c->zero == 0 ? 1 : c->pp > 1 && c->zero >= 2 ? np
+                                                           : (int)ceil(f / (double)pass_bucket_cap(pf));
+            if (nb > np) nb = np;
+            double rounds = c->zero <= 1 ? 2 : c->zero == 2 ? c->m + 1 : 2 * c->m + 1;
+            double ar = rounds * nb * pass_cost_collective(pf, IR_COMM_ALLGATHER, c->dp, 0, spans) +
+                        pass_cost_collective(pf, IR_COMM_ALLGATHER, c->dp, rounds * (dp - 1) / dp * f, spans);
+            double st_step = (r->step - r->outside) / adiv + r->outside / (c->zero ? dp : 1) + ar;
+            if (s == 0 || st_step > c->step) c->step = st_step;
+        }
+        if (mem > (double)c->mem) c->mem = (int64_t)mem;
+    }
+    c->ok = 1;
+}
+
+/* Run measure_built under a recovery point (ir_recover): 0, or 1 where a pass
+ * died (ir_die), the message in rv->msg.  (This function's only locals are its
+ * parameters: what the build changes lives in the caller's frame.) */
+static int build_guarded(ir_recover *rv, int fold, ir_graph *g, ir_dist *d, int die, meas *r)
+{
+    ir_recover_push(rv);
+    if (setjmp(rv->jb) == 0) {
+        measure_built(fold, g, d, die, r);
+        ir_recover_pop(rv);
         return 0;
     }
     return 1;
 }
 
-/* Build and price c (as build_guarded); a candidate a pass cannot build
- * (an internal error: a bug, never the user's) is reported and skipped, not
- * the search's end: c->died, why "not buildable: internal error at FILE:LINE:
+/* Do a and b build the same graph and plan, at the given layers (what differs
+ * between them is priced by formula: ZeRO, where the dp replicas fold)? */
+static int same_build(const cand *a, const cand *b, int fold)
+{
+    return a->dp == b->dp && a->tp == b->tp && a->pp == b->pp && a->m == b->m && a->sched == b->sched &&
+           (fold || a->zero == b->zero) && a->rc == b->rc && a->stage == b->stage && a->rep == b->rep &&
+           a->cos == b->cos && a->sp == b->sp && a->rcdrop == b->rcdrop && a->rc2 == b->rc2 && a->tok == b->tok &&
+           a->ot == b->ot && a->st0 == b->st0 && a->stl == b->stl;
+}
+
+/* The builds one climb of the memory ladder made (its rungs that differ in
+ * ZeRO alone share them where the dp replicas fold): one per layer count
+ * (the layer fold's two, or every layer). */
+typedef struct bcache {
+    int n;
+    struct {
+        cand key;
+        int layers;
+        meas r;
+    } e[3];
+} bcache;
+
+static void bcache_free(bcache *b)
+{
+    for (int i = 0; b && i < b->n; i++) meas_free(&b->e[i].r);
+    if (b) b->n = 0;
+}
+
+/* Build (or find in bc, when given) and price c; fills c->ok, step, mem or
+ * why.  layers > 0: built with the blocks' repeats scaled to that many
+ * layers in all (the layer fold).  A candidate a pass cannot build (an
+ * internal error: a bug, never the user's) is reported and skipped, not the
+ * search's end: c->died, why "not buildable: internal error at FILE:LINE:
  * ...".  Its graph and dist are freed (every array they own was linked in
  * when grown); what the dying pass held in its own locals (its scratch: the
  * comm pass's indexes, a memory plan, a Z3 context) is lost, one pass's
  * worth per such candidate.  No lock is held across it: the spec is loaded
  * (inih's lock) before the recovery point.  fail: NNSC_SEARCH_FAIL's
- * pattern, the test hook (a candidate whose text contains it dies). */
-static void price(const fe_opts *o, cand *c, int fold, int layers, const char *fail)
+ * pattern, the test hook (a candidate whose text, on the search's graph g0,
+ * contains it dies). */
+static void price(const fe_opts *o, const ir_graph *g0, cand *c, int fold, int layers, const char *fail, bcache *bc)
 {
-    ir_graph g;
-    int N, per_node;
     c->died = 0;
-    if (setup(o, c, fold, layers, &g, &N, &per_node)) return;
-    ir_dist d;
-    memset(&d, 0, sizeof d);   /* (ir_dist_free of a build that died before ir_dist_init) */
+    const meas *r = NULL;
+    for (int i = 0; bc && i < bc->n && !r; i++)
+        if (bc->e[i].layers == layers && same_build(&bc->e[i].key, c, fold)) r = &bc->e[i].r;
     int die = 0;
-    if (fail && *fail) {
+    if (fail && *fail) {   /* (the hook's candidates are built, to die) */
         char ct[240];
-        cand_text(&g, c, ct, sizeof ct);
+        cand_text(g0, c, ct, sizeof ct);
         die = strstr(ct, fail) != NULL;
     }
-    ir_recover r;
-    if (build_guarded(&r, c, fold, &g, &d, N, per_node, die)) {
-        c->ok = 0, c->died = 1;
-        snprintf(c->why, sizeof c->why, "not buildable: internal error at %s", r.msg);
+    meas nr;
+    memset(&nr, 0, sizeof nr);
+    if (!r || die) {
+        ir_graph g;
+        if (setup(o, c, fold, layers, &g, &nr.N, &nr.per_node)) return;
+        ir_dist d;
+        memset(&d, 0, sizeof d);   /* (ir_dist_free of a build that died before ir_dist_init) */
+        ir_recover rv;
+        if (build_guarded(&rv, fold, &g, &d, die, &nr)) {
+            free(nr.st);
+            nr.st = NULL, nr.nst = 0, nr.ok = 0, nr.died = 1;
+            snprintf(nr.why, sizeof nr.why, "not buildable: internal error at %s", rv.msg);
+        }
+        nr.pf = g.prof;   /* (setup's: a folded build's nodes) */
+        nr.pf.name = NULL;
+        nr.optimizer = g.train.optimizer, nr.no_grad_buckets = g.req.no_grad_buckets;
+        ir_dist_free(&d);
+        ir_graph_free(&g);
+        r = &nr;
     }
-    ir_dist_free(&d);
-    ir_graph_free(&g);
+    if (r->ok) price_fold(c, fold, r);
+    else {
+        c->ok = 0, c->died = r->died;
+        snprintf(c->why, sizeof c->why, "%s", r->why);
+    }
+    if (r != &nr) return;
+    if (bc && bc->n < 3 && !die) {   /* (kept for the rungs after it) */
+        bc->e[bc->n].key = *c;
+        bc->e[bc->n].layers = layers;
+        bc->e[bc->n++].r = nr;
+    } else meas_free(&nr);
 }
-
 
 /* ---- the search's context, and the layer fold
  *
@@ -504,6 +647,10 @@ typedef struct search_ctx {
     int *grp, ngrp;      /* the groups' heads (tp_group), the most work first */
     const char *fail;    /* NNSC_SEARCH_FAIL (a test hook, docs/testing.md): the candidates whose text
                             contains it die in their build (price), or NULL */
+    double U;            /* > 0: the incumbent, the step of a plan that fits built on every layer (the
+                            groups without a pipeline, priced first where the dp replicas fold):
+                            a ladder stops at a rung slower than it once no rung above can be
+                            faster (climb); 0: none */
 } search_ctx;
 
 /* The layers in all of the smaller folded build for a candidate of `parts`
@@ -529,9 +676,10 @@ static int fold_layers(const search_ctx *x, int parts)
 }
 
 /* Price c: on every layer (full), or where fold_layers allows, estimated
- * from the two folded builds (c->est).  With -v a line on stderr: the
+ * from the two folded builds (c->est); bc (or NULL): the builds of the
+ * climb so far, reused where only ZeRO differs (price).  With -v a line on stderr: the
  * candidate, its price, the time taken. */
-static void assess(const search_ctx *x, cand *c, int full)
+static void assess(const search_ctx *x, cand *c, int full, bcache *bc)
 {
     double tc = now_s();
     const fe_opts *o = x->o;
@@ -541,8 +689,8 @@ static void assess(const search_ctx *x, cand *c, int full)
     if (n1) {
         cand a = *c, b = *c;
         a.stage = b.stage = NULL;   /* (balanced cuts are for the spec's layers: the even cut) */
-        price(o, &a, x->fold, n1, x->fail);
-        if (a.ok) price(o, &b, x->fold, 2 * n1, x->fail);
+        price(o, x->g, &a, x->fold, n1, x->fail, bc);
+        if (a.ok) price(o, x->g, &b, x->fold, 2 * n1, x->fail, bc);
         if (a.ok && b.ok) {   /* affine in the layers per part: n1 / parts at a, twice that at b */
             double f = ((double)x->nl - n1) / n1;
             c->step = a.step + (b.step - a.step) * f;
@@ -550,6 +698,8 @@ static void assess(const search_ctx *x, cand *c, int full)
                every layer then correct) */
             if (c->stage && c->sratio > 0) c->step *= c->sratio;
             c->mem = (int64_t)((double)a.mem + (double)(b.mem - a.mem) * f);
+            c->spgain = a.spgain + (b.spgain - a.spgain) * f;
+            if (c->spgain < b.spgain) c->spgain = b.spgain;
             c->ok = c->est = 1;
         } else if (a.died || b.died) {   /* (an internal error: the same passes on every layer would cost
                                               the most of any build to meet it again; skipped, reported) */
@@ -559,7 +709,7 @@ static void assess(const search_ctx *x, cand *c, int full)
             n1 = -1;
         } else n1 = 0;   /* (a folded build that fails: on every layer) */
     }
-    if (!n1) price(o, c, x->fold, 0, x->fail);
+    if (!n1) price(o, x->g, c, x->fold, 0, x->fail, bc);
     if (!o->verbose) return;
     char ct[240];
     cand_text(x->g, c, ct, sizeof ct);
@@ -787,35 +937,77 @@ static const int ladder_z[] = {0, 1, 3, 3, 3, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 
                  ladder_sp[] = {0, 0, 0, 1, 1, 1, 1, 1, 1};
 #define LADDER 9   /* (the last rung: all recomputed, and the MLP chains co-sharded) */
 
+/* Rung k of the memory ladder for t, in *u: 0 where it does not apply. */
+static int rung_cand(const search_ctx *x, const cand *t, int k, cand *u)
+{
+    if (k && t->dp == 1 && ladder_z[k] && !ladder_rc[k] && !ladder_sp[k]) return 0;   /* (ZeRO needs dp) */
+    /* sequence parallelism: with tp, where the spec does not say */
+    if (ladder_sp[k] && !ladder_rc[k] && (t->tp == 1 || x->fsp)) return 0;
+    if (x->fz >= 0 && k && !ladder_rc[k] && !ladder_sp[k]) return 0;   /* (the spec's ZeRO level on every rung) */
+    if (x->frc < 0 && ladder_rc[k]) return 0;
+    if (ladder_rc[k] && x->g->nblk == 0) return 0;
+    if (ladder_rc[k] && ladder_rc[k] < 4 && !x->rcq[ladder_rc[k]]) return 0;   /* (what the rung before, or all,
+                                                                                  recomputes) */
+    if (k == LADDER - 1 && !x->cos) return 0;      /* (no MLP chain, or the spec's coshard) */
+    *u = *t;
+    u->zero = t->dp == 1 ? 0 : x->fz >= 0 ? x->fz : ladder_z[k];   /* (ZeRO shards on dp: none on dp 1) */
+    u->rc = x->frc < 0 ? 0 : ladder_rc[k] * (RC_ALL / 4);
+    u->sp = t->sp || (t->tp > 1 && !x->fsp && ladder_sp[k]);   /* (t.sp: the refinement's, kept) */
+    u->rung = k, u->ok = u->est = 0, u->why[0] = '\0', u->dom = 0;
+    u->cos = k == LADDER - 1;
+    return 1;
+}
+
 /* t on the ladder from rung k0: the first rung that fits, or none fitting,
- * the last priced (the smallest). */
+ * the last priced (the smallest).  With an incumbent (x->U, where the dp
+ * replicas fold) the ladder stops at a rung that does not fit once no rung
+ * above can be faster than the incumbent (dom); and it prices the
+ * sequence-parallel rung first: where that does not fit, no rung below it
+ * does (sequence parallelism and ZeRO 3 only take memory off: measured on
+ * the 113 pairs of GPT-3's search, none the other way), so those are not
+ * built. */
 static cand climb(const search_ctx *x, cand t, int k0, int full)
 {
     const ir_profile *pf = &x->g->prof;
     cand best = t;   /* (no rung applies: not buildable, and why) */
     best.ok = 0;
     snprintf(best.why, sizeof best.why, "no rung of the memory ladder applies from rung %d", k0);
-    for (int k = k0; k < LADDER; k++) {
-        if (k && t.dp == 1 && ladder_z[k] && !ladder_rc[k] && !ladder_sp[k]) continue;   /* (ZeRO needs dp) */
-        /* sequence parallelism: with tp, where the spec does not say */
-        if (ladder_sp[k] && !ladder_rc[k] && (t.tp == 1 || x->fsp)) continue;
-        if (x->fz >= 0 && k && !ladder_rc[k] && !ladder_sp[k]) continue;   /* (the spec's ZeRO level on every rung) */
-        if (x->frc < 0 && ladder_rc[k]) continue;
-        if (ladder_rc[k] && x->g->nblk == 0) continue;
-        if (ladder_rc[k] && ladder_rc[k] < 4 && !x->rcq[ladder_rc[k]]) continue;   /* (what the rung before, or all,
-                                                                                 recomputes) */
-        if (k == LADDER - 1 && !x->cos) continue;      /* (no MLP chain, or the spec's coshard) */
-        cand u = t;
-        u.zero = t.dp == 1 ? 0 : x->fz >= 0 ? x->fz : ladder_z[k];   /* (ZeRO shards on dp: none on dp 1) */
-        u.rc = x->frc < 0 ? 0 : ladder_rc[k] * (RC_ALL / 4);
-        u.sp = t.sp || (t.tp > 1 && !x->fsp && ladder_sp[k]);   /* (t.sp: the refinement's, kept) */
-        u.rung = k, u.ok = u.est = 0, u.why[0] = '\0';
-        u.cos = k == LADDER - 1;
-        assess(x, &u, full);
-        if (u.ok || !best.ok) best = u;   /* (the last priced, or the smallest) */
-        if (fits(&u, pf)) return u;
-        if (!u.ok) break;
+    bcache bc = {0};   /* (the rungs that differ in ZeRO alone share a build where the dp replicas fold) */
+    const int ksp = 3;   /* (the sequence-parallel rung: ZeRO 3 and sequence parallelism) */
+    int kend = LADDER, have = 0;
+    cand u, v;
+    if (x->U > 0 && k0 < ksp && rung_cand(x, &t, ksp, &v)) {
+        assess(x, &v, full, &bc);
+        if (v.ok && !fits(&v, pf)) {   /* the rungs below do not fit either: on from the one above */
+            best = v;
+            if (v.step > x->U) {   /* (the rungs above only add work: recompute, coshard) */
+                best.dom = x->U;
+                bcache_free(&bc);
+                return best;
+            }
+            k0 = ksp + 1;
+        } else if (v.ok) kend = ksp, have = 1;   /* (it fits: the first rung below it that fits, else it) */
     }
+    for (int k = k0; k < kend; k++) {
+        if (!rung_cand(x, &t, k, &u)) continue;
+        assess(x, &u, full, &bc);
+        if (u.ok || !best.ok) best = u;   /* (the last priced, or the smallest) */
+        if (fits(&u, pf) || !u.ok) {
+            have = 0;
+            break;
+        }
+        /* dominated: where the ZeRO level is what every rung above has too, those rungs add
+           sequence parallelism (which takes at most u.spgain off the step) and then only work (more
+           layers recomputed, the MLP chains in pieces), so none is faster than this one's step less
+           spgain; slower than the incumbent even so, none can be chosen */
+        int zset = ladder_z[k] == 3 || x->fz >= 0 || t.dp == 1, spset = ladder_sp[k] || t.tp == 1 || x->fsp || t.sp;
+        if (!have && x->U > 0 && zset && u.step - (spset ? 0 : u.spgain) > x->U && k + 1 < LADDER) {
+            best.dom = x->U;
+            break;
+        }
+    }
+    if (have) best = v;   /* (no rung below the sequence-parallel one fits) */
+    bcache_free(&bc);
     return best;
 }
 
@@ -852,7 +1044,7 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
         }
         cand u = top;
         u.rc = mid, u.ok = u.est = 0, u.why[0] = '\0';
-        assess(x, &u, 1);
+        assess(x, &u, 1, NULL);
         builds++;
         if (fits(&u, pf)) hi = mid, nhi = nmid, found = u;
         else lo = mid, nlo = nmid;
@@ -865,7 +1057,7 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
         if (blk_layers(x->g, b, lo) == blk_layers(x->g, b, hi)) continue;
         cand u = found;
         u.rcdrop = b + 1, u.rc2 = lo, u.ok = u.est = 0, u.why[0] = '\0';
-        assess(x, &u, 1);
+        assess(x, &u, 1, NULL);
         builds++;
         if (fits(&u, pf) && (!best.ok || u.step < best.step)) best = u;
     }
@@ -882,7 +1074,7 @@ static void price_chain(const search_ctx *x, chain *c)
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
         cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0, NULL,
-                  c->sratio, 0, 0, 0};
+                  c->sratio, 0, 0, 0, 0, 0};
         cand best = climb(x, t, 0, 0);
         c->out[c->nout++] = best;
         if ((i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) ||
@@ -966,7 +1158,7 @@ static void *jobs_worker(void *arg)
         if (j->climb) *c = climb(j->x, *c, c->rung, j->full);
         else {
             c->ok = c->est = 0, c->why[0] = '\0';
-            assess(j->x, c, j->full);
+            assess(j->x, c, j->full, NULL);
         }
     }
     pass_quiet = 0;
@@ -1037,6 +1229,29 @@ static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, i
     jobs j = {x, top, nt, 0, 0, 0};
     in_threads(jobs_worker, &j, nth < nt ? nth : nt);
     for (int k = 0; k < nt; k++) *IR_PUSH(*cs, *nc, *cap) = top[k];
+}
+
+/* The incumbent after the groups without a pipeline (fe_search): the fastest
+ * of their candidates that fits, built on every layer -- estimates (the
+ * layer fold) are built so, fastest first, until the fastest that fits is
+ * one so built (at most 8 builds, counted in *builds; in place: resolve
+ * then finds them built).  Its step, or 0: none fits. */
+static double incumbent(const search_ctx *x, chain *chs, int nchs, int *builds)
+{
+    const ir_profile *pf = &x->g->prof;
+    for (int round = 0; round < 8; round++) {
+        cand *b = NULL;
+        for (int i = 0; i < nchs; i++)
+            for (int k = 0; chs[i].pp == 1 && k < chs[i].nout; k++) {
+                cand *c = &chs[i].out[k];
+                if (fits(c, pf) && (!b || c->step < b->step)) b = c;
+            }
+        if (!b) return 0;
+        if (!b->est) return b->step;
+        *b = climb(x, *b, b->rung, 1);
+        (*builds)++;
+    }
+    return 0;
 }
 
 /* The layer fold's estimates among cs: the fastest fitting ones (or none
@@ -1387,7 +1602,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     int cos = N > 1 && !r0->coshard && frc >= 0 && mlp && !r0->no_cos_rung;   /* (one device: no coshard, plan.c) */
     /* (the test hook read once, before the threads: getenv beside them is not safe) */
     search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0, NULL, 0,
-                    getenv("NNSC_SEARCH_FAIL")};
+                    getenv("NNSC_SEARCH_FAIL"), 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
         char tmp[1024];
         int n = all_blocks(g, q * (RC_ALL / 4), 0, 0, tmp, sizeof tmp);
@@ -1421,8 +1636,31 @@ int fe_search(const fe_opts *o, ir_graph *g)
             gwork[b - 1] = tw, x.grp[b - 1] = ti;
         }
     free(gwork);
-    int nth = search_threads(), cth = nth < x.ngrp ? nth : x.ngrp;
-    in_threads(search_worker, &x, cth);
+    int nth = search_threads();
+    /* where the dp replicas fold, the groups without a pipeline first (cheap builds), and the fastest
+       of them that fits built on every layer: the incumbent that the pipelines' ladders stop at
+       (climb).  Two phases, so that the report does not depend on the threads' timing. */
+    int *all = x.grp, nall = x.ngrp, n1g = 0, nib = 0;
+    double ti0 = now_s();
+    if (fold) {
+        x.grp = ir_xmalloc(sizeof(int) * ((size_t)nall + 1));
+        for (int i = 0; i < nall; i++)
+            if (chs[all[i]].pp == 1) x.grp[n1g++] = all[i];
+        int k = n1g;
+        for (int i = 0; i < nall; i++)
+            if (chs[all[i]].pp != 1) x.grp[k++] = all[i];
+        free(all);
+        x.ngrp = n1g;
+        in_threads(search_worker, &x, nth < x.ngrp ? nth : x.ngrp);
+        x.U = incumbent(&x, chs, nchs, &nib);
+        if (o->verbose && x.U > 0)
+            fprintf(stderr, "search: the groups without a pipeline priced in %.3f s; the incumbent's step %.3f ms\n",
+                    now_s() - ti0, x.U * 1e3);
+        else if (o->verbose) fprintf(stderr, "search: no plan without a pipeline fits: no incumbent\n");
+        x.grp += n1g, x.ngrp = nall - n1g, x.next = 0;
+        in_threads(search_worker, &x, nth < x.ngrp ? nth : x.ngrp);
+        x.grp -= n1g;
+    } else in_threads(search_worker, &x, nth < x.ngrp ? nth : x.ngrp);
     free(x.grp);
     cand *cs = NULL;
     int nc = 0, cap = 0, skipped = 0, tpskipped = 0;
@@ -1434,7 +1672,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     free(chs);
     free(lc);
     /* the layer fold's estimates resolved first, so that the refinements start from prices */
-    int nfull = resolve(&x, cs, nc, nth);
+    int nfull = nib + resolve(&x, cs, nc, nth);
     /* refinements: the 3 fastest fitting candidates with tp > 1 again,
        first with sequence parallelism where they have none (the spec does not
        say, a model with blocks: the layernorms' work and activations a tp-th,
@@ -1500,7 +1738,13 @@ int fe_search(const fe_opts *o, ir_graph *g)
             ir_bprint_bytes(&w, (double)cs[i].mem);
             ir_bprintf(&w, " of ");
             ir_bprint_bytes(&w, pf->mem);
-            ir_bprintf(&w, " per device%s", cs[i].rc || cs[i].zero || cs[i].sp ? " (with the rungs of the memory ladder tried)" : "");
+            if (cs[i].dom > 0)   /* (climb: the rungs above cannot be faster than the incumbent) */
+                ir_bprintf(&w, " per device; the memory ladder's rungs above it left unpriced: none can be faster "
+                           "than %.3f ms%s, and a plan without a pipeline that fits takes %.3f ms", (cs[i].step -
+                           (cs[i].sp ? 0 : cs[i].spgain)) * 1e3, cs[i].sp ? "" : " (sequence parallelism's most)",
+                           cs[i].dom * 1e3);
+            else
+                ir_bprintf(&w, " per device%s", cs[i].rc || cs[i].zero || cs[i].sp ? " (with the rungs of the memory ladder tried)" : "");
             cs[i].ok = 0;
             snprintf(cs[i].why, sizeof cs[i].why, "%s", w.s);
             ir_buf_free(&w);
@@ -1549,8 +1793,11 @@ int fe_search(const fe_opts *o, ir_graph *g)
     if (notb)
         ir_bprintf(&b, "; op-trans searched per block (Z3) for the 3 fastest with tp: %d block%s, %d new op-trans priced",
                    notb, notb > 1 ? "s" : "", notc);
-    int ndied = 0;
-    for (int i = 0; i < nc; i++) ndied += cs[i].died;
+    int ndied = 0, ndom = 0;
+    for (int i = 0; i < nc; i++) ndied += cs[i].died, ndom += cs[i].dom > 0;
+    if (ndom)
+        ir_bprintf(&b, "; %d candidate%s' memory ladder stopped where it could give nothing faster than the "
+                   "plan without a pipeline that fits (%.3f ms, priced first)", ndom, ndom > 1 ? "s" : "", x.U * 1e3);
     if (ndied)
         ir_bprintf(&b, "; %d candidate%s not buildable (an internal error in a pass: skipped, listed below as lost)",
                    ndied, ndied > 1 ? "s" : "");
