@@ -81,11 +81,14 @@ typedef struct cand {
                               others tp; 0: every stage tp */
     int died;              /* 1: not ok because a pass hit an internal error (ir_die) building it: why
                               says where; skipped, the search goes on (build_guarded) */
-    double dom;            /* > 0: its ladder stopped at this rung, which does not fit and is already
-                              slower than dom, the incumbent (search_ctx.U): the rungs above only add
-                              work (climb) */
+    double dom, domlb;     /* dom > 0: its ladder stopped at this rung, which does not fit, where no
+                              rung above can be faster than domlb, slower than dom, the incumbent
+                              (search_ctx.U; climb) */
     double spgain;         /* seconds: without sequence parallelism, the most it could take off the step
                               (sp_gain) */
+    double zgain;          /* seconds: the most a higher ZeRO level could take off the step (its time
+                              outside the micro-batches: ZeRO shards the updates there, and its
+                              collectives move the all-reduce's bytes or more) */
 } cand;
 
 static double now_s(void)
@@ -485,7 +488,7 @@ static void price_fold(cand *c, int fold, const meas *r)
 {
     const ir_profile *pf = &r->pf;
     const int optimizer = r->optimizer, no_grad_buckets = r->no_grad_buckets;
-    c->spgain = r->spgain;
+    c->spgain = r->spgain, c->zgain = r->outside;
     const int wsd = c->dp * c->tp;   /* (the whole plan's devices per stage) */
     const int N = r->N, per_node = r->per_node;
     c->step = r->step;
@@ -647,6 +650,8 @@ typedef struct search_ctx {
     int *grp, ngrp;      /* the groups' heads (tp_group), the most work first */
     const char *fail;    /* NNSC_SEARCH_FAIL (a test hook, docs/testing.md): the candidates whose text
                             contains it die in their build (price), or NULL */
+    int spfirst;         /* 1: the incumbent needed the sequence-parallel rung or more (memory is short):
+                            each group's first climb prices that rung first (climb) */
     double U;            /* > 0: the incumbent, the step of a plan that fits built on every layer (the
                             groups without a pipeline, priced first where the dp replicas fold):
                             a ladder stops at a rung slower than it once no rung above can be
@@ -700,6 +705,8 @@ static void assess(const search_ctx *x, cand *c, int full, bcache *bc)
             c->mem = (int64_t)((double)a.mem + (double)(b.mem - a.mem) * f);
             c->spgain = a.spgain + (b.spgain - a.spgain) * f;
             if (c->spgain < b.spgain) c->spgain = b.spgain;
+            c->zgain = a.zgain + (b.zgain - a.zgain) * f;
+            if (c->zgain < b.zgain) c->zgain = b.zgain;
             c->ok = c->est = 1;
         } else if (a.died || b.died) {   /* (an internal error: the same passes on every layer would cost
                                               the most of any build to meet it again; skipped, reported) */
@@ -953,20 +960,21 @@ static int rung_cand(const search_ctx *x, const cand *t, int k, cand *u)
     u->zero = t->dp == 1 ? 0 : x->fz >= 0 ? x->fz : ladder_z[k];   /* (ZeRO shards on dp: none on dp 1) */
     u->rc = x->frc < 0 ? 0 : ladder_rc[k] * (RC_ALL / 4);
     u->sp = t->sp || (t->tp > 1 && !x->fsp && ladder_sp[k]);   /* (t.sp: the refinement's, kept) */
-    u->rung = k, u->ok = u->est = 0, u->why[0] = '\0', u->dom = 0;
+    u->rung = k, u->ok = u->est = 0, u->why[0] = '\0', u->dom = u->domlb = 0;
     u->cos = k == LADDER - 1;
     return 1;
 }
 
 /* t on the ladder from rung k0: the first rung that fits, or none fitting,
- * the last priced (the smallest).  With an incumbent (x->U, where the dp
- * replicas fold) the ladder stops at a rung that does not fit once no rung
- * above can be faster than the incumbent (dom); and it prices the
- * sequence-parallel rung first: where that does not fit, no rung below it
- * does (sequence parallelism and ZeRO 3 only take memory off: measured on
- * the 113 pairs of GPT-3's search, none the other way), so those are not
- * built. */
-static cand climb(const search_ctx *x, cand t, int k0, int full)
+ * the last priced (the smallest).  With an incumbent (x->U) the ladder
+ * stops at a rung that does not fit once no rung above can be faster than
+ * the incumbent (dom).  With spfirst (and an incumbent, where the dp
+ * replicas fold, whose ZeRO is by formula) it prices the sequence-parallel rung
+ * first: where that does not fit, no rung below it does (sequence
+ * parallelism and ZeRO 3 only take memory off: measured on the 113 pairs
+ * of GPT-3's search, none the other way), so those are not built; where it
+ * fits, the rungs below it are priced as without. */
+static cand climb(const search_ctx *x, cand t, int k0, int full, int spfirst)
 {
     const ir_profile *pf = &x->g->prof;
     cand best = t;   /* (no rung applies: not buildable, and why) */
@@ -976,12 +984,12 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
     const int ksp = 3;   /* (the sequence-parallel rung: ZeRO 3 and sequence parallelism) */
     int kend = LADDER, have = 0;
     cand u, v;
-    if (x->U > 0 && k0 < ksp && rung_cand(x, &t, ksp, &v)) {
+    if (spfirst && x->U > 0 && x->fold && k0 < ksp && rung_cand(x, &t, ksp, &v)) {
         assess(x, &v, full, &bc);
         if (v.ok && !fits(&v, pf)) {   /* the rungs below do not fit either: on from the one above */
             best = v;
             if (v.step > x->U) {   /* (the rungs above only add work: recompute, coshard) */
-                best.dom = x->U;
+                best.dom = x->U, best.domlb = v.step;
                 bcache_free(&bc);
                 return best;
             }
@@ -996,13 +1004,14 @@ static cand climb(const search_ctx *x, cand t, int k0, int full)
             have = 0;
             break;
         }
-        /* dominated: where the ZeRO level is what every rung above has too, those rungs add
-           sequence parallelism (which takes at most u.spgain off the step) and then only work (more
-           layers recomputed, the MLP chains in pieces), so none is faster than this one's step less
-           spgain; slower than the incumbent even so, none can be chosen */
+        /* dominated: the rungs above add ZeRO (which takes at most u.zgain off the step), sequence
+           parallelism (at most u.spgain) and then only work (more layers recomputed, the MLP chains
+           in pieces), so none is faster than this one's step less what they could take off; slower
+           than the incumbent even so, none can be chosen */
         int zset = ladder_z[k] == 3 || x->fz >= 0 || t.dp == 1, spset = ladder_sp[k] || t.tp == 1 || x->fsp || t.sp;
-        if (!have && x->U > 0 && zset && u.step - (spset ? 0 : u.spgain) > x->U && k + 1 < LADDER) {
-            best.dom = x->U;
+        double lb = u.step - (spset ? 0 : u.spgain) - (zset ? 0 : u.zgain);
+        if (!have && x->U > 0 && lb > x->U && k + 1 < LADDER) {
+            best.dom = x->U, best.domlb = lb;
             break;
         }
     }
@@ -1065,18 +1074,21 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
     return builds;
 }
 
-/* Price chain c: per micro-batch count, the memory ladder's first rung that fits.  Without a
+/* Price chain c: per micro-batch count, the memory ladder's first rung that fits (each from
+ * the sequence-parallel rung where *short_mem: the candidate priced before it in its group
+ * needed that rung or more, or fits on none; set for the next).  Without a
  * pipeline a count that fits on the ladder's first rung ends the chain: more micro-batches
  * (gradient accumulation) do the same work in more pieces and save only memory, which that
  * count does not need. */
-static void price_chain(const search_ctx *x, chain *c)
+static void price_chain(const search_ctx *x, chain *c, int *short_mem)
 {
     const ir_profile *pf = &x->g->prof;
     for (int i = 0; i < c->nm; i++) {
         cand t = {c->dp, c->tp, c->pp, c->ms[i], c->sched, 0, 0, c->stage, 0, 0, 0, 0, 0, 0, 0, 0, "", 0, 0, 0, NULL,
-                  c->sratio, 0, 0, 0, 0, 0};
-        cand best = climb(x, t, 0, 0);
+                  c->sratio, 0, 0, 0, 0, 0, 0, 0};
+        cand best = climb(x, t, 0, 0, *short_mem);
         c->out[c->nout++] = best;
+        *short_mem = !fits(&best, pf) || best.rung >= 3;   /* (the next starts at sequence parallelism) */
         if ((i > 0 && fits(&best, pf) && fits(&c->out[i - 1], pf) && best.step >= c->out[i - 1].step) ||
             (c->pp == 1 && fits(&best, pf) && best.rung == 0)) {
             c->skipped = c->nm - i - 1;
@@ -1111,14 +1123,14 @@ static void tp_group(const search_ctx *x, int head)
 {
     const ir_profile *pf = &x->g->prof;
     const cand *prev = NULL;
-    int stop = 0;
+    int stop = 0, short_mem = x->spfirst;
     for (int i = head; i >= 0; i = x->ch[i].tpnext) {
         chain *c = &x->ch[i];
         if (stop && x->fold && c->pp > 1 && !c->n1 && c->dp > 1) {
             c->tpskip = 1;
             continue;
         }
-        price_chain(x, c);
+        price_chain(x, c, &short_mem);
         const cand *b = chain_best(c, pf);
         if (prev && b && b->rung == 0 && b->step >= prev->step) stop = 1;
         prev = b;
@@ -1155,7 +1167,7 @@ static void *jobs_worker(void *arg)
         int i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
         if (i >= j->n) break;
         cand *c = &j->c[i];
-        if (j->climb) *c = climb(j->x, *c, c->rung, j->full);
+        if (j->climb) *c = climb(j->x, *c, c->rung, j->full, j->x->spfirst);
         else {
             c->ok = c->est = 0, c->why[0] = '\0';
             assess(j->x, c, j->full, NULL);
@@ -1235,8 +1247,9 @@ static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, i
  * of their candidates that fits, built on every layer -- estimates (the
  * layer fold) are built so, fastest first, until the fastest that fits is
  * one so built (at most 8 builds, counted in *builds; in place: resolve
- * then finds them built).  Its step, or 0: none fits. */
-static double incumbent(const search_ctx *x, chain *chs, int nchs, int *builds)
+ * then finds them built).  Its step (*rung its rung of the memory ladder),
+ * or 0: none fits. */
+static double incumbent(const search_ctx *x, chain *chs, int nchs, int *builds, int *rung)
 {
     const ir_profile *pf = &x->g->prof;
     for (int round = 0; round < 8; round++) {
@@ -1247,8 +1260,11 @@ static double incumbent(const search_ctx *x, chain *chs, int nchs, int *builds)
                 if (fits(c, pf) && (!b || c->step < b->step)) b = c;
             }
         if (!b) return 0;
-        if (!b->est) return b->step;
-        *b = climb(x, *b, b->rung, 1);
+        if (!b->est) {
+            *rung = b->rung;
+            return b->step;
+        }
+        *b = climb(x, *b, b->rung, 1, 0);
         (*builds)++;
     }
     return 0;
@@ -1602,7 +1618,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     int cos = N > 1 && !r0->coshard && frc >= 0 && mlp && !r0->no_cos_rung;   /* (one device: no coshard, plan.c) */
     /* (the test hook read once, before the threads: getenv beside them is not safe) */
     search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0, NULL, 0,
-                    getenv("NNSC_SEARCH_FAIL"), 0};
+                    getenv("NNSC_SEARCH_FAIL"), 0, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
         char tmp[1024];
         int n = all_blocks(g, q * (RC_ALL / 4), 0, 0, tmp, sizeof tmp);
@@ -1637,12 +1653,12 @@ int fe_search(const fe_opts *o, ir_graph *g)
         }
     free(gwork);
     int nth = search_threads();
-    /* where the dp replicas fold, the groups without a pipeline first (cheap builds), and the fastest
-       of them that fits built on every layer: the incumbent that the pipelines' ladders stop at
-       (climb).  Two phases, so that the report does not depend on the threads' timing. */
+    /* the groups without a pipeline first (cheap builds), and the fastest of them that fits built on
+       every layer: the incumbent that the pipelines' ladders stop at (climb).  Two phases, so that
+       the report does not depend on the threads' timing. */
     int *all = x.grp, nall = x.ngrp, n1g = 0, nib = 0;
     double ti0 = now_s();
-    if (fold) {
+    {
         x.grp = ir_xmalloc(sizeof(int) * ((size_t)nall + 1));
         for (int i = 0; i < nall; i++)
             if (chs[all[i]].pp == 1) x.grp[n1g++] = all[i];
@@ -1652,7 +1668,9 @@ int fe_search(const fe_opts *o, ir_graph *g)
         free(all);
         x.ngrp = n1g;
         in_threads(search_worker, &x, nth < x.ngrp ? nth : x.ngrp);
-        x.U = incumbent(&x, chs, nchs, &nib);
+        int irung = 0;
+        x.U = incumbent(&x, chs, nchs, &nib, &irung);
+        x.spfirst = irung >= 3;   /* (memory is short: the ladders climb) */
         if (o->verbose && x.U > 0)
             fprintf(stderr, "search: the groups without a pipeline priced in %.3f s; the incumbent's step %.3f ms\n",
                     now_s() - ti0, x.U * 1e3);
@@ -1660,7 +1678,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
         x.grp += n1g, x.ngrp = nall - n1g, x.next = 0;
         in_threads(search_worker, &x, nth < x.ngrp ? nth : x.ngrp);
         x.grp -= n1g;
-    } else in_threads(search_worker, &x, nth < x.ngrp ? nth : x.ngrp);
+    }
     free(x.grp);
     cand *cs = NULL;
     int nc = 0, cap = 0, skipped = 0, tpskipped = 0;
@@ -1740,8 +1758,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
             ir_bprint_bytes(&w, pf->mem);
             if (cs[i].dom > 0)   /* (climb: the rungs above cannot be faster than the incumbent) */
                 ir_bprintf(&w, " per device; the memory ladder's rungs above it left unpriced: none can be faster "
-                           "than %.3f ms%s, and a plan without a pipeline that fits takes %.3f ms", (cs[i].step -
-                           (cs[i].sp ? 0 : cs[i].spgain)) * 1e3, cs[i].sp ? "" : " (sequence parallelism's most)",
+                           "than %.3f ms, and a plan without a pipeline that fits takes %.3f ms", cs[i].domlb * 1e3,
                            cs[i].dom * 1e3);
             else
                 ir_bprintf(&w, " per device%s", cs[i].rc || cs[i].zero || cs[i].sp ? " (with the rungs of the memory ladder tried)" : "");
