@@ -35,11 +35,15 @@ static int names(const ir_graph *g, const char *item, int b, int r, int *known)
 }
 
 /* Is tensor t made by a forward op of the same repeat as forward op f (what
- * f's copy and backward read again, not the repeat's inputs)? */
+ * f's copy and backward read again, not the repeat's inputs)?  f's own
+ * outputs count: a backward that reads its forward's outputs (attention's
+ * y and log-sum-exp, layernorm's mean and rstd) must read the copy's, or
+ * the forward's outputs stay alive until the backward -- in a pipeline,
+ * stash for every micro-batch in flight. */
 static int own(const ir_graph *g, int t, int f)
 {
     int p = g->t[t].producer;
-    return p >= 0 && p != f && g->op[p].phase == IR_PH_FWD && g->op[p].block == g->op[f].block &&
+    return p >= 0 && g->op[p].phase == IR_PH_FWD && g->op[p].block == g->op[f].block &&
            g->op[p].rep == g->op[f].rep && g->op[f].block >= 0;
 }
 
