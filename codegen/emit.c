@@ -546,9 +546,9 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
                g->train.bf16 ? ", dtype bf16 (matmul inputs rounded to bf16; f32 accumulation, "
                                "params, grads and optimizer state)"
                              : "");
-    if (g->req.recompute)
-        ir_bprintf(b, "recompute %s: their forward runs again in the backward, its activations not kept\n",
-                   g->req.recompute);
+    if (g->req.recompute)   /* (BLOCK:attn: the attention alone, recompute.c) */
+        ir_bprintf(b, "recompute %s: their forward runs again in the backward, its activations not kept%s\n",
+                   g->req.recompute, strstr(g->req.recompute, ":attn") ? " (:attn: their attention only)" : "");
     if (g->req.trans && g->req.trans_auto)
         ir_bprintf(b, "trans     %s: op-trans chosen by policy auto ([plan] trans would give the same)\n",
                    g->req.trans);

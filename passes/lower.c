@@ -481,7 +481,7 @@ ir_box pass_mbbox(const ir_dist *d, int tensor, const ir_box *b, int sec)
     return r;
 }
 
-int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank)
+int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank, int sec)
 {
     const ir_comm *cm = &d->comm[ci];
     const ir_tensor *t = &d->g->t[cm->tensor];
@@ -505,14 +505,39 @@ int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank)
         }
         return (cm->n + 1) * L;
     }
-    /* two buffers of the largest box involved (per step: an upper bound of a micro-batch's) */
-    int64_t big = ir_box_numel(&cm->region, t->ndim);
+    /* the boxes of one execution, as lower_comm stages them: a micro-batch's in the micro-batches
+       (a step's region would reserve micro_batches times the bytes, never touched) */
+    const int nd = t->ndim, es = pass_elsize(t);
+    int pin = d->ints[cm->in + a], pout = d->ints[cm->out + a];
+    ir_box reg = pass_mbbox(d, cm->tensor, &cm->region, sec), ib, ob;
+    memset(&ib, 0, sizeof ib);
+    memset(&ob, 0, sizeof ob);
+    if (pin >= 0) ib = pass_mbbox(d, cm->tensor, &d->pt[pin].box, sec);
+    if (pout >= 0) ob = pass_mbbox(d, cm->tensor, &d->pt[pout].box, sec);
+    int64_t one = ir_box_numel(&reg, nd) * es;   /* the region, staged once */
+    switch (cm->kind) {   /* those that stage the region only where a buffer is not it (lower_comm) */
+    case IR_COMM_SENDRECV:
+        /* the region once, staged or not: the side a member does not use (the sender's receive
+           buffer, the receiver's send buffer) names the scratch, n elements that nothing touches */
+        return one;
+    case IR_COMM_BROADCAST:
+        return a == cm->root && !ir_box_eq(&reg, &ib, nd) ? one : 0;
+    case IR_COMM_COPY:
+        return ir_box_eq(&reg, &ob, nd) || ir_box_eq(&reg, &ib, nd) ? 0 : one;
+    default:
+        break;
+    }
+    /* the collectives: two buffers of the largest box involved (an upper bound) */
+    int64_t big = ir_box_numel(&reg, nd);
     for (int k = 0; k < cm->n; k++) {
         int pi = d->ints[cm->in + k], po = d->ints[cm->out + k];
-        if (pi >= 0 && ir_box_numel(&d->pt[pi].box, t->ndim) > big) big = ir_box_numel(&d->pt[pi].box, t->ndim);
-        if (po >= 0 && ir_box_numel(&d->pt[po].box, t->ndim) > big) big = ir_box_numel(&d->pt[po].box, t->ndim);
+        ir_box x;
+        if (pi >= 0 && ir_box_numel((x = pass_mbbox(d, cm->tensor, &d->pt[pi].box, sec), &x), nd) > big)
+            big = ir_box_numel(&x, nd);
+        if (po >= 0 && ir_box_numel((x = pass_mbbox(d, cm->tensor, &d->pt[po].box, sec), &x), nd) > big)
+            big = ir_box_numel(&x, nd);
     }
-    return 2 * big * pass_elsize(t);
+    return 2 * big * es;
 }
 
 /* slice (dir 0: dst = src[region]) or place (dir 1: dst[region] = src) of a
@@ -567,7 +592,7 @@ static void lower_bucket(lctx *c, int ci, int sec, int k, const char *note)
     /* L: a member's tiles, floats (the scratch the bucket asks for is K + 1 blocks of them; the boxes
        are whole: in the micro-batches only tensors without a batch dim join a bucket) */
     IR_ASSERT(sec == IR_SEC_POST || sec == IR_SEC_MB);
-    int64_t L = pass_comm_scratch(d, ci, c->p->rank) / (K + 1) / 4, S = c->m->scratch;
+    int64_t L = pass_comm_scratch(d, ci, c->p->rank, sec) / (K + 1) / 4, S = c->m->scratch;
     int nb = 0;
     for (int x = ci; x >= 0; x = d->comm[x].bnext) nb++;
     ir_box *tiles = ir_xmalloc(sizeof *tiles * (size_t)K);

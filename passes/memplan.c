@@ -265,7 +265,7 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             if (c->kind == IR_COMM_ALLREDUCE) alias[lo] = li, apos[lo] = q;
             if (post && in >= 0) pers[li] = 1;
             if (post && out >= 0) pers[lo] = 1;
-            int64_t sb = pass_comm_scratch(d, it->id, rank);
+            int64_t sb = pass_comm_scratch(d, it->id, rank, it->sec);
             if (sb > m->scratch_bytes) m->scratch_bytes = sb;
         } else {
             const ir_subop *s = &d->sop[it->id];

@@ -258,8 +258,10 @@ void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);
 /* A box in the coordinates of one micro-batch when sec is IR_SEC_MB (the
  * batch dim divided by micro_batches). */
 ir_box pass_mbbox(const ir_dist *d, int tensor, const ir_box *b, int sec);
-/* Upper bound of the scratch bytes comm ci needs on rank. */
-int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank);
+/* The scratch bytes comm ci needs on rank in section sec (an upper bound
+ * for the collectives; a transfer, broadcast or copy needs it only where
+ * it stages its region). */
+int64_t pass_comm_scratch(const ir_dist *d, int ci, int rank, int sec);
 
 /* fuse.c: fuse chains of elementwise instructions into `ew` instructions
  * (rtlib/rt_kernels.h) in every rank's program, numbering the distinct

@@ -11,36 +11,54 @@
  * (schedule.c), so one repeat's recomputed activations live at a time.
  * The copies compute exactly what the forward did: training is bitwise
  * the same as without recomputation.
+ *
+ * Selective recompute (an item BLOCK:attn, Korthikanti et al.'s): only the
+ * repeat's attention core is copied, and every backward op of the repeat
+ * that reads the core's outputs (the attention's own backward, the output
+ * projection's weight gradient) reads the copy's; the rest of the repeat's
+ * activations, the core's inputs among them, are kept.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes.h"
 
-/* Does block item `item` (BLOCK, BLOCK.A, BLOCK.A-B) name repeat r of block b? */
-static int names(const ir_graph *g, const char *item, int b, int r, int *known)
+/* Does block item `item` (BLOCK, BLOCK.A, BLOCK.A-B, each maybe with :attn)
+ * name repeat r of block b?  *sel: it says :attn (the attention core only). */
+static int names(const ir_graph *g, const char *item, int b, int r, int *known, int *sel)
 {
     const char *bn = g->blk[b].name;
-    size_t l = strlen(bn);
-    if (strncmp(item, bn, l) != 0) return 0;
+    size_t l = strlen(bn), n = strlen(item);
+    *sel = n > 5 && strcmp(item + n - 5, ":attn") == 0;
+    if (*sel) n -= 5;
+    if (n < l || strncmp(item, bn, l) != 0) return 0;
     const char *s = item + l;
-    if (!*s) return *known = 1, 1;
+    if (s == item + n) return *known = 1, 1;
     if (*s != '.' || s[1] < '0' || s[1] > '9') return 0;
     char *e;
     long lo = strtol(s + 1, &e, 10), hi = lo;
     if (*e == '-') hi = strtol(e + 1, &e, 10);
-    if (*e) return 0;
+    if (e != item + n) return 0;
     *known = 1;
     return r >= lo && r <= hi;
 }
 
-/* Is tensor t made by a forward op of the same repeat as forward op f (what
- * f's copy and backward read again, not the repeat's inputs)? */
-static int own(const ir_graph *g, int t, int f)
+/* The attention core that selective recompute copies: the attention ops,
+ * whose backward recomputes the scores itself (flash-style: the forward
+ * keeps the output and its log-sum-exp, never the T x T scores). */
+static int attn_core(const ir_op *o) { return IR_IS_ATT(o->kind); }
+
+/* Is tensor t made by a recomputed forward op (rec) of the same repeat as
+ * op o -- what o reads from the copies instead?  o may be a forward op
+ * (the copy of it reads the copies) or a backward op; a backward reads the
+ * copies of its own forward op's outputs too (attention's y and lse,
+ * layernorm's mean and rstd), or those outputs stay alive from the forward
+ * to the backward -- in a pipeline, stash in every slot. */
+static int own(const ir_graph *g, const char *rec, int t, int o)
 {
     int p = g->t[t].producer;
-    return p >= 0 && p != f && g->op[p].phase == IR_PH_FWD && g->op[p].block == g->op[f].block &&
-           g->op[p].rep == g->op[f].rep && g->op[f].block >= 0;
+    return p >= 0 && rec[p] && g->op[p].phase == IR_PH_FWD && g->op[p].block == g->op[o].block &&
+           g->op[p].rep == g->op[o].rep && g->op[o].block >= 0;
 }
 
 int pass_recompute(ir_graph *g)
@@ -50,7 +68,8 @@ int pass_recompute(ir_graph *g)
     /* (verify's 1-device reference comes here without the spec's recompute:
        frontend/driver.c; one device otherwise recomputes as asked) */
     if (!spec || !*spec) return 0;
-    static const char hint[] = "write recompute = BLOCK {, BLOCK}: a block's name (h) or some of its repeats (h.0-5); "
+    static const char hint[] = "write recompute = BLOCK {, BLOCK}: a block's name (h) or some of its repeats (h.0-5), "
+                               "each maybe with :attn (h:attn: only the attention recomputed); "
                                "--dump=graph lists the blocks' ops";
     /* the items, checked */
     char buf[1024];
@@ -60,20 +79,28 @@ int pass_recompute(ir_graph *g)
     snprintf(buf, sizeof buf, "%s", spec);
     char *save, *tok;
     for (tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
-        int known = 0, hit = 0;
+        int known = 0, hit = 0, core = 0, sel = 0;
         for (int i = 0; i < nop0; i++) {
             const ir_op *o = &g->op[i];
             if (o->phase != IR_PH_FWD || o->block < 0) continue;
-            if (names(g, tok, o->block, o->rep, &known)) rec[i] = 1, hit = 1;
+            if (!names(g, tok, o->block, o->rep, &known, &sel)) continue;
+            hit = 1;
+            if (!sel || attn_core(o)) rec[i] = 1, core = 1;
         }
-        for (int b = 0; b < g->nblk && !known; b++) names(g, tok, b, -1, &known);
+        for (int b = 0; b < g->nblk && !known; b++) names(g, tok, b, -1, &known, &sel);
         if (!known) {
             free(rec);
-            return pass_error(g, line, hint, "[plan] recompute: '%s' is not a block (or BLOCK.A-B)", tok);
+            return pass_error(g, line, hint, "[plan] recompute: '%s' is not a block (or BLOCK.A-B, BLOCK:attn)", tok);
         }
         if (!hit) {
             free(rec);
             return pass_error(g, line, hint, "[plan] recompute: '%s' names no repeat of its block", tok);
+        }
+        if (!core) {
+            free(rec);
+            return pass_error(g, line, "selective recompute (:attn) copies a block's attention ops; without one, "
+                              "recompute the whole block (drop :attn)",
+                              "[plan] recompute: '%s': its repeats have no attention op", tok);
         }
     }
     for (int i = 0; i < nop0; i++)
@@ -87,14 +114,14 @@ int pass_recompute(ir_graph *g)
     char *need = ir_xcalloc((size_t)nop0 + 1, 1);
     for (int i = 0; i < nop0; i++) {
         const ir_op *o = &g->op[i];
-        if (o->phase != IR_PH_BWD || o->fwd < 0 || !rec[o->fwd]) continue;
+        if (o->phase != IR_PH_BWD || o->fwd < 0) continue;
         for (int k = 0; k < o->nin; k++)
-            if (own(g, o->in[k], o->fwd)) need[g->t[o->in[k]].producer] = 1;
+            if (own(g, rec, o->in[k], i)) need[g->t[o->in[k]].producer] = 1;
     }
     for (int i = nop0 - 1; i >= 0; i--)
         if (need[i])
             for (int k = 0; k < g->op[i].nin; k++)
-                if (own(g, g->op[i].in[k], i)) need[g->t[g->op[i].in[k]].producer] = 1;
+                if (own(g, rec, g->op[i].in[k], i)) need[g->t[g->op[i].in[k]].producer] = 1;
     /* the copies, in op order (a repeat's ops are in dependency order) */
     int *copy = ir_xmalloc(sizeof(int) * ((size_t)nt0 + 1));   /* per tensor: its copy, or -1 */
     for (int t = 0; t < nt0; t++) copy[t] = -1;
@@ -105,7 +132,7 @@ int pass_recompute(ir_graph *g)
         int in[IR_MAXIO];
         const char *on[IR_MAXIO];
         char names_[IR_MAXIO][300];
-        for (int k = 0; k < o.nin; k++) in[k] = own(g, o.in[k], i) ? copy[o.in[k]] : o.in[k];
+        for (int k = 0; k < o.nin; k++) in[k] = own(g, rec, o.in[k], i) ? copy[o.in[k]] : o.in[k];
         for (int k = 0; k < o.nout; k++) {
             snprintf(names_[k], sizeof names_[k], "rc.%s", g->t[o.out[k]].name);
             on[k] = names_[k];
@@ -126,9 +153,9 @@ int pass_recompute(ir_graph *g)
     /* the repeats' backward ops read the copies */
     for (int i = 0; i < nop0; i++) {
         ir_op *o = &g->op[i];
-        if (o->phase != IR_PH_BWD || o->fwd < 0 || !rec[o->fwd]) continue;
+        if (o->phase != IR_PH_BWD || o->fwd < 0) continue;
         for (int k = 0; k < o->nin; k++)
-            if (o->in[k] < nt0 && own(g, o->in[k], o->fwd)) o->in[k] = copy[o->in[k]];
+            if (o->in[k] < nt0 && own(g, rec, o->in[k], i)) o->in[k] = copy[o->in[k]];
     }
     free(copy);
     free(rec);

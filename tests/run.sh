@@ -10,7 +10,8 @@
 #             every command in README.md and docs/ run or accounted for, the program output
 #             they show checked against the program (tests/docs.sh, tests/doc_outputs.py),
 #             checkpoints, kill -9 and bitwise resume, dying ranks (tests/resume.sh),
-#             pipelines, ZeRO, coshard (tests/pipeline.sh), recycling against a
+#             pipelines, ZeRO, coshard (tests/pipeline.sh), activations per layer and
+#             plan.txt's arena against what ranks allocate (tests/memory.sh), recycling against a
 #             hand-unrolled oracle (tests/recycle.sh), custom ops: a user's C kernel
 #             against the built-ins, their split, every mistake (tests/custom.sh), --init
 #             from a Hugging Face-named checkpoint (tests/hf_init.sh), the view ops
@@ -139,6 +140,7 @@ want cli && run "resume" "$top/tests/resume.sh"
 want cli && run "runtime_ux" "$top/tests/runtime_ux.sh"
 want cli && run "share" "$top/tests/share.sh"
 want cli && run "pipeline" "$top/tests/pipeline.sh"
+want cli && run "memory" "$top/tests/memory.sh"
 want cli && run "recycle" "$top/tests/recycle.sh"
 want cli && run "custom" "$top/tests/custom.sh"
 want cli && run "hf_init" "$top/tests/hf_init.sh"

@@ -160,6 +160,8 @@ struct rt_ctx {
     const char *log_path;       /* --log FILE (JSON lines, rank 0), or NULL */
     FILE *log;                  /* that file, open on rank 0 */
     int quiet;                  /* --quiet: no step log */
+    int mem_report;             /* --mem: each rank says at the end what it allocated (runtime.c) */
+    int64_t mem_rss0;           /* --mem: resident anonymous + shared bytes as rt_init began, -1: unknown */
     int threads;                /* kernel threads (--threads, $NNSC_THREADS, or the default) */
     double timeout;             /* seconds any collective may wait */
     char *arena;                /* the arena: 2 MiB aligned (rt_big_alloc), zeroed */

@@ -860,6 +860,13 @@ void rt_comm_abort(rt_ctx *ctx)
     rt_net_free(ctx, 1);
 }
 
+void rt_comm_span(const rt_ctx *ctx, const void **p, size_t *bytes)
+{
+    const rt_comm *c = ctx->comm;
+    *p = c ? c->base : NULL;
+    *bytes = c ? (size_t)c->size : 0;
+}
+
 void rt_comm_free(rt_ctx *ctx, int failed)
 {
     rt_comm *c = ctx->comm;

@@ -39,6 +39,9 @@ void rt_comm_init(rt_ctx *ctx);
 /* Detach from the segment (rank 0 also unlinks it if that is still
  * pending).  failed = 1 on an error path: peers are told to give up. */
 void rt_comm_free(rt_ctx *ctx, int failed);
+/* The shared-memory segment this rank maps (--mem counts its resident
+ * pages); *bytes 0 without a communicator. */
+void rt_comm_span(const rt_ctx *ctx, const void **p, size_t *bytes);
 /* ctx->on_fatal of a job with peers (set by rt_comm_init and rt_net_init):
  * rt_comm_free and rt_net_free with failed = 1, so that the peers stop too. */
 void rt_comm_abort(rt_ctx *ctx);

@@ -28,6 +28,98 @@ static void rt_touch_pages(const void *p, int64_t lo, int64_t hi, int t)
         b[k] = 0;
 }
 
+/* ---- --mem: what a rank really allocated, to hold against plan.txt's
+ * memory per rank (the arena the compiler planned).  The arena is not
+ * faulted in ahead and stays on 4 KiB pages, so its resident pages at the
+ * end are the bytes the program touched (mincore).  The growth of the
+ * process's resident anonymous and shared memory since rt_init began is
+ * everything this library allocated and used; of it, the runtime's own
+ * buffers of a fixed size, the same for every model (each kernel thread's
+ * scratch, the communicator's segment), are measured apart, and what is
+ * left is what the plan does not know of.  All measured, none taken from
+ * the manifest: a planned byte never used, or a buffer outside the plan,
+ * shows. */
+
+/* The process's resident anonymous and shared-memory bytes now (Linux's
+ * /proc/self/status RssAnon + RssShmem: what was allocated and touched,
+ * not the executable's code paged in), -1 when unknown. */
+static int64_t rt_rss_alloc(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long long kib, sum = 0;
+    int seen = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %lld", &kib) == 1 || sscanf(line, "RssShmem: %lld", &kib) == 1)
+            sum += kib, seen++;
+    fclose(f);
+    return seen == 2 ? (int64_t)sum * 1024 : -1;
+}
+
+/* The arena on 4 KiB pages, so that mincore counts what was touched. */
+static void rt_mem_arena_pages(rt_ctx *ctx)
+{
+#ifdef MADV_NOHUGEPAGE
+    madvise(ctx->arena, (size_t)ctx->man.arena, MADV_NOHUGEPAGE);
+#else
+    (void)ctx;
+#endif
+}
+
+/* Resident bytes of [p, p + len) (its whole pages), -1 when unknown. */
+static int64_t rt_resident(const void *p, size_t len)
+{
+    if (!p || !len)
+        return 0;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p / pg * pg, hi = ((uintptr_t)p + len + pg - 1) / pg * pg;
+    size_t n = (hi - lo) / pg;
+    unsigned char *vec = malloc(n);
+    if (!vec || mincore((void *)lo, hi - lo, vec) != 0) {
+        free(vec);
+        return -1;
+    }
+    int64_t res = 0;
+    for (size_t i = 0; i < n; i++)
+        res += vec[i] & 1;
+    free(vec);
+    return res * (int64_t)pg;
+}
+
+/* One line per rank on stderr (one write), bytes: the planned arena, its
+ * bytes touched, the growth of resident memory since rt_init began, of it
+ * the runtime's fixed buffers (kernel scratch, the communicator's
+ * segment), and the rest. */
+static void rt_mem_report(const rt_ctx *ctx)
+{
+    int64_t now = rt_rss_alloc();
+    int64_t grown = now >= 0 && ctx->mem_rss0 >= 0 ? now - ctx->mem_rss0 : -1;
+    int64_t touched = ctx->dev ? -1 : rt_resident(ctx->arena, (size_t)ctx->man.arena);   /* (cuda: the device's) */
+    if (touched > ctx->man.arena)
+        touched = ctx->man.arena;   /* (the last page's tail) */
+    int64_t fixed = 0;
+    for (int t = 0; t < ctx->threads && fixed >= 0; t++) {
+        int64_t r = rt_resident(rt_scratch(t), sizeof(float) * RT_SCRATCH_FLOATS);
+        fixed = r < 0 ? -1 : fixed + r;
+    }
+    const void *seg;
+    size_t segb;
+    rt_comm_span(ctx, &seg, &segb);
+    int64_t rs = rt_resident(seg, segb);
+    fixed = fixed < 0 || rs < 0 ? -1 : fixed + rs;
+    int known = grown >= 0 && touched >= 0 && fixed >= 0;
+    char line[400];
+    int n = snprintf(line, sizeof line,
+                     "mem: rank %d arena %lld touched %lld; resident growth %lld: arena %lld, runtime buffers "
+                     "%lld, other %lld (bytes)\n",
+                     ctx->rank, (long long)ctx->man.arena, (long long)touched, (long long)grown,
+                     (long long)touched, (long long)fixed, (long long)(known ? grown - touched - fixed : -1));
+    if (n > 0 && write(2, line, (size_t)n) < 0)
+        return;
+}
+
 /* The flags (--help): one write to stdout. */
 static void rt_usage(const char *prog, const rt_manifest *m)
 {
@@ -52,6 +144,8 @@ static void rt_usage(const char *prog, const rt_manifest *m)
            "  --trace FILE    write the measured timeline of steps and pipeline tasks as\n"
            "                  Chrome-trace JSON (rank K of several: FILE-rankK.json)\n"
            "  --quiet, -q     do not print the per-step loss line\n"
+           "  --mem           at the end every rank prints what it allocated: the arena,\n"
+           "                  its bytes touched, and its peak resident growth (stderr)\n"
            "  --peak-flops X  peak FLOP/s of one device, for the MFU in the log: 1.5e12,\n"
            "                  312T, 50G (default $NNSC_PEAK_FLOPS, else the GPU's table\n"
            "                  entry; on a CPU none, and no MFU is shown)\n"
@@ -154,7 +248,7 @@ static int rt_env_rank_peek(void)
 /* The flags, for "did you mean". */
 static const char *const rt_flags[] = {
     "--steps", "--data", "--eval-data", "--init", "--ckpt-dir", "--ckpt-every", "--resume",
-    "--log", "--save", "--trace", "--quiet", "--peak-flops", "--timeout", "--threads", "--help",
+    "--log", "--save", "--trace", "--quiet", "--mem", "--peak-flops", "--timeout", "--threads", "--help",
 };
 
 #define RT_NEAR_MAX 31   /* longest word rt_edits compares */
@@ -236,7 +330,7 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
             else
                 rt_fatal(NULL, 2, "%s needs a value (try --help)", name);
         } else if (eq && (!strcmp(name, "--quiet") || !strcmp(name, "--resume") ||
-                          !strcmp(name, "--help"))) {
+                          !strcmp(name, "--mem") || !strcmp(name, "--help"))) {
             rt_fatal(NULL, 2, "%s takes no value (try --help)", name);
         }
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
@@ -246,6 +340,8 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
             exit(0);
         } else if (!strcmp(arg, "--quiet") || !strcmp(arg, "-q")) {
             ctx->quiet = 1;
+        } else if (!strcmp(arg, "--mem")) {
+            ctx->mem_report = 1;
         } else if (!strcmp(name, "--steps")) {
             ctx->steps = rt_flag_int("--steps", val);
         } else if (!strcmp(name, "--save")) {
@@ -281,7 +377,7 @@ static void rt_parse_flags(rt_ctx *ctx, int argc, char **argv)
                 snprintf(near, sizeof near, ": did you mean '%s'?", best);
             rt_fatal(NULL, 2, "unknown %s '%s'%s (flags: --steps N --data PATH --eval-data PATH "
                               "--init FILE --ckpt-dir DIR --ckpt-every N --resume --log FILE "
-                              "--save FILE --trace FILE --quiet --peak-flops X --timeout SEC --threads N "
+                              "--save FILE --trace FILE --quiet --mem --peak-flops X --timeout SEC --threads N "
                               "--help)", arg[0] == '-' ? "flag" : "argument", arg, near);
         }
     }
@@ -465,9 +561,11 @@ static rt_ctx *rt_starting;
 static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int cuda,
                               const rt_image *images, int nimages)
 {
+    int64_t rss0 = rt_rss_alloc();   /* (before anything this library allocates: --mem) */
     rt_ctx *ctx = rt_starting = calloc(1, sizeof *ctx);
     if (!ctx)
         rt_fatal(NULL, 1, "out of memory");
+    ctx->mem_rss0 = rss0;
     ctx->rank = -1;
     ctx->lr_scale = 1.0;
     ctx->grad_scale = 1.0f;
@@ -511,7 +609,9 @@ static rt_ctx *rt_init_target(int argc, char **argv, const char *manifest, int c
     ctx->arena = rt_big_alloc((size_t)ctx->man.arena);
     if (!ctx->arena)
         rt_fatal(ctx, 1, "cannot allocate the %lld-byte arena", (long long)ctx->man.arena);
-    if (!cuda)
+    if (!cuda && ctx->mem_report)
+        rt_mem_arena_pages(ctx);   /* 4 KiB pages, faulted in as the program uses them */
+    else if (!cuda)
         rt_parallel_for(rt_touch_pages, ctx->arena, ctx->man.arena, 4096, 1 << 24);
     if (!cuda && ctx->world > 1)
         rt_comm_init(ctx);
@@ -610,6 +710,8 @@ int rt_finish(rt_ctx *ctx)
     rt_ckpt_finish(ctx);
     if (ctx->started)
         rt_summary(ctx);
+    if (ctx->mem_report)
+        rt_mem_report(ctx);
     rt_log_close(ctx);
     rt_data_close(ctx);
     if (ctx->comm) {
