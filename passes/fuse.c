@@ -742,9 +742,45 @@ static int fz_section(ir_prog *p, int sec) {
  * [off, off + bytes): when it writes exactly that range, whole, as its only
  * output, with a constant acc = 0 it could turn into an accumulation, its
  * index (and *bj its buffer); else -1. */
+/* The byte ranges an instruction's buffers span, as bounds: of its writes,
+ * of its reads, of every buffer (size unknown: to INT64_MAX / 4).  The
+ * walks of sums in place below pass over an instruction whose bounds miss
+ * the asked range without calling ir_prog_access on each buffer again:
+ * those walks go from a backward add to its addends' writers, across
+ * every task between a micro-batch's forward and backward in an unrolled
+ * pipeline. */
+typedef struct fz_bound {
+    int64_t wlo, whi, rlo, rhi, alo, ahi;   /* [lo, hi); lo >= hi: none */
+} fz_bound;
+
+static fz_bound fz_bound_of(const pg_instr *in) {
+    fz_bound b = {INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
+    for (int j = 0; j < in->nbuf; j++) {
+        int64_t nb;
+        int acc = ir_prog_access(in, j, &nb);
+        int64_t lo = in->buf[j], hi = lo + (nb < 0 ? INT64_MAX / 4 : nb);
+        if (lo < b.alo) b.alo = lo;
+        if (hi > b.ahi) b.ahi = hi;
+        if ((acc & PG_WR) && lo < b.wlo) b.wlo = lo;
+        if ((acc & PG_WR) && hi > b.whi) b.whi = hi;
+        if ((acc & PG_RD) && lo < b.rlo) b.rlo = lo;
+        if ((acc & PG_RD) && hi > b.rhi) b.rhi = hi;
+    }
+    return b;
+}
+
+/* Does [lo, hi) of a bound meet [off, off + bytes)? */
+static int fz_bound_meets(int64_t lo, int64_t hi, int64_t off, int64_t bytes) {
+    return lo < hi && lo < off + bytes && off < hi;
+}
+
+/* The one instruction before `before` whose writes reach the range first
+ * (walking back), if it writes all of exactly that range with acc 0 and
+ * writes nothing else: its index (and *bj the buffer), else -1. */
 static int fz_sole_writer(const ir_prog *p, int sec, int before, int64_t off, int64_t bytes,
-                          int *bj) {
+                          int *bj, const fz_bound *bd) {
     for (int x = before - 1; x >= 0; x--) {
+        if (!fz_bound_meets(bd[x].wlo, bd[x].whi, off, bytes)) continue;   /* no write of x meets it */
         const pg_instr *in = &p->ins[sec][x];
         int hit = -1, writes = 0;
         for (int j = 0; j < in->nbuf; j++) {
@@ -769,9 +805,10 @@ static int fz_sole_writer(const ir_prog *p, int sec, int before, int64_t off, in
 /* Does an instruction of [from, to) other than skip1 / skip2 touch
  * [off, off + bytes) (any access when `any`, else reads only)? */
 static int fz_touched(const ir_prog *p, int sec, int from, int to, int skip1, int skip2,
-                      int64_t off, int64_t bytes, int any) {
+                      int64_t off, int64_t bytes, int any, const fz_bound *bd) {
     for (int x = from; x < to; x++) {
         if (x == skip1 || x == skip2) continue;
+        if (!fz_bound_meets(any ? bd[x].alo : bd[x].rlo, any ? bd[x].ahi : bd[x].rhi, off, bytes)) continue;
         const pg_instr *in = &p->ins[sec][x];
         for (int j = 0; j < in->nbuf; j++) {
             int64_t nb;
@@ -793,6 +830,8 @@ static int fz_touched(const ir_prog *p, int sec, int from, int to, int skip1, in
  * to rounding.  Returns how many adds went. */
 static int fz_sum_in_place(ir_prog *p, int sec) {
     int done = 0;
+    fz_bound *bd = ir_xmalloc(sizeof *bd * ((size_t)p->nins[sec] + 1));
+    for (int x = 0; x < p->nins[sec]; x++) bd[x] = fz_bound_of(&p->ins[sec][x]);
     for (int x = 0; x < p->nins[sec]; x++) {
         pg_instr *add = &p->ins[sec][x];
         int64_t n;
@@ -800,7 +839,7 @@ static int fz_sum_in_place(ir_prog *p, int sec) {
         int64_t a = add->buf[0], b = add->buf[1], y = add->buf[2], nb = 4 * n;
         if (fz_overlap(a, nb, b, nb) || fz_overlap(a, nb, y, nb) || fz_overlap(b, nb, y, nb))
             continue;
-        int ja, jb, xa = fz_sole_writer(p, sec, x, a, nb, &ja), xb = fz_sole_writer(p, sec, x, b, nb, &jb);
+        int ja, jb, xa = fz_sole_writer(p, sec, x, a, nb, &ja, bd), xb = fz_sole_writer(p, sec, x, b, nb, &jb, bd);
         if (xa < 0 || xb < 0 || xa == xb) continue;
         int first = xa < xb ? xa : xb, second = xa < xb ? xb : xa;
         /* Y untouched from the first producer on (their inputs included),
@@ -808,24 +847,28 @@ static int fz_sum_in_place(ir_prog *p, int sec) {
         int64_t ylo = y;
         pg_instr *pf = &p->ins[sec][first], *ps = &p->ins[sec][second];
         int jf = first == xa ? ja : jb, js = first == xa ? jb : ja;
-        int ybad = fz_touched(p, sec, first, x, first, second, ylo, nb, 1);
+        int ybad = fz_touched(p, sec, first, x, first, second, ylo, nb, 1, bd);
         for (int j = 0; j < pf->nbuf && !ybad; j++)
             ybad = j != jf && fz_overlap(pf->buf[j], 1, ylo, nb);
         for (int j = 0; j < ps->nbuf && !ybad; j++)
             ybad = j != js && fz_overlap(ps->buf[j], 1, ylo, nb);
-        if (ybad || fz_touched(p, sec, xa + 1, x, -1, -1, a, nb, 0) ||
-            fz_touched(p, sec, xb + 1, x, -1, -1, b, nb, 0) ||
+        if (ybad || fz_touched(p, sec, xa + 1, x, -1, -1, a, nb, 0, bd) ||
+            fz_touched(p, sec, xb + 1, x, -1, -1, b, nb, 0, bd) ||
             fz_live_after_walk(p, sec, x + 1, a, nb) || fz_live_after_walk(p, sec, x + 1, b, nb))
             continue;
         pf->buf[jf] = y;
         pf->ints[ir_prog_acc_index(pf->kernel)] = add->ints[1];
         ps->buf[js] = y;
         ps->ints[ir_prog_acc_index(ps->kernel)] = (pg_int){1, 0, 0};
+        bd[first] = fz_bound_of(pf);
+        bd[second] = fz_bound_of(ps);
         memmove(add, add + 1, (size_t)(p->nins[sec] - x - 1) * sizeof *add);
+        memmove(&bd[x], &bd[x + 1], (size_t)(p->nins[sec] - x - 1) * sizeof *bd);
         p->nins[sec]--;
         x--;
         done++;
     }
+    free(bd);
     return done;
 }
 

@@ -1195,8 +1195,13 @@ static void unroll(lctx *c, const int *at)
         for (int j = at[e[i].q]; j < at[e[i].q + 1]; j++) {
             pg_instr *in = &ins[k++];
             *in = old[j];
+            int acc = in->kernel < RT_K_COUNT ? ir_prog_acc_index(in->kernel) : -1;
             for (int a = 0; a < in->nint; a++) {
                 in->ints[a].c += in->ints[a].m * e[i].mb;
+                /* an acc int is a flag (rt_kernels.h: acc != 0 adds): 1, not the micro-batch,
+                   so that the tasks of micro-batches 1 .. m - 1 are alike and outline.c shares
+                   one body between them (one per micro-batch made codegen linear in m) */
+                if (a == acc && in->ints[a].m && in->ints[a].c) in->ints[a].c = 1;
                 in->ints[a].m = 0;
             }
             for (int a = 0; a < in->nbuf; a++)

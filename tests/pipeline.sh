@@ -270,5 +270,21 @@ sys.exit(0 if sum(n.values()) == 32 and set(n.values()) == {4} else 1)
 PY
 then ok "interleaved, sequence parallel, coshard, tp 8 x pp 4: ordered, the whole sequence sent on from every member of its gather"
 else no "coshard tp 8 x pp 4: $(grep -m1 error "$tmp/cs8.txt")"; fi
+# Micro-batches cost code linearly (issue 36): rank 0's Program at 4m micro-batches (--dump=prog,
+# counted in instructions, not seconds) has as many bodies as at m -- the tasks of micro-batches
+# 1 .. m - 1 share theirs (an acc int is the flag 1, not the micro-batch: one backward body per
+# micro-batch made codegen's work grow with m) -- and at most 6x the instructions.
+progsize() {   # progsize M: "bodies instructions" of rank 0 at M micro-batches (pp 2, 8 layers)
+  "$nn" "$spec" --devices 2 --set plan.pp=2 --set dims.L=8 --set dims.B="$1" --set train.micro_batches="$1" \
+    --dump=prog 2>"$tmp/ps$1.err" | awk '/^prog rank 1 /{exit} /^body /{b++} /^  [a-z0-9]+ +[a-z_0-9]+ /{n++} END {print b + 0, n + 0}'
+}
+read -r b4 n4 < <(progsize 4)
+read -r b16 n16 < <(progsize 16)
+if ((b4 > 0 && b16 == b4 && n4 > 0 && n16 <= 6 * n4)); then
+  ok "pp 2, micro-batches 4 -> 16: bodies $b4 -> $b16, instructions $n4 -> $n16 (at most 6x)"
+else no "pp 2, micro-batches 4 -> 16: bodies $b4 -> $b16, instructions $n4 -> $n16 (want equal bodies, at most 6x): $(head -c 300 "$tmp/ps16.err")"; fi
+# micro-batch size 1: micro_batches = batch / dp (Megatron's plans) is accepted, nothing caps it
+expect_rc 0 "pp 2 x dp 2, batch 16, 8 micro-batches of one sequence each" "$nn" "$spec" --devices 4 --set plan.pp=2 \
+  --set plan.policy=dp --set dims.B=16 --set train.micro_batches=8 --stop-after schedule --dump=schedule
 echo "$pass passed, $fail failed"
 ((fail == 0))
