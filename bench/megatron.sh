@@ -117,9 +117,13 @@ for r in "${rows[@]}"; do
   fi
   scell="(SEARCH=0)" sest="" sratio="" smem="" stime=""
   if [[ ${SEARCH:-1} != 0 ]]; then
-    timeout "${SEARCH_TIMEOUT:-600}" "$nn" "$top/examples/gpt2-124m.ini" "${sets[@]}" --set plan.policy=auto \
-      --stop-after graph -v >/dev/null 2>"$work/$name.search.log"
-    src=$?
+    # (its status from a command substitution whose stderr is dropped: an abort's "Aborted" line from bash
+    # stays out of the table)
+    src=$( {
+      timeout "${SEARCH_TIMEOUT:-600}" "$nn" "$top/examples/gpt2-124m.ini" "${sets[@]}" --set plan.policy=auto \
+        --stop-after graph -v >/dev/null 2>"$work/$name.search.log"
+      echo $?
+    } 2>/dev/null)
     chosen=$(sed -n 's/^  chosen   //p' "$work/$name.search.log" | head -n 1)
     stime=$(field "$work/$name.search.log" '^search .* priced in ([0-9.]+ s).*')
     re='^(.*): step ~?([0-9.]+) ms, memory ([0-9.]+ [KMGT]?i?B)'
