@@ -744,7 +744,15 @@ int fe_compile(const fe_opts *o)
     if ((rc = pass_pipeline(&d))) goto out_d;
     tick(o, &t0, "schedule");
     if (want(o, "schedule")) ir_dist_print(&d, &b), dump("schedule", &b);
-    if (stop_after(o, "schedule")) goto out_d;
+    if (stop_after(o, "schedule")) {
+        if (o->verbose) {   /* plan.txt's estimate without building the ranks (bench/megatron.sh) */
+            pass_estimate e;
+            pass_cost_step(&d, &e);
+            fprintf(stderr, "nnsc-aot: estimate   step %.3f ms on %s (cost model; plan.txt's, without memory)\n",
+                    e.step * 1e3, g.prof.name);
+        }
+        goto out_d;
+    }
     rc = build_ranks(o, &d, &t0);
     if (!rc && o->out && !o->quiet) {
         char dir[4096];

@@ -506,6 +506,10 @@ static void price_fold(cand *c, int fold, const meas *r)
             mem = (m->arena - m->persistent) / adiv + m->persistent - pgs + z;
             /* the step: one replica's micro-batches, then the slowest stage's gradient all-reduce */
             int spans = wsd > per_node || (N > per_node && per_node % wsd);   /* (a stage's dp group) */
+            if (spans) {   /* its members on one node (their ports carry it: pass_cost_collective) */
+                int on = (wsd < per_node ? wsd : per_node) / c->tp;
+                spans = on > 1 ? on : 1;
+            }
             /* (without ZeRO one bucket of every gradient, bucket.c: a ring all-reduce's 2 rounds;
                ZeRO 1 reduce-scatters and gathers them once, 2 rounds too; ZeRO 2 reduce-scatters
                them in every micro-batch and gathers them once, ZeRO 3 gathers them twice in every

@@ -404,6 +404,10 @@ typedef struct ir_profile {
                                  batch dim (a matmul packing its weight, a weight gradient accumulated),
                                  on top of its roofline time; 0: not priced (the built-in profiles),
                                  nnsc-aot profile fits it */
+    double mm_eff;            /* the fraction of flops_bf16 that large tensor-core GEMMs reach (0: 1, the
+                                 peak; passes/cost.c) */
+    int sms;                  /* streaming multiprocessors: a GEMM's tiles run in waves of this many
+                                 (0: no wave quantization; passes/cost.c) */
 } ir_profile;
 
 /* A [custom NAME] section of the spec (docs/custom-ops.md): an op the user

@@ -1,9 +1,12 @@
 /* cost.c -- the cost model: a plan's estimated step time on a profile
  * (g->prof, [cluster] device; ir/profile.c).
  *
- * A sub-op takes the longer of its FLOPs at the device's peak (bf16 peak
- * for matmuls under dtype = bf16) and its operands' bytes at the memory
- * bandwidth (a roofline).  In the micro-batches it also takes its operands
+ * A sub-op takes the longer of its FLOPs at the device's rate and its
+ * operands' bytes at the memory bandwidth (a roofline).  The rate is the
+ * f32 peak, or under dtype = bf16 for matmuls and attention the tensor
+ * cores': mm_eff of the bf16 peak (what large GEMMs reach, where the
+ * profile says), times a matmul's wave efficiency on the profile's sms
+ * (pass_cost_wave_eff).  In the micro-batches it also takes its operands
  * without a batch dim (weights, weight gradients) at the profile's
  * weight_bw, where set: a CPU matmul packs its weight panel on every call
  * and a weight gradient is read and written by every micro-batch, whatever
@@ -12,8 +15,9 @@
  * algorithm: its steps times the latency plus the bytes its busiest member
  * sends (ir_comm.bytes, which the comm pass counts per algorithm: 2(n-1)/n
  * S for a ring all-reduce, (n-1)/n S for all-gather and reduce-scatter, S
- * for a send) over the bandwidth -- the link's within a node, the
- * network's when its group spans nodes; a gradient bucket (bucket.c) is one
+ * for a send) over the bandwidth -- the link's within a node; when its
+ * group spans nodes, the network's per device times the group's members
+ * on its busiest node (their ports), at most the link's; a gradient bucket (bucket.c) is one
  * collective of its comms' bytes (a bucket of reduce-scatters or
  * all-gathers and its packing: each comm's input and output read and
  * written once at memory bandwidth).  Local slices, copies and zeroing
@@ -22,7 +26,8 @@
  * send 1.
  *
  * A rank runs its items one after another (transfers and collectives
- * block; nothing overlaps), so without a pipeline its step is the sum of
+ * block; nothing overlaps, as in Megatron-LM's 1F1B with its dp
+ * all-reduce after the backward), so without a pipeline its step is the sum of
  * its items' times, each micro-batch item m times; the step is the
  * slowest rank's.  With a pipeline every rank's order of its micro-batch
  * items is run with these times by the pipeline's check (ir_pipe.span): a
@@ -49,6 +54,46 @@ static double pt_bytes(const ir_dist *d, int pt, int sec)
     return n;
 }
 
+/* The fraction of a wave of SMs that a GEMM's output of rows x cols
+ * keeps busy: cuBLAS tiles the output (256 x 128 on Ampere: NVIDIA's Matrix
+ * Multiplication Background guide) and runs the tiles in waves of one per
+ * SM, so a partial last tile or a partial last wave computes for nothing.
+ * The better of the two orientations of the tile; 1 without sms. */
+double pass_cost_wave_eff(int sms, double rows, double cols)
+{
+    if (sms <= 0 || rows <= 0 || cols <= 0) return 1;
+    double best = 0;
+    for (int k = 0; k < 2; k++) {
+        double tm = k ? 128 : 256, tn = k ? 256 : 128;
+        double tiles = ceil(rows / tm) * ceil(cols / tn), waves = ceil(tiles / sms);
+        double e = rows * cols / (waves * sms * tm * tn);
+        if (e > best) best = e;
+    }
+    return best;
+}
+
+/* FLOP/s of sub-op s of op o whose execution does fl FLOPs: a matmul under
+ * bf16 at the tensor cores' achieved rate (mm_eff of the peak) times its
+ * wave efficiency, attention under bf16 at that rate (its two products
+ * run on the tensor cores: Megatron's batched GEMMs, or a fused kernel),
+ * the rest at the f32 peak. */
+static double subop_rate(const ir_graph *g, const ir_op *o, const ir_subop *s, double fl)
+{
+    const ir_profile *pf = &g->prof;
+    double eff = pf->mm_eff > 0 ? pf->mm_eff : 1;
+    int mm = o->kind == IR_OP_MATMUL || o->kind == IR_OP_MATMUL_NT || o->kind == IR_OP_MATMUL_TN;
+    int att = o->kind == IR_OP_ATTENTION || o->kind == IR_OP_ATTENTION_BWD;
+    if (!g->train.bf16 || !(mm || att)) return pf->flops;
+    if (att || fl <= 0) return pf->flops_bf16 * eff;
+    /* the GEMM's output: the rows of its leading dims (fl / (2 k n)) by n (matmul), by k (matmul_nt: dx), or
+       k by n (matmul_tn: dw, the leading dims summed) */
+    int ik = ir_anno_find(&o->anno, "k"), in = ir_anno_find(&o->anno, "n");
+    if (ik < 0 || in < 0 || s->ext[ik] <= 0 || s->ext[in] <= 0) return pf->flops_bf16 * eff;
+    double k = (double)s->ext[ik], n = (double)s->ext[in], lead = fl / (2 * k * n);
+    double rows = o->kind == IR_OP_MATMUL_TN ? k : lead, cols = o->kind == IR_OP_MATMUL_NT ? k : n;
+    return pf->flops_bf16 * eff * pass_cost_wave_eff(pf->sms, rows, cols);
+}
+
 double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)
 {
     const ir_graph *g = d->g;
@@ -57,9 +102,7 @@ double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)
     double fl = pass_subop_flops(g, s, sec) / execs, by = 0;
     for (int k = 0; k < o->nin; k++) by += pt_bytes(d, s->in[k], sec);
     for (int k = 0; k < o->nout; k++) by += pt_bytes(d, s->out[k], sec);
-    int mm = o->kind == IR_OP_MATMUL || o->kind == IR_OP_MATMUL_NT || o->kind == IR_OP_MATMUL_TN;
-    double peak = mm && g->train.bf16 ? g->prof.flops_bf16 : g->prof.flops;
-    double t = fl / peak, tb = by / g->prof.mem_bw, tw = 0;
+    double t = fl / subop_rate(g, o, s, fl), tb = by / g->prof.mem_bw, tw = 0;
     if (sec == IR_SEC_MB && g->prof.weight_bw > 0) {   /* the operands every micro-batch goes over again */
         double w = 0;
         for (int k = 0; k < o->nin; k++)
@@ -73,7 +116,11 @@ double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)
 
 double pass_cost_collective(const ir_profile *pf, ir_commkind kind, int n, double bytes, int spans_nodes)
 {
-    double bw = spans_nodes ? pf->net_bw : pf->link_bw, lat = spans_nodes ? pf->net_lat : pf->link_lat, steps;
+    /* spans_nodes: the most members on one node; a ring (NCCL's channels) crosses each node's boundary with
+       the whole of the busiest member's bytes, spread over the ports of the node's members, so k members on
+       a node move them at k ports' bandwidth -- within the node's links */
+    double bw = pf->link_bw, lat = spans_nodes ? pf->net_lat : pf->link_lat, steps;
+    if (spans_nodes && spans_nodes * pf->net_bw < bw) bw = spans_nodes * pf->net_bw;
     switch (kind) {
     case IR_COMM_ALLREDUCE: steps = 2.0 * (n - 1); break;
     case IR_COMM_ALLGATHER: case IR_COMM_REDUCESCATTER: case IR_COMM_ALLTOALL: steps = n - 1; break;
@@ -89,8 +136,14 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
 {
     const ir_profile *pf = &d->g->prof;
     const int *m = d->ints + d->grp[c->group].devs;
-    int spans = 0;
+    int spans = 0, most = 1;   /* spans nodes; the most members on one node */
     for (int k = 1; k < c->n; k++) spans |= m[k] / pf->per_node != m[0] / pf->per_node;
+    if (spans)
+        for (int k = 0; k < c->n; k++) {
+            int on = 0;
+            for (int j = 0; j < c->n; j++) on += m[j] / pf->per_node == m[k] / pf->per_node;
+            if (on > most) most = on;
+        }
     double bytes = (double)c->bytes;
     double copies = 0;   /* a bucket of reduce-scatters or all-gathers: its packing, bytes */
     if (c->bucket >= 0) {   /* a bucket: one collective of every comm's bytes, on its first */
@@ -111,7 +164,7 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
         bytes = o >= 0 ? pt_bytes(d, o, c->sec) : 0;
         if (c->kind == IR_COMM_SLICE) bytes = 0;   /* a view (lower.c points into the piece) */
     }
-    return pass_cost_collective(pf, c->kind, c->n, bytes, spans) + 2 * copies / pf->mem_bw;
+    return pass_cost_collective(pf, c->kind, c->n, bytes, spans ? most : 0) + 2 * copies / pf->mem_bw;
 }
 
 /* Item n's seconds per execution. */

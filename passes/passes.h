@@ -175,8 +175,11 @@ typedef struct pass_estimate {
 } pass_estimate;
 /* Seconds of sub-op s per execution in section sec (roofline). */
 double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec);
-/* Seconds of a collective of kind over n members whose busiest one sends bytes (alpha-beta). */
+/* Seconds of a collective of kind over n members whose busiest one sends bytes (alpha-beta); spans_nodes:
+ * 0 within a node, else the most members the group has on one node (their ports carry it between nodes). */
 double pass_cost_collective(const ir_profile *pf, ir_commkind kind, int n, double bytes, int spans_nodes);
+/* The fraction of the profile's sms that a GEMM output of rows x cols keeps busy (tile and wave quantization). */
+double pass_cost_wave_eff(int sms, double rows, double cols);
 /* Seconds of one execution of comm c. */
 double pass_cost_comm(const ir_dist *d, const ir_comm *c);
 /* Balanced pipeline stages (balance.c): cut layers 0 .. nl-1 (costs cost[l];

@@ -26,7 +26,7 @@ table=$(cat <<'EOF'
 ^\./build\.sh$	skip it builds this checkout; CI runs it on a fresh machine before this suite
 ^\./build\.sh test$	skip it is the command that runs this suite
 ^\./build\.sh san test$	skip the suite under the sanitizers; CI runs it after the plain suite
-^([A-Z_]+=\S+ )*bench/	skip a benchmark (minutes; results in docs/performance.md, not a test)
+^([A-Z][A-Z0-9_]*=\S+ )*bench/	skip a benchmark (minutes; results in docs/performance.md, not a test)
 ^python3 bench/best_of\.py	skip combines saved benchmark outputs (bench/)
 ^tools/hostile_probes\.sh$	skip probes of wall time and of another user's files (run by hand; each defect it found has a test in the suite)
 ^tools/fuzz_specs\.py 	skip a fuzzer of minutes against the sanitizer build (run by hand; findings become tests/bad/ cases)

@@ -903,6 +903,68 @@ static void test_cost(void)
           "across nodes slower than within");
 }
 
+/* Issue 36: the a100-80g estimate is a sum of terms, each from the
+ * profile's constants by its closed form -- a GEMM at mm_eff of the bf16
+ * peak times its wave efficiency (256 x 128 tiles over sms SMs) or its
+ * bytes at mem_bw, whichever is longer; a collective whose group spans
+ * nodes at its members' ports on one node, within the NVLink bandwidth;
+ * the step (no pipeline) every micro-batch item m times plus the items
+ * after them.  Checked on a dp 2 x m 2 plan of the mlp under bf16. */
+static void test_cost_terms(void)
+{
+    const ir_profile *a = ir_profile_find("a100-80g");
+    /* a 2048 x 2304 output (1.7B's q at micro-batch 1): 8 x 18 = 144 tiles of 256 x 128 (or 16 x 9 of
+       128 x 256), 2 waves of 108 */
+    double w = pass_cost_wave_eff(a->sms, 2048, 2304), want = 2048.0 * 2304 / (2 * 108 * 256.0 * 128);
+    CHECK(a->sms == 108 && fabs(w - want) < 1e-12 && pass_cost_wave_eff(a->sms, 256 * 12, 128 * 9) == 1 &&
+              pass_cost_wave_eff(0, 5, 7) == 1,
+          "wave efficiency: 2048 x 2304 on 108 SMs %.4f (2 waves for 144 tiles), 108 whole tiles 1, no SMs 1", w);
+    double S = 1e9, ar = 2.0 * 31 / 32 * S;
+    double t8 = pass_cost_collective(a, IR_COMM_ALLREDUCE, 32, ar, 8), t1 = pass_cost_collective(a, IR_COMM_ALLREDUCE, 32, ar, 1);
+    double bw8 = 8 * a->net_bw < a->link_bw ? 8 * a->net_bw : a->link_bw;
+    CHECK(fabs(t8 - (62 * a->net_lat + ar / bw8)) < 1e-12 * t8 && fabs(t1 - (62 * a->net_lat + ar / a->net_bw)) < 1e-12 * t1,
+          "all-reduce over 4 nodes: 8 members a node at %.0f GB/s (8 ports, within NVLink), 1 a node at one port's %.0f",
+          bw8 / 1e9, a->net_bw / 1e9);
+    ir_graph g;
+    ir_dist d;
+    mlp(&g, 8, 2);
+    g.prof = *a;
+    g.train.bf16 = 1;
+    g.req.devices = 2;
+    pass_autograd(&g);
+    ir_dist_init(&d, &g, 2);
+    CHECK(pass_plan(&d) == 0, "mlp dp 2 on a100-80g");
+    pass_split(&d);
+    pass_comm(&d);
+    pass_schedule(&d);
+    pass_estimate e;
+    pass_cost_step(&d, &e);
+    double m = g.train.micro_batches, sum = 0, peak = a->flops_bf16 * a->mm_eff;
+    int nmm = 0, mm_ok = 1;
+    for (int q = d.rank_item0[e.rank]; q < d.rank_item0[e.rank + 1]; q++) {
+        const ir_item *it = &d.seq[d.rank_item[q]];
+        if (it->sec == IR_SEC_PROLOGUE || it->sec == IR_SEC_EPILOGUE) continue;
+        double t = it->comm ? pass_cost_comm(&d, &d.comm[it->id]) : pass_cost_subop(&d, &d.sop[it->id], it->sec);
+        sum += it->sec == IR_SEC_MB ? m * t : t;
+        const ir_subop *s = it->comm ? NULL : &d.sop[it->id];
+        if (!s || g.op[s->op].kind != IR_OP_MATMUL || it->sec != IR_SEC_MB) continue;
+        /* the forward matmul by hand: rows of its input piece per micro-batch, K and N of the weight */
+        const ir_ptensor *x = &d.pt[s->in[0]], *wt = &d.pt[s->in[1]];
+        double M = (double)(x->box.hi[0] - x->box.lo[0]) / m, K = (double)(wt->box.hi[0] - wt->box.lo[0]),
+               N = (double)(wt->box.hi[1] - wt->box.lo[1]);
+        double fl = 2 * M * K * N, by = 4 * (M * K + K * N + M * N);
+        double tc = fl / (peak * pass_cost_wave_eff(108, M, N)), tb = by / a->mem_bw;
+        mm_ok &= fabs(t - (tc > tb ? tc : tb)) <= 1e-9 * t;
+        nmm++;
+    }
+    CHECK(nmm == 2 && mm_ok, "the forward matmuls' times: max(2MKN / (mm_eff peak x wave), bytes / mem_bw) (%d)", nmm);
+    CHECK(!d.pipe && fabs(e.step - sum) <= 1e-9 * e.step && fabs(e.step - (e.compute + e.comm + e.outside)) <= 1e-9 * e.step,
+          "the step %.3g s is the sum of rank %d's terms (%.3g s: micro-batch items x %g, then the rest)", e.step,
+          e.rank, sum, m);
+    ir_dist_free(&d);
+    ir_graph_free(&g);
+}
+
 /* The op table (ir/ops.h) against the kernel contract (rtlib/rt_kernels.h):
  * every op lowers to a kernel, or is one of the view ops lowered by hand
  * (or cross_entropy, which never reaches a graph); a kernel of fixed
@@ -1069,6 +1131,7 @@ int main(int argc, char **argv)
 {
     test_op_table();
     test_cost();
+    test_cost_terms();
     test_balance();
     test_optrans();
     test_inplace_readers(argc > 1 ? argv[1] : "tests");
