@@ -12,9 +12,10 @@
 #               tp and pp, dp = GPUs / (tp pp), micro-batch size 1
 #               (micro_batches = B / dp), every layer recomputed, 1f1b --
 #               through the pipeline pass (`--stop-after schedule -v` prints
-#               the estimate plan.txt would; seconds even at 280
-#               micro-batches); its ratio to the published step; and the
-#               plan's memory per rank from plan.txt of the whole build (-o),
+#               the estimate plan.txt would, and the largest memory plan
+#               of the stages' first ranks; seconds even at 280
+#               micro-batches); its ratio to the published step; with MEM=1
+#               also the whole build (-o) and plan.txt's memory per rank,
 #               which takes minutes at hundreds of micro-batches and 1000+
 #               ranks today;
 #   searched    policy = auto's chosen plan (`--stop-after graph -v`), its
@@ -25,9 +26,8 @@
 # a100-80g (ir/profile.c; docs/plan-search.md, Calibration of a100-80g).
 # MB_<row> (MB_1_7B, MB_7_5B, MB_39_1B, MB_145_6B, MB_529_6B, MB_GPT3) sets
 # the micro-batches of Megatron's plan (B / dp by default); MEM_MB_<row>
-# those of its memory build (default the same), for rows whose whole build
-# is too slow yet (0: none): the table names every row built otherwise.  MEM=0
-# skips the memory builds, SEARCH=0 the searches; ROWS (default all: "1.7B
+# those of its whole build (default the same; 0: none).  MEM=1 makes the
+# whole builds (default none), SEARCH=0 skips the searches; ROWS (default all: "1.7B
 # 7.5B 39.1B 145.6B 529.6B GPT3") picks rows.  TIMEOUT (default 1200 s)
 # bounds each estimate, MEM_TIMEOUT (900 s) each build, SEARCH_TIMEOUT (600
 # s) each search.  Output: a markdown table for docs/performance.md.
@@ -61,7 +61,7 @@ field() { sed -nE "s/$2/\\1/p" "$1" | head -n 1; }
 
 echo "megatron.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), nnsc-aot $(git -C "$top" rev-parse --short HEAD 2>/dev/null), a100-80g, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| row | GPUs (dp x tp x pp) | published step | Megatron's plan: micro-batches | its estimate | / published | its memory per rank | its build (-o) | searched plan | its estimate | / Megatron's | its memory | search time |"
+echo "| row | GPUs (dp x tp x pp) | published step | Megatron's plan: micro-batches | its estimate | / published | its memory per rank | its whole build (-o): plan.txt's memory, time | searched plan | its estimate | / Megatron's | its memory | search time |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 fail=0
 for r in "${rows[@]}"; do
@@ -81,6 +81,8 @@ for r in "${rows[@]}"; do
     --stop-after schedule -v >/dev/null 2>"$work/$name.est.log"
   rc=$?
   est=$(field "$work/$name.est.log" '^nnsc-aot: estimate   step ([0-9.]+) ms.*')
+  pmem=$(field "$work/$name.est.log" '^nnsc-aot: estimate   step .* memory ([0-9.]+) MiB per rank.*')
+  [[ -n $pmem ]] && pmem=$(awk -v m="$pmem" 'BEGIN { printf "%.1f GiB", m / 1024 }')
   mcell=$m
   ((m != m0)) && mcell="$m (not $m0: $var)"
   if [[ -n $est ]]; then
@@ -98,7 +100,7 @@ for r in "${rows[@]}"; do
   mem="(MEM=0)" bt=""
   if [[ $mm == 0 ]]; then
     mem="(not built: $mvar=0)"
-  elif [[ ${MEM:-1} != 0 ]]; then
+  elif [[ ${MEM:-0} != 0 ]]; then
     out=$work/$name
     rm -rf "$out"
     t0=$(date +%s.%N)
@@ -139,6 +141,6 @@ for r in "${rows[@]}"; do
     fi
   fi
   printf '| %s | %s (%s x %s x %s) | %s s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$gpus" "$dp" "$tp" \
-    "$pp" "$pub" "$mcell" "$ecell" "$ratio" "$mem" "$bt" "$scell" "$sest" "$sratio" "$smem" "$stime"
+    "$pp" "$pub" "$mcell" "$ecell" "$ratio" "${pmem:-?}" "$mem${bt:+, $bt}" "$scell" "$sest" "$sratio" "$smem" "$stime"
 done
 exit $fail

@@ -748,8 +748,19 @@ int fe_compile(const fe_opts *o)
         if (o->verbose) {   /* plan.txt's estimate without building the ranks (bench/megatron.sh) */
             pass_estimate e;
             pass_cost_step(&d, &e);
-            fprintf(stderr, "nnsc-aot: estimate   step %.3f ms on %s (cost model; plan.txt's, without memory)\n",
-                    e.step * 1e3, g.prof.name);
+            /* the memory: each stage's first rank's memory plan (the search's; its tp and dp
+               peers hold alike boxes), the arena lowering then takes (plan.txt's per rank) */
+            int64_t mx = 0;
+            int sd = d.ndev / d.mesh_pp, smax = 0;
+            for (int s = 0; s < d.mesh_pp; s++) {
+                pass_mem m;
+                pass_memplan(&d, s * sd, &m);
+                if (m.arena > mx) mx = m.arena, smax = s;
+                pass_mem_free(&m);
+            }
+            fprintf(stderr, "nnsc-aot: estimate   step %.3f ms on %s, memory %.1f MiB per rank (stage %d's first "
+                    "rank's memory plan; cost model: plan.txt's)\n", e.step * 1e3, g.prof.name, (double)mx / 1048576.0,
+                    smax);
         }
         goto out_d;
     }
