@@ -55,6 +55,10 @@
 /* Z3's work for one block's op-trans (optrans.c), as SEARCH_Z3_WORK */
 #define SEARCH_OT_WORK 4000000
 
+/* the most micro-batches x stages a candidate beyond 64 micro-batches takes (Megatron's rows: 192 x 16,
+   280 x 35) */
+#define SEARCH_MAX_MB_STAGES 10240
+
 #define RC_ALL 16   /* cand.rc: sixteenths of each block's repeats recomputed, the first ones */
 
 typedef struct cand {
@@ -927,7 +931,7 @@ struct chain {
     int dp, tp, pp, sched;
     const char *stage;   /* balanced stages, or NULL */
     double sratio;       /* with stage: its slowest stage over the even cut's, on the layers' costs */
-    int nm, ms[8];
+    int nm, ms[16];
     int nout, skipped;   /* priced, and left unpriced by the stop */
     int tpnext;          /* the chain of the same pp and schedule at the next larger tp, or -1 */
     int head;            /* 1: the first (smallest tp) of its pp and schedule */
@@ -948,10 +952,22 @@ static const int ladder_z[] = {0, 1, 3, 3, 3, 3, 3, 3, 3}, ladder_rc[] = {0, 0, 
                  ladder_sp[] = {0, 0, 0, 1, 1, 1, 1, 1, 1};
 #define LADDER 9   /* (the last rung: all recomputed, and the MLP chains co-sharded) */
 
+/* The ZeRO level of rung k for t: a pipeline of more than 64 micro-batches
+   (micro-batches of a few samples: Megatron's counts) keeps ZeRO 1 where the
+   ladder says 3 -- ZeRO 3 gathers every param twice in every micro-batch,
+   hundreds of times a step, where recompute costs a third more work once:
+   GPT-3's dp 9 x tp 8 x pp 35 at 70 micro-batches took 96 s a step with
+   ZeRO 3, Megatron's plan of it, ZeRO 1 with everything recomputed, 53 s. */
+static int rung_zero(const cand *t, int k)
+{
+    return ladder_z[k] == 3 && t->pp > 1 && t->m > 64 ? 1 : ladder_z[k];
+}
+
 /* Rung k of the memory ladder for t, in *u: 0 where it does not apply. */
 static int rung_cand(const search_ctx *x, const cand *t, int k, cand *u)
 {
     if (k && t->dp == 1 && ladder_z[k] && !ladder_rc[k] && !ladder_sp[k]) return 0;   /* (ZeRO needs dp) */
+    if (k == 2 && rung_zero(t, k) == 1) return 0;   /* (rung 1 again) */
     /* sequence parallelism: with tp, where the spec does not say */
     if (ladder_sp[k] && !ladder_rc[k] && (t->tp == 1 || x->fsp)) return 0;
     if (x->fz >= 0 && k && !ladder_rc[k] && !ladder_sp[k]) return 0;   /* (the spec's ZeRO level on every rung) */
@@ -961,7 +977,7 @@ static int rung_cand(const search_ctx *x, const cand *t, int k, cand *u)
                                                                                   recomputes) */
     if (k == LADDER - 1 && !x->cos) return 0;      /* (no MLP chain, or the spec's coshard) */
     *u = *t;
-    u->zero = t->dp == 1 ? 0 : x->fz >= 0 ? x->fz : ladder_z[k];   /* (ZeRO shards on dp: none on dp 1) */
+    u->zero = t->dp == 1 ? 0 : x->fz >= 0 ? x->fz : rung_zero(t, k);   /* (ZeRO shards on dp: none on dp 1) */
     u->rc = x->frc < 0 ? 0 : ladder_rc[k] * (RC_ALL / 4);
     u->sp = t->sp || (t->tp > 1 && !x->fsp && ladder_sp[k]);   /* (t.sp: the refinement's, kept) */
     u->rung = k, u->ok = u->est = 0, u->why[0] = '\0', u->dom = u->domlb = 0;
@@ -1012,7 +1028,7 @@ static cand climb(const search_ctx *x, cand t, int k0, int full, int spfirst)
            parallelism (at most u.spgain) and then only work (more layers recomputed, the MLP chains
            in pieces), so none is faster than this one's step less what they could take off; slower
            than the incumbent even so, none can be chosen */
-        int zset = ladder_z[k] == 3 || x->fz >= 0 || t.dp == 1, spset = ladder_sp[k] || t.tp == 1 || x->fsp || t.sp;
+        int zset = rung_zero(&t, k) == rung_zero(&t, LADDER - 1) || x->fz >= 0 || t.dp == 1, spset = ladder_sp[k] || t.tp == 1 || x->fsp || t.sp;
         double lb = u.step - (spset ? 0 : u.spgain) - (zset ? 0 : u.zgain);
         if (!have && x->U > 0 && lb > x->U && k + 1 < LADDER) {
             best.dom = x->U, best.domlb = lb;
@@ -1568,12 +1584,25 @@ int fe_search(const fe_opts *o, ir_graph *g)
                     else if (sd / sts[k] > bdp) bdp = sd / sts[k];
                 }
                 if (nsts && (nsts != pp || tp != sts[0])) stok = 0;
-                for (int m = 1; m <= 64; m *= 2) {
+                /* the counts: powers of two up to 64, then with a pipeline the counts of micro-batches
+                   of 4, 2 and 1 samples per replica beyond them (Megatron's: 192 at pp 16, 280 at pp 35;
+                   the 1F1B bubble falls as (pp - 1) / m while the stash stays pp deep) */
+                int mcs[16], nmc = 0;
+                for (int m = 1; m <= 64; m *= 2) mcs[nmc++] = m;
+                /* (1f1b alone, and at most SEARCH_MAX_MB_STAGES stage micro-batches: the
+                   pipeline pass's build grows with pp x m, zb-h1's and interleaved's the fastest: zb-h1 150 s at pp 64, m 768) */
+                for (int k = 4; k >= 1 && pp > 1 && B && sched == IR_SCHED_1F1B; k /= 2) {
+                    int64_t m = B / ((int64_t)bdp * k);
+                    if (m > 64 && m * pp <= SEARCH_MAX_MB_STAGES && m * bdp * k == B && m > mcs[nmc - 1])
+                        mcs[nmc++] = (int)m;
+                }
+                for (int mi = 0; mi < nmc; mi++) {
+                    int m = mcs[mi];
                     space++;
                     /* what cannot be built, or what the spec rules out */
                     int w = !stok ? WHY_SPEC : B && (B % ((int64_t)bdp * m)) ? WHY_BATCH : pp > nl ? WHY_LAYERS
-                          : tp > pf->per_node ? WHY_NODES
-                          : pp > 1 && (m < pp || m > 4 * pp) ? WHY_BUBBLE   /* (fewer: mostly bubble; more: no gain) */
+                          : tp > pf->per_node || (N > pf->per_node && pf->per_node % tp) ? WHY_NODES   /* (a tp group within a node) */
+                          : pp > 1 && (m < pp || m > 16 * pp) ? WHY_BUBBLE   /* (fewer: mostly bubble; more: little gain) */
                           /* (without a pipeline micro-batches only save activations: gradient accumulation, up
                              to 16, a lever for memory beside the ladder's, unless the spec says accumulate = false) */
                           : pp == 1 && m > (r0->no_accum ? 1 : 16) ? WHY_ACCUM
