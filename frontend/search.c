@@ -1763,8 +1763,8 @@ int fe_search(const fe_opts *o, ir_graph *g)
             ir_bprintf(&w, "%s%d: ", w.n ? "; " : "", why[k]);
             if (k == WHY_BATCH) ir_bprintf(&w, "the batch (%lld) does not divide by dp x micro-batches", (long long)B);
             if (k == WHY_LAYERS) ir_bprintf(&w, "more pipeline stages than the %d layers", nl);
-            if (k == WHY_NODES) ir_bprintf(&w, "a tp group larger than a node (%d devices)", pf->per_node);
-            if (k == WHY_BUBBLE) ir_bprintf(&w, "micro-batches outside pp .. 4 pp in a pipeline");
+            if (k == WHY_NODES) ir_bprintf(&w, "a tp group larger than a node, or beyond one node not dividing it (%d devices)", pf->per_node);
+            if (k == WHY_BUBBLE) ir_bprintf(&w, "micro-batches outside pp .. 16 pp in a pipeline");
             if (k == WHY_ACCUM) ir_bprintf(&w, "more than %d micro-batch%s without a pipeline%s", r0->no_accum ? 1 : 16,
                                            r0->no_accum ? "" : "es", r0->no_accum ? " (accumulate = false)" : "");
             if (k == WHY_INTER) ir_bprintf(&w, "interleaved with micro-batches not a multiple of pp, or fewer than 2 pp layers");

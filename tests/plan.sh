@@ -222,7 +222,7 @@ PY
 then ok "  ... and the plan built is that candidate: sequence parallel, its estimate the chosen step, it fits"
 else no "auto sequence-parallel rung built: $(grep -E '^estimate|ln1 ' "$tmp/sprb/plan.txt" | head -n 3)"; fi
 # no candidate at all: gpt2-124m's batch of 4 on 64 devices (dp x micro-batches must divide it, tp
-# stays within a node of 8, pp at most the 12 layers, a pipeline takes pp .. 4 pp micro-batches):
+# stays within a node of 8, pp at most the 12 layers, a pipeline takes pp .. 16 pp micro-batches):
 # exit 2, the rules counted, the batch named in the hint
 "$nn" "$top/examples/gpt2-124m.ini" --devices 64 --stop-after graph --set plan.policy=auto \
   --set cluster.device=a100-80g 2>"$tmp/nocand.err"
