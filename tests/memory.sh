@@ -24,7 +24,7 @@ spec=$top/examples/gpt2-tiny.ini
 stash0() {
   local name=$1
   shift
-  "$nn" "$spec" -o "$tmp/$name" -q "$@" >"$tmp/$name.log" 2>&1 || { no "build $name: $(tail -n 3 "$tmp/$name.log")"; echo 0; return; }
+  "$nn" "$spec" -o "$tmp/$name" -q "$@" >"$tmp/$name.log" 2>&1 || { echo "FAIL  build $name: $(tail -n 3 "$tmp/$name.log")" >&2; echo 0; return; }   # (counted by layer: its bytes are then wrong)
   python3 - "$tmp/$name/plan.txt" <<'PY'
 import re, sys
 t = open(sys.argv[1]).read()
@@ -57,9 +57,18 @@ layer full $((4 * sbh)) --devices 2 --set plan.recompute=h
 
 # ---- 2. plan.txt's arena per rank against the ranks' --mem lines
 # alloc NAME DEVICES OPTS...: build, run 2 steps with --mem, compare every rank
+# (not under AddressSanitizer: its allocator's redzones and quarantine grow
+# what a rank holds outside the arena by more than the plan's 10 %, hybrid-pp
+# 9.0 % apart there against 4.7 % plain; those lines say skip, not ok)
+asan=0
+nm -D "$nn" 2>/dev/null | grep -q __asan_init || nm "$nn" 2>/dev/null | grep -q __asan_init && asan=1
 alloc() {
   local name=$1 devs=$2
   shift 2
+  if ((asan)); then
+    echo "skip  $name: plan.txt's arena against the rank's allocation (a sanitizer build: ASan's heap is not the plan's)"
+    return
+  fi
   "$nn" "$spec" -o "$tmp/$name" -q --devices "$devs" --set dims.C=256 "$@" >"$tmp/$name.log" 2>&1 ||
     { no "build $name: $(tail -n 3 "$tmp/$name.log")"; return; }
   "$tmp/$name/launch" --steps 1 -q --mem >"$tmp/$name.run" 2>&1 || { no "$name: run failed: $(tail -n 3 "$tmp/$name.run")"; return; }
