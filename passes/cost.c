@@ -138,12 +138,17 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
     const int *m = d->ints + d->grp[c->group].devs;
     int spans = 0, most = 1;   /* spans nodes; the most members on one node */
     for (int k = 1; k < c->n; k++) spans |= m[k] / pf->per_node != m[0] / pf->per_node;
-    if (spans)
+    if (spans) {   /* (counted per node: a pairwise count took minutes on a 1024-rank dp all-reduce,
+                      priced once per rank) */
+        int nn = d->ndev / pf->per_node + 1, small[256];
+        int *cnt = nn <= 256 ? small : ir_xcalloc((size_t)nn, sizeof *cnt);
+        if (cnt == small) memset(small, 0, sizeof small);
         for (int k = 0; k < c->n; k++) {
-            int on = 0;
-            for (int j = 0; j < c->n; j++) on += m[j] / pf->per_node == m[k] / pf->per_node;
+            int on = ++cnt[m[k] / pf->per_node];
             if (on > most) most = on;
         }
+        if (cnt != small) free(cnt);
+    }
     double bytes = (double)c->bytes;
     double copies = 0;   /* a bucket of reduce-scatters or all-gathers: its packing, bytes */
     if (c->bucket >= 0) {   /* a bucket: one collective of every comm's bytes, on its first */
