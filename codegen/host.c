@@ -648,6 +648,12 @@ static void cg_loop(cg_host_ctx *h, LLVMValueRef fn, LLVMValueRef n, LLVMValueRe
     LLVMPositionBuilderAtEnd(h->b, exit);
 }
 
+/* The pipeline's steady-state loop body (cg_loop's, h->mb its iteration). */
+static void cg_steady(cg_host_ctx *h, LLVMValueRef unused) {
+    (void)unused;
+    cg_run(h, h->p->ins[IR_SEC_MB] + h->p->loop_lo, h->p->loop_hi - h->p->loop_lo);
+}
+
 static void cg_eval_mb(cg_host_ctx *h, LLVMValueRef unused) {
     (void)unused;
     cg_section(h, IR_SEC_EVAL);
@@ -756,7 +762,16 @@ static void cg_main(cg_host_ctx *h, const char *cpu, const char *features, int p
                                          LLVMConstInt(h->i64, p->pipelined ? 1 : (unsigned long long)p->micro_batches, 1), "mb.more");
     LLVMBuildCondBr(h->b, mb_more, mb_body, mb_exit);
     LLVMPositionBuilderAtEnd(h->b, mb_body);
-    cg_section(h, IR_SEC_MB);
+    if (p->loop_iters > 0) {
+        /* a pipeline's steady state: for (it = 0; it < ITERS; it++) { [lo, hi) } between the
+           warm-up and the cool-down, the iteration as those instructions' mb */
+        cg_run(h, p->ins[IR_SEC_MB], p->loop_lo);
+        cg_loop(h, fn, LLVMConstInt(h->i64, (unsigned long long)p->loop_iters, 0), &h->mb, "steady",
+                cg_steady, NULL);
+        cg_run(h, p->ins[IR_SEC_MB] + p->loop_hi, p->nins[IR_SEC_MB] - p->loop_hi);
+    } else {
+        cg_section(h, IR_SEC_MB);
+    }
     LLVMValueRef mb_next = LLVMBuildNSWAdd(h->b, h->mb, LLVMConstInt(h->i64, 1, 0), "mb.next");
     LLVMBasicBlockRef mb_end = LLVMGetInsertBlock(h->b);
     LLVMBuildBr(h->b, mb_cond);

@@ -501,6 +501,7 @@ static void lower_rank(lw_work *w, int r, ir_prog *p)
     if (!key_seen(w, key) && pass_memcheck(d, &m, why, sizeof why))
         ir_die(__FILE__, __LINE__, "memory plan: %s", why);
     ir_prog_init(p, r, d->ndev);
+    p->no_loop = o->no_loops;
     p->cust = d->g->cust, p->ncust = d->g->ncust;
     pass_lower(d, &m, p);
     ir_prog_verify(p);

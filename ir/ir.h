@@ -878,6 +878,12 @@ typedef struct ir_prog {
     int64_t micro_batches;            /* micro-batches per step (trip count of the IR_SEC_EVAL loop) */
     int pipelined;                    /* 1: the IR_SEC_MB section holds a pipeline's tasks unrolled
                                          (passes/lower.c) and runs once per step, not micro_batches times */
+    int loop_lo, loop_hi;             /* pipelined, loop_iters > 0: the steady state as a loop -- MB
+                                         instructions [loop_lo, loop_hi) run loop_iters times in a row,
+                                         the mb of their ints (c + m * mb) counting the iterations from 0;
+                                         outside it a pipelined program's ints have no mb (lower.c) */
+    int64_t loop_iters;               /* 0: no loop */
+    int no_loop;                      /* set before lowering: 1 unrolls the steady state too (--no-loops) */
     int64_t steps;                    /* default step count */
     int64_t loss_off;                 /* arena offset of the replicated loss, -1: none */
     pg_instr *ins[IR_SEC_COUNT];      /* instructions per section */

@@ -333,7 +333,13 @@ void ir_prog_print(const ir_prog *p, ir_buf *b) {
         for (int i = 0; i < bd->nins; i++) pg_print_line(b, tag, p, &bd->ins[i]);
     }
     for (int s = 0; s < IR_SEC_COUNT; s++)
-        for (int i = 0; i < p->nins[s]; i++) pg_print_line(b, pg_secname[s], p, &p->ins[s][i]);
+        for (int i = 0; i < p->nins[s]; i++) {
+            int loop = s == IR_SEC_MB && p->loop_iters > 0;
+            if (loop && i == p->loop_lo)
+                ir_bprintf(b, "%s loop %" PRId64 " times, mb = the iteration {\n", pg_secname[s], p->loop_iters);
+            pg_print_line(b, pg_secname[s], p, &p->ins[s][i]);
+            if (loop && i + 1 == p->loop_hi) ir_bprintf(b, "%s }\n", pg_secname[s]);
+        }
     if (p->manifest.n) {
         ir_bprintf(b, "manifest\n");
         const char *line = p->manifest.s;
@@ -639,6 +645,10 @@ static void pg_verify_instr(const pg_where *w, const pg_instr *in) {
         PG_CHECK(w, has_step || in->ints[j].s == 0, "int %d uses the step outside the step loop", j);
         PG_CHECK(w, w->sec == IR_SEC_MB || w->sec == IR_SEC_EVAL || in->ints[j].m == 0,
                  "int %d uses the micro-batch outside the micro-batch loop", j);
+        /* a pipeline's tasks are unrolled: the mb is the steady state's iteration, only in it */
+        PG_CHECK(w, !p->pipelined || w->sec != IR_SEC_MB || in->ints[j].m == 0 ||
+                        (p->loop_iters > 0 && w->idx >= p->loop_lo && w->idx < p->loop_hi),
+                 "int %d uses the micro-batch outside the pipeline's loop", j);
     }
     pg_verify_var(w, in);
     for (int j = 0; j < in->nbuf; j++) {
@@ -720,6 +730,10 @@ void ir_prog_verify(const ir_prog *p) {
     PG_CHECK(&w, p->arena >= 0, "arena of %" PRId64 " bytes", p->arena);
     PG_CHECK(&w, p->micro_batches >= 1, "%" PRId64 " micro-batches", p->micro_batches);
     PG_CHECK(&w, p->pipelined == 0 || p->pipelined == 1, "pipelined %d", p->pipelined);
+    PG_CHECK(&w, p->loop_iters == 0 || (p->pipelined && p->loop_iters >= 1 && 0 <= p->loop_lo &&
+                                         p->loop_lo < p->loop_hi && p->loop_hi <= p->nins[IR_SEC_MB]),
+             "the mb loop [%d, %d) of %d instructions, %" PRId64 " times", p->loop_lo, p->loop_hi,
+             p->nins[IR_SEC_MB], p->loop_iters);
     PG_CHECK(&w, p->steps >= 0, "%" PRId64 " steps", p->steps);
     PG_CHECK(&w, p->loss_off == -1 || (p->loss_off >= 0 && p->loss_off % PG_ELEM == 0 &&
                                        p->loss_off <= p->arena - PG_ELEM),

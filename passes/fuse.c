@@ -205,6 +205,23 @@ static int fz_path_reads(const ir_prog *p, const int *secs, int tail, fz_live L)
  * the end of the section counts as a read.  This walks every instruction
  * on the way, for sums in place, which rewrite the section as they go;
  * fusion asks fz_live_after, the same question through an index. */
+/* A pipeline's steady state is a loop (lower.c): a liveness question asked
+ * before it or inside it is answered within its region -- up to the loop's
+ * start, or to the end of one iteration -- and a range still live there
+ * counts as read (the next iteration, or the instructions after, may read
+ * it).  Conservative: a store may stay that the unrolled program would
+ * drop, never the other way.  Returns the region's end for a question at
+ * `from`, or -1 when the question is after the loop (or there is none):
+ * then the rest of the section and the paths answer it as before.  Chains
+ * and sums in place stay within one region too. */
+static int fz_region_end(int lo, int hi, int from) {
+    if (lo >= hi || from > hi) return -1;
+    return from <= lo ? lo : hi;
+}
+
+/* The region of instruction x (0 before the loop, 1 in it, 2 after). */
+static int fz_region(int lo, int hi, int x) { return lo >= hi ? 0 : x < lo ? 0 : x < hi ? 1 : 2; }
+
 static int fz_live_after_walk(const ir_prog *p, int sec, int from, int64_t off, int64_t bytes) {
     if (p->loss_off >= 0 && fz_overlap(off, bytes, p->loss_off, 4)) return 1;
     /* persistent buffers (params, optimizer state, accumulators) are read by
@@ -212,6 +229,11 @@ static int fz_live_after_walk(const ir_prog *p, int sec, int from, int64_t off, 
     for (int g = 0; g < p->nreg; g++)
         if (p->reg[g].persistent && fz_overlap(off, bytes, p->reg[g].off, p->reg[g].bytes)) return 1;
     fz_live L = {1, {off}, {off + bytes}};
+    int rend = sec == IR_SEC_MB && p->loop_iters > 0 ? fz_region_end(p->loop_lo, p->loop_hi, from) : -1;
+    if (rend >= 0) {
+        int rr = fz_scan(p, sec, from, rend, &L);
+        return rr >= 0 ? rr : 1;
+    }
     int r = fz_scan(p, sec, from, p->nins[sec], &L);
     if (r >= 0) return r;
     if (sec != IR_SEC_MB) return 1;
@@ -464,6 +486,8 @@ typedef struct fz_ctx {
     int64_t *plo, *pmx;        /* persistent regions by offset, and the largest end up to each */
     int npers;                 /* how many */
     fz_ints keys, cur, ecur;   /* scratch of fz_iscan: candidate keys, their cursors */
+    int lo, hi;                /* the micro-batch section's steady-state loop (original
+                                  indexes; lo == hi: none), see fz_region_end */
 } fz_ctx;
 
 
@@ -572,6 +596,11 @@ static int fz_live_after(fz_ctx *F, int sec, int from, int64_t off, int64_t byte
     if (fz_persistent(F, off, bytes)) return 1;
     fz_live L = {1, {off}, {off + bytes}};
     const int64_t qlo = off, qhi = off + bytes;
+    int rend = sec == IR_SEC_MB ? fz_region_end(F->lo, F->hi, from) : -1;
+    if (rend >= 0) {   /* before or in a pipeline's loop: within its region */
+        int rr = fz_iscan(F, &F->idx[sec], NULL, from, rend, &L, qlo, qhi);
+        return rr >= 0 ? rr : 1;
+    }
     int r = fz_iscan(F, &F->idx[sec], NULL, from, F->idx[sec].n, &L, qlo, qhi);
     if (r >= 0) return r;
     if (sec != IR_SEC_MB) return 1;
@@ -700,13 +729,19 @@ static int fz_section(ir_prog *p, int sec) {
     for (int s = 0; s < IR_SEC_COUNT; s++)
         if (s == sec || (sec == IR_SEC_MB && s != IR_SEC_PROLOGUE)) fz_sidx_build(&F.idx[s], p, s);
     if (sec == IR_SEC_MB) fz_view_init(&F.view, &F.idx[sec]);
+    int loop = sec == IR_SEC_MB && p->loop_iters > 0;
+    if (loop) F.lo = p->loop_lo, F.hi = p->loop_hi;
+    int nlo = F.lo, nhi = F.hi;   /* the loop's edges in the fused section */
     for (int i = 0; i < n;) {
         F.view.i = i, F.view.w = w;
+        if (loop && i == F.lo) nlo = w;
+        if (loop && i == F.hi) nhi = w;
+        int lim = !loop ? n : i < F.lo ? F.lo : i < F.hi ? F.hi : n;   /* chains end at the loop's edges */
         fz_src m[RT_EW_MAXOPS];
         int nm = 0;
         if (fz_decode(&ins[i], &m[0])) {
             nm = 1;
-            while (i + nm < n && nm < RT_EW_MAXOPS && fz_decode(&ins[i + nm], &m[nm]) &&
+            while (i + nm < lim && nm < RT_EW_MAXOPS && fz_decode(&ins[i + nm], &m[nm]) &&
                    fz_joins(m, nm, &m[nm]))
                 nm++;
         }
@@ -730,6 +765,8 @@ static int fz_section(ir_prog *p, int sec) {
             ins[w++] = ins[i++];
         }
     }
+    if (loop && F.hi == n) nhi = w;
+    if (loop) p->loop_lo = nlo, p->loop_hi = nhi;
     p->nins[sec] = w;
     fz_ctx_free(&F);
     return fused;
@@ -829,7 +866,7 @@ static int fz_touched(const ir_prog *p, int sec, int from, int to, int skip1, in
  * The sum is then (Y + first) + second instead of Y + (A + B): the same up
  * to rounding.  Returns how many adds went. */
 static int fz_sum_in_place(ir_prog *p, int sec) {
-    int done = 0;
+    int done = 0, loop = sec == IR_SEC_MB && p->loop_iters > 0;
     fz_bound *bd = ir_xmalloc(sizeof *bd * ((size_t)p->nins[sec] + 1));
     for (int x = 0; x < p->nins[sec]; x++) bd[x] = fz_bound_of(&p->ins[sec][x]);
     for (int x = 0; x < p->nins[sec]; x++) {
@@ -841,6 +878,9 @@ static int fz_sum_in_place(ir_prog *p, int sec) {
             continue;
         int ja, jb, xa = fz_sole_writer(p, sec, x, a, nb, &ja, bd), xb = fz_sole_writer(p, sec, x, b, nb, &jb, bd);
         if (xa < 0 || xb < 0 || xa == xb) continue;
+        if (loop && (fz_region(p->loop_lo, p->loop_hi, xa) != fz_region(p->loop_lo, p->loop_hi, x) ||
+                     fz_region(p->loop_lo, p->loop_hi, xb) != fz_region(p->loop_lo, p->loop_hi, x)))
+            continue;   /* producers in another region of a pipeline's loop */
         int first = xa < xb ? xa : xb, second = xa < xb ? xb : xa;
         /* Y untouched from the first producer on (their inputs included),
            A and B read by nothing but the add, and dead after it */
@@ -862,6 +902,8 @@ static int fz_sum_in_place(ir_prog *p, int sec) {
         ps->ints[ir_prog_acc_index(ps->kernel)] = (pg_int){1, 0, 0};
         bd[first] = fz_bound_of(pf);
         bd[second] = fz_bound_of(ps);
+        if (loop && x < p->loop_lo) p->loop_lo--;
+        if (loop && x < p->loop_hi) p->loop_hi--;
         memmove(add, add + 1, (size_t)(p->nins[sec] - x - 1) * sizeof *add);
         memmove(&bd[x], &bd[x + 1], (size_t)(p->nins[sec] - x - 1) * sizeof *bd);
         p->nins[sec]--;

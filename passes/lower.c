@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "codegen.h"
@@ -1049,39 +1050,49 @@ static void manifest(lctx *c)
  * bytes with another task's; the comms' scratch area is used within one
  * item): the check that the task split and the moved transfers change no
  * result.  old: the per-micro-batch instructions, item
- * q's at[q] .. at[q + 1] - 1; entry i's first unrolled instruction
- * start[i] (entries of one call share it). */
+ * q's at[q] .. at[q + 1] - 1; entry i's first instruction in the unrolled
+ * order vstart[i] (entries of one call share it; with a steady-state loop,
+ * the position it would have unrolled).  skip[mb] (NULL: none): the
+ * micro-batches whose entries all lie in the loop's third or a later
+ * iteration, whose check is the one of the micro-batch an iteration
+ * earlier, moved by one iteration (same items, slots and kinds). */
 static void unroll_check(const ir_prog *p, const pass_mem *mm, const int *kind, const pg_instr *old, const int *at,
-                         const pass_pipe_ent *e, int ne, const int *start, const pg_instr *ins)
+                         const pass_pipe_ent *e, int ne, const int64_t *vstart, const char *skip)
 {
     int mbs = 0;
     for (int i = 0; i < ne; i++)
         if (e[i].mb + 1 > mbs) mbs = e[i].mb + 1;
-    /* per micro-batch, its entries in item order (the per-micro-batch order) */
-    int *idx = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
+    /* the entries by micro-batch (counting sort: each micro-batch's in entry order), then by item */
+    int *first = ir_xcalloc((size_t)mbs + 2, sizeof(int)), *idx = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
+    for (int i = 0; i < ne; i++) first[e[i].mb + 1]++;
+    for (int mb = 0; mb < mbs; mb++) first[mb + 1] += first[mb];
+    int *fill = ir_xmalloc(sizeof(int) * ((size_t)mbs + 1));
+    memcpy(fill, first, sizeof(int) * (size_t)mbs);
+    for (int i = 0; i < ne; i++) idx[fill[e[i].mb]++] = i;
+    free(fill);
     for (int mb = 0; mb < mbs; mb++) {
-        int n = 0;
-        for (int i = 0; i < ne; i++)
-            if (e[i].mb == mb) idx[n++] = i;
+        if (skip && skip[mb]) continue;
+        int *ix = idx + first[mb], n = first[mb + 1] - first[mb];
         for (int a = 1; a < n; a++)   /* entries of one micro-batch by item (insertion sort: mostly sorted) */
-            for (int b = a; b > 0 && e[idx[b - 1]].q > e[idx[b]].q; b--) {
-                int t = idx[b];
-                idx[b] = idx[b - 1], idx[b - 1] = t;
+            for (int b = a; b > 0 && e[ix[b - 1]].q > e[ix[b]].q; b--) {
+                int t = ix[b];
+                ix[b] = ix[b - 1], ix[b - 1] = t;
             }
         /* per buffer offset: position of its last writer, the latest reader since */
         int64_t cap2 = 1;
         int64_t nins = 0;
-        for (int a = 0; a < n; a++) nins += at[e[idx[a]].q + 1] - at[e[idx[a]].q];
+        for (int a = 0; a < n; a++) nins += at[e[ix[a]].q + 1] - at[e[ix[a]].q];
         while (cap2 < 4 * (nins * PG_MAXBUF + 1)) cap2 *= 2;
-        int64_t *key = ir_xmalloc(sizeof(int64_t) * (size_t)cap2);
-        int *lw = ir_xmalloc(sizeof(int) * (size_t)cap2), *lr = ir_xmalloc(sizeof(int) * (size_t)cap2);
+        int64_t *key = ir_xmalloc(sizeof(int64_t) * (size_t)cap2), *lw = ir_xmalloc(sizeof(int64_t) * (size_t)cap2),
+                *lr = ir_xmalloc(sizeof(int64_t) * (size_t)cap2);
         int *lk = ir_xmalloc(sizeof(int) * (size_t)cap2);   /* the task kind that used it last */
+        int *lwj = ir_xmalloc(sizeof(int) * (size_t)cap2), *lrj = ir_xmalloc(sizeof(int) * (size_t)cap2);
         for (int64_t h = 0; h < cap2; h++) key[h] = -1;
         for (int a = 0; a < n; a++) {
-            int i = idx[a];
+            int i = ix[a];
             for (int j = at[e[i].q]; j < at[e[i].q + 1]; j++) {
                 /* its position: merged entries share their call's */
-                int pos = start[i] + (e[i].merge || (i + 1 < ne && e[i + 1].merge) ? 0 : j - at[e[i].q]);
+                int64_t pos = vstart[i] + (e[i].merge || (i + 1 < ne && e[i + 1].merge) ? 0 : j - at[e[i].q]);
                 const pg_instr *in = &old[j];
                 for (int b = 0; b < in->nbuf; b++) {
                     int64_t bytes, off = in->buf[b];
@@ -1095,13 +1106,14 @@ static void unroll_check(const ir_prog *p, const pass_mem *mm, const int *kind, 
                     int stash = off >= mm->stash && off < mm->stash + mm->stash_bytes;
                     if (key[h] < 0 || (!stash && lk[h] != kind[i])) key[h] = off, lw[h] = -1, lr[h] = -1;
                     lk[h] = kind[i];
-                    if (lw[h] > pos || ((r & PG_WR) && lr[h] > pos))
+                    if (lw[h] > pos || ((r & PG_WR) && lr[h] > pos)) {
+                        const pg_instr *o = &old[lw[h] > pos ? lwj[h] : lrj[h]];
                         ir_die(__FILE__, __LINE__, "rank %d: the pipeline order moves '%s' (micro-batch %d) across "
                                "'%s', which shares its buffer @%lld", p->rank, in->note ? in->note : "?", mb,
-                               ins[lw[h] > pos ? lw[h] : lr[h]].note ? ins[lw[h] > pos ? lw[h] : lr[h]].note : "?",
-                               (long long)off);
-                    if (r & PG_WR) lw[h] = pos, lr[h] = -1;
-                    if ((r & PG_RD) && pos > lr[h]) lr[h] = pos;
+                               o->note ? o->note : "?", (long long)off);
+                    }
+                    if (r & PG_WR) lw[h] = pos, lwj[h] = j, lr[h] = -1;
+                    if ((r & PG_RD) && pos > lr[h]) lr[h] = pos, lrj[h] = j;
                 }
             }
         }
@@ -1109,13 +1121,17 @@ static void unroll_check(const ir_prog *p, const pass_mem *mm, const int *kind, 
         free(lw);
         free(lr);
         free(lk);
+        free(lwj);
+        free(lrj);
     }
     free(idx);
+    free(first);
 }
 
 /* A trace mark (rt_k_mark) of the edge (0 begin, 1 end) of task `task` of
- * stage st into *in. */
-static void put_mark(ir_prog *p, pg_instr *in, const ir_pipe *pl, int st, int task, int edge)
+ * stage st into *in; its micro-batch moves by `dmb` per iteration of the
+ * steady-state loop (0 outside it). */
+static void put_mark(ir_prog *p, pg_instr *in, const ir_pipe *pl, int st, int task, int edge, int dmb)
 {
     const ir_task *t = &pl->task[pl->task0[st] + task];
     char note[64], tn[24];
@@ -1123,10 +1139,120 @@ static void put_mark(ir_prog *p, pg_instr *in, const ir_pipe *pl, int st, int ta
     in->kernel = RT_K_mark;
     in->blk = in->rep = -1;
     pg_i(in, pl->nch > 1 ? t->kind + 3 * (t->chunk + 1) : t->kind);   /* with chunks: F0.0 is 3 */
-    pg_i(in, t->mb);
+    pg_iv(in, t->mb, 0, dmb);
     pg_i(in, edge);
     snprintf(note, sizeof note, "task %s %s", pass_pipe_task_name(pl, t, tn, sizeof tn), edge ? "ends" : "begins");
     in->note = ir_prog_str(p, note);
+}
+
+/* The steady state of a pipeline's order as a loop: entries [ea, ea + R P)
+ * are R iterations of P entries, iteration k's the first's with every
+ * micro-batch moved by k dmb and every task by k dtask (same items, slots,
+ * kinds, transfers in one call).  R == 0: none. */
+typedef struct ur_loop {
+    int ea, P, R, dmb, dtask;
+} ur_loop;
+
+/* The state of the marks while entries are unrolled: the task whose
+ * marks are open, and the one whose begin waits for its call of transfers. */
+typedef struct ur_state {
+    int cur, pend;
+} ur_state;
+
+/* Advance the marks' state over entry i as unroll's emitter does (without
+ * emitting): what cur holds before each entry. */
+static void ur_step(const pass_pipe_ent *e, int ne, int i, ur_state *s)
+{
+    if (e[i].merge) return;
+    int j = i, tj = e[i].task;
+    while (j + 1 < ne && e[j + 1].merge) j++, tj = e[j].task > tj ? e[j].task : tj;
+    if (tj != s->cur) {
+        if (j > i) s->pend = tj;
+        else s->cur = tj;
+    }
+    if (i + 1 < ne && e[i + 1].merge && s->pend >= 0) s->cur = s->pend, s->pend = -1;
+}
+
+/* Is entry j entry i an iteration later (micro-batch + dmb, task + dtask)? */
+static int ur_same(const pass_pipe_ent *e, const int *kind, int i, int j, int dmb, int dtask)
+{
+    return e[i].q == e[j].q && e[i].slot == e[j].slot && e[i].merge == e[j].merge && e[i].hoisted == e[j].hoisted &&
+           e[i].moves == e[j].moves && kind[i] == kind[j] && e[j].mb - e[i].mb == dmb &&
+           e[j].task - e[i].task == dtask;
+}
+
+/* Find the steady state of stage st's order (entries e, kinds kind): the
+ * task period whose tasks repeat longest (kind, chunk and slot equal, the
+ * micro-batch moved by a constant), then the longest run of entries that
+ * repeats with it, trimmed so that every iteration's marks and calls of
+ * transfers are the first's moved and no entry of micro-batch 0 is in it
+ * (its accumulations overwrite).  Worth it only with 3 iterations or more. */
+static ur_loop ur_find(const ir_pipe *pl, int st, const pass_pipe_ent *e, int ne, const int *kind)
+{
+    ur_loop L = {0, 0, 0, 0, 0};
+    const ir_task *t = pl->task + pl->task0[st];
+    int nt = pl->task0[st + 1] - pl->task0[st];
+    int bestPt = 0, bestrun = 0, bestj = 0, bestdmb = 0;
+    for (int Pt = 1; 2 * Pt <= nt; Pt++) {
+        int run = 0, dmb = 0;
+        for (int j = 0; j + Pt < nt; j++) {
+            int d = t[j + Pt].mb - t[j].mb;
+            int ok = t[j + Pt].kind == t[j].kind && t[j + Pt].chunk == t[j].chunk && t[j + Pt].slot == t[j].slot &&
+                     d > 0 && (run == 0 || d == dmb);
+            if (ok) {
+                if (!run) dmb = d;
+                run++;
+                if (run > bestrun) bestrun = run, bestPt = Pt, bestj = j - run + 1, bestdmb = dmb;
+            } else {
+                run = 0;
+                if (t[j + Pt].kind == t[j].kind && t[j + Pt].chunk == t[j].chunk && t[j + Pt].slot == t[j].slot &&
+                    d > 0)
+                    run = 1, dmb = d;   /* a new run starts here */
+            }
+        }
+    }
+    if (bestrun < 2 * bestPt) return L;
+    /* the entry period: from the first entry of a task in the middle of the run (its first
+       tasks meet the warm-up's) to that of the task a period later */
+    int jm = bestj + bestrun / 2, ia = -1, ib = -1;
+    for (int i = 0; i < ne && (ia < 0 || ib < 0); i++) {
+        if (ia < 0 && e[i].task == jm) ia = i;
+        if (ib < 0 && e[i].task == jm + bestPt) ib = i;
+    }
+    if (ia < 0 || ib <= ia) return L;
+    int P = ib - ia;
+    /* the longest run of entries i with entry i + P its repeat */
+    int a = -1, len = 0;
+    for (int i = 0, r = 0; i + P < ne; i++) {
+        r = ur_same(e, kind, i, i + P, bestdmb, bestPt) ? r + 1 : 0;
+        if (r > len) len = r, a = i - r + 1;
+    }
+    if (len < 2 * P) return L;
+    /* the marks' state before each entry */
+    ur_state *sb = ir_xmalloc(sizeof *sb * ((size_t)ne + 1));
+    ur_state s = {-1, -1};
+    for (int i = 0; i < ne; i++) {
+        sb[i] = s;
+        ur_step(e, ne, i, &s);
+    }
+    sb[ne] = s;
+    int b = a + len;   /* ur_same(i, i + P) for i in [a, b) */
+    for (int ea = a; ea + 2 * P <= b + P; ea++) {
+        int ok = !e[ea].merge && sb[ea].pend < 0 && sb[ea + P].pend < 0 &&
+                 (sb[ea].cur < 0 ? sb[ea + P].cur < 0
+                                 : sb[ea + P].cur - sb[ea].cur == bestPt &&
+                                       t[sb[ea + P].cur].mb - t[sb[ea].cur].mb == bestdmb &&
+                                       t[sb[ea + P].cur].kind == t[sb[ea].cur].kind &&
+                                       t[sb[ea + P].cur].chunk == t[sb[ea].cur].chunk);
+        for (int i = ea; ok && i < ea + P; i++) ok = e[i].mb > 0;
+        if (!ok) continue;
+        int R = 1 + (b - ea) / P;
+        while (R >= 3 && ea + R * P < ne && e[ea + R * P].merge) R--;   /* a call of transfers stays whole */
+        if (R >= 3) L = (ur_loop){ea, P, R, bestdmb, bestPt};
+        break;
+    }
+    free(sb);
+    return L;
 }
 
 /* Pipeline: the mb section, lowered item by item for one micro-batch
@@ -1135,37 +1261,50 @@ static void put_mark(ir_prog *p, pg_instr *in, const ir_pipe *pl, int st, int ta
  * pipeline order (pass_pipe_order): each item once per task, with the
  * task's micro-batch folded into the integer arguments (c + m * mb) and
  * buffers of the stash moved to the task's slot.  The section then runs
- * once per step. */
-static void unroll(lctx *c, const int *at)
+ * once per step.  The steady state (ur_find), where the order repeats with
+ * the micro-batches moved, is unrolled once, as a loop whose iteration is
+ * its instructions' mb: a rank's program then grows with the stages, not
+ * with the micro-batches (Megatron's GPT-3 plan has 192). */
+typedef struct ur_emit {
+    lctx *c;
+    const int *at;
+    const pg_instr *old;
+    const pass_pipe_ent *e;
+    int ne, st;
+    pg_instr *ins;
+    int k;             /* instructions so far */
+    int *start;        /* per entry: its first instruction (-1: not emitted, in a later iteration) */
+    ur_state s;
+} ur_emit;
+
+/* Emit entries [from, to); dmb > 0: the loop's first iteration, every
+ * micro-batch-dependent int moving by dmb per iteration. */
+static void ur_emit_range(ur_emit *u, int from, int to, int dmb)
 {
-    ir_prog *p = c->p;
-    const pass_mem *m = c->m;
-    pass_pipe_ent *e;
-    int ne = pass_pipe_order(c->d, p->rank, &e);
-    int64_t n = 0;
-    for (int i = 0; i < ne; i++) n += at[e[i].q + 1] - at[e[i].q];
-    IR_ASSERT(n < INT32_MAX);
-    pg_instr *old = p->ins[IR_SEC_MB], *ins = ir_xmalloc(sizeof *ins * ((size_t)n + 2 * (size_t)ne + 2));
-    int *start = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));   /* per entry: its first instruction */
-    const ir_pipe *pl = c->d->pipe;
-    int k = 0, st = p->rank / (c->d->ndev / c->d->mesh_pp), cur = -1, pend = -1;
-    for (int i = 0; i < ne; i++) {
+    ir_prog *p = u->c->p;
+    const pass_mem *m = u->c->m;
+    const pass_pipe_ent *e = u->e;
+    const ir_pipe *pl = u->c->d->pipe;
+    const int *at = u->at;
+    pg_instr *ins = u->ins;
+    int ne = u->ne, st = u->st;
+    for (int i = from; i < to; i++) {
         /* marks around each task's compute (rt_k_mark, --trace): a batch of
            transfers where two tasks meet falls between them */
         if (!e[i].merge) {
             int j = i, tj = e[i].task;   /* a call's last task: where the marks go on */
             while (j + 1 < ne && e[j + 1].merge) j++, tj = e[j].task > tj ? e[j].task : tj;
-            if (tj != cur) {
-                if (cur >= 0) put_mark(p, &ins[k++], pl, st, cur, 1);
-                if (j > i) pend = tj;
-                else put_mark(p, &ins[k++], pl, st, cur = tj, 0);
+            if (tj != u->s.cur) {
+                if (u->s.cur >= 0) put_mark(p, &ins[u->k++], pl, st, u->s.cur, 1, dmb);
+                if (j > i) u->s.pend = tj;
+                else put_mark(p, &ins[u->k++], pl, st, u->s.cur = tj, 0, dmb);
             }
         }
-        start[i] = e[i].merge ? start[i - 1] : k;
+        u->start[i] = e[i].merge ? u->start[i - 1] : u->k;
         if (i + 1 < ne && e[i + 1].merge && !e[i].merge) {
             /* a batch of transfers in one call: each entry's one sendrecv becomes a p2p op */
-            pg_instr *in = &ins[k++];
-            const pg_instr *f = &old[at[e[i].q]];
+            pg_instr *in = &ins[u->k++];
+            const pg_instr *f = &u->old[at[e[i].q]];
             *in = *f;
             in->kernel = RT_K_p2p;
             in->nbuf = in->nint = in->nflt = 0;
@@ -1173,7 +1312,7 @@ static void unroll(lctx *c, const int *at)
             ir_buf nb = {0};
             for (int j = i; j < ne && (j == i || e[j].merge); j++) {
                 IR_ASSERT(at[e[j].q + 1] - at[e[j].q] == 1);
-                const pg_instr *x = &old[at[e[j].q]];
+                const pg_instr *x = &u->old[at[e[j].q]];
                 IR_ASSERT(x->kernel == RT_K_sendrecv && (x->ints[2].c < 0) != (x->ints[3].c < 0));
                 int send = x->ints[2].c >= 0;
                 int64_t b = x->buf[send ? 0 : 1];
@@ -1188,38 +1327,94 @@ static void unroll(lctx *c, const int *at)
             }
             in->note = ir_prog_str(p, nb.s);
             ir_buf_free(&nb);
-            if (pend >= 0) put_mark(p, &ins[k++], pl, st, cur = pend, 0), pend = -1;
+            if (u->s.pend >= 0) put_mark(p, &ins[u->k++], pl, st, u->s.cur = u->s.pend, 0, dmb), u->s.pend = -1;
             continue;
         }
         if (e[i].merge) continue;   /* in the batch above */
         for (int j = at[e[i].q]; j < at[e[i].q + 1]; j++) {
-            pg_instr *in = &ins[k++];
-            *in = old[j];
+            pg_instr *in = &ins[u->k++];
+            *in = u->old[j];
             int acc = in->kernel < RT_K_COUNT ? ir_prog_acc_index(in->kernel) : -1;
             for (int a = 0; a < in->nint; a++) {
-                in->ints[a].c += in->ints[a].m * e[i].mb;
+                int64_t mc = in->ints[a].m;
+                in->ints[a].c += mc * e[i].mb;
+                in->ints[a].m = mc * dmb;   /* 0 outside the loop */
                 /* an acc int is a flag (rt_kernels.h: acc != 0 adds): 1, not the micro-batch,
                    so that the tasks of micro-batches 1 .. m - 1 are alike and outline.c shares
                    one body between them (one per micro-batch made codegen linear in m) */
-                if (a == acc && in->ints[a].m && in->ints[a].c) in->ints[a].c = 1;
-                in->ints[a].m = 0;
+                if (a == acc && mc) in->ints[a].c = in->ints[a].c != 0, in->ints[a].m = 0;
             }
             for (int a = 0; a < in->nbuf; a++)
                 if (in->buf[a] >= m->stash && in->buf[a] < m->stash + m->stash_bytes)
                     in->buf[a] += e[i].slot * m->stash_bytes;
         }
     }
-    if (cur >= 0) put_mark(p, &ins[k++], pl, st, cur, 1);
+}
+
+static void unroll(lctx *c, const int *at)
+{
+    ir_prog *p = c->p;
+    const pass_mem *m = c->m;
+    pass_pipe_ent *e;
+    int ne = pass_pipe_order(c->d, p->rank, &e);
+    const ir_pipe *pl = c->d->pipe;
+    int st = p->rank / (c->d->ndev / c->d->mesh_pp);
     int *kind = ir_xmalloc(sizeof(int) * ((size_t)ne + 1));
     for (int i = 0; i < ne; i++) kind[i] = pl->task[pl->task0[st] + e[i].task].kind + 3 * pl->task[pl->task0[st] + e[i].task].chunk;
-    unroll_check(p, m, kind, old, at, e, ne, start, ins);
+    ur_loop L = p->no_loop ? (ur_loop){0, 0, 0, 0, 0} : ur_find(pl, st, e, ne, kind);
+    int ee = L.R ? L.ea + L.R * L.P : 0;   /* the entries after the loop */
+    int64_t n = 0;
+    for (int i = 0; i < ne; i++)
+        if (!L.R || i < L.ea + L.P || i >= ee) n += at[e[i].q + 1] - at[e[i].q];
+    IR_ASSERT(n < INT32_MAX);
+    pg_instr *old = p->ins[IR_SEC_MB];
+    ur_emit u = {c, at, old, e, ne, st, ir_xmalloc(sizeof(pg_instr) * ((size_t)n + 2 * (size_t)ne + 2)), 0,
+                 ir_xmalloc(sizeof(int) * ((size_t)ne + 1)), {-1, -1}};
+    for (int i = 0; i < ne; i++) u.start[i] = -1;
+    int lo = 0, hi = 0;
+    if (L.R) {
+        ur_emit_range(&u, 0, L.ea, 0);
+        lo = u.k;
+        ur_emit_range(&u, L.ea, L.ea + L.P, L.dmb);
+        hi = u.k;
+        /* after the loop the marks' state is its last iteration's */
+        ur_state s = {-1, -1};
+        for (int i = 0; i < ee; i++) ur_step(e, ne, i, &s);
+        u.s = s;
+        ur_emit_range(&u, ee, ne, 0);
+    } else {
+        ur_emit_range(&u, 0, ne, 0);
+    }
+    if (u.s.cur >= 0) put_mark(p, &u.ins[u.k++], pl, st, u.s.cur, 1, 0);
+    /* where each entry runs in the unrolled order, for the check */
+    int64_t *vstart = ir_xmalloc(sizeof(int64_t) * ((size_t)ne + 1));
+    char *skip = L.R ? ir_xcalloc((size_t)pl->m + 1, 1) : NULL;
+    for (int i = 0; i < ne; i++) {
+        if (!L.R || i < L.ea) {
+            vstart[i] = u.start[i];
+        } else if (i < ee) {
+            int it = (i - L.ea) / L.P;
+            vstart[i] = u.start[L.ea + (i - L.ea) % L.P] + (int64_t)it * (hi - lo);
+        } else {
+            vstart[i] = u.start[i] + (int64_t)(L.R - 1) * (hi - lo);
+        }
+    }
+    if (skip) {   /* micro-batches all of whose entries are in the third iteration or later */
+        for (int i = 0; i < ne; i++) skip[e[i].mb] = 1;
+        for (int i = 0; i < ne; i++)
+            if (i < L.ea + 2 * L.P || i >= ee) skip[e[i].mb] = 0;
+    }
+    unroll_check(p, m, kind, old, at, e, ne, vstart, skip);
+    free(vstart);
+    free(skip);
     free(kind);
     free(old);
     free(e);
-    free(start);
-    p->ins[IR_SEC_MB] = ins;
-    p->nins[IR_SEC_MB] = p->inscap[IR_SEC_MB] = k;
+    free(u.start);
+    p->ins[IR_SEC_MB] = u.ins;
+    p->nins[IR_SEC_MB] = p->inscap[IR_SEC_MB] = u.k;
     p->pipelined = 1;
+    if (L.R) p->loop_lo = lo, p->loop_hi = hi, p->loop_iters = L.R;
 }
 
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p)

@@ -193,17 +193,26 @@ static int ol_section(ir_prog *p, int sec) {
     pg_instr *out = NULL;
     ol_run *seq = NULL;
     int nseq = 0, seqcap = 0;
+    /* a pipeline's steady-state loop (lower.c) is a region of its own: no run crosses its edges */
+    int loop = sec == IR_SEC_MB && p->loop_iters > 0, edge[2] = {loop ? p->loop_lo : n, loop ? p->loop_hi : n};
+    int lim = edge[0], nedge = 0;
     for (int i = 0; i < n;) {
+        while (nedge < 2 && i == edge[nedge]) {   /* an edge reached: where it is in the output */
+            if (nedge == 0) p->loop_lo = nout;
+            else p->loop_hi = nout;
+            nedge++;
+            lim = nedge < 2 ? edge[nedge] : n;
+        }
         if (ins[i].blk < 0 || ins[i].rep < 0 || ins[i].kernel == PG_CALL) {
             *IR_PUSH(out, nout, outcap) = ins[i++];
             continue;
         }
         /* the runs of consecutive repeats from here, in one direction */
         nseq = 0;
-        *IR_PUSH(seq, nseq, seqcap) = ol_run_at(ins, n, i);
+        *IR_PUSH(seq, nseq, seqcap) = ol_run_at(ins, lim, i);
         int dir = 0;
-        for (int at = i + seq[0].n; at < n && ins[at].blk == ins[i].blk && ins[at].kernel != PG_CALL;) {
-            ol_run r = ol_run_at(ins, n, at);
+        for (int at = i + seq[0].n; at < lim && ins[at].blk == ins[i].blk && ins[at].kernel != PG_CALL;) {
+            ol_run r = ol_run_at(ins, lim, at);
             int d = r.rep - seq[nseq - 1].rep;
             if (dir ? d != dir : d != 1 && d != -1) break;
             dir = d;
@@ -234,6 +243,7 @@ static int ol_section(ir_prog *p, int sec) {
         free(u);
         calls++;
     }
+    if (loop && nedge < 2) p->loop_hi = nout;   /* the loop ends the section */
     free(seq);
     free(p->ins[sec]);
     p->ins[sec] = out;

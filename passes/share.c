@@ -160,6 +160,7 @@ static uint64_t shape_hash(const ir_prog *p)
     uint64_t h = mix(mix(mix(mix(0, (uint64_t)p->world), (uint64_t)p->micro_batches), (uint64_t)p->steps),
                      (uint64_t)p->pipelined);
     h = mix(h, p->loss_off >= 0);
+    h = mix(mix(mix(h, (uint64_t)p->loop_lo), (uint64_t)p->loop_hi), (uint64_t)p->loop_iters);
     for (int s = 0; s < IR_SEC_COUNT; s++) {
         h = mix(h, (uint64_t)p->nins[s]);
         for (int i = 0; i < p->nins[s]; i++) h = shape_instr(h, &p->ins[s][i]);
@@ -196,7 +197,8 @@ static int same_instr(const pg_instr *a, const pg_instr *b)
 static int same_shape(const ir_prog *a, const ir_prog *b)
 {
     if (a->world != b->world || a->micro_batches != b->micro_batches || a->pipelined != b->pipelined ||
-        a->steps != b->steps ||
+        a->steps != b->steps || a->loop_lo != b->loop_lo || a->loop_hi != b->loop_hi ||
+        a->loop_iters != b->loop_iters ||
         a->nbody != b->nbody || a->ntab != b->ntab || (a->loss_off >= 0) != (b->loss_off >= 0))
         return 0;
     for (int s = 0; s < IR_SEC_COUNT; s++) {

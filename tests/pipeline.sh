@@ -270,19 +270,43 @@ sys.exit(0 if sum(n.values()) == 32 and set(n.values()) == {4} else 1)
 PY
 then ok "interleaved, sequence parallel, coshard, tp 8 x pp 4: ordered, the whole sequence sent on from every member of its gather"
 else no "coshard tp 8 x pp 4: $(grep -m1 error "$tmp/cs8.txt")"; fi
-# Micro-batches cost code linearly (issue 36): rank 0's Program at 4m micro-batches (--dump=prog,
-# counted in instructions, not seconds) has as many bodies as at m -- the tasks of micro-batches
-# 1 .. m - 1 share theirs (an acc int is the flag 1, not the micro-batch: one backward body per
-# micro-batch made codegen's work grow with m) -- and at most 6x the instructions.
-progsize() {   # progsize M: "bodies instructions" of rank 0 at M micro-batches (pp 2, 8 layers)
+# Micro-batches cost no code (issue 36): the steady state is a loop (passes/lower.c), so rank 0's
+# Program (--dump=prog, counted in lines of instructions and bodies, not seconds) at 64
+# micro-batches is no bigger than at 16 (at most 1.2x), and has as many bodies -- the tasks of
+# micro-batches 1 .. m - 1 share theirs (an acc int is the flag 1, not the micro-batch).
+progsize() {   # progsize M: "bodies instructions loops" of rank 0 at M micro-batches (pp 2, 8 layers)
   "$nn" "$spec" --devices 2 --set plan.pp=2 --set dims.L=8 --set dims.B="$1" --set train.micro_batches="$1" \
-    --dump=prog 2>"$tmp/ps$1.err" | awk '/^prog rank 1 /{exit} /^body /{b++} /^  [a-z0-9]+ +[a-z_0-9]+ /{n++} END {print b + 0, n + 0}'
+    --dump=prog 2>"$tmp/ps$1.err" |
+    awk '/^prog rank 1 /{exit} /^body /{b++} /^mb loop /{l++} /^  [a-z0-9]+ +[a-z_0-9]+ /{n++} END {print b + 0, n + 0, l + 0}'
 }
-read -r b4 n4 < <(progsize 4)
-read -r b16 n16 < <(progsize 16)
-if ((b4 > 0 && b16 == b4 && n4 > 0 && n16 <= 6 * n4)); then
-  ok "pp 2, micro-batches 4 -> 16: bodies $b4 -> $b16, instructions $n4 -> $n16 (at most 6x)"
-else no "pp 2, micro-batches 4 -> 16: bodies $b4 -> $b16, instructions $n4 -> $n16 (want equal bodies, at most 6x): $(head -c 300 "$tmp/ps16.err")"; fi
+read -r b16 n16 l16 < <(progsize 16)
+read -r b64 n64 l64 < <(progsize 64)
+if ((b16 > 0 && b64 == b16 && n16 > 0 && 5 * n64 <= 6 * n16 && l16 == 1 && l64 == 1)); then
+  ok "pp 2, micro-batches 16 -> 64: bodies $b16 -> $b64, instructions $n16 -> $n64 (a steady-state loop each)"
+else no "pp 2, micro-batches 16 -> 64: bodies $b16 -> $b64, instructions $n16 -> $n64, loops $l16, $l64 (want equal bodies, at most 1.2x, one loop): $(head -c 300 "$tmp/ps64.err")"; fi
+# The loop runs what the unrolled tasks ran: each schedule at 16 micro-batches, built with its
+# steady state as a loop on every rank (--dump=prog) and with --no-loops (unrolled), trains the
+# same losses bit for bit (verify against one device: tests/equiv.list).
+loopab() {   # loopab NAME DEVICES OPTIONS...
+  local name=$1 dev=$2
+  shift 2
+  local o=(--devices "$dev" --set dims.B=32 --set train.micro_batches=16 "$@")
+  local nl
+  nl=$("$nn" "$spec" "${o[@]}" --dump=prog 2>/dev/null | grep -c '^mb loop')
+  build "la-$name" "${o[@]}"
+  build "lb-$name" "${o[@]}" --no-loops
+  "$tmp/la-$name/launch" --steps 3 >"$tmp/la-$name.run" 2>&1 || no "$name: run failed: $(tail -n 2 "$tmp/la-$name.run")"
+  "$tmp/lb-$name/launch" --steps 3 >"$tmp/lb-$name.run" 2>&1 || no "$name --no-loops: run failed"
+  losses "$tmp/la-$name.run" >"$tmp/a"
+  losses "$tmp/lb-$name.run" >"$tmp/b"
+  if ((nl >= 1)) && [[ $(wc -l <"$tmp/a") == 3 ]] && cmp -s "$tmp/a" "$tmp/b"; then
+    ok "$name, 16 micro-batches: $nl of $dev ranks loop over the steady state, the losses of the unrolled build bit for bit"
+  else no "$name: $nl ranks loop; $(tr '\n' ' ' <"$tmp/a") vs $(tr '\n' ' ' <"$tmp/b")"; fi
+}
+loopab 1f1b-pp4 4 --set plan.pp=4
+loopab interlaced-pp2 2 --set plan.pp=2 --set plan.schedule=interlaced
+loopab 2f2b-pp2 2 --set plan.pp=2 --set plan.schedule=2f2b
+loopab zb-h1-tp2-pp2-recompute 8 --set plan.pp=2 --set plan.policy=hybrid --set plan.tp=2 --set plan.schedule=zb-h1 --set plan.recompute=h
 # micro-batch size 1: micro_batches = batch / dp (Megatron's plans) is accepted, nothing caps it
 expect_rc 0 "pp 2 x dp 2, batch 16, 8 micro-batches of one sequence each" "$nn" "$spec" --devices 4 --set plan.pp=2 \
   --set plan.policy=dp --set dims.B=16 --set train.micro_batches=8 --stop-after schedule --dump=schedule

@@ -512,10 +512,18 @@ static void test_pipeline(int pp, int m, int sched)
         ir_prog_init(&p, r, pp);
         pass_lower(&d, &mm, &p);
         ir_prog_verify(&p);
-        int nomb = 1;
+        int nomb = 1;   /* outside the steady-state loop, the micro-batch is folded into the constants */
         for (int i = 0; i < p.nins[IR_SEC_MB]; i++)
-            for (int a = 0; a < p.ins[IR_SEC_MB][i].nint; a++) nomb &= p.ins[IR_SEC_MB][i].ints[a].m == 0;
-        CHECK(p.pipelined && nomb, "rank %d: mb section unrolled, micro-batch folded into the constants", r);
+            for (int a = 0; a < p.ins[IR_SEC_MB][i].nint; a++)
+                nomb &= p.ins[IR_SEC_MB][i].ints[a].m == 0 || (p.loop_iters && i >= p.loop_lo && i < p.loop_hi);
+        CHECK(p.pipelined && nomb, "rank %d: mb section unrolled, micro-batch folded into the constants (%lld "
+              "iterations of a steady-state loop)", r, (long long)p.loop_iters);
+        /* 1f1b's steady state, stage s: F and B alternate over min(pp - s, m) slots; with m - (pp - s - 1)
+           pairs of them (the first, with micro-batch 0, and the last outside), 3 iterations of 2 (pp - s)
+           tasks or more are a loop */
+        if (sched == IR_SCHED_1F1B && m - (pp - r - 1) - 2 >= 3 * (pp - r))
+            CHECK(p.loop_iters >= 3, "1f1b pp %d m %d rank %d: the steady state is a loop (%lld iterations)", pp, m,
+                  r, (long long)p.loop_iters);
         ir_prog_free(&p);
         pass_mem_free(&mm);
     }
@@ -1149,6 +1157,8 @@ int main(int argc, char **argv)
     test_pipeline(2, 2, IR_SCHED_1F1B);
     test_pipeline(4, 4, IR_SCHED_1F1B);
     test_pipeline(3, 5, IR_SCHED_1F1B);
+    test_pipeline(2, 12, IR_SCHED_1F1B);   /* long enough for the steady-state loop on every stage */
+    test_pipeline(4, 20, IR_SCHED_1F1B);
     test_pipeline(2, 4, IR_SCHED_GPIPE);
     test_pipeline(5, 2, IR_SCHED_1F1B);
     for (int pp = 2; pp <= 8; pp *= 2)
