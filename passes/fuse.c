@@ -197,14 +197,6 @@ static int fz_path_reads(const ir_prog *p, const int *secs, int tail, fz_live L)
     return 0;
 }
 
-/* Is [off, off + bytes) read after instruction `from` of section sec
- * before it is overwritten?  The loss, and accesses of unknown size,
- * count as reads.  After the micro-batch section every way the program
- * can go on is followed: the next micro-batch, or the post section, an
- * evaluation and then the next step or the epilogue.  In other sections
- * the end of the section counts as a read.  This walks every instruction
- * on the way, for sums in place, which rewrite the section as they go;
- * fusion asks fz_live_after, the same question through an index. */
 /* A pipeline's steady state is a loop (lower.c): a liveness question asked
  * before it or inside it is answered within its region -- up to the loop's
  * start, or to the end of one iteration -- and a range still live there
@@ -222,6 +214,14 @@ static int fz_region_end(int lo, int hi, int from) {
 /* The region of instruction x (0 before the loop, 1 in it, 2 after). */
 static int fz_region(int lo, int hi, int x) { return lo >= hi ? 0 : x < lo ? 0 : x < hi ? 1 : 2; }
 
+/* Is [off, off + bytes) read after instruction `from` of section sec
+ * before it is overwritten?  The loss, and accesses of unknown size,
+ * count as reads.  After the micro-batch section every way the program
+ * can go on is followed: the next micro-batch, or the post section, an
+ * evaluation and then the next step or the epilogue.  In other sections
+ * the end of the section counts as a read.  This walks every instruction
+ * on the way, for sums in place, which rewrite the section as they go;
+ * fusion asks fz_live_after, the same question through an index. */
 static int fz_live_after_walk(const ir_prog *p, int sec, int from, int64_t off, int64_t bytes) {
     if (p->loss_off >= 0 && fz_overlap(off, bytes, p->loss_off, 4)) return 1;
     /* persistent buffers (params, optimizer state, accumulators) are read by

@@ -1197,18 +1197,13 @@ static ur_loop ur_find(const ir_pipe *pl, int st, const pass_pipe_ent *e, int ne
         int run = 0, dmb = 0;
         for (int j = 0; j + Pt < nt; j++) {
             int d = t[j + Pt].mb - t[j].mb;
-            int ok = t[j + Pt].kind == t[j].kind && t[j + Pt].chunk == t[j].chunk && t[j + Pt].slot == t[j].slot &&
-                     d > 0 && (run == 0 || d == dmb);
-            if (ok) {
-                if (!run) dmb = d;
-                run++;
-                if (run > bestrun) bestrun = run, bestPt = Pt, bestj = j - run + 1, bestdmb = dmb;
-            } else {
+            if (t[j + Pt].kind != t[j].kind || t[j + Pt].chunk != t[j].chunk || t[j + Pt].slot != t[j].slot || d <= 0)
                 run = 0;
-                if (t[j + Pt].kind == t[j].kind && t[j + Pt].chunk == t[j].chunk && t[j + Pt].slot == t[j].slot &&
-                    d > 0)
-                    run = 1, dmb = d;   /* a new run starts here */
-            }
+            else if (run && d == dmb)
+                run++;
+            else
+                run = 1, dmb = d;   /* a new run starts here */
+            if (run > bestrun) bestrun = run, bestPt = Pt, bestj = j - run + 1, bestdmb = dmb;
         }
     }
     if (bestrun < 2 * bestPt) return L;

@@ -9,7 +9,7 @@
 # plan.txt order), and ZeRO (checkpoints between zero 3 and none, the
 # persistent memory per level), and coshard (piece-major order, a smaller
 # arena), and orders the deadlock check once rejected.  Training equivalence of every
-# schedule is in tests/equiv.list (verify).  About 10 s.
+# schedule is in tests/equiv.list (verify).  About 30 s (43 s beside a CI run).
 . "$(dirname "$0")/lib.sh" pipeline
 spec=$top/examples/gpt2-tiny.ini
 losses() { grep '^step ' "$1" | cut -d' ' -f1-4; }
