@@ -1614,6 +1614,33 @@ static void cg_cuda_ew_ops(ir_buf *out)
     }
 }
 
+/* ------------------------------------------------------------ bf16 storage */
+static const char cg_cu_cvt[] =
+    "/* cvt_f32 -- b: X (bf16: n u16 values, nw = i1 words), Y (f32, n).  i: n, nw.\n"
+    " * Y = X widened (exact).  cvt_bf16 -- b: X (f32, n), Y (bf16).  i: n, nw.\n"
+    " * Y = X rounded as rt_bf16_round (nnsc_bf16_rn); an odd n writes 0 to the\n"
+    " * last word's high half.  Operands stored in bf16 go through f32 scratch\n"
+    " * around their kernels (passes/precision.c). */\n"
+    "NNSC_KERNEL(nnsc_cvt_f32, 256)\n"
+    "{\n"
+    "    i64 n = a.i[0];\n"
+    "    const u16 *x = (const u16 *)a.b[0];\n"
+    "    u32 *y = (u32 *)a.b[1];\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
+    "        y[k] = (u32)x[k] << 16;\n"
+    "}\n"
+    "\n"
+    "NNSC_KERNEL(nnsc_cvt_bf16, 256)\n"
+    "{\n"
+    "    i64 n = a.i[0];\n"
+    "    const float *x = (const float *)a.b[0];\n"
+    "    u16 *y = (u16 *)a.b[1];\n"
+    "    for (i64 k = nnsc_tid(); k < n; k += nnsc_nthreads())\n"
+    "        y[k] = nnsc_bf16_rn(x[k]);\n"
+    "    if ((n & 1) && nnsc_tid() == 0)\n"
+    "        y[n] = 0;\n"
+    "}\n";
+
 /* One part of the library source. */
 typedef struct cg_cuda_part {
     const char *name;   /* the part's name, in its banner in the generated source */
@@ -1659,6 +1686,7 @@ static const cg_cuda_part cg_cuda_parts[] = {
     {"attention_bwd", cg_cu_attention_bwd},
     {"slice", cg_cu_slice},
     {"place", cg_cu_place},
+    {"cvt", cg_cu_cvt},
 };
 
 /* Every entry point of the library. */
@@ -1671,6 +1699,8 @@ const cg_cuda_entry cg_cuda_entries[] = {
     {"nnsc_bias_add", RT_K_bias_add, "f32"},
     {"nnsc_bias_grad", RT_K_bias_grad, "f32"},
     {"nnsc_copy", RT_K_copy, "f32"},
+    {"nnsc_cvt_f32", RT_K_cvt_f32, "f32"},
+    {"nnsc_cvt_bf16", RT_K_cvt_bf16, "f32"},
     /* the elementwise kernels made from rtlib/rt_ew.h's rows (cg_cuda_ew_ops) */
 #define CG_EW_ENTRY(CODE, kernel, nsrc, acc, cpu, made, expr, ref) RT_EW_IF_##made({"nnsc_" #kernel, RT_K_##kernel, "f32"},)
     RT_EW_OPS(CG_EW_ENTRY)

@@ -546,6 +546,17 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
                g->train.bf16 ? ", dtype bf16 (matmul inputs rounded to bf16; f32 accumulation, "
                                "params, grads and optimizer state)"
                              : "");
+    if (d->t16) {   /* [train] storage = bf16 (passes/precision.c): how many tensors it narrowed */
+        int n16 = 0, n32 = 0;
+        for (int t = 0; t < g->nt; t++) {
+            const ir_tensor *x = &g->t[t];
+            if (d->t16[t]) n16++;
+            else if (x->dtype == IR_F32 && x->batch_dim >= 0 && (x->kind == IR_T_ACT || x->kind == IR_T_GRAD)) n32++;
+        }
+        ir_bprintf(b, "storage   bf16: %d activation and activation-gradient tensors stored in 2 bytes an element, "
+                      "%d in f32 (statistics, the loss, summed over micro-batches, moved between devices)\n",
+                   n16, n32);
+    }
     if (g->req.recompute)   /* (BLOCK:attn: the attention alone, recompute.c) */
         ir_bprintf(b, "recompute %s: their forward runs again in the backward, its activations not kept%s\n",
                    g->req.recompute, strstr(g->req.recompute, ":attn") ? " (:attn: their attention only)" : "");

@@ -1806,6 +1806,14 @@ static int lower_train(fe_lw *L)
     int dt;
     if (get_choice(L, sec, "dtype", dtypes, 0, &dt)) return 2;
     tr->bf16 = dt == 1;
+    /* storage = bf16 (dtype bf16's default): activations and their gradients stored in bf16
+       (passes/precision.c); f32: only the matmuls' inputs rounded */
+    int st;
+    if (get_choice(L, sec, "storage", dtypes, dt, &st)) return 2;
+    if (st == 1 && !tr->bf16)
+        return fe_kv_error(L->s, sec, fe_get(sec, "storage"), "storage = bf16 goes with dtype = bf16 (mixed precision)",
+                           "storage = bf16 under dtype = f32");
+    tr->store16 = st == 1;
     /* data = synthetic | a token file (or a glob of shards); files are read
        by the rank programs, so only the text is checked here */
     static const char *const files[] = {"data", "eval_data"};

@@ -91,7 +91,7 @@ static const fe_schema fe_schemas[] = {
     {"custom", 1, 0, {"annotation", "cpu", "cuda", "backward", "grad", "flops"}, {"annotation", "cpu"}},
     {"train", 0, 0, {"loss", "optimizer", "lr", "weight_decay", "beta1", "beta2", "eps", "steps",
                      "micro_batches", "data", "data_period", "eval_data", "eval_every", "eval_steps",
-                     "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype", "recycle"}, {"loss"}},
+                     "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype", "storage", "recycle"}, {"loss"}},
     {"cluster", 0, 0, {"devices", "device", "flops", "flops_bf16", "mem_bw", "memory", "link_bw", "link_lat",
                        "net_bw", "net_lat", "per_node", "weight_bw"}, {NULL}},
     {"plan", 0, 0, {"policy", "dp", "tp", "pp", "trans", "stage", "schedule", "chunks", "order", "recompute", "coshard", "zero", "stage_tp",

@@ -566,6 +566,7 @@ const char *ir_dtype_name(ir_dtype d)
     switch (d) {
     case IR_F32: return "f32";
     case IR_I32: return "i32";
+    case IR_BF16: return "bf16";
     }
     return "?";
 }

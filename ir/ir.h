@@ -186,6 +186,7 @@ int ir_anno_find(const ir_anno *a, const char *name);
 typedef enum ir_dtype {
     IR_F32,  /* 32-bit float */
     IR_I32,  /* 32-bit signed integer (token ids, class targets) */
+    IR_BF16, /* bfloat16: a tensor's storage under [train] storage = bf16 (passes/precision.c) */
 } ir_dtype;
 
 typedef enum ir_tkind {
@@ -328,6 +329,8 @@ typedef struct ir_train {
     double grad_clip;         /* global gradient-norm threshold (0: none) */
     int bf16;                 /* dtype = bf16: every matmul reads its inputs rounded to bf16
                                  (matmul_bf16); 0: f32 throughout */
+    int store16;              /* storage = bf16 (dtype = bf16's default): activations and activation
+                                 gradients stored in bf16 (passes/precision.c); 0: f32 */
 } ir_train;
 
 /* Plan request from [plan] and [cluster]. */
@@ -710,6 +713,7 @@ typedef struct ir_dist {
     int *ints; int nints, intscap;   /* pool of int lists */
     ir_item *seq; int nseq, seqcap; /* the schedule (schedule.c) */
     char *accum;               /* per tensor: summed over the micro-batches of a step (schedule.c) */
+    char *t16;                 /* per tensor: stored in bf16 ([train] storage = bf16: precision.c), NULL: none */
     int world_group;           /* group of all devices (schedule.c; -1 with one device) */
     int *store;                /* per param / opt-state tensor: index into ints of the
                                   pTensors devices store it as, or -1 */

@@ -49,7 +49,7 @@ static double pt_bytes(const ir_dist *d, int pt, int sec)
 {
     const ir_ptensor *p = &d->pt[pt];
     const ir_tensor *t = &d->g->t[p->tensor];
-    double n = (double)ir_box_numel(&p->box, t->ndim) * pass_elsize(t);
+    double n = (double)ir_box_numel(&p->box, t->ndim) * pass_t_elsize(d, p->tensor);
     if (t->batch_dim >= 0 && sec == IR_SEC_MB) n /= (double)d->g->train.micro_batches;
     return n;
 }

@@ -32,6 +32,9 @@ typedef struct lctx {
     ir_box *ib, *ob; /* lower_comm's scratch: the members' in / out boxes (bcap each) */
     const ir_box **tl;
     int bcap;
+    int ncv;                           /* the sub-op being lowered: its operands stored in bf16 ... */
+    int cv_pt[2 * IR_MAXIO];           /* ... (pTensors), which its kernel reads and writes ... */
+    int64_t cv_at[2 * IR_MAXIO];       /* ... at these offsets of the f32 scratch (precision.c) */
 } lctx;
 
 /* Append an instruction to section sec (or to the overriding section). */
@@ -54,6 +57,8 @@ static void prov_tensor(const ir_graph *g, int t, pg_instr *in)
 
 static int64_t off(const lctx *c, int pt)
 {
+    for (int j = 0; j < c->ncv; j++)
+        if (c->cv_pt[j] == pt) return c->cv_at[j];   /* stored in bf16: its f32 copy */
     int64_t o = pass_mem_off(c->d, c->m, pt);
     IR_ASSERT(o >= 0);
     return o;
@@ -422,7 +427,75 @@ static void put_floats(pg_instr *in, const ir_op *o, const char *list)
     }
 }
 
+/* bf16 storage (precision.c): sub-op s's operands stored in bf16 widened
+ * into the f32 scratch before its kernel -- its inputs, and an output it
+ * adds into (in_out) -- and off() pointed at the copies; cvt_end narrows
+ * the outputs back after it. */
+static void cvt_begin(lctx *c, const ir_subop *s, const ir_op *o, int sec, int in_out, int *outs)
+{
+    int64_t at[2 * IR_MAXIO], n[2 * IR_MAXIO], tot;
+    int pt[2 * IR_MAXIO];
+    c->ncv = 0;
+    int m = pass_cvt_layout(c->d, s, pt, at, n, outs, &tot);
+    IR_ASSERT(tot <= c->m->cvt_bytes);
+    for (int j = 0; j < m; j++) {
+        int is_in = 0;
+        for (int k = 0; k < o->nin; k++) is_in |= s->in[k] == pt[j];
+        if (is_in || (outs[j] && in_out)) {
+            pg_instr *in = add(c, sec, RT_K_cvt_f32, c->d->g->t[c->d->pt[pt[j]].tensor].name);
+            in->blk = o->block, in->rep = o->rep;
+            pg_buf(in, off(c, pt[j]));
+            pg_buf(in, c->m->cvt + at[j]);
+            pg_i(in, n[j]);
+            pg_i(in, (n[j] + 1) / 2);
+        }
+    }
+    for (int j = 0; j < m; j++) c->cv_pt[j] = pt[j], c->cv_at[j] = c->m->cvt + at[j];
+    c->ncv = m;
+}
+
+static void cvt_end(lctx *c, const ir_subop *s, const ir_op *o, int sec, const int *outs)
+{
+    int m = c->ncv;
+    c->ncv = 0;
+    for (int j = 0; j < m; j++) {
+        if (!outs[j]) continue;
+        pg_instr *in = add(c, sec, RT_K_cvt_bf16, c->d->g->t[c->d->pt[c->cv_pt[j]].tensor].name);
+        in->blk = o->block, in->rep = o->rep;
+        const ir_tensor *t = &c->d->g->t[c->d->pt[c->cv_pt[j]].tensor];
+        int64_t e = ir_box_numel(&c->d->pt[c->cv_pt[j]].box, t->ndim);
+        if (t->batch_dim >= 0) e /= c->d->g->train.micro_batches;
+        pg_buf(in, c->cv_at[j]);
+        pg_buf(in, off(c, c->cv_pt[j]));
+        pg_i(in, e);
+        pg_i(in, (e + 1) / 2);
+    }
+    (void)s;
+}
+
+static void lower_subop_kernel(lctx *c, int si, int sec);
+
 static void lower_subop(lctx *c, int si, int sec)
+{
+    const ir_dist *d = c->d;
+    const ir_subop *s = &d->sop[si];
+    const ir_op *o = &d->g->op[s->op];
+    if (!d->t16) {
+        lower_subop_kernel(c, si, sec);
+        return;
+    }
+    /* an output read before it is written: added into (accumulated, a co-shard piece after the first) */
+    const ir_trans *tr = &d->trans[s->op];
+    int in_out = (o->nout && pass_pt_accum(d, s->out[0])) || (tr->cosacc && s->sub % tr->cosk);
+    int outs[2 * IR_MAXIO];
+    for (int k = 0; k < o->nin; k++)   /* (inputs: loaded before they are widened) */
+        if (d->g->t[o->in[k]].kind == IR_T_INPUT) load_input(c, s->in[k]);
+    cvt_begin(c, s, o, sec, in_out, outs);
+    lower_subop_kernel(c, si, sec);
+    cvt_end(c, s, o, sec, outs);
+}
+
+static void lower_subop_kernel(lctx *c, int si, int sec)
 {
     const ir_graph *g = c->d->g;
     const ir_subop *s = &c->d->sop[si];

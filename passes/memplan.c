@@ -270,6 +270,12 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         } else {
             const ir_subop *s = &d->sop[it->id];
             const ir_op *o = &g->op[s->op];
+            if (d->t16) {   /* its bf16 operands' f32 scratch */
+                int cpt[2 * IR_MAXIO], cout[2 * IR_MAXIO];
+                int64_t cat[2 * IR_MAXIO], cn[2 * IR_MAXIO], tot;
+                pass_cvt_layout(d, s, cpt, cat, cn, cout, &tot);
+                if (tot > m->cvt_bytes) m->cvt_bytes = tot;
+            }
             for (int k = 0; k < o->nin; k++) {
                 use(first, last, loc[s->in[k]], q);
                 task_use(tcls, multi, loc[s->in[k]], tk);
@@ -291,12 +297,8 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
         if (((t->kind == IR_T_PARAM || t->kind == IR_T_OPTSTATE) && d->pt_store[R.pt[i]] >= 0) ||
             pass_pt_accum(d, R.pt[i]))
             pers[i] = 1;
-        int64_t n = ir_box_numel(&p->box, t->ndim) * pass_elsize(t);
-        if (t->batch_dim >= 0) {
-            IR_ASSERT(!pers[i]);
-            n /= g->train.micro_batches;
-        }
-        m->bytes[i] = n;
+        IR_ASSERT(t->batch_dim < 0 || !pers[i]);
+        m->bytes[i] = pass_pt_store_bytes(d, R.pt[i]);
     }
     /* in place only when the all-reduce is the input's last use on this
        rank: a reader of the input after it must see the unreduced value */
@@ -344,6 +346,10 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
     if (m->scratch_bytes) {
         m->scratch = top;
         top += align_up(m->scratch_bytes);
+    }
+    if (m->cvt_bytes) {
+        m->cvt = top;
+        top += align_up(m->cvt_bytes);
     }
     m->persistent = top;
     /* pipeline: the stash -- what a micro-batch keeps from one of its tasks

@@ -113,6 +113,8 @@ typedef struct pass_mem {
     int64_t persistent;  /* bytes of buffers that live across steps */
     int64_t scratch;     /* offset of the scratch area comms pack into (see lower.c) */
     int64_t scratch_bytes; /* its size (0: no comm needs one) */
+    int64_t cvt;         /* offset of the f32 scratch of the operands stored in bf16 (precision.c) */
+    int64_t cvt_bytes;   /* its size (0: none) */
     int64_t gnorm;       /* offset of the gradient-norm scalar, or -1 (no optimizer) */
     int64_t stash;       /* pipeline: offset of the stash (buffers a micro-batch keeps between
                             its tasks), slot 0; slot k's copy is at stash + k * stash_bytes */
@@ -317,6 +319,23 @@ static inline int pass_pt_accum(const ir_dist *d, int pt)
 int pass_batch_id(const ir_graph *g, int op);
 /* Bytes of one element. */
 int pass_elsize(const ir_tensor *t);
+
+/* precision.c */
+/* Mark the tensors stored in bf16 ([train] storage = bf16) in d->t16: after
+ * pass_comm and pass_schedule (it reads the comms and accum). */
+void pass_precision(ir_dist *d);
+/* Bytes per element of tensor t's buffers: 2 when stored in bf16, else
+ * pass_elsize. */
+int pass_t_elsize(const ir_dist *d, int t);
+/* Buffer bytes of pTensor pt (one micro-batch's when batched): a bf16
+ * buffer in whole 4-byte words (kernels count words: rt_kernels.h cvt_*). */
+int64_t pass_pt_store_bytes(const ir_dist *d, int pt);
+/* The f32 scratch of sub-op s's operands stored in bf16: the distinct
+ * pTensors pt[j] (inputs, then outputs), each at byte at[j] of the scratch
+ * with n[j] elements, is_out[j] when the sub-op writes it; returns how
+ * many (at most 2 IR_MAXIO), *total the bytes they take. */
+int pass_cvt_layout(const ir_dist *d, const ir_subop *s, int *pt, int64_t *at, int64_t *n, int *is_out,
+                    int64_t *total);
 /* While set (the plan search trying candidates), pass_error prints nothing and keeps its
  * message in pass_last_error instead. */
 extern _Thread_local int pass_quiet;   /* (per thread: the plan search prices in several) */

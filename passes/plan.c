@@ -74,7 +74,7 @@ int pass_error(const ir_graph *g, int line, const char *hint, const char *fmt, .
     return 2;
 }
 
-int pass_elsize(const ir_tensor *t) { return t->dtype == IR_F32 || t->dtype == IR_I32 ? 4 : 4; }
+int pass_elsize(const ir_tensor *t) { return t->dtype == IR_BF16 ? 2 : 4; }
 
 int pass_batch_id(const ir_graph *g, int op)
 {

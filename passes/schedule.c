@@ -479,6 +479,7 @@ void pass_schedule(ir_dist *d)
     pass_bucket_order(d);
     ir_dist_index_ranks(d);
     pass_bucket(d);
+    pass_precision(d);   /* which tensors are stored in bf16 (it reads the comms and accum) */
     /* the step's FLOPs over all ranks, once per build (every rank's manifest states it) */
     d->step_flops = 0;
     for (int n = 0; n < d->nseq; n++)

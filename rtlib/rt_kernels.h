@@ -190,3 +190,11 @@ RT_K(custom,          0,   4,   0, 0, 0, 3, "")  /* var. A [custom NAME] op (doc
                                              this entry.  b: the inputs, then the outputs.  i: the
                                              section's row, nin, nout, acc, then per operand: ndim and
                                              its extents.  acc != 0: add into the outputs. */
+RT_K(cvt_f32,         2,   2,   0, RT_B(1), 0, -1, "i1 i0")  /* b: X (bf16, n values in nw = i1 = ceil(n/2) 4-byte words),
+                                                   Y (f32, n).  i: n, nw.  Y = X widened (exact).  bf16
+                                                   storage (train dtype = bf16, passes/precision.c): an operand
+                                                   stored in bf16 is widened into f32 scratch before its kernel */
+RT_K(cvt_bf16,        2,   2,   0, RT_B(1), 0, -1, "i0 i1")  /* b: X (f32, n), Y (bf16, nw words).  i: n, nw.  Y = X rounded
+                                                   to bf16 (nearest, ties to even; NaN stays NaN: rt_lowp.h);
+                                                   an odd n writes 0 to the last word's high half.  A kernel's
+                                                   output stored in bf16 is narrowed from its f32 scratch */

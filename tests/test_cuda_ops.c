@@ -650,6 +650,27 @@ static void ops_elementwise(void)
     }
 }
 
+/* cvt_bf16 then cvt_f32 (bf16 storage): odd and even sizes, beyond one grid;
+ * the bf16 words in between are compared too (their pairs of bf16s in
+ * [-4, 4) read as f32 are finite). */
+static void ops_cvt(void)
+{
+    static const int64_t ns[] = {1, 2, 1001, 70001, BIG + 1};
+    for (int s = 0; s < 5; s++)
+        for (int back = 0; back < 2; back++)
+            if (tc_begin(back ? "cvt_f32" : "cvt_bf16", back ? "n=%lld, after cvt_bf16" : "n=%lld",
+                         (long long)ns[s])) {
+                int64_t n = ns[s], nw = (n + 1) / 2;
+                int x = tc_buf(TB_IN, "X", n, -4, 4), w = tc_buf(TB_OUT, "W", nw, -1, 1);
+                tc_launch(RT_KN_cvt_bf16, B(x, w), I(n, nw), NOF);
+                if (back) {
+                    int y = tc_buf(TB_OUT, "Y", n, -1, 1);
+                    tc_launch(RT_KN_cvt_f32, B(w, y), I(n, nw), NOF);
+                }
+                tc_run();
+            }
+}
+
 /* bias_add (also in place and beyond one grid) and bias_grad (column sums). */
 static void ops_bias(void)
 {
@@ -1454,6 +1475,7 @@ int main(int argc, char **argv)
     atexit(at_exit_report);
 
     ops_elementwise();
+    ops_cvt();
     ops_bias();
     ops_reductions();
     ops_xent_blocks();

@@ -55,7 +55,7 @@ typedef struct lowered {
 } lowered;
 
 /* Lower spec with sets; 0, or 1 when a phase failed. */
-static int lower_spec(lowered *L, const char *spec, const char *const *sets, int nset)
+static int lower_spec_fused(lowered *L, const char *spec, const char *const *sets, int nset, int fuse)
 {
     memset(L, 0, sizeof *L);
     if (fe_load(spec, sets, nset, &L->g) || pass_autograd(&L->g))
@@ -76,8 +76,14 @@ static int lower_spec(lowered *L, const char *spec, const char *const *sets, int
         ir_prog_verify(&L->p[r]);
         pass_mem_free(&m);
     }
-    pass_fuse(L->p, L->n);
+    if (fuse)
+        pass_fuse(L->p, L->n);
     return 0;
+}
+
+static int lower_spec(lowered *L, const char *spec, const char *const *sets, int nset)
+{
+    return lower_spec_fused(L, spec, sets, nset, 1);
 }
 
 static void lowered_free(lowered *L)
@@ -107,8 +113,9 @@ static void test_lowering(const char *spec, const char *what, const char *const 
     for (int k = 0; k < nplan; k++)
         sets[k] = plan[k];
     sets[nplan] = "train.dtype=bf16";
+    sets[nplan + 1] = "train.storage=f32";   /* (storage = bf16 adds conversions: test_storage) */
     lowered f, h;
-    int rc = lower_spec(&f, spec, sets, nplan) | lower_spec(&h, spec, sets, nplan + 1);
+    int rc = lower_spec(&f, spec, sets, nplan) | lower_spec(&h, spec, sets, nplan + 2);
     CHECK(!rc && f.n == h.n, "%s: f32 and bf16 builds lower (%d ranks)", what, f.n);
     if (rc || f.n != h.n) {
         lowered_free(&f);
@@ -149,6 +156,59 @@ static void test_lowering(const char *spec, const char *what, const char *const 
           "f32 matmuls left)", what, nmm, bad_mm, f32_left);
     CHECK(!other && !shape, "%s: every other call, the arena, the manifest and the FLOP count "
           "are the same (%d calls, %d programs differ)", what, other, shape);
+    lowered_free(&f);
+    lowered_free(&h);
+}
+
+/* storage = bf16 against storage = f32 (both dtype = bf16), unfused: the same
+ * kernel calls in the same order with the same ints once the conversions
+ * are taken out; some conversions, each cvt_f32 followed (before the next
+ * cvt_bf16 of the sub-op) by a kernel, widths nw = ceil(n / 2); a smaller
+ * arena on every rank. */
+static void test_storage(const char *spec, const char *what, const char *const *plan, int nplan)
+{
+    const char *sets[8];
+    for (int k = 0; k < nplan; k++)
+        sets[k] = plan[k];
+    sets[nplan] = "train.dtype=bf16";
+    sets[nplan + 1] = "train.storage=f32";
+    lowered f, h;
+    int rc = lower_spec_fused(&f, spec, sets, nplan + 2, 0) |   /* (unfused: fusion keeps to the kernels */
+             lower_spec_fused(&h, spec, sets, nplan + 1, 0);     /* between conversions) */
+    CHECK(!rc && f.n == h.n, "%s: storage f32 and bf16 builds lower (%d ranks)", what, f.n);
+    if (rc || f.n != h.n) {
+        lowered_free(&f);
+        lowered_free(&h);
+        return;
+    }
+    int ncvt = 0, differ = 0, badw = 0, smaller = 0;
+    for (int r = 0; r < f.n; r++) {
+        const ir_prog *a = &f.p[r], *b = &h.p[r];
+        smaller += b->arena < a->arena;
+        for (int sec = 0; sec < IR_SEC_COUNT; sec++) {
+            int x = 0, y = 0;
+            for (;;) {
+                while (y < b->nins[sec] && (b->ins[sec][y].kernel == RT_K_cvt_f32 ||
+                                            b->ins[sec][y].kernel == RT_K_cvt_bf16)) {
+                    const pg_instr *v = &b->ins[sec][y++];
+                    ncvt++;
+                    badw += v->nint != 2 || v->ints[0].s || v->ints[0].m || v->ints[1].s || v->ints[1].m ||
+                            v->ints[1].c != (v->ints[0].c + 1) / 2;
+                }
+                if (x == a->nins[sec] || y == b->nins[sec]) {
+                    differ += x != a->nins[sec] || y != b->nins[sec];
+                    break;
+                }
+                const pg_instr *u = &a->ins[sec][x++], *v = &b->ins[sec][y++];
+                differ += u->kernel != v->kernel || u->nint != v->nint ||
+                          memcmp(u->ints, v->ints, sizeof u->ints[0] * (size_t)u->nint) != 0;
+            }
+        }
+    }
+    CHECK(ncvt > 0 && !differ && !badw, "%s: storage = bf16 is storage = f32's calls plus %d conversions "
+          "(%d calls differ, %d conversions with a wrong width)", what, ncvt, differ, badw);
+    CHECK(smaller == f.n, "%s: a smaller arena on %d of %d ranks (rank 0: %lld -> %lld bytes)", what, smaller, f.n,
+          (long long)f.p[0].arena, (long long)h.p[0].arena);
     lowered_free(&f);
     lowered_free(&h);
 }
@@ -239,6 +299,9 @@ int main(int argc, char **argv)
     static const char *const dp2[] = {"cluster.devices=2", "plan.policy=dp"};
     test_lowering(spec, "tp on 2", tp2, 2);
     test_lowering(spec, "dp on 2", dp2, 2);
+    test_storage(spec, "1 device", NULL, 0);
+    test_storage(spec, "tp on 2", tp2, 2);
+    test_storage(spec, "dp on 2", dp2, 2);
 
     char tmp[] = "/tmp/nnsc_test_lowp.XXXXXX";
     if (!mkdtemp(tmp)) {

@@ -341,6 +341,52 @@ static void test_differs(void)
           "NaN and inf in A go through to their rows of C; other rows exact");
 }
 
+/* ---- cvt_bf16, cvt_f32 */
+
+static void test_cvt(void)
+{
+    /* cvt_bf16 on a stride through every pattern, with the critical low halves */
+    enum { N = 1 << 16 };
+    uint32_t *x = malloc(4 * (N + 1)), *w = malloc(4 * (N / 2 + 2)), *wr = malloc(4 * (N / 2 + 2));
+    uint32_t *y = malloc(4 * (N + 1));
+    static const uint32_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xffff};
+    int bad = 0, badref = 0;
+    for (int pass = 0; pass < 6; pass++) {
+        for (uint32_t h = 0; h < N; h++) x[h] = h << 16 | (pass < 6 ? lows[pass] : 0);
+        rt_k_cvt_bf16(NULL, (void *[]){x, w}, (const int64_t[]){N, N / 2}, NULL);
+        rt_ref_cvt_bf16(NULL, (void *[]){x, wr}, (const int64_t[]){N, N / 2}, NULL);
+        const uint16_t *v = (const uint16_t *)w;
+        for (uint32_t h = 0; h < N; h++) bad += (uint32_t)v[h] << 16 != bits_of(rt_bf16_round(float_of(x[h])));
+        badref += memcmp(w, wr, 4 * (N / 2)) != 0;
+    }
+    for (uint64_t u = 0; u < (1ull << 32); u += 65521 * 16) {   /* a stride through all patterns */
+        x[0] = (uint32_t)u;
+        rt_k_cvt_bf16(NULL, (void *[]){x, w}, (const int64_t[]){1, 1}, NULL);
+        bad += (w[0] & 0xffffu) << 16 != bits_of(rt_bf16_round(float_of(x[0]))) || w[0] >> 16 != 0;
+    }
+    check(!bad && !badref, "cvt_bf16 is rt_bf16_round's top half on every pattern tried (%d wrong; %d passes "
+          "unlike rt_ref_cvt_bf16)", bad, badref);
+    /* odd n: the last word's high half 0, nothing written past it */
+    for (int n = 1; n <= 9; n += 2) {
+        for (int k = 0; k < n; k++) x[k] = bits_of(1.0f + (float)k / 8);
+        for (int k = 0; k < 8; k++) w[k] = 0xdeadbeefu;
+        rt_k_cvt_bf16(NULL, (void *[]){x, w}, (const int64_t[]){n, (n + 1) / 2}, NULL);
+        check(w[n / 2] >> 16 == 0 && w[(n + 1) / 2] == 0xdeadbeefu, "cvt_bf16 n=%d: the pad half is 0 and "
+              "the word after untouched", n);
+    }
+    /* cvt_f32: every bf16 value widened exactly */
+    uint16_t *hv = (uint16_t *)w;
+    for (uint32_t h = 0; h < N; h++) hv[h] = (uint16_t)h;
+    y[N] = 0xdeadbeefu;
+    rt_k_cvt_f32(NULL, (void *[]){w, y}, (const int64_t[]){N, N / 2}, NULL);
+    bad = 0;
+    for (uint32_t h = 0; h < N; h++) bad += y[h] != h << 16;
+    rt_ref_cvt_f32(NULL, (void *[]){w, x}, (const int64_t[]){N, N / 2}, NULL);
+    check(!bad && !memcmp(x, y, 4 * N) && y[N] == 0xdeadbeefu,
+          "cvt_f32 widens all 65536 bf16 values exactly, as rt_ref_cvt_f32 (%d wrong)", bad);
+    free(x), free(w), free(wr), free(y);
+}
+
 int main(int argc, char **argv)
 {
     printf("ISA: %s\n", rt_isa_name());
@@ -348,5 +394,6 @@ int main(int argc, char **argv)
     test_matmul_bf16();
     test_blocked();
     test_differs();
+    test_cvt();
     return check_done();
 }

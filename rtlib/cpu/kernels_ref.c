@@ -903,3 +903,28 @@ void rt_ref_mean_mid_bwd(rt_ctx *ctx, void *const *b, const int64_t *i, const fl
                 dx[o] = (float)((i[3] ? dx[o] : 0.0) + (double)f[0] * dy[r * C + c]);
             }
 }
+
+/* cvt_f32: bf16 (uint16 halves) to f32, one value at a time. */
+void rt_ref_cvt_f32(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const uint16_t *x = b[0];
+    float *y = b[1];
+    for (int64_t k = 0; k < i[0]; k++) {
+        uint32_t u = (uint32_t)x[k] << 16;
+        memcpy(&y[k], &u, 4);
+    }
+}
+
+/* cvt_bf16: f32 to bf16 through rt_bf16_round (rt_lowp.h), the top half kept. */
+void rt_ref_cvt_bf16(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    const float *x = b[0];
+    uint16_t *y = b[1];
+    for (int64_t k = 0; k < i[0]; k++) {
+        float r = rt_bf16_round(x[k]);
+        uint32_t u;
+        memcpy(&u, &r, 4);
+        y[k] = (uint16_t)(u >> 16);
+    }
+    if (i[0] & 1) y[i[0]] = 0;
+}

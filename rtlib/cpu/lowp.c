@@ -217,3 +217,30 @@ void rt_k_matmul_bf16(rt_ctx *ctx, void *const *b, const int64_t *i, const float
         }
     }
 }
+
+/* ------------------------------------------------------- bf16 storage */
+
+/* cvt_f32: n bf16 values (the top halves of f32s, as uint16) widened. */
+void rt_k_cvt_f32(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)ctx, (void)f;
+    const uint16_t *x = b[0];
+    uint32_t *y = b[1];
+    for (int64_t k = 0; k < i[0]; k++) y[k] = (uint32_t)x[k] << 16;
+}
+
+/* cvt_bf16: n f32 values rounded to bf16 (lp_bf16_bits), stored as
+ * uint16; an odd n pads the last word with 0. */
+void rt_k_cvt_bf16(rt_ctx *ctx, void *const *b, const int64_t *i, const float *f)
+{
+    (void)ctx, (void)f;
+    const uint32_t *x = b[0];
+    uint16_t *y = b[1];
+    int64_t n = i[0];
+    for (int64_t k = 0; k < n; k++) {   /* lp_bf16_bits without a branch (the loop vectorises) */
+        uint32_t u = x[k], nan = (u & 0x7fffffffu) > 0x7f800000u;
+        uint32_t r = nan ? u | 0x00400000u : u + 0x7fffu + ((u >> 16) & 1u);
+        y[k] = (uint16_t)(r >> 16);
+    }
+    if (n & 1) y[n] = 0;
+}

@@ -171,6 +171,9 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_bias_grad] = {CU_DEV, CU_GRID_COLS, 256, {1, -1, -1}, -1, 0},
     /* copy: n elements; a partial overlap is refused */
     [RT_KN_copy] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, CU_CHK_COPY},
+    /* cvt_f32, cvt_bf16: n = i[0] elements (the bf16 side holds i[1] words) */
+    [RT_KN_cvt_f32] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
+    [RT_KN_cvt_bf16] = {CU_DEV, CU_GRID_STRIDE, 256, {0, -1, -1}, -1, 0},
     /* mse_loss: a scalar sum over n = i[0]; acc = i[1] */
     [RT_KN_mse_loss] = {CU_DEV, CU_GRID_REDUCE, 256, {0, -1, -1}, 1, 0},
     /* xent_stats, xent_vp_bwd: a block per row of M = i[0]; xent_loss: and a scalar sum, acc = i[2] */

@@ -286,6 +286,13 @@ int mock_shape_of(int K, int64_t ew_id, const rt_cuda_args *a, mock_shape *s, ch
             return -1;
         }
         break;
+    case RT_KN_cvt_f32:
+    case RT_KN_cvt_bf16:   /* i: n, nw: the bf16 side is ceil(n / 2) words */
+        if (i[0] < 0 || i[1] != (i[0] + 1) / 2) {
+            snprintf(why, wl, "nw must be ceil(n / 2)");
+            return -1;
+        }
+        break;
     case RT_KN_adamw:   /* i: n, t */
         if (i[1] < 1) {
             snprintf(why, wl, "step t = %" PRId64 " (it is 1-based)", i[1]);
