@@ -553,9 +553,13 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
             if (d->t16[t]) n16++;
             else if (x->dtype == IR_F32 && x->batch_dim >= 0 && (x->kind == IR_T_ACT || x->kind == IR_T_GRAD)) n32++;
         }
+        int c16 = 0, cw = 0;   /* the comms of bf16 tensors, those on the bf16 wire */
+        for (int c = 0; c < d->ncomm; c++)
+            if (d->t16[d->comm[c].tensor] && d->comm[c].kind != IR_COMM_SLICE) c16++, cw += pass_comm_wire16(d, c);
         ir_bprintf(b, "storage   bf16: %d activation and activation-gradient tensors stored in 2 bytes an element, "
-                      "%d in f32 (statistics, the loss, summed over micro-batches, moved between devices)\n",
-                   n16, n32);
+                      "%d in f32 (statistics, the loss, summed over micro-batches); of the %d comms of bf16 tensors "
+                      "%d move bf16, %d f32 (docs/plans.md, Mixed precision)\n",
+                   n16, n32, c16, cw, c16 - cw);
     }
     if (g->req.recompute)   /* (BLOCK:attn: the attention alone, recompute.c) */
         ir_bprintf(b, "recompute %s: their forward runs again in the backward, its activations not kept%s\n",

@@ -149,7 +149,7 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
         }
         if (cnt != small) free(cnt);
     }
-    double bytes = (double)c->bytes;
+    double bytes = (double)pass_comm_bytes(d, (int)(c - d->comm));   /* (halved on the bf16 wire) */
     double copies = 0;   /* a bucket of reduce-scatters or all-gathers: its packing, bytes */
     if (c->bucket >= 0) {   /* a bucket: one collective of every comm's bytes, on its first */
         if (c->bucket != (int)(c - d->comm)) return 0;

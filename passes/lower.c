@@ -635,7 +635,7 @@ static pg_instr *emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, c
 /* Are the tiles (in member order) consecutive blocks of whole's row-major
  * buffer?  True when they tile one dim j in order and every dim before j
  * has extent 1. */
-static int direct_tiles(const ir_box *whole, const ir_box *const *tile, int k, int nd)
+int pass_direct_tiles(const ir_box *whole, const ir_box *const *tile, int k, int nd)
 {
     int j = 0;
     while (j < nd && whole->hi[j] - whole->lo[j] == 1) j++;
@@ -691,7 +691,7 @@ static void lower_bucket(lctx *c, int ci, int sec, int k, const char *note)
                 tiles[j] = pass_mbbox(d, cx->tensor, &d->pt[d->ints[(rs ? cx->out : cx->in) + j]].box, sec);
                 tl[j] = &tiles[j];
             }
-            int direct = direct_tiles(&full, tl, K, nd);
+            int direct = pass_direct_tiles(&full, tl, K, nd);
             ir_box blk, col;   /* the scratch as K x L, and the comm's column of it */
             memset(&blk, 0, sizeof blk);
             blk.hi[0] = K, blk.hi[1] = L;
@@ -769,6 +769,32 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     snprintf(note, sizeof note, "%s %s", ir_comm_name(cm->kind), t->name);
     const char *nt = ir_prog_str(c->p, note);
     pg_instr *in;
+    /* a bf16 tensor: moved as bf16 words (w16), or on the f32 wire between copies widened into the
+       f32 scratch (precision.c) -- the out copy widened first where the comm keeps part of it */
+    const int w16 = pass_comm_wire16(d, ci);
+    int64_t cv_in, cv_out, cv_ao, cv_tot, cv_pout = -1;
+    if (pass_comm_cvt(d, ci, k, sec, &cv_in, &cv_out, &cv_ao, &cv_tot)) {
+        IR_ASSERT(cv_tot <= c->m->cvt_bytes && c->ncv == 0);
+        int same = pin >= 0 && pout >= 0 && off(c, pin) == off(c, pout);
+        int keep = pout >= 0 && !same &&
+                   (cm->acc || ((cm->kind == IR_COMM_COPY || cm->kind == IR_COMM_SENDRECV) && !ir_box_eq(&reg, &ob[k], nd)));
+        int64_t A = c->m->cvt, B = same ? A : A + cv_ao;
+        for (int j = 0; j < 2; j++) {
+            int q = j ? pout : pin;
+            if (q < 0 || (j && same)) continue;
+            if (!j || keep) {
+                in = add(c, sec, RT_K_cvt_f32, nt);
+                int64_t e = j ? cv_out : cv_in;
+                pg_buf(in, off(c, q));
+                pg_buf(in, j ? B : A);
+                pg_i(in, e);
+                pg_i(in, (e + 1) / 2);
+            }
+        }
+        if (pout >= 0) cv_pout = pout;
+        if (pin >= 0) c->cv_pt[c->ncv] = pin, c->cv_at[c->ncv++] = A;
+        if (pout >= 0) c->cv_pt[c->ncv] = pout, c->cv_at[c->ncv++] = B;   /* (in place: B is A) */
+    }
     switch (cm->kind) {
     case IR_COMM_ALLREDUCE:
         sent = ir_box_numel(&ib[k], nd) * es * 2 * (K - 1) / K;
@@ -829,7 +855,7 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         }
         break;
     case IR_COMM_SENDRECV: {
-        int64_t n = ir_box_numel(&reg, nd) * es / 4;
+        int64_t n = w16 ? (ir_box_numel(&reg, nd) + 1) / 2 : ir_box_numel(&reg, nd) * es / 4;
         int other = 1 - cm->root;
         int64_t sbuf = S, rbuf = S;
         if (k == cm->root) {
@@ -850,7 +876,7 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         break;
     }
     case IR_COMM_BROADCAST: {
-        int64_t n = ir_box_numel(&reg, nd) * es / 4, buf;
+        int64_t n = w16 ? (ir_box_numel(&reg, nd) + 1) / 2 : ir_box_numel(&reg, nd) * es / 4, buf;
         if (k == cm->root) {
             buf = ir_box_eq(&reg, &ib[k], nd) ? off(c, pin) : S;
             if (buf == S) emit_box(c, sec, 0, off(c, pin), S, &ib[k], &reg, nd, 0, nt);
@@ -867,7 +893,7 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         break;
     }
     case IR_COMM_ALLGATHER: {
-        int64_t n = ir_box_numel(&ib[k], nd) * es / 4;
+        int64_t n = w16 ? ir_box_numel(&ib[k], nd) / 2 : ir_box_numel(&ib[k], nd) * es / 4;
         if (cm->bucket >= 0) {   /* a bucket (bucket.c): its first comm gathers them all */
             if (cm->bucket == ci) lower_bucket(c, ci, sec, k, t->name);
             sent = n * 4 * (K - 1);
@@ -875,7 +901,7 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         }
         const ir_box **tl = c->tl;
         for (int i = 0; i < K; i++) tl[i] = &ib[i];
-        int direct = direct_tiles(&ob[k], tl, K, nd);
+        int direct = pass_direct_tiles(&ob[k], tl, K, nd);
         in = add(c, sec, RT_K_allgather, nt);
         pg_buf(in, off(c, pin));
         pg_buf(in, direct ? off(c, pout) : S);
@@ -895,7 +921,7 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         }
         const ir_box **tl = c->tl;
         for (int i = 0; i < K; i++) tl[i] = &ob[i];
-        int direct = direct_tiles(&ib[k], tl, K, nd);
+        int direct = pass_direct_tiles(&ib[k], tl, K, nd);
         if (!direct)
             for (int i = 0; i < K; i++) emit_box(c, sec, 0, off(c, pin), S + i * n * 4, &ib[k], &ob[i], nd, 0, nt);
         /* ZeRO 2: each micro-batch's shard added to the step's (acc = mb) */
@@ -933,6 +959,16 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
     default:
         ir_die(__FILE__, __LINE__, "lowering of %s is not implemented", ir_comm_name(cm->kind));
     }
+    if (cv_pout >= 0) {   /* the f32 result narrowed into the bf16 buffer */
+        int64_t from = off(c, (int)cv_pout);
+        c->ncv = 0;
+        in = add(c, sec, RT_K_cvt_bf16, nt);
+        pg_buf(in, from);
+        pg_buf(in, off(c, (int)cv_pout));
+        pg_i(in, cv_out);
+        pg_i(in, (cv_out + 1) / 2);
+    }
+    c->ncv = 0;
     if (!c->eval) c->p->comm_bytes[cm->kind] += sent * execs;
     for (int x = pfrom; x < c->p->nins[psec]; x++) prov_tensor(d->g, cm->tensor, &c->p->ins[psec][x]);
 }

@@ -265,8 +265,10 @@ void pass_memplan(const ir_dist *d, int rank, pass_mem *m)
             if (c->kind == IR_COMM_ALLREDUCE) alias[lo] = li, apos[lo] = q;
             if (post && in >= 0) pers[li] = 1;
             if (post && out >= 0) pers[lo] = 1;
-            int64_t sb = pass_comm_scratch(d, it->id, rank, it->sec);
+            int64_t sb = pass_comm_scratch(d, it->id, rank, it->sec), ni, no, ao, tot;
             if (sb > m->scratch_bytes) m->scratch_bytes = sb;
+            if (pass_comm_cvt(d, it->id, k, it->sec, &ni, &no, &ao, &tot) && tot > m->cvt_bytes)
+                m->cvt_bytes = tot;   /* its bf16 buffers in f32, around a collective on the f32 wire */
         } else {
             const ir_subop *s = &d->sop[it->id];
             const ir_op *o = &g->op[s->op];

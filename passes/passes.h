@@ -336,6 +336,22 @@ int64_t pass_pt_store_bytes(const ir_dist *d, int pt);
  * many (at most 2 IR_MAXIO), *total the bytes they take. */
 int pass_cvt_layout(const ir_dist *d, const ir_subop *s, int *pt, int64_t *at, int64_t *n, int *is_out,
                     int64_t *total);
+/* Does comm ci move its bf16 tensor as bf16 (2-byte elements in whole
+ * words: transfers and gathers that move whole buffers)?  0 for a tensor
+ * stored in f32, and for the comms lower.c widens around (the f32 wire:
+ * reductions, slices, accumulation; pass_comm_cvt). */
+int pass_comm_wire16(const ir_dist *d, int ci);
+/* Bytes comm ci puts on the wire (ir_comm.bytes, halved for bf16). */
+int64_t pass_comm_bytes(const ir_dist *d, int ci);
+/* The f32 scratch lower.c widens member k's in and out pTensors into for a
+ * comm of a bf16 tensor on the f32 wire: returns 0 when none; *nin, *nout
+ * their elements (one execution's, section sec), the in copy at byte 0 of
+ * the scratch, the out copy at *at_out, *total the bytes of both. */
+int pass_comm_cvt(const ir_dist *d, int ci, int k, int sec, int64_t *nin, int64_t *nout, int64_t *at_out,
+                  int64_t *total);
+/* Are the tiles (in member order) consecutive blocks of whole's row-major
+ * buffer (lower.c)? */
+int pass_direct_tiles(const ir_box *whole, const ir_box *const *tile, int k, int nd);
 /* While set (the plan search trying candidates), pass_error prints nothing and keeps its
  * message in pass_last_error instead. */
 extern _Thread_local int pass_quiet;   /* (per thread: the plan search prices in several) */

@@ -763,7 +763,7 @@ static int transfer(const ir_dist *d, int n, int k, int my, int *peer, int *recv
 }
 
 /* Is item n a send/recv that rank (member k) lowers to the one call alone,
- * without packing through scratch?  *nf: its floats. */
+ * without packing through scratch?  *nf: its floats (words: bf16 in pairs). */
 static int direct(const ir_dist *d, int n, int k, int64_t *nf)
 {
     const ir_item *it = &d->seq[n];
@@ -773,8 +773,12 @@ static int direct(const ir_dist *d, int n, int k, int64_t *nf)
     int pt = k == c->root ? d->ints[c->in + k] : d->ints[c->out + k];
     if (pt < 0 || (k != c->root && c->acc) || !ir_box_eq(&c->region, &d->pt[pt].box, d->g->t[c->tensor].ndim))
         return 0;
+    /* a bf16 tensor: one call only on the bf16 wire (else lower.c widens and narrows around it) */
+    int w16 = pass_comm_wire16(d, it->id);
+    if (d->t16 && d->t16[c->tensor] && !w16) return 0;
     ir_box r = pass_mbbox(d, c->tensor, &c->region, IR_SEC_MB);
-    *nf = ir_box_numel(&r, d->g->t[c->tensor].ndim) * pass_elsize(&d->g->t[c->tensor]) / 4;
+    int64_t e = ir_box_numel(&r, d->g->t[c->tensor].ndim);
+    *nf = w16 ? (e + 1) / 2 : e * pass_elsize(&d->g->t[c->tensor]) / 4;
     return 1;
 }
 

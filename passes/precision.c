@@ -13,9 +13,15 @@
  *   - not a statistic the backward needs at f32: layernorm's mean and rstd,
  *     rmsnorm's rstd, attention's log-sum-exp, cross entropy's block
  *     statistics (Megatron keeps these in f32 too);
- *   - not moved by a collective or a transfer: rtlib's collectives sum and
- *     move f32 for now (docs/plans.md, "Mixed precision": the tensors that
- *     cross devices stay f32 until the comm kernels take bf16).
+ *
+ * A comm of a bf16 tensor moves it as bf16 where it moves whole buffers
+ * (pass_comm_wire16: a transfer between stages, a broadcast, an all-gather
+ * whose pieces are consecutive blocks of even length): the collective
+ * moves the 2-byte elements as the words they are packed in, so nothing is
+ * converted and half the bytes cross.  The others (reductions, slices,
+ * transfers that place into part of a buffer or add into it) run on the
+ * f32 wire: lower.c widens their buffers into f32 scratch (pass_comm_cvt),
+ * runs the collective as for f32 and narrows the result back.
  *
  * The kernels compute in f32.  lower.c widens a bf16 operand into f32
  * scratch before its kernel (cvt_f32) and narrows a bf16 output from it
@@ -61,7 +67,81 @@ void pass_precision(ir_dist *d)
     for (int i = 0; i < g->nop; i++)
         for (int k = 0; k < g->op[i].nout; k++)
             if (f32_stat(&g->op[i], k)) d->t16[g->op[i].out[k]] = 0;
-    for (int c = 0; c < d->ncomm; c++) d->t16[d->comm[c].tensor] = 0;
+}
+
+/* One execution's box of pTensor pt (section sec). */
+static ir_box mb_box(const ir_dist *d, int pt, int sec)
+{
+    return pass_mbbox(d, d->pt[pt].tensor, &d->pt[pt].box, sec);
+}
+
+int pass_comm_wire16(const ir_dist *d, int ci)
+{
+    const ir_comm *cm = &d->comm[ci];
+    if (!d->t16 || !d->t16[cm->tensor] || cm->acc || cm->bucket >= 0) return 0;
+    const int nd = d->g->t[cm->tensor].ndim, K = cm->n;
+    switch (cm->kind) {
+    case IR_COMM_SENDRECV: {   /* the sender's whole piece into the receiver's whole piece */
+        if (K != 2 || cm->root < 0) return 0;
+        int pin = d->ints[cm->in + cm->root], pout = d->ints[cm->out + 1 - cm->root];
+        return pin >= 0 && pout >= 0 && ir_box_eq(&d->pt[pin].box, &cm->region, nd) &&
+               ir_box_eq(&d->pt[pout].box, &cm->region, nd);
+    }
+    case IR_COMM_BROADCAST: {   /* (the others receive whole pieces: lower.c) */
+        if (cm->root < 0) return 0;
+        int pin = d->ints[cm->in + cm->root];
+        if (pin < 0 || !ir_box_eq(&d->pt[pin].box, &cm->region, nd)) return 0;
+        for (int k = 0; k < K; k++) {
+            int po = d->ints[cm->out + k];
+            if (k != cm->root && (po < 0 || !ir_box_eq(&d->pt[po].box, &cm->region, nd))) return 0;
+        }
+        return 1;
+    }
+    case IR_COMM_ALLGATHER: {   /* every member's pieces consecutive blocks of its output, of even length */
+        ir_box *tile = ir_xmalloc(sizeof *tile * (size_t)K);
+        const ir_box **tl = ir_xmalloc(sizeof *tl * (size_t)K);
+        int ok = 1;
+        for (int k = 0; k < K && ok; k++) {
+            int pi = d->ints[cm->in + k];
+            ok = pi >= 0;
+            if (ok) tile[k] = mb_box(d, pi, cm->sec), tl[k] = &tile[k], ok = ir_box_numel(&tile[k], nd) % 2 == 0;
+        }
+        for (int k = 0; k < K && ok; k++) {
+            int po = d->ints[cm->out + k];
+            ir_box w;
+            ok = po >= 0 && ((w = mb_box(d, po, cm->sec)), pass_direct_tiles(&w, tl, K, nd));
+        }
+        free(tile);
+        free(tl);
+        return ok;
+    }
+    default:
+        return 0;
+    }
+}
+
+int64_t pass_comm_bytes(const ir_dist *d, int ci)
+{
+    int64_t b = d->comm[ci].bytes;
+    return pass_comm_wire16(d, ci) ? (b / 4 + 1) / 2 * 4 : b;
+}
+
+#define CVT_ALIGN 64
+
+int pass_comm_cvt(const ir_dist *d, int ci, int k, int sec, int64_t *nin, int64_t *nout, int64_t *at_out,
+                  int64_t *total)
+{
+    const ir_comm *cm = &d->comm[ci];
+    *nin = *nout = *at_out = *total = 0;
+    if (!d->t16 || !d->t16[cm->tensor] || pass_comm_wire16(d, ci)) return 0;
+    const int nd = d->g->t[cm->tensor].ndim;
+    int pin = d->ints[cm->in + k], pout = d->ints[cm->out + k];
+    ir_box b;
+    if (pin >= 0) *nin = ir_box_numel((b = mb_box(d, pin, sec), &b), nd);
+    if (pout >= 0) *nout = ir_box_numel((b = mb_box(d, pout, sec), &b), nd);
+    *at_out = (*nin * 4 + CVT_ALIGN - 1) / CVT_ALIGN * CVT_ALIGN;
+    *total = *at_out + (*nout * 4 + CVT_ALIGN - 1) / CVT_ALIGN * CVT_ALIGN;
+    return 1;
 }
 
 int pass_t_elsize(const ir_dist *d, int t)
@@ -78,7 +158,6 @@ int64_t pass_pt_store_bytes(const ir_dist *d, int pt)
     return d->t16 && d->t16[p->tensor] ? (n + 1) / 2 * 4 : n * pass_elsize(t);
 }
 
-#define CVT_ALIGN 64
 
 int pass_cvt_layout(const ir_dist *d, const ir_subop *s, int *pt, int64_t *at, int64_t *n, int *is_out,
                     int64_t *total)

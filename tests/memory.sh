@@ -8,13 +8,17 @@
 #     tp-th of the column/row-parallel ones under tp; selective recompute
 #     (h:attn) drops the attention's output and log-sum-exp, full recompute
 #     keeps only the layer's input.  Measured from plan.txt: stage 0's stash
-#     per micro-batch with one layer more on it.
+#     per micro-batch with one layer more on it; and in bf16 storage
+#     (train.dtype = bf16: 2-byte activations, f32 statistics).
 #  2. plan.txt's arena per rank within 10% of what the rank allocates (its
 #     --mem line: the arena's bytes touched plus what it holds outside the
 #     arena and the runtime's fixed buffers), for dp, tp, pp 1f1b with and
 #     without recompute, on 2 to 4 CPU ranks, gpt2-tiny at C 256 (10 to 50
 #     MiB a rank: the rank's heap and stacks, about 1 MiB whatever the
 #     model, which the plan does not count, stay a few percent of it).
+#     Not under dtype = bf16: the cpu target's matmul_bf16 stages its
+#     rounded operands outside the arena (4.2 MiB on hybrid-pp below, which
+#     plan.txt does not count: docs/plans.md, Mixed precision).
 # About 13 s of CPU.
 . "$(dirname "$0")/lib.sh" memory
 spec=$top/examples/gpt2-tiny.ini
@@ -54,6 +58,10 @@ layer tp2 $((4 * (4 * sbh + 12 * sbh / 2) + 4 * a * s * b / 2 + 16 * s * b)) --d
 layer sp2 $((4 * (2 * sbh + 14 * sbh / 2) + 4 * a * s * b / 2 + 16 * s * b / 2)) --devices 4 --set plan.policy=hybrid --set plan.tp=2 --set plan.sequence_parallel=true
 layer selective $((4 * (15 * sbh) + 16 * s * b)) --devices 2 --set plan.recompute=h:attn
 layer full $((4 * sbh)) --devices 2 --set plan.recompute=h
+# mixed precision (train.dtype = bf16, storage bf16): the activations in 2 bytes, the layernorms'
+# mean and rstd and the log-sum-exp in f32 (docs/plans.md, Mixed precision)
+layer dp-bf16 $((2 * (16 * sbh) + 4 * a * s * b + 16 * s * b)) --devices 2 --set train.dtype=bf16
+layer tp2-bf16 $((2 * (4 * sbh + 12 * sbh / 2) + 4 * a * s * b / 2 + 16 * s * b)) --devices 4 --set plan.policy=hybrid --set plan.tp=2 --set train.dtype=bf16
 
 # ---- 2. plan.txt's arena per rank against the ranks' --mem lines
 # alloc NAME DEVICES OPTS...: build, run 2 steps with --mem, compare every rank
