@@ -821,20 +821,26 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
             pg_i(in, cm->group);
             break;
         }
-        if (off(c, pin) != off(c, pout)) {
-            /* the input is read after the reduction (memplan.c): reduce a copy */
-            char cn[300];
-            snprintf(cn, sizeof cn, "allreduce %s out of place: the unreduced value is read after it", t->name);
-            in = add(c, sec, RT_K_copy, ir_prog_str(c->p, cn));
-            pg_buf(in, off(c, pin));
+        {
+            /* on the bf16 wire (precision.c): n bf16 values in nw words */
+            int64_t ne = ir_box_numel(&ib[k], nd), nw = w16 ? (ne + 1) / 2 : ne * es / 4;
+            if (w16) sent = nw * 4 * 2 * (K - 1) / K;
+            if (off(c, pin) != off(c, pout)) {
+                /* the input is read after the reduction (memplan.c): reduce a copy */
+                char cn[300];
+                snprintf(cn, sizeof cn, "allreduce %s out of place: the unreduced value is read after it", t->name);
+                in = add(c, sec, RT_K_copy, ir_prog_str(c->p, cn));
+                pg_buf(in, off(c, pin));
+                pg_buf(in, off(c, pout));
+                pg_i(in, nw);
+                pg_i(in, 0);
+            }
+            in = add(c, sec, w16 ? RT_K_allreduce_bf16 : RT_K_allreduce, nt);
             pg_buf(in, off(c, pout));
-            pg_i(in, ir_box_numel(&ib[k], nd) * es / 4);
-            pg_i(in, 0);
+            pg_i(in, w16 ? ne : nw);
+            pg_i(in, cm->group);
+            if (w16) pg_i(in, nw);
         }
-        in = add(c, sec, RT_K_allreduce, nt);
-        pg_buf(in, off(c, pout));
-        pg_i(in, ir_box_numel(&ib[k], nd) * es / 4);
-        pg_i(in, cm->group);
         break;
     case IR_COMM_SLICE:
         emit_box(c, sec, 0, off(c, pin), off(c, pout), &ib[k], &ob[k], nd, 0, nt);

@@ -18,10 +18,12 @@
  * (pass_comm_wire16: a transfer between stages, a broadcast, an all-gather
  * whose pieces are consecutive blocks of even length): the collective
  * moves the 2-byte elements as the words they are packed in, so nothing is
- * converted and half the bytes cross.  The others (reductions, slices,
- * transfers that place into part of a buffer or add into it) run on the
- * f32 wire: lower.c widens their buffers into f32 scratch (pass_comm_cvt),
- * runs the collective as for f32 and narrows the result back.
+ * converted and half the bytes cross.  An all-reduce sums bf16 values
+ * (rtlib's allreduce_bf16: in f32, rounded once, on the cpu target).  The
+ * others (reduce-scatters, all-to-alls, slices, transfers that place into
+ * part of a buffer or add into it) run on the f32 wire: lower.c widens
+ * their buffers into f32 scratch (pass_comm_cvt), runs the collective as
+ * for f32 and narrows the result back.
  *
  * The kernels compute in f32.  lower.c widens a bf16 operand into f32
  * scratch before its kernel (cvt_f32) and narrows a bf16 output from it
@@ -81,6 +83,8 @@ int pass_comm_wire16(const ir_dist *d, int ci)
     if (!d->t16 || !d->t16[cm->tensor] || cm->acc || cm->bucket >= 0) return 0;
     const int nd = d->g->t[cm->tensor].ndim, K = cm->n;
     switch (cm->kind) {
+    case IR_COMM_ALLREDUCE:   /* in place, or a copy first (lower.c): rtlib's allreduce_bf16 */
+        return 1;
     case IR_COMM_SENDRECV: {   /* the sender's whole piece into the receiver's whole piece */
         if (K != 2 || cm->root < 0) return 0;
         int pin = d->ints[cm->in + cm->root], pout = d->ints[cm->out + 1 - cm->root];

@@ -198,3 +198,9 @@ RT_K(cvt_bf16,        2,   2,   0, RT_B(1), 0, -1, "i0 i1")  /* b: X (f32, n), Y
                                                    to bf16 (nearest, ties to even; NaN stays NaN: rt_lowp.h);
                                                    an odd n writes 0 to the last word's high half.  A kernel's
                                                    output stored in bf16 is narrowed from its f32 scratch */
+RT_K(allreduce_bf16,  1,   3,   0, RT_B(0), RT_B(0), -1, "i2")  /* b: buf (bf16, n values in nw = i2 =
+                                                   ceil(n/2) 4-byte words, in place).  i: n, group, nw.
+                                                   Sum over the group on the bf16 wire (passes/precision.c):
+                                                   cpu target: each value widened, summed in f32 in member
+                                                   order, rounded once to bf16, bitwise the same on every
+                                                   member; cuda: NCCL's bf16 sum (ncclBfloat16) */

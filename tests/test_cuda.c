@@ -31,8 +31,8 @@ static int check_skip;   /* checks skipped (no NVRTC) */
 
 /* The rtlib kernels that stay on the host: no CUDA entry point. */
 static const char *const host_side[] = {
-    "init_param", "data", "allreduce", "allgather", "reducescatter", "broadcast", "sendrecv",
-    "alltoall", "p2p", "mark", "custom",
+    "init_param", "data", "allreduce", "allreduce_bf16", "allgather", "reducescatter",
+    "broadcast", "sendrecv", "alltoall", "p2p", "mark", "custom",
 };
 
 /* The rtlib kernels whose CUDA code is generated per build, not part of the

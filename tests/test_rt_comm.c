@@ -159,6 +159,50 @@ static void t_allreduce(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64
     free(want);
 }
 
+/* bf16 bits of x (nearest even), and back (the test's own rounding, against rt_lowp's). */
+static uint16_t to_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);   /* (no NaNs here) */
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* allreduce_bf16, fast and reference: the bf16 values widened, summed in f32 in member order,
+ * rounded once; an odd n in its whole words; the word after them untouched. */
+static void t_allreduce_bf16(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
+{
+    int64_t nw = (n + 1) / 2;
+    uint16_t *want = calloc((size_t)(2 * nw + 2), 2);
+    for (int64_t k = 0; k < n; k++) {
+        float s = from_bf16(to_bf16(val(g->ranks[0], k, gi)));
+        for (int j = 1; j < g->n; j++)
+            s += from_bf16(to_bf16(val(g->ranks[j], k, gi)));
+        want[k] = to_bf16(s);
+    }
+    for (int fast = 1; fast >= 0; fast--) {
+        uint16_t *buf = calloc((size_t)(2 * nw + 2), 2);
+        for (int64_t k = 0; k < n; k++)
+            buf[k] = to_bf16(val(me_rank, k, gi));
+        buf[2 * nw] = buf[2 * nw + 1] = 0xbeef;
+        int64_t ints[3] = {n, gi, nw};
+        void *b[1] = {buf};
+        (fast ? rt_k_allreduce_bf16 : rt_ref_allreduce_bf16)(ctx, b, ints, NULL);
+        rcheck(!memcmp(buf, want, (size_t)n * 2) && buf[2 * nw] == 0xbeef && buf[2 * nw + 1] == 0xbeef,
+               "allreduce_bf16 %s group %d n=%lld", fast ? "fast" : "ref", gi, (long long)n);
+        free(buf);
+    }
+    free(want);
+}
+
 /* reducescatter (also in place): member k gets chunk k of the member-order sum. */
 static void t_reducescatter(rt_ctx *ctx, int me_rank, const tgroup *g, int gi, int64_t n)
 {
@@ -347,7 +391,7 @@ static void run_all(rt_ctx *ctx, int rank, const scen *s)
     for (int si = 0; si < 6 && s->sizes[si]; si++) {
         int64_t n = s->sizes[si];
         typedef void tfn(rt_ctx *, int, const tgroup *, int, int64_t);
-        static tfn *const tests[] = {t_allreduce, t_reducescatter, t_allgather,
+        static tfn *const tests[] = {t_allreduce, t_allreduce_bf16, t_reducescatter, t_allgather,
                                      t_broadcast, t_alltoall,      t_sendrecv,
                                      t_p2p};
         for (size_t t = 0; t < sizeof tests / sizeof tests[0]; t++)

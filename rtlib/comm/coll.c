@@ -42,6 +42,7 @@ void rt_p2p_run(rt_ctx *ctx, void *const *b, const int64_t *i, int fast)
     }
 
 RT_COLL(allreduce, rt_comm_allreduce(ctx, b[0], i[0], (int)i[1], fast))
+RT_COLL(allreduce_bf16, rt_comm_allreduce_bf16(ctx, b[0], i[0], (int)i[1], fast))
 RT_COLL(allgather, rt_comm_allgather(ctx, b[0], b[1], i[0], (int)i[1], fast))
 RT_COLL(reducescatter, rt_comm_reducescatter(ctx, b[0], b[1], i[0], (int)i[1], fast))
 RT_COLL(broadcast, rt_comm_broadcast(ctx, b[0], i[0] * 4, (int)i[1], (int)i[2], fast))

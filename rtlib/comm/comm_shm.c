@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "comm/rt_comm.h"
+#include "cpu/rt_lowp.h"
 
 #define SHM_MAGIC UINT64_C(0x6e6e73632d73686d)   /* "nnsc-shm" */
 #define SHM_VERSION 3
@@ -980,6 +981,72 @@ void rt_comm_allreduce(rt_ctx *ctx, float *buf, int64_t n, int g, int fast)
                 free(src);
             shm_barrier(ctx, &gr, w, g);
         }
+    }
+    shm_barrier(ctx, &gr, w, g);
+}
+
+/* bf16 (the top half of an f32) widened, and an f32 rounded to bf16 (nearest even; rt_lowp.h). */
+static inline float shm_bf16_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static inline uint16_t shm_f32_bf16(float x)
+{
+    float r = rt_bf16_round(x);
+    uint32_t u;
+    memcpy(&u, &r, 4);
+    return (uint16_t)(u >> 16);
+}
+
+/* dst[t] = bf16(src[0][t] + src[1][t] + ...): the bf16 values widened, summed in f32 in member
+ * order, rounded once (bitwise reproducible; blocks of SHM_R16 in f32 on the stack). */
+#define SHM_R16 512
+static void shm_reduce_bf16(uint16_t *dst, const uint16_t *const *src, int p, int64_t cnt)
+{
+    float acc[SHM_R16];
+    for (int64_t t0 = 0; t0 < cnt; t0 += SHM_R16) {
+        int64_t m = cnt - t0 < SHM_R16 ? cnt - t0 : SHM_R16;
+        for (int64_t t = 0; t < m; t++)
+            acc[t] = shm_bf16_f32(src[0][t0 + t]);
+        for (int j = 1; j < p; j++)
+            for (int64_t t = 0; t < m; t++)
+                acc[t] += shm_bf16_f32(src[j][t0 + t]);
+        for (int64_t t = 0; t < m; t++)
+            dst[t0 + t] = shm_f32_bf16(acc[t]);
+    }
+}
+
+void rt_comm_allreduce_bf16(rt_ctx *ctx, uint16_t *buf, int64_t n, int g, int fast)
+{
+    shm_grp gr = shm_group(ctx, g, RT_COLL_ALLREDUCE);
+    if (gr.n == 1 || n <= 0)
+        return;
+    rt_comm *c = ctx->comm;
+    const int w = RT_COLL_ALLREDUCE;
+    int64_t chunk = c->half / 2;   /* values a staging half holds */
+    const float *small[SHM_PTRS];
+    for (int64_t o = 0; o < n; o += chunk) {
+        int64_t cnt = n - o < chunk ? n - o : chunk;
+        memcpy(shm_stage(c, ctx->rank, 0), buf + o, (size_t)cnt * 2);
+        shm_barrier(ctx, &gr, w, g);
+        /* as rt_comm_allreduce: fast, each member sums its share into its half 1 and all copy
+           all shares; the reference, every member sums the whole chunk (the same sums) */
+        int64_t a = fast ? shm_cut(cnt, gr.n, gr.me) : 0, b = fast ? shm_cut(cnt, gr.n, gr.me + 1) : cnt;
+        const float **src = shm_srcs(c, &gr, 0, a * 2, small);
+        shm_reduce_bf16(fast ? (uint16_t *)shm_stage(c, ctx->rank, 1) + a : buf + o, (const uint16_t *const *)src,
+                        gr.n, b - a);
+        if (src != small)
+            free(src);
+        shm_barrier(ctx, &gr, w, g);
+        if (fast)
+            for (int j = 0; j < gr.n; j++) {
+                int64_t aj = shm_cut(cnt, gr.n, j), bj = shm_cut(cnt, gr.n, j + 1);
+                memcpy(buf + o + aj, (uint16_t *)shm_stage(c, gr.ranks[j], 1) + aj, (size_t)(bj - aj) * 2);
+            }
     }
     shm_barrier(ctx, &gr, w, g);
 }

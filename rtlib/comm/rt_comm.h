@@ -52,6 +52,9 @@ int64_t rt_comm_stage_bytes(const rt_ctx *ctx);
  * fast = 0 selects the simple reference algorithm (rt_ref_*); both give
  * bitwise the same results. */
 void rt_comm_allreduce(rt_ctx *ctx, float *buf, int64_t n, int g, int fast);
+/* The sum of n bf16 values (buf: 2 bytes each) over group g: widened, added
+ * in f32 in member order, rounded once to bf16 (nearest even). */
+void rt_comm_allreduce_bf16(rt_ctx *ctx, uint16_t *buf, int64_t n, int g, int fast);
 void rt_comm_allgather(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast);
 void rt_comm_reducescatter(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast);
 void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, int fast);

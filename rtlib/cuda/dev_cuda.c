@@ -186,6 +186,7 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_gradclip] = {CU_DEV, CU_GRID_ONE, 32, CU_NO_N, -1, 0},
     /* the collectives: NCCL (nccl.c) */
     [RT_KN_allreduce] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
+    [RT_KN_allreduce_bf16] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_allgather] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_reducescatter] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_broadcast] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},

@@ -233,6 +233,7 @@ static const char *nccl_kernel_name(int kernel)
 {
     switch (kernel) {
     case RT_KN_allreduce: return "allreduce";
+    case RT_KN_allreduce_bf16: return "allreduce_bf16";
     case RT_KN_allgather: return "allgather";
     case RT_KN_reducescatter: return "reducescatter";
     case RT_KN_broadcast: return "broadcast";
@@ -296,6 +297,10 @@ void rt_nccl_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i)
     case RT_KN_allreduce:   /* in place; every member gets the same sum */
         if (cnt)
             NCCL_CALL(ctx, nc, AllReduce, b[0], b[0], cnt, ncclFloat32, ncclSum, comm, stream);
+        break;
+    case RT_KN_allreduce_bf16:   /* n bf16 values, in place (NCCL's bf16 sum: its own roundings) */
+        if (cnt)
+            NCCL_CALL(ctx, nc, AllReduce, b[0], b[0], cnt, ncclBfloat16, ncclSum, comm, stream);
         break;
     case RT_KN_allgather:   /* recv = the members' sends in member order */
         if (cnt)

@@ -43,6 +43,7 @@ typedef int ncclResult_t;
 /* ncclDataType_t values used here. */
 enum {
     ncclFloat32 = 7,   /* 32-bit float */
+    ncclBfloat16 = 9,  /* bfloat16 (nccl.h's value) */
 };
 typedef int ncclDataType_t;
 

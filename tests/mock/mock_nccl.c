@@ -19,7 +19,7 @@
  *   form a communicator ordered by (key, parent rank); NCCL_SPLIT_NOCOLOR
  *   gives NULL.  Its segment's name is derived from the parent's, so no id
  *   has to travel.
- * - ncclAllReduce, ncclReduceScatter (float32 sum only), ncclAllGather,
+ * - ncclAllReduce (float32 and bfloat16 sums), ncclReduceScatter (float32 sum only), ncclAllGather,
  *   ncclBroadcast (any type): through per-rank staging slots in the segment
  *   with process-shared barriers, in chunks; sums are taken in rank order,
  *   so every rank gets bitwise the same result and runs are deterministic.
@@ -613,6 +613,25 @@ static ncclResult_t mn_collective(mn_call *x, const char *who)
         /* combine */
         switch (x->kind) {
         case MN_ALLREDUCE:
+            if (x->esize == 2) {   /* bfloat16 */
+                uint16_t *out = (uint16_t *)((char *)x->recv + off);
+                for (uint64_t j = 0; j < len / 2; j++) {
+                    float s = 0;
+                    for (int k = 0; k < n; k++) {
+                        uint32_t u = (uint32_t)((const uint16_t *)mn_slot(c, k))[j] << 16;
+                        float v;
+                        memcpy(&v, &u, 4);
+                        s = k ? s + v : v;
+                    }
+                    uint32_t u;
+                    memcpy(&u, &s, 4);
+                    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+                    else u += 0x7fffu + ((u >> 16) & 1u);
+                    out[j] = (uint16_t)(u >> 16);
+                }
+                break;
+            }
+            /* fall through */
         case MN_REDUCESCATTER: {
             float *out = (float *)((char *)x->recv + off);
             size_t at = x->kind == MN_REDUCESCATTER ? (size_t)me * len : 0;
@@ -706,6 +725,36 @@ static int mn_p2p_done(const mn_call *x)
     return x->hdr && x->done == x->count * x->esize;
 }
 
+
+/* The p2p calls of a batch, for mn_p2p_moves. */
+typedef struct mn_p2p_batch {
+    mn_call *q;
+    int n;
+} mn_p2p_batch;
+
+/* mn_wait_ok's done() for a batch of p2p calls whose peer has exited: one
+ * more pass over them; 1 when any moved, finished or found a size mismatch
+ * (the caller's next pass reports it), so that a peer that sent and exited
+ * before this rank looked is not a failure. */
+static int mn_p2p_moves(const void *arg)
+{
+    const mn_p2p_batch *b = arg;
+    int any = 0;
+    for (int k = 0; k < b->n; k++) {
+        mn_call *x = &b->q[k];
+        if (x->kind < MN_SEND || mn_p2p_done(x))
+            continue;
+        int blocked = 0;   /* (as mn_run: an earlier unfinished call on the same ring goes first) */
+        for (int j = 0; j < k && !blocked; j++)
+            blocked = b->q[j].kind == x->kind && b->q[j].comm == x->comm && b->q[j].root == x->root &&
+                      !mn_p2p_done(&b->q[j]);
+        if (blocked)
+            continue;
+        int m = mn_p2p_step(x);
+        any |= m != 0 || mn_p2p_done(x);
+    }
+    return any;
+}
 /* Run calls q[0 .. n): the collectives in order, then all point-to-point
  * calls together until each is complete (calls on one ring in order). */
 static ncclResult_t mn_run(mn_call *q, int n, const char *who)
@@ -747,7 +796,8 @@ static ncclResult_t mn_run(mn_call *q, int n, const char *who)
         if (!moved) {
             _Atomic uint32_t *bell = &wait_comm->seg->bell[wait_comm->rank];
             uint32_t b = atomic_load(bell);
-            if ((r = mn_wait_ok(wait_comm, deadline, who, &next, NULL, NULL)))
+            mn_p2p_batch pb = {q, n};   /* (a peer that sent and exited: what it sent still counts) */
+            if ((r = mn_wait_ok(wait_comm, deadline, who, &next, mn_p2p_moves, &pb)))
                 break;
             mn_futex_wait(bell, b, 5);
         } else {
@@ -792,12 +842,13 @@ static ncclResult_t mn_submit(mn_call *x, const char *who)
     return mn_run(x, 1, who);
 }
 
-/* Only float32 sums are modelled. */
+/* Only float32 and bfloat16 sums are modelled (bf16: widened, summed in f32 in rank order,
+ * rounded once -- real NCCL rounds its partial sums its own way). */
 static ncclResult_t mn_float_sum(ncclDataType_t t, ncclRedOp_t op, struct ncclComm *c,
                                  const char *who)
 {
-    if (t != ncclFloat32 || op != ncclSum)
-        return mn_fail(ncclInvalidArgument, c, who, "the double reduces float32 sums only "
+    if ((t != ncclFloat32 && t != ncclBfloat16) || op != ncclSum)
+        return mn_fail(ncclInvalidArgument, c, who, "the double reduces float32 and bfloat16 sums only "
                        "(type %d, op %d)", (int)t, (int)op);
     return ncclSuccess;
 }
@@ -807,7 +858,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            cudaStream_t stream)
 {
     ncclResult_t r = mn_float_sum(datatype, op, comm, "ncclAllReduce");
-    mn_call x = {MN_ALLREDUCE, comm, sendbuff, recvbuff, count, 4, 0, stream, 0, 0};
+    mn_call x = {MN_ALLREDUCE, comm, sendbuff, recvbuff, count, mn_type_size(datatype), 0, stream, 0, 0};
     return r ? r : mn_submit(&x, "ncclAllReduce");
 }
 
