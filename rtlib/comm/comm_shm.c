@@ -947,42 +947,48 @@ static const float **shm_srcs(const rt_comm *c, const shm_grp *gr, int h, int64_
     return s;
 }
 
-void rt_comm_allreduce(rt_ctx *ctx, float *buf, int64_t n, int g, int fast)
+/* A reduction of cnt elements: dst = the member-order sum of src[0 .. p). */
+typedef void shm_reducer(void *dst, const void *const *src, int p, int64_t cnt);
+
+static void shm_reduce_f32(void *dst, const void *const *src, int p, int64_t cnt)
+{
+    shm_reduce(dst, (const float *const *)src, p, cnt);
+}
+
+/* The all-reduce of n elements of es bytes, summed by red: fast, each member
+ * sums its share of a staged chunk into its half 1 and all copy all shares;
+ * the reference, every member sums the whole chunk itself (the same sums). */
+static void shm_allreduce(rt_ctx *ctx, char *buf, int64_t n, int es, shm_reducer *red, int g, int fast)
 {
     shm_grp gr = shm_group(ctx, g, RT_COLL_ALLREDUCE);
     if (gr.n == 1 || n <= 0)
         return;
     rt_comm *c = ctx->comm;
     const int w = RT_COLL_ALLREDUCE;
-    int64_t chunk = c->half / 4;
+    int64_t chunk = c->half / es;   /* elements a staging half holds */
     const float *small[SHM_PTRS];
     for (int64_t o = 0; o < n; o += chunk) {
         int64_t cnt = n - o < chunk ? n - o : chunk;
-        memcpy(shm_stage(c, ctx->rank, 0), buf + o, (size_t)cnt * 4);
+        memcpy(shm_stage(c, ctx->rank, 0), buf + o * es, (size_t)(cnt * es));
         shm_barrier(ctx, &gr, w, g);
-        if (fast) {
-            /* each member sums its share into its half 1; then all copy all shares */
-            int64_t a = shm_cut(cnt, gr.n, gr.me), b = shm_cut(cnt, gr.n, gr.me + 1);
-            const float **src = shm_srcs(c, &gr, 0, a * 4, small);
-            shm_reduce((float *)shm_stage(c, ctx->rank, 1) + a, src, gr.n, b - a);
-            if (src != small)
-                free(src);
-            shm_barrier(ctx, &gr, w, g);
+        int64_t a = fast ? shm_cut(cnt, gr.n, gr.me) : 0, b = fast ? shm_cut(cnt, gr.n, gr.me + 1) : cnt;
+        const float **src = shm_srcs(c, &gr, 0, a * es, small);
+        red(fast ? shm_stage(c, ctx->rank, 1) + a * es : buf + o * es, (const void *const *)src, gr.n, b - a);
+        if (src != small)
+            free(src);
+        shm_barrier(ctx, &gr, w, g);
+        if (fast)
             for (int j = 0; j < gr.n; j++) {
                 int64_t aj = shm_cut(cnt, gr.n, j), bj = shm_cut(cnt, gr.n, j + 1);
-                memcpy(buf + o + aj, (float *)shm_stage(c, gr.ranks[j], 1) + aj,
-                       (size_t)(bj - aj) * 4);
+                memcpy(buf + (o + aj) * es, shm_stage(c, gr.ranks[j], 1) + aj * es, (size_t)((bj - aj) * es));
             }
-        } else {
-            /* reference: every member sums the whole chunk itself */
-            const float **src = shm_srcs(c, &gr, 0, 0, small);
-            shm_reduce(buf + o, src, gr.n, cnt);
-            if (src != small)
-                free(src);
-            shm_barrier(ctx, &gr, w, g);
-        }
     }
     shm_barrier(ctx, &gr, w, g);
+}
+
+void rt_comm_allreduce(rt_ctx *ctx, float *buf, int64_t n, int g, int fast)
+{
+    shm_allreduce(ctx, (char *)buf, n, 4, shm_reduce_f32, g, fast);
 }
 
 /* bf16 (the top half of an f32) widened, and an f32 rounded to bf16 (nearest even; rt_lowp.h). */
@@ -1005,8 +1011,10 @@ static inline uint16_t shm_f32_bf16(float x)
 /* dst[t] = bf16(src[0][t] + src[1][t] + ...): the bf16 values widened, summed in f32 in member
  * order, rounded once (bitwise reproducible; blocks of SHM_R16 in f32 on the stack). */
 #define SHM_R16 512
-static void shm_reduce_bf16(uint16_t *dst, const uint16_t *const *src, int p, int64_t cnt)
+static void shm_reduce_bf16(void *dstv, const void *const *srcv, int p, int64_t cnt)
 {
+    uint16_t *dst = dstv;
+    const uint16_t *const *src = (const uint16_t *const *)srcv;
     float acc[SHM_R16];
     for (int64_t t0 = 0; t0 < cnt; t0 += SHM_R16) {
         int64_t m = cnt - t0 < SHM_R16 ? cnt - t0 : SHM_R16;
@@ -1022,33 +1030,7 @@ static void shm_reduce_bf16(uint16_t *dst, const uint16_t *const *src, int p, in
 
 void rt_comm_allreduce_bf16(rt_ctx *ctx, uint16_t *buf, int64_t n, int g, int fast)
 {
-    shm_grp gr = shm_group(ctx, g, RT_COLL_ALLREDUCE);
-    if (gr.n == 1 || n <= 0)
-        return;
-    rt_comm *c = ctx->comm;
-    const int w = RT_COLL_ALLREDUCE;
-    int64_t chunk = c->half / 2;   /* values a staging half holds */
-    const float *small[SHM_PTRS];
-    for (int64_t o = 0; o < n; o += chunk) {
-        int64_t cnt = n - o < chunk ? n - o : chunk;
-        memcpy(shm_stage(c, ctx->rank, 0), buf + o, (size_t)cnt * 2);
-        shm_barrier(ctx, &gr, w, g);
-        /* as rt_comm_allreduce: fast, each member sums its share into its half 1 and all copy
-           all shares; the reference, every member sums the whole chunk (the same sums) */
-        int64_t a = fast ? shm_cut(cnt, gr.n, gr.me) : 0, b = fast ? shm_cut(cnt, gr.n, gr.me + 1) : cnt;
-        const float **src = shm_srcs(c, &gr, 0, a * 2, small);
-        shm_reduce_bf16(fast ? (uint16_t *)shm_stage(c, ctx->rank, 1) + a : buf + o, (const uint16_t *const *)src,
-                        gr.n, b - a);
-        if (src != small)
-            free(src);
-        shm_barrier(ctx, &gr, w, g);
-        if (fast)
-            for (int j = 0; j < gr.n; j++) {
-                int64_t aj = shm_cut(cnt, gr.n, j), bj = shm_cut(cnt, gr.n, j + 1);
-                memcpy(buf + o + aj, (uint16_t *)shm_stage(c, gr.ranks[j], 1) + aj, (size_t)(bj - aj) * 2);
-            }
-    }
-    shm_barrier(ctx, &gr, w, g);
+    shm_allreduce(ctx, (char *)buf, n, 2, shm_reduce_bf16, g, fast);
 }
 
 void rt_comm_reducescatter(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g,
