@@ -12,7 +12,8 @@
  * line that another rank already printed word for word after its "rank K: "
  * prefix is dropped, so an error every rank finds alike (a bad flag, a
  * missing data file) is shown once, while each rank's own failures still
- * show.  rtlib writes every message with one write(2) of at most PIPE_BUF
+ * show; a peer's "peer rank N died" (or "left the job") is dropped once
+ * rank N printed why it stopped (the consequence, not a second cause).  rtlib writes every message with one write(2) of at most PIPE_BUF
  * bytes, so lines from several ranks arrive whole.  NNSC_LAUNCH=1 tells the
  * ranks that they run under this script: only rank 0 answers --help, and
  * each ends when the script does (NNSC_LAUNCH_PID).
@@ -109,14 +110,19 @@ static const char launch_mid[] =
     "  fi\n"
     "fi\n"
     "# the ranks' stderr and launch's own lines pass one filter (fd 3): a line\n"
-    "# another rank printed word for word after its \"rank K: \" is dropped\n"
+    "# another rank printed word for word after its \"rank K: \" is dropped, and\n"
+    "# so is \"peer rank N died/left\" once rank N said why it stopped\n"
     "say_once() {\n"
     "  trap '' INT TERM\n"
     "  local line key who\n"
-    "  declare -A first\n"
+    "  declare -A first spoke\n"
     "  while IFS= read -r line || [[ -n $line ]]; do\n"
     "    key=$line who=\n"
     "    if [[ $line =~ ^rank\\ ([0-9]+):\\ (.*)$ ]]; then who=${BASH_REMATCH[1]} key=${BASH_REMATCH[2]}; fi\n"
+    "    if [[ -n $who ]]; then\n"
+    "      [[ $key =~ ^peer\\ rank\\ ([0-9]+)\\ (died|left\\ the\\ job) && -n ${spoke[${BASH_REMATCH[1]}]+set} ]] && spoke[$who]=1 && continue\n"
+    "      spoke[$who]=1\n"
+    "    fi\n"
     "    [[ -n ${first[\"m$key\"]+set} && ( -z $who || ${first[\"m$key\"]} != \"$who\" ) ]] && continue\n"
     "    first[\"m$key\"]=$who\n"
     "    printf '%s\\n' \"$line\"\n"
