@@ -684,7 +684,7 @@ int fe_compile(const fe_opts *o)
     ir_graph g;
     ir_graph_init(&g);
     rc = fe_load(o->spec, o->sets, o->nset, &g);
-    if (!rc && o->reference) g.req.recompute = NULL;   /* (verify's reference: the plain model) */
+    if (!rc && o->reference) g.req.recompute = NULL, g.req.L.nrc = 0;   /* (verify's reference: the plain model) */
     if (rc) goto out_g;
     ir_graph_verify(&g);
     if (o->target == FE_TARGET_CUDA)   /* the cuda target: every custom op used (and its backward) has cuda = */

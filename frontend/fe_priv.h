@@ -89,4 +89,12 @@ int fe_parse_u64(const char *text, uint64_t *val, char *err, size_t errsz);
 /* A finite floating-point number (strtod syntax, the whole text). */
 int fe_parse_float(const char *text, double *val, char *err, size_t errsz);
 
+/* The [plan] lists into g->req.L (planspec.c): key kv of section sec;
+ * 0, or 2 after a message at kv's line. */
+int fe_plan_trans(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g);
+int fe_plan_coshard(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g);
+int fe_plan_stage(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g);
+int fe_plan_recompute(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g);
+int fe_plan_stage_tp(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g);
+
 #endif

@@ -1957,10 +1957,12 @@ static int lower_cluster(fe_lw *L)
     if (kv) {
         r->trans = ir_str(L->g, kv->val);
         r->trans_line = kv->line;
+        if (fe_plan_trans(L->s, pl, kv, L->g)) return 2;
     }
     if ((kv = pl ? fe_get(pl, "stage") : NULL)) {
         r->stage = ir_str(L->g, kv->val);
         r->stage_line = kv->line;
+        if (fe_plan_stage(L->s, pl, kv, L->g)) return 2;
     }
     if ((kv = pl ? fe_get(pl, "order") : NULL)) {
         r->order = ir_str(L->g, kv->val);
@@ -1992,14 +1994,17 @@ static int lower_cluster(fe_lw *L)
     if ((kv = pl ? fe_get(pl, "stage_tp") : NULL)) {
         r->stage_tp = ir_str(L->g, kv->val);
         r->stage_tp_line = kv->line;
+        if (fe_plan_stage_tp(L->s, pl, kv, L->g)) return 2;
     }
     if ((kv = pl ? fe_get(pl, "coshard") : NULL)) {
         r->coshard = ir_str(L->g, kv->val);
         r->coshard_line = kv->line;
+        if (fe_plan_coshard(L->s, pl, kv, L->g)) return 2;
     }
     if ((kv = pl ? fe_get(pl, "recompute") : NULL)) {
         r->recompute = ir_str(L->g, kv->val);
         r->recompute_line = kv->line;
+        if (fe_plan_recompute(L->s, pl, kv, L->g)) return 2;
     }
     const fe_kv *pk = pl ? fe_get(pl, "policy") : NULL;
     if (pk) r->policy_line = pk->line;

@@ -61,9 +61,17 @@
 
 #define RC_ALL 16   /* cand.rc: sixteenths of each block's repeats recomputed, the first ones */
 
+/* A balanced cut of the layers into (virtual) stages (passes/balance.c's): the layers
+   cut[k] .. cut[k + 1] - 1 on stage k, and as the report writes it ("h.0-5 0, h.6-11 1") */
+typedef struct stagecut {
+    int parts;
+    int *cut;
+    char *text;
+} stagecut;
+
 typedef struct cand {
     int dp, tp, pp, m, sched, zero, rc;
-    const char *stage;     /* balanced stages ([plan] stage), or NULL: the even cut */
+    const stagecut *stage; /* balanced stages (the plan record's op-assign), or NULL: the even cut */
     int rep;               /* 1: the ops outside the blocks split by dp alone, whole on each tp
                               device (op-trans `*0 DP replicate TP`) */
     int cos;               /* 1: the blocks' MLP chains co-sharded 4 ways on their tokens (mlp_coshard) */
@@ -123,40 +131,48 @@ static int blk_layers(const ir_graph *g, int b, int q)
     return q <= 0 ? 0 : k < 1 ? 1 : k > r ? r : k;
 }
 
-/* The blocks, as a recompute list ("h, e"), in buf: q sixteenths (1 ..
- * RC_ALL) of each block's repeats, the first ones ("h.0-5, e.0-1" for q 8;
- * the first stages', which keep the most micro-batches' stash), at least
- * one; RC_ALL: every block whole.  drop > 0: block drop - 1 takes q2
- * sixteenths instead (0: none of it).  Returns the layers recomputed. */
-static int all_blocks(const ir_graph *g, int q, int drop, int q2, char *buf, size_t n)
+/* The layers recomputed where q sixteenths (1 .. RC_ALL) of each block's
+ * repeats are, the first ones (the first stages', which keep the most
+ * micro-batches' stash), at least one of each block; drop > 0: block
+ * drop - 1 takes q2 sixteenths instead (0: none of it).  g non-NULL: also
+ * set them as g's plan record's recompute items, and its recompute text
+ * (plan.txt's: "h.0-5, e.0-1" for q 8; RC_ALL: every block whole, "h, e"). */
+static int all_blocks(const ir_graph *cg, ir_graph *g, int q, int drop, int q2)
 {
-    size_t u = 0;
-    int nl = 0;
-    buf[0] = '\0';
-    for (int b = 0; b < g->nblk && u < n; b++) {
-        int r = g->blk[b].repeat, k = blk_layers(g, b, b + 1 == drop ? q2 : q);
+    int nl = 0, n = 0;
+    ir_rcitem *it = g ? ir_galloc(g, sizeof *it * ((size_t)cg->nblk + 1)) : NULL;
+    ir_buf tb = {0};
+    for (int b = 0; b < cg->nblk; b++) {
+        int r = cg->blk[b].repeat, k = blk_layers(cg, b, b + 1 == drop ? q2 : q);
         if (!k) continue;
-        if (k == 1 && r > 1)
-            u += (size_t)snprintf(buf + u, n - u, "%s%s.0", u ? ", " : "", g->blk[b].name);
-        else if (k < r)
-            u += (size_t)snprintf(buf + u, n - u, "%s%s.0-%d", u ? ", " : "", g->blk[b].name, k - 1);
-        else u += (size_t)snprintf(buf + u, n - u, "%s%s", u ? ", " : "", g->blk[b].name);
         nl += k;
+        if (!g) continue;
+        it[n] = (ir_rcitem){b, 0, k < r ? k - 1 : -1, 0, NULL};
+        if (k < r && k > 1) ir_bprintf(&tb, "%s%s.0-%d", n ? ", " : "", cg->blk[b].name, k - 1);
+        else if (k < r) ir_bprintf(&tb, "%s%s.0", n ? ", " : "", cg->blk[b].name);
+        else ir_bprintf(&tb, "%s%s", n ? ", " : "", cg->blk[b].name);
+        n++;
     }
+    if (g) {
+        g->req.L.rc = it, g->req.L.nrc = n;
+        g->req.recompute = n ? ir_str(g, tb.s) : NULL;
+    }
+    ir_buf_free(&tb);
     return nl;
 }
 
-/* The blocks' MLP chains as a coshard or trans list ("h.fc *1 4, ..."):
- * in each block's first repeat, every activation (gelu, relu, silu) with
- * the matmul and bias_add that feed it, a gate (mul) reading it with the
- * matmul and bias_add making its other input (SwiGLU), and the matmul and
- * bias_add that read the result, each op followed by split ("*1 4": 4
- * pieces of their tokens).  0, or 1: no such chain, or one without tokens
- * (an op without the identifier `*1`: [B, C] activations). */
-static int mlp_list(const ir_graph *g, const char *split, char *buf, size_t n)
+/* The blocks' MLP chains, as the block-generic names of their ops ("h.fc",
+ * every repeat's; *names and its strings malloc'd, *n of them): in each
+ * block's first repeat, every activation (gelu, relu, silu) with the matmul
+ * and bias_add that feed it, a gate (mul) reading it with the matmul and
+ * bias_add making its other input (SwiGLU), and the matmul and bias_add
+ * that read the result.  0, or 1 (nothing in *names): no such chain, or
+ * one without tokens (an op without the identifier `*1`: [B, C]
+ * activations). */
+static int mlp_ops(const ir_graph *g, char ***names, int *n)
 {
-    size_t u = 0;
-    buf[0] = '\0';
+    int cap = 0;
+    *names = NULL, *n = 0;
     char *in = ir_xcalloc((size_t)g->nop + 1, 1);
     for (int i = 0; i < g->nop; i++) {
         const ir_op *o = &g->op[i];
@@ -199,23 +215,61 @@ static int mlp_list(const ir_graph *g, const char *split, char *buf, size_t n)
             t = g->op[next].out[0];
         }
     }
-    for (int i = 0; i < g->nop && u < n; i++) {
+    int bad = 0;
+    for (int i = 0; i < g->nop && !bad; i++) {
         if (!in[i]) continue;
         const char *bn = g->blk[g->op[i].block].name, *on = g->op[i].name;
         size_t bl = strlen(bn);
         const char *tail = strchr(on + bl + 1, '.');   /* "h.0.fc" -> "fc" */
         if (strncmp(on, bn, bl) || on[bl] != '.' || !tail) continue;
-        if (ir_anno_find(&g->op[i].anno, "*1") < 0) {   /* no tokens to split ([B, C] activations) */
-            free(in);
-            return 1;
-        }
-        u += (size_t)snprintf(buf + u, n - u, "%s%s.%s %s", u ? ", " : "", bn, tail + 1, split);
+        bad = ir_anno_find(&g->op[i].anno, "*1") < 0;   /* no tokens to split ([B, C] activations) */
+        char nm[512];
+        snprintf(nm, sizeof nm, "%s.%s", bn, tail + 1);
+        *IR_PUSH(*names, *n, cap) = ir_xstrdup(nm);
     }
     free(in);
-    return u == 0 || u >= n;
+    if (bad || !*n) {
+        for (int k = 0; k < *n; k++) free((*names)[k]);
+        free(*names);
+        *names = NULL, *n = 0;
+        return 1;
+    }
+    return 0;
 }
 
-static int mlp_coshard(const ir_graph *g, char *buf, size_t n) { return mlp_list(g, "*1 4", buf, n); }
+static void free_names(char **v, int n)
+{
+    for (int k = 0; k < n; k++) free(v[k]);
+    free(v);
+}
+
+/* Does g have an MLP chain to split on its tokens (mlp_ops)? */
+static int has_mlp(const ir_graph *g)
+{
+    char **v;
+    int n;
+    if (mlp_ops(g, &v, &n)) return 0;
+    free_names(v, n);
+    return 1;
+}
+
+/* g's plan record's coshard: the blocks' MLP chains in 4 pieces of their
+ * tokens a device ("h.fc *1 4, ..."); 0, or 1: no such chain. */
+static int mlp_coshard(ir_graph *g)
+{
+    char **v;
+    int n;
+    if (mlp_ops(g, &v, &n)) return 1;
+    ir_cosh *c = ir_galloc(g, sizeof *c * (size_t)n);
+    for (int k = 0; k < n; k++) {
+        c[k].pat = ir_str(g, v[k]);
+        snprintf(c[k].id, sizeof c[k].id, "*1");
+        c[k].k = 4;
+    }
+    g->req.L.cos = c, g->req.L.ncos = n;
+    free_names(v, n);
+    return 0;
+}
 
 /* The passes from autograd to the pipeline's order on a loaded graph; d is
  * initialised either way (the caller frees it).  0, or 2 (the message in
@@ -238,25 +292,44 @@ static int plan_all(ir_graph *g, ir_dist *d, int die)
     return rc;
 }
 
-/* c's op-trans as g's trans (dp: the dp of the build): with rep, the
- * forward ops outside the blocks split by dp alone, whole on each of the
- * tp devices ("lm_head *0 4 replicate 2, ..."); with tok, the blocks' MLP
- * chains split by dp and then on their tokens over the tp devices
- * ("h.fc *0 4 *1 2, ...": data parallel on the tp axis, the chain's params
- * whole on each device, their gradients summed over tp); with ot, the
- * blocks' forward ops as the per-block search chose them (in place of
- * tok's).  Returns 0, or 1: tok and no MLP chain. */
+/* Op-trans item pat with splits (id, parts) ... (nsplit of them) appended
+ * to v (*n of *cap; pat copied into g's pool). */
+static void ot_push(ir_graph *g, ir_optrans **v, int *n, int *cap, const char *pat, int nsplit, const char *id0,
+                    int p0, const char *id1, int p1)
+{
+    ir_optrans *u = IR_PUSH(*v, *n, *cap);
+    memset(u, 0, sizeof *u);
+    u->pat = ir_str(g, pat);
+    const char *id[2] = {id0, id1};
+    const int pt[2] = {p0, p1};
+    for (int k = 0; k < nsplit; k++) {
+        snprintf(u->id[k], sizeof u->id[k], "%s", id[k]);
+        u->parts[k] = pt[k];
+    }
+    u->n = nsplit;
+}
+
+/* c's op-trans as g's plan record's trans (dp: the dp of the build), and
+ * as its text for plan.txt: with rep, the forward ops outside the blocks
+ * split by dp alone, whole on each of the tp devices ("lm_head *0 4
+ * replicate 2, ..."); with tok, the blocks' MLP chains split by dp and then
+ * on their tokens over the tp devices ("h.fc *0 4 *1 2, ...": data
+ * parallel on the tp axis, the chain's params whole on each device, their
+ * gradients summed over tp); with ot, the blocks' forward ops as the
+ * per-block search chose them (in place of tok's; its "h.fc *0 n, ..."
+ * lists each op's batch identifier, or -, and the identifier tp splits).
+ * Returns 0, or 1: tok and no MLP chain. */
 static int plan_trans(ir_graph *g, const cand *c, int dp)
 {
-    ir_buf tb = {0};
+    ir_optrans *v = NULL;
+    int n = 0, cap = 0, rc = 0;
     for (int i = 0; i < g->nop && c->rep; i++) {
         const ir_op *op = &g->op[i];
         if (op->phase != IR_PH_FWD || op->block >= 0) continue;
-        if (dp > 1) ir_bprintf(&tb, "%s%s *0 %d replicate %d", tb.n ? ", " : "", op->name, dp, c->tp);
-        else ir_bprintf(&tb, "%s%s replicate %d", tb.n ? ", " : "", op->name, c->tp);
+        if (dp > 1) ot_push(g, &v, &n, &cap, op->name, 2, "*0", dp, "replicate", c->tp);
+        else ot_push(g, &v, &n, &cap, op->name, 1, "replicate", c->tp, NULL, 0);
     }
-    int rc = 0;
-    if (c->ot) {   /* "h.fc *0 n, ..." -> "h.fc *0 4 n 2, ..." (no batch identifier: replicate on dp) */
+    if (c->ot) {
         char item[256];
         for (const char *s = c->ot; *s;) {
             const char *e = strchr(s, ',');
@@ -264,23 +337,65 @@ static int plan_trans(ir_graph *g, const cand *c, int dp)
             snprintf(item, sizeof item, "%.*s", (int)len, s);
             char nm[200], bt[16], ch[16];
             if (sscanf(item, " %199s %15s %15s", nm, bt, ch) == 3) {
-                if (dp > 1)
-                    ir_bprintf(&tb, "%s%s %s %d %s %d", tb.n ? ", " : "", nm, strcmp(bt, "-") ? bt : "replicate", dp,
-                               ch, c->tp);
-                else ir_bprintf(&tb, "%s%s %s %d", tb.n ? ", " : "", nm, ch, c->tp);
+                if (dp > 1) ot_push(g, &v, &n, &cap, nm, 2, strcmp(bt, "-") ? bt : "replicate", dp, ch, c->tp);
+                else ot_push(g, &v, &n, &cap, nm, 1, ch, c->tp, NULL, 0);
             }
             s += len + (e != NULL);
         }
     } else if (c->tok) {
-        char split[48], lb[1024];
-        if (dp > 1) snprintf(split, sizeof split, "*0 %d *1 %d", dp, c->tp);
-        else snprintf(split, sizeof split, "*1 %d", c->tp);
-        rc = mlp_list(g, split, lb, sizeof lb);
-        if (!rc) ir_bprintf(&tb, "%s%s", tb.n ? ", " : "", lb);
+        char **nm;
+        int nn;
+        rc = mlp_ops(g, &nm, &nn);
+        for (int k = 0; k < nn; k++) {
+            if (dp > 1) ot_push(g, &v, &n, &cap, nm[k], 2, "*0", dp, "*1", c->tp);
+            else ot_push(g, &v, &n, &cap, nm[k], 1, "*1", c->tp, NULL, 0);
+        }
+        if (!rc) free_names(nm, nn);
     }
-    if (tb.n) g->req.trans = ir_str(g, tb.s);
-    ir_buf_free(&tb);
+    if (n) {
+        ir_buf tb = {0};
+        for (int k = 0; k < n; k++) {
+            ir_bprintf(&tb, "%s%s", k ? ", " : "", v[k].pat);
+            for (int j = 0; j < v[k].n; j++) ir_bprintf(&tb, " %s %d", v[k].id[j], v[k].parts[j]);
+        }
+        g->req.trans = ir_str(g, tb.s);
+        ir_buf_free(&tb);
+        g->req.L.trans = ir_galloc(g, sizeof *v * (size_t)n);
+        memcpy(g->req.L.trans, v, sizeof *v * (size_t)n);
+        g->req.L.ntrans = n;
+    }
+    free(v);
     return rc;
+}
+
+/* g's plan record's stage_tp from candidate c's first and last stage's
+ * own tp (st0, stl; the others tp); 0, or 1: c has none. */
+static int rec_stage_tp(ir_graph *g, const cand *c)
+{
+    if (!c->st0 && !c->stl) return 0;
+    int *t = ir_galloc(g, sizeof(int) * (size_t)c->pp);
+    for (int s = 0; s < c->pp; s++) t[s] = s == 0 && c->st0 ? c->st0 : s == c->pp - 1 && c->stl ? c->stl : c->tp;
+    g->req.L.stage_tp = t, g->req.L.nstage_tp = c->pp;
+    return 1;
+}
+
+/* g's plan record's op-assign from the balanced cut sc: each block's
+ * layers on their stage (cut's layers count the blocks' repeats in
+ * order). */
+static void rec_stage(ir_graph *g, const stagecut *sc)
+{
+    ir_assign *a = ir_galloc(g, sizeof *a * ((size_t)sc->parts * ((size_t)g->nblk + 1)));
+    int n = 0;
+    for (int k = 0; k < sc->parts; k++) {
+        int l0 = 0;
+        for (int bl = 0; bl < g->nblk; bl++) {
+            int r = g->blk[bl].repeat, lo = sc->cut[k] > l0 ? sc->cut[k] : l0,
+                hi = sc->cut[k + 1] < l0 + r ? sc->cut[k + 1] : l0 + r;
+            if (lo < hi) a[n++] = (ir_assign){NULL, k, 0, bl, lo - l0, hi - 1 - l0};
+            l0 += r;
+        }
+    }
+    g->req.L.stage = a, g->req.L.nstage = n;
 }
 
 /* q sixteenths as a spec's reader says them: 1/4, half, 3/4, 5/16, all. */
@@ -366,21 +481,17 @@ static int setup(const fe_opts *o, cand *c, int fold, int layers, ir_graph *gp, 
         g.prof.per_node = wsd >= per_node ? c->tp : per_node / c->dp > c->tp ? per_node / c->dp : c->tp;
     }
     g.train.micro_batches = c->m;
-    char stb[512];
-    if (stp_text(c, stb, sizeof stb)) r->stage_tp = ir_str(&g, stb);
-    if (r->stage_tp) r->dp = r->tp = 0;   /* (stage_tp sets each stage's; the spec's, or the candidate's) */
-    if (c->stage) r->stage = ir_str(&g, c->stage);
+    /* the candidate's plan record, over the spec's (what it binds is in the candidate already) */
+    rec_stage_tp(&g, c);
+    if (r->L.nstage_tp) r->dp = r->tp = 0;   /* (stage_tp sets each stage's; the spec's, or the candidate's) */
+    if (c->stage) rec_stage(&g, c->stage);
     if ((c->rep || c->tok || c->ot) && plan_trans(&g, c, r->dp)) {
         snprintf(c->why, sizeof c->why, "no MLP chain to split on its tokens");
         ir_graph_free(&g);
         return 1;
     }
-    char rcb[1024], csb[1024];
-    if (c->cos && !mlp_coshard(&g, csb, sizeof csb)) r->coshard = ir_str(&g, csb);
-    if (c->rc) {
-        all_blocks(&g, c->rc, c->rcdrop, c->rc2, rcb, sizeof rcb);
-        r->recompute = ir_str(&g, rcb);
-    }
+    if (c->cos) mlp_coshard(&g);
+    if (c->rc) all_blocks(&g, &g, c->rc, c->rcdrop, c->rc2);
     *gp = g;
     return 0;
 }
@@ -809,7 +920,7 @@ static int layer_costs(const fe_opts *o, int *nl_out, double **cost_out, double 
     r->policy = ir_str(&g, "hybrid");
     r->dp = r->tp = r->pp = 1;
     r->zero = 0;
-    r->stage = NULL;
+    r->stage = NULL, r->L.nstage = 0;
     g.req.devices = 1;
     g.train.micro_batches = 1;
     ir_dist d;
@@ -882,7 +993,7 @@ static char *cuts_text(const ir_graph *g, const int *cut, int parts)
 /* One balanced cut per virtual-stage count. */
 typedef struct balanced {
     int pp, parts;
-    char *stage;             /* NULL: the even cut is as good (within 3 %) */
+    stagecut *stage;         /* NULL: the even cut is as good (within 3 %) */
     double best_ms, even_ms; /* the slowest stage, layers' costs alone */
     double secs;             /* the time the cut took */
 } balanced;
@@ -909,7 +1020,11 @@ static void *cut_worker(void *arg)
         if (!pass_balance_cuts(j->nl, j->lc, j->pre, j->post, z->pp, z->parts, 1.0, SEARCH_Z3_WORK, cut, &z->best_ms,
                                &z->even_ms) &&
             z->best_ms < 0.97 * z->even_ms)
-            z->stage = cuts_text(j->g, cut, z->parts);
+        {
+            z->stage = ir_xcalloc(1, sizeof *z->stage);
+            z->stage->parts = z->parts, z->stage->cut = cut, cut = NULL;
+            z->stage->text = cuts_text(j->g, z->stage->cut, z->parts);
+        }
         z->secs = now_s() - tb;
         free(cut);
     }
@@ -918,7 +1033,8 @@ static void *cut_worker(void *arg)
 
 static void free_bal(balanced *bal, int nbal)
 {
-    for (int k = 0; k < nbal; k++) free(bal[k].stage);
+    for (int k = 0; k < nbal; k++)
+        if (bal[k].stage) free(bal[k].stage->cut), free(bal[k].stage->text), free(bal[k].stage);
     free(bal);
 }
 
@@ -929,7 +1045,7 @@ static void free_bal(balanced *bal, int nbal)
  * batch overhead, and the search takes the step as unimodal in them. */
 struct chain {
     int dp, tp, pp, sched;
-    const char *stage;   /* balanced stages, or NULL */
+    const stagecut *stage;   /* balanced stages, or NULL */
     double sratio;       /* with stage: its slowest stage over the even cut's, on the layers' costs */
     int nm, ms[16];
     int nout, skipped;   /* priced, and left unpriced by the stop */
@@ -1057,12 +1173,11 @@ static int finer_recompute(const search_ctx *x, cand **cs, int *nc, int *cap)
     for (int i = 0; i < *nc; i++)
         if (!(*cs)[i].est && fits(&(*cs)[i], pf) && (bi < 0 || (*cs)[i].step < (*cs)[bi].step)) bi = i;
     if (bi < 0 || !(*cs)[bi].rc || (*cs)[bi].cos || x->frc < 0) return 0;
-    char buf[1024];
     cand top = (*cs)[bi], found = top;
     int lo = top.rc - RC_ALL / 4, hi = top.rc, builds = 0;   /* lo: does not fit; hi: fits */
-    int nlo = all_blocks(x->g, lo, 0, 0, buf, sizeof buf), nhi = all_blocks(x->g, hi, 0, 0, buf, sizeof buf);
+    int nlo = all_blocks(x->g, NULL, lo, 0, 0), nhi = all_blocks(x->g, NULL, hi, 0, 0);
     while (hi - lo > 1) {
-        int mid = (lo + hi) / 2, nmid = all_blocks(x->g, mid, 0, 0, buf, sizeof buf);
+        int mid = (lo + hi) / 2, nmid = all_blocks(x->g, NULL, mid, 0, 0);
         if (nmid == nhi) {   /* the same layers as hi: fits */
             hi = mid;
             continue;
@@ -1526,16 +1641,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     /* the spec's stage_tp: each stage's tp (it sets the stages' dp and tp: a candidate's dp x tp
        is stage 0's, its batch rule the largest dp's) */
     int sts[64], nsts = 0;
-    for (const char *q = r0->stage_tp; q && *q && nsts < 64;) {
-        char *e;
-        long v = strtol(q, &e, 10);
-        if (e == q) {
-            q++;
-            continue;
-        }
-        sts[nsts++] = (int)v;
-        q = e;
-    }
+    for (int k = 0; k < r0->L.nstage_tp && nsts < 64; k++) sts[nsts++] = r0->L.stage_tp[k];
     int fsch = r0->schedule_given ? r0->schedule : -1;
     double t0 = now_s();
     /* balanced stages: the layers' costs once, a cut per virtual-stage count */
@@ -1636,7 +1742,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
         for (int k = 0; k < nbal && o->verbose; k++)
             fprintf(stderr, "search: stages cut for pp %d, %d virtual: slowest %.4g ms, even %.4g ms; %s in %.3f s\n",
                     bal[k].pp, bal[k].parts, bal[k].best_ms, bal[k].even_ms,
-                    bal[k].stage ? bal[k].stage : "the even cut kept", bal[k].secs);
+                    bal[k].stage ? bal[k].stage->text : "the even cut kept", bal[k].secs);
     }
     for (int i = 0; i < nchs; i++)
         if (chs[i].bal >= 0)
@@ -1646,15 +1752,13 @@ int fe_search(const fe_opts *o, ir_graph *g)
        coshard, stage_tp, chunks), nor for recycling */
     int lfold = !r0->no_fold_layers && g->nblk && !r0->stage && !r0->order && !r0->recompute && !r0->trans &&
                 !r0->coshard && !r0->stage_tp && !r0->chunks && g->train.recycle <= 1;
-    char csb[1024];
-    const int mlp = !mlp_coshard(g, csb, sizeof csb);   /* the blocks have an MLP chain with tokens */
+    const int mlp = has_mlp(g);   /* the blocks have an MLP chain with tokens */
     int cos = N > 1 && !r0->coshard && frc >= 0 && mlp && !r0->no_cos_rung;   /* (one device: no coshard, plan.c) */
     /* (the test hook read once, before the threads: getenv beside them is not safe) */
     search_ctx x = {o, g, chs, nchs, fold, fz, frc, r0->seq_par_given, {0, 0, 0, 0, 1}, lfold, cos, nl, 0, NULL, 0,
                     getenv("NNSC_SEARCH_FAIL"), 0, 0};
     for (int q = 1, prev = 0; q < 4 && g->nblk; q++) {   /* the partial rungs that recompute more than the one before */
-        char tmp[1024];
-        int n = all_blocks(g, q * (RC_ALL / 4), 0, 0, tmp, sizeof tmp);
+        int n = all_blocks(g, NULL, q * (RC_ALL / 4), 0, 0);
         x.rcq[q] = n > prev && n < nl;
         if (x.rcq[q]) prev = n;
     }
@@ -1885,7 +1989,7 @@ int fe_search(const fe_opts *o, ir_graph *g)
     for (int k = 0; k < nbal && cs[0].ok && cs[0].stage; k++)
         if (bal[k].stage == cs[0].stage)
             ir_bprintf(&b, "  stages   %s (balanced on the layers' costs, Z3: slowest stage %.3f ms, %.3f ms with "
-                           "even counts)\n", cs[0].stage, bal[k].best_ms, bal[k].even_ms);
+                           "even counts)\n", cs[0].stage->text, bal[k].best_ms, bal[k].even_ms);
     if (!cs[0].ok) {
         fprintf(stderr, "%s", b.s);
         ir_buf_free(&b);
@@ -1907,21 +2011,18 @@ int fe_search(const fe_opts *o, ir_graph *g)
     r->schedule = c->sched;
     r->zero = c->zero;
     if (c->sp) r->seq_par = 1;
-    if (c->rc) {
-        char rcb[1024];
-        all_blocks(g, c->rc, c->rcdrop, c->rc2, rcb, sizeof rcb);
-        r->recompute = ir_str(g, rcb);
-    }
+    /* its plan record, for the passes (and its text, for plan.txt) */
+    if (c->rc) all_blocks(g, g, c->rc, c->rcdrop, c->rc2);
     g->train.micro_batches = c->m;
-    if (c->stage) r->stage = ir_str(g, c->stage);
+    if (c->stage) rec_stage(g, c->stage), r->stage = ir_str(g, c->stage->text);
     char stb[512];
-    if (stp_text(c, stb, sizeof stb)) r->stage_tp = ir_str(g, stb);
-    if (r->stage_tp) r->dp = r->tp = 0;
+    if (rec_stage_tp(g, c) && stp_text(c, stb, sizeof stb)) r->stage_tp = ir_str(g, stb);
+    if (r->L.nstage_tp) r->dp = r->tp = 0;
     if (c->rep || c->tok || c->ot) {
         plan_trans(g, c, c->dp);
         r->trans_auto = 1;
     }
-    if (c->cos && !mlp_coshard(g, csb, sizeof csb)) r->coshard = ir_str(g, csb);
+    if (c->cos) mlp_coshard(g);
     r->search = ir_str(g, b.s);
     ir_buf_free(&b);
     free(cs);

@@ -80,6 +80,26 @@ const char *ir_str(ir_graph *g, const char *s)
     return *slot;
 }
 
+void *ir_galloc(ir_graph *g, size_t n)
+{
+    char **slot = IR_PUSH(g->pool, g->npool, g->poolcap);
+    *slot = ir_xcalloc(n ? n : 1, 1);
+    return *slot;
+}
+
+void ir_graph_clone(ir_graph *dst, const ir_graph *src)
+{
+    *dst = *src;
+    dst->pool = NULL, dst->npool = dst->poolcap = 0;
+    dst->t = ir_xcalloc((size_t)src->nt + 1, sizeof *dst->t);
+    dst->op = ir_xcalloc((size_t)src->nop + 1, sizeof *dst->op);
+    dst->blk = ir_xcalloc((size_t)src->nblk + 1, sizeof *dst->blk);
+    memcpy(dst->t, src->t, sizeof *dst->t * (size_t)src->nt);
+    memcpy(dst->op, src->op, sizeof *dst->op * (size_t)src->nop);
+    memcpy(dst->blk, src->blk, sizeof *dst->blk * (size_t)src->nblk);
+    dst->tcap = src->nt + 1, dst->opcap = src->nop + 1, dst->blkcap = src->nblk + 1;
+}
+
 int ir_add_tensor(ir_graph *g, const char *name, ir_dtype dt, ir_tkind kind,
                   int ndim, const int64_t *shape, int line)
 {

@@ -333,6 +333,43 @@ typedef struct ir_train {
                                  gradients stored in bf16 (passes/precision.c); 0: f32 */
 } ir_train;
 
+/* ---- The plan record's lists: what the plan passes read (plan.c,
+ * recompute.c) for op-trans, co-shard, op-assign to stages, recompute and
+ * each stage's tp.  The frontend parses the spec's [plan] text into them
+ * (frontend/planspec.c: the syntax, with the spec's line); policy auto's
+ * search fills them for each candidate directly (passes/search.c).  What
+ * an item names is checked against the graph by the pass that reads it.
+ * Strings and arrays are the graph's (its pool: ir_str, ir_galloc). */
+typedef struct ir_optrans {   /* trans: ops matching pat split over identifiers, in order */
+    const char *pat;          /* op pattern (fnmatch; h.fc: every repeat's) */
+    int n;                    /* splits (1 .. IR_MAXSPLIT) */
+    char id[IR_MAXSPLIT][16]; /* an annotation identifier, replicate or value */
+    int parts[IR_MAXSPLIT];
+} ir_optrans;
+typedef struct ir_cosh {      /* coshard: ops matching pat in k pieces of identifier id a device */
+    const char *pat;
+    char id[32];
+    int k;
+} ir_cosh;
+typedef struct ir_assign {    /* stage: the forward ops item names on stage k (a later item wins) */
+    const char *item;         /* an op pattern, or a block's repeats (h, h.3, h.0-5); NULL: blk's */
+    int k;                    /* the (virtual) stage; all: every device, interlaced */
+    int all;
+    int blk, lo, hi;          /* item NULL: repeats lo .. hi of block blk */
+} ir_assign;
+typedef struct ir_rcitem {    /* recompute: repeats lo .. hi of block blk (attn: the attention alone) */
+    int blk, lo, hi;          /* hi = -1: every repeat */
+    int attn;
+    const char *text;         /* as written ("h.0-5:attn"), for messages */
+} ir_rcitem;
+typedef struct ir_planlists {
+    ir_optrans *trans; int ntrans;
+    ir_cosh *cos; int ncos;
+    ir_assign *stage; int nstage;
+    ir_rcitem *rc; int nrc;
+    int *stage_tp; int nstage_tp; /* each stage's tp degree (nstage_tp 0: tp everywhere) */
+} ir_planlists;
+
 /* Plan request from [plan] and [cluster]. */
 typedef struct ir_planreq {
     int devices;              /* world size */
@@ -377,6 +414,8 @@ typedef struct ir_planreq {
     int no_grad_buckets;      /* grad_buckets = false: one all-reduce per gradient (passes/bucket.c) */
     const char *stage_tp;     /* each stage's tp degree ("2 1"), or NULL: tp everywhere */
     int stage_tp_line;        /* spec line of stage_tp */
+    ir_planlists L;           /* trans, coshard, stage, recompute and stage_tp as the passes read them
+                                 (the strings above: as written, for plan.txt and messages) */
 } ir_planreq;
 
 /* Pipeline schedules ([plan] schedule). */
@@ -470,6 +509,12 @@ void ir_graph_init(ir_graph *g);
 void ir_graph_free(ir_graph *g);
 /* Copy s into the graph's pool. */
 const char *ir_str(ir_graph *g, const char *s);
+/* n zeroed bytes owned by the graph's pool (freed with it). */
+void *ir_galloc(ir_graph *g, size_t n);
+/* dst = a copy of src's tensors, ops, blocks and request that shares src's
+ * strings and plan lists: src must outlive dst (dst's own pool starts
+ * empty; what is added to dst is dst's). */
+void ir_graph_clone(ir_graph *dst, const ir_graph *src);
 /* Add a tensor (name copied); returns its id. */
 int ir_add_tensor(ir_graph *g, const char *name, ir_dtype dt, ir_tkind kind,
                   int ndim, const int64_t *shape, int line);

@@ -372,14 +372,8 @@ static void record_layout(planctx *c, int op)
     }
 }
 
-/* ---- user constraints: PATTERN SPLIT {SPLIT} {, ...}; SPLIT = IDENT N | replicate N | value N */
-
-typedef struct ucons {
-    char pat[256];       /* op name pattern (fnmatch), or a block-generic name (h.fc) */
-    int n;               /* splits */
-    char id[IR_MAXSPLIT][16];
-    int parts[IR_MAXSPLIT];
-} ucons;
+/* ---- op-trans constraints (the plan record's trans: PATTERN SPLIT {SPLIT}; SPLIT = IDENT N | replicate N |
+   value N) */
 
 /* Does pattern p match op name (or its name with the repeat index removed)? */
 static int matches(const ir_graph *g, const ir_op *o, const char *p)
@@ -394,42 +388,6 @@ static int matches(const ir_graph *g, const ir_op *o, const char *p)
     if (strncmp(o->name, bn, bl) != 0 || strncmp(o->name + bl, rep, strlen(rep)) != 0) return 0;
     snprintf(generic, sizeof generic, "%s.%s", bn, o->name + bl + strlen(rep));
     return fnmatch(p, generic, 0) == 0;
-}
-
-/* Parse the constraint list; returns the count or -1 after a message. */
-static int parse_cons(const ir_graph *g, ucons **out)
-{
-    const char *s = g->req.trans;
-    int n = 0, cap = 0;
-    *out = NULL;
-    static const char hint[] = "write trans = OPS IDENT N [IDENT N]..., e.g. trans = h.fc n 4, h.proj k 4 "
-                               "(IDENT: a name of the op's annotation, or replicate / value)";
-    while (s && *s) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        char item[1024];
-        if (len >= sizeof item) return pass_error(g, g->req.trans_line, hint, "[plan] trans: constraint too long"), -1;
-        memcpy(item, s, len);
-        item[len] = '\0';
-        ucons *u = IR_PUSH(*out, n, cap);
-        memset(u, 0, sizeof *u);
-        char *save, *tok = strtok_r(item, " \t", &save);
-        if (!tok) return pass_error(g, g->req.trans_line, hint, "[plan] trans: empty constraint"), -1;
-        snprintf(u->pat, sizeof u->pat, "%s", tok);
-        while ((tok = strtok_r(NULL, " \t", &save))) {
-            char *num = strtok_r(NULL, " \t", &save);
-            char *end;
-            long v = num ? strtol(num, &end, 10) : 0;
-            if (!num || *end || v < 1 || u->n == IR_MAXSPLIT)
-                return pass_error(g, g->req.trans_line, hint, "[plan] trans: bad split '%s %s' for %s", tok,
-                                  num ? num : "", u->pat), -1;
-            snprintf(u->id[u->n], sizeof u->id[0], "%s", tok);
-            u->parts[u->n++] = (int)v;
-        }
-        if (u->n == 0) return pass_error(g, g->req.trans_line, hint, "[plan] trans: '%s' has no split", u->pat), -1;
-        s += len + (e != NULL);
-    }
-    return n;
 }
 
 /* Why identifier id of op o may not be split by a constraint (trans or
@@ -461,7 +419,6 @@ static const char *split_refused(const ir_op *o, int id, char *hint, size_t hint
 static int coshard(ir_dist *d)
 {
     const ir_graph *g = d->g;
-    const char *s = g->req.coshard;
     int line = g->req.coshard_line;
     static const char hint[] = "write coshard = OPS IDENT K {, OPS IDENT K}: OPS an op pattern (h.attn, h.fc), IDENT a "
                                "name of its annotation (--dump=graph: *1 for a matmul's rows (tokens), h for "
@@ -472,21 +429,9 @@ static int coshard(ir_dist *d)
         if (g->op[i].phase == IR_PH_OPT)
             for (int k = 0; k < g->op[i].nin; k++) acc[g->op[i].in[k]] = 1;
     int rc = 0;
-    while (s && *s && !rc) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        char item[512], pat[256], ident[32], extra[8];
-        int k;
-        if (len >= sizeof item) {
-            rc = pass_error(g, line, hint, "[plan] coshard: item too long");
-            break;
-        }
-        memcpy(item, s, len);
-        item[len] = '\0';
-        if (sscanf(item, " %255s %31s %d %7s", pat, ident, &k, extra) != 3 || k < 1) {
-            rc = pass_error(g, line, hint, "[plan] coshard: '%s' is not OPS IDENT K", item);
-            break;
-        }
+    for (int ci = 0; ci < g->req.L.ncos && !rc; ci++) {
+        const char *pat = g->req.L.cos[ci].pat, *ident = g->req.L.cos[ci].id;
+        const int k = g->req.L.cos[ci].k;
         int hit = 0;
         for (int op = 0; op < g->nop && !rc; op++) {
             const ir_op *o = &g->op[op];
@@ -565,14 +510,13 @@ static int coshard(ir_dist *d)
         if (!hit && !rc)
             rc = pass_error(g, line, "patterns match forward op names (--dump=graph lists them)",
                             "[plan] coshard: nothing matches '%s'", pat);
-        s += len + (e != NULL);
     }
     free(acc);
     return rc;
 }
 
 /* Apply constraint u to op; returns 0 or 2 after a message. */
-static int apply_cons(planctx *c, int op, const ucons *u)
+static int apply_cons(planctx *c, int op, const ir_optrans *u)
 {
     const ir_graph *g = c->d->g;
     const ir_op *o = &g->op[op];
@@ -784,28 +728,20 @@ static int assign_stages(planctx *c, int pp, const int *order)
     const int rcy = g->train.recycle > 1 && nv > 1;
     const char *hint = rcy ? hintr : nv > 1 ? hintv : hint1;
     const int kmax = rcy ? nphys : pp;
-    /* user items, in order: a later item overrides an earlier one */
-    const char *s = r->stage;
-    while (s && *s) {
-        const char *e = strchr(s, ',');
-        size_t len = e ? (size_t)(e - s) : strlen(s);
-        char item[512], name[256], extra[8], word[8];
-        int k, isall = 0;
-        if (len >= sizeof item) return pass_error(g, r->stage_line, hint, "[plan] stage: item too long");
-        memcpy(item, s, len);
-        item[len] = '\0';
-        if (sscanf(item, " %255s %d %7s", name, &k, extra) != 2) {
-            /* ITEM all: split over every device, its tasks interlaced with the pipeline's */
-            if (sscanf(item, " %255s %7s %7s", name, word, extra) == 2 && !strcmp(word, "all")) k = all, isall = 1;
-            else return pass_error(g, r->stage_line, hint, "[plan] stage: '%s' is not ITEM STAGE", item);
-        }
+    /* the plan record's op-assign items, in order: a later item overrides an earlier one */
+    for (int ai = 0; ai < r->L.nstage; ai++) {
+        const ir_assign *it = &r->L.stage[ai];
+        char bname[300];   /* (a block item without text: the search's, "h.0-5" in messages) */
+        if (!it->item) snprintf(bname, sizeof bname, "%s.%d-%d", g->blk[it->blk].name, it->lo, it->hi);
+        const char *name = it->item ? it->item : bname;
+        const int isall = it->all, k = isall ? all : it->k;
         if (isall && rcy) return pass_error(g, r->stage_line, hint, "[plan] stage: 'all' with recycle: not built");
         /* (a number is a stage: pp itself is out of range, not 'all', which is the word alone) */
         if (!isall && (k < 0 || k >= kmax))
             return pass_error(g, r->stage_line, hint, "[plan] stage: stage %d of '%s' is not in 0 .. %d (pp %d%s)", k,
                               name, kmax - 1, pp / nv, nv > 1 && !rcy ? " x chunks" : "");
         int b, lo, hi, hit = 0;
-        int isblk = block_item(g, name, &b, &lo, &hi);
+        int isblk = it->item ? block_item(g, name, &b, &lo, &hi) : (b = it->blk, lo = it->lo, hi = it->hi, 1);
         if (isblk && (lo < 0 || hi < lo || hi >= g->blk[b].repeat))
             return pass_error(g, r->stage_line, hint, "[plan] stage: block '%s' has repeats 0 .. %d, not %s",
                               g->blk[b].name, g->blk[b].repeat - 1, name);
@@ -819,7 +755,6 @@ static int assign_stages(planctx *c, int pp, const int *order)
         if (!hit)
             return pass_error(g, r->stage_line, "patterns match forward op names (--dump=graph lists them); "
                               "blocks are named with their repeats, h.0-5", "[plan] stage: nothing matches '%s'", name);
-        s += len + (e != NULL);
     }
     /* the blocks' layers, cut evenly */
     int nl = 0, *lb = ir_xcalloc((size_t)g->nblk + 1, sizeof(int));
@@ -1031,21 +966,14 @@ static int stage_tp(ir_dist *d, int pp, int *dp, int *tp)
     if (r->schedule == IR_SCHED_INTERLACED)
         return pass_error(g, line, "interlaced splits the ops outside the layers over every device, as one tp group: "
                           "use one tp for all stages", "[plan] stage_tp with schedule interlaced: not built");
-    int *t = d->stage_tp = ir_xcalloc((size_t)pp, sizeof(int)), n = 0;
-    const char *p = r->stage_tp;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',') p++;
-        if (!*p) break;
-        char *e;
-        long v = strtol(p, &e, 10);
-        if (e == p || (*e && *e != ' ' && *e != '\t' && *e != ','))
-            return pass_error(g, line, hint, "[plan] stage_tp: '%s' is not a list of integers", r->stage_tp);
-        if (n == pp) return pass_error(g, line, hint, "[plan] stage_tp: more than pp = %d degrees", pp);
+    int *t = d->stage_tp = ir_xcalloc((size_t)pp, sizeof(int)), n = r->L.nstage_tp;
+    for (int k = 0; k < n; k++) {
+        const int v = r->L.stage_tp[k];
+        if (k == pp) return pass_error(g, line, hint, "[plan] stage_tp: more than pp = %d degrees", pp);
         if (v < 1 || v > sd || sd % v)
-            return pass_error(g, line, hint, "[plan] stage_tp: stage %d's tp %ld does not divide its %d devices", n,
-                              v, sd);
-        t[n++] = (int)v;
-        p = e;
+            return pass_error(g, line, hint, "[plan] stage_tp: stage %d's tp %d does not divide its %d devices", k, v,
+                              sd);
+        t[k] = v;
     }
     if (n != pp) return pass_error(g, line, hint, "[plan] stage_tp: %d degrees for %d stages", n, pp);
     *tp = t[0];
@@ -1058,11 +986,11 @@ int pass_plan(ir_dist *d)
     const ir_graph *g = d->g;
     int dp = 1, tp = 1, pp = 1, rc;
     /* one device has one plan: every op whole (verify builds its reference so) */
-    if (d->ndev > 1 && g->req.stage_tp && (g->req.tp || g->req.dp))
+    if (d->ndev > 1 && g->req.L.nstage_tp && (g->req.tp || g->req.dp))
         return pass_error(g, g->req.stage_tp_line, "stage_tp sets every stage's tp and dp: leave tp and dp out",
                           "[plan] stage_tp with %s", g->req.tp ? "tp" : "dp");
     if (d->ndev > 1 && (rc = mesh(d, &dp, &tp, &pp))) return rc;
-    if (d->ndev > 1 && g->req.stage_tp && (rc = stage_tp(d, pp, &dp, &tp))) return rc;
+    if (d->ndev > 1 && g->req.L.nstage_tp && (rc = stage_tp(d, pp, &dp, &tp))) return rc;
     d->mesh_pp = pp;
     /* model chunks: as given; interleaved without chunks takes 2 */
     int chunks = g->req.chunks ? g->req.chunks : g->req.schedule == IR_SCHED_INTERLEAVED ? 2 : 1;
@@ -1092,12 +1020,9 @@ int pass_plan(ir_dist *d)
     for (int k = 0; d->stage_tp && k < pp; k++)
         if (d->ndev / pp / d->stage_tp[k] > bdp) bdp = d->ndev / pp / d->stage_tp[k];
     if ((rc = check_batch(d, bdp))) return rc;
-    ucons *cons = NULL;
-    int ncons = d->ndev > 1 ? parse_cons(g, &cons) : 0;
-    if (ncons < 0) {
-        free(cons);
-        return 2;
-    }
+    /* the op-trans constraints of the plan record (the spec's trans, or the search's) */
+    const ir_optrans *cons = g->req.L.trans;
+    int ncons = d->ndev > 1 ? g->req.L.ntrans : 0;
     planctx c = {d, dp, tp, ir_xmalloc(sizeof(int) * ((size_t)g->nt + 1)),
                  ir_xmalloc(sizeof(int) * ((size_t)g->nop + 1)), ir_xcalloc((size_t)g->nop + 1, 1), {NULL, NULL}};
     for (int i = 0; i < g->nt; i++) c.lay[i] = LAY_REP;
@@ -1202,7 +1127,7 @@ int pass_plan(ir_dist *d)
     d->mesh_dp = dp;
     d->mesh_tp = tp;
     if (!rc && tp > 1 && !d->stage_tp) warn_replicated(&c);
-    if (!rc && d->ndev > 1 && g->req.coshard) rc = coshard(d);   /* (one device: every op whole, as verify's reference) */
+    if (!rc && d->ndev > 1 && g->req.L.ncos) rc = coshard(d);   /* (one device: every op whole, as verify's reference) */
     for (int i = 0; i < ncons && !rc; i++)
         if (!used[i])
             rc = pass_error(g, g->req.trans_line, "patterns match op names (h.fc matches every repeat h.N.fc; * and ? "
@@ -1211,7 +1136,6 @@ int pass_plan(ir_dist *d)
     free(used);
     free(order);
     free(dppart);
-    free(cons);
     free(c.lay);
     free(c.tpid);
     free(c.fixed);

@@ -23,26 +23,6 @@
 
 #include "passes.h"
 
-/* Does block item `item` (BLOCK, BLOCK.A, BLOCK.A-B, each maybe with :attn)
- * name repeat r of block b?  *sel: it says :attn (the attention core only). */
-static int names(const ir_graph *g, const char *item, int b, int r, int *known, int *sel)
-{
-    const char *bn = g->blk[b].name;
-    size_t l = strlen(bn), n = strlen(item);
-    *sel = n > 5 && strcmp(item + n - 5, ":attn") == 0;
-    if (*sel) n -= 5;
-    if (n < l || strncmp(item, bn, l) != 0) return 0;
-    const char *s = item + l;
-    if (s == item + n) return *known = 1, 1;
-    if (*s != '.' || s[1] < '0' || s[1] > '9') return 0;
-    char *e;
-    long lo = strtol(s + 1, &e, 10), hi = lo;
-    if (*e == '-') hi = strtol(e + 1, &e, 10);
-    if (e != item + n) return 0;
-    *known = 1;
-    return r >= lo && r <= hi;
-}
-
 /* The attention core that selective recompute copies: the attention ops,
  * whose backward recomputes the scores itself (flash-style: the forward
  * keeps the output and its log-sum-exp, never the T x T scores). */
@@ -63,34 +43,27 @@ static int own(const ir_graph *g, const char *rec, int t, int o)
 
 int pass_recompute(ir_graph *g)
 {
-    const char *spec = g->req.recompute;
+    const ir_planlists *L = &g->req.L;
     int line = g->req.recompute_line;
     /* (verify's 1-device reference comes here without the spec's recompute:
        frontend/driver.c; one device otherwise recomputes as asked) */
-    if (!spec || !*spec) return 0;
+    if (!L->nrc) return 0;
     static const char hint[] = "write recompute = BLOCK {, BLOCK}: a block's name (h) or some of its repeats (h.0-5), "
                                "each maybe with :attn (h:attn: only the attention recomputed); "
                                "--dump=graph lists the blocks' ops";
-    /* the items, checked */
-    char buf[1024];
-    if (strlen(spec) >= sizeof buf) return pass_error(g, line, hint, "[plan] recompute: list too long");
+    /* the plan record's items (the spec's recompute, or the search's), checked */
     int nop0 = g->nop, nt0 = g->nt;
     char *rec = ir_xcalloc((size_t)nop0 + 1, 1);   /* per forward op: recomputed */
-    snprintf(buf, sizeof buf, "%s", spec);
-    char *save, *tok;
-    for (tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
-        int known = 0, hit = 0, core = 0, sel = 0;
+    for (int k = 0; k < L->nrc; k++) {
+        const ir_rcitem *it = &L->rc[k];
+        const char *tok = it->text ? it->text : g->blk[it->blk].name;
+        int hit = 0, core = 0;
         for (int i = 0; i < nop0; i++) {
             const ir_op *o = &g->op[i];
-            if (o->phase != IR_PH_FWD || o->block < 0) continue;
-            if (!names(g, tok, o->block, o->rep, &known, &sel)) continue;
+            if (o->phase != IR_PH_FWD || o->block != it->blk) continue;
+            if (it->hi >= 0 && (o->rep < it->lo || o->rep > it->hi)) continue;
             hit = 1;
-            if (!sel || attn_core(o)) rec[i] = 1, core = 1;
-        }
-        for (int b = 0; b < g->nblk && !known; b++) names(g, tok, b, -1, &known, &sel);
-        if (!known) {
-            free(rec);
-            return pass_error(g, line, hint, "[plan] recompute: '%s' is not a block (or BLOCK.A-B, BLOCK:attn)", tok);
+            if (!it->attn || attn_core(o)) rec[i] = 1, core = 1;
         }
         if (!hit) {
             free(rec);
