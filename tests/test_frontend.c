@@ -540,6 +540,53 @@ static void test_runtime_limits(void)
     CHECK(!manifest_ok("m", A, "w", N, R + 1, err, sizeof err), "an int range of 2^31 is refused: %s", err);
 }
 
+/* The [plan] lists read into the plan record (frontend/planspec.c): typed
+ * items as the passes take them, and each syntax error at its key. */
+static void test_plan_lists(const char *examples)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gpt2-tiny.ini", examples);
+    const char *sets[] = {"plan.trans=h.fc *1 2 replicate 2, lm_head *0 2,", "plan.coshard=h.attn h 2, h.fc *1 4",
+                          "plan.stage=h.0-1 0, lm_head 1, tok_emb all", "plan.recompute=h.0-1:attn, h.3 h",
+                          "plan.stage_tp=2, 1"};
+    ir_graph g;
+    if (!load_ok("plan lists", path, sets, 5, &g)) return;
+    const ir_planlists *L = &g.req.L;
+    CHECK(L->ntrans == 2 && !strcmp(L->trans[0].pat, "h.fc") && L->trans[0].n == 2 && !strcmp(L->trans[0].id[0], "*1") &&
+              L->trans[0].parts[0] == 2 && !strcmp(L->trans[0].id[1], "replicate") && L->trans[0].parts[1] == 2 &&
+              !strcmp(L->trans[1].pat, "lm_head") && L->trans[1].n == 1 && L->trans[1].parts[0] == 2,
+          "trans: 2 items (a trailing comma ends the list), their splits in order");
+    CHECK(L->ncos == 2 && !strcmp(L->cos[0].pat, "h.attn") && !strcmp(L->cos[0].id, "h") && L->cos[0].k == 2 &&
+              L->cos[1].k == 4 && !strcmp(L->cos[1].id, "*1"),
+          "coshard: 2 items");
+    CHECK(L->nstage == 3 && !strcmp(L->stage[0].item, "h.0-1") && L->stage[0].k == 0 && !L->stage[0].all &&
+              L->stage[1].k == 1 && L->stage[2].all,
+          "stage: 3 items, 'all' marked");
+    int hb = g.nblk > 0 && !strcmp(g.blk[0].name, "h") ? 0 : -1;
+    CHECK(hb == 0 && L->nrc == 3 && L->rc[0].blk == 0 && L->rc[0].lo == 0 && L->rc[0].hi == 1 && L->rc[0].attn &&
+              L->rc[1].lo == 3 && L->rc[1].hi == 3 && !L->rc[1].attn && L->rc[2].hi == -1,
+          "recompute: h.0-1:attn, h.3, h (every repeat)");
+    CHECK(L->nstage_tp == 2 && L->stage_tp[0] == 2 && L->stage_tp[1] == 1, "stage_tp: 2 1");
+    ir_graph_free(&g);
+    static const struct { const char *set, *want; } bad[] = {
+        {"plan.trans=h.fc *1", "[plan] trans: bad split '*1 ' for h.fc"},
+        {"plan.trans=h.fc *1 2,, lm_head *0 2", "[plan] trans: empty constraint"},
+        {"plan.trans=h.fc", "[plan] trans: 'h.fc' has no split"},
+        {"plan.coshard=h.fc *1 0", "[plan] coshard: 'h.fc *1 0' is not OPS IDENT K"},
+        {"plan.stage=h.0-1", "[plan] stage: 'h.0-1' is not ITEM STAGE"},
+        {"plan.stage=h.0-1 1x", "[plan] stage: 'h.0-1 1x' is not ITEM STAGE"},
+        {"plan.recompute=g", "[plan] recompute: 'g' is not a block"},
+        {"plan.recompute=h.x", "[plan] recompute: 'h.x' is not a block"},
+        {"plan.stage_tp=2 x", "[plan] stage_tp: '2 x' is not a list of positive integers"},
+        {"plan.stage_tp=2 0", "is not a list of positive integers"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *one[] = {bad[k].set};
+        const char *want[] = {bad[k].want, "--set plan."};
+        expect_errors(bad[k].set, path, one, 1, want, 2);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -565,6 +612,7 @@ int main(int argc, char **argv)
     test_format();
     test_lines();
     test_cross_attention(tests);
+    test_plan_lists(examples);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
