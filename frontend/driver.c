@@ -24,6 +24,28 @@
 #include "frontend.h"
 #include "passes.h"
 
+/* policy = auto's graph source: o's spec and --set, folded (passes/search.c). */
+static int search_load(void *ctx, int64_t batch_div, int layers, ir_graph *g)
+{
+    const fe_opts *o = ctx;
+    return fe_load_fold(o->spec, o->sets, o->nset, batch_div, layers, g);
+}
+
+int fe_search(const fe_opts *o, ir_graph *g)
+{
+    pass_src src = {search_load, (void *)o, o->verbose};
+    return pass_search(&src, g);
+}
+
+int fe_estimate(const char *spec, const char *const *sets, int nset, double *step)
+{
+    ir_graph g;
+    if (fe_load(spec, sets, nset, &g)) return 2;
+    int rc = pass_search_estimate(&g, step);
+    ir_graph_free(&g);
+    return rc;
+}
+
 static const char *const dump_names[] = {"graph", "autograd", "plan", "comm", "schedule", "lower", "prog", "share"};
 
 /* Is pass P asked for in the --dump list? */

@@ -122,13 +122,13 @@ void fe_opts_free(fe_opts *o);
 /* driver.c: one compile.  Returns 0, 1 (a tool or system failure, message
  * printed) or 2 (bad input, message printed). */
 int fe_compile(const fe_opts *o);
-/* The cost model's step (seconds) of spec with the overrides sets (search.c); 0 or 2. */
+/* The cost model's step (seconds) of spec with the overrides sets (driver.c); 0 or 2. */
 int fe_estimate(const char *spec, const char *const *sets, int nset, double *step);
 /* nnsc-aot profile: calibrate the cpu-host profile on this machine, write it to o->out. */
 int fe_profile(const fe_opts *o);
-/* [plan] policy = auto (search.c): price candidate plans of the loaded
- * graph g's spec with the cost model and set g->req (and micro_batches) to
- * the best that fits, its report in g->req.search.  0, or 2 after a message. */
+/* [plan] policy = auto: passes/search.c's pass_search on the loaded graph
+ * g, its candidates' graphs loaded from o's spec and --set (driver.c).  0,
+ * or 2 after a message. */
 int fe_search(const fe_opts *o, ir_graph *g);
 /* Can this nnsc-aot build for o's target?  0, or 2 after a message (the
  * cuda target in a compiler built without NVRTC). */

@@ -1,4 +1,4 @@
-/* balance.c -- balanced pipeline stages for policy = auto (frontend/search.c;
+/* balance.c -- balanced pipeline stages for policy = auto (passes/search.c;
  * docs/plan-search.md, "Balanced stages").
  *
  * The planner's default op-assign cuts the blocks' layers into runs as

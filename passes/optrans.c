@@ -1,5 +1,5 @@
 /* optrans.c -- per-op op-trans of a block's ops on the tp axis, for
- * policy = auto (frontend/search.c; docs/plan-search.md, "Op-trans searched
+ * policy = auto (passes/search.c; docs/plan-search.md, "Op-trans searched
  * per block").
  *
  * The policy gives every op Megatron's split on the tp axis (plan.c).  Here

@@ -360,4 +360,25 @@ extern _Thread_local char pass_last_error[512];
 int pass_error(const ir_graph *g, int line, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* ---- policy = auto (search.c, docs/plan-search.md)
+ *
+ * Where candidates' graphs come from: load(ctx, batch_div, layers, g) puts
+ * into g a fresh forward graph of the model (its plan request and lists
+ * the spec's) with every input's batch divided by batch_div and, layers >
+ * 0, the blocks' repeats scaled to that many layers in all; 0, or nonzero
+ * (g freed).  The frontend's loads the spec (fe_load_fold); it is called
+ * from the search's threads. */
+typedef struct pass_src {
+    int (*load)(void *ctx, int64_t batch_div, int layers, ir_graph *g);
+    void *ctx;
+    int verbose;   /* the search's report and each candidate's price on stderr */
+} pass_src;
+/* Choose g's plan: every candidate built by the passes and priced; the
+ * fastest that fits written into g's plan request and lists, its report in
+ * g->req.search.  0, or 2 after a message (nothing fits). */
+int pass_search(const pass_src *src, ir_graph *g);
+/* The cost model's step (seconds) of loaded graph g's plan (g is planned:
+ * free it after); 0 or 2. */
+int pass_search_estimate(ir_graph *g, double *step);
+
 #endif

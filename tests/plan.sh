@@ -688,19 +688,19 @@ grep -qE "^  chosen +dp [0-9]+ x tp [2-8] x pp [0-9]+, micro_batches [0-9]+, seq
 grep -q "^search: dp .*sequence parallel" "$tmp/spr.err" && no "sequence_parallel = false: a candidate with it" ||
   ok "sequence_parallel = false: no candidate with it"
 # a candidate whose build dies of an internal error (ir_die) is reported and skipped, never the
-# search's end (frontend/search.c, build_guarded): the test hook NNSC_SEARCH_FAIL makes every
+# search's end (passes/search.c, build_guarded): the test hook NNSC_SEARCH_FAIL makes every
 # candidate whose text contains it die after the comm pass; the search finishes, chooses among the
 # others, and lists each dead one as lost with the message
 NNSC_SEARCH_FAIL="tp 2" "$nn" "$tiny" --devices 4 --stop-after graph -v --set plan.policy=auto 2>"$tmp/die.err" >/dev/null
 die_rc=$?
 die_n=$(grep -a '^search    ' "$tmp/die.err" | sed -n 's/.*; \([0-9]*\) candidates not buildable (an internal error in a pass.*/\1/p')
-die_lost=$(grep -acE '^  lost     .*tp 2 .*: not buildable: internal error at frontend/search\.c:[0-9]+: NNSC_SEARCH_FAIL' "$tmp/die.err")
+die_lost=$(grep -acE '^  lost     .*tp 2 .*: not buildable: internal error at passes/search\.c:[0-9]+: NNSC_SEARCH_FAIL' "$tmp/die.err")
 die_ch=$(grep -a '^  chosen' "$tmp/die.err")
 if ((die_rc == 0)) && [[ -n $die_n ]] && ((die_n > 0 && die_lost == (die_n < 8 ? die_n : 8))) && [[ $die_ch != *"tp 2 "* ]] &&
   ! grep -qa 'tp 2 .*: step ' "$tmp/die.err"; then
   ok "a candidate whose build dies is skipped and listed: $die_n lost with the message, the search chose '${die_ch#  chosen   }'"
 else no "NNSC_SEARCH_FAIL: exit $die_rc, '$die_n' not buildable, $die_lost listed, chosen '$die_ch': $(tail -3 "$tmp/die.err")"; fi
-# the tp stop (frontend/search.c, tp_group): beyond 64 devices a pipeline too deep for the layer
+# the tp stop (passes/search.c, tp_group): beyond 64 devices a pipeline too deep for the layer
 # fold stops at a larger tp once a tp is no faster than the one before; gpt2-124m at 24 layers on
 # 1024 a100-80g leaves some unpriced, and the plan it chooses is the fastest of the searches bound
 # to each tp (where each pp and schedule has one tp: nothing to stop), which price those too

@@ -1,5 +1,9 @@
 /* search.c -- [plan] policy = auto: the plan chosen by the cost model
- * (docs/plan-search.md).
+ * (docs/plan-search.md), a pass over the Graph: each candidate is a plan
+ * record (mesh, schedule, micro-batches, ZeRO, recompute, stage cut, op-trans
+ * lists: ir_planreq) written into a graph the frontend's source gives it
+ * (pass_src: the spec loaded with the dp replicas and layers folded), which
+ * the passes below take as it is.
  *
  * Build and price: every candidate is planned by the real passes (plan,
  * split, comm, schedule, the pipeline's order and deadlock check), priced
@@ -34,7 +38,7 @@
  * ZeRO's memory by formula.  Layers are folded where a pipeline part holds
  * many: a candidate is estimated from two builds of k and 2k layers per
  * stage, and the fastest estimates are then built on every layer until the
- * fastest plan is one so built (assess, fe_search). */
+ * fastest plan is one so built (assess, pass_search). */
 #define _GNU_SOURCE   /* sched_getaffinity, CPU_COUNT */
 #include <math.h>
 #include <pthread.h>
@@ -44,7 +48,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "frontend.h"
 #include "passes.h"
 
 #define SEARCH_MAX_DEVICES 64
@@ -456,10 +459,10 @@ static void cand_text(const ir_graph *g, const cand *c, char *buf, size_t n)
 /* Load the spec as candidate c builds it (price's graph: fold and layers as
  * there), its plan request set; *N0 and *pn0 the spec's devices and devices
  * per node (a folded build holds fewer).  0, or 1 with why in c->why. */
-static int setup(const fe_opts *o, cand *c, int fold, int layers, ir_graph *gp, int *N0, int *pn0)
+static int setup(const pass_src *o, cand *c, int fold, int layers, ir_graph *gp, int *N0, int *pn0)
 {
     ir_graph g;
-    if (fe_load_fold(o->spec, o->sets, o->nset, fold == 1 ? c->dp : 1, layers, &g)) {
+    if (o->load(o->ctx, fold == 1 ? c->dp : 1, layers, &g)) {
         snprintf(c->why, sizeof c->why, "the spec does not load");
         return 1;
     }
@@ -699,7 +702,7 @@ static void bcache_free(bcache *b)
  * (inih's lock) before the recovery point.  fail: NNSC_SEARCH_FAIL's
  * pattern, the test hook (a candidate whose text, on the search's graph g0,
  * contains it dies). */
-static void price(const fe_opts *o, const ir_graph *g0, cand *c, int fold, int layers, const char *fail, bcache *bc)
+static void price(const pass_src *o, const ir_graph *g0, cand *c, int fold, int layers, const char *fail, bcache *bc)
 {
     c->died = 0;
     const meas *r = NULL;
@@ -751,11 +754,11 @@ static void price(const fe_opts *o, const ir_graph *g0, cand *c, int fold, int l
  * down to k and 2k layers per part, extrapolated to the spec's layers:
  * each part's work, activations, params and collectives grow by a layer's
  * at every layer, and the step and memory are taken as affine in the layers
- * per part.  The fastest estimates are then built on every layer (fe_search),
+ * per part.  The fastest estimates are then built on every layer (pass_search),
  * so the plan chosen is priced exactly. */
 typedef struct chain chain;
 typedef struct search_ctx {
-    const fe_opts *o;
+    const pass_src *o;
     const ir_graph *g;
     chain *ch;
     int nch, fold, fz, frc;
@@ -806,7 +809,7 @@ static int fold_layers(const search_ctx *x, int parts)
 static void assess(const search_ctx *x, cand *c, int full, bcache *bc)
 {
     double tc = now_s();
-    const fe_opts *o = x->o;
+    const pass_src *o = x->o;
     int parts = c->pp * (c->sched == IR_SCHED_INTERLEAVED ? 2 : 1);
     int n1 = full ? 0 : fold_layers(x, parts);
     c->est = c->died = 0;
@@ -846,19 +849,16 @@ static void assess(const search_ctx *x, cand *c, int full, bcache *bc)
     else fprintf(stderr, "search: %s: not buildable in %.3f s: %s\n", ct, now_s() - tc, c->why);
 }
 
-int fe_estimate(const char *spec, const char *const *sets, int nset, double *step)
+int pass_search_estimate(ir_graph *g, double *step)
 {
-    ir_graph g;
-    if (fe_load(spec, sets, nset, &g)) return 2;
     ir_dist d;
-    int rc = plan_all(&g, &d, 0);
+    int rc = plan_all(g, &d, 0);
     if (!rc) {
         pass_estimate e;
         pass_cost_step(&d, &e);
         *step = e.step;
     }
     ir_dist_free(&d);
-    ir_graph_free(&g);
     return rc ? 2 : 0;
 }
 
@@ -905,10 +905,10 @@ static int plan_guarded(ir_recover *r, ir_graph *g, ir_dist *d, int *rc)
  * outside the blocks before the layers (pre: the embedding) and after them
  * (post: the head and the loss); from the 1-device build.  0, or 1 (no
  * blocks, recycling, or it does not build). */
-static int layer_costs(const fe_opts *o, int *nl_out, double **cost_out, double *pre, double *post)
+static int layer_costs(const pass_src *o, int *nl_out, double **cost_out, double *pre, double *post)
 {
     ir_graph g;
-    if (fe_load(o->spec, o->sets, o->nset, &g)) return 1;
+    if (o->load(o->ctx, 1, 0, &g)) return 1;
     int rc = 1, nl = 0, *lb = ir_xcalloc((size_t)g.nblk + 1, sizeof(int));
     for (int b = 0; b < g.nblk; b++) lb[b] = nl, nl += g.blk[b].repeat;
     if (nl == 0 || g.train.recycle > 1) {
@@ -1054,7 +1054,7 @@ struct chain {
     int tpskip;          /* 1: left unpriced by the tp stop (tp_group) */
     int n1;              /* the layer fold's smaller build (fold_layers), 0: built on every layer */
     double work;         /* the build work it is expected to take (search order) */
-    int bal;             /* its balanced cut (fe_search's bal), or -1 */
+    int bal;             /* its balanced cut (pass_search's bal), or -1 */
     cand out[8];
 };
 
@@ -1378,7 +1378,7 @@ static void refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, i
     for (int k = 0; k < nt; k++) *IR_PUSH(*cs, *nc, *cap) = top[k];
 }
 
-/* The incumbent after the groups without a pipeline (fe_search): the fastest
+/* The incumbent after the groups without a pipeline (pass_search): the fastest
  * of their candidates that fits, built on every layer -- estimates (the
  * layer fold) are built so, fastest first, until the fastest that fits is
  * one so built (at most 8 builds, counted in *builds; in place: resolve
@@ -1620,7 +1620,7 @@ static int ot_refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth,
     return nt;
 }
 
-int fe_search(const fe_opts *o, ir_graph *g)
+int pass_search(const pass_src *o, ir_graph *g)
 {
     const ir_planreq *r0 = &g->req;
     int N = r0->devices;
