@@ -67,7 +67,7 @@ int fe_load(const char *path, const char *const *sets, int nset, ir_graph *g);
 /* The same with every input's batch dim divided by batch_div (where it
  * divides): one of batch_div data-parallel replicas; and with layers > 0,
  * every block's repeat scaled to `layers` layers in all, which the caller
- * makes exact (policy auto's folds, frontend/search.c). */
+ * makes exact (policy auto's folds, passes/search.c). */
 int fe_load_fold(const char *path, const char *const *sets, int nset, int64_t batch_div, int layers, ir_graph *g);
 
 /* What the rank executables run on (--target). */

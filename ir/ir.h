@@ -46,7 +46,7 @@
 _Noreturn void ir_die(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A recovery point for ir_die in this thread (the plan search's candidate
- * builds, frontend/search.c): while one is pushed, ir_die pops it, writes its
+ * builds, passes/search.c): while one is pushed, ir_die pops it, writes its
  * message to msg ("passes/comm.c:1143: no communication rule ...") and
  * longjmps to jb instead of aborting.  Push, then `if (setjmp(r->jb) == 0)`
  * the work and pop; where it returns nonzero, ir_die popped it already.  The
