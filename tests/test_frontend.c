@@ -567,6 +567,16 @@ static void test_plan_lists(const char *examples)
               L->rc[1].lo == 3 && L->rc[1].hi == 3 && !L->rc[1].attn && L->rc[2].hi == -1,
           "recompute: h.0-1:attn, h.3, h (every repeat)");
     CHECK(L->nstage_tp == 2 && L->stage_tp[0] == 2 && L->stage_tp[1] == 1, "stage_tp: 2 1");
+    /* a clone shares the strings and lists, owns its arrays: what is added to it is its own */
+    ir_graph c;
+    ir_graph_clone(&c, &g);
+    int64_t sh[1] = {4};
+    int nt = g.nt, t = ir_add_tensor(&c, "clone.only", IR_F32, IR_T_ACT, 1, sh, 0);
+    CHECK(c.nop == g.nop && c.nblk == g.nblk && t == nt && c.nt == nt + 1 && g.nt == nt && c.req.L.ntrans == 2 &&
+              c.req.L.trans == g.req.L.trans && c.t[0].name == g.t[0].name && ir_find_tensor(&g, "clone.only") < 0,
+          "ir_graph_clone: the same graph, its own arrays");
+    ir_graph_free(&c);
+    CHECK(!strcmp(g.req.L.trans[0].pat, "h.fc") && g.nt == nt, "ir_graph_clone: the source intact after the clone is freed");
     ir_graph_free(&g);
     static const struct { const char *set, *want; } bad[] = {
         {"plan.trans=h.fc *1", "[plan] trans: bad split '*1 ' for h.fc"},
