@@ -30,7 +30,8 @@ static char *items(const char *text, char ***item, int *n)
     return buf;
 }
 
-/* The words of item (split on blanks, in place): at most max, *n of them. */
+/* The words of item (split on blanks, in place) into w: their count, or
+ * max + 1 (w filled to max) when there are more. */
 static int words(char *item, char **w, int max)
 {
     int n = 0;
@@ -42,104 +43,108 @@ static int words(char *item, char **w, int max)
     return n;
 }
 
-int fe_plan_trans(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g)
+/* One item's reader: item (as written, for messages) in words w[0 .. nw)
+ * (at most max words: nw = max + 1 when more), into slot (the list's next
+ * element, zeroed).  0, or 2 after a message. */
+typedef int (*item_rd)(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g, const char *item,
+                       char **w, int nw, void *slot);
+
+/* kv's items read by rd into a new list of elsz-byte elements in g's pool
+ * (*list, *n), each split into at most max words.  0, or 2. */
+static int read_items(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g, size_t elsz, int max,
+                      void **list, int *n, item_rd rd)
 {
-    static const char hint[] = "write trans = OPS IDENT N [IDENT N]..., e.g. trans = h.fc n 4, h.proj k 4 "
-                               "(IDENT: a name of the op's annotation, or replicate / value)";
     char **it;
-    int n, rc = 0;
-    char *buf = items(kv->val, &it, &n);
-    ir_planlists *L = &g->req.L;
-    L->trans = ir_galloc(g, sizeof *L->trans * (size_t)n);
-    for (int i = 0; i < n && !rc; i++) {
-        char *w[2 * IR_MAXSPLIT + 2];
-        int nw = words(it[i], w, 2 * IR_MAXSPLIT + 1);
-        if (nw == 0) {
-            rc = fe_kv_error(s, sec, kv, hint, "[plan] trans: empty constraint");
-            break;
-        }
-        ir_optrans *u = &L->trans[L->ntrans++];
-        u->pat = ir_str(g, w[0]);
-        if (nw == 1) {
-            rc = fe_kv_error(s, sec, kv, hint, "[plan] trans: '%s' has no split", w[0]);
-            break;
-        }
-        for (int k = 1; k < nw && !rc; k += 2) {
-            char *end = NULL;
-            long v = k + 1 < nw ? strtol(w[k + 1], &end, 10) : 0;
-            if (k + 1 >= nw || *end || v < 1 || u->n == IR_MAXSPLIT || strlen(w[k]) >= sizeof u->id[0])
-                rc = fe_kv_error(s, sec, kv, hint, "[plan] trans: bad split '%s %s' for %s", w[k],
-                                 k + 1 < nw ? w[k + 1] : "", w[0]);
-            else {
-                memcpy(u->id[u->n], w[k], strlen(w[k]) + 1);
-                u->parts[u->n++] = (int)v;
-            }
-        }
+    int ni, rc = 0;
+    char *buf = items(kv->val, &it, &ni), *w[2 * IR_MAXSPLIT + 2];
+    char *v = ir_galloc(g, elsz * (size_t)ni);
+    *list = v, *n = 0;
+    for (int i = 0; i < ni && !rc; i++) {
+        char whole[512];
+        snprintf(whole, sizeof whole, "%s", it[i]);
+        int nw = words(it[i], w, max);
+        if (!(rc = rd(s, sec, kv, g, whole, w, nw, v + elsz * (size_t)*n))) (*n)++;
     }
     free(it);
     free(buf);
     return rc;
 }
 
-int fe_plan_coshard(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g)
+static int trans_rd(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g, const char *item, char **w,
+                    int nw, void *slot)
+{
+    static const char hint[] = "write trans = OPS IDENT N [IDENT N]..., e.g. trans = h.fc n 4, h.proj k 4 "
+                               "(IDENT: a name of the op's annotation, or replicate / value)";
+    (void)item;
+    ir_optrans *u = slot;
+    if (nw == 0) return fe_kv_error(s, sec, kv, hint, "[plan] trans: empty constraint");
+    if (nw == 1) return fe_kv_error(s, sec, kv, hint, "[plan] trans: '%s' has no split", w[0]);
+    u->pat = ir_str(g, w[0]);
+    for (int k = 1; k < nw; k += 2) {
+        if (u->n == IR_MAXSPLIT)   /* (before w[k]: words stops filling w past its max) */
+            return fe_kv_error(s, sec, kv, hint, "[plan] trans: more than %d splits for %s", IR_MAXSPLIT, w[0]);
+        char *end = NULL;
+        long v = k + 1 < nw ? strtol(w[k + 1], &end, 10) : 0;
+        if (k + 1 >= nw || *end || v < 1 || strlen(w[k]) >= sizeof u->id[0])
+            return fe_kv_error(s, sec, kv, hint, "[plan] trans: bad split '%s %s' for %s", w[k],
+                               k + 1 < nw ? w[k + 1] : "", w[0]);
+        memcpy(u->id[u->n], w[k], strlen(w[k]) + 1);
+        u->parts[u->n++] = (int)v;
+    }
+    return 0;
+}
+
+int fe_plan_trans(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g)
+{
+    ir_planlists *L = &g->req.L;
+    return read_items(s, sec, kv, g, sizeof *L->trans, 2 * IR_MAXSPLIT + 1, (void **)&L->trans, &L->ntrans, trans_rd);
+}
+
+static int cos_rd(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g, const char *item, char **w,
+                  int nw, void *slot)
 {
     static const char hint[] = "write coshard = OPS IDENT K {, OPS IDENT K}: OPS an op pattern (h.attn, h.fc), IDENT a "
                                "name of its annotation (--dump=graph: *1 for a matmul's rows (tokens), h for "
                                "attention heads), K the pieces per device";
-    char **it;
-    int n, rc = 0;
-    char *buf = items(kv->val, &it, &n);
+    ir_cosh *c = slot;
+    char *end = NULL;
+    long k = nw == 3 ? strtol(w[2], &end, 10) : 0;
+    if (nw != 3 || *end || k < 1 || k > 1 << 20 || strlen(w[1]) >= sizeof c->id)
+        return fe_kv_error(s, sec, kv, hint, "[plan] coshard: '%s' is not OPS IDENT K", item);
+    c->pat = ir_str(g, w[0]);
+    memcpy(c->id, w[1], strlen(w[1]) + 1);
+    c->k = (int)k;
+    return 0;
+}
+
+int fe_plan_coshard(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g)
+{
     ir_planlists *L = &g->req.L;
-    L->cos = ir_galloc(g, sizeof *L->cos * (size_t)n);
-    for (int i = 0; i < n && !rc; i++) {
-        char whole[512], *w[4], *end = NULL;
-        snprintf(whole, sizeof whole, "%s", it[i]);
-        int nw = words(it[i], w, 3);
-        long k = nw == 3 ? strtol(w[2], &end, 10) : 0;
-        if (nw != 3 || *end || k < 1 || k > 1 << 20 || strlen(w[1]) >= sizeof L->cos[0].id) {
-            rc = fe_kv_error(s, sec, kv, hint, "[plan] coshard: '%s' is not OPS IDENT K", whole);
-            break;
-        }
-        ir_cosh *c = &L->cos[L->ncos++];
-        c->pat = ir_str(g, w[0]);
-        memcpy(c->id, w[1], strlen(w[1]) + 1);
-        c->k = (int)k;
+    return read_items(s, sec, kv, g, sizeof *L->cos, 3, (void **)&L->cos, &L->ncos, cos_rd);
+}
+
+static int stage_rd(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g, const char *item, char **w,
+                    int nw, void *slot)
+{
+    static const char hint[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
+                               "block's repeats (h.0-5, h.6); STAGE 0 .. pp-1 (or all: split over every device)";
+    ir_assign *a = slot;
+    char *end = NULL;
+    if (nw == 2 && !strcmp(w[1], "all")) a->all = 1;
+    else if (nw == 2) {
+        long k = strtol(w[1], &end, 10);
+        if (*end || end == w[1] || k < -(1L << 20) || k > 1L << 20) nw = 0;
+        a->k = (int)k;
     }
-    free(it);
-    free(buf);
-    return rc;
+    if (nw != 2) return fe_kv_error(s, sec, kv, hint, "[plan] stage: '%s' is not ITEM STAGE", item);
+    a->item = ir_str(g, w[0]);
+    return 0;
 }
 
 int fe_plan_stage(const fe_spec *s, const fe_section *sec, const fe_kv *kv, ir_graph *g)
 {
-    static const char hint[] = "write stage = ITEM STAGE {, ITEM STAGE}: ITEM an op pattern (lm_head, h.fc) or a "
-                               "block's repeats (h.0-5, h.6); STAGE 0 .. pp-1 (or all: split over every device)";
-    char **it;
-    int n, rc = 0;
-    char *buf = items(kv->val, &it, &n);
     ir_planlists *L = &g->req.L;
-    L->stage = ir_galloc(g, sizeof *L->stage * (size_t)n);
-    for (int i = 0; i < n && !rc; i++) {
-        char whole[512], *w[3], *end = NULL;
-        snprintf(whole, sizeof whole, "%s", it[i]);
-        int nw = words(it[i], w, 2);
-        ir_assign *a = &L->stage[L->nstage];
-        if (nw == 2 && !strcmp(w[1], "all")) a->all = 1;
-        else if (nw == 2) {
-            long k = strtol(w[1], &end, 10);
-            if (*end || end == w[1] || k < -(1L << 20) || k > 1L << 20) nw = 0;
-            a->k = (int)k;
-        }
-        if (nw != 2) {
-            rc = fe_kv_error(s, sec, kv, hint, "[plan] stage: '%s' is not ITEM STAGE", whole);
-            break;
-        }
-        a->item = ir_str(g, w[0]);
-        L->nstage++;
-    }
-    free(it);
-    free(buf);
-    return rc;
+    return read_items(s, sec, kv, g, sizeof *L->stage, 2, (void **)&L->stage, &L->nstage, stage_rd);
 }
 
 /* "h", "h.3", "h.0-5", each maybe with ":attn": block b's repeats lo .. hi

@@ -371,13 +371,19 @@ static int plan_trans(ir_graph *g, const cand *c, int dp)
     return rc;
 }
 
+/* Stage s's tp in candidate c. */
+static int tp_at(const cand *c, int s)
+{
+    return s == 0 && c->st0 ? c->st0 : s == c->pp - 1 && c->stl ? c->stl : c->tp;
+}
+
 /* g's plan record's stage_tp from candidate c's first and last stage's
  * own tp (st0, stl; the others tp); 0, or 1: c has none. */
 static int rec_stage_tp(ir_graph *g, const cand *c)
 {
     if (!c->st0 && !c->stl) return 0;
     int *t = ir_galloc(g, sizeof(int) * (size_t)c->pp);
-    for (int s = 0; s < c->pp; s++) t[s] = s == 0 && c->st0 ? c->st0 : s == c->pp - 1 && c->stl ? c->stl : c->tp;
+    for (int s = 0; s < c->pp; s++) t[s] = tp_at(c, s);
     g->req.L.stage_tp = t, g->req.L.nstage_tp = c->pp;
     return 1;
 }
@@ -416,9 +422,7 @@ static int stp_text(const cand *c, char *buf, size_t n)
 {
     if (!c->st0 && !c->stl) return 0;
     size_t u = 0;
-    for (int s = 0; s < c->pp && u < n; s++)
-        u += (size_t)snprintf(buf + u, n - u, "%s%d", s ? " " : "",
-                              s == 0 && c->st0 ? c->st0 : s == c->pp - 1 && c->stl ? c->stl : c->tp);
+    for (int s = 0; s < c->pp && u < n; s++) u += (size_t)snprintf(buf + u, n - u, "%s%d", s ? " " : "", tp_at(c, s));
     return 1;
 }
 
@@ -1436,11 +1440,6 @@ static int resolve(const search_ctx *x, cand *cs, int nc, int nth)
     return nfull;
 }
 
-/* Stage s's tp in candidate c. */
-static int tp_at(const cand *c, int s)
-{
-    return s == 0 && c->st0 ? c->st0 : s == c->pp - 1 && c->stl ? c->stl : c->tp;
-}
 
 /* Do a and b build the same plan (each stage's tp alike, whatever their dp x tp says)? */
 static int same_plan(const cand *a, const cand *b)
