@@ -757,6 +757,8 @@ typedef struct ir_dist {
     ir_group *grp; int ngrp, grpcap;
     int *ints; int nints, intscap;   /* pool of int lists */
     ir_item *seq; int nseq, seqcap; /* the schedule (schedule.c) */
+    double *itime;             /* per item of seq: its seconds per execution once priced, -1 before
+                                  (pass_item_time's; schedule.c makes it with seq) */
     char *accum;               /* per tensor: summed over the micro-batches of a step (schedule.c) */
     char *t16;                 /* per tensor: stored in bf16 ([train] storage = bf16: precision.c), NULL: none */
     int world_group;           /* group of all devices (schedule.c; -1 with one device) */

@@ -172,11 +172,13 @@ double pass_cost_comm(const ir_dist *d, const ir_comm *c)
     return pass_cost_collective(pf, c->kind, c->n, bytes, spans ? most : 0) + 2 * copies / pf->mem_bw;
 }
 
-/* Item n's seconds per execution. */
-static double item_time(const ir_dist *d, int n)
+double pass_item_time(const ir_dist *d, int n)
 {
+    if (d->itime && d->itime[n] >= 0) return d->itime[n];
     const ir_item *it = &d->seq[n];
-    return it->comm ? pass_cost_comm(d, &d->comm[it->id]) : pass_cost_subop(d, &d->sop[it->id], it->sec);
+    double t = it->comm ? pass_cost_comm(d, &d->comm[it->id]) : pass_cost_subop(d, &d->sop[it->id], it->sec);
+    if (d->itime) d->itime[n] = t;
+    return t;
 }
 
 void pass_cost_step(const ir_dist *d, pass_estimate *e)
@@ -193,7 +195,7 @@ void pass_cost_step(const ir_dist *d, pass_estimate *e)
             int n = d->rank_item[q];
             const ir_item *it = &d->seq[n];
             if (it->sec == IR_SEC_PROLOGUE || it->sec == IR_SEC_EPILOGUE) continue;
-            double t = item_time(d, n);
+            double t = pass_item_time(d, n);
             if (it->sec == IR_SEC_MB) {
                 if (it->comm) cc += t;
                 else cm += t;
@@ -220,11 +222,11 @@ void pass_cost_step(const ir_dist *d, pass_estimate *e)
             const ir_item *it = &d->seq[n];
             if (it->sec == IR_SEC_PROLOGUE || it->sec == IR_SEC_EPILOGUE) continue;
             if (it->sec != IR_SEC_MB) {
-                o += item_time(d, n);
+                o += pass_item_time(d, n);
                 continue;
             }
             int cls = pass_pipe_class(d, n, s);
-            if (cls >= 0) cost[3 * s * p->nch + cls] += item_time(d, n);
+            if (cls >= 0) cost[3 * s * p->nch + cls] += pass_item_time(d, n);
         }
         if (o > out) out = o;
     }

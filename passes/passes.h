@@ -184,6 +184,8 @@ double pass_cost_collective(const ir_profile *pf, ir_commkind kind, int n, doubl
 double pass_cost_wave_eff(int sms, double rows, double cols);
 /* Seconds of one execution of comm c. */
 double pass_cost_comm(const ir_dist *d, const ir_comm *c);
+/* Item n of d->seq's seconds per execution (a comm's or a sub-op's), kept in d->itime once priced. */
+double pass_item_time(const ir_dist *d, int n);
 /* Balanced pipeline stages (balance.c): cut layers 0 .. nl-1 (costs cost[l];
  * pre on the first virtual stage, post on the last) into parts runs of
  * consecutive layers, virtual stage j on stage j % pp, minimising the

@@ -893,8 +893,10 @@ static int recv_first(const ir_dist *d, const int *item, const int *mem, const i
 
 /* Rank's order (pass_pipe_order); lean: a run of items that are not comms
  * as its first alone (the check's use: the comms in the same order, the
- * same runs of transfers in one call). */
-static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
+ * same runs of transfers in one call); with qrun (the span's, lean), *qrun
+ * gets per item of the rank the cost of the run of compute it stands for (0
+ * for the others). */
+static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out, double **qrun)
 {
     const ir_pipe *p = d->pipe;
     IR_ASSERT(p && d->rank_item0);
@@ -991,13 +993,18 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
     }
     if (lean) {   /* (in place: w <= j) */
         int w = 0;
+        double *rc = qrun ? ir_xcalloc((size_t)nitem + 1, sizeof(double)) : NULL;
         for (int c = 0; c < ncls; c++) {
-            int a = cls0[c], b = cls0[c + 1];
+            int a = cls0[c], b = cls0[c + 1], rep = -1;   /* rep: the run's first */
             cls0[c] = w;
-            for (int j = a; j < b; j++)
-                if (d->seq[item[byc[j]]].comm || j == a || d->seq[item[byc[j - 1]]].comm) byc[w++] = byc[j];
+            for (int j = a; j < b; j++) {
+                int q = byc[j], comm = d->seq[item[q]].comm;
+                if (comm || j == a || d->seq[item[byc[j - 1]]].comm) byc[w++] = q, rep = comm ? -1 : q;
+                if (rc && !comm) rc[rep] += pass_item_time(d, item[q]);
+            }
         }
         cls0[ncls] = w;
+        if (qrun) *qrun = rc;
     }
     /* which item of which micro-batch moved (moved[q * m + mb]); the moved
        transfers by task and side, in hoist order (hby[hat[2k + late] ...]);
@@ -1168,7 +1175,7 @@ static int order(const ir_dist *d, int rank, int lean, pass_pipe_ent **out)
     return n;
 }
 
-int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out) { return order(d, rank, 0, out); }
+int pass_pipe_order(const ir_dist *d, int rank, pass_pipe_ent **out) { return order(d, rank, 0, out, NULL); }
 
 /* ---- the deadlock check */
 
@@ -1201,6 +1208,7 @@ typedef struct ord_cache {   /* settle's rounds: each rank's order, made again o
     pass_pipe_ent **e;
     int *n;
     char *stale;
+    double **qrun;   /* per rank: its order's run costs (order's *qrun), for the span */
 } ord_cache;
 
 /* The comm instances of ranks' orders, rank after rank. */
@@ -1225,10 +1233,10 @@ static void ilist_free(ilist *L)
 }
 
 /* Rank r's instances in its order e (n entries) appended to L: with flags,
- * their transfer flags (the hoists' use); with icost (span), the compute
- * before each (icost: per item of d->seq, a compute item's cost per
- * execution, -1 until priced) and after the last (*tail). */
-static void rank_insts(const ir_dist *d, int r, const pass_pipe_ent *e, int n, int flags, double *icost, ilist *L,
+ * their transfer flags (the hoists' use); with qrun (span: e lean, qrun per
+ * item of the rank the cost of the run of compute it stands for, order's),
+ * the compute before each and after the last (*tail). */
+static void rank_insts(const ir_dist *d, int r, const pass_pipe_ent *e, int n, int flags, const double *qrun, ilist *L,
                        double *tail)
 {
     const int *item = d->rank_item + d->rank_item0[r], *mem = d->rank_member + d->rank_item0[r];
@@ -1241,11 +1249,7 @@ static void rank_insts(const ir_dist *d, int r, const pass_pipe_ent *e, int n, i
     for (int i = 0; i < n; i++) {
         int q = e[i].q;
         if (qid[q] < 0) {
-            if (icost) {
-                double *ic = &icost[item[q]];
-                if (*ic < 0) *ic = pass_cost_subop(d, &d->sop[d->seq[item[q]].id], d->seq[item[q]].sec);
-                run += *ic;
-            }
+            if (qrun) run += qrun[q];
             continue;
         }
         int c = L->n;
@@ -1255,10 +1259,10 @@ static void rank_insts(const ir_dist *d, int r, const pass_pipe_ent *e, int n, i
             L->joined = ir_xrealloc(L->joined, (size_t)L->cap);
             L->nat = ir_xrealloc(L->nat, sizeof(int) * (size_t)L->cap);
             L->flag = ir_xrealloc(L->flag, (size_t)L->cap);
-            if (icost) L->pre = ir_xrealloc(L->pre, sizeof(double) * (size_t)L->cap);
+            if (qrun) L->pre = ir_xrealloc(L->pre, sizeof(double) * (size_t)L->cap);
             L->tcap = L->cap;
         }
-        if (icost) L->pre[c] = run, run = 0;
+        if (qrun) L->pre[c] = run, run = 0;
         L->task[c] = e[i].task;
         L->joined[c] = (char)e[i].merge;
         L->nat[c] = item[q];
@@ -1293,12 +1297,9 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
     int *at0 = ir_xcalloc((size_t)W + 1, sizeof(int)), *ptr = ir_xcalloc((size_t)W + 1, sizeof(int));
     ilist L = {0};
     double *tail = span ? ir_xcalloc((size_t)W + 1, sizeof(double)) : NULL;   /* per rank: after its last */
-    double *icost = NULL;   /* span: per item of d->seq, a compute item's cost per execution (-1: not yet) */
     char *mask = NULL;      /* span: the ranks rank 0's collectives and transfers of the micro-batches reach
                                (the others, dp replicas of them, run the same) */
     if (span) {
-        icost = ir_xmalloc(sizeof(double) * ((size_t)d->nseq + 1));
-        for (int n = 0; n < d->nseq; n++) icost[n] = -1;
         /* the ranks joined to rank 0 by the micro-batches' comms: one pass, union-find */
         int *uf = ir_xmalloc(sizeof(int) * ((size_t)W + 1));
         for (int r = 0; r < W; r++) uf[r] = r;
@@ -1323,14 +1324,18 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
             at0[r] = L.n;
             continue;
         }
-        if (oc && !oc->stale[r]) e = oc->e[r], n = oc->n[r];
+        double *qrun = NULL;
+        if (oc && !oc->stale[r]) e = oc->e[r], n = oc->n[r], qrun = oc->qrun[r];
         else {
-            n = order(d, r, !span, &e);
-            if (oc) free(oc->e[r]), oc->e[r] = e, oc->n[r] = n, oc->stale[r] = 0;
+            n = order(d, r, 1, &e, span || oc ? &qrun : NULL);
+            if (oc) {
+                free(oc->e[r]), free(oc->qrun[r]);
+                oc->e[r] = e, oc->n[r] = n, oc->qrun[r] = qrun, oc->stale[r] = 0;
+            }
         }
         at0[r] = L.n;
-        rank_insts(d, r, e, n, hoist != NULL, span ? icost : NULL, &L, span ? &tail[r] : NULL);
-        if (!oc) free(e);
+        rank_insts(d, r, e, n, hoist != NULL, span ? qrun : NULL, &L, span ? &tail[r] : NULL);
+        if (!oc) free(e), free(qrun);
     }
     at0[W] = L.n;
     int nseq = L.n;
@@ -1348,6 +1353,11 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
     double *clock = span ? ir_xcalloc((size_t)W + 1, sizeof(double)) : NULL;   /* per rank: its step's end */
     double *tin = span ? ir_xcalloc((size_t)d->ncomm * (size_t)m + 1, sizeof(double)) : NULL;   /* per instance:
                                                                                       the last member's arrival */
+    double *ccost = NULL;   /* span: per comm, one execution's seconds (-1: not yet) */
+    if (span) {
+        ccost = ir_xmalloc(sizeof(double) * ((size_t)d->ncomm + 1));
+        for (int i = 0; i < d->ncomm; i++) ccost[i] = -1;
+    }
     inst *ready = ir_xmalloc(sizeof(inst) * ((size_t)nseq + 1));
     int nready = 0;
     for (int r = 0; r < W; r++) ptr[r] = at0[r];
@@ -1401,7 +1411,11 @@ resume:
             }
             FIN(x) = 1;
             progress = 1;
-            double done = tin ? tin[(size_t)x.comm * (size_t)m + (size_t)x.mb] + pass_cost_comm(d, c) : 0;
+            double done = 0;
+            if (tin) {
+                if (ccost[x.comm] < 0) ccost[x.comm] = pass_cost_comm(d, c);
+                done = tin[(size_t)x.comm * (size_t)m + (size_t)x.mb] + ccost[x.comm];
+            }
             for (int k = 0; k < c->n; k++) {
                 int r = d->ints[d->grp[c->group].devs + k];
                 IR_ASSERT(ptr[r] < at0[r + 1] && left[r] > 0);
@@ -1484,8 +1498,10 @@ resume:
         for (int r = 0; r < W && ok; r++) {
             if (!oc->stale[r]) continue;
             pass_pipe_ent *e;
-            int n = order(d, r, 1, &e);
-            free(oc->e[r]), oc->e[r] = e, oc->n[r] = n, oc->stale[r] = 0;
+            double *qrun = NULL;
+            int n = order(d, r, 1, &e, &qrun);
+            free(oc->e[r]), free(oc->qrun[r]);
+            oc->e[r] = e, oc->n[r] = n, oc->qrun[r] = qrun, oc->stale[r] = 0;
             ilist T = {0};
             rank_insts(d, r, e, n, 1, NULL, &T, NULL);
             int len = at0[r + 1] - at0[r], done = ptr[r] - at0[r];
@@ -1611,9 +1627,9 @@ resume:
                         ir_comm_name(c->kind), g->t[c->tensor].name, r2, w2);
     }
     free(clock);
+    free(ccost);
     free(tin);
     free(tail);
-    free(icost);
     free(mask);
     free(at0);
     free(ptr);
@@ -1649,7 +1665,7 @@ static void late_sends(ir_dist *d)
                      cost[PASS_PIPE_C(p, s_, p->task[p->task0[s_] + (k_)].chunk, p->task[p->task0[s_] + (k_)].kind)])
     for (int r = 0; r < d->ndev; r++) {
         pass_pipe_ent *e;
-        int n = pass_pipe_order(d, r, &e), st = stage_of(d, r);
+        int n = order(d, r, 1, &e, NULL), st = stage_of(d, r);
         const int *item = d->rank_item + d->rank_item0[r], *mem = d->rank_member + d->rank_item0[r];
         int nitem = d->rank_item0[r + 1] - d->rank_item0[r];
         const ir_task *t = p->task + p->task0[st];
@@ -1694,16 +1710,17 @@ static int settle(ir_dist *d, int quiet)
     ir_pipe *p = d->pipe;
     int W = d->ndev, rc = 2;
     ord_cache oc = {ir_xcalloc((size_t)W + 1, sizeof(pass_pipe_ent *)), ir_xcalloc((size_t)W + 1, sizeof(int)),
-                    ir_xmalloc((size_t)W + 1)};
+                    ir_xmalloc((size_t)W + 1), ir_xcalloc((size_t)W + 1, sizeof(double *))};
     double span = 0;
     memset(oc.stale, 1, (size_t)W + 1);
     for (int round = 0; round < 100000; round++) {
         rc = check(d, 1, &p->hoist, &p->nhoist, &oc, NULL);
         if (rc != 1) break;
     }
-    /* (the orders as they are, timed: whole, not the rounds' lean ones) */
-    if (rc == 0 && check(d, 1, NULL, NULL, NULL, &span) != 0) span = 0;
-    for (int r = 0; r < W; r++) free(oc.e[r]);
+    /* (the orders as they are, timed: the last round's, each run of compute at its cost) */
+    if (rc == 0 && check(d, 1, NULL, NULL, &oc, &span) != 0) span = 0;
+    for (int r = 0; r < W; r++) free(oc.e[r]), free(oc.qrun[r]);
+    free(oc.qrun);
     free(oc.e);
     free(oc.n);
     free(oc.stale);

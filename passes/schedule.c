@@ -480,6 +480,10 @@ void pass_schedule(ir_dist *d)
     ir_dist_index_ranks(d);
     pass_bucket(d);
     pass_precision(d);   /* which tensors are stored in bf16 (it reads the comms and accum) */
+    /* (the items' times, priced as the cost model asks: nothing they depend on changes from here) */
+    free(d->itime);
+    d->itime = ir_xmalloc(sizeof(double) * ((size_t)d->nseq + 1));
+    for (int n = 0; n < d->nseq; n++) d->itime[n] = -1;
     /* the step's FLOPs over all ranks, once per build (every rank's manifest states it) */
     d->step_flops = 0;
     for (int n = 0; n < d->nseq; n++)
