@@ -58,6 +58,7 @@ void ir_dist_free(ir_dist *d)
     free(d->nstore);
     free(d->seq);
     free(d->itime);
+    free(d->iflops);
     free(d->accum);
     free(d->t16);
     for (int t = 0; d->pt_index && t < d->g->nt; t++) free(d->pt_index[t].slot);

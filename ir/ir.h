@@ -759,6 +759,8 @@ typedef struct ir_dist {
     ir_item *seq; int nseq, seqcap; /* the schedule (schedule.c) */
     double *itime;             /* per item of seq: its seconds per execution once priced, -1 before
                                   (pass_item_time's; schedule.c makes it with seq) */
+    double *iflops;            /* per item of seq: a sub-op's FLOPs per step (pass_subop_flops in its
+                                  section), 0 for a comm (schedule.c) */
     char *accum;               /* per tensor: summed over the micro-batches of a step (schedule.c) */
     char *t16;                 /* per tensor: stored in bf16 ([train] storage = bf16: precision.c), NULL: none */
     int world_group;           /* group of all devices (schedule.c; -1 with one device) */

@@ -94,12 +94,13 @@ static double subop_rate(const ir_graph *g, const ir_op *o, const ir_subop *s, d
     return pf->flops_bf16 * eff * pass_cost_wave_eff(pf->sms, rows, cols);
 }
 
-double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)
+/* pass_cost_subop with the sub-op's FLOPs per step fl. */
+static double cost_subop(const ir_dist *d, const ir_subop *s, int sec, double fl)
 {
     const ir_graph *g = d->g;
     const ir_op *o = &g->op[s->op];
-    double execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1;
-    double fl = pass_subop_flops(g, s, sec) / execs, by = 0;
+    double execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1, by = 0;
+    fl /= execs;
     for (int k = 0; k < o->nin; k++) by += pt_bytes(d, s->in[k], sec);
     for (int k = 0; k < o->nout; k++) by += pt_bytes(d, s->out[k], sec);
     double t = fl / subop_rate(g, o, s, fl), tb = by / g->prof.mem_bw, tw = 0;
@@ -112,6 +113,11 @@ double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)
         tw = w / g->prof.weight_bw;
     }
     return (t > tb ? t : tb) + tw;
+}
+
+double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)
+{
+    return cost_subop(d, s, sec, pass_subop_flops(d->g, s, sec));
 }
 
 double pass_cost_collective(const ir_profile *pf, ir_commkind kind, int n, double bytes, int spans_nodes)
@@ -176,7 +182,9 @@ double pass_item_time(const ir_dist *d, int n)
 {
     if (d->itime && d->itime[n] >= 0) return d->itime[n];
     const ir_item *it = &d->seq[n];
-    double t = it->comm ? pass_cost_comm(d, &d->comm[it->id]) : pass_cost_subop(d, &d->sop[it->id], it->sec);
+    double t = it->comm      ? pass_cost_comm(d, &d->comm[it->id])
+               : d->iflops ? cost_subop(d, &d->sop[it->id], it->sec, d->iflops[n])
+                           : pass_cost_subop(d, &d->sop[it->id], it->sec);
     if (d->itime) d->itime[n] = t;
     return t;
 }

@@ -1347,6 +1347,8 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
        instance completes once every member is at a step holding it; a rank
        moves on when its step's instances are complete. */
     int *cnt = ir_xcalloc((size_t)d->ncomm * (size_t)m + 1, sizeof(int));
+    int *cn = ir_xmalloc(sizeof(int) * ((size_t)d->ncomm + 1));   /* per comm: its members (d->comm's, dense) */
+    for (int i = 0; i < d->ncomm; i++) cn[i] = d->comm[i].n;
     int *left = ir_xcalloc((size_t)W + 1, sizeof(int));   /* per rank: incomplete instances of its step */
     /* span: an instance starts once its last member arrives and takes its cost; a rank's step ends
        with its last instance, and it arrives at the next after the compute between */
@@ -1374,7 +1376,7 @@ static int check(const ir_dist *d, int quiet, ir_hoist **hoist, int *nhoist, ord
                     double *t_ = &tin[(size_t)a_.comm * (size_t)m + (size_t)a_.mb];            \
                     if (clock[r] > *t_) *t_ = clock[r];                                        \
                 }                                                                              \
-                if (++cnt[(size_t)a_.comm * (size_t)m + (size_t)a_.mb] == d->comm[a_.comm].n) \
+                if (++cnt[(size_t)a_.comm * (size_t)m + (size_t)a_.mb] == cn[a_.comm])        \
                     ready[nready++] = a_;                                                      \
             }                                                                                  \
         }                                                                                      \
@@ -1555,7 +1557,7 @@ resume:
                     inst a = seq[ptr[r] + j];
                     if (FIN(a)) continue;
                     left[r]++;
-                    if (++cnt[(size_t)a.comm * (size_t)m + (size_t)a.mb] == d->comm[a.comm].n) ready[nready++] = a;
+                    if (++cnt[(size_t)a.comm * (size_t)m + (size_t)a.mb] == cn[a.comm]) ready[nready++] = a;
                 }
             }
             added = 0;
@@ -1637,6 +1639,7 @@ resume:
 #undef FIN
     free(fin);
     free(cnt);
+    free(cn);
     free(left);
     free(ready);
     return rc;
@@ -1844,7 +1847,7 @@ void pass_pipe_costs(const ir_dist *d, double *cost)
         const ir_subop *so = &d->sop[it->id];
         if (so->dev % sd) continue;
         cost[3 * (so->dev / sd) * p->nch + pass_pipe_class(d, n, so->dev / sd)] +=
-            pass_subop_flops(g, so, IR_SEC_MB) / (double)p->m;
+            (d->iflops ? d->iflops[n] : pass_subop_flops(g, so, IR_SEC_MB)) / (double)p->m;
     }
 }
 

@@ -482,12 +482,15 @@ void pass_schedule(ir_dist *d)
     pass_precision(d);   /* which tensors are stored in bf16 (it reads the comms and accum) */
     /* (the items' times, priced as the cost model asks: nothing they depend on changes from here) */
     free(d->itime);
+    free(d->iflops);
     d->itime = ir_xmalloc(sizeof(double) * ((size_t)d->nseq + 1));
+    d->iflops = ir_xcalloc((size_t)d->nseq + 1, sizeof(double));
     for (int n = 0; n < d->nseq; n++) d->itime[n] = -1;
     /* the step's FLOPs over all ranks, once per build (every rank's manifest states it) */
     d->step_flops = 0;
     for (int n = 0; n < d->nseq; n++)
-        if (!d->seq[n].comm) d->step_flops += pass_subop_flops(g, &d->sop[d->seq[n].id], d->seq[n].sec);
+        if (!d->seq[n].comm)
+            d->step_flops += d->iflops[n] = pass_subop_flops(g, &d->sop[d->seq[n].id], d->seq[n].sec);
     free(order);
     free(placed);
     free(post);
