@@ -14,13 +14,17 @@
 #               through the pipeline pass (`--stop-after schedule -v` prints
 #               the estimate plan.txt would, and the largest memory plan
 #               of the stages' first ranks; seconds even at 280
-#               micro-batches); its ratio to the published step; with MEM=1
+#               micro-batches): priced as Megatron-LM ran it
+#               (`cluster.attention = unfused`: its attention stores the
+#               scores, passes/cost.c) against the published step, and as
+#               nnsc-aot's program runs it (fused attention); with MEM=1
 #               also the whole build (-o) and plan.txt's memory per rank,
 #               which takes minutes at hundreds of micro-batches and 1000+
 #               ranks today;
 #   searched    policy = auto's chosen plan (`--stop-after graph -v`), its
-#               estimate, its ratio to Megatron's plan's estimate, its memory
-#               and the search's time (its report's), or why it failed.
+#               estimate, its ratio to the estimate of Megatron's plan as
+#               nnsc-aot runs it (both nnsc-aot's program), its memory and the
+#               search's time (its report's), or why it failed.
 #
 # The spec is examples/gpt2-124m.ini at the row's dims, dtype = bf16, on
 # a100-80g (ir/profile.c; docs/plan-search.md, Calibration of a100-80g).
@@ -61,8 +65,8 @@ field() { sed -nE "s/$2/\\1/p" "$1" | head -n 1; }
 
 echo "megatron.sh: $(date -u '+%Y-%m-%d %H:%M UTC'), nnsc-aot $(git -C "$top" rev-parse --short HEAD 2>/dev/null), a100-80g, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| row | GPUs (dp x tp x pp) | published step | Megatron's plan: micro-batches | its estimate | / published | its memory per rank | its whole build (-o): plan.txt's memory, time | searched plan | its estimate | / Megatron's | its memory | search time |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| row | GPUs (dp x tp x pp) | published step | Megatron's plan: micro-batches | as Megatron-LM runs it (attention unfused) | / published | as nnsc-aot runs it | its memory per rank | its whole build (-o): plan.txt's memory, time | searched plan | its estimate | / Megatron's plan in nnsc-aot | its memory | search time |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 fail=0
 for r in "${rows[@]}"; do
   IFS='|' read -r name nh h l tp pp gpus b tf <<<"$r"
@@ -76,24 +80,31 @@ for r in "${rows[@]}"; do
   sets=(--devices "$gpus" --set dims.L="$l" --set dims.C="$h" --set dims.NH="$nh" --set dims.T=$S --set dims.B="$b"
     --set dims.V=$V --set dims.VR=$V --set train.dtype=bf16 --set cluster.device=a100-80g)
   plan=(--set plan.policy=hybrid --set plan.tp="$tp" --set plan.pp="$pp" --set plan.recompute=h)
-  # the estimate: the plan through the pipeline pass (--stop-after schedule -v prints plan.txt's estimate)
-  timeout "${TIMEOUT:-1200}" "$nn" "$top/examples/gpt2-124m.ini" "${sets[@]}" "${plan[@]}" --set train.micro_batches="$m" \
-    --stop-after schedule -v >/dev/null 2>"$work/$name.est.log"
-  rc=$?
-  est=$(field "$work/$name.est.log" '^nnsc-aot: estimate   step ([0-9.]+) ms.*')
-  pmem=$(field "$work/$name.est.log" '^nnsc-aot: estimate   step .* memory ([0-9.]+) MiB per rank.*')
-  [[ -n $pmem ]] && pmem=$(awk -v m="$pmem" 'BEGIN { printf "%.1f GiB", m / 1024 }')
+  # the estimates: the plan through the pipeline pass (--stop-after schedule -v prints plan.txt's estimate),
+  # priced as Megatron-LM runs it (unfused attention: the published run's program) and as nnsc-aot does
+  for a in unfused fused; do
+    timeout "${TIMEOUT:-1200}" "$nn" "$top/examples/gpt2-124m.ini" "${sets[@]}" "${plan[@]}" --set train.micro_batches="$m" \
+      --set cluster.attention=$a --stop-after schedule -v >/dev/null 2>"$work/$name.est.$a.log"
+    rc=$?
+    e=$(field "$work/$name.est.$a.log" '^nnsc-aot: estimate   step ([0-9.]+) ms.*')
+    if [[ -n $e ]]; then
+      cell="$(awk -v e="$e" 'BEGIN { printf "%.2f", e / 1e3 }') s"
+    else
+      why=$( ((rc == 124)) && echo "timed out (${TIMEOUT:-1200} s)" || grep -v '^nnsc-aot: [a-z]* *[0-9.]* ms$' \
+        "$work/$name.est.$a.log" | tail -n 1 | cut -c1-120)
+      cell="failed: $why" fail=1
+    fi
+    if [[ $a == unfused ]]; then
+      ecell=$cell ratio=""
+      [[ -n $e ]] && ratio=$(awk -v e="$e" -v p="$pub" 'BEGIN { printf "%.3f", e / 1e3 / p }')
+    else
+      est=$e fcell=$cell
+      pmem=$(field "$work/$name.est.$a.log" '^nnsc-aot: estimate   step .* memory ([0-9.]+) MiB per rank.*')
+      [[ -n $pmem ]] && pmem=$(awk -v m="$pmem" 'BEGIN { printf "%.1f GiB", m / 1024 }')
+    fi
+  done
   mcell=$m
   ((m != m0)) && mcell="$m (not $m0: $var)"
-  if [[ -n $est ]]; then
-    es=$(awk -v e="$est" 'BEGIN { printf "%.2f", e / 1e3 }')
-    ratio=$(awk -v e="$es" -v p="$pub" 'BEGIN { printf "%.3f", e / p }')
-    ecell="$es s"
-  else
-    why=$( ((rc == 124)) && echo "timed out (${TIMEOUT:-1200} s)" || grep -v '^nnsc-aot: [a-z]* *[0-9.]* ms$' \
-      "$work/$name.est.log" | tail -n 1 | cut -c1-120)
-    ecell="failed: $why" ratio="" fail=1
-  fi
   # its memory: plan.txt of the whole build (-o), at MEM_MB_<row> micro-batches (default the estimate's)
   mvar=MEM_MB_${name//./_}
   mm=${!mvar:-$m}
@@ -140,7 +151,8 @@ for r in "${rows[@]}"; do
       scell="failed (exit $src): ${why:-no chosen plan}"
     fi
   fi
-  printf '| %s | %s (%s x %s x %s) | %s s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$gpus" "$dp" "$tp" \
-    "$pp" "$pub" "$mcell" "$ecell" "$ratio" "${pmem:-?}" "$mem${bt:+, $bt}" "$scell" "$sest" "$sratio" "$smem" "$stime"
+  printf '| %s | %s (%s x %s x %s) | %s s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$gpus" "$dp" \
+    "$tp" "$pp" "$pub" "$mcell" "$ecell" "$ratio" "$fcell" "${pmem:-?}" "$mem${bt:+, $bt}" "$scell" "$sest" "$sratio" "$smem" \
+    "$stime"
 done
 exit $fail

@@ -1940,6 +1940,8 @@ static int lower_cluster(fe_lw *L)
         get_int(L, cl, "per_node", pf->per_node, 1, FE_MAX_DEVICES, &pn))
         return 2;
     pf->per_node = (int)pn;
+    static const char *const attn_kinds[] = {"fused", "unfused", NULL};
+    if (get_choice(L, cl, "attention", attn_kinds, pf->attn_unfused, &pf->attn_unfused)) return 2;
     ir_planreq *r = &L->g->req;
     r->devices = (int)n;
     r->policy = ir_str(L->g, pols[pol]);

@@ -93,7 +93,7 @@ static const fe_schema fe_schemas[] = {
                      "micro_batches", "data", "data_period", "eval_data", "eval_every", "eval_steps",
                      "lr_schedule", "warmup_steps", "min_lr", "grad_clip", "dtype", "storage", "recycle"}, {"loss"}},
     {"cluster", 0, 0, {"devices", "device", "flops", "flops_bf16", "mem_bw", "memory", "link_bw", "link_lat",
-                       "net_bw", "net_lat", "per_node", "weight_bw"}, {NULL}},
+                       "net_bw", "net_lat", "per_node", "weight_bw", "attention"}, {NULL}},
     {"plan", 0, 0, {"policy", "dp", "tp", "pp", "trans", "stage", "schedule", "chunks", "order", "recompute", "coshard", "zero", "stage_tp",
               "balance", "fold_layers", "sequence_parallel", "grad_buckets", "per_op_trans", "accumulate", "coshard_rung"}, {NULL}},
 };

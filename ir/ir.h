@@ -450,6 +450,10 @@ typedef struct ir_profile {
                                  peak; passes/cost.c) */
     int sms;                  /* streaming multiprocessors: a GEMM's tiles run in waves of this many
                                  (0: no wave quantization; passes/cost.c) */
+    int attn_unfused;         /* [cluster] attention = unfused: attention priced as a framework that stores
+                                 its scores runs it (Megatron-LM's of 2021: every score's products, the
+                                 scores, softmax and dropout through memory; passes/cost.c); 0: fused,
+                                 nnsc-aot's kernels (online softmax, the scores never stored) */
 } ir_profile;
 
 /* A [custom NAME] section of the spec (docs/custom-ops.md): an op the user

@@ -94,6 +94,33 @@ static double subop_rate(const ir_graph *g, const ir_op *o, const ir_subop *s, d
     return pf->flops_bf16 * eff * pass_cost_wave_eff(pf->sms, rows, cols);
 }
 
+/* Attention as a framework that stores its scores runs it ([cluster]
+ * attention = unfused; Megatron-LM's of 2021, counted from its kernels):
+ * the batched GEMMs compute every score, causal or not (the FLOPs twice the
+ * causal count), and each score goes through memory in es-byte elements
+ * (the activations' storage): the forward writes it (baddbmm), the fused
+ * scale-mask-softmax reads and writes it, dropout reads and writes it and
+ * writes its 1-byte mask, the product with v reads it: 6 es + 1 bytes; the
+ * backward writes dP (dY v^T), reads the dropped probabilities (dV), reads
+ * dP and the mask and writes (dropout's backward), reads that and the
+ * probabilities and writes dS (softmax's backward), and reads dS twice (dQ,
+ * dK): 9 es + 1.  The kernels run one after another: the GEMMs' time plus
+ * the scores' bytes at the streaming bandwidth.  *fl: the execution's FLOPs
+ * (doubled where causal); returns the scores' seconds, or 0 for an op that
+ * is not attention's forward or backward. */
+static double unfused_scores(const ir_graph *g, const ir_op *o, const ir_subop *s, double *fl)
+{
+    int fwd = o->kind == IR_OP_ATTENTION || o->kind == IR_OP_ATTENTION_VL || o->kind == IR_OP_ATTENTION_AB;
+    int bwd = o->kind == IR_OP_ATTENTION_BWD || o->kind == IR_OP_ATTENTION_VL_BWD ||
+              o->kind == IR_OP_ATTENTION_AB_BWD;
+    if (!g->prof.attn_unfused || !(fwd || bwd)) return 0;
+    if (o->iattr[IR_IA_CAUSAL]) *fl *= 2;
+    int id = ir_anno_find(&o->anno, "d");
+    double dh = id >= 0 && s->ext[id] > 0 ? (double)s->ext[id] : 1;
+    double scores = *fl / ((fwd ? 4 : 8) * dh), es = g->train.store16 ? 2 : 4;
+    return scores * (fwd ? 6 * es + 1 : 9 * es + 1) / g->prof.mem_bw;
+}
+
 /* pass_cost_subop with the sub-op's FLOPs per step fl. */
 static double cost_subop(const ir_dist *d, const ir_subop *s, int sec, double fl)
 {
@@ -101,6 +128,7 @@ static double cost_subop(const ir_dist *d, const ir_subop *s, int sec, double fl
     const ir_op *o = &g->op[s->op];
     double execs = sec == IR_SEC_MB ? (double)g->train.micro_batches : 1, by = 0;
     fl /= execs;
+    double tsc = unfused_scores(g, o, s, &fl);
     for (int k = 0; k < o->nin; k++) by += pt_bytes(d, s->in[k], sec);
     for (int k = 0; k < o->nout; k++) by += pt_bytes(d, s->out[k], sec);
     double t = fl / subop_rate(g, o, s, fl), tb = by / g->prof.mem_bw, tw = 0;
@@ -112,7 +140,7 @@ static double cost_subop(const ir_dist *d, const ir_subop *s, int sec, double fl
             if (g->t[d->pt[s->out[k]].tensor].batch_dim < 0) w += pt_bytes(d, s->out[k], sec);
         tw = w / g->prof.weight_bw;
     }
-    return (t > tb ? t : tb) + tw;
+    return (t > tb ? t : tb) + tw + tsc;
 }
 
 double pass_cost_subop(const ir_dist *d, const ir_subop *s, int sec)

@@ -717,5 +717,24 @@ ts_min=$(cat "$tmp/ts.min")
 if grep -qE '; [1-9][0-9]* left unpriced by the tp stop' "$tmp/ts.err" && [[ -n $ts_best && $ts_best == "$ts_min" ]]; then
   ok "tp stop: gpt2-124m L 24 on 1024 devices leaves candidates unpriced and chooses the fastest of the per-tp searches ($ts_best)"
 else no "tp stop: chosen '$ts_best', per-tp fastest '$ts_min': $(grep -a '^search    ' "$tmp/ts.err" | grep -o 'left unpriced by the tp stop')"; fi
+# cluster.attention = unfused (passes/cost.c, unfused_scores): one device, gpt2-124m at B 8 x T 1024
+# in bf16 on a100-80g; per layer the S = B NH T^2 scores go through memory at 13 bytes in the forward
+# and 19 in the backward (1.5e12 B/s), and the two products of each cover every score: the forward's
+# 2 S D and the backward's 4 S D FLOPs more, at 0.859 of 312e12 (compute-bound at this shape); the
+# estimate differs from the fused one by exactly that
+ua=()
+for a in fused unfused; do
+  "$nn" "$top/examples/gpt2-124m.ini" --devices 1 --set dims.B=8 --set dims.T=1024 --set train.dtype=bf16 \
+    --set cluster.device=a100-80g --set cluster.attention=$a --stop-after schedule -v >/dev/null 2>"$tmp/attn.$a" ||
+    no "cluster.attention=$a estimate"
+  ua+=("$(sed -n 's/^nnsc-aot: estimate   step \([0-9.]*\) ms.*/\1/p' "$tmp/attn.$a")")
+done
+want=$(awk 'BEGIN { S = 8 * 12 * 1024 * 1024; printf "%.3f", 12 * (32 * S / 1.5e12 + 6 * S * 64 / (312e12 * 0.859)) * 1e3 }')
+if awk -v f="${ua[0]}" -v u="${ua[1]}" -v w="$want" 'BEGIN { exit !(f > 0 && (u - f - w) ^ 2 < 0.002 ^ 2) }'; then
+  ok "cluster.attention = unfused: the scores' traffic and the full products, $want ms more (${ua[0]} -> ${ua[1]} ms)"
+else no "cluster.attention: fused ${ua[0]} ms, unfused ${ua[1]} ms, expected $want ms more"; fi
+"$nn" "$tiny" --set cluster.attention=flash --stop-after graph 2>"$tmp/attn.bad"; rc=$?
+((rc == 2)) && grep -q "unknown attention 'flash'" "$tmp/attn.bad" && grep -q 'attention is one of: fused | unfused' "$tmp/attn.bad" &&
+  ok "cluster.attention: a wrong value named, exit 2" || no "cluster.attention=flash: rc $rc, $(cat "$tmp/attn.bad")"
 echo "$pass passed, $fail failed"
 ((fail == 0))
