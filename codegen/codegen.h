@@ -74,10 +74,16 @@ int cg_dispatch(int world, int nprog, const int *cls_of, const int *row_of, cons
  * fails when any rank fails), DIR/plan.txt and DIR/plan.svg (svg.c).  gpu: NULL for the cpu
  * target; for cuda, the images (plan.txt lists them, launch gives every
  * rank a GPU and the rendezvous address).  progs: per rank, what plan.txt
- * reports (arena, persistent, flops, comm_bytes); nprog: the distinct
- * programs built for them (0: not said).  Returns 0 or 1. */
+ * reports (arena, persistent, flops, comm_bytes, staging); nprog: the
+ * distinct programs built for them (0: not said).  Returns 0 or 1. */
 int cg_emit(const char *dir, const char *spec, const ir_dist *d, const ir_prog *progs, int nprog,
             const cg_gpu *gpu);
+
+/* emit.c: the bytes the cpu target's matmul_bf16 stages its operands in on
+ * rank r running program p (its matmul_bf16 calls, in bodies too): three
+ * buffers, each its largest call's need rounded to the allocation unit
+ * (rtlib/cpu/rt_lowp.h, lowp.c), allocated outside the arena and kept. */
+int64_t cg_bf16_staging(const ir_prog *p, int r);
 
 /* The helpers plan.txt and plan.svg share (emit.c). */
 /* A list of devices, runs of 3 or more with one stride as "a-b" (stride 1)

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "codegen.h"
+#include "cpu/rt_lowp.h"
 #include "passes.h"
 
 /* The launcher: a bash script, so it runs on any cluster node as is.
@@ -318,9 +319,54 @@ static int64_t sent_bytes(const ir_prog *p)
     return s;
 }
 
+/* Rank variable v of rank r in shared program p. */
+static int64_t rank_var(const ir_prog *p, int r, int v)
+{
+    for (int i = 0; i < p->nmember; i++)
+        if (p->member[i] == r) return p->rv[(size_t)i * (size_t)p->nvar + (size_t)v];
+    return 0;
+}
+
+/* Integer argument j of instruction in of rank r's program p; row0: in a
+ * body, the index in p->tab of the slots of the call's row that runs it,
+ * else -1. */
+static int64_t inst_int(const ir_prog *p, int r, const pg_instr *in, int j, int64_t row0)
+{
+    if (row0 >= 0 && in->islot[j]) {
+        size_t t = (size_t)row0 + in->islot[j] - 1;
+        return p->tabvar && p->tabvar[t] ? rank_var(p, r, p->tabvar[t] - 1) : p->tab[t];
+    }
+    return in->ivar[j] ? rank_var(p, r, in->ivar[j] - 1) : in->ints[j].c;
+}
+
+int64_t cg_bf16_staging(const ir_prog *p, int r)
+{
+    int64_t most[3] = {0, 0, 0}, need[3];
+    for (int sec = 0; sec < IR_SEC_COUNT; sec++)
+        for (int i = 0; i < p->nins[sec]; i++) {
+            const pg_instr *in = &p->ins[sec][i];
+            const pg_body *bd = in->kernel == PG_CALL ? &p->body[in->body] : NULL;
+            for (int k = 0; k < (bd ? bd->nins : 1); k++) {
+                const pg_instr *x = bd ? &bd->ins[k] : in;
+                if (x->kernel != RT_K_matmul_bf16) continue;
+                for (int row = 0; row < (bd ? in->nrows : 1); row++) {
+                    int64_t row0 = bd ? (int64_t)in->tab + (int64_t)row * bd->nslots : -1;
+                    rt_bf16_stage_need(inst_int(p, r, x, 0, row0), inst_int(p, r, x, 1, row0),
+                                       inst_int(p, r, x, 2, row0), RT_BF16_STAGE_FLOATS, need);
+                    for (int b = 0; b < 3; b++)
+                        if (need[b] > most[b]) most[b] = need[b];
+                }
+            }
+        }
+    int64_t bytes = 0;
+    for (int b = 0; b < 3; b++)
+        bytes += (most[b] * 4 + RT_BF16_ALLOC_UNIT - 1) / RT_BF16_ALLOC_UNIT * RT_BF16_ALLOC_UNIT;
+    return bytes;
+}
+
 /* plan.txt's summary: mesh, size, memory and communication per rank in
  * human units, and the planner's warnings. */
-static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_buf *b)
+static void plan_header(const ir_dist *d, const ir_prog *progs, const int64_t *stg, int nprog, ir_buf *b)
 {
     const ir_graph *g = d->g;
     double params = 0, flops = 0;
@@ -332,7 +378,7 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
     int rmax = 0, cmax = 0, fmax = 0;
     int64_t tsent = 0;
     for (int r = 0; r < d->ndev; r++) {
-        if (progs[r].arena > progs[rmax].arena) rmax = r;
+        if (progs[r].arena + stg[r] > progs[rmax].arena + stg[rmax]) rmax = r;
         if (sent_bytes(&progs[r]) > sent_bytes(&progs[cmax])) cmax = r;
         if (progs[r].flops > progs[fmax].flops) fmax = r;
         flops += progs[r].flops;
@@ -361,10 +407,16 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
         count(b, frozen);
         ir_bprintf(b, " of them frozen (trainable = false)");
     }
+    const double most = (double)(progs[rmax].arena + stg[rmax]);
     ir_bprintf(b, "\nmemory    per rank at most ");
-    ir_bprint_bytes(b, (double)progs[rmax].arena);
+    ir_bprint_bytes(b, most);
     ir_bprintf(b, " (rank %d), of which params, grads and optimizer state ", rmax);
     ir_bprint_bytes(b, (double)progs[rmax].persistent);
+    if (stg[rmax]) {
+        ir_bprintf(b, ", matmul_bf16's staging ");
+        ir_bprint_bytes(b, (double)stg[rmax]);
+        ir_bprintf(b, " (outside the arena)");
+    }
     ir_bprintf(b, "\ncomm      per step at most ");
     ir_bprint_bytes(b, (double)sent_bytes(&progs[cmax]));
     ir_bprintf(b, " sent by one rank (rank %d), ", cmax);
@@ -385,10 +437,10 @@ static void plan_header(const ir_dist *d, const ir_prog *progs, int nprog, ir_bu
         ir_bprintf(b, "rank %d: compute %.3f ms, comm %.3f ms, gradient collectives and updates %.3f ms", est.rank,
                    est.compute * 1e3, est.comm * 1e3, est.outside * 1e3);
     ir_bprintf(b, "); memory ");
-    ir_bprint_bytes(b, (double)progs[rmax].arena);
+    ir_bprint_bytes(b, most);
     ir_bprintf(b, " of ");
     ir_bprint_bytes(b, pf->mem);
-    ir_bprintf(b, " per device%s\n", (double)progs[rmax].arena > pf->mem ? ": DOES NOT FIT" : "");
+    ir_bprintf(b, " per device%s\n", most > pf->mem ? ": DOES NOT FIT" : "");
     if (nprog > 0)
         ir_bprintf(b, "programs  %d distinct program%s for %d rank%s (out/rank; rankK are links to it)\n", nprog,
                    nprog == 1 ? "" : "s", d->ndev, d->ndev == 1 ? "" : "s");
@@ -587,7 +639,10 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         kib(b, gpu->src_bytes);
         ir_bprintf(b, " of CUDA C with %d fused elementwise kernel%s\n", gpu->nfused, gpu->nfused == 1 ? "" : "s");
     }
-    plan_header(d, progs, nprog, b);
+    /* the cpu target's matmul_bf16 staging per rank (0 elsewhere): plan.txt counts it with the arena */
+    int64_t *stg = ir_xcalloc((size_t)d->ndev + 1, sizeof *stg);
+    for (int r = 0; r < d->ndev && !gpu; r++) stg[r] = progs[r].staging;
+    plan_header(d, progs, stg, nprog, b);
     if (d->pipe) plan_pipeline(d, progs, b);
     ir_bprintf(b, "\n");
     ir_bprintf(b, "ops: op-trans (split) and op-assign (devices)\n");
@@ -670,7 +725,8 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         if (!some) ir_bprintf(b, " none");
         ir_bprintf(b, "\n");
     }
-    ir_bprintf(b, "\nper rank: arena (persistent + per-micro-batch), bytes sent per step by collective\n");
+    ir_bprintf(b, "\nper rank: arena (persistent + per-micro-batch)%s, bytes sent per step by collective\n",
+               stg[0] ? " + the cpu matmul_bf16's staging outside it" : "");
     for (int r = 0; r < d->ndev; r++) {
         const ir_prog *p = &progs[r];
         int64_t pers = p->persistent;
@@ -678,7 +734,12 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         kib(b, p->arena);
         ir_bprintf(b, " (params/grads/state ");
         kib(b, pers);
-        ir_bprintf(b, ")  compute %.3f GFLOP/step  sent/step:", p->flops / 1e9);
+        ir_bprintf(b, ")");
+        if (stg[r]) {
+            ir_bprintf(b, " + matmul_bf16 staging ");
+            kib(b, stg[r]);
+        }
+        ir_bprintf(b, "  compute %.3f GFLOP/step  sent/step:", p->flops / 1e9);
         int64_t tot = 0;
         for (int k = 0; k < IR_COMM_COUNT; k++)
             if (p->comm_bytes[k]) {
@@ -688,6 +749,7 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
         if (!tot) ir_bprintf(b, " none");
         ir_bprintf(b, "\n");
     }
+    free(stg);
 }
 
 /* The launch script of a build, into b. */

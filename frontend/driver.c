@@ -606,6 +606,7 @@ static int build_ranks(const fe_opts *o, const ir_dist *d, double *t0)
         sum[r].flops = p->flops;
         sum[r].persistent = p->persistent;
         sum[r].stash_bytes = p->stash_bytes;
+        sum[r].staging = o->target == FE_TARGET_CUDA || !d->g->train.bf16 ? 0 : cg_bf16_staging(p, r);
         sum[r].nslot = p->nslot;
         memcpy(sum[r].comm_bytes, p->comm_bytes, sizeof p->comm_bytes);
         pass_share_add(sh, p);

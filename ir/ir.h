@@ -954,6 +954,8 @@ typedef struct ir_prog {
     int64_t persistent;               /* bytes of params, grads and optimizer state (regions that
                                          share a buffer once), for plan.txt */
     int64_t stash_bytes;              /* pipeline: bytes a micro-batch in flight keeps (one slot) */
+    int64_t staging;                  /* cpu target, dtype bf16: bytes rtlib's matmul_bf16 stages its
+                                         operands in, outside the arena (cg_bf16_staging; plan.txt) */
     int nslot;                        /* pipeline: slots (micro-batches in flight at most) */
     char **pool; int npool, poolcap;  /* owned strings */
     const ir_custom *cust; int ncust; /* the graph's [custom] sections: RT_K_custom's ints[0] names

@@ -11,7 +11,7 @@
  * The product of two bf16 values (8-bit significands) is exact in f32 (24
  * bits), so the fast kernel rounds the operands into staging buffers and
  * runs the f32 matmul (matmul.c) on them.  Staging is bounded: when an
- * operand is larger than LP_STAGE_FLOATS (64 MiB), C is computed in blocks
+ * operand is larger than RT_BF16_STAGE_FLOATS (64 MiB), C is computed in blocks
  * of rows and/or columns, each staged and multiplied in turn (a column
  * block of C goes through a staging buffer too: rt_matmul writes whole
  * rows).  matmul.c computes each element of C in the same order whatever
@@ -62,15 +62,10 @@ void rt_bf16_round_n(const float *src, float *dst, int64_t n)
 
 /* ---------------------------------------------------------------- staging */
 
-/* Soft limit of one staged operand block, in floats (64 MiB): larger
- * operands are staged a block of rows (A) or columns (B) at a time. */
-#define LP_STAGE_FLOATS ((int64_t)1 << 24)
-/* The limit in use (rt_bf16_stage_limit; tests lower it). */
-static int64_t lp_stage_floats = LP_STAGE_FLOATS;
-/* Blocks are cut at multiples of this many rows or columns (at least one). */
-#define LP_BLOCK_UNIT 64
-/* Staging buffers are allocated in multiples of this many bytes (2 MiB). */
-#define LP_ALLOC_UNIT ((size_t)2 << 20)
+/* The staging limit in use, floats (rt_bf16_stage_limit; tests lower it):
+ * larger operands are staged a block of rows (A) or columns (B) at a time;
+ * the rule and the sizes are rt_lowp.h's, which plan.txt counts too. */
+static int64_t lp_stage_floats = RT_BF16_STAGE_FLOATS;
 
 /* One staging buffer, kept between calls. */
 typedef struct lp_stage {
@@ -91,7 +86,7 @@ static float *lp_stage_get(rt_ctx *ctx, int k, int64_t n)
         return s->p;
     if (s->p)
         rt_big_free(s->p, s->bytes);
-    size_t bytes = (need + LP_ALLOC_UNIT - 1) / LP_ALLOC_UNIT * LP_ALLOC_UNIT;
+    size_t unit = (size_t)RT_BF16_ALLOC_UNIT, bytes = (need + unit - 1) / unit * unit;
     s->p = rt_big_alloc(bytes);
     s->bytes = s->p ? bytes : 0;
     if (!s->p)
@@ -161,20 +156,7 @@ static void lp_stage_b(const float *B, int tb, int64_t K, int64_t N, int64_t n0,
 
 void rt_bf16_stage_limit(int64_t floats)
 {
-    lp_stage_floats = floats > 0 ? floats : LP_STAGE_FLOATS;
-}
-
-/* Rows or columns per block when `other` floats come with each of n: all
- * n when the operand fits the staging limit, else the most that fit, cut
- * at a multiple of LP_BLOCK_UNIT (at least one unit). */
-static int64_t lp_block(int64_t n, int64_t other)
-{
-    if (n <= lp_stage_floats / other)
-        return n;
-    int64_t b = lp_stage_floats / other / LP_BLOCK_UNIT * LP_BLOCK_UNIT;
-    if (b < LP_BLOCK_UNIT)
-        b = LP_BLOCK_UNIT;
-    return b < n ? b : n;
+    lp_stage_floats = floats > 0 ? floats : RT_BF16_STAGE_FLOATS;
 }
 
 /* ---------------------------------------------------------------- the kernel */
@@ -191,10 +173,12 @@ void rt_k_matmul_bf16(rt_ctx *ctx, void *const *b, const int64_t *i, const float
         rt_matmul(M, K, N, A, ta, B, tb, C, acc);
         return;
     }
-    int64_t mb = lp_block(M, K), nb = lp_block(N, K);
-    float *as = lp_stage_get(ctx, 0, mb * K);
-    float *bs = lp_stage_get(ctx, 1, nb * K);
-    float *cs = nb < N ? lp_stage_get(ctx, 2, mb * nb) : NULL;
+    int64_t need[3];
+    rt_bf16_stage_need(M, K, N, lp_stage_floats, need);
+    int64_t mb = need[0] / K, nb = need[1] / K;
+    float *as = lp_stage_get(ctx, 0, need[0]);
+    float *bs = lp_stage_get(ctx, 1, need[1]);
+    float *cs = need[2] ? lp_stage_get(ctx, 2, need[2]) : NULL;
     if (mb == M)   /* all of A at once: staged once for every column block */
         lp_stage_a(A, ta, M, K, 0, M, as);
     for (int64_t n0 = 0; n0 < N; n0 += nb) {
