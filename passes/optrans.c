@@ -641,7 +641,7 @@ static double scale_costs(blockctx *b)
     return unit;
 }
 
-int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, ir_buf *out, pass_otres *res)
+int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, pass_otlist *out, pass_otres *res)
 {
     const ir_graph *g = d->g;
     memset(res, 0, sizeof *res);
@@ -673,11 +673,12 @@ int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, ir_buf *out, pa
     for (int a = 0; a < b.nop && !rc; a++) {
         const ir_op *o = &g->op[b.ops[a].op];
         int id = b.ops[a].ch[x[a]], bt = pass_batch_id(g, b.ops[a].op);
-        char gn[256];
-        generic(g, o, gn, sizeof gn);
         res->changed += x[a] != 0;
-        ir_bprintf(out, "%s%s %s %s", out->n ? ", " : "", gn, bt >= 0 ? o->anno.idname[bt] : "-",
-                   id == IR_REPLICATE ? "replicate" : id == IR_VALUE ? "value" : o->anno.idname[id]);
+        pass_otchoice *c = IR_PUSH(out->v, out->n, out->cap);
+        generic(g, o, c->pat, sizeof c->pat);
+        snprintf(c->batch, sizeof c->batch, "%s", bt >= 0 ? o->anno.idname[bt] : "");
+        snprintf(c->split, sizeof c->split, "%s",
+                 id == IR_REPLICATE ? "replicate" : id == IR_VALUE ? "value" : o->anno.idname[id]);
     }
     free(x);
     blockctx_free(&b);

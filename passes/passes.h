@@ -253,12 +253,20 @@ typedef struct pass_otres {
     double space;                  /* combinations */
     int nop, changed, proved;      /* the block's ops, how many changed, 1: the best is the model's optimum */
 } pass_otres;
+/* One op's choice: the op-trans of an op of a block on every repeat. */
+typedef struct pass_otchoice {
+    char pat[256];                 /* the op's generic name, its block's pattern: "h.fc" */
+    char batch[8];                 /* its batch identifier (ir_anno.idname), "" where it has none */
+    char split[16];                /* what tp splits: an identifier, "replicate" or "value" */
+} pass_otchoice;
+typedef struct pass_otlist {
+    pass_otchoice *v;
+    int n, cap;
+} pass_otlist;
 /* Block blk's forward ops (repeat 1, or 0 when there is one) on d's plan (after pass_plan: the
- * incumbent): the cheapest choices on the model appended to out as
- * "h.fc *0 n, h.gelu *0 *1, ..." (the op's generic name, its batch
- * identifier or -, its tp choice: an identifier, replicate or value).
- * 0: a choice other than the incumbent's; 1: none (out untouched). */
-int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, ir_buf *out, pass_otres *res);
+ * incumbent): the cheapest choices on the model appended to out, an item per op (the incumbent's
+ * where nothing is cheaper).  0: a choice other than the incumbent's; 1: none. */
+int pass_optrans(const ir_dist *d, int blk, const pass_otreq *q, pass_otlist *out, pass_otres *res);
 /* The plan's step on the cost model (after pass_pipeline). */
 void pass_cost_step(const ir_dist *d, pass_estimate *e);
 void pass_lower(const ir_dist *d, const pass_mem *m, ir_prog *p);

@@ -88,8 +88,8 @@ typedef struct cand {
     int rcdrop, rc2;       /* rcdrop > 0: block rcdrop - 1 recomputes rc2 sixteenths (0: none), the others rc */
     int tok;               /* 1: the blocks' MLP chains split on their tokens over the tp devices, their
                               params whole on each (op-trans `*0 DP *1 TP`: data parallel there) */
-    const char *ot;        /* the blocks' forward ops' op-trans searched per block (passes/optrans.c:
-                              "h.fc *0 n, ...", owned by the search; replaces tok's), or NULL */
+    const pass_otlist *ot; /* the blocks' forward ops' op-trans searched per block (passes/optrans.c:
+                              an item per op, owned by the search; replaces tok's), or NULL */
     double sratio;         /* with stage: the cut's slowest stage over the even cut's on the layers'
                               costs (a folded estimate, built on the even cut, is scaled by it) */
     int st0, stl;          /* > 0: the first (st0) and last (stl) stage's own tp ([plan] stage_tp), the
@@ -319,8 +319,9 @@ static void ot_push(ir_graph *g, ir_optrans **v, int *n, int *cap, const char *p
  * on their tokens over the tp devices ("h.fc *0 4 *1 2, ...": data
  * parallel on the tp axis, the chain's params whole on each device, their
  * gradients summed over tp); with ot, the blocks' forward ops as the
- * per-block search chose them (in place of tok's; its "h.fc *0 n, ..."
- * lists each op's batch identifier, or -, and the identifier tp splits).
+ * per-block search chose them (in place of tok's: each op's batch
+ * identifier split by dp, replicate where it has none, then what tp
+ * splits).
  * Returns 0, or 1: tok and no MLP chain. */
 static int plan_trans(ir_graph *g, const cand *c, int dp)
 {
@@ -332,20 +333,12 @@ static int plan_trans(ir_graph *g, const cand *c, int dp)
         if (dp > 1) ot_push(g, &v, &n, &cap, op->name, 2, "*0", dp, "replicate", c->tp);
         else ot_push(g, &v, &n, &cap, op->name, 1, "replicate", c->tp, NULL, 0);
     }
-    if (c->ot) {
-        char item[256];
-        for (const char *s = c->ot; *s;) {
-            const char *e = strchr(s, ',');
-            size_t len = e ? (size_t)(e - s) : strlen(s);
-            snprintf(item, sizeof item, "%.*s", (int)len, s);
-            char nm[200], bt[16], ch[16];
-            if (sscanf(item, " %199s %15s %15s", nm, bt, ch) == 3) {
-                if (dp > 1) ot_push(g, &v, &n, &cap, nm, 2, strcmp(bt, "-") ? bt : "replicate", dp, ch, c->tp);
-                else ot_push(g, &v, &n, &cap, nm, 1, ch, c->tp, NULL, 0);
-            }
-            s += len + (e != NULL);
-        }
-    } else if (c->tok) {
+    for (int k = 0; c->ot && k < c->ot->n; k++) {
+        const pass_otchoice *o = &c->ot->v[k];
+        if (dp > 1) ot_push(g, &v, &n, &cap, o->pat, 2, o->batch[0] ? o->batch : "replicate", dp, o->split, c->tp);
+        else ot_push(g, &v, &n, &cap, o->pat, 1, o->split, c->tp, NULL, 0);
+    }
+    if (!c->ot && c->tok) {
         char **nm;
         int nn;
         rc = mlp_ops(g, &nm, &nn);
@@ -1501,12 +1494,24 @@ static int resolve(const search_ctx *x, cand *cs, int nc, int nth)
 }
 
 
+/* The same op-trans choices? */
+static int ot_eq(const pass_otlist *a, const pass_otlist *b)
+{
+    if (a == b) return 1;
+    if (!a || !b || a->n != b->n) return 0;
+    for (int k = 0; k < a->n; k++)
+        if (strcmp(a->v[k].pat, b->v[k].pat) || strcmp(a->v[k].batch, b->v[k].batch) ||
+            strcmp(a->v[k].split, b->v[k].split))
+            return 0;
+    return 1;
+}
+
 /* Do a and b build the same plan (each stage's tp alike, whatever their dp x tp says)? */
 static int same_plan(const cand *a, const cand *b)
 {
     if (a->pp != b->pp || a->m != b->m || a->sched != b->sched || a->zero != b->zero || a->rc != b->rc ||
         a->rcdrop != b->rcdrop || a->rc2 != b->rc2 || a->sp != b->sp || a->rep != b->rep || a->tok != b->tok ||
-        a->cos != b->cos || a->stage != b->stage || (a->ot != b->ot && (!a->ot || !b->ot || strcmp(a->ot, b->ot))))
+        a->cos != b->cos || a->stage != b->stage || !ot_eq(a->ot, b->ot))
         return 0;
     for (int s = 0; s < a->pp; s++)
         if (tp_at(a, s) != tp_at(b, s)) return 0;
@@ -1569,9 +1574,9 @@ static int same_but_ot(const cand *a, const cand *b)
 }
 
 /* ot_refine's build of candidate t (loaded in g, into d) to its op-trans,
- * and each block's op-trans searched: the changed ones' text appended to ob,
- * *changed counted, *nblk the blocks searched. */
-static void ot_build(const search_ctx *x, const cand *tp_, ir_graph *g, ir_dist *d, int N, int pn, ir_buf *ob,
+ * and each block's op-trans searched: every block's choices appended to ob,
+ * the blocks with a change counted in *changed, *nblk the blocks searched. */
+static void ot_build(const search_ctx *x, const cand *tp_, ir_graph *g, ir_dist *d, int N, int pn, pass_otlist *ob,
                      int *changed, int *nblk)
 {
     const ir_profile *pf = &x->g->prof;
@@ -1591,17 +1596,21 @@ static void ot_build(const search_ctx *x, const cand *tp_, ir_graph *g, ir_dist 
     if (q.mem_room < 0) q.mem_room = 0;
     for (int b = 0; b < g->nblk && !rc; b++) {
         pass_otres res;
-        size_t was = ob->n;
+        int was = ob->n;
         if (!pass_optrans(d, b, &q, ob, &res)) (*changed)++;
         (*nblk)++;
         if (x->o->verbose && res.nop) {
             char ct[240];
             cand_text(x->g, &t, ct, sizeof ct);
+            ir_buf ch = {0};   /* the block's choices: "h.fc *0 n, ..." (its batch identifier or -, what tp splits) */
+            for (int k = was; k < ob->n; k++)
+                ir_bprintf(&ch, "%s%s %s %s", k > was ? ", " : "", ob->v[k].pat, ob->v[k].batch[0] ? ob->v[k].batch : "-",
+                           ob->v[k].split);
             fprintf(stderr, "search: op-trans of block %s for %s: %d ops, %.3g combinations; the model's step %.4g "
-                    "ms a layer, %.4g ms with %d ops changed (%s)%s%.*s\n", g->blk[b].name, ct, res.nop,
+                    "ms a layer, %.4g ms with %d ops changed (%s)%s%s\n", g->blk[b].name, ct, res.nop,
                     res.space, res.model0 * 1e3, res.model * 1e3, res.changed, res.proved ? "the optimum" :
-                    "the best in Z3's budget", ob->n > was ? ": " : "", (int)(ob->n - was - (was ? 2 : 0)),
-                    ob->s ? ob->s + was + (was ? 2 : 0) : "");
+                    "the best in Z3's budget", ch.n ? ": " : "", ch.n ? ch.s : "");
+            ir_buf_free(&ch);
         }
     }
 }
@@ -1610,7 +1619,7 @@ static void ot_build(const search_ctx *x, const cand *tp_, ir_graph *g, ir_dist 
  * died (the message in r->msg; a Z3 context the op-trans search had open is
  * lost with it). */
 static int ot_guarded(ir_recover *r, const search_ctx *x, const cand *t, ir_graph *g, ir_dist *d, int N, int pn,
-                      ir_buf *ob, int *changed, int *nblk)
+                      pass_otlist *ob, int *changed, int *nblk)
 {
     ir_recover_push(r);
     if (setjmp(r->jb) == 0) {
@@ -1626,10 +1635,10 @@ static int ot_guarded(ir_recover *r, const search_ctx *x, const cand *t, ir_grap
  * block's forward ops priced on optrans's model from the candidate's own
  * op-trans on, within SEARCH_OT_WORK of Z3's work a block; where the model
  * finds cheaper choices, a candidate with them joins, priced by the real
- * passes like any other.  The strings the candidates point to go in *ots.
+ * passes like any other.  The choices the candidates point to go in *ots.
  * Returns the candidates added; *nblk the blocks searched. */
-static int ot_refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, char ***ots, int *nots, int *otcap,
-                     int *nblk)
+static int ot_refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth, pass_otlist ***ots, int *nots,
+                     int *otcap, int *nblk)
 {
     const ir_profile *pf = &x->g->prof;
     cand top[3];
@@ -1647,7 +1656,7 @@ static int ot_refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth,
         if (setup(x->o, &u, x->fold, n1, &g, &N, &pn)) continue;
         ir_dist d;
         memset(&d, 0, sizeof d);
-        ir_buf ob = {0};
+        pass_otlist ob = {0};
         int changed = 0;
         ir_recover r;
         if (ot_guarded(&r, x, &t, &g, &d, N, pn, &ob, &changed, nblk)) {   /* (a pass died: this pick skipped) */
@@ -1660,17 +1669,19 @@ static int ot_refine(const search_ctx *x, cand **cs, int *nc, int *cap, int nth,
         /* (the same plan as one already among the candidates: 2 of the picks may reach it) */
         for (int i = 0; i < *nc && changed; i++) {
             const cand *c = &(*cs)[i];
-            if (c->ot && !strcmp(c->ot, ob.s) && same_but_ot(c, &t)) changed = 0;
+            if (c->ot && ot_eq(c->ot, &ob) && same_but_ot(c, &t)) changed = 0;
         }
         for (int k = 0; k < nt && changed; k++)
-            if (!strcmp(top[k].ot, ob.s) && same_but_ot(&top[k], &t)) changed = 0;
+            if (ot_eq(top[k].ot, &ob) && same_but_ot(&top[k], &t)) changed = 0;
         if (changed) {
-            char *sv = ir_xstrdup(ob.s);
+            pass_otlist *sv = ir_xmalloc(sizeof *sv);
+            *sv = ob;
+            ob = (pass_otlist){0};
             *IR_PUSH(*ots, *nots, *otcap) = sv;
             t.ot = sv, t.tok = 0, t.ok = t.est = 0, t.why[0] = '\0';
             top[nt++] = t;
         }
-        ir_buf_free(&ob);
+        free(ob.v);
         if (x->o->verbose) fprintf(stderr, "search: op-trans searched per block in %.3f s\n", now_s() - t0);
     }
     jobs j = {x, top, nt, 0, 0, 0};
@@ -1908,7 +1919,7 @@ static int search(const pass_src *o, ir_graph *g)
     /* the even cut for the 3 fastest with balanced stages (not where the spec cuts them) */
     if (!r0->no_balance && !r0->stage) refine(&x, &cs, &nc, &cap, nth, 4);
     /* op-trans searched per block: every forward op of a block on any split its annotation allows */
-    char **ots = NULL;
+    pass_otlist **ots = NULL;
     int nots = 0, otcap = 0, notc = 0, notb = 0;
     if (!r0->trans && !r0->no_per_op && !r0->coshard && !r0->stage_tp && g->nblk && g->train.recycle <= 1)
         notc = ot_refine(&x, &cs, &nc, &cap, nth, &ots, &nots, &otcap, &notb);
@@ -1918,7 +1929,7 @@ static int search(const pass_src *o, ir_graph *g)
     if (!nc) {   /* every combination ruled out: say by what */
         free(cs);
         free_bal(bal, nbal);
-        for (int k = 0; k < nots; k++) free(ots[k]);
+        for (int k = 0; k < nots; k++) free(ots[k]->v), free(ots[k]);
         free(ots);
         ir_buf w = {0};
         for (int k = 0; k < WHY_N; k++) {
@@ -2054,7 +2065,7 @@ static int search(const pass_src *o, ir_graph *g)
         ir_buf_free(&b);
         free(cs);
         free_bal(bal, nbal);
-        for (int k = 0; k < nots; k++) free(ots[k]);
+        for (int k = 0; k < nots; k++) free(ots[k]->v), free(ots[k]);
         free(ots);
         return pass_error(g, r0->policy_line, "more devices, a larger device (cluster.device, cluster.memory), or "
                           "a smaller model", "[plan] policy auto: no candidate plan fits");
@@ -2086,7 +2097,7 @@ static int search(const pass_src *o, ir_graph *g)
     ir_buf_free(&b);
     free(cs);
     free_bal(bal, nbal);
-    for (int k = 0; k < nots; k++) free(ots[k]);
+    for (int k = 0; k < nots; k++) free(ots[k]->v), free(ots[k]);
     free(ots);
     return 0;
 }
