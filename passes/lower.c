@@ -632,6 +632,23 @@ static pg_instr *emit_box(lctx *c, int sec, int dir, int64_t src, int64_t dst, c
     return in;
 }
 
+/* emit_box on a bf16 buffer whose box rows are whole 4-byte words (the
+ * last dim's extent and the region's bounds in it even: precision.c), as
+ * the f32 slice or place of those words. */
+static pg_instr *emit_box16(lctx *c, int sec, int dir, int64_t src, int64_t dst, const ir_box *full,
+                            const ir_box *region, int nd, const char *note)
+{
+    const int j = nd - 1;
+    IR_ASSERT(nd > 0);
+    int64_t e = full->hi[j] - full->lo[j], lo = region->lo[j] - full->lo[j], hi = region->hi[j] - full->lo[j];
+    IR_ASSERT(e % 2 == 0 && lo % 2 == 0 && hi % 2 == 0);
+    ir_box f = *full, r = *region;
+    f.hi[j] = f.lo[j] + e / 2;
+    r.lo[j] = f.lo[j] + lo / 2;
+    r.hi[j] = f.lo[j] + hi / 2;
+    return emit_box(c, sec, dir, src, dst, &f, &r, nd, 0, note);
+}
+
 /* Are the tiles (in member order) consecutive blocks of whole's row-major
  * buffer?  True when they tile one dim j in order and every dim before j
  * has extent 1. */
@@ -919,7 +936,8 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         break;
     }
     case IR_COMM_REDUCESCATTER: {
-        int64_t n = ir_box_numel(&ob[k], nd) * es / 4;
+        /* on the bf16 wire (precision.c): a member's ne values in n words, the pieces packed as words */
+        int64_t ne = ir_box_numel(&ob[k], nd), n = w16 ? ne / 2 : ne * es / 4;
         if (cm->bucket >= 0) {   /* a bucket (bucket.c): its first comm reduce-scatters them all */
             if (cm->bucket == ci) lower_bucket(c, ci, sec, k, t->name);
             sent = n * 4 * (K - 1);
@@ -929,14 +947,21 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         for (int i = 0; i < K; i++) tl[i] = &ob[i];
         int direct = pass_direct_tiles(&ib[k], tl, K, nd);
         if (!direct)
-            for (int i = 0; i < K; i++) emit_box(c, sec, 0, off(c, pin), S + i * n * 4, &ib[k], &ob[i], nd, 0, nt);
+            for (int i = 0; i < K; i++) {
+                if (w16) emit_box16(c, sec, 0, off(c, pin), S + i * n * 4, &ib[k], &ob[i], nd, nt);
+                else emit_box(c, sec, 0, off(c, pin), S + i * n * 4, &ib[k], &ob[i], nd, 0, nt);
+            }
         /* ZeRO 2: each micro-batch's shard added to the step's (acc = mb) */
         int64_t R = cm->acc ? (direct ? S : S + K * n * 4) : off(c, pout);
-        in = add(c, sec, RT_K_reducescatter, nt);
+        in = add(c, sec, w16 ? RT_K_reducescatter_bf16 : RT_K_reducescatter, nt);
         pg_buf(in, direct ? off(c, pin) : S);
         pg_buf(in, R);
-        pg_i(in, n);
+        pg_i(in, w16 ? ne : n);
         pg_i(in, cm->group);
+        if (w16) {   /* the receive's words and the send's */
+            pg_i(in, n);
+            pg_i(in, K * n);
+        }
         if (cm->acc) emit_box(c, sec, 1, R, off(c, pout), &ob[k], &ob[k], nd, sec == IR_SEC_MB ? -1 : 1, nt);
         sent = n * 4 * (K - 1);
         break;

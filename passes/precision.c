@@ -19,9 +19,14 @@
  * whose pieces are consecutive blocks of even length): the collective
  * moves the 2-byte elements as the words they are packed in, so nothing is
  * converted and half the bytes cross.  An all-reduce sums bf16 values
- * (rtlib's allreduce_bf16: in f32, rounded once, on the cpu target).  The
- * others (reduce-scatters, all-to-alls, slices, transfers that place into
- * part of a buffer or add into it) run on the f32 wire: lower.c widens
+ * (rtlib's allreduce_bf16: in f32, rounded once, on the cpu target), and
+ * so does a reduce-scatter whose pieces are whole words of each member's
+ * input (reducescatter_bf16: consecutive blocks of even length, or boxes
+ * whose bounds in the last dim are even, as the input's extent is, which
+ * lower.c packs as words).  The
+ * others (all-to-alls, slices, transfers that place into part of a buffer
+ * or add into it, all-gathers whose pieces interleave, reduce-scatters
+ * whose pieces are not whole words) run on the f32 wire: lower.c widens
  * their buffers into f32 scratch (pass_comm_cvt), runs the collective as
  * for f32 and narrows the result back.
  *
@@ -77,6 +82,21 @@ static ir_box mb_box(const ir_dist *d, int pt, int sec)
     return pass_mbbox(d, d->pt[pt].tensor, &d->pt[pt].box, sec);
 }
 
+/* Are the tiles (in member order) of whole, a bf16 buffer, whole 4-byte
+ * words of it, to pack as f32 (lower.c): consecutive blocks of even length,
+ * or boxes whose bounds in the last dim are even, as its extent is? */
+static int word_tiles(const ir_box *whole, const ir_box *const *tile, int k, int nd)
+{
+    int ok = 1;
+    for (int i = 0; i < k && ok; i++) ok = ir_box_numel(tile[i], nd) % 2 == 0;
+    if (!ok || pass_direct_tiles(whole, tile, k, nd)) return ok;
+    const int j = nd - 1;
+    ok = nd > 0 && (whole->hi[j] - whole->lo[j]) % 2 == 0;
+    for (int i = 0; i < k && ok; i++)
+        ok = (tile[i]->lo[j] - whole->lo[j]) % 2 == 0 && (tile[i]->hi[j] - whole->lo[j]) % 2 == 0;
+    return ok;
+}
+
 int pass_comm_wire16(const ir_dist *d, int ci)
 {
     const ir_comm *cm = &d->comm[ci];
@@ -114,6 +134,24 @@ int pass_comm_wire16(const ir_dist *d, int ci)
             int po = d->ints[cm->out + k];
             ir_box w;
             ok = po >= 0 && ((w = mb_box(d, po, cm->sec)), pass_direct_tiles(&w, tl, K, nd));
+        }
+        free(tile);
+        free(tl);
+        return ok;
+    }
+    case IR_COMM_REDUCESCATTER: {   /* every member's pieces whole words of its input (word_tiles) */
+        ir_box *tile = ir_xmalloc(sizeof *tile * (size_t)K);
+        const ir_box **tl = ir_xmalloc(sizeof *tl * (size_t)K);
+        int ok = 1;
+        for (int k = 0; k < K && ok; k++) {
+            int po = d->ints[cm->out + k];
+            ok = po >= 0;
+            if (ok) tile[k] = mb_box(d, po, cm->sec), tl[k] = &tile[k];
+        }
+        for (int k = 0; k < K && ok; k++) {
+            int pi = d->ints[cm->in + k];
+            ir_box w;
+            ok = pi >= 0 && ((w = mb_box(d, pi, cm->sec)), word_tiles(&w, tl, K, nd));
         }
         free(tile);
         free(tl);

@@ -204,3 +204,12 @@ RT_K(allreduce_bf16,  1,   3,   0, RT_B(0), RT_B(0), -1, "i2")  /* b: buf (bf16,
                                                    cpu target: each value widened, summed in f32 in member
                                                    order, rounded once to bf16, bitwise the same on every
                                                    member; cuda: NCCL's bf16 sum (ncclBfloat16) */
+RT_K(reducescatter_bf16, 2, 4,   0, RT_B(1), 0, -1, "i3 i2")  /* b: send (bf16, size * n values in sw = i3 =
+                                                   ceil(size n / 2) words), recv (bf16, n values in nw = i2 =
+                                                   ceil(n / 2) words).  i: n, group, nw, sw.  recv = member
+                                                   k's block k (values [k n, (k + 1) n)) of the sum over the
+                                                   group on the bf16 wire (passes/precision.c; lower.c's n is
+                                                   even, an odd n leaves recv's last half as it was): cpu
+                                                   target: each value widened, summed in f32 in member order,
+                                                   rounded once to bf16, as allreduce_bf16; cuda: NCCL's bf16
+                                                   sum (ncclBfloat16) */

@@ -21,7 +21,9 @@
 #              per-step and eval losses within 1e-5 relative, final weights
 #              within 1e-4 relative L2 (the tolerances of nnsc-aot verify)
 #   N devices  gpt2-tiny dp2, tp2, dp2 x tp2, pp2 and a user-constrained 4-rank plan
-#              (grouped send/recv) against the same 1-device run
+#              (grouped send/recv) against the same 1-device run; in bf16, tp2 x pp2
+#              and tp2 with sequence parallelism (the bf16 wire: ncclBfloat16 sums,
+#              plan.txt's storage line)
 #   resume     a checkpoint and --resume under the doubles give the same losses
 #              and bitwise the same weights as the uninterrupted run (4 ranks)
 #   failures   no device, no cubin for the device (sm_75, sm_100), the stub
@@ -283,6 +285,8 @@ check_run() {
     --set plan.tp=2 --set "plan.trans=h.fc *0 2 n 2, h.attn h 4, h.mproj k 4, lm_head replicate 4"
   build gpt-bf16-tp2pp2 "${gpt[@]}" --set train.dtype=bf16 --target cuda --arch sm_90 --devices 4 \
     --set plan.policy=hybrid --set plan.tp=2 --set plan.pp=2 --set train.micro_batches=4
+  build gpt-bf16-sp2 "${gpt[@]}" --set train.dtype=bf16 --target cuda --arch sm_90 --devices 2 \
+    --set plan.policy=tp --set plan.sequence_parallel=true
 ) &
 (
   build gpt-bf16 "${gpt[@]}" --set train.dtype=bf16 --target cuda --arch sm_90
@@ -309,7 +313,7 @@ check_run() {
   build relpos-tp2 "${relpos[@]}" --target cuda --arch sm_90 --devices 2 --set plan.policy=tp
 ) &
 wait
-built mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu padmask-cpu abias-cpu relpos-cpu mlp gpt gpt-bf16 gpt-bf16-tp2pp2 \
+built mlp-cpu gpt-cpu gpt-bf16-cpu rcy-cpu llama-cpu gqa-cpu xattn-cpu slice-cpu padmask-cpu abias-cpu relpos-cpu mlp gpt gpt-bf16 gpt-bf16-tp2pp2 gpt-bf16-sp2 \
   gpt-dp2 gpt-dp2-z1 gpt-dp2-z2 gpt-dp2-z3 gpt-tp2 gpt-dp2tp2 gpt-plan gpt-pp2 gpt-pp2-ilv gpt-pp2-ilc rcy-pp2 llama-tp2 gqa-tp2 xattn-tp2 slice-dp2 \
   padmask-tp2 abias-tp2 relpos-tp2
 
@@ -330,9 +334,26 @@ done
 [[ -x $tmp/gpt-bf16/launch ]] && run gpt-bf16
 check_run gpt-bf16 gpt-bf16-cpu 1 "gpt2-tiny, 1 device, dtype bf16 (matmul_bf16)" 5e-4 3e-3
 # bf16 storage across devices (docs/plans.md, Mixed precision): the stage transfers move bf16 words
-# through NCCL, tp's all-reduces widen to f32 around it; tests/equiv.list's bf16 tolerances
+# through NCCL, tp's all-reduces sum bf16 (ncclBfloat16); tests/equiv.list's bf16 tolerances
 [[ -x $tmp/gpt-bf16-tp2pp2/launch ]] && run gpt-bf16-tp2pp2
 check_run gpt-bf16-tp2pp2 gpt-bf16-cpu 4 "gpt2-tiny, tp2 x pp2, 4 micro-batches, dtype bf16 (bf16 storage, cvt, the bf16 wire)" 1e-3 1e-2
+# sequence parallelism under bf16 storage: its reduce-scatters on the bf16 wire too (reducescatter_bf16,
+# the pieces packed as words: ncclReduceScatter of ncclBfloat16), so plan.txt's storage line counts
+# every one of them among the comms that move bf16
+if [[ -s $tmp/gpt-bf16-sp2/plan.txt ]]; then
+  line=$(grep -m1 '^storage ' "$tmp/gpt-bf16-sp2/plan.txt")
+  nrs=$(grep -c '^  reducescatter ' "$tmp/gpt-bf16-sp2/plan.txt")
+  if [[ $line =~ ([0-9]+)\ move\ bf16,\ ([0-9]+)\ f32 ]] && ((nrs > 0 && BASH_REMATCH[1] >= nrs)); then
+    ok "gpt2-tiny, tp2, sequence parallel, dtype bf16: plan.txt's storage line counts its $nrs reduce-scatters among the ${BASH_REMATCH[1]} comms that move bf16 (${BASH_REMATCH[2]} f32)"
+  else
+    no "gpt2-tiny, tp2, sequence parallel, dtype bf16: $nrs reduce-scatters, but plan.txt says: ${line:-no storage line}"
+  fi
+fi
+[[ -x $tmp/gpt-bf16-sp2/launch ]] && run gpt-bf16-sp2
+check_run gpt-bf16-sp2 gpt-bf16-cpu 2 "gpt2-tiny, tp2, sequence parallel, dtype bf16 (reduce-scatters on the bf16 wire)" 1e-3 1e-2
+if [[ -s $tmp/gpt-bf16-sp2.err ]] && ! grep -q '^nnsc-mock-nccl: .* reducescatter=[1-9]' "$tmp/gpt-bf16-sp2.err"; then
+  no "gpt-bf16-sp2: no ncclReduceScatter went through the NCCL double"
+fi
 [[ -x $tmp/llama-tp2/launch ]] && run llama-tp2
 check_run llama-tp2 llama-cpu 2 "llama-tiny, tp2 (rmsnorm, rope, silu, mul)"
 [[ -x $tmp/gqa-tp2/launch ]] && run gqa-tp2

@@ -32,7 +32,7 @@ static int check_skip;   /* checks skipped (no NVRTC) */
 /* The rtlib kernels that stay on the host: no CUDA entry point. */
 static const char *const host_side[] = {
     "init_param", "data", "allreduce", "allreduce_bf16", "allgather", "reducescatter",
-    "broadcast", "sendrecv", "alltoall", "p2p", "mark", "custom",
+    "reducescatter_bf16", "broadcast", "sendrecv", "alltoall", "p2p", "mark", "custom",
 };
 
 /* The rtlib kernels whose CUDA code is generated per build, not part of the

@@ -160,12 +160,24 @@ static void test_lowering(const char *spec, const char *what, const char *const 
     lowered_free(&h);
 }
 
+/* v is u, a slice, of bf16 words: the same ints but the last dim's extent and bounds halved. */
+static int word_slice(const pg_instr *u, const pg_instr *v)
+{
+    if (u->kernel != RT_K_slice || v->kernel != RT_K_slice || u->nint != v->nint || u->nint < 5) return 0;
+    int ok = !memcmp(u->ints, v->ints, sizeof u->ints[0] * (size_t)(u->nint - 3));
+    for (int j = u->nint - 3; j < u->nint && ok; j++)
+        ok = u->ints[j].c % 2 == 0 && v->ints[j].c == u->ints[j].c / 2 && v->ints[j].s == u->ints[j].s / 2 &&
+             v->ints[j].m == u->ints[j].m / 2;
+    return ok;
+}
+
 /* storage = bf16 against storage = f32 (both dtype = bf16), unfused: the same
  * kernel calls in the same order with the same ints once the conversions
  * are taken out; some conversions, each cvt_f32 followed (before the next
  * cvt_bf16 of the sub-op) by a kernel, widths nw = ceil(n / 2); a smaller
- * arena on every rank. */
-static void test_storage(const char *spec, const char *what, const char *const *plan, int nplan)
+ * arena on every rank.  The comms on the bf16 wire have their counts in
+ * words; nrs (> 0: checked): the reduce-scatters among them, at least. */
+static void test_storage(const char *spec, const char *what, const char *const *plan, int nplan, int nrs)
 {
     const char *sets[8];
     for (int k = 0; k < nplan; k++)
@@ -181,7 +193,7 @@ static void test_storage(const char *spec, const char *what, const char *const *
         lowered_free(&h);
         return;
     }
-    int ncvt = 0, differ = 0, badw = 0, smaller = 0, nwire = 0;
+    int ncvt = 0, differ = 0, badw = 0, smaller = 0, nwire = 0, rs16 = 0;
     for (int r = 0; r < f.n; r++) {
         const ir_prog *a = &f.p[r], *b = &h.p[r];
         smaller += b->arena < a->arena;
@@ -204,6 +216,23 @@ static void test_storage(const char *spec, const char *what, const char *const *
                     /* the bf16 wire's all-reduce: n values, the group, nw words */
                     int ok = u->nint == 2 && v->nint == 3 && !memcmp(u->ints, v->ints, sizeof u->ints[0] * 2) &&
                              v->ints[2].c == (v->ints[0].c + 1) / 2;
+                    nwire += ok, differ += !ok;
+                    continue;
+                }
+                if (u->kernel == RT_K_reducescatter && v->kernel == RT_K_reducescatter_bf16) {
+                    /* the bf16 wire's reduce-scatter: n values (even), the group, n / 2 words received and
+                       the group's size times that sent */
+                    int ok = u->nint == 2 && v->nint == 4 && !memcmp(u->ints, v->ints, sizeof u->ints[0] * 2) &&
+                             v->ints[0].c % 2 == 0 && v->ints[2].c == v->ints[0].c / 2 && v->ints[1].c >= 0 &&
+                             v->ints[1].c < h.d.ngrp && v->ints[3].c == h.d.grp[v->ints[1].c].n * v->ints[2].c;
+                    nwire += ok, rs16 += ok, differ += !ok;
+                    continue;
+                }
+                if (word_slice(u, v)) {
+                    /* a reduce-scatter's piece packed as bf16 words: the slices run up to the call */
+                    int z = y;
+                    while (z < b->nins[sec] && b->ins[sec][z].kernel == RT_K_slice) z++;
+                    int ok = z < b->nins[sec] && b->ins[sec][z].kernel == RT_K_reducescatter_bf16;
                     nwire += ok, differ += !ok;
                     continue;
                 }
@@ -230,6 +259,9 @@ static void test_storage(const char *spec, const char *what, const char *const *
     CHECK(ncvt > 0 && !differ && !badw, "%s: storage = bf16 is storage = f32's calls plus %d conversions "
           "(%d calls differ, %d conversions with a wrong width; %d moved on the bf16 wire)", what, ncvt, differ,
           badw, nwire);
+    if (nrs)
+        CHECK(rs16 >= nrs, "%s: %d reduce-scatters on the bf16 wire (reducescatter_bf16; at least %d)", what,
+              rs16, nrs);
     CHECK(smaller == f.n, "%s: a smaller arena on %d of %d ranks (rank 0: %lld -> %lld bytes)", what, smaller, f.n,
           (long long)f.p[0].arena, (long long)h.p[0].arena);
     lowered_free(&f);
@@ -322,14 +354,15 @@ int main(int argc, char **argv)
     static const char *const dp2[] = {"cluster.devices=2", "plan.policy=dp"};
     test_lowering(spec, "tp on 2", tp2, 2);
     test_lowering(spec, "dp on 2", dp2, 2);
-    test_storage(spec, "1 device", NULL, 0);
-    test_storage(spec, "tp on 2", tp2, 2);
-    test_storage(spec, "dp on 2", dp2, 2);
-    /* the pipeline's transfers on the bf16 wire; sequence parallelism's gathers and reduce-scatters */
+    test_storage(spec, "1 device", NULL, 0, 0);
+    test_storage(spec, "tp on 2", tp2, 2, 0);
+    test_storage(spec, "dp on 2", dp2, 2, 0);
+    /* the pipeline's transfers on the bf16 wire; sequence parallelism's gathers, and its 17 reduce-scatters
+       a rank on the bf16 wire (their pieces packed as words: the batch dim before the split one) */
     static const char *const pp2[] = {"cluster.devices=2", "plan.pp=2", "train.micro_batches=4"};
-    test_storage(spec, "pp 2, 4 micro-batches", pp2, 3);
+    test_storage(spec, "pp 2, 4 micro-batches", pp2, 3, 0);
     static const char *const sp2[] = {"cluster.devices=2", "plan.policy=tp", "plan.sequence_parallel=true"};
-    test_storage(spec, "tp 2, sequence parallel", sp2, 3);
+    test_storage(spec, "tp 2, sequence parallel", sp2, 3, 34);
 
     char tmp[] = "/tmp/nnsc_test_lowp.XXXXXX";
     if (!mkdtemp(tmp)) {

@@ -402,7 +402,7 @@ static void test_launch_config(void)
 
     /* host-side and collective kernels have no launch */
     static const int host[] = {RT_KN_init_param, RT_KN_data, RT_KN_allreduce, RT_KN_allreduce_bf16, RT_KN_allgather,
-                               RT_KN_reducescatter, RT_KN_broadcast, RT_KN_sendrecv,
+                               RT_KN_reducescatter, RT_KN_reducescatter_bf16, RT_KN_broadcast, RT_KN_sendrecv,
                                RT_KN_alltoall, RT_KN_p2p, RT_KN_mark};
     int64_t ones[RT_CUDA_MAXINT];
     for (int k = 0; k < RT_CUDA_MAXINT; k++)

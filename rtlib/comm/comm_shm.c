@@ -1033,46 +1033,48 @@ void rt_comm_allreduce_bf16(rt_ctx *ctx, uint16_t *buf, int64_t n, int g, int fa
     shm_allreduce(ctx, (char *)buf, n, 2, shm_reduce_bf16, g, fast);
 }
 
-void rt_comm_reducescatter(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g,
-                           int fast)
+/* The reduce-scatter of size * n elements of es bytes, summed by red: member
+ * k gets block k (elements [k n, (k + 1) n)) of the member-order sum.  Fast,
+ * every member posts its pieces of all blocks side by side and sums the column
+ * that is its own, halves alternating; the reference, one reduction per
+ * block, everyone posting its piece (the same sums). */
+static void shm_reducescatter(rt_ctx *ctx, const char *send, char *recv, int64_t n, int es, shm_reducer *red,
+                              int g, int fast)
 {
     shm_grp gr = shm_group(ctx, g, RT_COLL_REDUCESCATTER);
     if (n <= 0)
         return;
     if (gr.n == 1) {
-        memmove(recv, send, (size_t)n * 4);
+        memmove(recv, send, (size_t)(n * es));
         return;
     }
     rt_comm *c = ctx->comm;
     const int w = RT_COLL_REDUCESCATTER;
     const float *small[SHM_PTRS];
     if (fast) {
-        /* each piece: every member posts its p destination pieces side by side,
-         * then sums the column that is its own; halves alternate */
-        int64_t piece = c->half / 4 / gr.n, k = 0;
+        int64_t piece = c->half / es / gr.n, k = 0;
         for (int64_t o = 0; o < n; o += piece, k++) {
             int64_t cnt = n - o < piece ? n - o : piece;
             int h = (int)(k & 1);
-            float *mine = (float *)shm_stage(c, ctx->rank, h);
+            char *mine = shm_stage(c, ctx->rank, h);
             for (int d = 0; d < gr.n; d++)
-                memcpy(mine + d * cnt, send + (int64_t)d * n + o, (size_t)cnt * 4);
+                memcpy(mine + d * cnt * es, send + ((int64_t)d * n + o) * es, (size_t)(cnt * es));
             shm_barrier(ctx, &gr, w, g);
-            const float **src = shm_srcs(c, &gr, h, gr.me * cnt * 4, small);
-            shm_reduce(recv + o, src, gr.n, cnt);
+            const float **src = shm_srcs(c, &gr, h, gr.me * cnt * es, small);
+            red(recv + o * es, (const void *const *)src, gr.n, cnt);
             if (src != small)
                 free(src);
         }
     } else {
-        /* reference: one reduction per destination, everyone posting its chunk */
-        int64_t chunk = c->half / 4;
+        int64_t chunk = c->half / es;
         for (int d = 0; d < gr.n; d++)
             for (int64_t o = 0; o < n; o += chunk) {
                 int64_t cnt = n - o < chunk ? n - o : chunk;
-                memcpy(shm_stage(c, ctx->rank, 0), send + (int64_t)d * n + o, (size_t)cnt * 4);
+                memcpy(shm_stage(c, ctx->rank, 0), send + ((int64_t)d * n + o) * es, (size_t)(cnt * es));
                 shm_barrier(ctx, &gr, w, g);
                 if (d == gr.me) {
                     const float **src = shm_srcs(c, &gr, 0, 0, small);
-                    shm_reduce(recv + o, src, gr.n, cnt);
+                    red(recv + o * es, (const void *const *)src, gr.n, cnt);
                     if (src != small)
                         free(src);
                 }
@@ -1080,6 +1082,16 @@ void rt_comm_reducescatter(rt_ctx *ctx, const float *send, float *recv, int64_t 
             }
     }
     shm_barrier(ctx, &gr, w, g);
+}
+
+void rt_comm_reducescatter(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast)
+{
+    shm_reducescatter(ctx, (const char *)send, (char *)recv, n, 4, shm_reduce_f32, g, fast);
+}
+
+void rt_comm_reducescatter_bf16(rt_ctx *ctx, const uint16_t *send, uint16_t *recv, int64_t n, int g, int fast)
+{
+    shm_reducescatter(ctx, (const char *)send, (char *)recv, n, 2, shm_reduce_bf16, g, fast);
 }
 
 /* ---- data movement */

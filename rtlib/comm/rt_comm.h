@@ -57,6 +57,10 @@ void rt_comm_allreduce(rt_ctx *ctx, float *buf, int64_t n, int g, int fast);
 void rt_comm_allreduce_bf16(rt_ctx *ctx, uint16_t *buf, int64_t n, int g, int fast);
 void rt_comm_allgather(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast);
 void rt_comm_reducescatter(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g, int fast);
+/* Member k's block k (n bf16 values) of the sum of the members' send (size *
+ * n bf16 values) over group g: widened, added in f32 in member order,
+ * rounded once to bf16 (nearest even). */
+void rt_comm_reducescatter_bf16(rt_ctx *ctx, const uint16_t *send, uint16_t *recv, int64_t n, int g, int fast);
 void rt_comm_broadcast(rt_ctx *ctx, void *buf, int64_t bytes, int g, int root, int fast);
 void rt_comm_sendrecv(rt_ctx *ctx, const float *send, float *recv, int64_t n, int g,
                       int peer_send, int peer_recv, int fast);

@@ -189,6 +189,7 @@ static const cu_launch cu_launches[RT_KN_COUNT] = {
     [RT_KN_allreduce_bf16] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_allgather] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_reducescatter] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
+    [RT_KN_reducescatter_bf16] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_broadcast] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_sendrecv] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},
     [RT_KN_alltoall] = {CU_COLL, CU_GRID_NONE, 0, CU_NO_N, -1, 0},

@@ -236,6 +236,7 @@ static const char *nccl_kernel_name(int kernel)
     case RT_KN_allreduce_bf16: return "allreduce_bf16";
     case RT_KN_allgather: return "allgather";
     case RT_KN_reducescatter: return "reducescatter";
+    case RT_KN_reducescatter_bf16: return "reducescatter_bf16";
     case RT_KN_broadcast: return "broadcast";
     case RT_KN_sendrecv: return "sendrecv";
     case RT_KN_alltoall: return "alltoall";
@@ -310,6 +311,10 @@ void rt_nccl_k(rt_ctx *ctx, int kernel, void *const *b, const int64_t *i)
         if (cnt)
             NCCL_CALL(ctx, nc, ReduceScatter, b[0], b[1], cnt, ncclFloat32, ncclSum, comm,
                       stream);
+        break;
+    case RT_KN_reducescatter_bf16:   /* n bf16 values: chunk `me` of NCCL's bf16 sum */
+        if (cnt)
+            NCCL_CALL(ctx, nc, ReduceScatter, b[0], b[1], cnt, ncclBfloat16, ncclSum, comm, stream);
         break;
     case RT_KN_broadcast: {   /* in place, from member `root` (a bit copy: any 4-byte type) */
         int64_t root = i[2];

@@ -19,7 +19,7 @@
  *   form a communicator ordered by (key, parent rank); NCCL_SPLIT_NOCOLOR
  *   gives NULL.  Its segment's name is derived from the parent's, so no id
  *   has to travel.
- * - ncclAllReduce (float32 and bfloat16 sums), ncclReduceScatter (float32 sum only), ncclAllGather,
+ * - ncclAllReduce, ncclReduceScatter (float32 and bfloat16 sums), ncclAllGather,
  *   ncclBroadcast (any type): through per-rank staging slots in the segment
  *   with process-shared barriers, in chunks; sums are taken in rank order,
  *   so every rank gets bitwise the same result and runs are deterministic.
@@ -613,12 +613,14 @@ static ncclResult_t mn_collective(mn_call *x, const char *who)
         /* combine */
         switch (x->kind) {
         case MN_ALLREDUCE:
+        case MN_REDUCESCATTER: {
+            size_t at = x->kind == MN_REDUCESCATTER ? (size_t)me * len : 0;
             if (x->esize == 2) {   /* bfloat16 */
                 uint16_t *out = (uint16_t *)((char *)x->recv + off);
                 for (uint64_t j = 0; j < len / 2; j++) {
                     float s = 0;
                     for (int k = 0; k < n; k++) {
-                        uint32_t u = (uint32_t)((const uint16_t *)mn_slot(c, k))[j] << 16;
+                        uint32_t u = (uint32_t)((const uint16_t *)(mn_slot(c, k) + at))[j] << 16;
                         float v;
                         memcpy(&v, &u, 4);
                         s = k ? s + v : v;
@@ -631,10 +633,7 @@ static ncclResult_t mn_collective(mn_call *x, const char *who)
                 }
                 break;
             }
-            /* fall through */
-        case MN_REDUCESCATTER: {
             float *out = (float *)((char *)x->recv + off);
-            size_t at = x->kind == MN_REDUCESCATTER ? (size_t)me * len : 0;
             for (uint64_t j = 0; j < len / 4; j++) {
                 float s = ((const float *)(mn_slot(c, 0) + at))[j];
                 for (int k = 1; k < n; k++)   /* in rank order: the same bits everywhere */
@@ -867,7 +866,8 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
                                cudaStream_t stream)
 {
     ncclResult_t r = mn_float_sum(datatype, op, comm, "ncclReduceScatter");
-    mn_call x = {MN_REDUCESCATTER, comm, sendbuff, recvbuff, recvcount, 4, 0, stream, 0, 0};
+    mn_call x = {MN_REDUCESCATTER, comm, sendbuff, recvbuff, recvcount, mn_type_size(datatype), 0, stream, 0,
+                 0};
     return r ? r : mn_submit(&x, "ncclReduceScatter");
 }
 
