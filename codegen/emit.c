@@ -688,8 +688,10 @@ static void plan_text(const char *spec, const ir_dist *d, const ir_prog *progs, 
             cg_devlist(b, d->ints + d->grp[cq->group].devs, cq->n);
             ir_bprintf(b, "}");
         }
-        ir_bprintf(b, " %s, %lld bytes per step%s%s%s", c->sec == IR_SEC_MB ? "in each micro-batch" : "once a step",
-                   (long long)c->bytes, j - i > 1 ? " each" : "", c->why ? "; " : "", c->why ? c->why : "");
+        const int w16 = pass_comm_wire16(d, i);   /* (on the bf16 wire: its bytes are the words it moves) */
+        ir_bprintf(b, " %s, %lld bytes per step%s%s%s%s", c->sec == IR_SEC_MB ? "in each micro-batch" : "once a step",
+                   (long long)pass_comm_bytes(d, i), j - i > 1 ? " each" : "", w16 ? " (bf16 wire)" : "",
+                   c->why ? "; " : "", c->why ? c->why : "");
         if (c->bucket == i) {
             int nb = 0;
             for (int x = i; x >= 0; x = d->comm[x].bnext) nb++;
