@@ -916,6 +916,7 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         break;
     }
     case IR_COMM_ALLGATHER: {
+        /* on the bf16 wire (precision.c): a member's piece in n words, placed as words */
         int64_t n = w16 ? ir_box_numel(&ib[k], nd) / 2 : ir_box_numel(&ib[k], nd) * es / 4;
         if (cm->bucket >= 0) {   /* a bucket (bucket.c): its first comm gathers them all */
             if (cm->bucket == ci) lower_bucket(c, ci, sec, k, t->name);
@@ -931,7 +932,10 @@ static void lower_comm(lctx *c, int ci, int sec, int k)
         pg_i(in, n);
         pg_i(in, cm->group);
         if (!direct)
-            for (int i = 0; i < K; i++) emit_box(c, sec, 1, S + i * n * 4, off(c, pout), &ob[k], &ib[i], nd, 0, nt);
+            for (int i = 0; i < K; i++) {
+                if (w16) emit_box16(c, sec, 1, S + i * n * 4, off(c, pout), &ob[k], &ib[i], nd, nt);
+                else emit_box(c, sec, 1, S + i * n * 4, off(c, pout), &ob[k], &ib[i], nd, 0, nt);
+            }
         sent = n * 4 * (K - 1);
         break;
     }

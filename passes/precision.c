@@ -14,21 +14,21 @@
  *     rmsnorm's rstd, attention's log-sum-exp, cross entropy's block
  *     statistics (Megatron keeps these in f32 too);
  *
- * A comm of a bf16 tensor moves it as bf16 where it moves whole buffers
+ * A comm of a bf16 tensor moves it as bf16 where it moves whole words
  * (pass_comm_wire16: a transfer between stages, a broadcast, an all-gather
- * whose pieces are consecutive blocks of even length): the collective
- * moves the 2-byte elements as the words they are packed in, so nothing is
- * converted and half the bytes cross.  An all-reduce sums bf16 values
- * (rtlib's allreduce_bf16: in f32, rounded once, on the cpu target), and
- * so does a reduce-scatter whose pieces are whole words of each member's
- * input (reducescatter_bf16: consecutive blocks of even length, or boxes
- * whose bounds in the last dim are even, as the input's extent is, which
- * lower.c packs as words).  The
- * others (all-to-alls, slices, transfers that place into part of a buffer
- * or add into it, all-gathers whose pieces interleave, reduce-scatters
- * whose pieces are not whole words) run on the f32 wire: lower.c widens
- * their buffers into f32 scratch (pass_comm_cvt), runs the collective as
- * for f32 and narrows the result back.
+ * whose pieces are whole words of each member's output: consecutive
+ * blocks of even length, or boxes whose bounds in the last dim are even,
+ * as the output's extent is, which lower.c places as words): the
+ * collective moves the 2-byte elements as the words they are packed in,
+ * so nothing is converted and half the bytes cross.  An all-reduce sums
+ * bf16 values (rtlib's allreduce_bf16: in f32, rounded once, on the cpu
+ * target), and so does a reduce-scatter whose pieces are whole words of
+ * each member's input (reducescatter_bf16: the same rule, lower.c packing
+ * the boxes as words).  The others (all-to-alls, slices, transfers that
+ * place into part of a buffer or add into it, all-gathers and
+ * reduce-scatters whose pieces are not whole words) run on the f32 wire:
+ * lower.c widens their buffers into f32 scratch (pass_comm_cvt), runs the
+ * collective as for f32 and narrows the result back.
  *
  * The kernels compute in f32.  lower.c widens a bf16 operand into f32
  * scratch before its kernel (cvt_f32) and narrows a bf16 output from it
@@ -83,8 +83,9 @@ static ir_box mb_box(const ir_dist *d, int pt, int sec)
 }
 
 /* Are the tiles (in member order) of whole, a bf16 buffer, whole 4-byte
- * words of it, to pack as f32 (lower.c): consecutive blocks of even length,
- * or boxes whose bounds in the last dim are even, as its extent is? */
+ * words of it, to pack or place as f32 (lower.c): consecutive blocks of
+ * even length, or boxes whose bounds in the last dim are even, as its
+ * extent is? */
 static int word_tiles(const ir_box *whole, const ir_box *const *tile, int k, int nd)
 {
     int ok = 1;
@@ -121,19 +122,19 @@ int pass_comm_wire16(const ir_dist *d, int ci)
         }
         return 1;
     }
-    case IR_COMM_ALLGATHER: {   /* every member's pieces consecutive blocks of its output, of even length */
+    case IR_COMM_ALLGATHER: {   /* every member's pieces whole words of its output (word_tiles) */
         ir_box *tile = ir_xmalloc(sizeof *tile * (size_t)K);
         const ir_box **tl = ir_xmalloc(sizeof *tl * (size_t)K);
         int ok = 1;
         for (int k = 0; k < K && ok; k++) {
             int pi = d->ints[cm->in + k];
             ok = pi >= 0;
-            if (ok) tile[k] = mb_box(d, pi, cm->sec), tl[k] = &tile[k], ok = ir_box_numel(&tile[k], nd) % 2 == 0;
+            if (ok) tile[k] = mb_box(d, pi, cm->sec), tl[k] = &tile[k];
         }
         for (int k = 0; k < K && ok; k++) {
             int po = d->ints[cm->out + k];
             ir_box w;
-            ok = po >= 0 && ((w = mb_box(d, po, cm->sec)), pass_direct_tiles(&w, tl, K, nd));
+            ok = po >= 0 && ((w = mb_box(d, po, cm->sec)), word_tiles(&w, tl, K, nd));
         }
         free(tile);
         free(tl);

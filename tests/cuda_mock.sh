@@ -337,22 +337,30 @@ check_run gpt-bf16 gpt-bf16-cpu 1 "gpt2-tiny, 1 device, dtype bf16 (matmul_bf16)
 # through NCCL, tp's all-reduces sum bf16 (ncclBfloat16); tests/equiv.list's bf16 tolerances
 [[ -x $tmp/gpt-bf16-tp2pp2/launch ]] && run gpt-bf16-tp2pp2
 check_run gpt-bf16-tp2pp2 gpt-bf16-cpu 4 "gpt2-tiny, tp2 x pp2, 4 micro-batches, dtype bf16 (bf16 storage, cvt, the bf16 wire)" 1e-3 1e-2
-# sequence parallelism under bf16 storage: its reduce-scatters on the bf16 wire too (reducescatter_bf16,
-# the pieces packed as words: ncclReduceScatter of ncclBfloat16), so plan.txt's storage line counts
-# every one of them among the comms that move bf16
+# sequence parallelism under bf16 storage (2 layers): every comm of a bf16 tensor on the bf16 wire --
+# its 9 reduce-scatters (reducescatter_bf16, the pieces packed as words: ncclReduceScatter of
+# ncclBfloat16), 10 of its 14 all-gathers (the bf16 ones: the pieces gathered and placed as words,
+# ncclAllGather; the other 4 gather f32 tensors: the loss's block statistics and targets, d.wpe) and
+# the embedding's all-reduce, so plan.txt's storage line says 20 move bf16, 0 f32 (the f32 wire's
+# all-gathers made it 10, 10)
 if [[ -s $tmp/gpt-bf16-sp2/plan.txt ]]; then
   line=$(grep -m1 '^storage ' "$tmp/gpt-bf16-sp2/plan.txt")
   nrs=$(grep -c '^  reducescatter ' "$tmp/gpt-bf16-sp2/plan.txt")
-  if [[ $line =~ ([0-9]+)\ move\ bf16,\ ([0-9]+)\ f32 ]] && ((nrs > 0 && BASH_REMATCH[1] >= nrs)); then
-    ok "gpt2-tiny, tp2, sequence parallel, dtype bf16: plan.txt's storage line counts its $nrs reduce-scatters among the ${BASH_REMATCH[1]} comms that move bf16 (${BASH_REMATCH[2]} f32)"
+  nag=$(grep -c '^  allgather ' "$tmp/gpt-bf16-sp2/plan.txt")
+  if [[ $line =~ of\ the\ ([0-9]+)\ comms\ of\ bf16\ tensors\ ([0-9]+)\ move\ bf16,\ ([0-9]+)\ f32 ]] &&
+    ((nrs == 9 && nag == 14 && BASH_REMATCH[1] == 20 && BASH_REMATCH[2] == 20 && BASH_REMATCH[3] == 0)); then
+    ok "gpt2-tiny, tp2, sequence parallel, dtype bf16: plan.txt's storage line has all 20 comms of bf16 tensors move bf16 (its $nrs reduce-scatters and the bf16 ones of its $nag all-gathers among them)"
   else
-    no "gpt2-tiny, tp2, sequence parallel, dtype bf16: $nrs reduce-scatters, but plan.txt says: ${line:-no storage line}"
+    no "gpt2-tiny, tp2, sequence parallel, dtype bf16: $nrs reduce-scatters, $nag all-gathers (want 9, 14), and plan.txt says: ${line:-no storage line} (want 20 move bf16, 0 f32)"
   fi
 fi
 [[ -x $tmp/gpt-bf16-sp2/launch ]] && run gpt-bf16-sp2
-check_run gpt-bf16-sp2 gpt-bf16-cpu 2 "gpt2-tiny, tp2, sequence parallel, dtype bf16 (reduce-scatters on the bf16 wire)" 1e-3 1e-2
+check_run gpt-bf16-sp2 gpt-bf16-cpu 2 "gpt2-tiny, tp2, sequence parallel, dtype bf16 (reduce-scatters and all-gathers on the bf16 wire)" 1e-3 1e-2
 if [[ -s $tmp/gpt-bf16-sp2.err ]] && ! grep -q '^nnsc-mock-nccl: .* reducescatter=[1-9]' "$tmp/gpt-bf16-sp2.err"; then
   no "gpt-bf16-sp2: no ncclReduceScatter went through the NCCL double"
+fi
+if [[ -s $tmp/gpt-bf16-sp2.err ]] && ! grep -q '^nnsc-mock-nccl: .* allgather=[1-9]' "$tmp/gpt-bf16-sp2.err"; then
+  no "gpt-bf16-sp2: no ncclAllGather went through the NCCL double"
 fi
 [[ -x $tmp/llama-tp2/launch ]] && run llama-tp2
 check_run llama-tp2 llama-cpu 2 "llama-tiny, tp2 (rmsnorm, rope, silu, mul)"

@@ -160,10 +160,11 @@ static void test_lowering(const char *spec, const char *what, const char *const 
     lowered_free(&h);
 }
 
-/* v is u, a slice, of bf16 words: the same ints but the last dim's extent and bounds halved. */
-static int word_slice(const pg_instr *u, const pg_instr *v)
+/* v is u, a slice or place (kernel kn), of bf16 words: the same ints but the last dim's extent and bounds
+ * halved. */
+static int word_box(const pg_instr *u, const pg_instr *v, int kn)
 {
-    if (u->kernel != RT_K_slice || v->kernel != RT_K_slice || u->nint != v->nint || u->nint < 5) return 0;
+    if (u->kernel != kn || v->kernel != kn || u->nint != v->nint || u->nint < 5) return 0;
     int ok = !memcmp(u->ints, v->ints, sizeof u->ints[0] * (size_t)(u->nint - 3));
     for (int j = u->nint - 3; j < u->nint && ok; j++)
         ok = u->ints[j].c % 2 == 0 && v->ints[j].c == u->ints[j].c / 2 && v->ints[j].s == u->ints[j].s / 2 &&
@@ -176,8 +177,10 @@ static int word_slice(const pg_instr *u, const pg_instr *v)
  * are taken out; some conversions, each cvt_f32 followed (before the next
  * cvt_bf16 of the sub-op) by a kernel, widths nw = ceil(n / 2); a smaller
  * arena on every rank.  The comms on the bf16 wire have their counts in
- * words; nrs (> 0: checked): the reduce-scatters among them, at least. */
-static void test_storage(const char *spec, const char *what, const char *const *plan, int nplan, int nrs)
+ * words; nrs, nag (> 0: checked): the reduce-scatters and the all-gathers
+ * among them, at least. */
+static void test_storage(const char *spec, const char *what, const char *const *plan, int nplan, int nrs,
+                         int nag)
 {
     const char *sets[8];
     for (int k = 0; k < nplan; k++)
@@ -193,7 +196,7 @@ static void test_storage(const char *spec, const char *what, const char *const *
         lowered_free(&h);
         return;
     }
-    int ncvt = 0, differ = 0, badw = 0, smaller = 0, nwire = 0, rs16 = 0;
+    int ncvt = 0, differ = 0, badw = 0, smaller = 0, nwire = 0, rs16 = 0, ag16 = 0;
     for (int r = 0; r < f.n; r++) {
         const ir_prog *a = &f.p[r], *b = &h.p[r];
         smaller += b->arena < a->arena;
@@ -228,11 +231,19 @@ static void test_storage(const char *spec, const char *what, const char *const *
                     nwire += ok, rs16 += ok, differ += !ok;
                     continue;
                 }
-                if (word_slice(u, v)) {
+                if (word_box(u, v, RT_K_slice)) {
                     /* a reduce-scatter's piece packed as bf16 words: the slices run up to the call */
                     int z = y;
                     while (z < b->nins[sec] && b->ins[sec][z].kernel == RT_K_slice) z++;
                     int ok = z < b->nins[sec] && b->ins[sec][z].kernel == RT_K_reducescatter_bf16;
+                    nwire += ok, differ += !ok;
+                    continue;
+                }
+                if (word_box(u, v, RT_K_place)) {
+                    /* an all-gather's piece placed as bf16 words: the places run back to the call */
+                    int z = y - 1;
+                    while (z > 0 && b->ins[sec][z - 1].kernel == RT_K_place) z--;
+                    int ok = z > 0 && b->ins[sec][z - 1].kernel == RT_K_allgather;
                     nwire += ok, differ += !ok;
                     continue;
                 }
@@ -251,7 +262,7 @@ static void test_storage(const char *spec, const char *what, const char *const *
                                     v->ints[j].m == u->ints[j].m / 2;
                     else wire = !memcmp(&u->ints[j], &v->ints[j], sizeof u->ints[j]);
                 }
-                if (wire) nwire++;
+                if (wire) nwire++, ag16 += u->kernel == RT_K_allgather;
                 else differ++;
             }
         }
@@ -262,6 +273,9 @@ static void test_storage(const char *spec, const char *what, const char *const *
     if (nrs)
         CHECK(rs16 >= nrs, "%s: %d reduce-scatters on the bf16 wire (reducescatter_bf16; at least %d)", what,
               rs16, nrs);
+    if (nag)
+        CHECK(ag16 >= nag, "%s: %d all-gathers on the bf16 wire (their counts in words; at least %d)", what, ag16,
+              nag);
     CHECK(smaller == f.n, "%s: a smaller arena on %d of %d ranks (rank 0: %lld -> %lld bytes)", what, smaller, f.n,
           (long long)f.p[0].arena, (long long)h.p[0].arena);
     lowered_free(&f);
@@ -354,15 +368,15 @@ int main(int argc, char **argv)
     static const char *const dp2[] = {"cluster.devices=2", "plan.policy=dp"};
     test_lowering(spec, "tp on 2", tp2, 2);
     test_lowering(spec, "dp on 2", dp2, 2);
-    test_storage(spec, "1 device", NULL, 0, 0);
-    test_storage(spec, "tp on 2", tp2, 2, 0);
-    test_storage(spec, "dp on 2", dp2, 2, 0);
-    /* the pipeline's transfers on the bf16 wire; sequence parallelism's gathers, and its 17 reduce-scatters
-       a rank on the bf16 wire (their pieces packed as words: the batch dim before the split one) */
+    test_storage(spec, "1 device", NULL, 0, 0, 0);
+    test_storage(spec, "tp on 2", tp2, 2, 0, 0);
+    test_storage(spec, "dp on 2", dp2, 2, 0, 0);
+    /* the pipeline's transfers on the bf16 wire; sequence parallelism's 18 all-gathers and 17 reduce-scatters
+       a rank on the bf16 wire (their pieces placed and packed as words: the batch dim before the split one) */
     static const char *const pp2[] = {"cluster.devices=2", "plan.pp=2", "train.micro_batches=4"};
-    test_storage(spec, "pp 2, 4 micro-batches", pp2, 3, 0);
+    test_storage(spec, "pp 2, 4 micro-batches", pp2, 3, 0, 0);
     static const char *const sp2[] = {"cluster.devices=2", "plan.policy=tp", "plan.sequence_parallel=true"};
-    test_storage(spec, "tp 2, sequence parallel", sp2, 3, 34);
+    test_storage(spec, "tp 2, sequence parallel", sp2, 3, 34, 36);
 
     char tmp[] = "/tmp/nnsc_test_lowp.XXXXXX";
     if (!mkdtemp(tmp)) {
