@@ -454,7 +454,7 @@ static int verify_run(const fe_opts *o, int ndev, const char *model, const vtrai
         printf("note: the model trains in bf16 (train.dtype): another f32 summation order flips some bf16 roundings "
                "of matmul inputs, and training grows that to bf16's own noise, so bf16 runs agree only that far; "
                "compare with --set train.dtype=f32, or over a few steps with --loss-tol 1e-3 --weight-tol 1e-2 "
-               "(--steps 20)\n");
+               "--steps 10\n");
     if (!o->keep && !bad)   /* remove the temporary tree we made (every build's files); keep it when
                                something disagreed */
         fe_rm_tree(root);
