@@ -94,9 +94,9 @@ void ir_graph_clone(ir_graph *dst, const ir_graph *src)
     dst->t = ir_xcalloc((size_t)src->nt + 1, sizeof *dst->t);
     dst->op = ir_xcalloc((size_t)src->nop + 1, sizeof *dst->op);
     dst->blk = ir_xcalloc((size_t)src->nblk + 1, sizeof *dst->blk);
-    memcpy(dst->t, src->t, sizeof *dst->t * (size_t)src->nt);
-    memcpy(dst->op, src->op, sizeof *dst->op * (size_t)src->nop);
-    memcpy(dst->blk, src->blk, sizeof *dst->blk * (size_t)src->nblk);
+    if (src->nt) memcpy(dst->t, src->t, sizeof *dst->t * (size_t)src->nt);
+    if (src->nop) memcpy(dst->op, src->op, sizeof *dst->op * (size_t)src->nop);
+    if (src->nblk) memcpy(dst->blk, src->blk, sizeof *dst->blk * (size_t)src->nblk);   /* (none: blk NULL) */
     dst->tcap = src->nt + 1, dst->opcap = src->nop + 1, dst->blkcap = src->nblk + 1;
 }
 
