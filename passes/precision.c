@@ -98,6 +98,30 @@ static int word_tiles(const ir_box *whole, const ir_box *const *tile, int k, int
     return ok;
 }
 
+/* Are comm cm's pieces (the pTensors at ints[piece ..], one a member) whole
+ * words of every member's whole buffer (at ints[whole ..]), one execution's
+ * boxes (word_tiles)? */
+static int word_comm(const ir_dist *d, const ir_comm *cm, int piece, int whole)
+{
+    const int nd = d->g->t[cm->tensor].ndim, K = cm->n;
+    ir_box *tile = ir_xmalloc(sizeof *tile * (size_t)K);
+    const ir_box **tl = ir_xmalloc(sizeof *tl * (size_t)K);
+    int ok = 1;
+    for (int k = 0; k < K && ok; k++) {
+        int p = d->ints[piece + k];
+        ok = p >= 0;
+        if (ok) tile[k] = mb_box(d, p, cm->sec), tl[k] = &tile[k];
+    }
+    for (int k = 0; k < K && ok; k++) {
+        int w = d->ints[whole + k];
+        ir_box b;
+        ok = w >= 0 && ((b = mb_box(d, w, cm->sec)), word_tiles(&b, tl, K, nd));
+    }
+    free(tile);
+    free(tl);
+    return ok;
+}
+
 int pass_comm_wire16(const ir_dist *d, int ci)
 {
     const ir_comm *cm = &d->comm[ci];
@@ -122,42 +146,10 @@ int pass_comm_wire16(const ir_dist *d, int ci)
         }
         return 1;
     }
-    case IR_COMM_ALLGATHER: {   /* every member's pieces whole words of its output (word_tiles) */
-        ir_box *tile = ir_xmalloc(sizeof *tile * (size_t)K);
-        const ir_box **tl = ir_xmalloc(sizeof *tl * (size_t)K);
-        int ok = 1;
-        for (int k = 0; k < K && ok; k++) {
-            int pi = d->ints[cm->in + k];
-            ok = pi >= 0;
-            if (ok) tile[k] = mb_box(d, pi, cm->sec), tl[k] = &tile[k];
-        }
-        for (int k = 0; k < K && ok; k++) {
-            int po = d->ints[cm->out + k];
-            ir_box w;
-            ok = po >= 0 && ((w = mb_box(d, po, cm->sec)), word_tiles(&w, tl, K, nd));
-        }
-        free(tile);
-        free(tl);
-        return ok;
-    }
-    case IR_COMM_REDUCESCATTER: {   /* every member's pieces whole words of its input (word_tiles) */
-        ir_box *tile = ir_xmalloc(sizeof *tile * (size_t)K);
-        const ir_box **tl = ir_xmalloc(sizeof *tl * (size_t)K);
-        int ok = 1;
-        for (int k = 0; k < K && ok; k++) {
-            int po = d->ints[cm->out + k];
-            ok = po >= 0;
-            if (ok) tile[k] = mb_box(d, po, cm->sec), tl[k] = &tile[k];
-        }
-        for (int k = 0; k < K && ok; k++) {
-            int pi = d->ints[cm->in + k];
-            ir_box w;
-            ok = pi >= 0 && ((w = mb_box(d, pi, cm->sec)), word_tiles(&w, tl, K, nd));
-        }
-        free(tile);
-        free(tl);
-        return ok;
-    }
+    case IR_COMM_ALLGATHER:   /* every member's pieces whole words of its output (word_tiles) */
+        return word_comm(d, cm, cm->in, cm->out);
+    case IR_COMM_REDUCESCATTER:   /* every member's pieces whole words of its input */
+        return word_comm(d, cm, cm->out, cm->in);
     default:
         return 0;
     }
